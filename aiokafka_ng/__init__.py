@@ -1,0 +1,3 @@
+"""aiokafka_ng: an asyncio-native (anyio) Kafka client."""
+
+__version__ = "0.1.0.dev0"
