@@ -1,0 +1,118 @@
+"""Every exception aiokafka_ng raises.
+
+All of them derive from :class:`KafkaError`, whose class attributes say what to do next:
+``retriable`` (the same operation may succeed if tried again) and ``invalid_metadata``
+(refresh cluster metadata first). Broker error codes map to one class each; they live in
+:mod:`aiokafka_ng.protocol.errors` (so the pure protocol layer can raise them) and are
+re-exported here. This module adds the errors that arise in the client itself:
+
+- :class:`ConfigError` -- bad configuration; names every bad key.
+- :class:`KafkaConnectionError` -- a connection failed or dropped (retriable);
+  :class:`CorrelationIdMismatchError` is one way a connection goes bad.
+- :class:`KafkaTimeoutError` -- a client-side deadline passed (retriable);
+  :class:`RequestTimeoutError` (no response in time) and :class:`BufferExhaustedError`
+  (producer memory stayed full) are the specific cases.
+- :class:`IllegalStateError` -- a call the object's state does not allow;
+  :class:`ProducerClosedError` is ``send()`` after ``close()``.
+- :class:`NoBrokersAvailableError` -- no bootstrap server could be reached (retriable).
+
+Do not confuse :class:`RequestTimeoutError` (the client gave up waiting) with
+:class:`RequestTimedOutError` (error code 7: the broker gave up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aiokafka_ng.protocol import errors as _protocol_errors
+from aiokafka_ng.protocol.errors import *  # noqa: F403  (re-exported; listed in __all__)
+from aiokafka_ng.protocol.errors import KafkaError
+
+__all__ = [
+    "BufferExhaustedError",
+    "ConfigError",
+    "CorrelationIdMismatchError",
+    "IllegalStateError",
+    "KafkaConnectionError",
+    "KafkaTimeoutError",
+    "NoBrokersAvailableError",
+    "ProducerClosedError",
+    "RequestTimeoutError",
+]
+__all__ += _protocol_errors.__all__
+
+
+class ConfigError(KafkaError, ValueError):
+    """Invalid configuration.
+
+    ``errors`` maps each bad key to what is wrong with it; the message names every key, so a
+    user fixes all of them in one go rather than one per run.
+    """
+
+    message = "Invalid configuration."
+
+    def __init__(self, errors: Mapping[str, str]) -> None:
+        self.errors: dict[str, str] = dict(errors)
+        super().__init__(_describe_config_errors(self.errors))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.errors,))
+
+
+def _describe_config_errors(errors: Mapping[str, str]) -> str:
+    if not errors:
+        return "invalid configuration"
+    noun = "key" if len(errors) == 1 else "keys"
+    problems = "; ".join(f"{key}: {problem}" for key, problem in errors.items())
+    return f"invalid configuration ({len(errors)} bad {noun}): {problems}"
+
+
+class KafkaConnectionError(KafkaError):
+    """A connection to a broker could not be made, or broke; the request may be retried."""
+
+    retriable = True
+    message = "The connection to the broker failed or was dropped."
+
+
+class CorrelationIdMismatchError(KafkaConnectionError):
+    """A response's correlation id matched no request in flight; the connection is closed."""
+
+    message = "A response's correlation id did not match the request sent; connection closed."
+
+
+class KafkaTimeoutError(KafkaError):
+    """A client-side deadline passed before the operation completed."""
+
+    retriable = True
+    message = "The operation did not complete in time."
+
+
+class RequestTimeoutError(KafkaTimeoutError):
+    """The broker did not answer a request in time; its connection is closed."""
+
+    message = "The broker did not answer the request in time."
+
+
+class BufferExhaustedError(KafkaTimeoutError):
+    """The producer's record buffer stayed full for longer than the caller may block."""
+
+    message = "The producer's buffer stayed full for longer than the caller may block."
+
+
+class IllegalStateError(KafkaError):
+    """A call that the object's current state does not allow (a programming error)."""
+
+    message = "The object's state does not allow this call."
+
+
+class ProducerClosedError(IllegalStateError):
+    """``send()`` (or another call) on a producer that is closed or closing."""
+
+    message = "The producer is closed."
+
+
+class NoBrokersAvailableError(KafkaError):
+    """None of the bootstrap servers (or known brokers) could be reached."""
+
+    retriable = True
+    message = "No broker could be reached."

