@@ -1,0 +1,58 @@
+"""The one place where anyio/OS/TLS errors become aiokafka_ng errors.
+
+Everything below ``net`` speaks ``OSError``, ``ssl.SSLError`` and anyio's stream exceptions;
+everything above it sees :class:`~aiokafka_ng.errors.KafkaConnectionError` (retriable) with
+the original chained as ``__cause__``. Connection code wraps each I/O call site in
+:func:`translate_io_errors` instead of catching foreign exceptions ad hoc.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import anyio
+
+from aiokafka_ng.errors import KafkaConnectionError
+
+# TimeoutError (from anyio.fail_after) and ssl.SSLError are OSError subclasses.
+IO_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+)
+
+
+def describe(exc: BaseException) -> str:
+    """A short human reason for an I/O failure, for the translated error's message."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS certificate verification failed: {exc.verify_message or exc}"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS error: {exc.reason or exc}"
+    if isinstance(exc, anyio.EndOfStream):
+        return "connection closed by the broker"
+    if isinstance(exc, anyio.ClosedResourceError):
+        return "connection already closed"
+    if isinstance(exc, anyio.BrokenResourceError):
+        cause = exc.__cause__
+        return f"connection broken ({describe(cause)})" if cause else "connection broken"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def connection_error(where: str, exc: BaseException) -> KafkaConnectionError:
+    """The translated error for ``exc`` (the caller raises it ``from exc``)."""
+    return KafkaConnectionError(f"{where}: {describe(exc)}")
+
+
+@contextmanager
+def translate_io_errors(where: str) -> Iterator[None]:
+    """Re-raise anyio/OS/TLS errors as KafkaConnectionError naming ``where`` (host:port)."""
+    try:
+        yield
+    except IO_ERRORS as exc:
+        raise connection_error(where, exc) from exc

@@ -1,0 +1,107 @@
+"""Exponential backoff with jitter (KIP-580): the only retry timing in aiokafka_ng.
+
+``backoff_ms(n)`` is the pause before the ``n``-th retry after ``n`` consecutive failures::
+
+    min(max_ms, initial_ms * multiplier ** (n - 1)) * U[1 - jitter, 1 + jitter]
+
+Jitter spreads clients that failed together (a broker restart) so they do not come back in
+lockstep. When ``max_ms <= initial_ms`` the pause is a constant ``max_ms`` (still jittered),
+which is how Kafka treats ``retry.backoff.max.ms`` set below ``retry.backoff.ms``. Java's
+``ExponentialBackoff`` caps after applying jitter; we cap before, so the mean of the pause at
+the cap is exactly ``max_ms`` and the bounds are symmetric. Callers count failures and reset
+the count on success; the policy object itself holds no per-call state, so one instance can
+be shared by every partition or node it paces.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+__all__ = ["ExponentialBackoff"]
+
+
+class ExponentialBackoff:
+    """Backoff policy: ``initial_ms * multiplier**(failures-1)`` capped at ``max_ms``, ±jitter."""
+
+    __slots__ = ("_initial_ms", "_jitter", "_max_ms", "_multiplier", "_rng")
+
+    def __init__(
+        self,
+        initial_ms: float,
+        max_ms: float,
+        *,
+        multiplier: float = 2.0,
+        jitter: float = 0.2,
+        rng: random.Random | None = None,
+    ) -> None:
+        if initial_ms < 0 or max_ms < 0:
+            raise ValueError("backoff intervals must be >= 0")
+        if multiplier < 1:
+            raise ValueError("multiplier must be >= 1")
+        if not 0 <= jitter < 1:
+            raise ValueError("jitter must be in [0, 1)")
+        self._initial_ms = float(initial_ms)
+        self._max_ms = float(max_ms)
+        self._multiplier = float(multiplier)
+        self._jitter = float(jitter)
+        # A private Random keeps a seeded policy deterministic even when other code draws
+        # from the global generator in between.
+        self._rng = rng if rng is not None else random.Random()
+
+    @classmethod
+    def retry(
+        cls, retry_backoff_ms: float = 100, retry_backoff_max_ms: float = 1000
+    ) -> ExponentialBackoff:
+        """Policy for request retries (``retry.backoff.ms`` / ``retry.backoff.max.ms``)."""
+        return cls(retry_backoff_ms, retry_backoff_max_ms)
+
+    @classmethod
+    def reconnect(
+        cls, reconnect_backoff_ms: float = 50, reconnect_backoff_max_ms: float = 1000
+    ) -> ExponentialBackoff:
+        """Policy for reconnects (``reconnect.backoff[.max].ms``, KIP-144)."""
+        return cls(reconnect_backoff_ms, reconnect_backoff_max_ms)
+
+    @property
+    def initial_ms(self) -> float:
+        return self._initial_ms
+
+    @property
+    def max_ms(self) -> float:
+        return self._max_ms
+
+    @property
+    def jitter(self) -> float:
+        return self._jitter
+
+    def base_ms(self, failures: int) -> float:
+        """The un-jittered pause after ``failures`` consecutive failures (0 for none)."""
+        if failures <= 0:
+            return 0.0
+        if self._max_ms <= self._initial_ms:
+            return self._max_ms
+        if self._initial_ms == 0.0 or self._multiplier == 1.0:
+            return self._initial_ms
+        # Cap the exponent before computing the power so a huge failure count cannot
+        # overflow a float: once the curve passes max_ms, further growth changes nothing.
+        exp_max = math.log(self._max_ms / self._initial_ms, self._multiplier)
+        exponent = min(failures - 1, math.ceil(exp_max))
+        return min(self._initial_ms * self._multiplier**exponent, self._max_ms)
+
+    def backoff_ms(self, failures: int) -> float:
+        """Pause in milliseconds before retrying after ``failures`` consecutive failures."""
+        base = self.base_ms(failures)
+        if base == 0.0 or self._jitter == 0.0:
+            return base
+        return base * self._rng.uniform(1.0 - self._jitter, 1.0 + self._jitter)
+
+    def backoff_s(self, failures: int) -> float:
+        """Same as :meth:`backoff_ms`, in seconds (what ``anyio.sleep`` takes)."""
+        return self.backoff_ms(failures) / 1000.0
+
+    def __repr__(self) -> str:
+        return (
+            f"ExponentialBackoff(initial_ms={self._initial_ms:g}, max_ms={self._max_ms:g}, "
+            f"multiplier={self._multiplier:g}, jitter={self._jitter:g})"
+        )

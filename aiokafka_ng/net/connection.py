@@ -1,0 +1,555 @@
+"""One Kafka broker connection: TLS, SASL, version negotiation and pipelined requests.
+
+Theory of operation
+===================
+
+Setup. ``Connection.run`` (for ``tg.start``) and :func:`connect` (standalone) open the
+TCP/TLS stream within ``connect_timeout_s``, then handshake with plain request/response
+round trips before any caller can send: ApiVersions in the newest version we know (a broker
+that does not know that version answers UNSUPPORTED_VERSION in the v0 format together with
+its own range, so we decode that as v0 and retry once in a version it supports), then, when
+SASL is configured, SaslHandshake v1 + SaslAuthenticate (KIP-152); those exchanges live in
+``_handshake.py``. Only then does the owner get the connection and the reader task start.
+
+In-flight permits. A semaphore of exactly ``max_in_flight`` permits bounds the requests on
+the wire. ``send()`` takes a permit BEFORE writing; from the moment its request is
+registered the permit belongs to that in-flight entry, not to the calling task, and it is
+released exactly once when the entry is settled: by its response, or by the connection
+dying. A caller cancelled while waiting for its response releases nothing: its request is
+still on the wire and still occupies a slot in the broker's queue, so the reader releases
+the permit when the response arrives and discards the response. Requests that expect no
+response (Produce acks=0) take no permit: nothing would ever give it back.
+
+Correlation. Under one write lock a request gets the next correlation id, is appended to the
+in-flight deque and its frame is written, so deque order is wire order. Kafka answers a
+connection's requests in order, so every response must carry the correlation id of the
+OLDEST entry. Anything else (an out-of-order or unknown id, a response while nothing is in
+flight) means we can no longer tell which response belongs to which request.
+
+Poisoning. ``_poison()`` is synchronous and idempotent: it marks the connection closed,
+settles every in-flight entry with its own retriable error instance (so each caller sees
+the failure exactly once), which releases their permits, and cancels the reader, whose
+``finally`` closes the socket. Causes: a correlation mismatch, an undecodable frame, an I/O
+error, a write that could not finish (a partial frame corrupts the stream), a request
+timeout (its late response could be taken for the next request's), and ``aclose()``.
+Writes are shielded from cancellation and bounded by the request's deadline instead, so a
+frame is either written whole or the connection is poisoned; a caller cancelled mid-write
+gets its cancellation at its next checkpoint, with its request already in flight.
+
+Timeouts. ``send(timeout=...)`` (default ``request_timeout_s``) is one deadline for the whole
+call: waiting for a permit, for the write lock, writing, and the response. Running out
+before the frame is written raises RequestTimeoutError and leaves the connection alone
+(nothing reached the wire); running out afterwards also closes the connection.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from aiokafka_ng.errors import (
+    CorrelationIdMismatchError,
+    KafkaConnectionError,
+    KafkaError,
+    RequestTimeoutError,
+)
+from aiokafka_ng.net import _handshake
+from aiokafka_ng.net._errors import IO_ERRORS, connection_error, describe, translate_io_errors
+from aiokafka_ng.net.sasl import SaslConfig
+from aiokafka_ng.protocol.errors import ProtocolError
+from aiokafka_ng.protocol.framing import (
+    FrameReader,
+    decode_response,
+    encode_request,
+    peek_correlation_id,
+)
+from aiokafka_ng.protocol.messages import RESPONSE_TYPES
+from aiokafka_ng.protocol.primitives import ApiMessage
+
+__all__ = [
+    "Connection",
+    "ConnectionConfig",
+    "ConnectionState",
+    "ConnectionStatistics",
+    "connect",
+]
+
+_log = logging.getLogger(__name__)
+
+_READ_CHUNK = 256 * 1024
+_MAX_CORRELATION_ID = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionConfig:
+    """Per-connection settings (the ``net`` slice of the client configuration)."""
+
+    client_id: str | None = "aiokafka-ng"
+    # max.in.flight.requests.per.connection: the exact number of semaphore permits.
+    max_in_flight: int = 5
+    request_timeout_s: float = 30.0
+    connect_timeout_s: float = 10.0
+    ssl_context: ssl.SSLContext | None = None
+    sasl: SaslConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:
+            raise ValueError("timeouts must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionStatistics:
+    """A snapshot of one connection's counters."""
+
+    in_flight: int  # requests on the wire whose response has not arrived
+    max_in_flight: int  # configured permits
+    max_in_flight_seen: int
+    permits_available: int
+    tasks_waiting: int  # send() calls waiting for a permit
+    requests_sent: int
+    responses_received: int
+    responses_discarded: int  # arrived after their caller had been cancelled
+    bytes_sent: int
+    bytes_received: int
+
+
+class ConnectionState(enum.Enum):
+    CONNECTING = "connecting"
+    READY = "ready"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True, eq=False)
+class _InFlight:
+    """One request on the wire; it owns one permit until settled."""
+
+    api_name: str
+    response_type: type[Any]
+    version: int
+    correlation_id: int = -1  # -1 until registered (then the permit is the entry's)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    response: Any = None
+    error: KafkaError | None = None
+    abandoned: bool = False  # the caller stopped waiting; the response is discarded
+
+
+class Connection:
+    """One socket to one broker; see the module docstring for how requests flow.
+
+    Obtain one with ``await tg.start(Connection.run, host, port, config)`` (the reader task
+    then lives in ``tg``) or ``async with connect(host, port, config) as conn``.
+    """
+
+    def __init__(
+        self, host: str, port: int, config: ConnectionConfig, stream: anyio.abc.ByteStream
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._config = config
+        self._stream = stream
+        self._where = f"{host}:{port}"
+        self._state = ConnectionState.CONNECTING
+        self._close_reason = ""
+        self._frames = FrameReader()
+        self._permits = anyio.Semaphore(config.max_in_flight, max_value=config.max_in_flight)
+        self._write_lock = anyio.Lock()
+        self._in_flight: deque[_InFlight] = deque()
+        self._next_correlation_id = 0
+        self._reader_scope = anyio.CancelScope()
+        self._reader_running = False
+        self._reader_done = anyio.Event()
+        self._stream_closed = False
+        self._closed = anyio.Event()
+        self._max_in_flight_seen = 0
+        self._requests_sent = 0
+        self._responses_received = 0
+        self._responses_discarded = 0
+        self._bytes_sent = 0
+        self._bytes_received = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    async def run(
+        cls,
+        host: str,
+        port: int,
+        config: ConnectionConfig | None = None,
+        *,
+        task_status: anyio.abc.TaskStatus[Connection] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Connect, handshake, hand the connection to ``task_status``, then read until closed.
+
+        Setup errors (KafkaConnectionError, SaslAuthenticationFailedError, ...) are raised
+        before ``started()``, i.e. from ``tg.start()``. After that the task never raises: a
+        dying connection fails its pending requests and the task returns.
+        """
+        conn = await cls._open(host, port, config or ConnectionConfig())
+        await conn._serve(task_status=task_status)
+
+    @classmethod
+    async def _open(cls, host: str, port: int, config: ConnectionConfig) -> Connection:
+        with translate_io_errors(f"connecting to {host}:{port}"):
+            with anyio.fail_after(config.connect_timeout_s):
+                stream: anyio.abc.ByteStream
+                if config.ssl_context is None:
+                    stream = await anyio.connect_tcp(host, port)
+                else:
+                    stream = await anyio.connect_tcp(
+                        host,
+                        port,
+                        ssl_context=config.ssl_context,
+                        tls_hostname=host,
+                        # Brokers may close without a TLS close_notify; treat that as EOF.
+                        tls_standard_compatible=False,
+                    )
+        conn = cls(host, port, config, stream)
+        try:
+            await conn._handshake()
+        except BaseException:
+            conn._poison("connection setup failed")
+            await conn._close_stream()
+            raise
+        conn._state = ConnectionState.READY
+        return conn
+
+    async def _serve(
+        self, *, task_status: anyio.abc.TaskStatus[Connection] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._reader_running = True
+        task_status.started(self)
+        try:
+            with self._reader_scope:
+                await self._read_loop()
+        finally:
+            self._poison("connection closed")
+            await self._close_stream()
+            self._reader_running = False
+            self._reader_done.set()
+
+    async def aclose(self) -> None:
+        """Close the socket, fail pending requests once, and wait for the reader to end.
+
+        Idempotent; safe to call from any task, including while being cancelled.
+        """
+        self._poison("connection closed by the client")
+        with anyio.CancelScope(shield=True):
+            await self._close_stream()
+            if self._reader_running:
+                await self._reader_done.wait()
+
+    async def wait_closed(self) -> None:
+        """Return once the connection is closed (for whatever reason) and its socket too."""
+        await self._closed.wait()
+
+    @property
+    def closed(self) -> bool:
+        return self._state is ConnectionState.CLOSED
+
+    @property
+    def state(self) -> ConnectionState:
+        return self._state
+
+    @property
+    def close_reason(self) -> str:
+        """Why the connection closed ("" while open)."""
+        return self._close_reason
+
+    async def _close_stream(self) -> None:
+        if not self._stream_closed:
+            self._stream_closed = True
+            with anyio.CancelScope(shield=True):
+                # Forcefully: a TLS close_notify to a dead or hostile peer could block.
+                await anyio.aclose_forcefully(self._stream)
+        self._closed.set()
+
+    def _poison(
+        self,
+        reason: str,
+        *,
+        cause: BaseException | None = None,
+        error_type: type[KafkaError] = KafkaConnectionError,
+    ) -> None:
+        """Close the connection now; every pending request fails once with ``error_type``."""
+        if self._state is ConnectionState.CLOSED:
+            return
+        self._state = ConnectionState.CLOSED
+        self._close_reason = reason
+        level = logging.WARNING if error_type is not KafkaConnectionError else logging.DEBUG
+        _log.log(level, "closing connection to %s: %s", self._where, reason)
+        while self._in_flight:
+            entry = self._in_flight.popleft()
+            # One instance per caller: a shared exception would collect every raiser's
+            # traceback frames.
+            error = error_type(
+                f"{self._where}: {entry.api_name} (correlation id {entry.correlation_id}) "
+                f"failed: {reason}"
+            )
+            error.__cause__ = cause
+            self._settle(entry, error=error)
+        self._reader_scope.cancel()
+
+    def _settle(
+        self, entry: _InFlight, *, response: Any = None, error: KafkaError | None = None
+    ) -> None:
+        entry.response = response
+        entry.error = error
+        if entry.abandoned and error is None:
+            self._responses_discarded += 1
+        self._permits.release()
+        entry.done.set()
+
+    # -- handshake ---------------------------------------------------------------------------
+
+    async def _handshake(self) -> None:
+        try:
+            self.api_versions = await _handshake.negotiate_api_versions(
+                self._roundtrip, self._where
+            )
+            if self._config.sasl is not None:
+                await _handshake.authenticate(
+                    self._roundtrip, self._config.sasl, self.api_versions, self._where
+                )
+        except ProtocolError as exc:
+            raise KafkaConnectionError(
+                f"{self._where}: undecodable response during connection setup: {exc}"
+            ) from exc
+
+    async def _roundtrip(self, request: ApiMessage, version: int) -> bytes:
+        """Setup-time request/response, before the reader exists; returns the raw frame."""
+        correlation_id = self._take_correlation_id()
+        frame = encode_request(request, version, correlation_id, self._config.client_id)
+        name = _handshake.api_name(type(request))
+        with translate_io_errors(f"{self._where}: {name} during connection setup"):
+            with anyio.fail_after(self._config.request_timeout_s):
+                await self._stream.send(frame)
+                self._count_sent(frame)
+                reply = await self._read_frame()
+        if (got := peek_correlation_id(reply)) != correlation_id:
+            raise CorrelationIdMismatchError(
+                f"{self._where}: {name} response has correlation id {got}, not {correlation_id}"
+            )
+        self._responses_received += 1
+        return reply
+
+    def version_for(self, request_type: type[ApiMessage]) -> int:
+        """The highest version of ``request_type`` both we and the broker support.
+
+        Raises UnsupportedVersionError naming the API when there is none.
+        """
+        return _handshake.common_version(request_type, self.api_versions, self._where)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def send(
+        self,
+        request: ApiMessage,
+        *,
+        version: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (a deadline per request, by contract)
+        expect_response: bool = True,
+    ) -> Any:
+        """Send ``request`` and return its decoded response (``None`` without a response).
+
+        Raises KafkaConnectionError (retriable) when the connection is or becomes closed,
+        RequestTimeoutError (retriable) when ``timeout`` runs out, UnsupportedVersionError
+        when no version is common to client and broker.
+        """
+        request_type = type(request)
+        if version is None:
+            version = self.version_for(request_type)
+        else:
+            _handshake.check_version(request_type, version, self.api_versions, self._where)
+        limit = self._config.request_timeout_s if timeout is None else timeout
+        deadline = anyio.current_time() + limit
+        self._raise_if_closed()
+        if not expect_response:
+            await self._write(request, version, deadline, None)
+            return None
+
+        acquired = False
+        with anyio.move_on_at(deadline):
+            await self._permits.acquire()
+            acquired = True
+        if not acquired:
+            raise RequestTimeoutError(
+                f"{self._where}: no in-flight slot within {limit:g}s "
+                f"({self._config.max_in_flight} requests outstanding)"
+            )
+        entry = _InFlight(
+            _handshake.api_name(request_type), RESPONSE_TYPES[request.API_KEY], version
+        )
+        try:
+            await self._write(request, version, deadline, entry)
+        finally:
+            if entry.correlation_id < 0:  # never registered: the permit is still ours
+                self._permits.release()
+
+        try:
+            with anyio.move_on_at(deadline):
+                await entry.done.wait()
+        finally:
+            if not entry.done.is_set():
+                # Cancelled or timed out: the request stays on the wire and keeps its
+                # permit; the reader releases it and drops the response when it arrives.
+                entry.abandoned = True
+        if not entry.done.is_set():
+            self._poison(
+                f"{entry.api_name} (correlation id {entry.correlation_id}) "
+                f"timed out after {limit:g}s",
+            )
+            raise RequestTimeoutError(
+                f"{self._where}: {entry.api_name} (correlation id {entry.correlation_id}) "
+                f"got no response within {limit:g}s; connection closed"
+            )
+        if entry.error is not None:
+            raise entry.error
+        return entry.response
+
+    def _raise_if_closed(self) -> None:
+        if self._state is ConnectionState.CLOSED:
+            raise KafkaConnectionError(f"{self._where}: connection closed ({self._close_reason})")
+
+    def _take_correlation_id(self) -> int:
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (
+            0 if correlation_id == _MAX_CORRELATION_ID else correlation_id + 1
+        )
+        return correlation_id
+
+    async def _write(
+        self, request: ApiMessage, version: int, deadline: float, entry: _InFlight | None
+    ) -> None:
+        acquired = False
+        with anyio.move_on_at(deadline):
+            await self._write_lock.acquire()
+            acquired = True
+        if not acquired:
+            raise RequestTimeoutError(f"{self._where}: could not write within the timeout")
+        try:
+            self._raise_if_closed()
+            correlation_id = self._take_correlation_id()
+            frame = encode_request(request, version, correlation_id, self._config.client_id)
+            if entry is not None:
+                # From here on the permit belongs to the entry (see module docstring).
+                entry.correlation_id = correlation_id
+                self._in_flight.append(entry)
+                self._max_in_flight_seen = max(self._max_in_flight_seen, len(self._in_flight))
+            await self._write_frame(frame, deadline)
+        finally:
+            self._write_lock.release()
+
+    async def _write_frame(self, frame: bytes, deadline: float) -> None:
+        written = False
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_at(deadline):
+                try:
+                    await self._stream.send(frame)
+                except IO_ERRORS as exc:
+                    self._poison(f"write failed: {describe(exc)}", cause=exc)
+                    raise connection_error(self._where, exc) from exc
+                written = True
+        if not written:
+            self._poison("write timed out; a partial frame may be on the wire")
+            raise RequestTimeoutError(f"{self._where}: writing the request timed out")
+        self._count_sent(frame)
+
+    def _count_sent(self, frame: bytes) -> None:
+        self._requests_sent += 1
+        self._bytes_sent += len(frame)
+
+    # -- reader ------------------------------------------------------------------------------
+
+    async def _read_frame(self) -> bytes:
+        while (frame := self._frames.next_frame()) is None:
+            data = await self._stream.receive(_READ_CHUNK)
+            self._bytes_received += len(data)
+            self._frames.feed(data)
+        return frame
+
+    async def _read_loop(self) -> None:
+        try:
+            while self._state is not ConnectionState.CLOSED:
+                self._dispatch(await self._read_frame())
+        except IO_ERRORS as exc:
+            self._poison(describe(exc), cause=exc)
+        except ProtocolError as exc:
+            self._poison(f"undecodable frame from the broker: {exc}", cause=exc)
+
+    def _dispatch(self, frame: bytes) -> None:
+        correlation_id = peek_correlation_id(frame)
+        if not self._in_flight:
+            self._poison(
+                f"unsolicited response with correlation id {correlation_id}",
+                error_type=CorrelationIdMismatchError,
+            )
+            return
+        entry = self._in_flight[0]
+        if correlation_id != entry.correlation_id:
+            self._poison(
+                f"response correlation id {correlation_id} does not match the oldest "
+                f"in-flight request ({entry.correlation_id})",
+                error_type=CorrelationIdMismatchError,
+            )
+            return
+        # Decode before popping: a ProtocolError poisons with this entry still pending.
+        _, response = decode_response(entry.response_type, entry.version, frame)
+        self._in_flight.popleft()
+        self._responses_received += 1
+        self._settle(entry, response=response)
+
+    # -- introspection -----------------------------------------------------------------------
+
+    def statistics(self) -> ConnectionStatistics:
+        return ConnectionStatistics(
+            in_flight=len(self._in_flight),
+            max_in_flight=self._config.max_in_flight,
+            max_in_flight_seen=self._max_in_flight_seen,
+            permits_available=self._permits.value,
+            tasks_waiting=self._permits.statistics().tasks_waiting,
+            requests_sent=self._requests_sent,
+            responses_received=self._responses_received,
+            responses_discarded=self._responses_discarded,
+            bytes_sent=self._bytes_sent,
+            bytes_received=self._bytes_received,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<Connection {self._where} {self._state.value} "
+            f"in_flight={len(self._in_flight)}/{self._config.max_in_flight}>"
+        )
+
+
+@asynccontextmanager
+async def connect(
+    host: str, port: int, config: ConnectionConfig | None = None
+) -> AsyncIterator[Connection]:
+    """A connection whose reader runs in a task group private to this context manager."""
+    conn = await Connection._open(host, port, config or ConnectionConfig())
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(conn._serve)
+            try:
+                yield conn
+            finally:
+                await conn.aclose()
+    except BaseExceptionGroup as group:
+        # The reader never raises, so the group only carries the body's exception: unwrap
+        # it so `connect` behaves like a plain context manager.
+        if len(group.exceptions) == 1:
+            exc = group.exceptions[0]
+            raise exc from exc.__cause__
+        raise

@@ -1,0 +1,167 @@
+"""Network-core guarantees observed from the outside, through the fault proxy.
+
+The proxy (tests/fault_proxy.py) sits between our client and the real local broker and
+counts what is actually on the wire, so these tests do not trust the client's own
+bookkeeping: in-flight bounds, correlation-mismatch poisoning, the reconnect backoff curve
+and recovery from a broker restart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from typing import Any
+
+import anyio
+import pytest
+from fault_proxy import FaultProxy
+
+from aiokafka_ng.cluster import Cluster, ClusterConfig
+from aiokafka_ng.cluster.pool import ConnectionPool
+from aiokafka_ng.errors import KafkaConnectionError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.net.connection import ConnectionConfig, connect
+from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
+from aiokafka_ng.testing import LocalBroker
+
+pytestmark = pytest.mark.anyio
+
+
+def _metadata(topic: str) -> MetadataRequest:
+    return MetadataRequest(topics=[MetadataRequestTopic(name=topic)])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 2, 5])
+async def test_in_flight_never_exceeds_the_semaphore(kafka_broker: Any, max_in_flight: int) -> None:
+    async with FaultProxy(kafka_broker.host, kafka_broker.port) as proxy:
+        config = ConnectionConfig(max_in_flight=max_in_flight, request_timeout_s=20)
+        async with connect(proxy.host, proxy.port, config) as conn:
+            proxy.delay_responses(0.15)  # slow answers: a pipelining client piles requests up
+            results: list[Any] = []
+
+            async def one(i: int) -> None:
+                results.append(await conn.send(_metadata(f"inflight-{max_in_flight}")))
+
+            async with anyio.create_task_group() as tg:
+                for i in range(3 * max_in_flight):
+                    tg.start_soon(one, i)
+            assert len(results) == 3 * max_in_flight
+            # Exactly N observed on the wire: never more, and pipelining reaches the bound.
+            assert proxy.max_in_flight == max_in_flight
+            assert conn.statistics().max_in_flight_seen == max_in_flight
+
+
+async def test_correlation_mismatch_poisons_and_next_request_reconnects(
+    kafka_broker: Any,
+) -> None:
+    async with FaultProxy(kafka_broker.host, kafka_broker.port) as proxy:
+        config = ConnectionConfig(max_in_flight=5, request_timeout_s=20)
+        async with connect(proxy.host, proxy.port, config) as conn:
+            proxy.swap_next_responses()
+            outcomes: list[BaseException | object] = []
+
+            async def one() -> None:
+                try:
+                    outcomes.append(await conn.send(_metadata("swap")))
+                except KafkaConnectionError as exc:
+                    outcomes.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(one)
+            # Every pending request failed exactly once, with a retriable connection error.
+            assert len(outcomes) == 3
+            assert all(isinstance(o, KafkaConnectionError) and o.retriable for o in outcomes)
+            assert conn.closed
+            with pytest.raises(KafkaConnectionError):
+                await conn.send(_metadata("swap"))
+        await proxy.wait_until(lambda: not proxy.open_connections, within=5)
+
+        # The pool hands out a fresh connection for the next request.
+        pool_config = ConnectionConfig(request_timeout_s=20)
+        async with ConnectionPool(pool_config) as pool:
+            pool.set_address(111, proxy.host, proxy.port)
+            first = await pool.get(111)
+            proxy.swap_next_responses()
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(2):
+                        tg.start_soon(_swallow, first.send(_metadata("swap2")))
+            assert first.closed
+            await first.wait_closed()
+            with anyio.fail_after(10):
+                while (second := await pool.get(111)) is first:
+                    await anyio.sleep(0.01)  # the pool notices the close asynchronously
+            response = await second.send(_metadata("swap2"))
+            assert response.topics[0].name == "swap2"
+            assert proxy.connections >= 3
+
+
+async def _swallow(coro: Any) -> None:
+    try:
+        await coro
+    except KafkaConnectionError:
+        pass
+
+
+async def test_reconnect_attempts_follow_the_backoff_curve(kafka_broker: Any) -> None:
+    initial_ms, max_ms = 50.0, 1000.0
+    async with FaultProxy(kafka_broker.host, kafka_broker.port) as proxy:
+        proxy.refuse(True)  # accept-and-close: every attempt is timestamped by the proxy
+        async with ConnectionPool(
+            ConnectionConfig(connect_timeout_s=5),
+            reconnect_backoff=ExponentialBackoff.reconnect(initial_ms, max_ms),
+        ) as pool:
+            pool.set_address(111, proxy.host, proxy.port)
+            with anyio.fail_after(20):
+                while len(proxy.connection_attempts) < 8:
+                    with pytest.raises(KafkaConnectionError):
+                        await pool.get(111)
+            attempts = list(proxy.connection_attempts[:8])
+            failures = [a for a in pool.statistics().nodes[111].attempts if not a.ok]
+
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    for n, gap in enumerate(gaps, start=1):
+        expected = min(max_ms, initial_ms * 2 ** (n - 1)) / 1000
+        # The gap is the jittered backoff plus the failed handshake (accept, EOF) before it.
+        handshake = failures[n - 1].finished_at - failures[n - 1].started_at
+        assert 0.8 * expected - 0.005 <= gap <= 1.2 * expected + handshake + 0.05, (n, gaps)
+    # ~2x growth from ~50 ms until the 1 s cap.
+    assert gaps[0] < 0.1
+    assert gaps[-1] >= 0.8 * max_ms / 1000
+
+
+async def test_broker_restart_is_reconnected_without_user_action() -> None:
+    port = _free_port()
+    broker = LocalBroker(port=port)
+    await broker.start()
+    try:
+        config = ClusterConfig(
+            bootstrap_servers=[(broker.host, broker.port)],
+            connection=ConnectionConfig(request_timeout_s=10),
+        )
+        async with Cluster(config) as cluster:
+            before = await cluster.request(111, _metadata("restart"))
+            assert before.topics[0].error_code == 0
+            conn = await cluster.connection(111)
+            await broker.stop()
+            await conn.wait_closed()
+            await broker.start()  # same port
+            with anyio.fail_after(15):
+                while True:
+                    try:
+                        after = await cluster.request(111, _metadata("restart"))
+                        break
+                    except KafkaConnectionError:
+                        await anyio.sleep(0.05)  # the pool's own backoff paces the attempts
+            assert after.topics[0].name == "restart"
+            assert after.brokers[0].node_id == 111
+            assert cluster.statistics().pool.nodes[111].connects >= 2
+    finally:
+        await broker.stop()
