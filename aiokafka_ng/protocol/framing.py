@@ -1,0 +1,196 @@
+"""Request/response framing: size prefix, headers, correlation ids (pure, sans-IO).
+
+Theory of operation
+-------------------
+On the wire every request and response is ``int32 size`` followed by ``size`` bytes: a header
+and then the message body. The header version is not sent; both sides derive it from the API
+key and version:
+
+* request header v1 (api_key, api_version, correlation_id, nullable client_id) for
+  non-flexible request versions, v2 (the same plus a tagged-field section) for flexible
+  ones, and v0 (no client_id) only for ControlledShutdown v0;
+* response header v0 (correlation_id) for non-flexible response versions, v1 (plus tagged
+  fields) for flexible ones -- except ApiVersions, whose responses always use v0 so that a
+  client can read the header of a response to a version the broker does not understand.
+
+The client id is always a classic int16-length string even in header v2, so any broker can
+read the header of any request (schema: ``"flexibleVersions": "none"`` on ClientId).
+
+:class:`FrameReader` splits a byte stream into frames without copying more than once and
+rejects negative or oversized lengths before buffering them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import TypeVar
+
+from aiokafka_ng.protocol.errors import ProtocolError
+from aiokafka_ng.protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
+from aiokafka_ng.protocol.messages import headers as _headers
+from aiokafka_ng.protocol.primitives import ApiMessage, Reader, Writer
+
+__all__ = [
+    "FrameReader",
+    "RequestHeader",
+    "decode_request",
+    "decode_request_header",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "peek_correlation_id",
+    "request_header_version",
+    "response_header_version",
+]
+
+_API_VERSIONS = 18
+_CONTROLLED_SHUTDOWN = 7
+_SIZE = struct.Struct(">i")
+_PLACEHOLDER = b"\x00\x00\x00\x00"
+
+R = TypeVar("R", bound=ApiMessage)
+
+
+def _is_flexible(table: dict[int, type[ApiMessage]], api_key: int, api_version: int) -> bool:
+    cls = table.get(api_key)
+    if cls is None:
+        raise ValueError(f"unknown API key {api_key}")
+    return cls.is_flexible(api_version)
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """Header version for a request: 2 if the request version is flexible, else 1."""
+    if api_key == _CONTROLLED_SHUTDOWN and api_version == 0:
+        return 0
+    return 2 if _is_flexible(REQUEST_TYPES, api_key, api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """Header version for a response: 1 if flexible, else 0; ApiVersions is always 0."""
+    if api_key == _API_VERSIONS:
+        return 0
+    return 1 if _is_flexible(RESPONSE_TYPES, api_key, api_version) else 0
+
+
+def _finish(w: Writer) -> bytes:
+    _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)
+    return bytes(w.buf)
+
+
+def encode_request(
+    request: ApiMessage, api_version: int, correlation_id: int, client_id: str | None
+) -> bytes:
+    """Full request frame, including the 4-byte size prefix."""
+    hv = request_header_version(request.API_KEY, api_version)
+    header = _headers.RequestHeader(
+        request_api_key=request.API_KEY,
+        request_api_version=api_version,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    w = Writer()
+    w.raw(_PLACEHOLDER)
+    header.write_to(w, hv)
+    request.write_to(w, api_version)
+    return _finish(w)
+
+
+def encode_response(response: ApiMessage, api_version: int, correlation_id: int) -> bytes:
+    """Full response frame, including the 4-byte size prefix (for brokers/simulators)."""
+    hv = response_header_version(response.API_KEY, api_version)
+    w = Writer()
+    w.raw(_PLACEHOLDER)
+    _headers.ResponseHeader(correlation_id=correlation_id).write_to(w, hv)
+    response.write_to(w, api_version)
+    return _finish(w)
+
+
+def peek_correlation_id(frame: bytes | bytearray | memoryview) -> int:
+    """Correlation id of a response frame (without size prefix); every header starts with it."""
+    if len(frame) < 4:
+        raise ProtocolError(f"response frame of {len(frame)} bytes has no correlation id")
+    cid: int = _SIZE.unpack_from(frame, 0)[0]
+    return cid
+
+
+def decode_response(
+    response_type: type[R], api_version: int, frame: bytes | bytearray | memoryview
+) -> tuple[int, R]:
+    """Parse a response frame (without size prefix) into (correlation_id, response)."""
+    hv = response_header_version(response_type.API_KEY, api_version)
+    r = Reader(frame)
+    header = _headers.ResponseHeader.read_from(r, hv)
+    return header.correlation_id, response_type.read_from(r, api_version)
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    """The parts of a request header a server needs."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def _read_request_header(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Reader]:
+    r = Reader(frame)
+    api_key = r.int16()
+    api_version = r.int16()
+    cls = REQUEST_TYPES.get(api_key)
+    # Unknown keys/versions still get their correlation id parsed (v1 layout) so a server can
+    # answer with UNSUPPORTED_VERSION.
+    flexible = cls is not None and cls.is_flexible(api_version)
+    hv = 0 if api_key == _CONTROLLED_SHUTDOWN and api_version == 0 else 2 if flexible else 1
+    r.pos = 0
+    h = _headers.RequestHeader.read_from(r, hv)
+    return RequestHeader(api_key, api_version, h.correlation_id, h.client_id), r
+
+
+def decode_request_header(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, int]:
+    """Parse only the request header; return it and the offset where the body starts."""
+    header, r = _read_request_header(frame)
+    return header, r.pos
+
+
+def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, ApiMessage]:
+    """Parse a whole request frame (without size prefix)."""
+    header, r = _read_request_header(frame)
+    cls = REQUEST_TYPES.get(header.api_key)
+    if cls is None:
+        raise ProtocolError(f"unknown API key {header.api_key}")
+    return header, cls.read_from(r, header.api_version)
+
+
+class FrameReader:
+    """Incremental splitter of size-prefixed frames: ``feed`` bytes, pop ``next_frame``."""
+
+    __slots__ = ("_buf", "_max")
+
+    def __init__(self, max_frame_size: int = 100 * 1024 * 1024) -> None:
+        self._buf = bytearray()
+        self._max = max_frame_size
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        self._buf += data
+
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return len(self._buf)
+
+    def next_frame(self) -> bytes | None:
+        """The next complete frame's payload (no prefix), or None if more bytes are needed."""
+        buf = self._buf
+        if len(buf) < 4:
+            return None
+        size: int = _SIZE.unpack_from(buf, 0)[0]
+        if size < 0 or size > self._max:
+            raise ProtocolError(f"invalid frame size {size} (max {self._max})")
+        end = 4 + size
+        if len(buf) < end:
+            return None
+        frame = bytes(buf[4:end])
+        # bytearray deletes from the front cheaply (CPython keeps a start offset).
+        del buf[:end]
+        return frame
