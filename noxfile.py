@@ -1,0 +1,72 @@
+"""Developer sessions: tests, lint, typecheck, codegen, bench, fuzz.
+
+Each session installs the project with its `dev` extra into its own virtualenv, so
+`nox -s <name>` works on a fresh machine with only Python and pip.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "typecheck", "codegen", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+
+
+def _install(session: nox.Session, extras: str = "dev") -> None:
+    session.install("-e", f".[{extras}]")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The test suite (asyncio and trio), against a real local broker."""
+    _install(session)
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff, plus the import-linter contracts (layers point down; protocol stays pure)."""
+    _install(session)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the package and tools."""
+    _install(session)
+    session.run("mypy", "--strict")
+
+
+@nox.session(python=PYTHON)
+def codegen(session: nox.Session) -> None:
+    """Fail if regenerating protocol messages from the schemas would change them.
+
+    `nox -s codegen -- --write` regenerates instead of checking.
+    """
+    _install(session)
+    if "--write" in session.posargs:
+        session.run("python", "tools/gen_protocol.py")
+    else:
+        session.run("python", "tools/gen_protocol.py", "--check")
+
+
+@nox.session(python=PYTHON)
+def fuzz(session: nox.Session) -> None:
+    """Decoders under a long hypothesis run: only ProtocolError may escape."""
+    _install(session)
+    session.env["HYPOTHESIS_PROFILE"] = "fuzz"
+    session.run("python", "-m", "pytest", "-m", "not slow", "tests/protocol", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Side-by-side benchmarks against aiokafka and confluent-kafka (one run, ratios)."""
+    _install(session)
+    import pathlib
+
+    for script in sorted(pathlib.Path("bench").glob("bench_*.py")):
+        session.run("python", str(script), *session.posargs)

@@ -1,0 +1,59 @@
+"""The code base's own contracts, checked as part of the test suite so CI enforces them.
+
+- ruff (lint + format), the import-linter contracts (layers point down; protocol is pure),
+- mypy --strict over the package and tools,
+- the generated protocol messages match what the generator writes from the schemas.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _run(*cmd: str) -> None:
+    proc = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    )
+
+
+def _tool(name: str) -> str:
+    path = BIN / name
+    assert path.exists(), f"{name} is not installed next to {sys.executable}"
+    return str(path)
+
+
+def test_ruff_lint() -> None:
+    _run(_tool("ruff"), "check", ".")
+
+
+def test_ruff_format() -> None:
+    _run(_tool("ruff"), "format", "--check", ".")
+
+
+def test_import_layers() -> None:
+    _run(_tool("lint-imports"))
+
+
+@pytest.mark.slow
+def test_mypy_strict() -> None:
+    _run(sys.executable, "-m", "mypy", "--strict")
+
+
+def test_generated_protocol_is_current() -> None:
+    schemas = Path(os.environ.get("AIOKAFKA_NG_SCHEMAS", ROOT.parent / "shared" / "kafka-protocol"))
+    assert schemas.is_dir(), (
+        f"protocol schemas not found at {schemas}; set AIOKAFKA_NG_SCHEMAS to Kafka's "
+        "clients/src/main/resources/common/message directory"
+    )
+    _run(sys.executable, "tools/gen_protocol.py", "--check", "--schemas", str(schemas))
