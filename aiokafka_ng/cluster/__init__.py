@@ -1,0 +1,47 @@
+"""The cluster layer: metadata cache and refresh, connections by node id, request routing.
+
+Public to the producer, consumer and admin client (never to users directly)::
+
+    async with Cluster(ClusterConfig(bootstrap_servers=parse_bootstrap_servers("h:9092"))) as c:
+        topics = await c.wait_for_topics(["events"])
+        leader = await c.leader_for("events", 0)
+        response = await c.request(leader, some_request)
+"""
+
+from aiokafka_ng.cluster.cluster import (
+    Cluster,
+    ClusterConfig,
+    ClusterStatistics,
+    parse_bootstrap_servers,
+)
+from aiokafka_ng.cluster.metadata import (
+    BrokerMetadata,
+    ClusterMetadata,
+    PartitionMetadata,
+    TopicMetadata,
+    parse_metadata_response,
+)
+from aiokafka_ng.cluster.pool import (
+    ConnectAttempt,
+    ConnectionPool,
+    Connector,
+    NodeStatistics,
+    PoolStatistics,
+)
+
+__all__ = [
+    "BrokerMetadata",
+    "Cluster",
+    "ClusterConfig",
+    "ClusterMetadata",
+    "ClusterStatistics",
+    "ConnectAttempt",
+    "ConnectionPool",
+    "Connector",
+    "NodeStatistics",
+    "PartitionMetadata",
+    "PoolStatistics",
+    "TopicMetadata",
+    "parse_bootstrap_servers",
+    "parse_metadata_response",
+]

@@ -1,0 +1,649 @@
+"""Cluster: bootstrap, the metadata cache and its refresher, request routing, coordinators.
+
+Theory of operation
+-------------------
+*Tasks.* ``async with Cluster(config)`` enters a :class:`ConnectionPool` (which owns one task
+per connection) and a task group owning exactly one more task, the **refresher**. The
+refresher is the only code that sends Metadata requests for the cache; everything else asks
+it for work and waits for the result. Coordinator lookups (:mod:`.coordinators`) and
+``request*`` calls run in the caller's task.
+
+*Bootstrap.* ``__aenter__`` tries the bootstrap servers in order (pseudo node ids -1, -2,
+...), a Metadata request on the first one that answers; between full rounds it sleeps the
+retry backoff, until ``bootstrap_timeout_ms``. Afterwards the bootstrap connection is
+re-labelled with the broker id it turned out to be (or closed), so no socket is doubled.
+
+*Coalescing.* Requests for fresh metadata only set flags and wake the refresher:
+``request_update()`` (someone saw an ``invalid_metadata`` error), a new topic to track
+(``wait_for_topics``), ``refresh()``. The refresher sends one Metadata request for *all*
+tracked topics at a time; anything asked while it is in flight is served by the next one.
+So fifty concurrent ``wait_for_topics`` calls cost one request, and a burst of errors from a
+hundred partitions costs one refresh. Request ``n`` is the ``n``-th started;
+``refresh()`` waits for a successful one numbered after those already started when it was
+called, so the data it returns was asked for after the call.
+
+*Pacing.* One :class:`ExponentialBackoff` (``retry_backoff_ms``/``retry_backoff_max_ms``):
+
+* after a failed request (connection, timeout) the next waits ``backoff(failures)``;
+* ``request_update()`` and retries for tracked topics that are still unusable (topic error,
+  zero partitions, a partition without leader) are spaced ``backoff(rounds)`` after the
+  previous request, ``rounds`` counting consecutive refreshes that left something unusable;
+* a topic never asked for before and ``refresh()`` go out at once (unless requests are
+  failing), so a newcomer does not inherit another topic's backoff;
+* with nothing to do, the metadata is refreshed every ``metadata_max_age_ms``.
+
+*Per-topic waiters.* Each topic has its own :class:`anyio.Event`, set whenever a snapshot
+brings news of that topic. A caller of ``wait_for_topics(["a"])`` wakes when "a" becomes
+usable in *any* response, however long topic "b" keeps failing next to it in the same
+requests. Topic errors that retrying cannot fix (authorization, invalid name) are raised to
+that topic's waiters only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from aiokafka_ng.cluster.config import ClusterConfig, parse_bootstrap_servers
+from aiokafka_ng.cluster.coordinators import CoordinatorCache
+from aiokafka_ng.cluster.metadata import (
+    BrokerMetadata,
+    ClusterMetadata,
+    TopicMetadata,
+    parse_metadata_response,
+)
+from aiokafka_ng.cluster.pool import ConnectionPool, Connector, PoolStatistics
+from aiokafka_ng.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
+)
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
+
+if TYPE_CHECKING:
+    from aiokafka_ng.net.connection import Connection
+
+__all__ = ["Cluster", "ClusterConfig", "ClusterStatistics", "parse_bootstrap_servers"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatistics:
+    metadata_requests: int  # Metadata requests sent by the refresher and bootstrap
+    metadata_failures: int  # refresh attempts that failed (no connection, error, timeout)
+    metadata_generation: int
+    last_refresh_at: float | None  # anyio.current_time() of the last successful refresh
+    tracked_topics: tuple[str, ...]
+    coordinator_requests: int  # FindCoordinator requests sent
+    pool: PoolStatistics
+
+
+class Cluster:
+    """Metadata, connections and routing for one client. See the module docstring."""
+
+    def __init__(self, config: ClusterConfig, *, connector: Connector | None = None) -> None:
+        self._config = config
+        self._pool = ConnectionPool(
+            config.connection,
+            reconnect_backoff=ExponentialBackoff.reconnect(
+                config.reconnect_backoff_ms, config.reconnect_backoff_max_ms
+            ),
+            connections_max_idle_ms=config.connections_max_idle_ms,
+            connector=connector,
+        )
+        self._retry = ExponentialBackoff.retry(config.retry_backoff_ms, config.retry_backoff_max_ms)
+        self._bootstrap_ids = [-(i + 1) for i in range(len(config.bootstrap_servers))]
+        self._metadata = ClusterMetadata()
+        self._listeners: list[Callable[[ClusterMetadata], None]] = []
+        self._tg: TaskGroup | None = None
+        # Refresher state (see "Coalescing" and "Pacing" above).
+        self._tracked: set[str] = set()
+        self._new_topics: set[str] = set()
+        self._update_needed = False
+        self._urgent = False
+        self._wakeup = anyio.Event()
+        self._started_seq = 0
+        self._ok_seq = 0
+        self._attempt_done = anyio.Event()
+        self._failures = 0
+        self._stale_rounds = 0
+        self._retry_at = 0.0
+        self._last_ok_at: float | None = None
+        self._fatal: KafkaError | None = None  # non-retriable failure of request _fatal_seq
+        self._fatal_seq = 0
+        self._topic_events: dict[str, anyio.Event] = {}
+        self._answered: dict[str, int] = {}  # topic -> number of the last request answering it
+        self._coordinators = CoordinatorCache(
+            any_connection=self._any_connection,
+            learn_address=self._learn_address,
+            retry_backoff=self._retry,
+        )
+        self._metadata_requests = 0
+        self._metadata_failures = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Cluster:
+        # The task groups are entered and left by hand, and never handed the body's
+        # exception: anyio would wrap it in an ExceptionGroup, and a user's error (or our
+        # bootstrap failure) must reach the user as itself.
+        await self._pool.__aenter__()
+        try:
+            tg = anyio.create_task_group()
+            await tg.__aenter__()
+            try:
+                await self._bootstrap()
+            except BaseException:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+                raise
+            tg.start_soon(self._refresher)
+            self._tg = tg
+        except BaseException:
+            await self._pool.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        tg, self._tg = self._tg, None
+        try:
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+        finally:
+            await self._pool.__aexit__(None, None, None)
+
+    def __repr__(self) -> str:
+        md = self._metadata
+        state = "open" if self._tg is not None else "closed"
+        return (
+            f"<Cluster {state} brokers={sorted(md.brokers)} tracked={len(self._tracked)} "
+            f"generation={md.generation}>"
+        )
+
+    @property
+    def metadata(self) -> ClusterMetadata:
+        """The current snapshot (immutable; a refresh replaces it)."""
+        return self._metadata
+
+    @property
+    def config(self) -> ClusterConfig:
+        return self._config
+
+    def add_listener(self, callback: Callable[[ClusterMetadata], None]) -> Callable[[], None]:
+        """Call ``callback(snapshot)`` after every metadata change; returns the remover."""
+        self._listeners.append(callback)
+
+        def remove() -> None:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
+
+        return remove
+
+    def statistics(self) -> ClusterStatistics:
+        return ClusterStatistics(
+            metadata_requests=self._metadata_requests,
+            metadata_failures=self._metadata_failures,
+            metadata_generation=self._metadata.generation,
+            last_refresh_at=self._last_ok_at,
+            tracked_topics=tuple(sorted(self._tracked)),
+            coordinator_requests=self._coordinators.requests,
+            pool=self._pool.statistics(),
+        )
+
+    # ------------------------------------------------------------------ routing
+
+    async def connection(self, node_id: int) -> Connection:
+        """A ready connection to ``node_id`` (lazy connect, reconnect after backoff)."""
+        return await self._pool.get(node_id)
+
+    async def request(
+        self,
+        node_id: int,
+        request: Any,
+        *,
+        version: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+        expect_response: bool = True,
+    ) -> Any:
+        """Send ``request`` to ``node_id``. Errors as ``Connection.send``; never resent."""
+        conn = await self._pool.get(node_id)
+        return await conn.send(
+            request, version=version, timeout=timeout, expect_response=expect_response
+        )
+
+    async def request_any(
+        self,
+        request: Any,
+        *,
+        version: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Any:
+        """Send ``request`` to the least loaded broker.
+
+        Brokers that cannot be connected to are skipped (the request was never written);
+        once written, a failure is the caller's to retry.
+        """
+        conn = await self._any_connection()
+        return await conn.send(request, version=version, timeout=timeout)
+
+    async def _any_connection(self) -> Connection:
+        tried: set[int] = set()
+        last: KafkaError | None = None
+        while True:
+            candidates = [n for n in self._broker_candidates() if n not in tried]
+            node_id = self._pool.least_loaded(candidates)
+            if node_id is None:
+                raise last or KafkaConnectionError("no broker address known")
+            tried.add(node_id)
+            try:
+                return await self._pool.get(node_id)
+            except KafkaConnectionError as exc:
+                last = exc
+
+    def _broker_candidates(self) -> list[int]:
+        brokers = list(self._metadata.brokers)
+        if not brokers:
+            return self._bootstrap_ids
+        return brokers
+
+    async def leader_for(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> int:
+        """The leader of ``topic``/``partition``, waiting for metadata that names one.
+
+        Raises UnknownTopicOrPartitionError when the partition does not exist in freshly
+        fetched metadata, KafkaTimeoutError after ``timeout`` seconds.
+        """
+        with _timeout(timeout, lambda: f"no leader for {topic}-{partition}"):
+            fresh = False
+            while True:
+                t = (await self.wait_for_topics([topic]))[topic]
+                p = t.partitions.get(partition)
+                if p is None:
+                    if fresh:
+                        raise UnknownTopicOrPartitionError(
+                            f"topic {topic!r} has no partition {partition}"
+                        )
+                    await self.refresh([topic])
+                    fresh = True
+                    continue
+                if p.leader >= 0:
+                    return p.leader
+                event = self._topic_event(topic)
+                self.request_update([topic])
+                await event.wait()
+
+    async def controller(
+        self,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> int:
+        """The controller's node id (admin requests that must go to it)."""
+        with _timeout(timeout, lambda: "controller unknown"):
+            attempts = 0
+            while True:
+                c = self._metadata.controller_id
+                if c is not None and c in self._metadata.brokers:
+                    return c
+                if attempts:
+                    await anyio.sleep(self._retry.backoff_s(attempts))
+                attempts += 1
+                await self.refresh()
+
+    # ------------------------------------------------------------------ metadata
+
+    def request_update(self, topics: Iterable[str] = ()) -> None:
+        """Ask for a metadata refresh soon (non-blocking; coalesced; paced by backoff).
+
+        Call it after an error whose ``invalid_metadata`` is true. ``topics`` are added to
+        the tracked set.
+        """
+        self._track(topics)
+        self._update_needed = True
+        self._wakeup.set()
+
+    def forget_topics(self, topics: Iterable[str]) -> None:
+        """Stop tracking ``topics`` (and drop them from the snapshot)."""
+        names = set(topics)
+        self._tracked -= names
+        self._new_topics -= names
+        for name in names:
+            self._answered.pop(name, None)
+        self._install(self._metadata.without_topics(names), names)
+
+    async def refresh(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> ClusterMetadata:
+        """Fetch metadata now (joining a request not yet sent) and return the new snapshot.
+
+        Waits for a *successful* request started after this call; requests are retried with
+        backoff meanwhile. Raises a non-retriable error from the refresh (e.g. SASL), or
+        KafkaTimeoutError after ``timeout`` seconds.
+        """
+        self._track(topics or ())
+        target = self._started_seq + 1
+        self._urgent = True
+        self._update_needed = True
+        self._wakeup.set()
+        with _timeout(timeout, lambda: "metadata refresh"):
+            while self._ok_seq < target:
+                if self._fatal is not None and self._fatal_seq >= target:
+                    raise self._fatal
+                await self._attempt_done.wait()
+        return self._metadata
+
+    async def wait_for_topics(
+        self,
+        topics: Iterable[str],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, TopicMetadata]:
+        """Metadata for each of ``topics`` once usable (no error, at least one partition).
+
+        Each topic is waited for on its own event (see the module docstring). A topic error
+        that retrying cannot fix is raised; KafkaTimeoutError after ``timeout`` seconds
+        names the topics still missing and their last error.
+        """
+        names = list(dict.fromkeys(topics))
+        # A topic not tracked until now is judged on an answer to a request made for it,
+        # not on a cached entry (an authorization error may since have been fixed).
+        stale = {n for n in self._track(names) if not self._ready(n)}
+        asked_after = self._started_seq  # requests numbered above this were sent after now
+        result: dict[str, TopicMetadata] = {}
+
+        def describe() -> str:
+            missing = [n for n in names if n not in result]
+            details = []
+            for n in missing:
+                t = self._metadata.topics.get(n)
+                err = "no response yet" if t is None else (t.error or "0 partitions")
+                details.append(f"{n!r} ({getattr(err, '__name__', err)})")
+            return "topics not available: " + ", ".join(details)
+
+        with _timeout(timeout, describe):
+            for name in names:
+                while True:
+                    t = self._metadata.topics.get(name)
+                    if name in stale and self._answered.get(name, 0) > asked_after:
+                        stale.discard(name)
+                    if t is not None and name not in stale:
+                        if t.ready:
+                            result[name] = t
+                            break
+                        if t.fatal:
+                            assert t.error is not None
+                            raise t.error(f"topic {name!r}")
+                    if self._fatal is not None and self._fatal_seq > asked_after:
+                        raise self._fatal
+                    await self._topic_event(name).wait()
+        return result
+
+    def update_leader(
+        self,
+        topic: str,
+        partition: int,
+        leader_id: int,
+        leader_epoch: int,
+        broker: BrokerMetadata | None = None,
+    ) -> None:
+        """Apply a KIP-951 new-leader hint from a Produce/Fetch error response.
+
+        Only a newer leader epoch is taken. ``broker`` is the hint's node endpoint, needed
+        when the leader is a broker our metadata does not know yet.
+        """
+        snapshot = self._metadata
+        if broker is not None:
+            snapshot = snapshot.with_brokers([broker])
+        updated = snapshot.with_leader(topic, partition, leader_id, leader_epoch)
+        if updated is None and snapshot is self._metadata:
+            return
+        self._install(updated or snapshot, {topic})
+        if leader_id not in self._metadata.brokers:
+            self.request_update()
+
+    def _track(self, topics: Iterable[str]) -> list[str]:
+        """Track ``topics``; wake the refresher for new ones. Returns the new ones."""
+        new = [name for name in topics if name not in self._tracked]
+        self._tracked.update(new)
+        self._new_topics.update(new)
+        if self._new_topics:
+            self._wakeup.set()
+        return new
+
+    def _ready(self, name: str) -> bool:
+        t = self._metadata.topics.get(name)
+        return t is not None and t.ready
+
+    def _topic_event(self, name: str) -> anyio.Event:
+        event = self._topic_events.get(name)
+        if event is None:
+            event = self._topic_events[name] = anyio.Event()
+        return event
+
+    def _install(self, snapshot: ClusterMetadata, topics: Iterable[str]) -> None:
+        """Make ``snapshot`` current; wake the waiters of ``topics``; tell the listeners."""
+        old, self._metadata = self._metadata, snapshot
+        for node_id, broker in snapshot.brokers.items():
+            self._pool.set_address(node_id, broker.host, broker.port)
+        for node_id in old.brokers.keys() - snapshot.brokers.keys():
+            self._pool.retire(node_id)  # left the cluster: close once idle
+        for name in topics:
+            event = self._topic_events.pop(name, None)
+            if event is not None:
+                event.set()
+        for callback in list(self._listeners):
+            try:
+                callback(snapshot)
+            except Exception:
+                log.exception("metadata listener %r failed", callback)
+
+    # ------------------------------------------------------------------ refresher
+
+    async def _bootstrap(self) -> None:
+        servers = self._config.bootstrap_servers
+        for node_id, (host, port) in zip(self._bootstrap_ids, servers, strict=True):
+            self._pool.set_address(node_id, host, port)
+        last: BaseException | None = None
+        rounds = 0
+        with anyio.move_on_after(self._config.bootstrap_timeout_ms / 1000):
+            while True:
+                for node_id in self._bootstrap_ids:
+                    try:
+                        await self._refresh_from(node_id, sorted(self._tracked))
+                        return
+                    except KafkaError as exc:
+                        if not exc.retriable:
+                            raise
+                        last = exc
+                        log.info("bootstrap server %s failed: %s", self._pool.address(node_id), exc)
+                rounds += 1
+                await anyio.sleep(self._retry.backoff_s(rounds))
+        raise KafkaConnectionError(
+            f"unable to bootstrap from {', '.join(f'{h}:{p}' for h, p in servers)}: {last}"
+        ) from last
+
+    async def _refresher(self) -> None:
+        while True:
+            await self._wait_until_due()
+            topics = sorted(self._tracked)
+            self._new_topics.clear()
+            self._urgent = False
+            self._update_needed = False
+            node_id = None
+            try:
+                node_id = self._pool.least_loaded(self._broker_candidates())
+                if node_id is None:
+                    raise KafkaConnectionError("no broker address known")
+                await self._refresh_from(node_id, topics)
+            except KafkaError as exc:
+                log.debug("metadata refresh via node %s failed: %r", node_id, exc)
+
+    async def _wait_until_due(self) -> None:
+        while True:
+            self._wakeup = anyio.Event()
+            now = anyio.current_time()
+            if self._failures:
+                due = self._retry_at
+            elif self._new_topics or self._urgent:
+                due = now
+            elif self._update_needed:
+                due = self._retry_at
+            else:
+                due = (self._last_ok_at or now) + self._config.metadata_max_age_ms / 1000
+            if due <= now:
+                return
+            with anyio.move_on_after(due - now):
+                await self._wakeup.wait()
+
+    async def _refresh_from(self, node_id: int, topics: list[str]) -> None:
+        """One Metadata request to ``node_id``; installs the result or records the failure."""
+        self._started_seq += 1
+        seq = self._started_seq
+        try:
+            conn = await self._pool.get(node_id)
+            version = conn.version_for(MetadataRequest)
+            request = MetadataRequest(
+                topics=[MetadataRequestTopic(name=t) for t in topics],
+                allow_auto_topic_creation=self._config.allow_auto_topic_creation,
+            )
+            self._metadata_requests += 1
+            response = await conn.send(request, version=version)
+        except KafkaError as exc:
+            self._metadata_failures += 1
+            self._failures += 1
+            self._retry_at = anyio.current_time() + self._retry.backoff_s(self._failures)
+            self._update_needed = True
+            self._fatal = None if exc.retriable else exc
+            self._fatal_seq = seq
+            self._finish_attempt(all_topics=self._fatal is not None)
+            raise
+        now = anyio.current_time()
+        self._failures = 0
+        self._fatal = None
+        self._last_ok_at = now
+        self._ok_seq = seq
+        update = parse_metadata_response(response)
+        for name in update.topics:
+            self._answered[name] = seq
+        self._install(self._metadata.merge(update), update.topics)
+        self._after_refresh(topics)
+        self._retry_at = now + self._retry.backoff_s(max(1, self._stale_rounds))
+        self._finish_attempt(all_topics=False)
+
+    def _after_refresh(self, requested: list[str]) -> None:
+        # Topics we cannot do anything about stop being tracked (their waiters have been
+        # woken and raise); anything else still unusable is retried with growing backoff.
+        snapshot = self._metadata
+        for name in requested:
+            t = snapshot.topics.get(name)
+            if t is not None and t.fatal:
+                self._tracked.discard(name)
+        incomplete = any(
+            (t := snapshot.topics.get(n)) is None or not t.complete for n in self._tracked
+        )
+        if incomplete:
+            self._stale_rounds += 1
+            self._update_needed = True
+        else:
+            self._stale_rounds = 0
+        # After bootstrap the broker list is known: keep a bootstrap connection as the
+        # connection of the broker at that address, drop the others.
+        for boot_id in self._bootstrap_ids:
+            if self._pool.has_address(boot_id) and snapshot.brokers:
+                addr = self._pool.address(boot_id)
+                match = [n for n, b in snapshot.brokers.items() if (b.host, b.port) == addr]
+                if not match or not self._pool.adopt(boot_id, match[0]):
+                    self._pool.retire(boot_id)
+
+    def _finish_attempt(self, *, all_topics: bool) -> None:
+        event, self._attempt_done = self._attempt_done, anyio.Event()
+        event.set()
+        if all_topics:  # a fatal failure concerns every waiter
+            for name in list(self._topic_events):
+                self._topic_events.pop(name).set()
+
+    # ------------------------------------------------------------------ coordinators
+
+    async def coordinator(
+        self,
+        key: str,
+        key_type: int = 0,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> int:
+        """Node id of the group (``key_type=0``) or transaction (1) coordinator of ``key``.
+
+        Cached until :meth:`invalidate_coordinator`; concurrent askers share one request.
+        See :mod:`aiokafka_ng.cluster.coordinators` for the retry rules.
+        """
+        cached = self._coordinators.cached(key, key_type)
+        if cached is not None:
+            return cached
+        return (await self.coordinators([key], key_type, timeout=timeout))[key]
+
+    async def coordinators(
+        self,
+        keys: Sequence[str],
+        key_type: int = 0,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, int]:
+        """Coordinators of several keys; FindCoordinator v4+ asks for them in one request."""
+        with _timeout(timeout, lambda: f"coordinator lookup for {list(keys)}"):
+            return await self._coordinators.lookup(keys, key_type)
+
+    def invalidate_coordinator(self, key: str, key_type: int = 0) -> None:
+        """Forget a cached coordinator (after NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE)."""
+        self._coordinators.invalidate(key, key_type)
+
+    def _learn_address(self, node_id: int, host: str, port: int) -> None:
+        if node_id not in self._metadata.brokers:
+            self._pool.set_address(node_id, host, port)
+
+
+class _timeout:
+    """``fail_after`` that raises KafkaTimeoutError with a message built when it fires."""
+
+    __slots__ = ("_describe", "_scope")
+
+    def __init__(self, seconds: float | None, describe: Callable[[], str]) -> None:
+        self._scope = anyio.CancelScope(
+            deadline=anyio.current_time() + seconds if seconds is not None else float("inf")
+        )
+        self._describe = describe
+
+    def __enter__(self) -> None:
+        self._scope.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        swallowed = self._scope.__exit__(exc_type, exc, tb)
+        if self._scope.cancelled_caught:
+            # Our deadline fired (not an outer cancellation): report what was missing.
+            raise KafkaTimeoutError(f"timed out: {self._describe()}") from None
+        return swallowed

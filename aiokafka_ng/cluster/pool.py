@@ -1,0 +1,445 @@
+"""Connection pool by node id: lazy connect, reconnect backoff (KIP-144), idle close.
+
+Theory of operation
+-------------------
+The pool keeps one :class:`_Node` per node id it has an address for: brokers from metadata,
+coordinators learnt from FindCoordinator, and the bootstrap servers (negative pseudo ids
+-1, -2, ... as in the Java client). At most one connection per node is open.
+
+*Who owns which task.* Every connection lives in a task of the pool's own task group
+(:meth:`_run_node`), started on demand by the first :meth:`get` that finds no usable
+connection. That task sleeps out the node's reconnect backoff, connects (TCP, ApiVersions,
+SASL -- all inside :func:`aiokafka_ng.net.connect`), publishes the result, then holds the
+connection open until it closes or sits idle. Callers of :meth:`get` never connect
+themselves; they wait on the node's current :class:`_Attempt`, so
+
+* concurrent callers for one node share one connect attempt (no connection storms), and
+* a caller that is cancelled or times out does not abort an attempt others are waiting on.
+
+*Backoff (KIP-144).* ``failures`` counts consecutive failed connects of a node; the next
+attempt may start ``reconnect_backoff.backoff_s(failures)`` after the last failure. A
+successful connect resets it to 0. A connection that was up and then dropped counts as one
+failure, so a restarting broker is retried after ``reconnect_backoff_ms`` and then less and
+less often (50 ms, 100 ms, ... capped at ``reconnect_backoff_max_ms``), each pause jittered.
+A connection we closed ourselves (idle, retired) is not a failure. Every attempt is recorded
+with its monotonic timestamps in :meth:`statistics` so the growth is observable.
+
+*Dead connections* are noticed through ``Connection.wait_closed()`` and dropped; the next
+:meth:`get` opens a new one. Requests already failed by the connection are the callers'
+to retry -- the pool never resends anything.
+
+*Idle close.* A connection not handed out by :meth:`get` for ``connections_max_idle_ms``
+and with nothing in flight is closed (a long-poll Fetch keeps it alive).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.abc import TaskGroup
+
+from aiokafka_ng.errors import KafkaConnectionError, KafkaError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+
+if TYPE_CHECKING:
+    from aiokafka_ng.net.connection import Connection, ConnectionConfig
+
+__all__ = ["ConnectAttempt", "ConnectionPool", "Connector", "NodeStatistics", "PoolStatistics"]
+
+log = logging.getLogger(__name__)
+
+#: ``connector(host, port)`` -> async context manager yielding a ready Connection. The
+#: default wraps :func:`aiokafka_ng.net.connection.connect`; tests inject fakes here.
+Connector = Callable[[str, int], AbstractAsyncContextManager["Connection"]]
+
+_ATTEMPT_HISTORY = 64  # connect attempts remembered per node for statistics()
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectAttempt:
+    """One connect attempt; times are ``anyio.current_time()`` (monotonic seconds)."""
+
+    started_at: float
+    finished_at: float
+    ok: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatistics:
+    node_id: int
+    host: str
+    port: int
+    connected: bool
+    connecting: bool
+    in_flight: int
+    failures: int  # consecutive failures driving the current backoff
+    next_attempt_at: float  # earliest start of the next connect attempt
+    connects: int  # successful connects, ever
+    connect_failures: int  # failed connects, ever
+    attempts: tuple[ConnectAttempt, ...]  # the most recent attempts, oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStatistics:
+    nodes: dict[int, NodeStatistics]
+    open_connections: int
+
+
+class _Attempt:
+    """The outcome of one connect attempt, shared by every caller waiting for it."""
+
+    __slots__ = ("conn", "done", "error")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.conn: Connection | None = None
+        self.error: BaseException | None = None
+
+
+class _Node:
+    __slots__ = (
+        "attempt",
+        "attempts",
+        "closed_by_us",
+        "conn",
+        "connect_failures",
+        "connects",
+        "failures",
+        "host",
+        "last_used",
+        "next_attempt_at",
+        "node_id",
+        "port",
+        "retired",
+    )
+
+    def __init__(self, node_id: int, host: str, port: int) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.conn: Connection | None = None
+        self.attempt: _Attempt | None = None
+        self.failures = 0
+        self.next_attempt_at = 0.0
+        self.last_used = 0.0
+        self.connects = 0
+        self.connect_failures = 0
+        self.attempts: deque[ConnectAttempt] = deque(maxlen=_ATTEMPT_HISTORY)
+        self.retired = False
+        self.closed_by_us = False
+
+    def live(self) -> Connection | None:
+        conn = self.conn
+        return conn if conn is not None and not conn.closed else None
+
+
+class ConnectionPool:
+    """Connections by node id. An async context manager owning the connection tasks."""
+
+    def __init__(
+        self,
+        config: ConnectionConfig,
+        *,
+        reconnect_backoff: ExponentialBackoff | None = None,
+        connections_max_idle_ms: float | None = 540_000,
+        connector: Connector | None = None,
+    ) -> None:
+        self._config = config
+        self._backoff = reconnect_backoff or ExponentialBackoff.reconnect()
+        self._max_idle_s = (
+            None if connections_max_idle_ms is None else connections_max_idle_ms / 1000
+        )
+        self._connector = connector or self._default_connector
+        self._nodes: dict[int, _Node] = {}
+        self._tg: TaskGroup | None = None
+        self._rng = random.Random()
+
+    def _default_connector(self, host: str, port: int) -> AbstractAsyncContextManager[Connection]:
+        from aiokafka_ng.net.connection import connect
+
+        return connect(host, port, self._config)
+
+    async def __aenter__(self) -> ConnectionPool:
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return
+        # Connection tasks run until their connection closes: cancel them. Each closes its
+        # socket on the way out (net shields that cleanup). The body's exception is not
+        # passed in: anyio would wrap it in an ExceptionGroup; it propagates as itself.
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
+
+    def __repr__(self) -> str:
+        open_ = sorted(n for n, node in self._nodes.items() if node.live() is not None)
+        return f"<ConnectionPool nodes={sorted(self._nodes)} open={open_}>"
+
+    # ------------------------------------------------------------------ addresses
+
+    def set_address(self, node_id: int, host: str, port: int) -> None:
+        """Learn (or change) a node's address. A changed address drops the old connection."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            self._nodes[node_id] = _Node(node_id, host, port)
+            return
+        node.retired = False
+        if (node.host, node.port) != (host, port):
+            node.host, node.port = host, port
+            self._close_soon(node)
+
+    def has_address(self, node_id: int) -> bool:
+        node = self._nodes.get(node_id)
+        return node is not None and not node.retired
+
+    def address(self, node_id: int) -> tuple[str, int] | None:
+        node = self._nodes.get(node_id)
+        return None if node is None else (node.host, node.port)
+
+    def adopt(self, old_id: int, new_id: int) -> bool:
+        """Re-label ``old_id``'s open connection as ``new_id`` if both name one address.
+
+        Used after bootstrap: the connection opened to bootstrap server -1 *is* the
+        connection to the broker the metadata calls, say, 111; keeping it avoids a second
+        socket to the same broker. Returns True when adopted.
+        """
+        old = self._nodes.get(old_id)
+        new = self._nodes.get(new_id)
+        if old is None or old.live() is None or new is None or new.live() is not None:
+            return False
+        if new.attempt is not None or (old.host, old.port) != (new.host, new.port):
+            return False
+        old.node_id = new_id
+        self._nodes[new_id] = old
+        del self._nodes[old_id]
+        return True
+
+    def retire(self, node_id: int) -> None:
+        """Stop using a node (gone from metadata, bootstrap done): close it once idle."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            return
+        node.retired = True
+        conn = node.live()
+        if conn is None:
+            if node.attempt is None:
+                del self._nodes[node_id]
+        elif _in_flight(conn) == 0:
+            self._close_soon(node)
+
+    def _close_soon(self, node: _Node) -> None:
+        conn = node.live()
+        if conn is not None and self._tg is not None:
+            node.closed_by_us = True
+            self._tg.start_soon(conn.aclose)
+
+    # ------------------------------------------------------------------ connections
+
+    async def get(self, node_id: int) -> Connection:
+        """A ready connection to ``node_id``, connecting (after its backoff) if needed.
+
+        Raises :class:`KafkaConnectionError` (retriable) when the connect attempt fails or
+        no address is known, or the non-retriable error of a failed handshake (e.g. SASL).
+        """
+        node = self._nodes.get(node_id)
+        if node is None or node.retired:
+            raise KafkaConnectionError(f"no address known for node {node_id}")
+        conn = node.conn
+        if conn is not None and conn.closed:
+            # Closed under us; the connection task may not have run yet to notice.
+            self._drop(node, conn)
+            conn = None
+        if conn is None:
+            attempt = node.attempt
+            if attempt is None:
+                if self._tg is None:
+                    raise KafkaConnectionError("connection pool is closed")
+                attempt = node.attempt = _Attempt()
+                self._tg.start_soon(self._run_node, node, attempt)
+            await attempt.done.wait()
+            if attempt.error is not None:
+                err = attempt.error
+                if isinstance(err, KafkaError) and not err.retriable:
+                    raise err  # e.g. SASL failure: the same object for every waiter, like a Future
+                raise KafkaConnectionError(
+                    f"cannot connect to node {node_id} at {node.host}:{node.port}: {err}"
+                ) from err
+            conn = attempt.conn
+            assert conn is not None
+        node.last_used = anyio.current_time()
+        return conn
+
+    def connection_if_open(self, node_id: int) -> Connection | None:
+        node = self._nodes.get(node_id)
+        return None if node is None else node.live()
+
+    def ready_in(self, node_id: int) -> float:
+        """Seconds until ``node_id`` may be (re)connected; 0 when open or allowed now."""
+        node = self._nodes.get(node_id)
+        if node is None or node.live() is not None:
+            return 0.0
+        return max(0.0, node.next_attempt_at - anyio.current_time())
+
+    async def _run_node(self, node: _Node, attempt: _Attempt) -> None:
+        """Connect after the node's backoff, publish the result, hold the connection."""
+        established: Connection | None = None
+        try:
+            delay = node.next_attempt_at - anyio.current_time()
+            if delay > 0:
+                await anyio.sleep(delay)
+            host, port = node.host, node.port
+            started = anyio.current_time()
+            try:
+                async with self._connector(host, port) as conn:
+                    established = conn
+                    now = anyio.current_time()
+                    node.attempts.append(ConnectAttempt(started, now, True))
+                    node.connects += 1
+                    node.failures = 0
+                    node.closed_by_us = False
+                    node.conn = conn
+                    node.last_used = now
+                    attempt.conn = conn
+                    node.attempt = None
+                    attempt.done.set()
+                    log.debug("connected to node %d at %s:%d", node.node_id, host, port)
+                    await self._hold(node, conn)
+            except Exception as exc:
+                if established is None:
+                    now = anyio.current_time()
+                    node.attempts.append(ConnectAttempt(started, now, False, repr(exc)))
+                    node.connect_failures += 1
+                    node.failures += 1
+                    node.next_attempt_at = now + self._backoff.backoff_s(node.failures)
+                    attempt.error = exc
+                    log.debug(
+                        "connect to node %d at %s:%d failed: %r", node.node_id, host, port, exc
+                    )
+                else:
+                    # The connection broke while held; its pending requests already failed.
+                    log.debug("connection to node %d ended: %r", node.node_id, exc)
+        finally:
+            if established is not None:
+                self._drop(node, established)
+                if node.retired and node.attempt is None and self._nodes.get(node.node_id) is node:
+                    del self._nodes[node.node_id]
+            if node.attempt is attempt:
+                node.attempt = None
+            if not attempt.done.is_set():
+                # Cancelled (pool closing) before an outcome: release the waiters.
+                if attempt.error is None:
+                    attempt.error = KafkaConnectionError("connection pool closed")
+                attempt.done.set()
+
+    def _drop(self, node: _Node, conn: Connection) -> None:
+        """Forget ``node``'s connection ``conn`` once it has closed (idempotent)."""
+        if node.conn is not conn:
+            return
+        node.conn = None
+        if not node.closed_by_us:
+            # KIP-144: a dropped connection is retried after the initial backoff (growing
+            # if the reconnects fail too), so a restarting broker is not hammered.
+            node.failures = 1
+            node.next_attempt_at = anyio.current_time() + self._backoff.backoff_s(1)
+
+    async def _hold(self, node: _Node, conn: Connection) -> None:
+        """Wait until the connection closes, closing it ourselves once idle."""
+        max_idle = self._max_idle_s
+        while True:
+            if max_idle is None and not node.retired:
+                await conn.wait_closed()
+                return
+            idle_for = anyio.current_time() - node.last_used
+            wait = (max_idle or 0.0) - idle_for if not node.retired else 0.0
+            if wait > 0:
+                with anyio.move_on_after(wait):
+                    await conn.wait_closed()
+                    return
+                continue
+            if _in_flight(conn) == 0:
+                node.closed_by_us = True
+                log.debug("closing idle connection to node %d", node.node_id)
+                await conn.aclose()
+                return
+            # Busy (e.g. a long-poll Fetch): look again after another idle period.
+            with anyio.move_on_after(max_idle or 1.0):
+                await conn.wait_closed()
+                return
+
+    async def close_node(self, node_id: int) -> None:
+        """Close ``node_id``'s connection now (not counted as a failure)."""
+        node = self._nodes.get(node_id)
+        conn = None if node is None else node.live()
+        if node is not None and conn is not None:
+            node.closed_by_us = True
+            await conn.aclose()
+
+    # ------------------------------------------------------------------ routing help
+
+    def least_loaded(self, candidates: Iterable[int]) -> int | None:
+        """The candidate best placed to take a request now (Java's ``leastLoadedNode``).
+
+        Preference: an open connection with the fewest requests in flight; then a node that
+        may connect now; then the node whose backoff ends first. Ties are broken at random
+        so load spreads over equal brokers.
+        """
+        now = anyio.current_time()
+        ids = [n for n in candidates if n in self._nodes and not self._nodes[n].retired]
+        self._rng.shuffle(ids)
+        best: int | None = None
+        best_key: tuple[int, float] | None = None
+        for node_id in ids:
+            node = self._nodes[node_id]
+            conn = node.live()
+            if conn is not None:
+                key: tuple[int, float] = (0, float(_in_flight(conn)))
+            elif node.attempt is not None or node.next_attempt_at <= now:
+                key = (1, 0.0)
+            else:
+                key = (2, node.next_attempt_at)
+            if best_key is None or key < best_key:
+                best, best_key = node_id, key
+                if key == (0, 0.0):
+                    break
+        return best
+
+    def statistics(self) -> PoolStatistics:
+        nodes = {}
+        for node_id, node in self._nodes.items():
+            conn = node.live()
+            nodes[node_id] = NodeStatistics(
+                node_id=node_id,
+                host=node.host,
+                port=node.port,
+                connected=conn is not None,
+                connecting=node.attempt is not None,
+                in_flight=0 if conn is None else _in_flight(conn),
+                failures=node.failures,
+                next_attempt_at=node.next_attempt_at,
+                connects=node.connects,
+                connect_failures=node.connect_failures,
+                attempts=tuple(node.attempts),
+            )
+        return PoolStatistics(nodes, sum(1 for s in nodes.values() if s.connected))
+
+
+def _in_flight(conn: Connection) -> int:
+    return int(conn.statistics().in_flight)

@@ -1,0 +1,152 @@
+"""ConnectionPool on fake connections: shared connects, KIP-144 backoff, idle close, replace."""
+
+from __future__ import annotations
+
+import itertools
+
+import anyio
+import pytest
+from cluster_fakes import FakeBroker
+
+from aiokafka_ng.cluster import ConnectionPool
+from aiokafka_ng.errors import KafkaConnectionError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.net.connection import ConnectionConfig
+
+pytestmark = pytest.mark.anyio
+
+
+def _pool(broker: FakeBroker, **kwargs: object) -> ConnectionPool:
+    return ConnectionPool(ConnectionConfig(), connector=broker.connector, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_concurrent_gets_share_one_connect() -> None:
+    broker = FakeBroker()
+    async with _pool(broker) as pool:
+        pool.set_address(1, "fake", 9092)
+        conns = []
+
+        async def get() -> None:
+            conns.append(await pool.get(1))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(10):
+                tg.start_soon(get)
+        assert broker.connects == 1
+        assert len({id(c) for c in conns}) == 1
+        stats = pool.statistics().nodes[1]
+        assert stats.connected and stats.connects == 1 and stats.failures == 0
+
+
+async def test_unknown_node_is_a_connection_error() -> None:
+    async with _pool(FakeBroker()) as pool:
+        with pytest.raises(KafkaConnectionError, match="no address"):
+            await pool.get(42)
+
+
+async def test_reconnect_backoff_grows_and_resets() -> None:
+    """KIP-144: consecutive failures space attempts by 20, 40, 80, 160, 160 ms (±20 %)."""
+    broker = FakeBroker()
+    broker.refuse.add(("fake", 9092))
+    backoff = ExponentialBackoff(20, 160)
+    async with _pool(broker, reconnect_backoff=backoff) as pool:
+        pool.set_address(1, "fake", 9092)
+        for _ in range(6):
+            with pytest.raises(KafkaConnectionError, match="refused"):
+                await pool.get(1)
+        stats = pool.statistics().nodes[1]
+        assert stats.connect_failures == 6 and stats.failures == 6 and not stats.connected
+        starts = [a.started_at for a in stats.attempts]
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
+        for failures, gap in enumerate(gaps, start=1):
+            # A sleep never ends early: the lower bound holds on any machine.
+            assert gap >= backoff.base_ms(failures) / 1000 * 0.8 - 0.002, (failures, gaps)
+        assert gaps[-1] < 1.0  # capped at 160 ms (generous bound for a loaded machine)
+        assert all(not a.ok and "refused" in (a.error or "") for a in stats.attempts)
+
+        broker.refuse.clear()
+        conn = await pool.get(1)
+        assert not conn.closed
+        stats = pool.statistics().nodes[1]
+        assert stats.failures == 0 and stats.connects == 1 and stats.attempts[-1].ok
+
+
+async def test_dead_connection_is_replaced_after_initial_backoff() -> None:
+    broker = FakeBroker()
+    backoff = ExponentialBackoff(30, 1000)
+    async with _pool(broker, reconnect_backoff=backoff) as pool:
+        pool.set_address(1, "fake", 9092)
+        first = await pool.get(1)
+        await first.aclose()  # the broker went away
+        # The pool notices through wait_closed(); the next get() opens a new connection,
+        # no sooner than the initial reconnect backoff after the drop.
+        closed_at = anyio.current_time()
+        second = await pool.get(1)
+        assert second is not first and not second.closed
+        assert broker.connects == 2
+        stats = pool.statistics().nodes[1]
+        assert stats.attempts[-1].started_at - closed_at >= 0.030 * 0.8 - 0.002
+        assert stats.failures == 0
+
+
+async def test_idle_connection_is_closed_and_not_counted_as_failure() -> None:
+    broker = FakeBroker()
+    async with _pool(broker, connections_max_idle_ms=50) as pool:
+        pool.set_address(1, "fake", 9092)
+        conn = await pool.get(1)
+        with anyio.fail_after(5):
+            await conn.wait_closed()
+        stats = pool.statistics().nodes[1]
+        assert not stats.connected and stats.failures == 0
+        again = await pool.get(1)  # no backoff after our own close
+        assert again is not conn and broker.connects == 2
+
+
+async def test_busy_connection_is_not_closed_for_idleness() -> None:
+    broker = FakeBroker()
+    async with _pool(broker, connections_max_idle_ms=30) as pool:
+        pool.set_address(1, "fake", 9092)
+        conn = await pool.get(1)
+        conn.in_flight = 1  # type: ignore[attr-defined]  # e.g. a long-poll Fetch
+        with anyio.move_on_after(0.2):
+            await conn.wait_closed()
+        assert not conn.closed
+        conn.in_flight = 0  # type: ignore[attr-defined]
+        with anyio.fail_after(5):
+            await conn.wait_closed()
+
+
+async def test_least_loaded_prefers_idle_open_connections() -> None:
+    broker = FakeBroker()
+    async with _pool(broker) as pool:
+        for node in (1, 2, 3):
+            pool.set_address(node, "fake", 9092 + node)
+        broker.refuse.add(("fake", 9095))
+        c1 = await pool.get(1)
+        await pool.get(2)
+        with pytest.raises(KafkaConnectionError):
+            await pool.get(3)
+        c1.in_flight = 3  # type: ignore[attr-defined]
+        assert pool.least_loaded([1, 2, 3]) == 2  # open, nothing in flight
+        assert pool.least_loaded([1, 3]) == 1  # open beats "in backoff"
+        assert pool.least_loaded([3]) == 3  # only choice: the one whose backoff ends first
+        assert pool.least_loaded([7]) is None
+
+
+async def test_adopt_and_retire() -> None:
+    broker = FakeBroker()
+    async with _pool(broker) as pool:
+        pool.set_address(-1, "fake", 9092)
+        boot = await pool.get(-1)
+        pool.set_address(111, "fake", 9092)
+        assert pool.adopt(-1, 111)
+        assert await pool.get(111) is boot
+        assert not pool.has_address(-1)
+        pool.set_address(-2, "other", 1)
+        other = await pool.get(-2)
+        pool.retire(-2)
+        with anyio.fail_after(5):
+            await other.wait_closed()
+        with pytest.raises(KafkaConnectionError):
+            await pool.get(-2)
+        assert broker.connects == 2
