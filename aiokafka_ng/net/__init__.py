@@ -11,6 +11,7 @@ from aiokafka_ng.net.connection import (
     ConnectionConfig,
     ConnectionState,
     ConnectionStatistics,
+    PendingResponse,
     connect,
 )
 from aiokafka_ng.net.sasl import SaslConfig
@@ -21,6 +22,7 @@ __all__ = [
     "ConnectionState",
     "ConnectionStatistics",
     "ExponentialBackoff",
+    "PendingResponse",
     "SaslConfig",
     "connect",
 ]

@@ -80,6 +80,7 @@ __all__ = [
     "ConnectionConfig",
     "ConnectionState",
     "ConnectionStatistics",
+    "PendingResponse",
     "connect",
 ]
 
@@ -367,6 +368,27 @@ class Connection:
         RequestTimeoutError (retriable) when ``timeout`` runs out, UnsupportedVersionError
         when no version is common to client and broker.
         """
+        pending = await self.submit(
+            request, version=version, timeout=timeout, expect_response=expect_response
+        )
+        return await pending.wait()
+
+    async def submit(
+        self,
+        request: ApiMessage,
+        *,
+        version: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (a deadline per request, by contract)
+        expect_response: bool = True,
+    ) -> PendingResponse:
+        """Write ``request`` and return once it is on the wire; ``await .wait()`` the answer.
+
+        Two calls to ``submit`` made one after the other from one task are written in that
+        order, which ``send`` from separate tasks cannot promise (task start order is up to
+        the event loop; trio randomises it). The idempotent producer relies on this: its
+        sequence numbers must reach the broker in order. ``timeout`` is one deadline for
+        both halves. Errors as :meth:`send`.
+        """
         request_type = type(request)
         if version is None:
             version = self.version_for(request_type)
@@ -377,7 +399,7 @@ class Connection:
         self._raise_if_closed()
         if not expect_response:
             await self._write(request, version, deadline, None)
-            return None
+            return PendingResponse(self, None, deadline, limit)
 
         acquired = False
         with anyio.move_on_at(deadline):
@@ -393,30 +415,16 @@ class Connection:
         )
         try:
             await self._write(request, version, deadline, entry)
+        except BaseException:
+            if entry.correlation_id >= 0:
+                # Registered, then cancelled mid-write: the request is (or will be
+                # poisoned) on the wire; nobody waits for its response.
+                entry.abandoned = True
+            raise
         finally:
             if entry.correlation_id < 0:  # never registered: the permit is still ours
                 self._permits.release()
-
-        try:
-            with anyio.move_on_at(deadline):
-                await entry.done.wait()
-        finally:
-            if not entry.done.is_set():
-                # Cancelled or timed out: the request stays on the wire and keeps its
-                # permit; the reader releases it and drops the response when it arrives.
-                entry.abandoned = True
-        if not entry.done.is_set():
-            self._poison(
-                f"{entry.api_name} (correlation id {entry.correlation_id}) "
-                f"timed out after {limit:g}s",
-            )
-            raise RequestTimeoutError(
-                f"{self._where}: {entry.api_name} (correlation id {entry.correlation_id}) "
-                f"got no response within {limit:g}s; connection closed"
-            )
-        if entry.error is not None:
-            raise entry.error
-        return entry.response
+        return PendingResponse(self, entry, deadline, limit)
 
     def _raise_if_closed(self) -> None:
         if self._state is ConnectionState.CLOSED:
@@ -531,6 +539,49 @@ class Connection:
             f"<Connection {self._where} {self._state.value} "
             f"in_flight={len(self._in_flight)}/{self._config.max_in_flight}>"
         )
+
+
+class PendingResponse:
+    """A request already written to its connection; :meth:`wait` returns its response."""
+
+    __slots__ = ("_conn", "_deadline", "_entry", "_limit")
+
+    def __init__(
+        self, conn: Connection, entry: _InFlight | None, deadline: float, limit: float
+    ) -> None:
+        self._conn = conn
+        self._entry = entry
+        self._deadline = deadline
+        self._limit = limit
+
+    async def wait(self) -> Any:
+        """The decoded response (``None`` for a request that expects none).
+
+        A caller cancelled here leaves the request on the wire with its permit: the reader
+        releases it and discards the response when it arrives (see the module docstring).
+        """
+        entry = self._entry
+        if entry is None:
+            return None
+        try:
+            with anyio.move_on_at(self._deadline):
+                await entry.done.wait()
+        finally:
+            if not entry.done.is_set():
+                entry.abandoned = True
+        if not entry.done.is_set():
+            self._conn._poison(
+                f"{entry.api_name} (correlation id {entry.correlation_id}) "
+                f"timed out after {self._limit:g}s",
+            )
+            raise RequestTimeoutError(
+                f"{self._conn._where}: {entry.api_name} (correlation id "
+                f"{entry.correlation_id}) got no response within {self._limit:g}s; "
+                "connection closed"
+            )
+        if entry.error is not None:
+            raise entry.error
+        return entry.response
 
 
 @asynccontextmanager

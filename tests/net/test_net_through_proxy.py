@@ -164,3 +164,20 @@ async def test_broker_restart_is_reconnected_without_user_action() -> None:
             assert cluster.statistics().pool.nodes[111].connects >= 2
     finally:
         await broker.stop()
+
+
+async def test_submit_writes_in_call_order_and_answers_each_request(kafka_broker: Any) -> None:
+    async with (
+        FaultProxy(kafka_broker.host, kafka_broker.port) as proxy,
+        connect(proxy.host, proxy.port, ConnectionConfig(max_in_flight=5)) as conn,
+    ):
+        proxy.delay_responses(0.1)
+        before = conn.statistics().requests_sent
+        pending = [await conn.submit(_metadata(f"submit-{i}")) for i in range(5)]
+        # All five were written before any answer came back: pipelined, in call order.
+        assert conn.statistics().requests_sent - before == 5
+        assert conn.statistics().in_flight == 5
+        for i, p in reversed(list(enumerate(pending))):
+            response = await p.wait()
+            assert [t.name for t in response.topics] == [f"submit-{i}"]
+        assert proxy.max_in_flight == 5
