@@ -1,0 +1,361 @@
+"""Consumer group operations: list, describe, delete groups; list, alter, delete offsets.
+
+Listing asks every broker (each knows only the groups it coordinates). Everything else goes
+to each group's coordinator (FindCoordinator, batched by the cluster layer, cached), one
+request per coordinator where the API takes several groups. NOT_COORDINATOR and
+COORDINATOR_NOT_AVAILABLE mean the cached coordinator is stale: it is forgotten before the
+driver retries, so the next round looks it up again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from aiokafka_ng.admin._core import STALE_COORDINATOR, _AdminCore, broker_error, by_topic
+from aiokafka_ng.admin.models import (
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    ConsumerGroupState,
+    MemberDescription,
+    OffsetAndMetadata,
+    TopicPartition,
+    decode_authorized_operations,
+)
+from aiokafka_ng.admin.results import ItemResults
+from aiokafka_ng.errors import (
+    KafkaError,
+    ProtocolError,
+)
+from aiokafka_ng.protocol.messages import offset_commit as oc
+from aiokafka_ng.protocol.messages import offset_delete as od
+from aiokafka_ng.protocol.messages import offset_fetch as of
+from aiokafka_ng.protocol.messages.consumer_protocol import ConsumerProtocolAssignment
+from aiokafka_ng.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+from aiokafka_ng.protocol.messages.describe_groups import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+)
+from aiokafka_ng.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+
+V = TypeVar("V")
+
+
+def decode_assignment(data: bytes) -> list[TopicPartition]:
+    """The partitions in a consumer-protocol assignment (int16 version, then the body).
+
+    Undecodable bytes (another protocol's data) give an empty list, not an error: the
+    group description is still useful without them.
+    """
+    if len(data) < 2:
+        return []
+    version = int.from_bytes(data[:2], "big", signed=True)
+    # Newer versions only add fields at the end, so the newest we know reads them.
+    version = max(0, min(version, ConsumerProtocolAssignment.MAX_VERSION))
+    try:
+        a = ConsumerProtocolAssignment.decode(data[2:], version)
+    except ProtocolError:
+        return []
+    return [TopicPartition(t.topic, p) for t in a.assigned_partitions for p in t.partitions]
+
+
+def _commit_partition(partition: int, o: OffsetAndMetadata) -> oc.OffsetCommitRequestPartition:
+    return oc.OffsetCommitRequestPartition(
+        partition_index=partition,
+        committed_offset=o.offset,
+        committed_leader_epoch=-1 if o.leader_epoch is None else o.leader_epoch,
+        committed_metadata=o.metadata,
+    )
+
+
+def _partition_errors(topics: Iterable[Any]) -> dict[TopicPartition, KafkaError | None]:
+    """Per-partition outcomes of OffsetCommit / OffsetDelete responses (same layout)."""
+    return {
+        TopicPartition(t.name, p.partition_index): broker_error(p.error_code)
+        for t in topics
+        for p in t.partitions
+    }
+
+
+class GroupOps(_AdminCore):
+    """Consumer group operations of :class:`AdminClient`."""
+
+    async def _at_coordinator(self, group_id: str, call: Callable[[int], Awaitable[V]]) -> V:
+        """``call(coordinator node)``; a stale-coordinator error makes us forget it."""
+        node = await self._cluster.coordinator(group_id)
+        try:
+            return await call(node)
+        except STALE_COORDINATOR:
+            self._cluster.invalidate_coordinator(group_id)
+            raise
+
+    async def list_consumer_groups(
+        self,
+        states: Iterable[ConsumerGroupState | str] | None = None,
+        timeout_ms: int | None = None,
+    ) -> list[ConsumerGroupListing]:
+        """Every consumer group of the cluster (asks each broker), sorted by group id.
+
+        ``states`` filters on the broker side (ListGroups v4+). Raises ``AdminBatchError``
+        if some broker could not answer.
+        """
+        state_filter = [str(s) for s in states or ()]
+
+        async def on_broker(
+            node: int, deadline: float
+        ) -> list[ConsumerGroupListing] | BaseException:
+            resp: ListGroupsResponse = await self._send(
+                "list_consumer_groups",
+                node,
+                ListGroupsRequest(states_filter=state_filter),
+                deadline,
+                min_version=4 if state_filter else None,
+            )
+            err = broker_error(resp.error_code)
+            if err is not None:
+                return err
+            return [
+                ConsumerGroupListing(
+                    group_id=g.group_id,
+                    is_simple_consumer_group=not g.protocol_type,
+                    state=ConsumerGroupState.parse(g.group_state) if g.group_state else None,
+                    group_type=g.group_type or None,
+                    protocol_type=g.protocol_type,
+                )
+                for g in resp.groups
+                if g.protocol_type in ("", "consumer")
+            ]
+
+        per_broker = await self._each_broker("list_consumer_groups", on_broker, timeout_ms)
+        listings = {g.group_id: g for gs in per_broker.raise_on_error().values() for g in gs}
+        return [listings[k] for k in sorted(listings)]
+
+    async def describe_consumer_groups(
+        self,
+        group_ids: Iterable[str],
+        include_authorized_operations: bool = False,
+        timeout_ms: int | None = None,
+    ) -> ItemResults[str, ConsumerGroupDescription]:
+        """Members, assignments, state and assignor of each group (at its coordinator)."""
+
+        async def on_coordinator(
+            node: int, batch: list[str], deadline: float
+        ) -> dict[str, ConsumerGroupDescription | BaseException]:
+            req = DescribeGroupsRequest(
+                groups=batch, include_authorized_operations=include_authorized_operations
+            )
+            resp: DescribeGroupsResponse = await self._send(
+                "describe_consumer_groups", node, req, deadline
+            )
+            coordinator = self._node(node)
+            out: dict[str, ConsumerGroupDescription | BaseException] = {}
+            for g in resp.groups:
+                err = broker_error(g.error_code)
+                if err is not None:
+                    out[g.group_id] = err
+                    continue
+                consumer = g.protocol_type == "consumer"
+                out[g.group_id] = ConsumerGroupDescription(
+                    group_id=g.group_id,
+                    is_simple_consumer_group=not g.protocol_type,
+                    members=[
+                        MemberDescription(
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            client_id=m.client_id,
+                            host=m.client_host,
+                            assignment=decode_assignment(m.member_assignment) if consumer else [],
+                        )
+                        for m in g.members
+                    ],
+                    partition_assignor=g.protocol_data,
+                    state=ConsumerGroupState.parse(g.group_state),
+                    coordinator=coordinator,
+                    protocol_type=g.protocol_type,
+                    authorized_operations=decode_authorized_operations(g.authorized_operations)
+                    if include_authorized_operations
+                    else None,
+                )
+            return out
+
+        return await self._at_coordinators(
+            "describe_consumer_groups", group_ids, on_coordinator, timeout_ms
+        )
+
+    async def delete_consumer_groups(
+        self, group_ids: Iterable[str], timeout_ms: int | None = None
+    ) -> ItemResults[str, None]:
+        """Delete groups (they must be empty: NON_EMPTY_GROUP otherwise)."""
+
+        async def on_coordinator(
+            node: int, batch: list[str], deadline: float
+        ) -> dict[str, KafkaError | None]:
+            resp: DeleteGroupsResponse = await self._send(
+                "delete_consumer_groups", node, DeleteGroupsRequest(groups_names=batch), deadline
+            )
+            return {r.group_id: broker_error(r.error_code) for r in resp.results}
+
+        return await self._at_coordinators(
+            "delete_consumer_groups", group_ids, on_coordinator, timeout_ms
+        )
+
+    async def list_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        require_stable: bool = False,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (all of them, or of ``partitions``).
+
+        Partitions without a committed offset are left out.
+        """
+        tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+
+        async def call(node: int, deadline: float) -> dict[TopicPartition, OffsetAndMetadata]:
+            topics = None if tps is None else by_topic(tps)
+            req = of.OffsetFetchRequest(
+                group_id=group_id,
+                topics=None
+                if topics is None
+                else [
+                    of.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                    for t, ps in topics.items()
+                ],
+                groups=[
+                    of.OffsetFetchRequestGroup(
+                        group_id=group_id,
+                        topics=None
+                        if topics is None
+                        else [
+                            of.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
+                            for t, ps in topics.items()
+                        ],
+                    )
+                ],
+                require_stable=require_stable,
+            )
+            # v2+: v0/v1 cannot ask for "all partitions".
+            resp: of.OffsetFetchResponse = await self._send(
+                "list_consumer_group_offsets", node, req, deadline, min_version=2
+            )
+            # The same fields, per group from v8 on, at the top level before.
+            topics_resp: Sequence[Any]
+            if resp.groups:
+                err, topics_resp = broker_error(resp.groups[0].error_code), resp.groups[0].topics
+            else:
+                err, topics_resp = broker_error(resp.error_code), resp.topics
+            if err is not None:
+                raise err
+            out: dict[TopicPartition, OffsetAndMetadata] = {}
+            for t in topics_resp:
+                for p in t.partitions:
+                    perr = broker_error(p.error_code)
+                    if perr is not None:
+                        raise perr
+                    if p.committed_offset < 0:
+                        continue  # nothing committed
+                    epoch = p.committed_leader_epoch
+                    out[TopicPartition(t.name, p.partition_index)] = OffsetAndMetadata(
+                        p.committed_offset, p.metadata or "", epoch if epoch >= 0 else None
+                    )
+            return out
+
+        async def attempt(deadline: float) -> dict[TopicPartition, OffsetAndMetadata]:
+            return await self._at_coordinator(group_id, lambda node: call(node, deadline))
+
+        return await self._run_one("list_consumer_group_offsets", attempt, timeout_ms)
+
+    async def alter_consumer_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        timeout_ms: int | None = None,
+    ) -> ItemResults[TopicPartition, None]:
+        """Commit offsets for a group that has no active members (an admin commit)."""
+        wanted = {
+            TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o)
+            for tp, o in offsets.items()
+        }
+
+        async def on_coordinator(
+            node: int, pending: list[TopicPartition], deadline: float
+        ) -> dict[TopicPartition, KafkaError | None]:
+            req = oc.OffsetCommitRequest(
+                group_id=group_id,
+                generation_id_or_member_epoch=-1,  # not a member: an admin commit
+                member_id="",
+                topics=[
+                    oc.OffsetCommitRequestTopic(
+                        name=t,
+                        partitions=[_commit_partition(p, wanted[TopicPartition(t, p)]) for p in ps],
+                    )
+                    for t, ps in by_topic(pending).items()
+                ],
+            )
+            resp: oc.OffsetCommitResponse = await self._send(
+                "alter_consumer_group_offsets", node, req, deadline
+            )
+            return _partition_errors(resp.topics)
+
+        return await self._partition_op(
+            "alter_consumer_group_offsets", group_id, wanted, on_coordinator, timeout_ms
+        )
+
+    async def delete_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition],
+        timeout_ms: int | None = None,
+    ) -> ItemResults[TopicPartition, None]:
+        """Delete a group's committed offsets (OffsetDelete, KIP-496)."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+
+        async def on_coordinator(
+            node: int, pending: list[TopicPartition], deadline: float
+        ) -> dict[TopicPartition, KafkaError | None]:
+            req = od.OffsetDeleteRequest(
+                group_id=group_id,
+                topics=[
+                    od.OffsetDeleteRequestTopic(
+                        name=t,
+                        partitions=[od.OffsetDeleteRequestPartition(partition_index=p) for p in ps],
+                    )
+                    for t, ps in by_topic(pending).items()
+                ],
+            )
+            resp: od.OffsetDeleteResponse = await self._send(
+                "delete_consumer_group_offsets", node, req, deadline
+            )
+            top = broker_error(resp.error_code)
+            if top is not None:
+                # The group-level error (e.g. GROUP_ID_NOT_FOUND) is every partition's.
+                return dict.fromkeys(pending, top)
+            return _partition_errors(resp.topics)
+
+        return await self._partition_op(
+            "delete_consumer_group_offsets", group_id, tps, on_coordinator, timeout_ms
+        )
+
+    async def _partition_op(
+        self,
+        operation: str,
+        group_id: str,
+        tps: Iterable[TopicPartition],
+        call: Callable[
+            [int, list[TopicPartition], float],
+            Awaitable[Mapping[TopicPartition, KafkaError | None]],
+        ],
+        timeout_ms: int | None,
+    ) -> ItemResults[TopicPartition, None]:
+        """Per-partition outcomes of one request to ``group_id``'s coordinator."""
+
+        async def attempt(
+            pending: list[TopicPartition], deadline: float
+        ) -> Mapping[TopicPartition, KafkaError | None]:
+            out = await self._at_coordinator(group_id, lambda node: call(node, pending, deadline))
+            if any(isinstance(v, STALE_COORDINATOR) for v in out.values()):
+                self._cluster.invalidate_coordinator(group_id)
+            return out
+
+        return await self._run(operation, tps, attempt, timeout_ms)

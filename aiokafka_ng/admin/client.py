@@ -1,0 +1,85 @@
+"""``AdminClient``: topics, configs, offsets, groups, ACLs and more, as coroutines.
+
+The operations live in mixins by area (``_topics``, ``_configs``, ``_partitions``,
+``_groups``, ``_acls``); routing and the retry driver in ``_core``. This module owns the
+lifecycle: validating the config once, entering and leaving the :class:`Cluster`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Self
+
+from aiokafka_ng.admin._acls import AclOps
+from aiokafka_ng.admin._configs import ConfigOps
+from aiokafka_ng.admin._groups import GroupOps
+from aiokafka_ng.admin._partitions import PartitionOps
+from aiokafka_ng.admin._topics import TopicOps
+from aiokafka_ng.admin.config import AdminConfig
+from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.errors import IllegalStateError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+
+__all__ = ["AdminClient"]
+
+
+class AdminClient(TopicOps, ConfigOps, PartitionOps, GroupOps, AclOps):
+    """Kafka admin client; use as ``async with AdminClient(bootstrap_servers=...) as admin``.
+
+    Keyword arguments are :class:`AdminConfig` fields (``ConfigError`` names every bad
+    one). Every operation takes ``timeout_ms`` bounding it as a whole, retries included
+    (default ``default_api_timeout_ms``). Operations on several items return
+    :class:`~aiokafka_ng.admin.results.ItemResults`; the others return their result or
+    raise. A broker that lacks an operation's API raises ``UnsupportedVersionError``
+    naming the operation.
+    """
+
+    def __init__(self, **config: Any) -> None:
+        self._config = AdminConfig(**config)
+        self._backoff = ExponentialBackoff.retry(
+            self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
+        )
+        self._open_cluster: Cluster | None = None
+        self._next_any = 0
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> AdminClient:
+        """Build from Kafka-style properties (``{"bootstrap.servers": "h:9092"}``)."""
+        config: AdminConfig = AdminConfig.from_properties(properties)
+        return cls(**config.model_dump(exclude_unset=True))
+
+    @property
+    def config(self) -> AdminConfig:
+        return self._config
+
+    async def __aenter__(self) -> Self:
+        if self._open_cluster is not None:
+            raise IllegalStateError("this AdminClient is already open")
+        # Admin calls must not create topics as a side effect of looking up leaders.
+        cluster_config = dataclasses.replace(
+            self._config.cluster_config(), allow_auto_topic_creation=False
+        )
+        cluster = Cluster(cluster_config)
+        await cluster.__aenter__()
+        self._open_cluster = cluster
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every connection; idempotent."""
+        cluster, self._open_cluster = self._open_cluster, None
+        if cluster is not None:
+            await cluster.__aexit__(None, None, None)
+
+    def __repr__(self) -> str:
+        state = "open" if self._open_cluster is not None else "closed"
+        return f"<AdminClient {self._config.bootstrap_servers!r} {state}>"

@@ -1,0 +1,303 @@
+"""Client configuration: pydantic models validated once, at the edge.
+
+Every client (producer, consumer, admin) shares :class:`ClientConfig` (bootstrap servers,
+timeouts, backoff, security). :class:`ProducerConfig` adds the producer settings with the
+Java client's defaults (Kafka 4.0, KIP-1030 ``linger.ms=5``).
+
+Rules:
+
+* Keyword names are snake_case; :meth:`ClientConfig.from_properties` also takes Kafka's
+  dotted names (``"linger.ms": "5"``), values as strings or native types.
+* A bad configuration raises :class:`~aiokafka_ng.errors.ConfigError` naming *every* bad key
+  (field errors and cross-field conflicts). A pydantic ``ValidationError`` never escapes.
+* Cross-field rules follow the Java client: a conflict with a setting the user did not set
+  is resolved silently (``enable_idempotence`` switched off, ``delivery_timeout_ms`` raised),
+  a conflict between settings the user set is an error.
+
+Hot paths never touch these models: the client copies the values it needs into plain
+attributes when it starts.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
+
+from aiokafka_ng.errors import ConfigError
+
+if TYPE_CHECKING:
+    from aiokafka_ng.cluster import ClusterConfig
+    from aiokafka_ng.net.connection import ConnectionConfig
+
+__all__ = ["ClientConfig", "ProducerConfig", "parse_bootstrap_servers"]
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+
+_MAX_INT32 = 2**31 - 1
+
+
+def parse_bootstrap_servers(value: str | list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
+    """Split ``"h1:9092,h2:9093"`` (or a list of ``"host:port"``) into ``(host, port)`` pairs.
+
+    A missing port means 9092. Raises ``ValueError`` on an empty list or a bad port.
+    """
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out: list[tuple[str, int]] = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        host, sep, port_s = item.rpartition(":")
+        if not sep:
+            host, port_s = item, "9092"
+        host = host.strip("[]")  # IPv6 literal "[::1]:9092"
+        if not host:
+            raise ValueError(f"no host in {item!r}")
+        try:
+            port = int(port_s)
+        except ValueError:
+            raise ValueError(f"bad port in {item!r}") from None
+        if not 0 < port < 65536:
+            raise ValueError(f"port out of range in {item!r}")
+        out.append((host, port))
+    if not out:
+        raise ValueError("at least one host:port is required")
+    return out
+
+
+def _describe(err: Mapping[str, Any]) -> tuple[str, str]:
+    loc = err.get("loc") or ()
+    key = str(loc[0]) if loc else "<config>"
+    return key, str(err.get("msg", "invalid value"))
+
+
+class ClientConfig(BaseModel):
+    """Settings every client shares. Subclasses add their own and their cross-field rules."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        arbitrary_types_allowed=True,
+        validate_default=False,
+    )
+
+    #: Kafka dotted names that do not map to ours by replacing "." with "_".
+    PROPERTY_ALIASES: ClassVar[dict[str, str]] = {
+        "sasl.username": "sasl_plain_username",
+        "sasl.password": "sasl_plain_password",
+        "sasl.mechanisms": "sasl_mechanism",
+    }
+
+    bootstrap_servers: str | list[str] = "localhost:9092"
+    client_id: str | None = "aiokafka-ng"
+    request_timeout_ms: int = Field(default=30000, gt=0)
+    retry_backoff_ms: int = Field(default=100, ge=0)
+    retry_backoff_max_ms: int = Field(default=1000, ge=0)
+    reconnect_backoff_ms: int = Field(default=50, ge=0)
+    reconnect_backoff_max_ms: int = Field(default=1000, ge=0)
+    metadata_max_age_ms: int = Field(default=300000, gt=0)
+    connections_max_idle_ms: int = Field(default=540000, gt=0)
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_plain_username: str | None = None
+    sasl_plain_password: str | None = None
+
+    def __init__(self, **data: Any) -> None:
+        # pydantic's ValidationError must never reach users: translate it here, once, and
+        # add the cross-field findings so every bad key is named in one error.
+        errors: dict[str, str] = {}
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            for err in exc.errors():
+                key, msg = _describe(err)
+                errors.setdefault(key, msg)
+            raise ConfigError(errors) from None
+        errors.update(self._cross_check())
+        if errors:
+            raise ConfigError(errors)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_servers(cls, v: str | list[str]) -> str | list[str]:
+        parse_bootstrap_servers(v)
+        return v
+
+    def _cross_check(self) -> dict[str, str]:
+        """Cross-field rules; may adjust defaults the user did not set. Returns bad keys."""
+        errors: dict[str, str] = {}
+        if self.security_protocol.startswith("SASL"):
+            if self.sasl_mechanism is None:
+                errors["sasl_mechanism"] = (
+                    f"required with security_protocol={self.security_protocol}"
+                )
+            if not self.sasl_plain_username:
+                errors["sasl_plain_username"] = "required for SASL authentication"
+            if self.sasl_plain_password is None:
+                errors["sasl_plain_password"] = "required for SASL authentication"
+        return errors
+
+    def _force(self, **values: Any) -> None:
+        # Frozen model: adjusting a default the user did not set is the only mutation.
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    # ----------------------------------------------------------------- construction helpers
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> Any:
+        """Build from Kafka-style properties: ``{"linger.ms": "5", "acks": "all"}``.
+
+        Dotted and snake_case names are both accepted. Unknown names raise ``ConfigError``
+        naming each of them.
+        """
+        data: dict[str, Any] = {}
+        unknown: dict[str, str] = {}
+        fields = cls.model_fields
+        for raw_key, value in properties.items():
+            key = cls.PROPERTY_ALIASES.get(raw_key, raw_key.replace(".", "_").replace("-", "_"))
+            if key not in fields:
+                unknown[raw_key] = "unknown configuration key"
+                continue
+            data[key] = value
+        if unknown:
+            raise ConfigError(unknown)
+        return cls(**data)
+
+    @property
+    def bootstrap_addresses(self) -> list[tuple[str, int]]:
+        return parse_bootstrap_servers(self.bootstrap_servers)
+
+    def connection_config(self, *, max_in_flight: int = 5) -> ConnectionConfig:
+        """The per-connection settings for :mod:`aiokafka_ng.net`."""
+        from aiokafka_ng.net.connection import ConnectionConfig
+
+        sasl = None
+        if self.security_protocol.startswith("SASL"):
+            from aiokafka_ng.net.sasl import SaslConfig
+
+            sasl = SaslConfig(
+                mechanism=self.sasl_mechanism or "PLAIN",
+                username=self.sasl_plain_username or "",
+                password=self.sasl_plain_password or "",
+            )
+        ctx = self.ssl_context
+        if ctx is None and self.security_protocol in ("SSL", "SASL_SSL"):
+            ctx = ssl.create_default_context()
+        return ConnectionConfig(
+            client_id=self.client_id,
+            max_in_flight=max_in_flight,
+            request_timeout_s=self.request_timeout_ms / 1000,
+            ssl_context=ctx,
+            sasl=sasl,
+        )
+
+    def cluster_config(self, *, max_in_flight: int = 5) -> ClusterConfig:
+        """The settings for :class:`aiokafka_ng.cluster.Cluster`."""
+        from aiokafka_ng.cluster import ClusterConfig
+
+        return ClusterConfig(
+            bootstrap_servers=self.bootstrap_addresses,
+            client_id=self.client_id,
+            connection=self.connection_config(max_in_flight=max_in_flight),
+            retry_backoff_ms=self.retry_backoff_ms,
+            retry_backoff_max_ms=self.retry_backoff_max_ms,
+            reconnect_backoff_ms=self.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=self.reconnect_backoff_max_ms,
+            metadata_max_age_ms=self.metadata_max_age_ms,
+            connections_max_idle_ms=self.connections_max_idle_ms,
+        )
+
+
+def _acks(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("acks must be 'all', -1, 0 or 1")
+    text = str(value).strip().lower()
+    if text in ("all", "-1"):
+        return -1
+    if text in ("0", "1"):
+        return int(text)
+    raise ValueError("acks must be 'all', -1, 0 or 1")
+
+
+class ProducerConfig(ClientConfig):
+    """Producer settings. Defaults are the Java client's (Kafka 4.0)."""
+
+    PROPERTY_ALIASES: ClassVar[dict[str, str]] = {
+        **ClientConfig.PROPERTY_ALIASES,
+        "key.serializer": "key_serializer",
+        "value.serializer": "value_serializer",
+        "partitioner.class": "partitioner",
+    }
+
+    #: -1 means "all" (the string "all" is accepted and stored as -1).
+    acks: int = -1
+    enable_idempotence: bool = True
+    linger_ms: float = Field(default=5, ge=0)
+    batch_size: int = Field(default=16384, ge=0)
+    buffer_memory: int = Field(default=32 * 1024 * 1024, gt=0)
+    max_block_ms: int = Field(default=60000, ge=0)
+    delivery_timeout_ms: int = Field(default=120000, gt=0)
+    max_in_flight_requests_per_connection: int = Field(default=5, ge=1)
+    max_request_size: int = Field(default=1024 * 1024, gt=0)
+    retries: int = Field(default=_MAX_INT32, ge=0)
+    compression_type: CompressionType = "none"
+    compression_level: int | None = None
+    key_serializer: Callable[[Any], bytes | None] | None = None
+    value_serializer: Callable[[Any], bytes | None] | None = None
+    #: ``partitioner(key_bytes, all_partitions, available_partitions) -> int`` (aiokafka's
+    #: signature); None is the Java-compatible default (murmur2 / KIP-794 sticky).
+    partitioner: Callable[[bytes | None, list[int], list[int]], int] | None = None
+
+    @field_validator("acks", mode="before")
+    @classmethod
+    def _check_acks(cls, v: Any) -> int:
+        return _acks(v)
+
+    @field_validator("compression_type", mode="before")
+    @classmethod
+    def _lower_codec(cls, v: Any) -> Any:
+        return v.lower() if isinstance(v, str) else ("none" if v is None else v)
+
+    def _cross_check(self) -> dict[str, str]:
+        errors = super()._cross_check()
+        user = self.model_fields_set
+        conflicts: dict[str, str] = {}
+        if self.acks != -1:
+            conflicts["acks"] = "idempotence requires acks='all'"
+        if self.max_in_flight_requests_per_connection > 5:
+            conflicts["max_in_flight_requests_per_connection"] = (
+                "idempotence requires max_in_flight_requests_per_connection <= 5"
+            )
+        if self.retries == 0:
+            conflicts["retries"] = "idempotence requires retries > 0"
+        if self.enable_idempotence and conflicts:
+            if "enable_idempotence" in user:
+                errors["enable_idempotence"] = "conflicts with " + ", ".join(sorted(conflicts))
+                errors.update(conflicts)
+            else:
+                # Java: idempotence is switched off silently when only its default conflicts.
+                self._force(enable_idempotence=False)
+        floor = self.linger_ms + self.request_timeout_ms
+        if self.delivery_timeout_ms < floor:
+            if "delivery_timeout_ms" in user:
+                msg = f"must be >= linger_ms + request_timeout_ms ({floor:g})"
+                errors["delivery_timeout_ms"] = msg
+                for key in ("linger_ms", "request_timeout_ms"):
+                    if key in user:
+                        errors[key] = "linger_ms + request_timeout_ms exceeds delivery_timeout_ms"
+            else:
+                self._force(delivery_timeout_ms=int(floor + 0.999))
+        return errors
