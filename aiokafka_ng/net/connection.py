@@ -25,6 +25,9 @@ in-flight deque and its frame is written, so deque order is wire order. Kafka an
 connection's requests in order, so every response must carry the correlation id of the
 OLDEST entry. Anything else (an out-of-order or unknown id, a response while nothing is in
 flight) means we can no longer tell which response belongs to which request.
+One exception: a request sent with ``expect_response=False`` (Produce acks=0) gets no
+answer from Kafka, but Tansu answers it anyway; such an answer, recognised by its id, is
+dropped rather than taken for a mismatch.
 
 Poisoning. ``_poison()`` is synchronous and idempotent: it marks the connection closed,
 settles every in-flight entry with its own retriable error instance (so each caller sees
@@ -85,6 +88,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+_UNANSWERED_IDS = 1024  # acks=0 correlation ids remembered per connection
 
 _READ_CHUNK = 256 * 1024
 _MAX_CORRELATION_ID = 2**31 - 1
@@ -167,6 +172,12 @@ class Connection:
         self._permits = anyio.Semaphore(config.max_in_flight, max_value=config.max_in_flight)
         self._write_lock = anyio.Lock()
         self._in_flight: deque[_InFlight] = deque()
+        # Correlation ids of requests sent without expecting a response (Produce acks=0).
+        # Kafka never answers them; Tansu does. An answer to one of these ids is dropped
+        # instead of poisoning the connection; ids older than the oldest answered request
+        # are forgotten (answers come in order), and the deque is bounded for brokers that,
+        # like Kafka, never answer.
+        self._unanswered: deque[int] = deque(maxlen=_UNANSWERED_IDS)
         self._next_correlation_id = 0
         self._reader_scope = anyio.CancelScope()
         self._reader_running = False
@@ -455,6 +466,8 @@ class Connection:
                 entry.correlation_id = correlation_id
                 self._in_flight.append(entry)
                 self._max_in_flight_seen = max(self._max_in_flight_seen, len(self._in_flight))
+            else:
+                self._unanswered.append(correlation_id)
             await self._write_frame(frame, deadline)
         finally:
             self._write_lock.release()
@@ -498,6 +511,21 @@ class Connection:
 
     def _dispatch(self, frame: bytes) -> None:
         correlation_id = peek_correlation_id(frame)
+        unanswered = self._unanswered
+        if unanswered:
+            oldest = self._in_flight[0].correlation_id if self._in_flight else None
+            # Ids we expected no answer for, sent before the oldest awaited request, can
+            # no longer be answered (in-order responses): forget them.
+            while (
+                unanswered
+                and unanswered[0] != correlation_id
+                and (oldest is not None and unanswered[0] < oldest)
+            ):
+                unanswered.popleft()
+            if unanswered and unanswered[0] == correlation_id:
+                unanswered.popleft()
+                self._responses_discarded += 1
+                return
         if not self._in_flight:
             self._poison(
                 f"unsolicited response with correlation id {correlation_id}",

@@ -14,7 +14,12 @@ from aiokafka_ng.protocol.messages.metadata import (
     MetadataRequestTopic,
     MetadataResponse,
 )
-from aiokafka_ng.protocol.messages.produce import ProduceRequest
+from aiokafka_ng.protocol.messages.produce import (
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
+from aiokafka_ng.protocol.records import RecordBatchBuilder
 from aiokafka_ng.testing import LocalBroker
 
 pytestmark = pytest.mark.anyio
@@ -78,3 +83,33 @@ async def test_run_in_an_owner_task_group(kafka_broker: LocalBroker) -> None:
             assert response.brokers[0].node_id == TANSU_NODE_ID
             await conn.aclose()
     assert conn.closed
+
+
+async def test_answer_to_an_acks0_produce_is_dropped_not_a_mismatch(
+    kafka_broker: LocalBroker,
+) -> None:
+    """Kafka never answers Produce acks=0; Tansu does (seen on v3-v11). Either way the
+    connection must stay usable and its correlation check intact."""
+    builder = RecordBatchBuilder()
+    builder.append(0, b"k", b"v")
+    request = ProduceRequest(
+        acks=0,
+        timeout_ms=5000,
+        topic_data=[
+            TopicProduceData(
+                name="acks0-conn",
+                partition_data=[PartitionProduceData(index=0, records=builder.build())],
+            )
+        ],
+    )
+    async with connect(kafka_broker.host, kafka_broker.port) as conn:
+        for _ in range(3):
+            assert await conn.send(request, expect_response=False) is None
+        response = await conn.send(
+            MetadataRequest(topics=[MetadataRequestTopic(name="acks0-conn")])
+        )
+        assert response.topics[0].name == "acks0-conn"
+        assert not conn.closed
+        stats = conn.statistics()
+        assert stats.in_flight == 0
+        assert stats.responses_discarded == 3  # Tansu answered each acks=0 request
