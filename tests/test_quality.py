@@ -19,9 +19,7 @@ BIN = Path(sys.executable).parent
 
 
 def _run(*cmd: str) -> None:
-    proc = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
-    )
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, (
         f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     )
