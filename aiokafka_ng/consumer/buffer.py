@@ -1,0 +1,232 @@
+"""Buffered fetch data of one partition, decoded lazily as the application drains it.
+
+A :class:`BufferedFetch` holds the record batches a fetch response brought for one partition
+(raw, as received) and hands them out in chunks, one decoded batch at a time, so at most one
+batch per partition exists as Python objects. It skips what the application must not see:
+batches before the position, control batches (transaction markers) and, for
+``read_committed``, batches of aborted transactions, using the response's aborted-transaction
+list the way the Java client does: a producer id joins the "aborted" set when the fetch
+reaches its first aborted offset and leaves it at that producer's ABORT marker.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka_ng.consumer.errors import RecordDeserializationError
+from aiokafka_ng.consumer.models import ConsumerRecord
+from aiokafka_ng.consumer.state import PartitionState
+from aiokafka_ng.protocol.messages.fetch import AbortedTransaction
+from aiokafka_ng.protocol.records import Record, RecordBatch
+
+__all__ = ["BufferedFetch"]
+
+
+class BufferedFetch:
+    """The unconsumed part of one partition's fetch response (raw batches, decoded lazily)."""
+
+    __slots__ = (
+        "_aborted",
+        "_aborted_pids",
+        "_batches",
+        "_index",
+        "_records",
+        "current",
+        "epoch",
+        "size",
+        "state",
+    )
+
+    def __init__(
+        self,
+        state: PartitionState,
+        batches: list[RecordBatch],
+        size: int,
+        aborted: list[AbortedTransaction] | None,
+    ) -> None:
+        self.state = state
+        self.epoch = state.epoch
+        self.size = size
+        self._batches: deque[RecordBatch] = deque(batches)
+        self._records: list[Record] = []  # the decoded current batch
+        self._index = 0  # next record of _records to hand out
+        # read_committed: aborted transactions ordered by first offset (None = read all).
+        self._aborted: deque[AbortedTransaction] | None = (
+            None if aborted is None else deque(sorted(aborted, key=lambda a: a.first_offset))
+        )
+        self._aborted_pids: set[int] = set()
+        self.current: RecordBatch | None = None  # the batch the last record came from
+
+    @property
+    def exhausted(self) -> bool:
+        return self._index >= len(self._records) and not self._batches
+
+    def chunk(self, n: int) -> tuple[list[Record], RecordBatch, bool] | None:
+        """Up to ``n`` records at or after the position, all from one batch.
+
+        Returns ``(records, batch, ends_batch)`` or None when nothing is left. When
+        ``ends_batch`` the caller moves the position to the batch's ``next_offset``
+        (compaction leaves gaps); otherwise just past the last record returned.
+        """
+        state = self.state
+        while self._index >= len(self._records):
+            batch = self._next_batch()
+            if batch is None:
+                return None
+            records = batch.records()
+            position = state.position or 0
+            if records and records[0].offset < position:
+                records = [r for r in records if r.offset >= position]
+            if not records:
+                state.position = max(position, batch.next_offset)
+                continue
+            self._records = records
+            self._index = 0
+            self.current = batch
+        batch = self.current
+        assert batch is not None
+        start = self._index
+        end = min(start + n, len(self._records))
+        self._index = end
+        return self._records[start:end], batch, end == len(self._records)
+
+    def _next_batch(self) -> RecordBatch | None:
+        """The next batch with records for the application; skips control/aborted/old ones."""
+        state = self.state
+        while self._batches:
+            batch = self._batches.popleft()
+            position = state.position or 0
+            if batch.next_offset <= position:
+                continue
+            if self._aborted is not None:
+                while self._aborted and self._aborted[0].first_offset <= batch.last_offset:
+                    self._aborted_pids.add(self._aborted.popleft().producer_id)
+                if batch.is_control:
+                    marker = batch.control_record()
+                    if marker is not None and marker.is_abort:
+                        self._aborted_pids.discard(batch.producer_id)
+                    state.position = batch.next_offset
+                    continue
+                if batch.is_transactional and batch.producer_id in self._aborted_pids:
+                    state.position = batch.next_offset
+                    continue
+            elif batch.is_control:
+                state.position = batch.next_offset
+                continue
+            return batch
+        return None
+
+    def take_one(
+        self,
+        key_de: Callable[[bytes | None], Any] | None,
+        value_de: Callable[[bytes | None], Any] | None,
+    ) -> ConsumerRecord[Any, Any] | None:
+        """The next record, or None; a fast path for the common case of take_into(1)."""
+        index = self._index
+        records = self._records
+        batch = self.current
+        if index >= len(records) or batch is None or key_de is not None or value_de is not None:
+            out: list[ConsumerRecord[Any, Any]] = []
+            self.take_into(out, 1, key_de, value_de)
+            return out[0] if out else None
+        r = records[index]
+        self._index = index + 1
+        state = self.state
+        state.position = batch.next_offset if index + 1 == len(records) else r.offset + 1
+        epoch = state.leader_epoch = batch.partition_leader_epoch
+        key, value = r.key, r.value
+        return ConsumerRecord(
+            state.tp.topic,
+            state.tp.partition,
+            r.offset,
+            r.timestamp,
+            batch.timestamp_type,
+            key,
+            value,
+            None,
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
+            r.headers,
+            epoch,
+        )
+
+    def take_into(
+        self,
+        out: list[ConsumerRecord[Any, Any]],
+        n: int,
+        key_de: Callable[[bytes | None], Any] | None,
+        value_de: Callable[[bytes | None], Any] | None,
+    ) -> None:
+        """Append up to ``n`` records to ``out`` as ConsumerRecords; advance the position.
+
+        Raises RecordDeserializationError (position left at the bad record) or the
+        decoding error of a malformed batch.
+        """
+        # Hot path: one chunk (a slice of one batch) at a time, records built in a tight
+        # comprehension; the position moves once per chunk.
+        state = self.state
+        topic, partition = state.tp
+        while n > 0:
+            chunk = self.chunk(n)
+            if chunk is None:
+                return
+            records, batch, ends = chunk
+            ts_type = batch.timestamp_type
+            epoch = batch.partition_leader_epoch
+            if key_de is None and value_de is None:
+                out.extend(
+                    [
+                        ConsumerRecord(
+                            topic,
+                            partition,
+                            r.offset,
+                            r.timestamp,
+                            ts_type,
+                            r.key,
+                            r.value,
+                            None,
+                            -1 if r.key is None else len(r.key),
+                            -1 if r.value is None else len(r.value),
+                            r.headers,
+                            epoch,
+                        )
+                        for r in records
+                    ]
+                )
+            else:
+                for r in records:
+                    try:
+                        key = key_de(r.key) if key_de is not None else r.key
+                        value = value_de(r.value) if value_de is not None else r.value
+                    except Exception as exc:
+                        # The position stays at the bad record (the caller drops the
+                        # buffer; the record is fetched again if the user retries).
+                        state.position = r.offset
+                        raise RecordDeserializationError(
+                            f"cannot deserialize {topic}-{partition}@{r.offset}: {exc!r}",
+                            topic,
+                            partition,
+                            r.offset,
+                        ) from exc
+                    out.append(
+                        ConsumerRecord(
+                            topic,
+                            partition,
+                            r.offset,
+                            r.timestamp,
+                            ts_type,
+                            key,
+                            value,
+                            None,
+                            -1 if r.key is None else len(r.key),
+                            -1 if r.value is None else len(r.value),
+                            r.headers,
+                            epoch,
+                        )
+                    )
+                    state.position = r.offset + 1
+            n -= len(records)
+            state.position = batch.next_offset if ends else records[-1].offset + 1
+            state.leader_epoch = epoch

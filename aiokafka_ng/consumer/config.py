@@ -1,0 +1,113 @@
+"""ConsumerConfig: the consumer's settings, with the Java client's names and defaults.
+
+Built on :class:`aiokafka_ng.config.ClientConfig` (bootstrap servers, timeouts, backoff,
+security), so a bad configuration raises :class:`~aiokafka_ng.errors.ConfigError` naming every
+bad key, and ``ConsumerConfig.from_properties({"group.id": "g"})`` takes Kafka's dotted names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from aiokafka_ng.config import ClientConfig
+
+__all__ = ["ASSIGNOR_NAMES", "ConsumerConfig"]
+
+#: Assignors known by name (see :mod:`aiokafka_ng.consumer.assignors`).
+ASSIGNOR_NAMES = ("range", "roundrobin", "cooperative-sticky")
+_ASSIGNOR_ALIASES = {
+    "round-robin": "roundrobin",
+    "org.apache.kafka.clients.consumer.rangeassignor": "range",
+    "org.apache.kafka.clients.consumer.roundrobinassignor": "roundrobin",
+    "org.apache.kafka.clients.consumer.cooperativestickyassignor": "cooperative-sticky",
+}
+
+
+class ConsumerConfig(ClientConfig):
+    """Consumer settings. Defaults are the Java client's (Kafka 4.0) unless noted."""
+
+    PROPERTY_ALIASES: ClassVar[dict[str, str]] = {
+        **ClientConfig.PROPERTY_ALIASES,
+        "key.deserializer": "key_deserializer",
+        "value.deserializer": "value_deserializer",
+        "partition.assignment.strategy": "partition_assignment_strategy",
+        "allow.auto.create.topics": "allow_auto_create_topics",
+    }
+
+    group_id: str | None = None
+    group_instance_id: str | None = None
+    client_rack: str = ""
+    auto_offset_reset: Literal["earliest", "latest", "none"] = "latest"
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = Field(default=5000, gt=0)
+    session_timeout_ms: int = Field(default=45000, gt=0)
+    heartbeat_interval_ms: int = Field(default=3000, gt=0)
+    max_poll_interval_ms: int = Field(default=300000, gt=0)
+    #: JoinGroup's rebalance timeout; None means max_poll_interval_ms (as Java does).
+    rebalance_timeout_ms: int | None = Field(default=None, gt=0)
+    max_poll_records: int = Field(default=500, gt=0)
+    fetch_min_bytes: int = Field(default=1, ge=1)
+    fetch_max_bytes: int = Field(default=52428800, gt=0)
+    fetch_max_wait_ms: int = Field(default=500, ge=0)
+    max_partition_fetch_bytes: int = Field(default=1048576, gt=0)
+    #: Hard cap on fetched-but-unconsumed record bytes (KIP-72's idea on the client side).
+    fetch_buffer_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
+    check_crcs: bool = True
+    #: Assignor names (or objects with ``name``/``assign``) in order of preference.
+    partition_assignment_strategy: tuple[Any, ...] = ("range", "cooperative-sticky")
+    exclude_internal_topics: bool = True
+    allow_auto_create_topics: bool = True
+    key_deserializer: Callable[[bytes | None], Any] | None = None
+    value_deserializer: Callable[[bytes | None], Any] | None = None
+
+    @field_validator("auto_offset_reset", "isolation_level", mode="before")
+    @classmethod
+    def _lower(cls, v: Any) -> Any:
+        return v.lower() if isinstance(v, str) else v
+
+    @field_validator("partition_assignment_strategy", mode="before")
+    @classmethod
+    def _assignors(cls, v: Any) -> tuple[Any, ...]:
+        items = [s.strip() for s in v.split(",")] if isinstance(v, str) else list(v)
+        out: list[Any] = []
+        for item in items:
+            if isinstance(item, str):
+                name = _ASSIGNOR_ALIASES.get(item.lower(), item.lower())
+                if name not in ASSIGNOR_NAMES:
+                    raise ValueError(f"unknown assignor {item!r}; known: {ASSIGNOR_NAMES}")
+                out.append(name)
+            elif hasattr(item, "name") and hasattr(item, "assign"):
+                out.append(item)
+            else:
+                raise ValueError(f"not an assignor: {item!r}")
+        if not out:
+            raise ValueError("at least one assignor is required")
+        return tuple(out)
+
+    def _cross_check(self) -> dict[str, str]:
+        errors = super()._cross_check()
+        user = self.model_fields_set
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            key = (
+                "heartbeat_interval_ms" if "heartbeat_interval_ms" in user else "session_timeout_ms"
+            )
+            errors[key] = "heartbeat_interval_ms must be lower than session_timeout_ms"
+        if self.group_id is None:
+            if self.enable_auto_commit:
+                if "enable_auto_commit" in user:
+                    errors["enable_auto_commit"] = "requires a group_id"
+                else:  # Java: silently off without a group
+                    self._force(enable_auto_commit=False)
+            if self.group_instance_id is not None:
+                errors["group_instance_id"] = "requires a group_id"
+        elif not self.group_id:
+            errors["group_id"] = "must not be empty"
+        return errors
+
+    @property
+    def effective_rebalance_timeout_ms(self) -> int:
+        return self.rebalance_timeout_ms or self.max_poll_interval_ms

@@ -1,0 +1,518 @@
+"""The public Consumer.
+
+``async with Consumer("events", bootstrap_servers=..., group_id="g") as consumer:`` starts a
+:class:`~aiokafka_ng.cluster.Cluster`, the :class:`~.fetcher.Fetcher` task and, with a
+``group_id``, the :class:`~.group.GroupCoordinator` task, all in one task group owned by the
+consumer. Leaving the block commits (with auto-commit), leaves the group and stops them.
+
+Without a ``group_id``, ``subscribe(topics)`` reads every partition of the topics (kept up to
+date from metadata) and nothing is committed; ``assign()`` works with or without a group.
+
+Positions: ``position(tp)`` is the offset of the next record the application will get. It
+advances as records are handed out by ``getone``/``getmany``/iteration, never ahead of
+them; ``commit()`` without arguments commits these positions. Auto-commit commits the
+positions as of the application's previous poll (see ``GroupCoordinator.mark_processed``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+from anyio.abc import TaskGroup
+
+from aiokafka_ng.cluster import Cluster, ClusterMetadata
+from aiokafka_ng.consumer.config import ConsumerConfig
+from aiokafka_ng.consumer.errors import ConsumerStoppedError
+from aiokafka_ng.consumer.fetcher import Fetcher, FetcherStatistics, FetchSettings
+from aiokafka_ng.consumer.group import GroupCoordinator
+from aiokafka_ng.consumer.models import (
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
+from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
+from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
+from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+
+__all__ = ["Consumer", "ConsumerStatistics"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerStatistics:
+    fetcher: FetcherStatistics
+    assignment: tuple[TopicPartition, ...]
+    group_state: str | None
+    generation: int | None
+    member_id: str | None
+    rebalances: int
+
+
+class Consumer:
+    """A Kafka consumer. See the module docstring; config names follow the Java client."""
+
+    def __init__(self, *topics: str, **config: Any) -> None:
+        self._config = ConsumerConfig(**config)
+        self._initial_topics = topics
+        self._subs = SubscriptionState(self._on_subscription_change)
+        self._cluster: Cluster | None = None
+        self._tg: TaskGroup | None = None
+        self._fetcher: Fetcher | None = None
+        self._group: GroupCoordinator | None = None
+        self._offsets: OffsetsClient | None = None
+        self._closed = False
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any], *topics: str) -> Consumer:
+        """Build from Kafka-style properties (``{"group.id": "g", ...}``)."""
+        config: ConsumerConfig = ConsumerConfig.from_properties(properties)
+        return cls(*topics, **{k: getattr(config, k) for k in config.model_fields_set})
+
+    @property
+    def config(self) -> ConsumerConfig:
+        return self._config
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("running" if self._tg else "new")
+        return f"Consumer(group_id={self._config.group_id!r}, {state})"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Connect and start the background tasks (``async with`` does this).
+
+        ``start()`` and ``stop()`` must be called from the same task.
+        """
+        if self._tg is not None or self._closed:
+            raise IllegalStateError("a consumer can be started only once")
+        c = self._config
+        cluster_config = dataclasses.replace(
+            c.cluster_config(), allow_auto_topic_creation=c.allow_auto_create_topics
+        )
+        cluster = Cluster(cluster_config)
+        await cluster.__aenter__()
+        self._cluster = cluster
+        try:
+            backoff = ExponentialBackoff.retry(c.retry_backoff_ms, c.retry_backoff_max_ms)
+            isolation = 1 if c.isolation_level == "read_committed" else 0
+            self._offsets = OffsetsClient(
+                cluster,
+                group_id=c.group_id,
+                isolation_level=isolation,
+                backoff=backoff,
+                timeout_s=c.request_timeout_ms / 1000,
+            )
+            settings = FetchSettings(
+                min_bytes=c.fetch_min_bytes,
+                max_bytes=c.fetch_max_bytes,
+                max_wait_ms=c.fetch_max_wait_ms,
+                max_partition_bytes=c.max_partition_fetch_bytes,
+                buffer_bytes=c.fetch_buffer_bytes,
+                isolation_level=isolation,
+                check_crcs=c.check_crcs,
+                auto_offset_reset=c.auto_offset_reset,
+                rack_id=c.client_rack,
+                request_timeout_s=c.request_timeout_ms / 1000,
+                preferred_replica_ttl_s=c.metadata_max_age_ms / 1000,
+            )
+            self._fetcher = Fetcher(
+                cluster,
+                self._subs,
+                self._offsets,
+                settings,
+                backoff=backoff,
+                group_offsets=lambda: c.group_id is not None,
+                key_deserializer=c.key_deserializer,
+                value_deserializer=c.value_deserializer,
+            )
+            tg = anyio.create_task_group()
+            await tg.__aenter__()
+            self._tg = tg
+            await tg.start(self._fetcher.run)
+            if c.group_id is not None:
+                self._group = GroupCoordinator(
+                    cluster, c, self._subs, self._offsets, on_assignment=self._fetcher.wake
+                )
+                await tg.start(self._group.run)
+            else:
+                cluster.add_listener(self._assign_from_metadata)
+        except BaseException:
+            await self._shutdown()
+            raise
+        if self._initial_topics:
+            self.subscribe(self._initial_topics)
+
+    async def stop(self) -> None:
+        """Commit (auto-commit), leave the group, stop the tasks, close the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._fetcher is not None:
+            self._fetcher.wake()  # waiting polls wake up and raise ConsumerStoppedError
+        try:
+            if self._group is not None and self._tg is not None:
+                # Shielded (a cancelled owner still leaves the group cleanly), but bounded:
+                # an unreachable coordinator must not hold the shutdown forever.
+                limit = 2 * self._config.request_timeout_ms / 1000
+                with anyio.move_on_after(limit, shield=True):
+                    await self._group.close()
+        finally:
+            await self._shutdown()
+
+    close = stop
+
+    async def _shutdown(self) -> None:
+        self._closed = True
+        tg, self._tg = self._tg, None
+        cluster, self._cluster = self._cluster, None
+        try:
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+        finally:
+            if cluster is not None:
+                await cluster.__aexit__(None, None, None)
+
+    def _running(self) -> tuple[Cluster, Fetcher, OffsetsClient]:
+        if self._closed or self._cluster is None:
+            raise ConsumerStoppedError("the consumer is not running (use `async with`)")
+        assert self._fetcher is not None and self._offsets is not None
+        return self._cluster, self._fetcher, self._offsets
+
+    def _on_subscription_change(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.wake()
+        if self._cluster is not None and self._subs.topics:
+            self._cluster.request_update(self._subs.topics)
+
+    # ------------------------------------------------------------------ subscription
+
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | re.Pattern[str] | None = None,
+        listener: Any = None,
+    ) -> None:
+        """Join the group for ``topics`` (or every topic matching ``pattern``).
+
+        Without a ``group_id`` the consumer reads every partition of ``topics`` itself
+        (no group, no commits), as aiokafka does.
+        """
+        cluster, _, _ = self._running()
+        if isinstance(topics, str):
+            topics = [topics]
+        topics = list(topics)
+        if self._group is None:
+            # No group (aiokafka allows this): read every partition of the topics, kept up
+            # to date from metadata by _assign_from_metadata.
+            if pattern is not None or not topics:
+                raise IllegalStateError("without a group_id, subscribe() needs topic names")
+            self._subs.subscribe(topics, listener)
+            self._assign_from_metadata(cluster.metadata)
+            return
+        if pattern is not None:
+            if topics:
+                raise IllegalStateError("give topics or a pattern, not both")
+            compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+            self._subs.subscribe_pattern(compiled, listener)
+        else:
+            if not topics:
+                raise IllegalStateError("subscribe() needs topics or a pattern")
+            self._subs.subscribe(topics, listener)
+        self._group.request_rejoin()
+
+    def _assign_from_metadata(self, snapshot: ClusterMetadata) -> None:
+        if self._group is not None or self._subs.mode is not SubscriptionMode.TOPICS:
+            return
+        wanted: set[TopicPartition] = set()
+        for topic in self._subs.topics:
+            meta = snapshot.topics.get(topic)
+            if meta is not None and meta.ready:
+                wanted.update(TopicPartition(topic, p) for p in meta.partitions)
+        if wanted != set(self._subs.assignment):
+            self._subs.set_assignment(wanted, needs_committed=True)
+
+    def subscription(self) -> frozenset[str]:
+        return self._subs.topics
+
+    def unsubscribe(self) -> None:
+        """Drop the subscription or manual assignment.
+
+        A group member revokes its partitions (listener called, auto-commit committed) and
+        leaves the group, in the background.
+        """
+        if self._group is not None and self._subs.mode in (
+            SubscriptionMode.TOPICS,
+            SubscriptionMode.PATTERN,
+        ):
+            self._group.note_unsubscribe(set(self._subs.assignment), self._subs.listener)
+        self._subs.unsubscribe()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions, without group management."""
+        self._running()
+        self._subs.assign_manual([TopicPartition(*tp) for tp in partitions])
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return frozenset(self._subs.assignment)
+
+    # ------------------------------------------------------------------ consuming
+
+    def _poll_entry(self) -> None:
+        if self._group is not None:
+            if self._group.fatal is not None:
+                raise self._group.fatal
+            self._group.notify_poll()
+            self._group.mark_processed()
+
+    def _check_after_wait(self) -> None:
+        self._running()
+        if self._group is not None and self._group.fatal is not None:
+            raise self._group.fatal
+
+    async def _wait(self, fetcher: Fetcher) -> None:
+        """Wait for data; the group counts the wait as polling (no poll timeout meanwhile)."""
+        group = self._group
+        if group is None:
+            await fetcher.wait_for_data()
+            return
+        group.poll_started()
+        try:
+            await fetcher.wait_for_data()
+        finally:
+            group.poll_ended()
+
+    async def getmany(
+        self,
+        *partitions: TopicPartition,
+        timeout_ms: int = 0,
+        max_records: int | None = None,
+    ) -> dict[TopicPartition, list[ConsumerRecord[Any, Any]]]:
+        """Records for each partition (of ``partitions``, or all assigned), waiting up to
+        ``timeout_ms`` for some; at most ``max_records`` (default ``max_poll_records``)."""
+        _, fetcher, _ = self._running()
+        self._poll_entry()
+        limit = max_records or self._config.max_poll_records
+        only = frozenset(partitions) if partitions else None
+        deadline = anyio.current_time() + timeout_ms / 1000
+        while True:
+            records = fetcher.drain(limit, only)
+            now = anyio.current_time()
+            if records or now >= deadline:
+                return records
+            with anyio.move_on_after(deadline - now):
+                await self._wait(fetcher)
+            self._check_after_wait()
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord[Any, Any]:
+        """The next record (of ``partitions``, or any assigned), waiting as long as needed."""
+        _, fetcher, _ = self._running()
+        self._poll_entry()
+        only = frozenset(partitions) if partitions else None
+        while True:
+            record = fetcher.drain_one(only)
+            if record is not None:
+                return record
+            await self._wait(fetcher)
+            self._check_after_wait()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord[Any, Any]:
+        try:
+            return await self.getone()
+        except ConsumerStoppedError:
+            raise StopAsyncIteration from None
+
+    # ------------------------------------------------------------------ positions
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` next."""
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        self._subs.state(partition).seek(offset)
+        self._wake()
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Read from the earliest offset (all assigned partitions by default)."""
+        for tp in partitions or tuple(self._subs.assignment):
+            self._subs.state(tp).request_reset("earliest")
+        self._wake()
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Read only records written from now on (all assigned partitions by default)."""
+        for tp in partitions or tuple(self._subs.assignment):
+            self._subs.state(tp).request_reset("latest")
+        self._wake()
+
+    async def seek_to_committed(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or tuple(self._subs.assignment):
+            state = self._subs.state(tp)
+            state.request_reset("earliest")
+            state.reset = None
+            state.needs_committed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.wake()
+
+    async def position(self, partition: TopicPartition, *, timeout_ms: int | None = None) -> int:
+        """The offset of the next record to be handed out (looked up if not known yet)."""
+        _, fetcher, _ = self._running()
+        state = self._subs.state(partition)
+        limit = (timeout_ms if timeout_ms is not None else self._config.request_timeout_ms) / 1000
+        with anyio.move_on_after(limit):
+            while not state.has_position:
+                if state.error is not None:
+                    error, state.error = state.error, None
+                    raise error
+                await fetcher.wait_for_data()
+                self._running()
+                state = self._subs.state(partition)
+            assert state.position is not None
+            return state.position
+        raise KafkaTimeoutError(f"position of {partition.topic}-{partition.partition} unknown")
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's high watermark from the last fetch response (None before one)."""
+        return self._subs.state(partition).highwater
+
+    def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        return self._subs.state(partition).last_stable_offset
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching and returning records of ``partitions`` (buffered data is kept)."""
+        for tp in partitions:
+            self._subs.state(tp).paused = True
+        self._wake()
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._subs.state(tp).paused = False
+        self._wake()
+
+    def paused(self) -> frozenset[TopicPartition]:
+        return frozenset(tp for tp, s in self._subs.assignment.items() if s.paused)
+
+    # ------------------------------------------------------------------ offsets
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+    ) -> None:
+        """Commit ``offsets`` (next offset to read per partition), or every position."""
+        self._running()
+        if self._group is None:
+            raise IllegalStateError("commit() needs a group_id")
+        if offsets is None:
+            todo: dict[TopicPartition, OffsetAndMetadata] = {}
+            for tp, s in self._subs.assignment.items():
+                if s.has_position and s.position is not None:
+                    todo[tp] = OffsetAndMetadata(s.position, "", s.leader_epoch)
+        else:
+            todo = {
+                TopicPartition(*tp): om
+                if isinstance(om, OffsetAndMetadata)
+                else OffsetAndMetadata(om)
+                for tp, om in offsets.items()
+            }
+        await self._group.commit(todo)
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset for ``partition`` (None when nothing committed)."""
+        _, _, offsets = self._running()
+        answer = (await offsets.fetch_committed([partition])).get(partition)
+        return None if answer is None else answer.offset
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the first offset whose timestamp is >= the given one (ms)."""
+        _, _, offsets = self._running()
+        for ts in timestamps.values():
+            if ts < 0:
+                raise ValueError("timestamps must be >= 0")
+        answers = await offsets.list_offsets(dict(timestamps))
+        return {
+            tp: None if off < 0 else OffsetAndTimestamp(off, ts)
+            for tp, (off, ts) in answers.items()
+        }
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        _, _, offsets = self._running()
+        answers = await offsets.list_offsets(dict.fromkeys(partitions, EARLIEST))
+        return {tp: off for tp, (off, _) in answers.items()}
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset the next written record will get (the high watermark)."""
+        _, _, offsets = self._running()
+        answers = await offsets.list_offsets(dict.fromkeys(partitions, LATEST))
+        return {tp: off for tp, (off, _) in answers.items()}
+
+    # ------------------------------------------------------------------ metadata
+
+    async def partitions_for_topic(self, topic: str) -> frozenset[int]:
+        cluster, _, _ = self._running()
+        meta = (await cluster.wait_for_topics([topic]))[topic]
+        return frozenset(meta.partitions)
+
+    async def topics(self) -> frozenset[str]:
+        """Every topic in the cluster (internal ones excluded by default)."""
+        from aiokafka_ng.protocol.messages.metadata import MetadataRequest
+
+        cluster, _, _ = self._running()
+        response = await cluster.request_any(
+            MetadataRequest(topics=None, allow_auto_topic_creation=False)
+        )
+        return frozenset(
+            t.name
+            for t in response.topics
+            if t.name and not (self._config.exclude_internal_topics and t.is_internal)
+        )
+
+    def statistics(self) -> ConsumerStatistics:
+        _, fetcher, _ = self._running()
+        g = self._group
+        return ConsumerStatistics(
+            fetcher=fetcher.statistics(),
+            assignment=tuple(self._subs.assignment),
+            group_state=None if g is None else g.state.value,
+            generation=None if g is None else g.generation,
+            member_id=None if g is None else g.member_id,
+            rebalances=0 if g is None else g.rebalances,
+        )
+
+    async def wait_for_assignment(self, *, timeout_ms: int = 60000) -> frozenset[TopicPartition]:
+        """Wait until the group has given this member an assignment (possibly empty)."""
+        self._running()
+        if self._group is None:
+            return self.assignment()
+        with anyio.move_on_after(timeout_ms / 1000):
+            while not self._group.settled:
+                if self._group.fatal is not None:
+                    raise self._group.fatal
+                await self._group.wait_joined()
+            return self.assignment()
+        raise KafkaTimeoutError("no assignment from the group in time")

@@ -1,0 +1,671 @@
+"""The fetcher: keeps a bounded buffer of records ahead of the application.
+
+Theory of operation
+-------------------
+*One loop, one fetch per broker.* :meth:`Fetcher.run` is a single task that plans work and
+sleeps on a wake-up event. Each round it groups the *fetchable* partitions by leader and,
+for every broker that has no fetch in flight, starts one task sending one sessionless Fetch
+(session id 0, epoch -1) over that broker's connection. A partition is fetchable when it is
+assigned, not paused, has a position, has **no buffered data** and no fetch in flight, is
+not backing off, and its leader is known. Partitions without a position are handed to one
+resolver task (committed offset from the group, else ``auto_offset_reset`` via ListOffsets).
+
+*The memory cap* (``fetch_buffer_bytes``, KIP-72's idea on the client side). Two numbers:
+``buffered`` (bytes of record batches kept and not yet fully handed to the application) and
+``reserved`` (the ``max_bytes`` of fetches in flight). A fetch starts only when
+``buffered + reserved`` leaves enough room, and asks for no more than that room. Brokers
+may still answer with more than asked (KIP-74 lets the first batch exceed the limit; some
+brokers ignore limits), so a response is *trimmed*: partitions are kept, in the order they
+were asked for, batch by batch while they fit in the reservation; the rest is dropped and
+fetched again later from the same position (the kept bytes are copied out of a trimmed
+response, so the memory held is the memory counted). The one exception is a single batch
+larger than the whole budget when nothing else is buffered: it is kept, or the consumer
+could never make progress. So ``buffered`` never exceeds the cap except by that one
+oversize batch, and the statistics show the largest value ever seen.
+
+*Fairness.* Partitions are listed in fetch requests least recently served first (a
+partition is "served" when a response brings it data), and the drain that serves
+``getmany`` starts from a rotating partition, so neither a busy partition nor the response
+size limit starves the others. Listing order matters: brokers fill a response in request
+order, and some (Tansu) ignore ``partition_max_bytes`` and give the first partition all of
+``max_bytes``; with this order such a broker still serves the partitions in turn.
+
+*Buffered data* is kept as raw batches (a :class:`~.buffer.BufferedFetch` per partition) and
+decoded one batch at a time as the application drains it; its bytes return to the budget
+when the partition's buffer is empty. The cap counts bytes as received (compressed batches
+count compressed); decoded records exist for at most one batch per partition at a time.
+
+*Errors.* A failed request (connection, timeout) backs off that broker with the shared
+:class:`ExponentialBackoff`. Per partition: ``invalid_metadata`` errors (NOT_LEADER,
+FENCED_LEADER_EPOCH, ...) ask the cluster for a metadata refresh and apply any KIP-951 leader
+hint; other retriable errors back the partition off; OFFSET_OUT_OF_RANGE resets by
+``auto_offset_reset`` (or, with "none", raises OffsetOutOfRangeError to the application);
+anything else is raised to the application on its next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from aiokafka_ng.cluster import BrokerMetadata, Cluster
+from aiokafka_ng.consumer.buffer import BufferedFetch
+from aiokafka_ng.consumer.models import ConsumerRecord, TopicPartition
+from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
+from aiokafka_ng.consumer.state import PartitionState, SubscriptionState
+from aiokafka_ng.errors import KafkaError, OffsetOutOfRangeError, error_for_code
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.messages.fetch import (
+    FetchPartition,
+    FetchRequest,
+    FetchTopic,
+)
+from aiokafka_ng.protocol.records import RecordBatch, iter_batches
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["FetchSettings", "Fetcher", "FetcherStatistics"]
+
+log = logging.getLogger(__name__)
+
+_ZERO_UUID_INT = 0
+_MAX_NAMED_FETCH_VERSION = 12  # v13+ names topics by id
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSettings:
+    min_bytes: int = 1
+    max_bytes: int = 52428800
+    max_wait_ms: int = 500
+    max_partition_bytes: int = 1048576
+    buffer_bytes: int = 64 * 1024 * 1024
+    isolation_level: int = 0  # 1 = read_committed
+    check_crcs: bool = True
+    auto_offset_reset: str = "latest"
+    rack_id: str = ""
+    request_timeout_s: float = 30.0
+    #: How long a KIP-392 preferred read replica is used before asking the leader again.
+    preferred_replica_ttl_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherStatistics:
+    buffered_bytes: int  # record bytes fetched and not yet handed to the application
+    max_buffered_bytes: int  # the largest buffered_bytes ever seen
+    reserved_bytes: int  # max_bytes of fetches in flight
+    buffer_limit: int
+    fetches_in_flight: int
+    fetch_requests: int
+    fetch_failures: int
+    bytes_dropped: int  # over-budget response data dropped to keep the cap
+    partitions_buffered: int
+
+
+class Fetcher:
+    """Fetches ahead for the assigned partitions within a memory budget (module docstring)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        subscription: SubscriptionState,
+        offsets: OffsetsClient,
+        settings: FetchSettings,
+        *,
+        backoff: ExponentialBackoff,
+        group_offsets: Callable[[], bool],
+        key_deserializer: Callable[[bytes | None], Any] | None = None,
+        value_deserializer: Callable[[bytes | None], Any] | None = None,
+    ) -> None:
+        self._cluster = cluster
+        self._subs = subscription
+        self._offsets = offsets
+        self._settings = settings
+        self._backoff = backoff
+        self._group_offsets = group_offsets  # True when committed offsets can be fetched
+        self._key_de = key_deserializer
+        self._value_de = value_deserializer
+        self._wake = anyio.Event()
+        self._data = anyio.Event()  # set when data or an error is ready for the application
+        self._buffered = 0
+        self._max_buffered = 0
+        self._reserved = 0
+        self._in_flight: set[int] = set()  # nodes with a fetch in flight
+        self._node_failures: dict[int, int] = defaultdict(int)
+        self._node_retry_at: dict[int, float] = {}
+        self._resolving = False
+        self._resolve_failures = 0
+        self._resolve_retry_at = 0.0
+        self._served = 0  # counter behind PartitionState.served
+        self._drain_rotation = 0
+        self._requests = 0
+        self._failures = 0
+        self._dropped = 0
+        self._error: KafkaError | None = None  # raised to the application (not per partition)
+        self._kept: set[PartitionState] = set()  # states holding a buffer
+
+    # ------------------------------------------------------------------ public
+
+    def wake(self) -> None:
+        """Re-plan soon (assignment, seek, pause or metadata changed)."""
+        self._wake.set()
+        self._data.set()  # a waiting getmany re-checks (e.g. its partitions were paused)
+
+    def statistics(self) -> FetcherStatistics:
+        return FetcherStatistics(
+            buffered_bytes=self._buffered,
+            max_buffered_bytes=self._max_buffered,
+            reserved_bytes=self._reserved,
+            buffer_limit=self._settings.buffer_bytes,
+            fetches_in_flight=len(self._in_flight),
+            fetch_requests=self._requests,
+            fetch_failures=self._failures,
+            bytes_dropped=self._dropped,
+            partitions_buffered=sum(
+                1 for s in self._subs.assignment.values() if s.buffer is not None
+            ),
+        )
+
+    async def wait_for_data(self) -> None:
+        """Return when new data (or an error) may be ready; callers re-check with drain().
+
+        Call it right after a drain() that found nothing, with no await in between: a
+        signal raised before that drain was consumed by it, so a set event is stale and
+        replaced. An unset event is shared by every waiter (getmany and position() may
+        wait at once).
+        """
+        if self._data.is_set():
+            self._data = anyio.Event()
+        await self._data.wait()
+
+    def drain(
+        self, max_records: int, only: frozenset[TopicPartition] | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord[Any, Any]]]:
+        """Up to ``max_records`` records, taken from the partitions in rotating order.
+
+        Raises a pending error (its partition's error first) instead, once.
+        """
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        out: dict[TopicPartition, list[ConsumerRecord[Any, Any]]] = {}
+        states = self._subs.states
+        count = len(states)
+        if not count:
+            return out
+        start = self._drain_rotation % count
+        self._drain_rotation += 1
+        for i in range(count):
+            state = states[(start + i) % count]
+            if only is not None and state.tp not in only:
+                continue
+            if state.error is not None:
+                error, state.error = state.error, None
+                if out:  # hand out what we have; the error comes next time
+                    state.error = error
+                    return out
+                raise error
+            buf = state.buffer
+            if buf is None or state.paused:
+                continue
+            if buf.epoch != state.epoch:
+                self._release(state)
+                continue
+            records = self._take(state, buf, max_records)
+            if records:
+                out[state.tp] = records
+                max_records -= len(records)
+            if buf.exhausted:
+                self._release(state)
+            if max_records <= 0:
+                break
+        return out
+
+    def drain_one(
+        self, only: frozenset[TopicPartition] | None = None
+    ) -> ConsumerRecord[Any, Any] | None:
+        """``drain(1)`` without building a dict: the ``getone``/iteration fast path."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        states = self._subs.states
+        count = len(states)
+        if not count:
+            return None
+        start = self._drain_rotation % count
+        self._drain_rotation += 1
+        for i in range(count):
+            state = states[(start + i) % count]
+            if only is not None and state.tp not in only:
+                continue
+            if state.error is not None:
+                error, state.error = state.error, None
+                raise error
+            buf = state.buffer
+            if buf is None or state.paused:
+                continue
+            if buf.epoch != state.epoch:
+                self._release(state)
+                continue
+            try:
+                record = buf.take_one(self._key_de, self._value_de)
+            except KafkaError:
+                state.epoch += 1  # as in _take: drop the buffer, position stays put
+                raise
+            if buf.exhausted:
+                self._release(state)
+            if record is not None:
+                return record
+        return None
+
+    def _take(
+        self, state: PartitionState, buf: BufferedFetch, n: int
+    ) -> list[ConsumerRecord[Any, Any]]:
+        out: list[ConsumerRecord[Any, Any]] = []
+        try:
+            buf.take_into(out, n, self._key_de, self._value_de)
+        except KafkaError as exc:
+            # A batch that does not decode: drop the buffer, keep the position at the batch
+            # (it is fetched again and fails again: the application decides, e.g. seeks).
+            state.epoch += 1
+            if not out:
+                raise
+            state.error = exc
+            self._data.set()
+        return out
+
+    def _release(self, state: PartitionState) -> None:
+        buf = state.buffer
+        if buf is not None:
+            state.buffer = None
+            self._buffered -= buf.size
+            self._wake.set()
+
+    def _reclaim(self) -> None:
+        """Return the budget held by buffers that can no longer be handed out.
+
+        That is: buffers of partitions no longer assigned (their states left the
+        assignment still holding them) and buffers older than a seek.
+        """
+        for state in list(self._kept):
+            buf = state.buffer
+            if buf is None:
+                self._kept.discard(state)
+            elif self._subs.assignment.get(state.tp) is not state or buf.epoch != state.epoch:
+                self._kept.discard(state)
+                self._release(state)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        remove = self._cluster.add_listener(lambda _snapshot: self._wake.set())
+        try:
+            async with anyio.create_task_group() as tg:
+                task_status.started()
+                while True:
+                    self._wake = anyio.Event()
+                    self._reclaim()
+                    next_due = self._plan(tg)
+                    delay = None if next_due is None else max(0.0, next_due - anyio.current_time())
+                    with anyio.move_on_after(delay if delay is not None else float("inf")):
+                        await self._wake.wait()
+        finally:
+            remove()
+
+    def _plan(self, tg: TaskGroup) -> float | None:
+        """Start the fetches (and position lookups) that can start; return when to re-plan."""
+        now = anyio.current_time()
+        next_due: float | None = None
+        states = list(self._subs.assignment.values())
+        if not states:
+            return None
+        unresolved = [s for s in states if not s.has_position and s.error is None]
+        if unresolved and not self._resolving and self._resolve_retry_at > now:
+            next_due = self._resolve_retry_at
+        elif unresolved and not self._resolving:
+            self._resolving = True
+            tg.start_soon(self._resolve_positions, unresolved)
+        metadata = self._cluster.metadata
+        by_node: dict[int, list[PartitionState]] = defaultdict(list)
+        for state in sorted(states, key=_served):
+            if (
+                state.paused
+                or state.buffer is not None
+                or state.in_flight
+                or state.error is not None
+                or not state.has_position
+            ):
+                continue
+            if state.retry_at > now:
+                next_due = state.retry_at if next_due is None else min(next_due, state.retry_at)
+                continue
+            leader = metadata.leader_for(state.tp.topic, state.tp.partition)
+            if leader is None:
+                self._cluster.request_update([state.tp.topic])
+                continue
+            replica = state.preferred_replica
+            if replica >= 0 and now < state.preferred_until and replica in metadata.brokers:
+                leader = replica  # KIP-392: fetch from the closest replica
+            by_node[leader].append(state)
+        for node, parts in by_node.items():
+            if node in self._in_flight:
+                continue
+            retry_at = self._node_retry_at.get(node, 0.0)
+            if retry_at > now:
+                next_due = retry_at if next_due is None else min(next_due, retry_at)
+                continue
+            budget = self._settings.buffer_bytes - self._buffered - self._reserved
+            # Tiny fetches would mostly be trimmed away: wait until a useful share is free.
+            useful = min(self._settings.max_partition_bytes, self._settings.buffer_bytes // 4)
+            if budget < max(1, useful) and not (self._buffered == 0 and self._reserved == 0):
+                break
+            reserve = max(1, min(self._settings.max_bytes, budget))
+            self._reserved += reserve
+            self._in_flight.add(node)
+            for s in parts:
+                s.in_flight = True
+            tg.start_soon(self._fetch, node, parts, reserve)
+        return next_due
+
+    # ------------------------------------------------------------------ positions
+
+    async def _resolve_positions(self, states: list[PartitionState]) -> None:
+        try:
+            await self._resolve(states)
+            self._resolve_failures = 0
+        except KafkaError as exc:
+            # Raised to the application once; retried after the shared backoff, so a
+            # persistent failure (say, authorization) is not a hot loop.
+            log.warning("resolving positions failed: %r", exc)
+            self._error = exc
+            self._resolve_failures += 1
+            self._resolve_retry_at = anyio.current_time() + self._backoff.backoff_s(
+                self._resolve_failures
+            )
+        finally:
+            self._resolving = False
+            self._wake.set()
+            self._data.set()  # position() waiters re-check
+
+    async def _resolve(self, states: list[PartitionState]) -> None:
+        live = [s for s in states if self._subs.assignment.get(s.tp) is s]
+        need_committed = [s for s in live if s.needs_committed]
+        if need_committed:
+            epochs = {id(s): s.epoch for s in need_committed}
+            if self._group_offsets():
+                committed = await self._offsets.fetch_committed([s.tp for s in need_committed])
+            else:
+                committed = {}
+            for s in need_committed:
+                if s.epoch != epochs[id(s)] or not s.needs_committed:
+                    continue  # seeked meanwhile
+                om = committed.get(s.tp)
+                s.needs_committed = False
+                if om is not None:
+                    s.position = om.offset
+                    s.leader_epoch = om.leader_epoch
+                    s.epoch += 1
+                else:
+                    s.reset = self._settings.auto_offset_reset
+        to_reset = [s for s in live if s.reset is not None and not s.needs_committed]
+        if not to_reset:
+            return
+        asks: dict[TopicPartition, int] = {}
+        for s in to_reset:
+            reset = s.reset
+            assert reset is not None
+            if reset == "none":
+                s.error = OffsetOutOfRangeError(
+                    f"no committed offset for {s.tp.topic}-{s.tp.partition} "
+                    "and auto_offset_reset='none'"
+                )
+                s.reset = None
+                self._data.set()
+                continue
+            asks[s.tp] = _reset_timestamp(reset)
+        epochs = {id(s): s.epoch for s in to_reset}
+        answers = await self._offsets.list_offsets(asks)
+        for s in to_reset:
+            answer = answers.get(s.tp)
+            if answer is None or s.epoch != epochs[id(s)]:
+                continue
+            offset = answer[0]
+            if offset < 0:  # no record at/after the timestamp: go to the end
+                s.request_reset("latest")
+                continue
+            s.seek(offset)
+
+    # ------------------------------------------------------------------ fetching
+
+    async def _fetch(self, node: int, parts: list[PartitionState], reserve: int) -> None:
+        epochs = [s.epoch for s in parts]
+        try:
+            response, version = await self._send_fetch(node, parts, reserve)
+        except KafkaError as exc:
+            self._failures += 1
+            self._node_failures[node] += 1
+            self._node_retry_at[node] = anyio.current_time() + self._backoff.backoff_s(
+                self._node_failures[node]
+            )
+            log.debug("fetch from node %s failed: %r", node, exc)
+            for s in parts:
+                s.preferred_replica = -1  # back to the leader
+            if exc.invalid_metadata or not exc.retriable:
+                self._cluster.request_update({s.tp.topic for s in parts})
+            if not exc.retriable:
+                self._error = exc
+                self._data.set()
+            response = None
+        finally:
+            self._reserved -= reserve
+            self._in_flight.discard(node)
+            for s in parts:
+                s.in_flight = False
+            self._wake.set()
+        if response is None:
+            return
+        self._node_failures.pop(node, None)
+        self._handle_response(node, parts, epochs, response, version, reserve)
+
+    async def _send_fetch(
+        self, node: int, parts: list[PartitionState], reserve: int
+    ) -> tuple[Any, int]:
+        settings = self._settings
+        conn = await self._cluster.connection(node)
+        version = conn.version_for(FetchRequest)
+        metadata = self._cluster.metadata
+        topic_ids = {}
+        for s in parts:
+            t = metadata.topics.get(s.tp.topic)
+            topic_ids[s.tp.topic] = t.topic_id if t is not None else None
+        if version > _MAX_NAMED_FETCH_VERSION and any(
+            i is None or i.int == _ZERO_UUID_INT for i in topic_ids.values()
+        ):
+            version = _MAX_NAMED_FETCH_VERSION
+        topics: dict[str, list[FetchPartition]] = {}
+        part_max = max(1, min(settings.max_partition_bytes, reserve))
+        for s in parts:
+            t = metadata.topics.get(s.tp.topic)
+            p = t.partitions.get(s.tp.partition) if t is not None else None
+            topics.setdefault(s.tp.topic, []).append(
+                FetchPartition(
+                    partition=s.tp.partition,
+                    current_leader_epoch=p.leader_epoch if p is not None else -1,
+                    fetch_offset=s.position or 0,
+                    partition_max_bytes=part_max,
+                )
+            )
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=settings.max_wait_ms,
+            min_bytes=settings.min_bytes,
+            max_bytes=reserve,
+            isolation_level=settings.isolation_level,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                FetchTopic(topic=name, topic_id=topic_ids[name] or _zero_uuid(), partitions=ps)
+                for name, ps in topics.items()
+            ],
+            rack_id=settings.rack_id,
+        )
+        self._requests += 1
+        timeout = settings.request_timeout_s + settings.max_wait_ms / 1000
+        return await conn.send(request, version=version, timeout=timeout), version
+
+    def _handle_response(
+        self,
+        node: int,
+        parts: list[PartitionState],
+        epochs: list[int],
+        response: Any,
+        version: int,
+        reserve: int,
+    ) -> None:
+        if response.error_code:
+            error = error_for_code(response.error_code)
+            self._failures += 1
+            self._node_failures[node] += 1
+            self._node_retry_at[node] = anyio.current_time() + self._backoff.backoff_s(
+                self._node_failures[node]
+            )
+            log.debug("fetch from node %s: top-level error %s", node, error.__name__)
+            return
+        if response.throttle_time_ms > 0:
+            # KIP-219: over quota, the broker wants no request on this connection for now.
+            self._node_retry_at[node] = anyio.current_time() + response.throttle_time_ms / 1000
+        names_by_id = {}
+        if version > _MAX_NAMED_FETCH_VERSION:
+            names_by_id = {t.topic_id: t.name for t in self._cluster.metadata.topics.values()}
+        answers: dict[TopicPartition, Any] = {}
+        for t in response.responses:
+            name = names_by_id.get(t.topic_id, t.topic) if names_by_id else t.topic
+            for p in t.partitions:
+                answers[TopicPartition(name, p.partition_index)] = p
+        endpoints = {e.node_id: e for e in response.node_endpoints}
+        budget = reserve
+        for state, epoch in zip(parts, epochs, strict=True):
+            p = answers.get(state.tp)
+            if p is None:
+                continue
+            if self._subs.assignment.get(state.tp) is not state or state.epoch != epoch:
+                continue  # revoked or seeked while the fetch was in flight
+            if p.error_code:
+                state.preferred_replica = -1
+                self._partition_error(state, p, endpoints)
+                continue
+            state.failures = 0
+            if p.preferred_read_replica >= 0 and p.preferred_read_replica != node:
+                # KIP-392: the leader sends no records, only where to fetch them from.
+                state.preferred_replica = p.preferred_read_replica
+                state.preferred_until = (
+                    anyio.current_time() + self._settings.preferred_replica_ttl_s
+                )
+                self._wake.set()
+            state.highwater = p.high_watermark
+            if p.last_stable_offset >= 0:
+                state.last_stable_offset = p.last_stable_offset
+            if p.log_start_offset >= 0:
+                state.log_start_offset = p.log_start_offset
+            if not p.records:
+                continue
+            budget -= self._keep(state, p, budget)
+
+    def _keep(self, state: PartitionState, p: Any, budget: int) -> int:
+        """Buffer the batches of ``p`` that fit in ``budget``; return the bytes kept."""
+        data: bytes = p.records
+        position = state.position or 0
+        kept: list[RecordBatch] = []
+        size = 0
+        begin = end = 0  # the kept batches are data[begin:end] (batches are contiguous)
+        try:
+            for batch in iter_batches(data, verify_crc=self._settings.check_crcs):
+                n = batch.size_in_bytes
+                if batch.next_offset <= position:
+                    begin += n
+                    continue
+                alone = not kept and self._buffered == 0 and self._reserved == 0
+                if size + n > budget and not alone:
+                    break
+                kept.append(batch)
+                size += n
+        except KafkaError as exc:  # CorruptRecordError, malformed batch
+            if not kept:
+                state.error = exc
+                self._data.set()
+                return 0
+        self._dropped += len(data) - size
+        if not kept:
+            return 0
+        end = begin + size
+        if end - begin < len(data):
+            # Kept batches reference their buffer: hold a copy of just the kept bytes, so
+            # the memory held is what the budget counts (not the whole trimmed response).
+            kept = list(iter_batches(data[begin:end], verify_crc=False))
+        aborted = p.aborted_transactions if self._settings.isolation_level == 1 else None
+        if aborted is None and self._settings.isolation_level == 1:
+            aborted = []
+        self._served += 1
+        state.served = self._served
+        state.buffer = BufferedFetch(state, kept, size, aborted)
+        self._kept.add(state)
+        self._buffered += size
+        self._max_buffered = max(self._max_buffered, self._buffered)
+        self._data.set()
+        return size
+
+    def _partition_error(self, state: PartitionState, p: Any, endpoints: dict[int, Any]) -> None:
+        error = error_for_code(p.error_code)
+        tp = state.tp
+        if error is OffsetOutOfRangeError:
+            if self._settings.auto_offset_reset == "none":
+                state.error = OffsetOutOfRangeError(
+                    f"offset {state.position} is out of range for {tp.topic}-{tp.partition}"
+                )
+                self._data.set()
+            else:
+                log.info(
+                    "offset %s out of range for %s-%s; resetting to %s",
+                    state.position, tp.topic, tp.partition, self._settings.auto_offset_reset,
+                )  # fmt: skip
+                state.request_reset(self._settings.auto_offset_reset)
+            return
+        if error.invalid_metadata or error.retriable:
+            leader = p.current_leader
+            if leader.leader_id >= 0 and leader.leader_epoch >= 0:  # KIP-951 hint
+                e = endpoints.get(leader.leader_id)
+                broker = None if e is None else BrokerMetadata(e.node_id, e.host, e.port, e.rack)
+                self._cluster.update_leader(
+                    tp.topic, tp.partition, leader.leader_id, leader.leader_epoch, broker
+                )
+            if error.invalid_metadata:
+                self._cluster.request_update([tp.topic])
+            state.failures += 1
+            state.retry_at = anyio.current_time() + self._backoff.backoff_s(state.failures)
+            return
+        state.error = error(f"fetch {tp.topic}-{tp.partition}")
+        self._data.set()
+
+
+def _served(state: PartitionState) -> int:
+    return state.served
+
+
+def _reset_timestamp(reset: str | int) -> int:
+    if reset == "earliest":
+        return EARLIEST
+    if reset == "latest":
+        return LATEST
+    assert isinstance(reset, int)
+    return reset
+
+
+def _zero_uuid() -> uuid.UUID:
+    return uuid.UUID(int=0)

@@ -1,0 +1,155 @@
+"""Consumer throughput: aiokafka_ng vs aiokafka vs confluent-kafka, same LocalBroker, one run.
+
+Workload: 200k records of 100-byte values and ~8-byte keys, written once by librdkafka
+(uncompressed, linger.ms=20, its default batch limits) into a 4-partition topic; each client
+then reads all of it from offset 0 with manual assignment (no group), in the same process,
+one after the other, with its default fetch settings. aiokafka and confluent-kafka run in a
+worker thread (aiokafka on its own asyncio loop).
+Run: ``cd /work/main && PYTHONPATH=. python bench/bench_consumer.py [--records N] [--backend trio]``
+Prints msgs/s per client and the ratios against ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import anyio
+import anyio.to_thread
+from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import Producer as ConfluentProducer
+from confluent_kafka import TopicPartition as ConfluentTP
+
+from aiokafka_ng.consumer import Consumer, TopicPartition
+from aiokafka_ng.testing import LocalBroker
+
+PARTITIONS = 4
+
+
+def produce(bootstrap: str, topic: str, n: int) -> None:
+    values = [os.urandom(50).hex().encode() for _ in range(1000)]
+    producer = ConfluentProducer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(
+                    topic, values[i % 1000], key=b"key-%d" % (i % 1000), partition=i % PARTITIONS
+                )
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+async def ours_getmany(bootstrap: str, topic: str, n: int) -> int:
+    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        count = 0
+        while count < n:
+            for records in (await consumer.getmany(timeout_ms=1000, max_records=10000)).values():
+                count += len(records)
+        return count
+
+
+async def ours_iter(bootstrap: str, topic: str, n: int) -> int:
+    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        count = 0
+        async for _ in consumer:
+            count += 1
+            if count == n:
+                break
+        return count
+
+
+def aiokafka_getmany(bootstrap: str, topic: str, n: int) -> int:
+    async def run() -> int:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.structs import TopicPartition as AkTP
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([AkTP(topic, p) for p in range(PARTITIONS)])
+            await consumer.seek_to_beginning()
+            count = 0
+            while count < n:
+                batch = await consumer.getmany(timeout_ms=1000, max_records=10000)
+                for records in batch.values():
+                    count += len(records)
+            return count
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+def confluent_consume(bootstrap: str, topic: str, n: int) -> int:
+    consumer = ConfluentConsumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    })  # fmt: skip
+    try:
+        consumer.assign([ConfluentTP(topic, p, 0) for p in range(PARTITIONS)])
+        count = 0
+        while count < n:
+            for msg in consumer.consume(num_messages=10000, timeout=1.0):
+                if msg.error() is None:
+                    count += 1
+        return count
+    finally:
+        consumer.close()
+
+
+async def timed(label: str, fn: Callable[[], Awaitable[int]], n: int) -> float:
+    start = time.perf_counter()
+    count = await fn()
+    elapsed = time.perf_counter() - start
+    assert count >= n, f"{label}: read {count} of {n}"
+    rate = n / elapsed
+    print(f"{label:<28} {n} records in {elapsed:6.2f} s  {rate:>10,.0f} msg/s")
+    return rate
+
+
+async def main(n: int) -> None:
+    async with LocalBroker() as broker:
+        bootstrap = broker.bootstrap_servers
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        await anyio.to_thread.run_sync(produce, bootstrap, topic, n)
+        rates: dict[str, float] = {}
+        rates["aiokafka_ng getmany"] = await timed(
+            "aiokafka_ng getmany", lambda: ours_getmany(bootstrap, topic, n), n
+        )
+        rates["aiokafka_ng async for"] = await timed(
+            "aiokafka_ng async for", lambda: ours_iter(bootstrap, topic, n), n
+        )
+        rates["aiokafka getmany"] = await timed(
+            "aiokafka getmany",
+            lambda: anyio.to_thread.run_sync(aiokafka_getmany, bootstrap, topic, n),
+            n,
+        )
+        rates["confluent-kafka consume"] = await timed(
+            "confluent-kafka consume",
+            lambda: anyio.to_thread.run_sync(confluent_consume, bootstrap, topic, n),
+            n,
+        )
+        ours = rates["aiokafka_ng getmany"]
+        print()
+        for label, rate in rates.items():
+            print(f"{label:<28} {rate / ours:5.2f}x of aiokafka_ng getmany")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
+    args = parser.parse_args()
+    anyio.run(main, args.records, backend=args.backend)

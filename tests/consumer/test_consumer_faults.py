@@ -1,0 +1,94 @@
+"""The consumer through the fault proxy: connections cut mid-response, slow fetches.
+
+Every record must still arrive exactly once, in order per partition: a fetch whose
+connection dies is retried (after the shared backoff) from the unchanged position.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from fault_proxy import FaultProxy
+
+from aiokafka_ng.consumer import Consumer, TopicPartition
+from aiokafka_ng.testing import LocalBroker
+from tests.consumer.helpers import Row, confluent_produce_async, topic_name
+
+pytestmark = pytest.mark.anyio
+
+FETCH = 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def proxied_broker() -> AsyncIterator[tuple[LocalBroker, FaultProxy]]:
+    port = _free_port()
+    async with LocalBroker(advertised_port=port) as broker:  # noqa: SIM117 (proxy needs broker.port)
+        async with FaultProxy("127.0.0.1", broker.port, listen_port=port) as proxy:
+            yield broker, proxy
+
+
+async def test_cut_connections_lose_and_duplicate_nothing() -> None:
+    async with proxied_broker() as (broker, proxy):
+        topic = topic_name("cut")
+        rows: list[Row] = [(i % 2, None, b"%06d" % i, [], 1) for i in range(3000)]
+        await confluent_produce_async(
+            f"127.0.0.1:{broker.port}", topic, rows, **{"batch.num.messages": 100}
+        )
+        async with Consumer(
+            bootstrap_servers=proxy.address,
+            auto_offset_reset="earliest",
+            fetch_max_bytes=8 * 1024,  # many small fetches, so cuts land in the middle
+            retry_backoff_ms=10,
+            retry_backoff_max_ms=50,
+            reconnect_backoff_ms=10,
+            reconnect_backoff_max_ms=50,
+        ) as consumer:
+            consumer.assign([TopicPartition(topic, p) for p in range(2)])
+            seen: dict[int, list[bytes]] = {0: [], 1: []}
+            offsets: dict[int, list[int]] = {0: [], 1: []}
+            cuts = 0
+            polls = 0
+            with anyio.fail_after(60):
+                while sum(len(v) for v in seen.values()) < len(rows):
+                    polls += 1
+                    if polls % 6 == 0 and cuts < 8:
+                        cuts += 1
+                        # Alternate: a response cut halfway, and a request that never returns.
+                        if cuts % 2:
+                            proxy.cut_after_bytes(3000)
+                        else:
+                            proxy.cut_after_requests(1, forward_last=True)
+                    got = await consumer.getmany(timeout_ms=200, max_records=40)
+                    for tp, records in got.items():
+                        seen[tp.partition].extend(r.value for r in records)
+                        offsets[tp.partition].extend(r.offset for r in records)
+            stats = consumer.statistics().fetcher
+        assert cuts == 8 and stats.fetch_failures >= 4
+        for p in (0, 1):
+            assert offsets[p] == list(range(1500))
+            assert seen[p] == [v for q, _, v, _, _ in rows if q == p]
+
+
+async def test_slow_fetch_does_not_block_getmany_timeout() -> None:
+    async with proxied_broker() as (broker, proxy):
+        topic = topic_name("slow")
+        await confluent_produce_async(f"127.0.0.1:{broker.port}", topic, [(0, None, b"x", [], 1)])
+        async with Consumer(bootstrap_servers=proxy.address, auto_offset_reset="earliest") as c:
+            tp = TopicPartition(topic, 0)
+            c.assign([tp])
+            assert (await c.getone()).value == b"x"
+            proxy.delay_api(FETCH, 2.0)
+            start = anyio.current_time()
+            assert await c.getmany(timeout_ms=300) == {}
+            assert anyio.current_time() - start < 1.5
+            proxy.delay_api(FETCH, 0)
