@@ -254,9 +254,11 @@ class ProducerConfig(ClientConfig):
     max_request_size: int = Field(default=1024 * 1024, gt=0)
     retries: int = Field(default=_MAX_INT32, ge=0)
     compression_type: CompressionType = "none"
-    compression_level: int | None = None
     key_serializer: Callable[[Any], bytes | None] | None = None
     value_serializer: Callable[[Any], bytes | None] | None = None
+    #: Makes the producer transactional (KIP-98); requires idempotence.
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = Field(default=60000, gt=0)
     #: ``partitioner(key_bytes, all_partitions, available_partitions) -> int`` (aiokafka's
     #: signature); None is the Java-compatible default (murmur2 / KIP-794 sticky).
     partitioner: Callable[[bytes | None, list[int], list[int]], int] | None = None
@@ -283,8 +285,13 @@ class ProducerConfig(ClientConfig):
             )
         if self.retries == 0:
             conflicts["retries"] = "idempotence requires retries > 0"
-        if self.enable_idempotence and conflicts:
-            if "enable_idempotence" in user:
+        if self.transactional_id is not None and not self.enable_idempotence:
+            # Only reachable when the user switched idempotence off explicitly.
+            errors["enable_idempotence"] = "a transactional_id requires idempotence"
+            errors["transactional_id"] = "requires enable_idempotence=True"
+        elif self.enable_idempotence and conflicts:
+            # A transactional id makes idempotence required, as if the user had set it.
+            if "enable_idempotence" in user or self.transactional_id is not None:
                 errors["enable_idempotence"] = "conflicts with " + ", ".join(sorted(conflicts))
                 errors.update(conflicts)
             else:

@@ -1,0 +1,564 @@
+"""The record accumulator: topic queues, partition batches, readiness and drain.
+
+Theory of operation
+-------------------
+``send()`` never waits for metadata (KIP-286's intent; franz-go's ``unknownTopics``,
+librdkafka's UA queue). A record goes to one of two places, synchronously:
+
+* its partition's open batch -- the fast path, when the topic's metadata is known *and* the
+  topic's pending queue is empty (so a record can never overtake an earlier one of its
+  topic);
+* otherwise the topic's pending queue, in send order. When the topic's metadata arrives
+  (:meth:`Accumulator.update_metadata`) the queue is partitioned record by record, in order.
+  Records whose topic never gets usable metadata fail alone at ``delivery_timeout_ms``.
+
+Per partition there is a deque of batches; only the last one is open for appends. A batch
+is *ready* to drain when it is full (or not the last), has lingered ``linger_ms``, a flush
+or close is under way, or someone waits for memory (freeing memory beats batching then). A
+retried batch is ready once its backoff (the shared ``ExponentialBackoff``) has passed.
+
+Drain (per node, Java's ``RecordAccumulator.drain``): go round the node's partitions from a
+rotating start index, take at most one batch per partition, stop before ``max_request_size``
+(a lone oversize batch still goes), and keep the index so the next drain starts where this
+one stopped: no partition starves.
+
+Ordering. A failed batch goes back to the *head* of its partition's deque.
+
+* ``guarantee_order`` (``max_in_flight_requests_per_connection == 1``): a drained partition
+  is *muted* until its batch is done -- completed, failed or re-queued at the head -- on every
+  path, connection errors included, and unmuting wakes the node's sender. The mute is per
+  partition, not per connection, so it also holds when the partition's leader moves while
+  its batch is in flight on the old one. These are the ways Sarama got it wrong: #2619 (a
+  later batch sent while an earlier one was in flight or being retried), #3644 (a
+  connection-error path released the mute before the retry was queued), #3689 (unmute did
+  not wake the producer: deadlock), #3693 (a gap between success and unmute). Here the
+  outcome and the unmute happen in one synchronous step, with no await in between.
+* idempotence (KIP-98/KIP-360): sequence numbers are assigned at the first drain and kept
+  on retry; retries are inserted in sequence order and a retried batch drains only when it
+  is the lowest sequence in flight (see :mod:`aiokafka_ng.producer.idempotence`).
+
+Expiry: ``delivery_timeout_ms`` bounds every record from ``send()`` to its outcome -- in the
+topic queue, in a partition queue and in flight (a late answer for an expired batch is
+ignored).
+
+Memory: each record reserves its estimated size from the ``MemoryPool`` in ``send()``; a
+batch releases the sum when it completes or fails.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+
+from aiokafka_ng.cluster.metadata import ClusterMetadata, TopicMetadata
+from aiokafka_ng.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
+from aiokafka_ng.producer.future import DeliveryFuture
+from aiokafka_ng.producer.idempotence import IdempotenceState
+from aiokafka_ng.producer.memory import MemoryPool
+from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitioner, murmur2
+from aiokafka_ng.protocol.compression import Compression
+from aiokafka_ng.protocol.records import RecordBatchBuilder, iter_batches
+
+__all__ = ["Accumulator", "PartitionQueue", "ProducerBatch"]
+
+Headers = list[tuple[str, bytes | None]]
+#: New batches assume compression 5% worse than observed (Java's estimation factor).
+_RATIO_MARGIN = 1.05
+# (partition or -1, key, value, headers, timestamp_ms, size, future, enqueued_at)
+Pending = tuple[int, bytes | None, bytes | None, Headers | None, int, int, DeliveryFuture, float]
+
+
+class _Topic:
+    __slots__ = (
+        "all_partitions",
+        "available",
+        "name",
+        "partitions",
+        "pending",
+        "ready",
+        "sticky",
+    )
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sticky = -1
+        self.pending: deque[Pending] = deque()
+        self.partitions: list[PartitionQueue] = []
+        self.all_partitions: list[int] = []
+        self.available: list[int] = []
+        self.ready = False
+
+
+class Accumulator:
+    """Holds every record between ``send()`` and the sender. Synchronous; no I/O."""
+
+    def __init__(
+        self,
+        *,
+        pool: MemoryPool,
+        batch_size: int,
+        linger_ms: float,
+        compression: Compression,
+        max_request_size: int,
+        delivery_timeout_ms: float,
+        retry_backoff: ExponentialBackoff,
+        guarantee_order: bool,
+        idempotence: IdempotenceState | None,
+        partitioner: CustomPartitioner | None = None,
+        sticky: StickyPartitioner | None = None,
+        request_metadata: Callable[[str], None] = lambda topic: None,
+        wake_node: Callable[[int], None] = lambda node: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pool = pool
+        self.batch_size = max(1, batch_size)
+        self.linger = linger_ms / 1000
+        self.compression = compression
+        self.max_request_size = max_request_size
+        self.delivery_timeout = delivery_timeout_ms / 1000
+        self.retry_backoff = retry_backoff
+        self.guarantee_order = guarantee_order
+        self.idem = idempotence
+        self.partitioner = partitioner
+        self.sticky = sticky or StickyPartitioner()
+        self.request_metadata = request_metadata
+        self.wake_node = wake_node
+        self.clock = clock
+        self.topics: dict[str, _Topic] = {}
+        self._meta = ClusterMetadata()
+        #: topic -> compression ratio estimate for new batches (see _close)
+        self._ratios: dict[str, float] = {}
+        self.nodes: dict[int, list[PartitionQueue]] = {}
+        self._drain_index: dict[int, int] = {}
+        self.flushing = 0
+        self.closing = False
+        #: batches drained and not yet completed/re-queued (all nodes)
+        self.flight: set[ProducerBatch] = set()
+        #: counters for statistics(): batches re-queued for retry, split, expired
+        self.retries = 0
+        self.splits = 0
+        self.expired_batches = 0
+
+    # ------------------------------------------------------------------ send side
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        timestamp_ms: int,
+        size: int,
+        future: DeliveryFuture,
+    ) -> None:
+        """Queue one record (memory already reserved). Never blocks, never raises for a
+        record-specific problem: such a record's future fails instead."""
+        t = self.topics.get(topic)
+        if t is None:
+            t = self._new_topic(topic)
+        if t.ready and not t.pending:
+            self._place(t, partition, key, value, headers, timestamp_ms, size, future)
+            return
+        if not t.pending:
+            tm = self._meta.topics.get(topic)
+            if tm is not None and tm.fatal and tm.error is not None:
+                # The last answer for this topic was an error retrying cannot fix (e.g.
+                # authorization): fail now, as the Java client's metadata wait would.
+                self._fail_record(future, size, tm.error(f"topic {topic!r}: {tm.error.__name__}"))
+                return
+            self.request_metadata(topic)
+        t.pending.append((partition, key, value, headers, timestamp_ms, size, future, self.clock()))
+
+    def _new_topic(self, name: str) -> _Topic:
+        t = self.topics[name] = _Topic(name)
+        tm = self._meta.topics.get(name)
+        if tm is not None and tm.ready:
+            # Known already (another client call asked for it): no need to wait.
+            self._apply_topic(t, tm)
+            for pq in t.partitions:
+                if pq.leader >= 0:
+                    self.nodes.setdefault(pq.leader, []).append(pq)
+        return t
+
+    def _place(
+        self,
+        t: _Topic,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        timestamp_ms: int,
+        size: int,
+        future: DeliveryFuture,
+    ) -> None:
+        n = len(t.partitions)
+        sticky = False
+        if partition < 0:
+            if self.partitioner is not None:
+                partition = self.partitioner(key, t.all_partitions, t.available)
+            elif key is not None:
+                partition = (murmur2(key) & 0x7FFFFFFF) % n
+            else:
+                # KIP-794 uniform sticky: stay on one partition until its batch is full.
+                partition = t.sticky
+                if partition < 0 or partition >= n:
+                    partition = t.sticky = self.sticky.pick(-1, n, t.available)
+                sticky = True
+        if not 0 <= partition < n:
+            self._fail_record(
+                future,
+                size,
+                UnknownTopicOrPartitionError(
+                    f"partition {partition} of {t.name!r} does not exist ({n} partitions)"
+                ),
+            )
+            return
+        pq = t.partitions[partition]
+        batches = pq.batches
+        if batches:
+            batch = batches[-1]
+            if batch.data is None:
+                delta = batch.builder.append(timestamp_ms, key, value, headers or ())
+                if delta is not None:
+                    future._batch = batch
+                    future._delta = delta
+                    batch.futures.append(future)
+                    batch.memory += size
+                    return
+                # Full: a later batch exists now, so this one is ready -- wake its sender.
+                self._close(batch)
+                if pq.leader >= 0:
+                    self.wake_node(pq.leader)
+                if sticky:
+                    # KIP-794: a full batch went to the sticky partition; the next one goes
+                    # to a partition drawn uniformly at random. Switching exactly on "full"
+                    # (rather than on a byte count) never leaves a nearly empty batch behind.
+                    t.sticky = self.sticky.pick(partition, n, t.available)
+                    self._place(t, t.sticky, key, value, headers, timestamp_ms, size, future)
+                    return
+        batch = ProducerBatch(
+            pq,
+            RecordBatchBuilder(
+                self.compression,
+                max_size=self.batch_size,
+                compression_ratio_estimate=self._ratios.get(t.name, 1.0),
+            ),
+            self.clock(),
+        )
+        batch.builder.append(timestamp_ms, key, value, headers or ())
+        future._batch = batch
+        batch.futures.append(future)
+        batch.memory = size
+        batches.append(batch)
+        if len(batches) == 1 and pq.leader >= 0:
+            # A new head batch: its sender must learn the linger deadline.
+            self.wake_node(pq.leader)
+
+    def _close(self, batch: ProducerBatch) -> bytes:
+        """Build a batch; with compression, learn how well the topic compresses so the next
+        batches are filled to about ``batch_size`` *compressed* bytes (the Java client's
+        CompressionRatioEstimator: the estimate improves slowly, worsens fast, and new
+        batches assume 5% worse than observed)."""
+        if batch.data is not None:
+            return batch.data
+        data = batch.close()
+        if self.compression is not Compression.NONE:
+            observed = batch.builder.compression_ratio
+            old = self._ratios.get(batch.topic, 1.0) / _RATIO_MARGIN
+            step = 0.05 if observed > old else -0.005
+            new = max(old + step, observed)
+            # Never plan a batch larger than a request can carry.
+            floor = self.batch_size / self.max_request_size
+            self._ratios[batch.topic] = min(1.0, max(floor, new * _RATIO_MARGIN))
+        return data
+
+    def _fail_record(self, future: DeliveryFuture, size: int, exc: BaseException) -> None:
+        self.pool.release(size)
+        future._finish(exc)
+
+    # ------------------------------------------------------------------ metadata
+
+    def update_metadata(self, meta: ClusterMetadata) -> None:
+        """Apply a metadata snapshot: leaders, new partitions, and release pending records."""
+        self._meta = meta
+        nodes: dict[int, list[PartitionQueue]] = {}
+        for name, t in self.topics.items():
+            tm = meta.topics.get(name)
+            if tm is not None and tm.ready:
+                self._apply_topic(t, tm)
+            elif tm is not None and tm.fatal and tm.error is not None:
+                self._fail_pending(t, tm.error(f"topic {name!r}: {tm.error.__name__}"))
+            for pq in t.partitions:
+                if pq.leader >= 0:
+                    nodes.setdefault(pq.leader, []).append(pq)
+        old = self.nodes
+        self.nodes = nodes
+        for node in nodes:
+            if node not in old or nodes[node] != old[node]:
+                self.wake_node(node)
+
+    def _apply_topic(self, t: _Topic, tm: TopicMetadata) -> None:
+        count = max(tm.partitions) + 1
+        while len(t.partitions) < count:
+            t.partitions.append(PartitionQueue(t.name, len(t.partitions)))
+        for pq in t.partitions:
+            pm = tm.partitions.get(pq.partition)
+            pq.leader = pm.leader if pm is not None and pm.leader >= 0 else -1
+        t.all_partitions = list(range(count))
+        t.available = list(tm.available_partitions())
+        t.ready = True
+        pending = t.pending
+        while pending:
+            p, key, value, headers, ts, size, fut, _ = pending.popleft()
+            self._place(t, p, key, value, headers, ts, size, fut)
+
+    def _fail_pending(self, t: _Topic, exc: BaseException) -> None:
+        while t.pending:
+            rec = t.pending.popleft()
+            self._fail_record(rec[6], rec[5], exc)
+
+    # ------------------------------------------------------------------ drain
+
+    def _is_ready(self, pq: PartitionQueue, batch: ProducerBatch, now: float) -> float:
+        """0.0 when ready, else the time it becomes ready by lingering."""
+        if batch.attempts:
+            return 0.0 if now >= batch.retry_at else batch.retry_at
+        if (
+            batch.data is not None
+            or len(pq.batches) > 1
+            or self.flushing
+            or self.closing
+            or self.pool.waiters
+            or batch.builder.is_full
+        ):
+            return 0.0
+        deadline = batch.created + self.linger
+        return 0.0 if now >= deadline else deadline
+
+    def drain(self, node: int, now: float) -> tuple[list[ProducerBatch], float | None]:
+        """Take ready batches for ``node``: at most one per partition, within
+        ``max_request_size``. Returns the batches and the next time something becomes
+        ready by lingering (None if nothing is waiting on a timer)."""
+        parts = self.nodes.get(node)
+        if not parts:
+            return [], None
+        idem = self.idem
+        if idem is not None and not idem.ready:
+            return [], None
+        n = len(parts)
+        start = self._drain_index.get(node, 0) % n
+        out: list[ProducerBatch] = []
+        size = 0
+        next_at: float | None = None
+        i = 0
+        for i in range(n):
+            pq = parts[(start + i) % n]
+            if pq.muted or not pq.batches:
+                continue
+            batch = pq.batches[0]
+            at = self._is_ready(pq, batch, now)
+            if at:
+                if next_at is None or at < next_at:
+                    next_at = at
+                continue
+            if idem is not None and not idem.may_drain(pq, batch):
+                continue
+            data = self._close(batch)
+            if out and size + len(data) > self.max_request_size:
+                break
+            pq.batches.popleft()
+            if idem is not None:
+                data = idem.stamp(pq, batch)
+            size += len(data)
+            batch.in_flight = True
+            self.flight.add(batch)
+            if self.guarantee_order:
+                pq.muted = True
+            out.append(batch)
+        else:
+            i = n
+        self._drain_index[node] = (start + i) % n
+        return out, next_at
+
+    def next_deadline(self, node: int, now: float) -> float | None:
+        """Earliest time a batch of ``node`` becomes ready by time alone."""
+        best: float | None = None
+        for pq in self.nodes.get(node, ()):
+            if pq.batches and not pq.muted:
+                at = self._is_ready(pq, pq.batches[0], now) or now
+                if best is None or at < best:
+                    best = at
+        return best
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _leave_flight(self, batch: ProducerBatch) -> None:
+        if batch.in_flight:
+            batch.in_flight = False
+            self.flight.discard(batch)
+        pq = batch.pq
+        pq.muted = False
+        if pq.batches and pq.leader >= 0:
+            # Sarama #3689: unmuting (or an idempotence slot freeing up) must wake the
+            # drain, or the partition's next batch waits forever.
+            self.wake_node(pq.leader)
+
+    def complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        """The batch was written (or is a known duplicate): resolve its futures."""
+        if batch.done:
+            return
+        if self.idem is not None:
+            self.idem.acked(batch.pq, batch)
+        self._leave_flight(batch)
+        batch.base_offset = base_offset
+        batch.log_append_time = log_append_time
+        self._finish(batch, None)
+
+    def fail(self, batch: ProducerBatch, exc: BaseException) -> None:
+        """The batch will not be delivered."""
+        if batch.done:
+            return
+        if self.idem is not None:
+            self.idem.failed(batch.pq, batch)
+        self._leave_flight(batch)
+        self._finish(batch, exc)
+
+    def _finish(self, batch: ProducerBatch, exc: BaseException | None) -> None:
+        batch.done = True
+        self.pool.release(batch.memory)
+        batch.memory = 0
+        for fut in batch.futures:
+            fut._finish(exc)
+
+    def requeue(self, batch: ProducerBatch, now: float) -> None:
+        """Put a failed batch back at the head of its partition (in sequence order with
+        idempotence), due after the retry backoff. Unmutes only after it is queued (#3644)."""
+        if batch.done:
+            return  # expired while in flight; its late answer changes nothing
+        self.retries += 1
+        batch.attempts += 1
+        batch.retry_at = now + self.retry_backoff.backoff_s(batch.attempts)
+        pq = batch.pq
+        seq = batch.base_sequence
+        if seq >= 0:
+            at = 0
+            for at, queued in enumerate(pq.batches):  # noqa: B007
+                if queued.base_sequence < 0 or queued.base_sequence > seq:
+                    break
+            else:
+                at = len(pq.batches)
+            pq.batches.insert(at, batch)
+        else:
+            pq.batches.appendleft(batch)
+        self._leave_flight(batch)  # unmutes and wakes the node, in that order
+
+    def split(self, batch: ProducerBatch) -> bool:
+        """Split a batch the broker refused as too large (MESSAGE_TOO_LARGE) into two halves,
+        queued at the head in order; False if it holds a single record. As in the Java
+        client, this is not counted as a retry attempt."""
+        n = len(batch.futures)
+        if n < 2 or batch.done or batch.data is None:
+            return False
+        self.splits += 1
+        records = [r for b in iter_batches(batch.data) for r in b.records()]
+        pq = batch.pq
+        if self.idem is not None:
+            self.idem.failed(pq, batch)  # its sequence range is abandoned: reset
+        self._leave_flight(batch)
+        half = n // 2
+        parts = []
+        for lo, hi in ((0, half), (half, n)):
+            new = ProducerBatch(
+                pq, RecordBatchBuilder(self.compression, max_size=1 << 31), batch.created
+            )
+            for rec, fut in zip(records[lo:hi], batch.futures[lo:hi], strict=True):
+                fut._batch = new
+                fut._delta = new.builder.append(rec.timestamp, rec.key, rec.value, rec.headers) or 0
+                new.futures.append(fut)
+            new.close()
+            new.attempts = batch.attempts
+            new.memory = batch.memory * (hi - lo) // n
+            parts.append(new)
+        parts[1].memory = batch.memory - parts[0].memory
+        batch.memory = 0
+        batch.futures = []
+        batch.done = True
+        pq.batches.extendleft(reversed(parts))
+        if pq.leader >= 0:
+            self.wake_node(pq.leader)
+        return True
+
+    def expired(self, batch: ProducerBatch, now: float) -> bool:
+        return now - batch.created >= self.delivery_timeout
+
+    def expire(self, now: float) -> None:
+        """Fail what outlived ``delivery_timeout_ms``, queued or in flight."""
+        limit = self.delivery_timeout
+        for t in self.topics.values():
+            while t.pending and now - t.pending[0][7] >= limit:
+                rec = t.pending.popleft()
+                self._fail_record(
+                    rec[6],
+                    rec[5],
+                    KafkaTimeoutError(
+                        f"no usable metadata for topic {t.name!r} within delivery_timeout_ms"
+                    ),
+                )
+            for pq in t.partitions:
+                while pq.batches and now - pq.batches[0].created >= limit:
+                    batch = pq.batches.popleft()
+                    self.expired_batches += 1
+                    self.fail(batch, _expired_error(batch, now))
+        # In flight too (Java does the same): the request is bounded by request_timeout_ms
+        # anyway, but delivery_timeout_ms is the promise made to the caller. A late answer
+        # for such a batch is ignored (complete/requeue check ``done``).
+        for batch in [b for b in self.flight if now - b.created >= limit]:
+            self.expired_batches += 1
+            self.fail(batch, _expired_error(batch, now))
+
+    # ------------------------------------------------------------------ flush / close
+
+    def incomplete(self) -> list[DeliveryFuture]:
+        """One future per unfinished batch (its last record) plus every pending record:
+        awaiting them all awaits everything sent so far."""
+        out: list[DeliveryFuture] = []
+        for t in self.topics.values():
+            out.extend(rec[6] for rec in t.pending)
+            for pq in t.partitions:
+                out.extend(b.futures[-1] for b in pq.batches if b.futures)
+        out.extend(b.futures[-1] for b in self.flight if b.futures)
+        return out
+
+    def abort_all(self, exc: BaseException, *, in_flight: bool = False) -> None:
+        """Fail everything not in flight (and, with ``in_flight``, what is: the senders
+        were stopped, no response will come)."""
+        if in_flight:
+            for batch in list(self.flight):
+                self.fail(batch, exc)
+        for t in self.topics.values():
+            self._fail_pending(t, exc)
+            for pq in t.partitions:
+                while pq.batches:
+                    self.fail(pq.batches.popleft(), exc)
+
+    def reset_sequences(self) -> None:
+        """After a new producer id/epoch: every partition starts again at sequence 0 and
+        queued retries lose their old sequence (re-stamped at their next drain)."""
+        for t in self.topics.values():
+            for pq in t.partitions:
+                pq.next_sequence = 0
+                pq.last_acked = -1
+                pq.in_flight = []
+                for b in pq.batches:
+                    b.base_sequence = -1
+
+
+def _expired_error(batch: ProducerBatch, now: float) -> KafkaError:
+    return KafkaTimeoutError(
+        f"{len(batch.futures)} record(s) for {batch.topic}-{batch.partition} expired after "
+        f"{(now - batch.created) * 1000:.0f} ms (delivery_timeout_ms)"
+    )

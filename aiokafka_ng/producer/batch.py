@@ -1,0 +1,97 @@
+"""ProducerBatch (one record batch from first append to outcome) and PartitionQueue (a
+partition's batches, leader, mute flag and idempotence sequence state).
+
+Plain slotted containers; the rules that move batches between states live in
+:mod:`aiokafka_ng.producer.accumulator` and :mod:`aiokafka_ng.producer.idempotence`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from aiokafka_ng.producer.future import DeliveryFuture
+from aiokafka_ng.protocol.records import RecordBatchBuilder
+
+__all__ = ["PartitionQueue", "ProducerBatch"]
+
+
+class ProducerBatch:
+    """One record batch for one partition, from first append to outcome."""
+
+    __slots__ = (
+        "attempts",
+        "base_offset",
+        "base_sequence",
+        "builder",
+        "created",
+        "data",
+        "done",
+        "futures",
+        "in_flight",
+        "log_append_time",
+        "memory",
+        "partition",
+        "pq",
+        "retry_at",
+        "topic",
+    )
+
+    def __init__(self, pq: PartitionQueue, builder: RecordBatchBuilder, now: float) -> None:
+        self.pq = pq
+        self.topic = pq.topic
+        self.partition = pq.partition
+        self.builder = builder
+        self.futures: list[DeliveryFuture] = []
+        self.memory = 0
+        self.created = now
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.data: bytes | None = None
+        self.base_sequence = -1
+        self.in_flight = False
+        self.done = False
+        self.base_offset = -1
+        self.log_append_time = -1
+
+    @property
+    def record_count(self) -> int:
+        return len(self.futures)
+
+    def close(self) -> bytes:
+        """Build the batch bytes (once; later appends go to a new batch)."""
+        if self.data is None:
+            self.data = self.builder.build()
+        return self.data
+
+    def __repr__(self) -> str:
+        return (
+            f"<ProducerBatch {self.topic}-{self.partition} n={len(self.futures)} "
+            f"seq={self.base_sequence} attempts={self.attempts}>"
+        )
+
+
+class PartitionQueue:
+    """The batches of one partition, its leader, mute flag and sequence state."""
+
+    __slots__ = (
+        "batches",
+        "in_flight",
+        "last_acked",
+        "leader",
+        "muted",
+        "next_sequence",
+        "partition",
+        "topic",
+    )
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.leader = -1
+        self.batches: deque[ProducerBatch] = deque()
+        self.muted = False
+        # idempotence: next sequence to assign, last acknowledged sequence, and the batches
+        # holding sequences that are not resolved yet, in sequence order.
+        self.next_sequence = 0
+        self.last_acked = -1
+        self.in_flight: list[ProducerBatch] = []

@@ -1,0 +1,116 @@
+"""Idempotent producer state: producer id/epoch and per-partition sequences (KIP-98, KIP-360).
+
+Theory of operation
+-------------------
+The broker remembers, per producer id and partition, the last five batches' sequence ranges.
+A batch whose first sequence is not "last written + 1" is OUT_OF_ORDER_SEQUENCE_NUMBER; a
+re-sent batch it already has is DUPLICATE_SEQUENCE_NUMBER (we count it delivered). So:
+
+* A batch gets its sequence at its first drain (``stamp``) and keeps it on every retry; the
+  header is patched in place (``set_producer_state``), records are not re-encoded.
+* Per partition, ``PartitionQueue.in_flight`` lists the batches holding unresolved sequences,
+  in sequence order (on the wire, or re-queued for retry). At most five new batches.
+* A retried batch drains only when it is the lowest unresolved sequence of its partition;
+  newer ones wait behind it (the Java client's rule: recovery drops to one in flight).
+* OUT_OF_ORDER_SEQUENCE_NUMBER for a batch that is *not* the next expected sequence means an
+  earlier one failed or is still in flight: just retry. For the next expected one it is a
+  real gap; UNKNOWN_PRODUCER_ID means the broker lost our state (restart, retention). Both,
+  and any batch that fails for good while holding a sequence (a hole nobody will fill), call
+  :meth:`IdempotenceState.request_reset`.
+* Reset (KIP-360's epoch bump, done the portable way): draining stops, and once nothing is
+  in flight the producer asks InitProducerId (v3+; Tansu rejects v0-2) for a *new* producer
+  id. Every partition restarts at sequence 0 and queued retries are re-stamped. We take a
+  new id rather than bumping the epoch locally because a broker that did not see the bump
+  fences a locally bumped epoch (Tansu answers PRODUCER_FENCED). The producer never stops
+  silently: records keep flowing after the reset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aiokafka_ng.protocol.records import set_producer_state
+
+if TYPE_CHECKING:
+    from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
+
+__all__ = ["MAX_IN_FLIGHT_PER_PARTITION", "IdempotenceState"]
+
+#: Brokers keep the state of the last five batches per producer and partition.
+MAX_IN_FLIGHT_PER_PARTITION = 5
+_SEQ_MOD = 2**31
+
+
+class IdempotenceState:
+    """Producer id/epoch plus the drain rules that keep sequences gapless."""
+
+    __slots__ = ("epoch", "on_reset", "producer_id", "ready", "resets")
+
+    def __init__(self, on_reset: Callable[[], None] = lambda: None) -> None:
+        self.producer_id = -1
+        self.epoch = -1
+        #: False until InitProducerId answered, and again while a reset is pending.
+        self.ready = False
+        self.resets = 0
+        self.on_reset = on_reset
+
+    def set_producer(self, producer_id: int, epoch: int) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.ready = True
+
+    def request_reset(self, code: int | None = None) -> None:
+        """Stop draining; the producer gets a new producer id once nothing is in flight.
+
+        ``code`` is the broker error that asked for it (None: a batch holding a sequence
+        failed for good); subclasses (transactions) decide differently by it."""
+        if self.ready:
+            self.ready = False
+            self.resets += 1
+            self.on_reset()
+
+    # ------------------------------------------------------------------ drain rules
+
+    def may_drain(self, pq: PartitionQueue, batch: ProducerBatch) -> bool:
+        if batch.base_sequence >= 0:
+            # A retry: only the lowest unresolved sequence may go (ordered recovery).
+            return bool(pq.in_flight) and pq.in_flight[0] is batch
+        return len(pq.in_flight) < MAX_IN_FLIGHT_PER_PARTITION
+
+    def stamp(self, pq: PartitionQueue, batch: ProducerBatch) -> bytes:
+        """Give a batch its sequence at first drain (kept on retry); return its bytes."""
+        data = batch.data
+        assert data is not None
+        if batch.base_sequence < 0:
+            seq = pq.next_sequence
+            batch.base_sequence = seq
+            pq.next_sequence = (seq + len(batch.futures)) % _SEQ_MOD
+            pq.in_flight.append(batch)
+            data = batch.data = set_producer_state(data, self.producer_id, self.epoch, seq)
+        return data
+
+    # ------------------------------------------------------------------ outcomes
+
+    def is_next(self, pq: PartitionQueue, batch: ProducerBatch) -> bool:
+        """True when ``batch`` is the next sequence the broker should expect."""
+        return batch.base_sequence == (pq.last_acked + 1) % _SEQ_MOD
+
+    def acked(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
+        if batch.base_sequence < 0:
+            return
+        try:
+            pq.in_flight.remove(batch)
+        except ValueError:
+            return  # a reset happened meanwhile; the old sequence no longer matters
+        pq.last_acked = (batch.base_sequence + len(batch.futures) - 1) % _SEQ_MOD
+
+    def failed(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
+        """A batch holding a sequence will never be written: the sequence has a hole."""
+        if batch.base_sequence < 0:
+            return
+        try:
+            pq.in_flight.remove(batch)
+        except ValueError:
+            return
+        self.request_reset()

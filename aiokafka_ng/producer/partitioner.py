@@ -1,0 +1,82 @@
+"""Partitioners: Java-compatible murmur2 for keys, KIP-794 uniform sticky for null keys.
+
+Choice order (as in the Java client): an explicit partition, else a custom partitioner,
+else ``(murmur2(key) & 0x7fffffff) % num_partitions`` over *all* partitions for a key, else
+the topic's sticky partition for a null key.
+
+Sticky (KIP-794, "uniform sticky"): all null-key records of a topic go to one partition
+until its batch is full (about ``batch_size`` bytes went there); then the next partition is
+drawn uniformly at random among the partitions with a known leader (never the same one twice
+in a row when there is a choice). This fills whole batches instead of spreading tiny batches
+over every partition. Switching on a full batch, rather than when a batch is *created*
+(KIP-480, which a linger-drained batch also triggers), gives every partition the same share
+of bytes however fast its broker drains it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+__all__ = ["CustomPartitioner", "StickyPartitioner", "default_partition", "murmur2"]
+
+#: aiokafka's signature: ``(key_bytes, all_partitions, available_partitions) -> partition``.
+CustomPartitioner = Callable[[bytes | None, list[int], list[int]], int]
+
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``) as a signed int32."""
+    length = len(data)
+    h = (0x9747B28C ^ length) & _MASK
+    n4 = length & ~3
+    # 4-byte little-endian words; int.from_bytes on the whole slice is faster than a loop
+    # of struct.unpack for the short keys Kafka sees.
+    for i in range(0, n4, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = (h * _M) & _MASK
+        h ^= k
+    rest = length & 3
+    if rest:
+        # Java's switch falls through: 3 -> 2 -> 1, then multiplies.
+        if rest == 3:
+            h ^= data[n4 + 2] << 16
+        if rest >= 2:
+            h ^= data[n4 + 1] << 8
+        h ^= data[n4]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def default_partition(key: bytes, num_partitions: int) -> int:
+    """The Java default for a non-null key: ``(murmur2(key) & 0x7fffffff) % num_partitions``."""
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+class StickyPartitioner:
+    """KIP-794 uniform sticky choice for null keys: the accumulator keeps one sticky
+    partition per topic and calls :meth:`pick` when that partition's batch is full."""
+
+    __slots__ = ("_rng",)
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self._rng = rng or random.Random()
+
+    def pick(self, current: int, num_partitions: int, available: Sequence[int]) -> int:
+        """A uniformly random partition among ``available`` (all if none), not ``current``
+        when there is a choice."""
+        choices = available if available else range(num_partitions)
+        if len(choices) == 1:
+            return choices[0]
+        while True:
+            p = choices[self._rng.randrange(len(choices))]
+            if p != current:
+                return p

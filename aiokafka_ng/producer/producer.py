@@ -1,0 +1,591 @@
+"""The public :class:`Producer`.
+
+``send()`` validates and serializes the record, reserves memory, hands it to the
+:class:`~aiokafka_ng.producer.accumulator.Accumulator` and returns a
+:class:`~aiokafka_ng.producer.future.DeliveryFuture`. It never waits for metadata; it waits
+only for memory (``max_block_ms``). Everything else happens in tasks owned by the
+producer's task group: one :class:`~aiokafka_ng.producer.sender.NodeSender` per broker that
+leads a partition we write to, the producer-id task (idempotence) and the expiry timer.
+
+``start()``/``close()`` enter and leave that task group, so call them from the same task
+(``async with Producer(...)`` does).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass
+from time import time_ns as _time_ns
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+
+from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.config import ProducerConfig
+from aiokafka_ng.errors import (
+    IllegalStateError,
+    InvalidTopicError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    ProducerClosedError,
+)
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.producer.accumulator import Accumulator
+from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata
+from aiokafka_ng.producer.idempotence import IdempotenceState
+from aiokafka_ng.producer.memory import MemoryPool
+from aiokafka_ng.producer.sender import NodeSender
+from aiokafka_ng.producer.transactions import TransactionManager
+from aiokafka_ng.protocol.compression import Compression
+from aiokafka_ng.protocol.errors import error_for_code
+from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
+from aiokafka_ng.protocol.records import BATCH_OVERHEAD
+
+__all__ = ["Producer", "ProducerRecord"]
+
+log = logging.getLogger(__name__)
+
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_CODECS = {
+    "none": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
+#: Per-record bytes charged to the memory pool on top of key/value/headers, so that
+#: buffer_memory bounds the process's real memory, not just the payload bytes. Measured with
+#: tracemalloc (CPython 3.11): a record in a batch costs its framing (~10-20 B), its
+#: DeliveryFuture (80 B), its offset-delta int (32 B above 256) and a list slot (8 B).
+_RECORD_OVERHEAD = 192
+#: Charged on top for a record that must wait for its topic's metadata: its queue entry
+#: (a tuple and a float, ~150 B) and the key/value bytes objects' own headers (33 B each).
+_PENDING_OVERHEAD = 128
+
+
+#: How many batch wake-ups send() lets pass before it yields to the senders (see _wake_node).
+_WAKES_PER_YIELD = 4
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True)
+class ProducerRecord:
+    """One record for :meth:`Producer.send_batch` (plain values are accepted too)."""
+
+    value: Any = None
+    key: Any = None
+    partition: int | None = None
+    timestamp_ms: int | None = None
+    headers: list[tuple[str, bytes | None]] | None = None
+
+
+def _as_bytes(obj: Any, name: str) -> bytes:
+    if isinstance(obj, bytes):
+        return obj
+    if isinstance(obj, bytearray | memoryview):
+        return bytes(obj)
+    raise TypeError(
+        f"{name} must be bytes or None (got {type(obj).__name__}); "
+        f"configure {name}_serializer to send other types"
+    )
+
+
+def _check_headers(headers: Any) -> list[tuple[str, bytes | None]]:
+    out: list[tuple[str, bytes | None]] = []
+    try:
+        for hkey, hvalue in headers:
+            if not isinstance(hkey, str):
+                raise TypeError
+            out.append((hkey, None if hvalue is None else _as_bytes(hvalue, "headers")))
+    except (TypeError, ValueError):
+        raise TypeError("headers must be a sequence of (str, bytes | None) pairs") from None
+    return out
+
+
+class Producer:
+    """An asyncio/trio Kafka producer.
+
+    ::
+
+        async with Producer(bootstrap_servers="127.0.0.1:9092", linger_ms=5) as producer:
+            fut = await producer.send("events", b"value", key=b"k", headers=[("h", b"v")])
+            meta = await fut                    # RecordMetadata(topic, partition, offset, ...)
+            meta = await producer.send_and_wait("events", b"value")
+            await producer.flush()
+
+    Settings are :class:`~aiokafka_ng.config.ProducerConfig` fields as keywords (or a
+    ``ProducerConfig``, or :meth:`from_properties` with Kafka's dotted names); defaults are
+    the Java client's: acks=all, idempotence on, linger 5 ms, 16 KiB batches, 32 MiB buffer.
+    ``start()``/``close()`` must run in the same task (``async with`` does that).
+    """
+
+    def __init__(self, config: ProducerConfig | None = None, **kwargs: Any) -> None:
+        if config is None:
+            config = ProducerConfig(**kwargs)
+        elif kwargs:
+            raise TypeError("pass either a ProducerConfig or keyword settings, not both")
+        self.config = config
+        self._state = _State.NEW
+        self._key_ser = config.key_serializer
+        self._value_ser = config.value_serializer
+        self._max_block_s = config.max_block_ms / 1000
+        # The record estimate plus a batch header must fit a request and the buffer.
+        self._max_record = min(config.max_request_size, config.buffer_memory) - BATCH_OVERHEAD
+        self._running = False
+        self._valid_topics: set[str] = set()
+        self._last_ts = 0
+        self._yield = False
+        self._wakes = 0
+        self._pool = MemoryPool(config.buffer_memory, on_wait=self._wake_all)
+        self._txn: TransactionManager | None = None
+        self._idem: IdempotenceState | None = None
+        if config.transactional_id is not None:
+            # Transactions own the producer id (init, epoch bumps after aborts).
+            self._txn = TransactionManager(
+                config.transactional_id,
+                transaction_timeout_ms=config.transaction_timeout_ms,
+                retry_backoff=ExponentialBackoff.retry(
+                    config.retry_backoff_ms, config.retry_backoff_max_ms
+                ),
+                request_timeout_ms=config.request_timeout_ms,
+                max_block_ms=config.max_block_ms,
+            )
+            self._idem = self._txn.idem
+        elif config.enable_idempotence:
+            self._idem = IdempotenceState(on_reset=self._on_reset)
+        self._acc = Accumulator(
+            pool=self._pool,
+            batch_size=config.batch_size,
+            linger_ms=config.linger_ms,
+            compression=_CODECS[config.compression_type],
+            max_request_size=config.max_request_size,
+            delivery_timeout_ms=config.delivery_timeout_ms,
+            retry_backoff=ExponentialBackoff.retry(
+                config.retry_backoff_ms, config.retry_backoff_max_ms
+            ),
+            guarantee_order=config.max_in_flight_requests_per_connection == 1,
+            idempotence=self._idem,
+            partitioner=config.partitioner,
+            request_metadata=self._request_metadata,
+            wake_node=self._wake_node,
+        )
+        self._senders: dict[int, NodeSender] = {}
+        self._cluster: Cluster | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
+        self._reset_event: anyio.Event | None = None
+        self._idle_event: anyio.Event | None = None
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
+        """A producer from Kafka-style properties (``{"linger.ms": "5", ...}``)."""
+        return cls(ProducerConfig.from_properties(properties))
+
+    def __repr__(self) -> str:
+        return f"<Producer {self._state.value} senders={sorted(self._senders)}>"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Connect (bootstrap) and start the background tasks."""
+        if self._state is not _State.NEW:
+            raise IllegalStateError(f"producer is {self._state.value}; start() runs once")
+        cfg = self.config
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            self._cluster = await stack.enter_async_context(
+                Cluster(cfg.cluster_config(max_in_flight=cfg.max_in_flight_requests_per_connection))
+            )
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+        except BaseException as exc:
+            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._stack = stack
+        self._state = _State.RUNNING
+        self._running = True
+        cluster = self._cluster
+        stack.callback(cluster.add_listener(self._on_metadata))
+        self._acc.update_metadata(cluster.metadata)
+        self._tg.start_soon(self._expiry_loop)
+        if self._txn is not None:
+            self._txn.attach(cluster, self._acc, self._wake_all)
+            self._tg.start_soon(self._txn.run)
+            try:
+                await self._txn.init()  # fences older producers with our transactional id
+            except BaseException:
+                await self.close(timeout=0)
+                raise
+        elif self._idem is not None:
+            self._reset_event = anyio.Event()
+            self._tg.start_soon(self._producer_id_loop)
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
+        """Deliver what was sent (at most ``timeout`` seconds), fail what is left, stop.
+
+        Records still undelivered when the deadline passes fail with ``KafkaTimeoutError``.
+        """
+        if self._state is _State.NEW:
+            self._state = _State.CLOSED
+            return
+        if self._state is not _State.RUNNING:
+            return
+        self._state = _State.CLOSING
+        self._running = False
+        acc = self._acc
+        try:
+            if self._txn is not None and self._txn.in_transaction:
+                # Records of an open transaction must not be committed by accident; the
+                # broker would abort it after transaction_timeout_ms anyway.
+                await self._txn.abort_quietly()
+            acc.closing = True
+            self._wake_all()
+            with anyio.move_on_after(timeout):
+                for fut in acc.incomplete():
+                    await fut.wait_done()
+        finally:
+            assert self._tg is not None and self._stack is not None
+            self._tg.cancel_scope.cancel()
+            left = KafkaTimeoutError("the producer was closed before the record was delivered")
+            acc.abort_all(left, in_flight=True)
+            stack, self._stack = self._stack, None
+            self._state = _State.CLOSED
+            # Not under a shielded scope: the stack holds the task group's and the
+            # cluster's cancel scopes, which must be left from the scope they were entered in.
+            await stack.aclose()
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Iterable[tuple[str, bytes | None]] | None = None,
+    ) -> DeliveryFuture:
+        """Queue one record; return its delivery future (await it for RecordMetadata).
+
+        Waits only when the buffer is full, at most ``max_block_ms``, then raises
+        ``BufferExhaustedError``. A record too large for ``max_request_size`` or
+        ``buffer_memory`` gets a future failed with ``MessageSizeTooLargeError``.
+        """
+        # The hot path: every check is cheap, the common case has no call beyond the
+        # batch builder's append.
+        if not self._running:
+            raise self._not_running()
+        if self._key_ser is not None:
+            key = self._key_ser(key)
+        if self._value_ser is not None:
+            value = self._value_ser(value)
+        size = _RECORD_OVERHEAD
+        if value is not None:
+            if value.__class__ is not bytes:
+                value = _as_bytes(value, "value")
+            size += len(value)
+        if key is not None:
+            if key.__class__ is not bytes:
+                key = _as_bytes(key, "key")
+            size += len(key)
+        if topic not in self._valid_topics:
+            self._check_topic(topic)
+        hdrs: list[tuple[str, bytes | None]] | None = None
+        if headers:
+            hdrs = _check_headers(headers)
+            for hkey, hvalue in hdrs:
+                size += len(hkey) + (len(hvalue) if hvalue is not None else 0) + 10
+        if partition is None:
+            partition = -1
+        elif partition.__class__ is not int or partition < 0:
+            raise TypeError(f"partition must be a non-negative int or None (got {partition!r})")
+        if timestamp_ms is None:
+            timestamp_ms = _time_ns() // 1_000_000
+            # Share one int object per millisecond: every future keeps its timestamp, and
+            # a fresh 36-byte int per record is memory buffer_memory would not see.
+            if timestamp_ms == self._last_ts:
+                timestamp_ms = self._last_ts
+            else:
+                self._last_ts = timestamp_ms
+        elif timestamp_ms.__class__ is not int:
+            raise TypeError(f"timestamp_ms must be an int or None (got {timestamp_ms!r})")
+        if self._txn is not None:
+            self._txn.check_send()
+        fut = DeliveryFuture(topic, timestamp_ms)
+        if size > self._max_record:
+            fut._finish(
+                MessageSizeTooLargeError(
+                    f"record of ~{size} bytes exceeds max_request_size "
+                    f"({self.config.max_request_size}) or buffer_memory "
+                    f"({self.config.buffer_memory})"
+                )
+            )
+            return fut
+        acc = self._acc
+        t = acc.topics.get(topic)
+        fast = t is not None and t.ready and not t.pending
+        if not fast:
+            # It will wait for metadata as a queue entry holding its own objects: charge it.
+            size += _PENDING_OVERHEAD
+        pool = self._pool
+        if not pool.try_reserve(size):
+            await pool.reserve(size, self._max_block_s)
+            if not self._running:
+                pool.release(size)
+                raise self._not_running()
+            fast = t is not None and t.ready and not t.pending
+        if fast:
+            assert t is not None
+            acc._place(t, partition, key, value, hdrs, timestamp_ms, size, fut)
+        else:
+            acc.append(topic, partition, key, value, hdrs, timestamp_ms, size, fut)
+        if self._txn is not None:
+            self._txn.track(fut)
+        if self._yield:
+            # A batch became ready: let the senders run before queueing more, so a tight
+            # send() loop cannot starve the network.
+            self._yield = False
+            await anyio.lowlevel.checkpoint()
+        return fut
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Iterable[tuple[str, bytes | None]] | None = None,
+    ) -> RecordMetadata:
+        """``send()`` and wait for the outcome."""
+        fut = await self.send(topic, value, key, partition, timestamp_ms, headers)
+        return await fut
+
+    async def send_batch(self, topic: str, records: Iterable[Any]) -> list[DeliveryFuture]:
+        """Send many records to ``topic``; each item is a :class:`ProducerRecord` or a
+        plain value. Returns their futures in order."""
+        send = self.send
+        out: list[DeliveryFuture] = []
+        for rec in records:
+            if isinstance(rec, ProducerRecord):
+                out.append(
+                    await send(
+                        topic, rec.value, rec.key, rec.partition, rec.timestamp_ms, rec.headers
+                    )
+                )
+            else:
+                out.append(await send(topic, rec))
+        return out
+
+    async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
+        """Send everything queued now and wait for its outcome (not raising delivery
+        errors). Raises ``KafkaTimeoutError`` if ``timeout`` seconds pass first."""
+        if self._state is not _State.RUNNING:
+            raise self._not_running()
+        acc = self._acc
+        acc.flushing += 1
+        self._wake_all()
+        try:
+            done = False
+            with anyio.move_on_after(timeout):
+                for fut in acc.incomplete():
+                    await fut.wait_done()
+                done = True
+            if not done:
+                raise KafkaTimeoutError(f"flush did not complete within {timeout}s")
+        finally:
+            acc.flushing -= 1
+
+    # ------------------------------------------------------------------ transactions
+
+    def begin_transaction(self) -> None:
+        """Open a transaction (transactional producers only)."""
+        self._transactions().begin()
+
+    async def commit_transaction(self) -> None:
+        """Flush, check every record of the transaction was delivered, commit it."""
+        await self._transactions().commit(self.flush)
+
+    async def abort_transaction(self) -> None:
+        """Abort the open transaction: queued records fail, the rest is discarded."""
+        await self._transactions().abort()
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[Any, Any], group: Any) -> None:
+        """Commit consumer offsets ({(topic, partition): offset}) with the transaction;
+        ``group`` is a group id or a consumer (its ``group_metadata()``)."""
+        await self._transactions().send_offsets(offsets, group)
+
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """``async with producer.transaction():`` -- commit on success, abort on error."""
+        return self._transactions().context(self.flush)
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise IllegalStateError("not a transactional producer (set transactional_id)")
+        if self._state is not _State.RUNNING:
+            raise self._not_running()
+        return self._txn
+
+    # ------------------------------------------------------------------ metadata
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        """The partition ids of ``topic`` (waits for its metadata, up to max_block_ms)."""
+        if self._state is not _State.RUNNING or self._cluster is None:
+            raise self._not_running()
+        self._check_topic(topic)
+        found = await self._cluster.wait_for_topics([topic], timeout=self._max_block_s)
+        return set(found[topic].partitions)
+
+    def statistics(self) -> dict[str, Any]:
+        """Counters for monitoring and tests."""
+        return {
+            "memory": self._pool.statistics(),
+            "senders": {n: s.requests for n, s in self._senders.items()},
+            "in_flight_batches": len(self._acc.flight),
+            "retries": self._acc.retries,
+            "splits": self._acc.splits,
+            "expired_batches": self._acc.expired_batches,
+            "producer_id": None if self._idem is None else self._idem.producer_id,
+            "producer_id_resets": 0 if self._idem is None else self._idem.resets,
+            "transaction_state": None if self._txn is None else self._txn.state.value,
+        }
+
+    # ------------------------------------------------------------------ internals
+
+    def _not_running(self) -> KafkaError:
+        if self._state is _State.NEW:
+            return IllegalStateError("the producer is not started; call start() or use async with")
+        return ProducerClosedError("the producer is closed")
+
+    def _check_topic(self, topic: Any) -> None:
+        if not isinstance(topic, str):
+            raise TypeError(f"topic must be a str (got {type(topic).__name__})")
+        if not _TOPIC_RE.fullmatch(topic) or topic in (".", ".."):
+            raise InvalidTopicError(
+                f"invalid topic name {topic!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'"
+            )
+        self._valid_topics.add(topic)
+
+    def _request_metadata(self, topic: str) -> None:
+        if self._cluster is not None:
+            self._cluster.request_update([topic])
+
+    def _on_metadata(self, snapshot: Any) -> None:
+        self._acc.update_metadata(snapshot)
+
+    def _wake_node(self, node: int) -> None:
+        # send() yields to the senders after every few wake-ups rather than after each: a
+        # request carries at most one batch per partition, so letting a few batches become
+        # ready first lets one request carry several (measured: ~2x fewer requests and
+        # ~25-45% less CPU per record). The sender's event is set at once regardless, so
+        # nothing waits longer than the caller's next await.
+        self._wakes += 1
+        if self._wakes >= _WAKES_PER_YIELD:
+            self._wakes = 0
+            self._yield = True
+        sender = self._senders.get(node)
+        if sender is None:
+            if self._tg is None or self._cluster is None or self._state is _State.CLOSED:
+                return
+            cfg = self.config
+            sender = self._senders[node] = NodeSender(
+                node,
+                cluster=self._cluster,
+                accumulator=self._acc,
+                task_group=self._tg,
+                acks=cfg.acks,
+                request_timeout_ms=cfg.request_timeout_ms,
+                max_in_flight=cfg.max_in_flight_requests_per_connection,
+                retries=cfg.retries,
+                transactional_id=cfg.transactional_id,
+                on_idle=self._on_idle,
+            )
+            self._tg.start_soon(sender.run)
+        sender.wake()
+
+    def _wake_all(self) -> None:
+        for sender in self._senders.values():
+            sender.wake()
+
+    def _on_reset(self) -> None:
+        if self._reset_event is not None:
+            self._reset_event.set()
+
+    def _on_idle(self) -> None:
+        if self._idle_event is not None:
+            self._idle_event.set()
+
+    async def _expiry_loop(self) -> None:
+        acc = self._acc
+        interval = min(0.1, acc.delivery_timeout / 10)
+        while True:
+            await anyio.sleep(interval)
+            acc.expire(acc.clock())
+
+    async def _producer_id_loop(self) -> None:
+        """Get a producer id at start and a new one whenever a reset is requested."""
+        idem = self._idem
+        cluster = self._cluster
+        assert idem is not None and cluster is not None
+        acc = self._acc
+        failures = 0
+        while True:
+            if idem.ready:
+                assert self._reset_event is not None
+                await self._reset_event.wait()
+                self._reset_event = anyio.Event()
+                continue
+            # Old sequences must all be resolved before they are thrown away.
+            while acc.flight:
+                self._idle_event = anyio.Event()
+                await self._idle_event.wait()
+            try:
+                response = await cluster.request_any(
+                    InitProducerIdRequest(
+                        transactional_id=None,
+                        transaction_timeout_ms=60000,
+                        producer_id=-1,
+                        producer_epoch=-1,
+                    )
+                )
+                if response.error_code:
+                    err = error_for_code(response.error_code)
+                    raise err(f"InitProducerId failed: {err.__name__}")
+            except KafkaError as exc:
+                failures += 1
+                log.warning("producer: InitProducerId failed (%s); retrying", exc)
+                await anyio.sleep(acc.retry_backoff.backoff_s(failures))
+                continue
+            failures = 0
+            acc.reset_sequences()
+            idem.set_producer(response.producer_id, response.producer_epoch)
+            log.debug(
+                "producer: producer id %s epoch %s", response.producer_id, response.producer_epoch
+            )
+            self._wake_all()

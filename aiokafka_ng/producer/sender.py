@@ -1,0 +1,303 @@
+"""One sender task per broker: drain, write Produce requests, settle every batch.
+
+Theory of operation
+-------------------
+A :class:`NodeSender` loops: get the node's connection (the pool reconnects with backoff),
+drain ready batches (:meth:`Accumulator.drain`), send them as one Produce request, and sleep
+until woken (a batch became ready, a partition was unmuted, a response freed a slot) or the
+next linger deadline. It keeps at most ``max_in_flight`` requests outstanding -- the
+connection's semaphore has exactly that many permits, so draining never commits batches to a
+request that would then sit waiting for a permit while newer records could have joined it.
+
+Write order matters for idempotent sequences, and task start order is not guaranteed (trio
+deliberately shuffles it), so the sender writes each request itself with
+``Connection.submit`` (returns once the frame is on the wire) and only the wait for the
+response runs in a task of its own: up to ``max_in_flight`` requests pipeline, in drain
+order on the wire.
+
+Every batch of a request leaves the "in flight" state exactly once, on every path:
+
+* success or DUPLICATE_SEQUENCE_NUMBER: completed;
+* retriable error (connection error, timeout, NOT_LEADER, ...), not expired: re-queued at
+  the head after the retry backoff (the accumulator unmutes it *after* re-queueing, then
+  wakes this node: Sarama #3644/#3689); ``invalid_metadata`` errors ask for a metadata
+  refresh and apply the KIP-951 current-leader hint when the response has one;
+* MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE with more than one record: split in two and
+  re-queued (Java does the same); a single record that is too large fails;
+* OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID / fencing: see
+  :mod:`aiokafka_ng.producer.idempotence` (reset, then retry -- never a stalled producer);
+* anything else, or past ``delivery_timeout_ms``: failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from aiokafka_ng.cluster.metadata import BrokerMetadata
+from aiokafka_ng.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+)
+from aiokafka_ng.protocol.errors import error_for_code
+from aiokafka_ng.protocol.messages.produce import (
+    PartitionProduceData,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceData,
+)
+
+if TYPE_CHECKING:
+    from aiokafka_ng.cluster import Cluster
+    from aiokafka_ng.net.connection import Connection, PendingResponse
+    from aiokafka_ng.producer.accumulator import Accumulator
+    from aiokafka_ng.producer.batch import ProducerBatch
+
+__all__ = ["NodeSender"]
+
+log = logging.getLogger(__name__)
+
+_DUPLICATE_SEQUENCE = 46
+_OUT_OF_ORDER_SEQUENCE = 45
+_INVALID_PRODUCER_EPOCH = 47
+_UNKNOWN_PRODUCER_ID = 59
+_PRODUCER_FENCED = 90
+_TOO_LARGE = (10, 18)  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE: split and retry
+#: Produce v3 is the first that carries v2 record batches. v12+ is not used: we do not
+#: track topic ids, and v11 is what current brokers (and Tansu) accept.
+_MIN_PRODUCE_VERSION = 3
+_MAX_PRODUCE_VERSION = 11
+
+
+class NodeSender:
+    """Drains and sends for one broker; runs until cancelled."""
+
+    def __init__(
+        self,
+        node_id: int,
+        *,
+        cluster: Cluster,
+        accumulator: Accumulator,
+        task_group: anyio.abc.TaskGroup,
+        acks: int,
+        request_timeout_ms: int,
+        max_in_flight: int,
+        retries: int,
+        transactional_id: str | None = None,
+        on_idle: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.node_id = node_id
+        self._cluster = cluster
+        self._acc = accumulator
+        self._tg = task_group
+        self._acks = acks
+        self._timeout_ms = request_timeout_ms
+        self._max_in_flight = max_in_flight
+        self._retries = retries
+        # Transactional batches must name their transaction in the request (the broker
+        # checks it against AddPartitionsToTxn and writes the markers accordingly).
+        self._transactional_id = transactional_id
+        self._on_idle = on_idle
+        self._event = anyio.Event()
+        self.in_flight = 0
+        self.requests = 0
+        #: set once the outcome of the last request sent was applied (see _await_response)
+        self._handled = anyio.Event()
+        self._handled.set()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def run(self) -> None:
+        acc = self._acc
+        clock = acc.clock
+        failures = 0
+        while True:
+            # A set event is replaced *before* looking at the accumulator, so a wake() that
+            # happens after the look is never lost. (An unset one is kept: creating anyio
+            # Events is not free and this loop runs once per request.)
+            event = self._event
+            if event.is_set():
+                event = self._event = anyio.Event()
+            timeout: float | None = None
+            if self.in_flight < self._max_in_flight:
+                now = clock()
+                at = acc.next_deadline(self.node_id, now)
+                if at is not None and at <= now:
+                    try:
+                        conn = await self._cluster.connection(self.node_id)
+                        failures = 0
+                    except KafkaError as exc:
+                        # The pool paces reconnects; leaders may have moved: ask metadata.
+                        failures += 1
+                        log.info("producer: node %s unreachable: %s", self.node_id, exc)
+                        self._cluster.request_update(acc.topics)
+                        await anyio.sleep(acc.retry_backoff.backoff_s(failures))
+                        continue
+                    now = clock()
+                    batches, next_at = acc.drain(self.node_id, now)
+                    if batches:
+                        await self._send(conn, batches)
+                        continue
+                    # Ready but held back (idempotence ordering, no producer id yet): only
+                    # an outcome or a reset can change that, and both wake us. Batches of
+                    # other partitions may still be lingering: their deadline bounds the wait.
+                    if next_at is not None:
+                        timeout = max(0.0, next_at - now)
+                elif at is not None:
+                    timeout = at - now
+            with anyio.move_on_after(timeout):
+                await event.wait()
+
+    async def _send(self, conn: Connection, batches: list[ProducerBatch]) -> None:
+        try:
+            version = min(conn.version_for(ProduceRequest), _MAX_PRODUCE_VERSION)
+        except UnsupportedVersionError as exc:
+            for b in batches:
+                self._acc.fail(b, exc)
+            return
+        if version < _MIN_PRODUCE_VERSION:
+            exc2 = UnsupportedVersionError(
+                f"broker {self.node_id} only supports Produce v{version}; v3+ is required"
+            )
+            for b in batches:
+                self._acc.fail(b, exc2)
+            return
+        by_topic: dict[str, list[PartitionProduceData]] = {}
+        for b in batches:
+            by_topic.setdefault(b.topic, []).append(PartitionProduceData(b.partition, b.data))
+        request = ProduceRequest(
+            transactional_id=self._transactional_id,
+            acks=self._acks,
+            timeout_ms=self._timeout_ms,
+            topic_data=[TopicProduceData(name, parts) for name, parts in by_topic.items()],
+        )
+        self.in_flight += 1
+        self.requests += 1
+        try:
+            # Written from this task, in drain order (see the module docstring); the
+            # response is awaited in a task of its own so requests pipeline.
+            pending = await conn.submit(
+                request,
+                version=version,
+                timeout=self._timeout_ms / 1000 + 1,
+                expect_response=self._acks != 0,
+            )
+        except KafkaError as exc:
+            for b in batches:
+                self._handle_error(b, exc, None)
+            self._request_done()
+            return
+        except BaseException:
+            self._request_done()
+            raise
+        prev, self._handled = self._handled, anyio.Event()
+        self._tg.start_soon(self._await_response, pending, batches, prev, self._handled)
+
+    async def _await_response(
+        self,
+        pending: PendingResponse,
+        batches: list[ProducerBatch],
+        prev: anyio.Event,
+        handled: anyio.Event,
+    ) -> None:
+        try:
+            response: ProduceResponse | None = None
+            error: KafkaError | None = None
+            try:
+                response = await pending.wait()
+            except KafkaError as exc:
+                error = exc
+            # Outcomes are applied in wire order, as the broker answered: the waiting tasks
+            # may wake in any order (trio shuffles them), and callbacks of one partition
+            # must run in send order (as the Java client promises).
+            await prev.wait()
+            if error is not None:
+                for b in batches:
+                    self._handle_error(b, error, None)
+            elif response is None:  # acks=0: nothing to wait for; offsets unknown
+                for b in batches:
+                    self._acc.complete(b, -1, -1)
+            else:
+                self._handle_response(response, batches)
+        finally:
+            handled.set()
+            self._request_done()
+
+    def _request_done(self) -> None:
+        self.in_flight -= 1
+        self.wake()
+        self._on_idle()
+
+    def _handle_response(self, response: ProduceResponse, batches: list[ProducerBatch]) -> None:
+        index = {(b.topic, b.partition): b for b in batches}
+        endpoints = {
+            e.node_id: BrokerMetadata(e.node_id, e.host, e.port, e.rack)
+            for e in response.node_endpoints
+        }
+        acc = self._acc
+        for topic in response.responses:
+            for part in topic.partition_responses:
+                batch = index.pop((topic.name, part.index), None)
+                if batch is None:
+                    continue
+                code = part.error_code
+                if code == 0:
+                    acc.complete(batch, part.base_offset, part.log_append_time_ms)
+                    continue
+                if code == _DUPLICATE_SEQUENCE:
+                    # Already written by an earlier attempt: delivered. Kafka repeats the
+                    # original offset; Tansu answers -1 (offsets then reported as -1).
+                    acc.complete(batch, part.base_offset, part.log_append_time_ms)
+                    continue
+                if code in _TOO_LARGE and acc.split(batch):
+                    continue
+                err = error_for_code(code)
+                exc = err(part.error_message or err.message or f"error code {code}")
+                leader = part.current_leader
+                if err.invalid_metadata and leader.leader_id >= 0:
+                    self._cluster.update_leader(
+                        topic.name,
+                        part.index,
+                        leader.leader_id,
+                        leader.leader_epoch,
+                        endpoints.get(leader.leader_id),
+                    )
+                self._handle_error(batch, exc, code)
+        for batch in index.values():
+            # The broker did not answer for this partition: treat as a retriable failure.
+            self._handle_error(batch, KafkaTimeoutError("no response for this partition"), None)
+
+    def _handle_error(self, batch: ProducerBatch, exc: KafkaError, code: int | None) -> None:
+        acc = self._acc
+        now = acc.clock()
+        idem = acc.idem
+        if idem is not None and code in (
+            _OUT_OF_ORDER_SEQUENCE,
+            _UNKNOWN_PRODUCER_ID,
+            _INVALID_PRODUCER_EPOCH,
+            _PRODUCER_FENCED,
+        ):
+            if code != _OUT_OF_ORDER_SEQUENCE or idem.is_next(batch.pq, batch):
+                # A real gap, or the broker lost/fenced our producer state (KIP-360).
+                log.info("producer: %s on %s; resetting producer id", type(exc).__name__, batch)
+                idem.request_reset(code)
+            retriable = True  # the batch itself was not written
+        else:
+            retriable = exc.retriable or exc.invalid_metadata
+        if exc.invalid_metadata:
+            self._cluster.request_update([batch.topic])
+        if retriable and batch.attempts < self._retries and not acc.expired(batch, now):
+            acc.requeue(batch, now)
+        else:
+            if acc.expired(batch, now) and retriable:
+                exc = KafkaTimeoutError(
+                    f"{batch.topic}-{batch.partition}: delivery_timeout_ms passed "
+                    f"(last error: {exc})"
+                )
+            acc.fail(batch, exc)

@@ -1,0 +1,639 @@
+"""Transactions (KIP-98): the state machine and everything that moves it.
+
+Theory of operation
+-------------------
+*One state, one table.* :class:`TransactionState` and ``_TRANSITIONS`` below are the whole
+state machine; :meth:`TransactionManager._to` is the only place the state changes and it
+raises :class:`IllegalTransactionStateError` for a move the table does not list (commit
+without begin, begin twice, ...). A fatal error (we were fenced, not authorized) is a state
+of its own that nothing leaves: every later call raises that error again.
+
+*Partitions join before data.* A transactional producer must add a partition to the
+transaction (AddPartitionsToTxn) before its first batch for that partition is written,
+otherwise the broker rejects the batch. :class:`TransactionalIdempotence` (the producer's
+idempotence state when a ``transactional_id`` is set) refuses to drain a partition that is
+not in the transaction yet and queues it for the manager's background task
+(:meth:`TransactionManager.run`), which adds every queued partition in one request and then
+wakes the senders. So ``send()`` still never waits for the coordinator.
+
+*Errors.* Abortable errors (a record failed, an offset commit was rejected, the broker
+lost our sequence state) move the transaction to ``ABORTABLE_ERROR``: commit and send raise
+until :meth:`TransactionManager.abort` -- after which the producer is usable again (bumping
+the epoch with InitProducerId first when a sequence hole was left, KIP-360). Fatal errors
+(PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ...) move it
+to ``FATAL_ERROR``; only ``close()`` is left. In both error states and while aborting, queued
+batches fail as soon as the sender looks at them, so ``flush()`` never waits for a
+transaction that cannot commit.
+
+*Commit* flushes (every record of the transaction acknowledged), checks that none failed,
+then sends EndTxn(commit). *Abort* fails what is still queued with
+:class:`TransactionAbortedError`, waits for what is in flight, then sends EndTxn(abort).
+EndTxn is skipped when nothing was added to the transaction (nothing to mark).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from aiokafka_ng.errors import (
+    IllegalStateError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    KafkaError,
+    ProducerFencedError,
+    TransactionalIdAuthorizationFailedError,
+    TransactionCoordinatorFencedError,
+    UnsupportedVersionError,
+)
+from aiokafka_ng.producer.idempotence import IdempotenceState
+from aiokafka_ng.producer.txn_coordinator import (
+    ConsumerGroupMetadata,
+    CoordinatorCluster,
+    TxnCoordinatorClient,
+    group_metadata,
+    parse_offsets,
+)
+from aiokafka_ng.protocol.records import set_producer_state
+
+if TYPE_CHECKING:
+    from aiokafka_ng.net.backoff import ExponentialBackoff
+    from aiokafka_ng.producer.accumulator import Accumulator
+    from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
+    from aiokafka_ng.producer.future import DeliveryFuture
+
+__all__ = [
+    "ConsumerGroupMetadata",
+    "IllegalTransactionStateError",
+    "TransactionAbortedError",
+    "TransactionManager",
+    "TransactionNotStartedError",
+    "TransactionState",
+    "TransactionalIdempotence",
+]
+
+log = logging.getLogger(__name__)
+
+_SEQ_MOD = 2**31
+#: PRODUCER_FENCED on Produce is final. INVALID_PRODUCER_EPOCH on Produce is not (KIP-588):
+#: the coordinator also bumps the epoch when a transaction times out, so it is abortable;
+#: if we really were fenced, the abort's EndTxn says so (and that is fatal).
+_PRODUCER_FENCED = 90
+
+#: Errors after which the transactional id is unusable by this producer.
+_FATAL_TYPES: tuple[type[KafkaError], ...] = (
+    ProducerFencedError,
+    InvalidProducerEpochError,
+    TransactionalIdAuthorizationFailedError,
+    TransactionCoordinatorFencedError,
+    InvalidTxnStateError,
+    UnsupportedVersionError,
+)
+
+
+class IllegalTransactionStateError(IllegalStateError):
+    """A transactional call the transaction's state does not allow (commit without begin,
+    begin twice, commit after an abortable error, ...)."""
+
+    message = "The transaction's state does not allow this call."
+
+
+class TransactionNotStartedError(IllegalTransactionStateError):
+    """``send()`` or ``send_offsets_to_transaction()`` on a transactional producer with no
+    transaction open: call ``begin_transaction()`` (or use ``async with
+    producer.transaction():``) first."""
+
+    message = "No transaction is open; call begin_transaction() first."
+
+
+class TransactionAbortedError(KafkaError):
+    """The record was not delivered because its transaction was aborted."""
+
+    message = "The record's transaction was aborted."
+
+
+class TransactionState(enum.Enum):
+    UNINITIALIZED = "uninitialized"
+    INITIALIZING = "initializing"
+    READY = "ready"
+    IN_TRANSACTION = "in_transaction"
+    COMMITTING = "committing"
+    ABORTING = "aborting"
+    ABORTABLE_ERROR = "abortable_error"
+    FATAL_ERROR = "fatal_error"
+
+
+S = TransactionState
+
+#: Every legal move. FATAL_ERROR is reachable from every state (see ``_fatal``).
+_TRANSITIONS: dict[TransactionState, frozenset[TransactionState]] = {
+    S.UNINITIALIZED: frozenset({S.INITIALIZING}),
+    # back to UNINITIALIZED when init timed out (it may be called again)
+    S.INITIALIZING: frozenset({S.READY, S.UNINITIALIZED, S.ABORTABLE_ERROR}),
+    S.READY: frozenset({S.IN_TRANSACTION}),
+    S.IN_TRANSACTION: frozenset({S.COMMITTING, S.ABORTING, S.ABORTABLE_ERROR}),
+    S.COMMITTING: frozenset({S.READY, S.ABORTABLE_ERROR}),
+    # INITIALIZING: the epoch bump after an abort that left a sequence hole (KIP-360)
+    S.ABORTING: frozenset({S.READY, S.INITIALIZING}),
+    S.ABORTABLE_ERROR: frozenset({S.ABORTING}),
+    S.FATAL_ERROR: frozenset(),
+}
+
+#: What to tell a caller whose call the current state does not allow.
+_HINTS = {
+    S.UNINITIALIZED: "call init_transactions() (start() does) first",
+    S.INITIALIZING: "init_transactions() is still running",
+    S.READY: "no transaction is open; call begin_transaction() first",
+    S.IN_TRANSACTION: "a transaction is already open",
+    S.COMMITTING: "the transaction is being committed",
+    S.ABORTING: "the transaction is being aborted",
+    S.ABORTABLE_ERROR: "the transaction failed; call abort_transaction()",
+}
+
+
+class TransactionalIdempotence(IdempotenceState):
+    """Idempotence state of a transactional producer: sequences as usual, plus the
+    transaction's drain rules (see the module docstring)."""
+
+    __slots__ = ("manager",)
+
+    def __init__(self, manager: TransactionManager) -> None:
+        super().__init__()
+        self.manager = manager
+
+    def may_drain(self, pq: PartitionQueue, batch: ProducerBatch) -> bool:
+        m = self.manager
+        if m.drain_error is not None:
+            # Aborting or failed: what is queued will never be part of a committed
+            # transaction. Fail it now, so flush()/abort() need not wait for it.
+            acc = m.accumulator
+            if acc is not None:
+                exc = m.drain_error
+                while pq.batches:
+                    acc.fail(pq.batches.popleft(), exc)
+            return False
+        key = (pq.topic, pq.partition)
+        if key not in m.partitions:
+            if key not in m.pending_partitions:
+                m.pending_partitions.add(key)
+                m.wake()
+            return False
+        return super().may_drain(pq, batch)
+
+    def stamp(self, pq: PartitionQueue, batch: ProducerBatch) -> bytes:
+        # As the base class, plus the batch's transactional flag (the broker keeps such
+        # records from read_committed consumers until the transaction's marker).
+        data = batch.data
+        assert data is not None
+        if batch.base_sequence < 0:
+            seq = pq.next_sequence
+            batch.base_sequence = seq
+            pq.next_sequence = (seq + len(batch.futures)) % _SEQ_MOD
+            pq.in_flight.append(batch)
+            data = batch.data = set_producer_state(
+                data, self.producer_id, self.epoch, seq, is_transactional=True
+            )
+        return data
+
+    def request_reset(self, code: int | None = None) -> None:
+        # A transactional producer never swaps its producer id behind the user's back:
+        # the broker lost or rejected our sequence state, so this transaction cannot commit.
+        # Fenced: nothing can be done. Otherwise the epoch is bumped after the abort.
+        if code == _PRODUCER_FENCED:
+            self.manager.fail_fatal(
+                ProducerFencedError(
+                    f"producer fenced: another producer with transactional id "
+                    f"{self.manager.transactional_id!r} has started"
+                )
+            )
+            return
+        self.resets += 1
+        self.manager.sequence_hole()
+
+
+class _TransactionContext:
+    """``async with producer.transaction():`` -- commit on a clean exit, abort otherwise."""
+
+    __slots__ = ("_flush", "_manager")
+
+    def __init__(self, manager: TransactionManager, flush: Callable[[], Awaitable[None]]) -> None:
+        self._manager = manager
+        self._flush = flush
+
+    async def __aenter__(self) -> None:
+        await self._manager.wait_background_abort()
+        self._manager.begin()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        m = self._manager
+        cancelled = anyio.get_cancelled_exc_class()
+        if exc is None:
+            try:
+                await m.commit(self._flush)
+            except cancelled:
+                m.abandon()
+                raise
+            except BaseException:
+                await m.abort_quietly()
+                raise
+            return
+        if isinstance(exc, cancelled):
+            m.abandon()  # no I/O in a cancelled task: see TransactionManager.abandon
+        else:
+            await m.abort_quietly()  # then the body's exception propagates
+
+
+class TransactionManager:
+    """The transaction of one producer: state, partitions and coordinator calls."""
+
+    def __init__(
+        self,
+        transactional_id: str,
+        *,
+        transaction_timeout_ms: int,
+        retry_backoff: ExponentialBackoff,
+        request_timeout_ms: int,
+        max_block_ms: int,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.retry_backoff = retry_backoff
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.max_block_s = max_block_ms / 1000
+        self.idem = TransactionalIdempotence(self)
+        self.state = S.UNINITIALIZED
+        #: partitions added to the open transaction / waiting to be added
+        self.partitions: set[tuple[str, int]] = set()
+        self.pending_partitions: set[tuple[str, int]] = set()
+        #: the error queued batches fail with (aborting, abortable or fatal), else None
+        self.drain_error: KafkaError | None = None
+        self.last_error: KafkaError | None = None
+        self.accumulator: Accumulator | None = None
+        self.client: TxnCoordinatorClient | None = None
+        self._wake_senders: Callable[[], None] = lambda: None
+        self._spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None
+        self._background: anyio.Event | None = None  # set when a background abort ends
+        self._event = anyio.Event()
+        self._offset_groups: set[str] = set()  # groups added (AddOffsetsToTxn) in this txn
+        self._ending = False  # EndTxn(commit) on the wire: its outcome is unknown if cut
+        self._bump_needed = False  # a sequence hole: bump the epoch after the abort
+        self._futures: list[DeliveryFuture] = []
+        self.transactions = 0  # committed
+        self.aborts = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<TransactionManager {self.transactional_id!r} {self.state.value} "
+            f"pid={self.idem.producer_id} epoch={self.idem.epoch}>"
+        )
+
+    def attach(
+        self,
+        cluster: CoordinatorCluster,
+        accumulator: Accumulator,
+        wake_senders: Callable[[], None],
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None,
+    ) -> None:
+        """Connect to the producer's cluster, accumulator and task group (at start)."""
+        self.accumulator = accumulator
+        self._wake_senders = wake_senders
+        self._spawn = spawn
+        self.client = TxnCoordinatorClient(
+            cluster,
+            self.transactional_id,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            retry_backoff=self.retry_backoff,
+            request_timeout_s=self.request_timeout_s,
+            max_block_s=self.max_block_s,
+        )
+
+    # ------------------------------------------------------------------ state machine
+
+    def _to(self, new: TransactionState, op: str) -> None:
+        old = self.state
+        if old is S.FATAL_ERROR:
+            raise self._fatal_error(op)
+        if new not in _TRANSITIONS[old]:
+            exc = IllegalTransactionStateError(
+                f"cannot {op}: transaction of {self.transactional_id!r} is {old.value} "
+                f"({_HINTS[old]})"
+            )
+            if old is S.ABORTABLE_ERROR:
+                raise exc from self.last_error
+            raise exc
+        log.debug("transaction %s: %s -> %s (%s)", self.transactional_id, old, new, op)
+        self.state = new
+
+    def _fatal_error(self, op: str) -> KafkaError:
+        err = self.last_error
+        assert err is not None
+        # A fresh instance each time: re-raising one object would pile up tracebacks.
+        return type(err)(f"cannot {op}: {err}")
+
+    def fail_fatal(self, exc: KafkaError) -> None:
+        if self.state is S.FATAL_ERROR:
+            return
+        log.error("transaction %s: fatal error: %s", self.transactional_id, exc)
+        self.state = S.FATAL_ERROR
+        self.last_error = exc
+        self.drain_error = exc
+        self._wake_senders()
+
+    def _fail_abortable(self, exc: KafkaError) -> None:
+        if self.state in (S.IN_TRANSACTION, S.COMMITTING, S.INITIALIZING):
+            log.warning("transaction %s: abortable error: %s", self.transactional_id, exc)
+            self.state = S.ABORTABLE_ERROR
+            self.last_error = exc
+            self.drain_error = exc
+            self._wake_senders()
+
+    def _failed(self, exc: KafkaError) -> None:
+        """Record a coordinator call's error: fatal or abortable by its type."""
+        if isinstance(exc, _FATAL_TYPES):
+            self.fail_fatal(exc)
+        else:
+            self._fail_abortable(exc)
+
+    def sequence_hole(self) -> None:
+        """A batch holding a sequence will never be written, or the broker lost our state."""
+        self._bump_needed = True
+        if self.state in (S.IN_TRANSACTION, S.COMMITTING):
+            self._fail_abortable(
+                TransactionAbortedError(
+                    "a batch of the transaction failed after it got a sequence number; "
+                    "the transaction must be aborted"
+                )
+            )
+
+    def wake(self) -> None:
+        self._event.set()
+
+    def check_send(self) -> None:
+        """Raise unless a record may be sent now (called by ``send()``)."""
+        if self.state is not S.IN_TRANSACTION:
+            if self.state is S.FATAL_ERROR:
+                raise self._fatal_error("send")
+            if self.state is S.ABORTABLE_ERROR:
+                raise IllegalTransactionStateError(
+                    f"cannot send: {_HINTS[S.ABORTABLE_ERROR]}"
+                ) from self.last_error
+            raise TransactionNotStartedError(
+                f"cannot send: transaction of {self.transactional_id!r} is {self.state.value} "
+                f"({_HINTS[self.state]})"
+            )
+
+    def track(self, future: DeliveryFuture) -> None:
+        """Remember a record of the open transaction (commit checks they all succeeded)."""
+        self._futures.append(future)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.state in (S.IN_TRANSACTION, S.COMMITTING, S.ABORTING, S.ABORTABLE_ERROR)
+
+    # ------------------------------------------------------------------ operations
+
+    def _client(self) -> TxnCoordinatorClient:
+        if self.client is None:
+            raise IllegalTransactionStateError("the producer is not started")
+        return self.client
+
+    async def init(self) -> None:
+        """InitProducerId with our transactional id (fences older producers using it)."""
+        if self.state is S.READY:
+            return  # start() did it already
+        client = self._client()
+        self._to(S.INITIALIZING, "init_transactions()")
+        try:
+            pid, epoch = await client.init_producer_id()
+        except KafkaError as exc:
+            if isinstance(exc, _FATAL_TYPES):
+                self.fail_fatal(exc)
+            else:
+                self.state = S.UNINITIALIZED  # retriable: may be called again
+            raise
+        self._set_producer(pid, epoch)
+        self._to(S.READY, "init_transactions()")
+
+    def _set_producer(self, pid: int, epoch: int) -> None:
+        if self.accumulator is not None:
+            self.accumulator.reset_sequences()
+        self.idem.set_producer(pid, epoch)
+        log.info("transaction %s: producer id %s epoch %s", self.transactional_id, pid, epoch)
+
+    def begin(self) -> None:
+        self._to(S.IN_TRANSACTION, "begin_transaction()")
+        self._futures = []
+
+    async def send_offsets(
+        self,
+        offsets: Mapping[Any, Any],
+        group: ConsumerGroupMetadata | str | Any,
+    ) -> None:
+        """Commit consumer ``offsets`` ({(topic, partition): offset | OffsetAndMetadata})
+        as part of the transaction."""
+        if self.state is not S.IN_TRANSACTION:
+            self.check_send()
+        meta = group_metadata(group)
+        parsed = parse_offsets(offsets)
+        client = self._client()
+        idem = self.idem
+        try:
+            if meta.group_id not in self._offset_groups:
+                await client.add_offsets(idem.producer_id, idem.epoch, meta.group_id)
+                self._offset_groups.add(meta.group_id)
+            await client.txn_offset_commit(idem.producer_id, idem.epoch, meta, parsed)
+        except KafkaError as exc:
+            self._failed(exc)
+            raise
+
+    async def commit(self, flush: Callable[[], Awaitable[None]]) -> None:
+        """Flush, check every record was delivered, EndTxn(commit)."""
+        if self.state is not S.COMMITTING:  # COMMITTING: a timed-out commit, resumed
+            self._to(S.COMMITTING, "commit_transaction()")
+        self._wake_senders()
+        await flush()
+        if self.state is not S.COMMITTING:  # an error arrived while flushing
+            self._to(S.COMMITTING, "commit_transaction()")  # raises the right error
+        for fut in self._futures:
+            exc = fut.exception()
+            if exc is not None:
+                err = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
+                self._fail_abortable(err)
+                raise IllegalTransactionStateError(
+                    f"cannot commit: a record of the transaction was not delivered ({exc!r}); "
+                    "call abort_transaction()"
+                ) from exc
+        if self.partitions or self._offset_groups:
+            # Left True if we are cancelled while EndTxn is out (see abandon()).
+            self._ending = True
+            try:
+                await self._client().end_txn(self.idem.producer_id, self.idem.epoch, commit=True)
+            except KafkaError as exc:
+                self._ending = False
+                if exc.retriable:  # timed out: stay COMMITTING, commit may be called again
+                    raise
+                self._failed(exc)
+                raise
+            self._ending = False
+        self._completed()
+        self.transactions += 1
+        self._to(S.READY, "commit_transaction()")
+
+    async def abort(self) -> None:
+        """Fail queued records, wait for those in flight, EndTxn(abort); bump the epoch if a
+        sequence hole was left."""
+        if self._background is not None:
+            await self._background.wait()  # abandon() started it: the caller's abort
+            if self.state is S.READY:
+                return
+        await self._abort()
+
+    async def _abort(self) -> None:
+        if self.state is not S.ABORTING:
+            self._to(S.ABORTING, "abort_transaction()")
+        self.drain_error = TransactionAbortedError(
+            f"transaction of {self.transactional_id!r} was aborted"
+        )
+        acc = self.accumulator
+        if acc is not None:
+            acc.abort_all(self.drain_error)
+            self._wake_senders()
+            # In flight: their outcome no longer matters, but they must not be written
+            # after the abort marker. Re-queued retries fail at their next drain.
+            for fut in acc.incomplete():
+                await fut.wait_done()
+        self.pending_partitions.clear()
+        client = self._client()
+        idem = self.idem
+        if self.partitions or self._offset_groups:
+            try:
+                await client.end_txn(idem.producer_id, idem.epoch, commit=False)
+            except KafkaError as exc:
+                if isinstance(exc, _FATAL_TYPES):
+                    self.fail_fatal(exc)
+                raise  # otherwise still ABORTING: abort may be called again
+        self._completed()
+        if self._bump_needed:
+            self._to(S.INITIALIZING, "abort_transaction()")
+            try:
+                pid, epoch = await self._bump(client)
+            except KafkaError as exc:
+                if isinstance(exc, _FATAL_TYPES):
+                    self.fail_fatal(exc)
+                else:
+                    self.state = S.ABORTABLE_ERROR  # abort again to retry the bump
+                    self.drain_error = self.last_error = exc
+                raise
+            self._bump_needed = False
+            self._set_producer(pid, epoch)
+        self.drain_error = None
+        self.aborts += 1
+        self._to(S.READY, "abort_transaction()")
+
+    async def _bump(self, client: TxnCoordinatorClient) -> tuple[int, int]:
+        """A new epoch for our producer id. KIP-360's form names the current id/epoch, so
+        a producer that was fenced meanwhile is told so instead of fencing its successor.
+        Tansu answers that form with an unknown error (-1); then the plain form (-1/-1),
+        which every broker accepts, bumps the epoch just the same."""
+        idem = self.idem
+        try:
+            return await client.init_producer_id(idem.producer_id, idem.epoch)
+        except KafkaError as exc:
+            if isinstance(exc, _FATAL_TYPES) or exc.retriable:
+                raise
+            log.info("transaction %s: epoch bump refused (%s); re-initializing", self, exc)
+            return await client.init_producer_id()
+
+    async def abort_quietly(self) -> None:
+        """Abort if a transaction is open, shielded and bounded by ``request_timeout_ms``;
+        errors are logged, not raised (cleanup paths). Skipped in a cancelled task."""
+        if not self.in_transaction or anyio.current_effective_deadline() == -math.inf:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.request_timeout_s):
+            try:
+                await self.abort()
+            except KafkaError as exc:
+                log.warning("transaction %s: abort failed: %s", self.transactional_id, exc)
+
+    def abandon(self) -> None:
+        """The task running the transaction was cancelled.
+
+        No I/O here: when the cancellation also tears the producer down, its connections'
+        tasks are cancelled too and a shielded EndTxn could only wait out its retries. So
+        the transaction is marked failed (it can never commit) and aborted by a task of the
+        producer's own; if the producer is going down as well, that task dies with it and
+        the transaction stays open on the broker until the next producer with this
+        transactional id starts (its InitProducerId aborts it) or
+        ``transaction_timeout_ms`` passes -- exactly what a crash leaves behind.
+        """
+        if self.state is S.COMMITTING and self._ending:
+            # EndTxn(commit) may have reached the coordinator: aborting now could only fail.
+            # The state stays COMMITTING; commit_transaction() may be called again.
+            return
+        if self.state in (S.IN_TRANSACTION, S.COMMITTING):
+            self._fail_abortable(
+                TransactionAbortedError("the task running the transaction was cancelled")
+            )
+        if self.state is S.ABORTABLE_ERROR and self._spawn and self._background is None:
+            self._background = anyio.Event()
+            self._spawn(self._abort_in_background)
+
+    async def _abort_in_background(self) -> None:
+        done = self._background
+        try:
+            await self._abort()
+        except KafkaError as exc:
+            log.warning("transaction %s: abort failed: %s", self.transactional_id, exc)
+        finally:
+            self._background = None
+            if done is not None:
+                done.set()
+
+    async def wait_background_abort(self) -> None:
+        if self._background is not None:
+            await self._background.wait()
+
+    def _completed(self) -> None:
+        self.partitions.clear()
+        self.pending_partitions.clear()
+        self._offset_groups.clear()
+        self._futures = []
+
+    def context(self, flush: Callable[[], Awaitable[None]]) -> _TransactionContext:
+        return _TransactionContext(self, flush)
+
+    # ------------------------------------------------------------------ background
+
+    async def run(self) -> None:
+        """Add partitions to the transaction as the drain asks for them (batched)."""
+        failures = 0
+        while True:
+            await self._event.wait()
+            self._event = anyio.Event()
+            while self.pending_partitions and self.state in (S.IN_TRANSACTION, S.COMMITTING):
+                batch = set(self.pending_partitions)
+                idem = self.idem
+                try:
+                    await self._client().add_partitions(idem.producer_id, idem.epoch, batch)
+                except KafkaError as exc:
+                    if exc.retriable and self.state in (S.IN_TRANSACTION, S.COMMITTING):
+                        failures += 1  # timed out: keep trying while the transaction lives
+                        await anyio.sleep(self.retry_backoff.backoff_s(failures))
+                        continue
+                    self._failed(exc)
+                    break
+                failures = 0
+                self.partitions |= batch
+                self.pending_partitions -= batch
+                self._wake_senders()

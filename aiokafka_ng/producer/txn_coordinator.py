@@ -1,0 +1,389 @@
+"""Requests of a transactional producer to its transaction coordinator (and to the group
+coordinator for TxnOffsetCommit).
+
+Theory of operation
+-------------------
+Every call runs in the caller's task and follows one loop (:meth:`TxnCoordinatorClient._call`):
+find the coordinator through the cluster's cached FindCoordinator (``key_type=1`` for the
+transactional id, ``0`` for a consumer group), send the request, read the error code(s),
+then
+
+* success: return the response;
+* NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, or a connection failure / timeout (the
+  coordinator may have moved or died): forget the cached coordinator, back off, find it again;
+* COORDINATOR_LOAD_IN_PROGRESS / CONCURRENT_TRANSACTIONS (the previous transaction's markers
+  are still being written -- common right after a commit) / UNKNOWN_TOPIC_OR_PARTITION /
+  REQUEST_TIMED_OUT: back off and send again;
+* anything else: raise the broker's error. INVALID_PRODUCER_EPOCH on a transactional request
+  means another producer with our transactional id took over, so it is raised as
+  :class:`~aiokafka_ng.errors.ProducerFencedError` (as the Java client does).
+
+Pauses come from the shared :class:`~aiokafka_ng.net.backoff.ExponentialBackoff`; the whole
+call is bounded by ``max_block_ms`` (Java bounds ``initTransactions``/``commitTransaction``
+the same way) and then raises :class:`~aiokafka_ng.errors.KafkaTimeoutError` naming the last
+error. Retrying is safe for every request here: the coordinator treats a repeated
+AddPartitions/AddOffsets as a no-op and a repeated EndTxn of the same kind as success.
+
+Versions: AddPartitionsToTxn stops at v3 (v4+ is the broker-to-broker batched form; one
+request still carries all our new partitions), EndTxn at v4 and TxnOffsetCommit at v4
+(v5 belongs to KIP-890's transactions v2, which changes the epoch on every commit),
+InitProducerId at v5. Tansu rejects InitProducerId v0-v2, Kafka needs v3+ to bump an epoch
+(KIP-360); older versions are still used against older brokers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import anyio
+
+from aiokafka_ng.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerFencedError,
+)
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.errors import error_for_code
+from aiokafka_ng.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
+from aiokafka_ng.protocol.messages.add_partitions_to_txn import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnTopic,
+)
+from aiokafka_ng.protocol.messages.end_txn import EndTxnRequest
+from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
+from aiokafka_ng.protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestPartition,
+    TxnOffsetCommitRequestTopic,
+)
+
+__all__ = [
+    "ConsumerGroupMetadata",
+    "CoordinatorCluster",
+    "TxnCoordinatorClient",
+    "group_metadata",
+    "parse_offsets",
+]
+
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+_REQUEST_TIMED_OUT = 7
+_COORDINATOR_LOAD_IN_PROGRESS = 14
+_COORDINATOR_NOT_AVAILABLE = 15
+_NOT_COORDINATOR = 16
+_INVALID_PRODUCER_EPOCH = 47
+_CONCURRENT_TRANSACTIONS = 51
+_OPERATION_NOT_ATTEMPTED = 55
+
+_REFIND = frozenset({_COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR})
+_RETRY = frozenset(
+    {
+        _COORDINATOR_LOAD_IN_PROGRESS,
+        _CONCURRENT_TRANSACTIONS,
+        _UNKNOWN_TOPIC_OR_PARTITION,
+        _REQUEST_TIMED_OUT,
+    }
+)
+
+#: Highest versions we speak (see the module docstring).
+MAX_INIT_PRODUCER_ID = 5
+MAX_ADD_PARTITIONS = 3
+MAX_ADD_OFFSETS = 4
+MAX_TXN_OFFSET_COMMIT = 4
+MAX_END_TXN = 4
+
+TRANSACTION_KEY = 1
+GROUP_KEY = 0
+
+R = TypeVar("R")
+
+
+class CoordinatorCluster(Protocol):
+    """What the client needs of :class:`~aiokafka_ng.cluster.Cluster` (tests pass fakes)."""
+
+    async def coordinator(self, key: str, key_type: int = 0) -> int: ...
+
+    def invalidate_coordinator(self, key: str, key_type: int = 0) -> None: ...
+
+    async def connection(self, node_id: int) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """The consumer group whose offsets a transaction commits (KIP-447).
+
+    With ``generation_id``/``member_id`` from the consumer, the group coordinator rejects the
+    commit of a member that was fenced by a rebalance; with only ``group_id`` (generation -1)
+    it does not check membership.
+    """
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+class TxnCoordinatorClient:
+    """The transactional requests, each retried as the module docstring says."""
+
+    def __init__(
+        self,
+        cluster: CoordinatorCluster,
+        transactional_id: str,
+        *,
+        transaction_timeout_ms: int,
+        retry_backoff: ExponentialBackoff,
+        request_timeout_s: float,
+        max_block_s: float,
+    ) -> None:
+        self.cluster = cluster
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.backoff = retry_backoff
+        self.request_timeout_s = request_timeout_s
+        self.max_block_s = max_block_s
+        #: requests sent, by API name (for tests and statistics)
+        self.requests: dict[str, int] = {}
+        #: retries after a retriable error code, by code
+        self.retried_codes: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ the requests
+
+    async def init_producer_id(self, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
+        """InitProducerId for our transactional id: (producer id, epoch). With the current
+        id/epoch (v3+) the coordinator bumps the epoch of *this* producer (KIP-360); with
+        -1/-1 it fences any other producer using the id and aborts its open transaction."""
+
+        def make(version: int) -> InitProducerIdRequest:
+            bump = version >= 3 and producer_id >= 0
+            return InitProducerIdRequest(
+                transactional_id=self.transactional_id,
+                transaction_timeout_ms=self.transaction_timeout_ms,
+                producer_id=producer_id if bump else -1,
+                producer_epoch=epoch if bump else -1,
+            )
+
+        resp = await self._call(
+            "InitProducerId",
+            InitProducerIdRequest,
+            MAX_INIT_PRODUCER_ID,
+            make,
+            lambda r: [(r.error_code, None)],
+        )
+        return resp.producer_id, resp.producer_epoch
+
+    async def add_partitions(
+        self, producer_id: int, epoch: int, partitions: Collection[tuple[str, int]]
+    ) -> None:
+        """Add ``partitions`` to the open transaction, all in one request."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        topics = [AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
+
+        def make(version: int) -> AddPartitionsToTxnRequest:
+            return AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=self.transactional_id,
+                v3_and_below_producer_id=producer_id,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=topics,
+            )
+
+        def codes(resp: Any) -> list[tuple[int, str | None]]:
+            # OPERATION_NOT_ATTEMPTED only says another partition failed: the failing one
+            # decides what happens to the whole request.
+            return [
+                (p.partition_error_code, f"{t.name}-{p.partition_index}")
+                for t in resp.results_by_topic_v3_and_below
+                for p in t.results_by_partition
+                if p.partition_error_code != _OPERATION_NOT_ATTEMPTED
+            ]
+
+        await self._call(
+            "AddPartitionsToTxn", AddPartitionsToTxnRequest, MAX_ADD_PARTITIONS, make, codes
+        )
+
+    async def add_offsets(self, producer_id: int, epoch: int, group_id: str) -> None:
+        """Tell the transaction coordinator that this transaction commits ``group_id``'s
+        offsets (it then writes the markers to that group's offsets partition too)."""
+        await self._call(
+            "AddOffsetsToTxn",
+            AddOffsetsToTxnRequest,
+            MAX_ADD_OFFSETS,
+            lambda v: AddOffsetsToTxnRequest(
+                transactional_id=self.transactional_id,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                group_id=group_id,
+            ),
+            lambda r: [(r.error_code, None)],
+        )
+
+    async def txn_offset_commit(
+        self,
+        producer_id: int,
+        epoch: int,
+        group: ConsumerGroupMetadata,
+        offsets: Mapping[tuple[str, int], tuple[int, str | None, int]],
+    ) -> None:
+        """Commit ``offsets`` ({(topic, partition): (offset, metadata, leader_epoch)}) as part
+        of the transaction, at the *group* coordinator."""
+        by_topic: dict[str, list[TxnOffsetCommitRequestPartition]] = {}
+        for (topic, partition), (offset, metadata, leader_epoch) in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(
+                TxnOffsetCommitRequestPartition(
+                    partition_index=partition,
+                    committed_offset=offset,
+                    committed_leader_epoch=leader_epoch,
+                    committed_metadata=metadata,
+                )
+            )
+        topics = [TxnOffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
+
+        def make(version: int) -> TxnOffsetCommitRequest:
+            return TxnOffsetCommitRequest(
+                transactional_id=self.transactional_id,
+                group_id=group.group_id,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                generation_id=group.generation_id,
+                member_id=group.member_id,
+                group_instance_id=group.group_instance_id,
+                topics=topics,
+            )
+
+        await self._call(
+            "TxnOffsetCommit",
+            TxnOffsetCommitRequest,
+            MAX_TXN_OFFSET_COMMIT,
+            make,
+            lambda r: [
+                (p.error_code, f"{t.name}-{p.partition_index}")
+                for t in r.topics
+                for p in t.partitions
+            ],
+            key=group.group_id,
+            key_type=GROUP_KEY,
+        )
+
+    async def end_txn(self, producer_id: int, epoch: int, *, commit: bool) -> None:
+        """Commit or abort the open transaction (the coordinator writes the markers)."""
+        await self._call(
+            "EndTxn",
+            EndTxnRequest,
+            MAX_END_TXN,
+            lambda v: EndTxnRequest(
+                transactional_id=self.transactional_id,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                committed=commit,
+            ),
+            lambda r: [(r.error_code, None)],
+        )
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _call(
+        self,
+        what: str,
+        request_type: type[Any],
+        max_version: int,
+        make: Callable[[int], Any],
+        codes: Callable[[Any], list[tuple[int, str | None]]],
+        *,
+        key: str | None = None,
+        key_type: int = TRANSACTION_KEY,
+    ) -> Any:
+        key = self.transactional_id if key is None else key
+        cluster = self.cluster
+        failures = 0
+        last: str = "no answer yet"
+        with anyio.move_on_after(self.max_block_s):
+            while True:
+                try:
+                    node = await cluster.coordinator(key, key_type)
+                    conn = await cluster.connection(node)
+                    version = min(conn.version_for(request_type), max_version)
+                    self.requests[what] = self.requests.get(what, 0) + 1
+                    response = await conn.send(
+                        make(version), version=version, timeout=self.request_timeout_s
+                    )
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    # The coordinator may have moved or died: look it up again.
+                    cluster.invalidate_coordinator(key, key_type)
+                    last = repr(exc)
+                else:
+                    errors = [(c, where) for c, where in codes(response) if c]
+                    if not errors:
+                        return response
+                    fatal = [(c, w) for c, w in errors if c not in _REFIND and c not in _RETRY]
+                    if fatal:
+                        raise self._error(what, *fatal[0])
+                    if any(c in _REFIND for c, _ in errors):
+                        cluster.invalidate_coordinator(key, key_type)
+                    for c, _ in errors:
+                        self.retried_codes[c] = self.retried_codes.get(c, 0) + 1
+                    last = error_for_code(errors[0][0]).__name__
+                failures += 1
+                await anyio.sleep(self.backoff.backoff_s(failures))
+        raise KafkaTimeoutError(
+            f"{what} for transactional id {self.transactional_id!r} did not complete within "
+            f"max_block_ms ({self.max_block_s * 1000:g} ms); last error: {last}"
+        )
+
+    def _error(self, what: str, code: int, where: str | None) -> KafkaError:
+        err = error_for_code(code)
+        place = f" ({where})" if where else ""
+        if code == _INVALID_PRODUCER_EPOCH or err is ProducerFencedError:
+            return ProducerFencedError(
+                f"{what}{place}: producer fenced -- another producer with transactional id "
+                f"{self.transactional_id!r} has started (error {err.__name__})"
+            )
+        return err(f"{what}{place} failed: {err.__name__}")
+
+
+def group_metadata(group: ConsumerGroupMetadata | str | Any) -> ConsumerGroupMetadata:
+    """A :class:`ConsumerGroupMetadata` from a group id, itself, an object with a
+    ``group_metadata()`` method (a consumer), or one with the same attributes."""
+    if isinstance(group, ConsumerGroupMetadata):
+        return group
+    if isinstance(group, str):
+        return ConsumerGroupMetadata(group)
+    getter = getattr(group, "group_metadata", None)
+    if callable(getter):
+        return group_metadata(getter())
+    group_id = getattr(group, "group_id", None)
+    if isinstance(group_id, str):
+        return ConsumerGroupMetadata(
+            group_id,
+            int(getattr(group, "generation_id", -1)),
+            str(getattr(group, "member_id", "")),
+            getattr(group, "group_instance_id", None),
+        )
+    raise TypeError(
+        "group must be a group id (str), a ConsumerGroupMetadata or a consumer's "
+        f"group_metadata() (got {type(group).__name__})"
+    )
+
+
+def parse_offsets(
+    offsets: Mapping[Any, Any],
+) -> dict[tuple[str, int], tuple[int, str | None, int]]:
+    out: dict[tuple[str, int], tuple[int, str | None, int]] = {}
+    for tp, value in offsets.items():
+        topic, partition = tp
+        if isinstance(value, int):
+            out[(topic, partition)] = (value, "", -1)
+        else:
+            # OffsetAndMetadata(offset, metadata, leader_epoch) or anything shaped like it
+            out[(topic, partition)] = (
+                int(value.offset),
+                getattr(value, "metadata", ""),
+                int(getattr(value, "leader_epoch", -1)),
+            )
+    if not out:
+        raise ValueError("send_offsets_to_transaction() needs at least one offset")
+    return out

@@ -1,0 +1,374 @@
+"""Accumulator: pending topic queues, batching, readiness, drain fairness, muting, retries.
+
+Pure unit tests with a fake clock; no broker, no event loop (the accumulator is sync).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+
+from aiokafka_ng.cluster.metadata import (
+    BrokerMetadata,
+    ClusterMetadata,
+    PartitionMetadata,
+    TopicMetadata,
+)
+from aiokafka_ng.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.producer.accumulator import Accumulator
+from aiokafka_ng.producer.future import DeliveryFuture
+from aiokafka_ng.producer.idempotence import IdempotenceState
+from aiokafka_ng.producer.memory import MemoryPool
+from aiokafka_ng.protocol.compression import Compression
+from aiokafka_ng.protocol.records import iter_batches
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def meta(
+    topic: str = "t", partitions: int = 3, leaders: dict[int, int] | None = None
+) -> ClusterMetadata:
+    leaders = leaders or {}
+    parts = {p: PartitionMetadata(partition=p, leader=leaders.get(p, 1)) for p in range(partitions)}
+    return ClusterMetadata(
+        brokers=MappingProxyType(
+            {1: BrokerMetadata(1, "127.0.0.1", 1), 2: BrokerMetadata(2, "127.0.0.1", 2)}
+        ),
+        topics=MappingProxyType({topic: TopicMetadata(topic, partitions=MappingProxyType(parts))}),
+    )
+
+
+def make(
+    clock: Clock,
+    *,
+    batch_size: int = 1000,
+    linger_ms: float = 5,
+    max_request_size: int = 1 << 20,
+    guarantee_order: bool = False,
+    idem: IdempotenceState | None = None,
+    pool: MemoryPool | None = None,
+) -> tuple[Accumulator, list[int], list[str]]:
+    woken: list[int] = []
+    requested: list[str] = []
+    acc = Accumulator(
+        pool=pool or MemoryPool(1 << 20),
+        batch_size=batch_size,
+        linger_ms=linger_ms,
+        compression=Compression.NONE,
+        max_request_size=max_request_size,
+        delivery_timeout_ms=1000,
+        retry_backoff=ExponentialBackoff(100, 1000, jitter=0),
+        guarantee_order=guarantee_order,
+        idempotence=idem,
+        request_metadata=requested.append,
+        wake_node=woken.append,
+        clock=clock,
+    )
+    return acc, woken, requested
+
+
+def send(
+    acc: Accumulator, value: bytes, partition: int = -1, key: bytes | None = None
+) -> DeliveryFuture:
+    fut = DeliveryFuture("t", 1)
+    assert acc.pool.try_reserve(len(value) + 30)
+    acc.append("t", partition, key, value, None, 1, len(value) + 30, fut)
+    return fut
+
+
+def values(batch_bytes: bytes) -> list[bytes | None]:
+    return [r.value for b in iter_batches(batch_bytes) for r in b.records()]
+
+
+def test_records_wait_for_metadata_then_keep_send_order() -> None:
+    clock = Clock()
+    acc, woken, requested = make(clock)
+    futs = [send(acc, b"v%d" % i, partition=0) for i in range(5)]
+    assert requested == ["t"]  # one metadata request for the topic, not one per record
+    assert acc.drain(1, clock.now) == ([], None)
+    acc.update_metadata(meta())
+    assert 1 in woken
+    clock.now += 0.006  # linger
+    batches, _ = acc.drain(1, clock.now)
+    assert len(batches) == 1
+    assert values(batches[0].close()) == [b"v%d" % i for i in range(5)]
+    acc.complete(batches[0], 100, -1)
+    assert [f.result().offset for f in futs] == [100, 101, 102, 103, 104]
+    assert acc.pool.available == acc.pool.total
+
+
+def test_fast_path_after_metadata_and_no_overtaking() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock)
+    acc.update_metadata(meta())
+    send(acc, b"a", partition=1)
+    assert acc.topics["t"].pending == deque_empty()
+    batch = acc.topics["t"].partitions[1].batches[0]
+    assert batch.record_count == 1
+
+
+def deque_empty() -> object:
+    from collections import deque
+
+    return deque()
+
+
+def test_linger_and_full_batches() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock, batch_size=200)
+    acc.update_metadata(meta())
+    send(acc, b"x" * 50, partition=0)
+    batches, next_at = acc.drain(1, clock.now)
+    assert batches == [] and next_at == pytest.approx(clock.now + 0.005)
+    for _ in range(5):  # overflows the 200-byte batch: the first is now ready
+        send(acc, b"x" * 50, partition=0)
+    batches, _ = acc.drain(1, clock.now)
+    # one batch per partition per drain, the oldest, full one
+    assert len(batches) == 1 and batches[0].record_count == 2
+    left = acc.topics["t"].partitions[0].batches
+    assert len(left) == 2 and sum(b.record_count for b in left) == 4
+
+
+def test_drain_one_batch_per_partition_rotating_and_size_bound() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock, batch_size=100, max_request_size=250)
+    acc.update_metadata(meta(partitions=3))
+    for p in range(3):
+        for _ in range(3):
+            send(acc, b"y" * 60, partition=p)
+    clock.now += 1
+    first, _ = acc.drain(1, clock.now)
+    # each batch ~ 61 + 70 bytes: only one fits in 250 after the first? two fit.
+    assert len({b.partition for b in first}) == len(first) >= 1
+    total = sum(len(b.close()) for b in first)
+    assert total <= 250 or len(first) == 1
+    second, _ = acc.drain(1, clock.now)
+    # the rotating index starts after the partitions served first
+    assert second and second[0].partition != first[0].partition
+
+
+def test_single_oversize_batch_goes_alone() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock, batch_size=10000, max_request_size=100)
+    acc.update_metadata(meta(partitions=1))
+    send(acc, b"z" * 500, partition=0)
+    clock.now += 1
+    batches, _ = acc.drain(1, clock.now)
+    assert len(batches) == 1
+
+
+def test_muting_until_done_and_unmute_wakes() -> None:
+    clock = Clock()
+    acc, woken, _ = make(clock, guarantee_order=True)
+    acc.update_metadata(meta(partitions=1))
+    send(acc, b"1", partition=0)
+    clock.now += 1
+    (b1,), _ = acc.drain(1, clock.now)
+    send(acc, b"2", partition=0)
+    clock.now += 1
+    assert acc.drain(1, clock.now)[0] == []  # muted while b1 is in flight
+    woken.clear()
+    acc.requeue(b1, clock.now)  # e.g. connection error: back at the head, then unmuted
+    assert woken == [1]
+    clock.now += 10
+    (again,), _ = acc.drain(1, clock.now)
+    assert again is b1  # the retry goes before the newer batch
+    acc.complete(b1, 0, -1)
+    (b2,), _ = acc.drain(1, clock.now)
+    assert values(b2.close()) == [b"2"]
+
+
+def test_retry_waits_for_backoff() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock)
+    acc.update_metadata(meta(partitions=1))
+    send(acc, b"1", partition=0)
+    clock.now += 1
+    (b1,), _ = acc.drain(1, clock.now)
+    acc.requeue(b1, clock.now)
+    batches, next_at = acc.drain(1, clock.now)
+    assert batches == [] and next_at == pytest.approx(clock.now + 0.1)
+    clock.now += 0.1
+    assert acc.drain(1, clock.now)[0] == [b1]
+
+
+def test_pending_topic_fails_alone_at_delivery_timeout() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock)
+    acc.update_metadata(meta(topic="other"))
+    f = send(acc, b"lost")
+    clock.now += 0.999
+    acc.expire(clock.now)
+    assert not f.done()
+    clock.now += 0.002
+    acc.expire(clock.now)
+    assert isinstance(f.exception(), KafkaTimeoutError)
+    assert acc.pool.available == acc.pool.total
+
+
+def test_queued_batch_expires() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock)
+    acc.update_metadata(meta(partitions=1, leaders={0: -1}))  # no leader: cannot drain
+    f = send(acc, b"a", partition=0)
+    clock.now += 2
+    acc.expire(clock.now)
+    assert isinstance(f.exception(), KafkaTimeoutError)
+
+
+def test_bad_partition_fails_that_record_only() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock)
+    acc.update_metadata(meta(partitions=2))
+    bad = send(acc, b"a", partition=7)
+    good = send(acc, b"b", partition=1)
+    assert isinstance(bad.exception(), UnknownTopicOrPartitionError)
+    assert not good.done()
+
+
+def test_keyed_records_use_murmur2() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock)
+    acc.update_metadata(meta(partitions=6))
+    send(acc, b"v", key=b"21")
+    # (murmur2("21") & 0x7fffffff) % 6
+    assert acc.topics["t"].partitions[(1173551340 % 6)].batches
+
+
+def test_idempotent_sequences_and_ordered_retry() -> None:
+    clock = Clock()
+    resets: list[int] = []
+    idem = IdempotenceState(on_reset=lambda: resets.append(1))
+    acc, _, _ = make(clock, batch_size=80, idem=idem)
+    acc.update_metadata(meta(partitions=1))
+    for i in range(6):
+        send(acc, b"r%02d" % i + b"." * 20, partition=0)
+    clock.now += 1
+    assert acc.drain(1, clock.now)[0] == []  # no producer id yet
+    idem.set_producer(7, 0)
+    b1 = acc.drain(1, clock.now)[0][0]
+    b2 = acc.drain(1, clock.now)[0][0]
+    assert b1.base_sequence == 0 and b2.base_sequence == b1.record_count
+    hdr = next(iter_batches(b2.close()))
+    assert (hdr.producer_id, hdr.producer_epoch, hdr.base_sequence) == (7, 0, b1.record_count)
+    # b2 fails first (e.g. OOOSN because b1 is still in flight), then b1 fails
+    acc.requeue(b2, clock.now)
+    acc.requeue(b1, clock.now)
+    pq = acc.topics["t"].partitions[0]
+    assert list(pq.batches)[:2] == [b1, b2]  # sequence order
+    clock.now += 10
+    (first,), _ = acc.drain(1, clock.now)
+    assert first is b1 and first.base_sequence == 0  # sequence kept
+    assert acc.drain(1, clock.now)[0] == []  # b2 is not the lowest in flight: waits
+    acc.complete(b1, 0, -1)
+    assert acc.drain(1, clock.now)[0] == [b2]
+    assert resets == []
+    # a sequenced batch failing for good leaves a hole: reset requested, draining stops
+    acc.fail(b2, RuntimeError("x"))
+    assert resets == [1] and not idem.ready
+    acc.reset_sequences()
+    idem.set_producer(8, 0)
+    nxt = acc.drain(1, clock.now)[0][0]
+    assert nxt.base_sequence == 0
+    assert next(iter_batches(nxt.close())).producer_id == 8
+
+
+def test_flush_makes_batches_ready() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock, linger_ms=10_000)
+    acc.update_metadata(meta(partitions=1))
+    f = send(acc, b"a", partition=0)
+    assert acc.drain(1, clock.now)[0] == []
+    assert acc.incomplete() == [f]
+    acc.flushing += 1
+    assert len(acc.drain(1, clock.now)[0]) == 1
+
+
+def test_in_flight_batch_expires_and_late_answer_is_ignored() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock, guarantee_order=True)
+    acc.update_metadata(meta(partitions=1))
+    f = send(acc, b"a", partition=0)
+    clock.now += 0.01
+    (b,), _ = acc.drain(1, clock.now)
+    assert acc.incomplete() == [f]  # flush/close wait for in-flight batches too
+    clock.now += 1.0
+    acc.expire(clock.now)
+    assert isinstance(f.exception(), KafkaTimeoutError)
+    assert not acc.flight and not acc.topics["t"].partitions[0].muted
+    acc.requeue(b, clock.now)  # the late connection error: nothing comes back
+    acc.complete(b, 5, -1)  # or a late success: the outcome stays
+    assert not acc.topics["t"].partitions[0].batches
+    assert isinstance(f.exception(), KafkaTimeoutError)
+    assert acc.pool.available == acc.pool.total
+
+
+def test_null_keys_stick_to_one_partition_until_its_batch_is_full() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock, batch_size=500)
+    acc.update_metadata(meta(partitions=4))
+    for _ in range(40):
+        send(acc, b"n" * 40)
+    t = acc.topics["t"]
+    used = [pq for pq in t.partitions if pq.batches]
+    # ~10 records of ~48 bytes fill a 500-byte batch: every batch but the last is full and
+    # the partition changes exactly when a batch fills up
+    full = [b for pq in used for b in pq.batches if b.data is not None]
+    assert len(full) >= 3
+    assert all(b.record_count >= 9 for b in full)
+    counts = [b.record_count for pq in used for b in pq.batches]
+    assert sum(counts) == 40
+
+
+def test_topic_with_fatal_metadata_error_fails_records() -> None:
+    from aiokafka_ng.errors import TopicAuthorizationFailedError
+
+    clock = Clock()
+    acc, _, _ = make(clock)
+    first = send(acc, b"a")  # waits for metadata
+    denied = ClusterMetadata(
+        topics=MappingProxyType({"t": TopicMetadata("t", error=TopicAuthorizationFailedError)})
+    )
+    acc.update_metadata(denied)
+    assert isinstance(first.exception(), TopicAuthorizationFailedError)
+    later = send(acc, b"b")  # the known fatal error fails it at once, not at the timeout
+    assert isinstance(later.exception(), TopicAuthorizationFailedError)
+    assert acc.pool.available == acc.pool.total
+
+
+def test_compression_ratio_estimate_fills_batches_to_compressed_size() -> None:
+    clock = Clock()
+    woken: list[int] = []
+    acc = Accumulator(
+        pool=MemoryPool(1 << 30),
+        batch_size=4096,
+        linger_ms=5,
+        compression=Compression.LZ4,
+        max_request_size=1 << 20,
+        delivery_timeout_ms=1000,
+        retry_backoff=ExponentialBackoff(100, 1000, jitter=0),
+        guarantee_order=False,
+        idempotence=None,
+        wake_node=woken.append,
+        clock=clock,
+    )
+    acc.update_metadata(meta(partitions=1))
+    value = b"abcd" * 50  # compresses very well
+    for _ in range(6000):
+        f = DeliveryFuture("t", 1)
+        assert acc.pool.try_reserve(300)
+        acc.append("t", 0, None, value, None, 1, 300, f)
+    batches = list(acc.topics["t"].partitions[0].batches)
+    first, late = batches[0], batches[-2]
+    assert late.record_count > 2 * first.record_count  # learned the topic compresses well
+    for b in batches[:-1]:
+        assert len(b.close()) <= 4096 * 1.1  # still about batch_size on the wire
+    assert 0 < acc._ratios["t"] < 0.9

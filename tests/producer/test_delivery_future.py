@@ -1,0 +1,72 @@
+"""DeliveryFuture: awaitable on asyncio and trio, callbacks, errors, states."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+
+from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
+from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata
+
+
+class FakeBatch:
+    partition = 3
+    base_offset = 100
+    log_append_time = -1
+
+
+def test_pending_state_raises() -> None:
+    fut = DeliveryFuture("t", 7)
+    assert not fut.done()
+    with pytest.raises(IllegalStateError):
+        fut.result()
+    with pytest.raises(IllegalStateError):
+        fut.exception()
+    assert "pending" in repr(fut)
+
+
+@pytest.mark.anyio
+async def test_await_and_callbacks_in_order() -> None:
+    fut = DeliveryFuture("t", 7)
+    fut._batch = FakeBatch()  # type: ignore[assignment]
+    fut._delta = 2
+    seen: list[str] = []
+    fut.add_done_callback(lambda f: seen.append("cb1"))
+    results: list[RecordMetadata] = []
+
+    async def waiter() -> None:
+        results.append(await fut)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        await anyio.wait_all_tasks_blocked()
+        fut.add_done_callback(lambda f: seen.append("cb2"))
+        fut._finish(None)
+        fut._finish(KafkaTimeoutError("late"))  # a second outcome is ignored
+    assert results == [RecordMetadata("t", 3, 102, 7)]
+    assert seen == ["cb1", "cb2"]
+    fut.add_done_callback(lambda f: seen.append("cb3"))  # already done: called at once
+    assert seen[-1] == "cb3" and fut.exception() is None and "done" in repr(fut)
+
+
+@pytest.mark.anyio
+async def test_failure_and_wait_done() -> None:
+    fut = DeliveryFuture("t", 7)
+    fut._finish(KafkaTimeoutError("expired"))
+    await fut.wait_done()  # does not raise
+    with pytest.raises(KafkaTimeoutError):
+        await fut
+    assert isinstance(fut.exception(), KafkaTimeoutError) and "failed" in repr(fut)
+
+
+def test_callback_error_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    fut = DeliveryFuture("t", 7)
+    fut.add_done_callback(lambda f: 1 / 0)
+    later: list[bool] = []
+    fut.add_done_callback(lambda f: later.append(True))
+    with caplog.at_level(logging.ERROR):
+        fut._finish(None)
+    assert later == [True]  # the next callback still ran
+    assert "delivery callback" in caplog.text
