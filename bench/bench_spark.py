@@ -1,0 +1,126 @@
+"""Spark write throughput through the aiokafka_ng sink vs one process with our Producer.
+
+Workload: ``--rows`` (default 1M) records of 100-byte values, null keys, the producer's
+defaults (acks=all, idempotent, linger 5 ms, 16 KiB batches), each run to a fresh topic
+(auto-created: 4 partitions on Tansu) on the same broker.
+
+- single process: ``Producer.send`` in a loop under ``anyio.run``, then ``flush``; the time
+  runs from the first send to the end of flush (everything acked);
+- Spark ``local[2]``: ``spark.range(rows, numPartitions=2)`` -> 100-byte binary ``value`` ->
+  ``df.write.format("aiokafka_ng")``: 2 tasks, each with one producer. The time is the whole
+  ``save()`` (planning, generating the rows in the JVM, Arrow transfer to the Python
+  workers, sending, flushing, commit), after a small warm-up write in the same session;
+- Spark read back of the same topic (``count()`` over the source), for reference.
+
+Run: ``cd /work/main && PYTHONPATH=. python bench/bench_spark.py [--rows N] [--bootstrap H:P]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+
+import anyio
+
+from aiokafka_ng.producer import Producer
+from aiokafka_ng.testing import LocalBroker
+
+VALUE = b"v" * 100
+
+
+def single_process(bootstrap: str, rows: int) -> float:
+    topic = f"bench-single-{uuid.uuid4().hex[:8]}"
+
+    async def main() -> float:
+        async with Producer(bootstrap_servers=bootstrap) as producer:
+            await producer.send_and_wait(topic, b"warm-up")  # metadata + producer id
+            started = time.perf_counter()
+            send = producer.send
+            for _ in range(rows):
+                await send(topic, VALUE)
+            await producer.flush()
+            return time.perf_counter() - started
+
+    return anyio.run(main)
+
+
+def spark_runs(bootstrap: str, rows: int) -> tuple[float, float]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from aiokafka_ng.spark import register
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+
+    def write(n: int, topic: str) -> float:
+        df = spark.range(n, numPartitions=2).selectExpr(
+            "cast(lpad(cast(id as string), 100, 'v') as binary) as value"
+        )
+        started = time.perf_counter()
+        (
+            df.write.format("aiokafka_ng")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", topic)
+            .mode("append")
+            .save()
+        )
+        return time.perf_counter() - started
+
+    try:
+        write(10_000, f"bench-spark-warmup-{uuid.uuid4().hex[:8]}")
+        topic = f"bench-spark-{uuid.uuid4().hex[:8]}"
+        wrote = write(rows, topic)
+        started = time.perf_counter()
+        count = (
+            spark.read.format("aiokafka_ng")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .load()
+            .count()
+        )
+        read = time.perf_counter() - started
+        assert count == rows, f"read back {count} of {rows} rows"
+        return wrote, read
+    finally:
+        spark.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--bootstrap", default=None, help="broker (default: start a LocalBroker)")
+    args = parser.parse_args()
+    broker = None
+    if args.bootstrap is None:
+        broker = LocalBroker()
+        broker.start_sync()
+        bootstrap = broker.bootstrap_servers
+    else:
+        bootstrap = args.bootstrap
+    try:
+        single = single_process(bootstrap, args.rows)
+        wrote, read = spark_runs(bootstrap, args.rows)
+    finally:
+        if broker is not None:
+            broker.stop_sync()
+    n = args.rows
+    print(f"rows: {n} x 100 B values")
+    print(f"single-process Producer : {n / single:>10,.0f} rows/s ({single:.2f}s)")
+    print(f"Spark write, 2 tasks    : {n / wrote:>10,.0f} rows/s ({wrote:.2f}s)")
+    print(f"Spark read back (count) : {n / read:>10,.0f} rows/s ({read:.2f}s)")
+    print(f"Spark write / single    : {single / wrote:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

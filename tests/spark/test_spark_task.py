@@ -1,0 +1,98 @@
+"""One write task and one read task run directly (no Spark job): the commit message counts,
+string columns sent as UTF-8, and a read range's Arrow batches match the source schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from aiokafka_ng.errors import MessageTooLargeError
+from aiokafka_ng.spark._read import KafkaRange, plan_read, read_range
+from aiokafka_ng.spark._write import plan_write, write_batches
+from tests.spark.helpers import produce, read_confluent, topic_name
+
+HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+
+
+def _schema(arrow: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow)
+
+
+def test_write_task_reports_counts_per_topic(kafka_broker: Any) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    default, other = topic_name("task-default"), topic_name("task-other")
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(["k0", None, "k2", "k3"], pa.string()),
+            pa.array(["zero", "one", None, "three"], pa.string()),
+            pa.array([None, other, None, other], pa.string()),
+            pa.array([[("h", b"\x00")], None, [], [("n", None)]], HEADER_TYPE),
+        ],
+        names=["key", "value", "topic", "headers"],
+    )
+    plan = plan_write(
+        {"kafka.bootstrap.servers": bootstrap, "topic": default}, _schema(batch.schema)
+    )
+    message = write_batches(plan, iter([batch, batch.slice(0, 0)]))
+    assert (message.rows, message.per_topic) == (4, {default: 2, other: 2})
+    assert message.bytes == len(b"k0zero") + len(b"one") + len(b"k2") + len(b"k3three")
+
+    got = {m.key(): (m.value(), m.headers()) for m in read_confluent(bootstrap, default, 2)}
+    assert got == {b"k0": (b"zero", [("h", b"\x00")]), b"k2": (None, None)}
+    got = {m.key(): (m.value(), m.headers()) for m in read_confluent(bootstrap, other, 2)}
+    assert got == {None: (b"one", None), b"k3": (b"three", [("n", None)])}
+
+
+def test_write_task_fails_with_the_records_error(kafka_broker: Any) -> None:
+    batch = pa.RecordBatch.from_arrays([pa.array([b"ok", b"x" * 5000])], names=["value"])
+    plan = plan_write(
+        {
+            "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
+            "kafka.max.request.size": "1000",
+            "topic": topic_name("task-fail"),
+        },
+        _schema(batch.schema),
+    )
+    with pytest.raises(MessageTooLargeError) as info:
+        write_batches(plan, iter([batch]))
+    assert any("record #1 of this task" in note for note in info.value.__notes__)
+
+
+def test_read_task_yields_arrow_batches_of_the_range(kafka_broker: Any) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = topic_name("task-read")
+    written = produce(
+        bootstrap, topic, [(1, b"k%d" % i, b"v%d" % i, [("i", b"%d" % i)]) for i in range(30)]
+    )
+    plan = plan_read({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, streaming=False)
+    batches = list(read_range(KafkaRange(topic, 1, 5, 25, plan)))
+    table = pa.Table.from_batches(batches)
+    assert table.column_names == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
+    assert table.column("offset").to_pylist() == list(range(5, 25))
+    assert set(table.column("partition").to_pylist()) == {1}
+    expected = [(k, v, h, ts) for _, off, k, v, h, ts in written if 5 <= off < 25]
+    millis = table.column("timestamp").cast(pa.int64()).to_pylist()
+    got = [
+        (k, v, [(h["key"], h["value"]) for h in hs], us // 1000)
+        for k, v, hs, us in zip(
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+            table.column("headers").to_pylist(),
+            millis,
+            strict=True,
+        )
+    ]
+    assert got == expected
