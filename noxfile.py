@@ -70,3 +70,11 @@ def bench(session: nox.Session) -> None:
 
     for script in sorted(pathlib.Path("bench").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Config reference is current; `mkdocs build --strict` (warnings are errors)."""
+    _install(session)
+    session.run("python", "tools/gen_config_docs.py", "--check")
+    session.run("mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site")

@@ -40,7 +40,7 @@ def test_ruff_format() -> None:
 
 
 def test_import_layers() -> None:
-    _run(_tool("lint-imports"))
+    _run(_tool("lint-imports"), "--no-cache")
 
 
 @pytest.mark.slow

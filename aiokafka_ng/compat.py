@@ -1,0 +1,178 @@
+"""aiokafka-style names over aiokafka_ng's clients: migrate by changing one import.
+
+``from aiokafka_ng.compat import AIOKafkaProducer, AIOKafkaConsumer`` gives classes that take
+aiokafka's constructor keywords and offer its ``start()``/``stop()`` lifecycle, so code
+written for aiokafka (its README's examples included) runs unchanged apart from the import.
+
+How the keywords map:
+
+* Same name, same meaning (most of them: ``bootstrap_servers``, ``client_id``, ``acks``,
+  ``linger_ms``, ``group_id``, ``auto_offset_reset``, serializers, SASL/SSL settings, ...):
+  passed through.
+* Renamed: ``max_batch_size`` -> ``batch_size``; ``compression_type=None`` -> ``"none"``;
+  aiokafka assignor classes in ``partition_assignment_strategy`` -> their names.
+* Accepted and ignored (nothing to do here): ``loop``, ``api_version``,
+  ``consumer_timeout_ms``, the Kerberos names, and aiokafka's ``DefaultPartitioner``.
+* Refused with :class:`~aiokafka_ng.errors.ConfigError` (not supported yet):
+  ``transactional_id``, ``sasl_oauth_token_provider``.
+
+Defaults are aiokafka_ng's, not aiokafka's, for every keyword the caller does not pass. The
+notable differences: the producer is idempotent with ``acks="all"`` and ``linger_ms=5`` (aiokafka:
+``acks=1``, no idempotence, ``linger_ms=0``), and the consumer's assignors are
+``range`` + ``cooperative-sticky`` (aiokafka: ``roundrobin``). One exception: the consumer's
+``session_timeout_ms`` defaults to aiokafka's 10 s (Java's is 45 s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aiokafka_ng.admin import AdminClient
+from aiokafka_ng.admin import NewTopic as _NewTopic
+from aiokafka_ng.consumer import (
+    Consumer,
+    ConsumerRebalanceListener,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    TopicPartition,
+)
+from aiokafka_ng.errors import ConfigError, KafkaError
+from aiokafka_ng.producer import Producer, RecordMetadata
+
+__all__ = [
+    "AIOKafkaAdminClient",
+    "AIOKafkaConsumer",
+    "AIOKafkaProducer",
+    "ConsumerRebalanceListener",
+    "ConsumerRecord",
+    "KafkaError",
+    "NewTopic",
+    "OffsetAndMetadata",
+    "RecordMetadata",
+    "TopicPartition",
+    "translate_config",
+]
+
+_IGNORED = frozenset(
+    {
+        "loop",
+        "api_version",
+        "consumer_timeout_ms",
+        "sasl_kerberos_service_name",
+        "sasl_kerberos_domain_name",
+    }
+)
+_RENAMED = {"max_batch_size": "batch_size"}
+_UNSUPPORTED = {
+    "transactional_id": "transactions are not supported by aiokafka_ng yet",
+    "sasl_oauth_token_provider": "SASL OAUTHBEARER is not supported by aiokafka_ng yet",
+}
+_AIOKAFKA_SESSION_TIMEOUT_MS = 10000
+# aiokafka's defaults for these mean "not set": dropping them lets ours apply.
+_NONE_MEANS_DEFAULT = frozenset({"max_poll_records", "client_rack", "client_id", "acks"})
+
+
+def _assignor_name(item: Any) -> Any:
+    # aiokafka passes assignor classes; ours are chosen by name (aiokafka's `name` attribute
+    # is the protocol name, which is what the group coordinator sees anyway).
+    if isinstance(item, str):
+        return item
+    name = getattr(item, "name", None)
+    module = getattr(item, "__module__", "") or ""
+    if isinstance(name, str) and module.startswith("aiokafka."):
+        return name
+    return item
+
+
+def translate_config(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """aiokafka constructor keywords -> aiokafka_ng keywords (see the module docstring).
+
+    Raises ``ConfigError`` naming every keyword aiokafka_ng cannot honour.
+    """
+    out: dict[str, Any] = {}
+    refused: dict[str, str] = {}
+    for key, value in kwargs.items():
+        if key in _IGNORED:
+            continue
+        if key in _UNSUPPORTED:
+            if value is not None:
+                refused[key] = _UNSUPPORTED[key]
+            continue
+        if key in _NONE_MEANS_DEFAULT and value is None:
+            continue
+        if key == "compression_type" and value is None:
+            value = "none"
+        elif key == "partitioner":
+            if type(value).__module__.startswith("aiokafka."):
+                continue  # aiokafka's DefaultPartitioner: ours is the same murmur2 default
+        elif key == "partition_assignment_strategy":
+            value = tuple(_assignor_name(a) for a in value)
+        elif key == "sasl_mechanism" and not str(kwargs.get("security_protocol", "")).startswith(
+            "SASL"
+        ):
+            continue  # aiokafka always passes "PLAIN"; it means nothing without SASL
+        out[_RENAMED.get(key, key)] = value
+    if refused:
+        raise ConfigError(refused)
+    if str(out.get("security_protocol", "")).startswith("SASL"):
+        out.setdefault("sasl_mechanism", "PLAIN")  # aiokafka's default mechanism
+    return out
+
+
+class AIOKafkaProducer(Producer):
+    """:class:`~aiokafka_ng.producer.Producer` with aiokafka's keywords and ``stop()``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**translate_config(kwargs))
+
+    async def stop(self) -> None:
+        """Deliver what was sent, then close (aiokafka's name for :meth:`close`)."""
+        await self.close()
+
+
+class AIOKafkaConsumer(Consumer):
+    """:class:`~aiokafka_ng.consumer.Consumer` with aiokafka's keywords."""
+
+    def __init__(self, *topics: str, **kwargs: Any) -> None:
+        config = translate_config(kwargs)
+        # aiokafka's group timing, not Java's 45 s: a session timeout is what a group waits
+        # for a dead member, and code written for aiokafka was tuned with its 10 s.
+        config.setdefault("session_timeout_ms", _AIOKAFKA_SESSION_TIMEOUT_MS)
+        super().__init__(*topics, **config)
+
+
+class AIOKafkaAdminClient(AdminClient):
+    """:class:`~aiokafka_ng.admin.AdminClient` with aiokafka's ``start()``/``close()``.
+
+    ``list_topics()`` returns a list of names, as aiokafka's does; the other operations are
+    aiokafka_ng's (same names, typed results).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**translate_config(kwargs))
+
+    async def start(self) -> None:
+        await self.__aenter__()
+
+    async def list_topics(  # type: ignore[override]
+        self, include_internal: bool = False, timeout_ms: int | None = None
+    ) -> list[str]:
+        return list(await super().list_topics(include_internal, timeout_ms))
+
+
+def NewTopic(  # a class in aiokafka; a factory here
+    name: str,
+    num_partitions: int = -1,
+    replication_factor: int = -1,
+    replica_assignments: Mapping[int, Sequence[int]] | None = None,
+    topic_configs: Mapping[str, str | None] | None = None,
+) -> _NewTopic:
+    """aiokafka's ``NewTopic(name, num_partitions, replication_factor, ...)``."""
+    return _NewTopic(
+        name,
+        num_partitions=num_partitions,
+        replication_factor=replication_factor,
+        replica_assignments=replica_assignments,
+        topic_configs=dict(topic_configs or {}),
+    )

@@ -1,0 +1,1 @@
+"""A FastAPI app that publishes to Kafka (see ``app.py``)."""

@@ -1,0 +1,226 @@
+"""aiokafka_ng.compat: aiokafka's own README examples run with only the import changed.
+
+The examples are read from the installed aiokafka package's metadata (its README), not
+copied here. The only edits: ``from aiokafka import`` -> ``from aiokafka_ng.compat import``
+and the broker address (``localhost:9092`` -> the test broker's 127.0.0.1 port).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokafka_ng.compat import (
+    AIOKafkaAdminClient,
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    NewTopic,
+    translate_config,
+)
+from aiokafka_ng.consumer import Consumer, TopicPartition
+from aiokafka_ng.errors import ConfigError
+from aiokafka_ng.producer import Producer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_examples() -> list[str]:
+    text = importlib.metadata.metadata("aiokafka").get_payload()  # type: ignore[attr-defined]
+    assert isinstance(text, str)
+    blocks = re.findall(r"\.\. code-block:: python\n\n((?:(?: {4}.*)?\n)+)", text)
+    return [textwrap.dedent(b) for b in blocks]
+
+
+def ported(source: str, bootstrap: str) -> str:
+    assert source.count("from aiokafka import ") == 1
+    assert source.count("'localhost:9092'") == 1
+    source = source.replace("from aiokafka import ", "from aiokafka_ng.compat import ")
+    return source.replace("'localhost:9092'", repr(bootstrap))
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def test_readme_has_the_two_examples() -> None:
+    examples = readme_examples()
+    assert [("AIOKafkaProducer" in e, "AIOKafkaConsumer" in e) for e in examples] == [
+        (True, False),
+        (False, True),
+    ]
+
+
+def test_readme_examples_run_with_only_the_import_changed(
+    kafka_broker: Any, tmp_path: Path
+) -> None:
+    producer_src, consumer_src = readme_examples()
+    bootstrap = kafka_broker.bootstrap_servers
+    prod_script = tmp_path / "send_one.py"
+    prod_script.write_text(ported(producer_src, bootstrap))
+    cons_script = tmp_path / "consume.py"
+    cons_script.write_text(ported(consumer_src, bootstrap))
+
+    # The producer example as it is: one message, exit 0.
+    done = subprocess.run(
+        [sys.executable, str(prod_script)], env=_env(), capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr.decode()
+
+    async def first_record() -> bytes:
+        async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as c:
+            parts = await c.partitions_for_topic("my_topic")
+            c.assign(TopicPartition("my_topic", p) for p in parts)
+            rec = await c.getone()
+            return bytes(rec.value)
+
+    assert anyio.run(first_record) == b"Super message"
+
+    # The consumer example runs forever (a group member starting at "latest"): run it,
+    # keep producing until it prints what it consumed, then stop it.
+    proc = subprocess.Popen(
+        [sys.executable, str(cons_script)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            lines.append(raw.decode())
+            if "consumed:" in lines[-1]:
+                seen.set()
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    try:
+
+        async def keep_producing() -> None:
+            async with Producer(bootstrap_servers=bootstrap) as producer:
+                with anyio.move_on_after(60):
+                    while not seen.is_set() and proc.poll() is None:
+                        await producer.send_and_wait("my_topic", b"hello from ng")
+                        await anyio.to_thread.run_sync(seen.wait, 0.3)
+
+        anyio.run(keep_producing)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+        thread.join(timeout=10)
+    assert seen.is_set(), f"consumer example printed {lines!r}; stderr: {err.decode()[-2000:]}"
+    line = next(x for x in lines if "consumed:" in x)
+    assert "my_topic" in line and "b'hello from ng'" in line
+
+
+def test_translate_config_maps_aiokafka_keywords() -> None:
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from aiokafka.partitioner import DefaultPartitioner
+
+    out = translate_config(
+        {
+            "loop": None,
+            "api_version": "auto",
+            "bootstrap_servers": "127.0.0.1:1",
+            "max_batch_size": 1000,
+            "compression_type": None,
+            "partitioner": DefaultPartitioner(),
+            "sasl_mechanism": "PLAIN",
+            "security_protocol": "PLAINTEXT",
+            "partition_assignment_strategy": (RoundRobinPartitionAssignor,),
+            "consumer_timeout_ms": 200,
+            "max_poll_records": None,
+            "acks": None,
+            "transactional_id": None,
+        }
+    )
+    assert out == {
+        "bootstrap_servers": "127.0.0.1:1",
+        "batch_size": 1000,
+        "compression_type": "none",
+        "security_protocol": "PLAINTEXT",
+        "partition_assignment_strategy": ("roundrobin",),
+    }
+
+
+def test_sasl_defaults_to_plain_as_in_aiokafka() -> None:
+    out = translate_config(
+        {
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_plain_username": "u",
+            "sasl_plain_password": "p",
+        }
+    )
+    assert out["sasl_mechanism"] == "PLAIN"
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", **out)
+    assert producer.config.sasl_mechanism == "PLAIN"
+
+
+def test_unsupported_keywords_are_refused_by_name() -> None:
+    with pytest.raises(ConfigError) as info:
+        AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", transactional_id="tx")
+    assert "transactional_id" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        AIOKafkaConsumer("t", bootstrap_servers="127.0.0.1:1", no_such_key=1)
+    assert "no_such_key" in str(info.value)
+
+
+def test_aiokafka_consumer_keywords_reach_the_config() -> None:
+    c = AIOKafkaConsumer(
+        "t",
+        bootstrap_servers="127.0.0.1:1",
+        group_id="g",
+        session_timeout_ms=10000,
+        max_poll_records=None,
+        auto_offset_reset="earliest",
+    )
+    assert c.config.group_id == "g"
+    assert c.config.session_timeout_ms == 10000
+    assert c.config.max_poll_records == 500
+    assert c.config.auto_offset_reset == "earliest"
+
+
+@pytest.mark.anyio
+async def test_admin_client_start_list_close(kafka_broker: Any) -> None:
+    name = f"compat-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap_servers, loop=None)
+    await admin.start()
+    try:
+        created = await admin.create_topics([NewTopic(name, 2, 1)])
+        assert created.result(name).num_partitions == 2
+        topics = await admin.list_topics()
+        assert isinstance(topics, list) and name in topics
+    finally:
+        await admin.close()
+
+
+@pytest.mark.anyio
+async def test_producer_start_send_stop(kafka_broker: Any) -> None:
+    topic = f"compat-{uuid.uuid4().hex[:8]}"
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, linger_ms=0, compression_type=None
+    )
+    await producer.start()
+    t0 = time.monotonic()
+    try:
+        meta = await producer.send_and_wait(topic, b"v", key=b"k")
+    finally:
+        await producer.stop()
+    assert meta.topic == topic and meta.offset == 0
+    assert time.monotonic() - t0 < 30

@@ -1,0 +1,103 @@
+"""examples/fastapi_app against the real local broker: publish, fire-and-forget, health,
+and shutdown delivering what fire-and-forget left queued."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+import uuid
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from aiokafka_ng.consumer import Consumer, TopicPartition
+
+APP_PATH = Path(__file__).resolve().parents[2] / "examples" / "fastapi_app" / "app.py"
+
+
+def load_app_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fastapi_example_app", APP_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_app(bootstrap: str, topic: str, **config: Any) -> FastAPI:
+    app = load_app_module().create_app(bootstrap, topic, **config)
+    assert isinstance(app, FastAPI)
+    return app
+
+
+async def read_all(bootstrap: str, topic: str, expected: int) -> list[tuple[bytes, bytes]]:
+    out: list[tuple[bytes, bytes]] = []
+    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        parts = await consumer.partitions_for_topic(topic)
+        consumer.assign(TopicPartition(topic, p) for p in parts)
+        with anyio.fail_after(30):
+            while len(out) < expected:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    out.extend((r.key, r.value) for r in records)
+    return out
+
+
+def test_test_client_publish_fire_and_forget_health(kafka_broker: Any) -> None:
+    topic = f"api-{uuid.uuid4().hex[:8]}"
+    app = make_app(kafka_broker.bootstrap_servers, topic)
+    with TestClient(app) as client:
+        resp = client.get("/health")
+        assert resp.status_code == 200 and resp.json()["brokers"] == 1
+        resp = client.post("/events", json={"key": "user-1", "value": "signed up"})
+        assert resp.status_code == 201
+        body = resp.json()
+        assert body["topic"] == topic and body["offset"] == 0
+        resp = client.post("/events/fire-and-forget", json={"value": "clicked"})
+        assert resp.status_code == 202 and resp.json() == {"queued": True}
+        assert client.post("/events", json={"key": 1}).status_code == 422
+    got = anyio.run(read_all, kafka_broker.bootstrap_servers, topic, 2)
+    assert sorted(v for _, v in got) == [b"clicked", b"signed up"]
+    assert (b"user-1", b"signed up") in got
+
+
+@pytest.mark.anyio
+async def test_async_client_shutdown_flushes_pending_records(kafka_broker: Any) -> None:
+    topic = f"api-{uuid.uuid4().hex[:8]}"
+    # A long linger keeps fire-and-forget records queued in the producer: only the
+    # shutdown's flush can deliver them before the linger would.
+    app = make_app(kafka_broker.bootstrap_servers, topic, linger_ms=20000)
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            for i in range(50):
+                resp = await client.post(
+                    "/events/fire-and-forget", json={"key": f"k{i % 3}", "value": f"v{i}"}
+                )
+                assert resp.status_code == 202
+            producer = app.state.producer
+            assert producer.statistics()["memory"] is not None
+        started = time.monotonic()
+    shutdown_s = time.monotonic() - started
+    assert shutdown_s < 15, f"shutdown waited for linger_ms ({shutdown_s:.1f} s)"
+    got = await read_all(kafka_broker.bootstrap_servers, topic, 50)
+    assert sorted(v for _, v in got) == sorted(f"v{i}".encode() for i in range(50))
+
+
+@pytest.mark.anyio
+async def test_health_reports_503_when_the_broker_is_gone(fresh_kafka_broker: Any) -> None:
+    broker = fresh_kafka_broker
+    app = make_app(broker.bootstrap_servers, "health-topic")
+    transport = httpx.ASGITransport(app=app)
+    client = httpx.AsyncClient(transport=transport, base_url="http://app")
+    async with app.router.lifespan_context(app), client:
+        assert (await client.get("/health")).status_code == 200
+        await broker.stop()
+        with anyio.fail_after(20):
+            resp = await client.get("/health")
+        assert resp.status_code == 503
+        assert "kafka unavailable" in resp.json()["detail"]
