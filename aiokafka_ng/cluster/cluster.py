@@ -99,6 +99,7 @@ class Cluster:
             ),
             connections_max_idle_ms=config.connections_max_idle_ms,
             connector=connector,
+            on_node_failure=self._on_node_failure,
         )
         self._retry = ExponentialBackoff.retry(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self._bootstrap_ids = [-(i + 1) for i in range(len(config.bootstrap_servers))]
@@ -310,6 +311,14 @@ class Cluster:
                 await self.refresh()
 
     # ------------------------------------------------------------------ metadata
+
+    def _on_node_failure(self, node_id: int) -> None:
+        # A broker we route to could not be reached or dropped us: its leaderships,
+        # controller or coordinator roles may have moved (Java: handleServerDisconnect ->
+        # requestUpdate). Bootstrap pseudo-nodes (negative ids) say nothing about that. The
+        # refresher paces these with the retry backoff, so a dead node cannot cause a storm.
+        if node_id >= 0 and self._tg is not None:
+            self.request_update()
 
     def request_update(self, topics: Iterable[str] = ()) -> None:
         """Ask for a metadata refresh soon (non-blocking; coalesced; paced by backoff).

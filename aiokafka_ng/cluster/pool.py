@@ -152,8 +152,14 @@ class ConnectionPool:
         reconnect_backoff: ExponentialBackoff | None = None,
         connections_max_idle_ms: float | None = 540_000,
         connector: Connector | None = None,
+        on_node_failure: Callable[[int], None] | None = None,
     ) -> None:
         self._config = config
+        # Called with the node id when a connect attempt fails or an open connection drops
+        # without us closing it: the cluster asks for fresh metadata then, as Java's
+        # NetworkClient does on a disconnect, since a dead node's partitions (or its
+        # controller/coordinator role) have probably moved elsewhere.
+        self._on_node_failure = on_node_failure
         self._backoff = reconnect_backoff or ExponentialBackoff.reconnect()
         self._max_idle_s = (
             None if connections_max_idle_ms is None else connections_max_idle_ms / 1000
@@ -333,6 +339,7 @@ class ConnectionPool:
                     log.debug(
                         "connect to node %d at %s:%d failed: %r", node.node_id, host, port, exc
                     )
+                    self._node_failed(node.node_id)
                 else:
                     # The connection broke while held; its pending requests already failed.
                     log.debug("connection to node %d ended: %r", node.node_id, exc)
@@ -359,6 +366,11 @@ class ConnectionPool:
             # if the reconnects fail too), so a restarting broker is not hammered.
             node.failures = 1
             node.next_attempt_at = anyio.current_time() + self._backoff.backoff_s(1)
+            self._node_failed(node.node_id)
+
+    def _node_failed(self, node_id: int) -> None:
+        if self._on_node_failure is not None:
+            self._on_node_failure(node_id)
 
     async def _hold(self, node: _Node, conn: Connection) -> None:
         """Wait until the connection closes, closing it ourselves once idle."""
