@@ -62,6 +62,7 @@ from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
 from aiokafka_ng.consumer.state import PartitionState, SubscriptionState
 from aiokafka_ng.errors import KafkaError, OffsetOutOfRangeError, error_for_code
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.net.latency import LatencyRecorder
 from aiokafka_ng.protocol.messages.fetch import (
     FetchPartition,
     FetchRequest,
@@ -107,6 +108,8 @@ class FetcherStatistics:
     fetch_failures: int
     bytes_dropped: int  # over-budget response data dropped to keep the cap
     partitions_buffered: int
+    records_consumed: int  # records handed to the application
+    fetch_latency_ms: dict[str, float]  # Fetch round trips (incl. the broker's long poll)
 
 
 class Fetcher:
@@ -147,6 +150,8 @@ class Fetcher:
         self._drain_rotation = 0
         self._requests = 0
         self._failures = 0
+        self._records_out = 0
+        self._fetch_latency = LatencyRecorder()
         self._dropped = 0
         self._error: KafkaError | None = None  # raised to the application (not per partition)
         self._kept: set[PartitionState] = set()  # states holding a buffer
@@ -171,6 +176,8 @@ class Fetcher:
             partitions_buffered=sum(
                 1 for s in self._subs.assignment.values() if s.buffer is not None
             ),
+            records_consumed=self._records_out,
+            fetch_latency_ms=self._fetch_latency.snapshot(),
         )
 
     async def wait_for_data(self) -> None:
@@ -222,6 +229,7 @@ class Fetcher:
             if records:
                 out[state.tp] = records
                 max_records -= len(records)
+                self._records_out += len(records)
             if buf.exhausted:
                 self._release(state)
             if max_records <= 0:
@@ -262,6 +270,7 @@ class Fetcher:
             if buf.exhausted:
                 self._release(state)
             if record is not None:
+                self._records_out += 1
                 return record
         return None
 
@@ -518,7 +527,10 @@ class Fetcher:
         )
         self._requests += 1
         timeout = settings.request_timeout_s + settings.max_wait_ms / 1000
-        return await conn.send(request, version=version, timeout=timeout), version
+        started = anyio.current_time()
+        response = await conn.send(request, version=version, timeout=timeout)
+        self._fetch_latency.record(anyio.current_time() - started)
+        return response, version
 
     def _handle_response(
         self,

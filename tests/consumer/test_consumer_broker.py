@@ -238,3 +238,22 @@ async def test_subscribe_without_group_reads_every_partition(kafka_broker: Any) 
         assert _seen(_order(records)) == _expected(rows)
         with pytest.raises(IllegalStateError):
             consumer.subscribe(pattern="nogroup-.*")
+
+
+async def test_statistics_count_records_and_fetch_round_trips(kafka_broker: Any) -> None:
+    topic = topic_name("stats")
+    rows = _rows(300)
+    await confluent_produce_async(kafka_broker.bootstrap_servers, topic, rows)
+    async with Consumer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, auto_offset_reset="earliest"
+    ) as c:
+        c.assign([TopicPartition(topic, p) for p in range(4)])
+        before = c.statistics().fetcher
+        assert before.records_consumed == 0
+        await consume_n(c, 250, max_records=50)
+        await c.getone()  # the single-record path counts too
+        stats = c.statistics().fetcher
+        assert stats.records_consumed == 251
+        latency = stats.fetch_latency_ms
+        assert latency["count"] >= 1
+        assert 0 < latency["avg"] <= latency["max"]
