@@ -2,5 +2,20 @@
 
 from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata
 from aiokafka_ng.producer.producer import Producer, ProducerRecord
+from aiokafka_ng.producer.transactions import (
+    ConsumerGroupMetadata,
+    IllegalTransactionStateError,
+    TransactionAbortedError,
+    TransactionNotStartedError,
+)
 
-__all__ = ["DeliveryFuture", "Producer", "ProducerRecord", "RecordMetadata"]
+__all__ = [
+    "ConsumerGroupMetadata",
+    "DeliveryFuture",
+    "IllegalTransactionStateError",
+    "Producer",
+    "ProducerRecord",
+    "RecordMetadata",
+    "TransactionAbortedError",
+    "TransactionNotStartedError",
+]

@@ -223,7 +223,8 @@ class Producer:
         self._acc.update_metadata(cluster.metadata)
         self._tg.start_soon(self._expiry_loop)
         if self._txn is not None:
-            self._txn.attach(cluster, self._acc, self._wake_all)
+            # spawn: a transaction whose task was cancelled is aborted by a task of ours.
+            self._txn.attach(cluster, self._acc, self._wake_all, spawn=self._tg.start_soon)
             self._tg.start_soon(self._txn.run)
             try:
                 await self._txn.init()  # fences older producers with our transactional id
@@ -424,6 +425,11 @@ class Producer:
 
     # ------------------------------------------------------------------ transactions
 
+    async def init_transactions(self) -> None:
+        """Get the producer id of ``transactional_id``, fencing older producers with that id
+        (their open transaction is aborted). ``start()`` already does it: then a no-op."""
+        await self._transactions().init()
+
     def begin_transaction(self) -> None:
         """Open a transaction (transactional producers only)."""
         self._transactions().begin()
@@ -436,10 +442,13 @@ class Producer:
         """Abort the open transaction: queued records fail, the rest is discarded."""
         await self._transactions().abort()
 
-    async def send_offsets_to_transaction(self, offsets: Mapping[Any, Any], group: Any) -> None:
-        """Commit consumer offsets ({(topic, partition): offset}) with the transaction;
-        ``group`` is a group id or a consumer (its ``group_metadata()``)."""
-        await self._transactions().send_offsets(offsets, group)
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[Any, Any], group_metadata_or_id: Any
+    ) -> None:
+        """Commit consumer offsets ({(topic, partition): offset | OffsetAndMetadata}) with
+        the transaction; ``group_metadata_or_id`` is a group id, a ``ConsumerGroupMetadata``
+        or a consumer (its ``group_metadata()``)."""
+        await self._transactions().send_offsets(offsets, group_metadata_or_id)
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """``async with producer.transaction():`` -- commit on success, abort on error."""

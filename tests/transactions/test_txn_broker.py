@@ -1,0 +1,500 @@
+"""Transactions against the real local broker (Tansu), on asyncio and trio.
+
+What Tansu shows for real: commit and abort (EndTxn), markers written as control batches
+that take offsets, fencing by a second producer with the same transactional id (and the
+abort of its predecessor's open transaction), TxnOffsetCommit of consumer offsets.
+What it cannot show: read_committed hiding aborted records -- Tansu sends no
+aborted-transactions list in Fetch responses. The exactly-once test therefore reads the
+output partition's real log from Tansu and replays it to our read_committed fetcher as a
+canned Fetch response carrying the aborted list a Kafka broker would send (derived from the
+ABORT markers in that log).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from types import MappingProxyType
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokafka_ng.cluster import (
+    BrokerMetadata,
+    Cluster,
+    ClusterConfig,
+    ClusterMetadata,
+    PartitionMetadata,
+    TopicMetadata,
+    parse_bootstrap_servers,
+)
+from aiokafka_ng.consumer import Consumer
+from aiokafka_ng.consumer.fetcher import Fetcher, FetchSettings
+from aiokafka_ng.consumer.models import TopicPartition
+from aiokafka_ng.consumer.offsets import OffsetsClient
+from aiokafka_ng.consumer.state import SubscriptionState
+from aiokafka_ng.errors import IllegalStateError, ProducerFencedError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.producer import (
+    IllegalTransactionStateError,
+    Producer,
+    TransactionAbortedError,
+    TransactionNotStartedError,
+)
+from aiokafka_ng.protocol.messages.fetch import (
+    AbortedTransaction,
+    FetchableTopicResponse,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    PartitionData,
+)
+from aiokafka_ng.protocol.records import iter_batches
+from aiokafka_ng.testing import ClusterSimulator
+
+pytestmark = pytest.mark.anyio
+
+_ABORT, _COMMIT = 0, 1
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def txn_producer(broker: Any, tid: str, **kw: Any) -> Producer:
+    return Producer(
+        bootstrap_servers=broker.bootstrap_servers,
+        transactional_id=tid,
+        linger_ms=1,
+        max_block_ms=10000,
+        **kw,
+    )
+
+
+class Log:
+    """One partition's log as stored, control batches included."""
+
+    def __init__(self, high_watermark: int, raw: bytes) -> None:
+        self.high_watermark = high_watermark
+        self.raw = raw
+        # (offset, producer id, value) of data records; (offset, pid, kind) of markers
+        self.data: list[tuple[int, int, bytes | None]] = []
+        self.markers: list[tuple[int, int, int]] = []
+        for b in iter_batches(raw):
+            for r in b.records():
+                if b.is_control:
+                    assert r.key is not None
+                    self.markers.append((r.offset, b.producer_id, int.from_bytes(r.key[2:4])))
+                else:
+                    self.data.append((r.offset, b.producer_id, r.value))
+
+    def aborted_transactions(self) -> list[AbortedTransaction]:
+        """What a Kafka broker lists for a read_committed fetch from offset 0: per ABORT
+        marker, the producer and the first offset of the transaction it ends."""
+        out = []
+        first: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        events = [(o, pid, None) for o, pid, _ in self.data] + [
+            (o, pid, kind) for o, pid, kind in self.markers
+        ]
+        for offset, pid, kind in sorted(events, key=lambda e: e[0]):
+            if kind is None:
+                first.setdefault(pid, offset)
+            else:
+                start = first.pop(pid, None)
+                if kind == _ABORT and start is not None:
+                    out.append(AbortedTransaction(producer_id=pid, first_offset=start))
+        return out
+
+
+async def read_log(bootstrap: str, topic: str, partition: int = 0) -> Log:
+    config = ClusterConfig(bootstrap_servers=parse_bootstrap_servers(bootstrap))
+    async with Cluster(config) as cluster:
+        leader = await cluster.leader_for(topic, partition)
+        request = FetchRequest(
+            max_wait_ms=200,
+            min_bytes=0,
+            max_bytes=1 << 24,
+            isolation_level=0,
+            topics=[
+                FetchTopic(
+                    topic=topic,
+                    partitions=[
+                        FetchPartition(
+                            partition=partition, fetch_offset=0, partition_max_bytes=1 << 24
+                        )
+                    ],
+                )
+            ],
+        )
+        response = await cluster.request(leader, request, version=11)
+    part = response.responses[0].partitions[0]
+    assert part.error_code == 0
+    return Log(part.high_watermark, bytes(part.records or b""))
+
+
+# ---------------------------------------------------------------------- commit / abort
+
+
+async def test_commit_and_abort_markers_take_offsets(kafka_broker: Any) -> None:
+    topic, tid = name("t"), name("txn")
+    async with txn_producer(kafka_broker, tid) as producer:
+        async with producer.transaction():
+            futs = [await producer.send(topic, b"c%d" % i, partition=0) for i in range(3)]
+        assert [(await f).offset for f in futs] == [0, 1, 2]
+
+        producer.begin_transaction()
+        aborted = [await producer.send(topic, b"a%d" % i, partition=0) for i in range(2)]
+        await producer.flush()  # written to the log, then aborted
+        assert [(await f).offset for f in aborted] == [4, 5]  # 3 is the COMMIT marker
+        await producer.abort_transaction()
+
+        # An aborted transaction whose records never left the buffer: they fail.
+        producer.begin_transaction()
+        dropped = await producer.send(topic, b"never", partition=0)
+        await producer.abort_transaction()
+        with pytest.raises(TransactionAbortedError):
+            await dropped
+
+        async with producer.transaction():
+            last = await producer.send(topic, b"c3", partition=0)
+        assert (await last).offset == 7  # 6 is the ABORT marker
+        stats = producer.statistics()
+        assert stats["transaction_state"] == "ready"
+
+    log = await read_log(kafka_broker.bootstrap_servers, topic)
+    assert log.high_watermark == 9  # offsets advanced past every control record
+    assert [(o, k) for o, _, k in log.markers] == [(3, _COMMIT), (6, _ABORT), (8, _COMMIT)]
+    assert [(o, v) for o, _, v in log.data] == [
+        (0, b"c0"),
+        (1, b"c1"),
+        (2, b"c2"),
+        (4, b"a0"),
+        (5, b"a1"),
+        (7, b"c3"),
+    ]
+    assert all(b.is_transactional for b in iter_batches(log.raw))
+
+
+async def test_second_producer_fences_the_first(kafka_broker: Any) -> None:
+    topic, tid = name("t"), name("txn")
+    async with txn_producer(kafka_broker, tid) as first:
+        async with first.transaction():
+            await first.send(topic, b"one", partition=0)
+        pid = first.statistics()["producer_id"]
+        async with txn_producer(kafka_broker, tid) as second:
+            assert second.statistics()["producer_id"] == pid  # same id, newer epoch
+            first.begin_transaction()
+            fut = await first.send(topic, b"zombie", partition=1)
+            with pytest.raises(ProducerFencedError):
+                await fut
+            with pytest.raises(ProducerFencedError):
+                await first.commit_transaction()
+            with pytest.raises(ProducerFencedError):
+                first.begin_transaction()  # fatal: every later call says so
+            async with second.transaction():
+                await second.send(topic, b"two", partition=0)
+    log = await read_log(kafka_broker.bootstrap_servers, topic, 0)
+    assert [v for _, _, v in log.data] == [b"one", b"two"]
+    assert (await read_log(kafka_broker.bootstrap_servers, topic, 1)).data == []
+
+
+async def test_fenced_in_the_middle_of_a_transaction(kafka_broker: Any) -> None:
+    """The partition is already in the transaction when the successor starts: the first
+    producer learns it from its next Produce (PRODUCER_FENCED), not from the coordinator."""
+    topic, tid = name("t"), name("txn")
+    async with txn_producer(kafka_broker, tid) as first:
+        first.begin_transaction()
+        await (await first.send(topic, b"open", partition=0))
+        async with txn_producer(kafka_broker, tid) as second:
+            late = await first.send(topic, b"late", partition=0)
+            with pytest.raises(ProducerFencedError):
+                await late
+            with pytest.raises(ProducerFencedError):
+                await first.commit_transaction()
+            async with second.transaction():
+                await second.send(topic, b"after", partition=0)
+    log = await read_log(kafka_broker.bootstrap_servers, topic)
+    # The successor's InitProducerId aborted the open transaction ("open" at 0, marker 1).
+    assert [(o, v) for o, _, v in log.data] == [(0, b"open"), (2, b"after")]
+    assert [(o, k) for o, _, k in log.markers] == [(1, _ABORT), (3, _COMMIT)]
+
+
+async def test_moved_coordinator_is_found_again(kafka_broker: Any) -> None:
+    """NOT_COORDINATOR (Tansu never sends it; the simulator does once the transactional id's
+    coordinator moves): the producer looks the coordinator up again and carries on."""
+    topic, tid = name("t"), name("txn")
+    async with (
+        ClusterSimulator(kafka_broker, brokers=3, seed=3) as sim,
+        Producer(
+            bootstrap_servers=sim.bootstrap_servers, transactional_id=tid, linger_ms=1
+        ) as producer,
+    ):
+        async with producer.transaction():
+            await producer.send(topic, b"a", partition=0)
+        old = sim.coordinator_for(tid)
+        sim.move_coordinator(tid, (old + 1) % 3)
+        async with producer.transaction():
+            await producer.send(topic, b"b", partition=0)
+        assert sim.errors(error_code=16) >= 1  # NOT_COORDINATOR was answered...
+        assert sim.coordinator_for(tid) == (old + 1) % 3  # ...and the new one served
+    log = await read_log(kafka_broker.bootstrap_servers, topic)
+    assert [v for _, _, v in log.data] == [b"a", b"b"]
+    assert [k for _, _, k in log.markers] == [_COMMIT, _COMMIT]
+
+
+async def test_abortable_errors_leave_the_producer_usable(kafka_broker: Any) -> None:
+    topic, tid = name("t"), name("txn")
+    async with txn_producer(kafka_broker, tid) as producer:
+        # The body raises: aborted, the exception propagates.
+        with pytest.raises(RuntimeError, match="boom"):
+            async with producer.transaction():
+                await (await producer.send(topic, b"x1", partition=0))
+                raise RuntimeError("boom")
+        # A record of the transaction fails (no partition 9 in a 4-partition topic): the
+        # commit refuses, the context aborts, the next transaction commits.
+        with pytest.raises(IllegalTransactionStateError, match="not delivered"):
+            async with producer.transaction():
+                await producer.send(topic, b"x2", partition=0)
+                await producer.send(topic, b"bad", partition=9)
+        async with producer.transaction():
+            await producer.send(topic, b"ok", partition=0)
+        assert producer.statistics()["transaction_state"] == "ready"
+    log = await read_log(kafka_broker.bootstrap_servers, topic)
+    assert [v for _, _, v in log.data] == [b"x1", b"x2", b"ok"]
+    assert [k for _, _, k in log.markers] == [_ABORT, _ABORT, _COMMIT]
+    assert [a.first_offset for a in log.aborted_transactions()] == [0, 2]
+
+
+async def test_cancelled_transaction_is_aborted_and_the_producer_goes_on(
+    kafka_broker: Any,
+) -> None:
+    """Only the task's work is cancelled, not the producer: a task of the producer aborts
+    the transaction, and the next ``transaction()`` waits for that abort."""
+    topic, tid = name("t"), name("txn")
+    async with txn_producer(kafka_broker, tid) as producer:
+        await producer.init_transactions()  # already done by start(): a no-op
+        with anyio.move_on_after(0.2) as scope:
+            async with producer.transaction():
+                await (await producer.send(topic, b"cancelled", partition=0))
+                await anyio.sleep_forever()
+        assert scope.cancelled_caught
+        async with producer.transaction():
+            await producer.send(topic, b"next", partition=0)
+    log = await read_log(kafka_broker.bootstrap_servers, topic)
+    assert [(o, v) for o, _, v in log.data] == [(0, b"cancelled"), (2, b"next")]
+    assert [(o, k) for o, _, k in log.markers] == [(1, _ABORT), (3, _COMMIT)]
+
+
+async def test_illegal_call_sequences_raise_named_errors(kafka_broker: Any) -> None:
+    topic = name("t")
+    async with txn_producer(kafka_broker, name("txn")) as producer:
+        with pytest.raises(TransactionNotStartedError):
+            await producer.send(topic, b"outside")  # send outside a transaction
+        with pytest.raises(IllegalTransactionStateError, match="begin_transaction"):
+            await producer.commit_transaction()  # commit without begin
+        with pytest.raises(IllegalTransactionStateError):
+            await producer.abort_transaction()
+        producer.begin_transaction()
+        with pytest.raises(IllegalTransactionStateError, match="already open"):
+            producer.begin_transaction()
+        await producer.abort_transaction()
+    async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as plain:
+        with pytest.raises(IllegalStateError, match="transactional_id"):
+            plain.begin_transaction()
+
+
+# ---------------------------------------------------------------------- consume-transform-produce
+
+
+async def fill_input(broker: Any, topic: str, n: int) -> None:
+    async with Producer(bootstrap_servers=broker.bootstrap_servers) as producer:
+        for i in range(n):
+            await producer.send(topic, b"in-%03d" % i, partition=i % 2)
+        await producer.flush()
+
+
+async def process(
+    broker: Any,
+    in_topic: str,
+    out_topic: str,
+    group: str,
+    tid: str,
+    total: int,
+    *,
+    crash: anyio.Event | None = None,
+) -> None:
+    """Read ``in_topic`` (read_committed, group offsets), write each value upper-cased to
+    ``out_topic`` and commit the input offsets in the same transaction. With ``crash``:
+    after writing (and delivering) some outputs of the second transaction, set the event and
+    hang until the caller cancels us -- a crash in the middle of a transaction."""
+    consumer = Consumer(
+        in_topic,
+        bootstrap_servers=broker.bootstrap_servers,
+        group_id=group,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=2000,
+        heartbeat_interval_ms=500,
+    )
+    async with consumer, txn_producer(broker, tid) as producer:
+        # Where the last committed transaction left off (asked once: progress is then
+        # counted locally).
+        done = 0
+        for p in (0, 1):
+            done += await consumer.committed(TopicPartition(in_topic, p)) or 0
+        batches = 0
+        while done < total:
+            records = await consumer.getmany(timeout_ms=500, max_records=4)
+            if not records:
+                continue
+            batches += 1
+            async with producer.transaction():
+                for recs in records.values():
+                    for r in recs:
+                        await producer.send(out_topic, r.value.upper(), partition=0)
+                if crash is not None and batches == 2:
+                    await producer.flush()  # the outputs are in the log
+                    crash.set()
+                    await anyio.sleep_forever()
+                # The consumer's group metadata (generation, member id): KIP-447 fencing.
+                meta = consumer.group_metadata()
+                assert meta.group_id == group and meta.generation_id >= 0 and meta.member_id
+                await producer.send_offsets_to_transaction(
+                    {tp: recs[-1].offset + 1 for tp, recs in records.items()}, consumer
+                )
+            done += sum(len(recs) for recs in records.values())
+
+
+class _FakeConn:
+    def __init__(self, answer: Callable[[Any], Any]) -> None:
+        self.answer = answer
+
+    def version_for(self, request_type: type) -> int:
+        return 11
+
+    async def send(self, request: Any, *, version: int, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        response = self.answer(request)
+        if response is None:
+            await anyio.sleep(0.05)
+            return FetchResponse(responses=[])
+        return response
+
+
+class _FakeCluster:
+    """Just enough of Cluster for a Fetcher reading one partition from node 1."""
+
+    def __init__(self, topic: str, answer: Callable[[Any], Any]) -> None:
+        self.conn = _FakeConn(answer)
+        part = PartitionMetadata(partition=0, leader=1, leader_epoch=0)
+        self.metadata = ClusterMetadata(
+            brokers=MappingProxyType({1: BrokerMetadata(1, "127.0.0.1", 1)}),
+            topics=MappingProxyType(
+                {topic: TopicMetadata(topic, partitions=MappingProxyType({0: part}))}
+            ),
+        )
+
+    async def connection(self, node_id: int) -> _FakeConn:
+        return self.conn
+
+    async def leader_for(self, topic: str, partition: int) -> int:
+        return 1
+
+    def add_listener(self, cb: Any) -> Callable[[], None]:
+        return lambda: None
+
+    def request_update(self, topics: Any = ()) -> None:
+        pass
+
+    def update_leader(self, *args: Any) -> None:
+        pass
+
+
+async def read_committed_values(topic: str, log: Log) -> list[bytes | None]:
+    """Our read_committed fetcher over ``log``, served as a Kafka broker would serve it."""
+    aborted = log.aborted_transactions()
+
+    def answer(request: Any) -> Any:
+        assert request.isolation_level == 1
+        if request.topics[0].partitions[0].fetch_offset != 0:
+            return None
+        data = PartitionData(
+            partition_index=0,
+            high_watermark=log.high_watermark,
+            last_stable_offset=log.high_watermark,
+            aborted_transactions=aborted,
+            records=log.raw,
+        )
+        return FetchResponse(responses=[FetchableTopicResponse(topic=topic, partitions=[data])])
+
+    cluster = _FakeCluster(topic, answer)
+    subs = SubscriptionState(lambda: None)
+    backoff = ExponentialBackoff(1, 5)
+    offsets = OffsetsClient(
+        cluster,  # type: ignore[arg-type]
+        group_id=None,
+        isolation_level=1,
+        backoff=backoff,
+        timeout_s=5,
+    )
+    fetcher = Fetcher(
+        cluster,  # type: ignore[arg-type]
+        subs,
+        offsets,
+        FetchSettings(isolation_level=1),
+        backoff=backoff,
+        group_offsets=lambda: False,
+    )
+    subs._on_change = fetcher.wake
+    tp = TopicPartition(topic, 0)
+    out: list[bytes | None] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(fetcher.run)
+        subs.assign_manual([tp])
+        subs.state(tp).seek(0)
+        with anyio.fail_after(10):
+            while (subs.state(tp).position or 0) < log.high_watermark:
+                for records in fetcher.drain(1000).values():
+                    out.extend(r.value for r in records)
+                if (subs.state(tp).position or 0) < log.high_watermark:
+                    await fetcher.wait_for_data()
+        tg.cancel_scope.cancel()
+    return out
+
+
+async def test_consume_transform_produce_exactly_once_after_a_crash(kafka_broker: Any) -> None:
+    n = 20
+    in_topic, out_topic, group, tid = name("in"), name("out"), name("g"), name("txn")
+    await fill_input(kafka_broker, in_topic, n)
+
+    crashed = anyio.Event()
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: process(kafka_broker, in_topic, out_topic, group, tid, n, crash=crashed)
+            )
+            await crashed.wait()
+            tg.cancel_scope.cancel()  # the crash: the task dies mid-transaction
+        # Restart with the same transactional id and group: carries on where the last
+        # committed transaction left off.
+        await process(kafka_broker, in_topic, out_topic, group, tid, n)
+
+    expected = sorted(b"IN-%03d" % i for i in range(n))
+    log = await read_log(kafka_broker.bootstrap_servers, out_topic)
+    raw_values = [v or b"" for _, _, v in log.data]
+    # The crashed transaction's outputs are in the log (Tansu keeps and serves them) ...
+    assert len(raw_values) > n and sorted(set(raw_values)) == expected
+    assert any(kind == _ABORT for _, _, kind in log.markers)
+    # ... and read_committed drops exactly them: every input once.
+    committed = await read_committed_values(out_topic, log)
+    assert sorted(v for v in committed if v is not None) == expected
+    assert len(committed) == n
+
+    # The input offsets were committed inside the transactions.
+    async with Consumer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, group_id=group
+    ) as consumer:
+        committed_offsets = [await consumer.committed(TopicPartition(in_topic, p)) for p in (0, 1)]
+    assert sum(c or 0 for c in committed_offsets) == n
