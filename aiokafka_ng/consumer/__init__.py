@@ -22,6 +22,7 @@ from aiokafka_ng.consumer.fetcher import FetcherStatistics
 from aiokafka_ng.consumer.group import ConsumerRebalanceListener
 from aiokafka_ng.consumer.models import (
     ConsumerRecord,
+    GroupMetadata,
     OffsetAndMetadata,
     OffsetAndTimestamp,
     TopicPartition,
@@ -37,6 +38,7 @@ __all__ = [
     "ConsumerStoppedError",
     "CooperativeStickyAssignor",
     "FetcherStatistics",
+    "GroupMetadata",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "RangeAssignor",

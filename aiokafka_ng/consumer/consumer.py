@@ -33,6 +33,7 @@ from aiokafka_ng.consumer.fetcher import Fetcher, FetcherStatistics, FetchSettin
 from aiokafka_ng.consumer.group import GroupCoordinator
 from aiokafka_ng.consumer.models import (
     ConsumerRecord,
+    GroupMetadata,
     OffsetAndMetadata,
     OffsetAndTimestamp,
     TopicPartition,
@@ -503,6 +504,18 @@ class Consumer:
             member_id=None if g is None else g.member_id,
             rebalances=0 if g is None else g.rebalances,
         )
+
+    def group_metadata(self) -> GroupMetadata:
+        """The group, generation and member id to pass to
+        ``Producer.send_offsets_to_transaction`` (KIP-447)."""
+        self._running()
+        group_id = self._config.group_id
+        if group_id is None:
+            raise IllegalStateError("group_metadata() needs a consumer with a group_id")
+        g = self._group
+        if g is None:
+            return GroupMetadata(group_id, group_instance_id=self._config.group_instance_id)
+        return GroupMetadata(group_id, g.generation, g.member_id, self._config.group_instance_id)
 
     async def wait_for_assignment(self, *, timeout_ms: int = 60000) -> frozenset[TopicPartition]:
         """Wait until the group has given this member an assignment (possibly empty)."""

@@ -27,6 +27,17 @@ class OffsetAndMetadata(NamedTuple):
     leader_epoch: int = -1
 
 
+class GroupMetadata(NamedTuple):
+    """This member's view of its group, for ``Producer.send_offsets_to_transaction``: with
+    the generation and member id the coordinator can reject a commit from a member that a
+    rebalance has fenced (KIP-447)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 class OffsetAndTimestamp(NamedTuple):
     """Answer of ``offsets_for_times``: the first offset whose timestamp is >= the asked one."""
 
