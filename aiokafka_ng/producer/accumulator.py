@@ -54,6 +54,7 @@ from collections.abc import Callable
 from aiokafka_ng.cluster.metadata import ClusterMetadata, TopicMetadata
 from aiokafka_ng.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.net.latency import LatencyRecorder
 from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
 from aiokafka_ng.producer.future import DeliveryFuture
 from aiokafka_ng.producer.idempotence import IdempotenceState
@@ -141,6 +142,11 @@ class Accumulator:
         self.retries = 0
         self.splits = 0
         self.expired_batches = 0
+        #: records delivered / failed, batches delivered, Produce round trips (all nodes)
+        self.records_sent = 0
+        self.records_failed = 0
+        self.batches_sent = 0
+        self.request_latency = LatencyRecorder()
 
     # ------------------------------------------------------------------ send side
 
@@ -278,6 +284,7 @@ class Accumulator:
 
     def _fail_record(self, future: DeliveryFuture, size: int, exc: BaseException) -> None:
         self.pool.release(size)
+        self.records_failed += 1
         future._finish(exc)
 
     # ------------------------------------------------------------------ metadata
@@ -431,6 +438,11 @@ class Accumulator:
         batch.done = True
         self.pool.release(batch.memory)
         batch.memory = 0
+        if exc is None:
+            self.records_sent += len(batch.futures)
+            self.batches_sent += 1
+        else:
+            self.records_failed += len(batch.futures)
         for fut in batch.futures:
             fut._finish(exc)
 

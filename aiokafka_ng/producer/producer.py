@@ -340,6 +340,7 @@ class Producer:
             self._txn.check_send()
         fut = DeliveryFuture(topic, timestamp_ms)
         if size > self._max_record:
+            self._acc.records_failed += 1
             fut._finish(
                 MessageSizeTooLargeError(
                     f"record of ~{size} bytes exceeds max_request_size "
@@ -476,7 +477,13 @@ class Producer:
         return {
             "memory": self._pool.statistics(),
             "senders": {n: s.requests for n, s in self._senders.items()},
+            "records_sent": self._acc.records_sent,
+            "records_failed": self._acc.records_failed,
+            "batches_sent": self._acc.batches_sent,
+            "buffer_bytes_used": self.config.buffer_memory - self._pool.available,
+            "request_latency_ms": self._acc.request_latency.snapshot(),
             "in_flight_batches": len(self._acc.flight),
+            "in_flight_requests": sum(s.in_flight for s in self._senders.values()),
             "retries": self._acc.retries,
             "splits": self._acc.splits,
             "expired_batches": self._acc.expired_batches,

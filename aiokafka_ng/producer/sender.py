@@ -179,6 +179,7 @@ class NodeSender:
         )
         self.in_flight += 1
         self.requests += 1
+        started = anyio.current_time()
         try:
             # Written from this task, in drain order (see the module docstring); the
             # response is awaited in a task of its own so requests pipeline.
@@ -197,7 +198,7 @@ class NodeSender:
             self._request_done()
             raise
         prev, self._handled = self._handled, anyio.Event()
-        self._tg.start_soon(self._await_response, pending, batches, prev, self._handled)
+        self._tg.start_soon(self._await_response, pending, batches, prev, self._handled, started)
 
     async def _await_response(
         self,
@@ -205,12 +206,15 @@ class NodeSender:
         batches: list[ProducerBatch],
         prev: anyio.Event,
         handled: anyio.Event,
+        started: float,
     ) -> None:
         try:
             response: ProduceResponse | None = None
             error: KafkaError | None = None
             try:
                 response = await pending.wait()
+                if response is not None:
+                    self._acc.request_latency.record(anyio.current_time() - started)
             except KafkaError as exc:
                 error = exc
             # Outcomes are applied in wire order, as the broker answered: the waiting tasks

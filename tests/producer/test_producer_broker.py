@@ -239,3 +239,25 @@ async def test_record_larger_than_buffer_memory_fails_alone(kafka_broker: Any) -
         assert isinstance(big.exception(), MessageSizeTooLargeError)
         ok = await producer.send_and_wait(topic, b"fine", partition=0)
         assert ok.offset == 0
+
+
+async def test_statistics_count_records_batches_and_round_trips(kafka_broker: Any) -> None:
+    topic = topic_name("stats")
+    async with Producer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, max_request_size=4096, linger_ms=1
+    ) as producer:
+        futures = [await producer.send(topic, b"x" * 100, partition=i % 2) for i in range(200)]
+        too_big = await producer.send(topic, b"y" * 10_000)
+        await producer.flush()
+        for fut in futures:
+            await fut
+        assert isinstance(too_big.exception(), MessageSizeTooLargeError)
+        stats = producer.statistics()
+        assert stats["records_sent"] == 200
+        assert stats["records_failed"] == 1
+        assert 2 <= stats["batches_sent"] <= 200
+        assert stats["buffer_bytes_used"] == 0  # everything settled: all memory returned
+        assert stats["in_flight_requests"] == 0
+        latency = stats["request_latency_ms"]
+        assert latency["count"] >= 1
+        assert 0 < latency["avg"] <= latency["max"]
