@@ -59,7 +59,10 @@ def fuzz(session: nox.Session) -> None:
     """Decoders under a long hypothesis run: only ProtocolError may escape."""
     _install(session)
     session.env["HYPOTHESIS_PROFILE"] = "fuzz"
-    session.run("python", "-m", "pytest", "-m", "not slow", "tests/protocol", *session.posargs)
+    session.run(
+        "python", "-m", "pytest", "-m", "not slow", "-s",
+        "tests/protocol", "tests/fuzz", *session.posargs,
+    )  # fmt: skip
 
 
 @nox.session(python=PYTHON)
