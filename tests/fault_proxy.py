@@ -49,15 +49,19 @@ from __future__ import annotations
 import struct
 import time
 from collections import Counter, deque
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+if TYPE_CHECKING:
+    from aiokafka_ng.testing import LocalBroker
 
 __all__ = ["FaultProxy", "ProxyConnection"]
 
@@ -743,3 +747,24 @@ class FaultProxy:
     async def wait_for_attempts(self, n: int, within: float | None = 10.0) -> None:
         """Wait until ``len(connection_attempts) >= n`` (refused ones included)."""
         await self.wait_until(lambda: len(self.connection_attempts) >= n, within)
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (for a broker's advertised address)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def proxied_broker() -> AsyncIterator[tuple[LocalBroker, FaultProxy]]:
+    """A fresh LocalBroker whose advertised address is a FaultProxy in front of it, so every
+    client connection (bootstrap and metadata-routed alike) goes through the proxy."""
+    from aiokafka_ng.testing import LocalBroker
+
+    port = free_port()
+    async with LocalBroker(advertised_port=port) as broker:  # noqa: SIM117 (proxy needs broker.port)
+        async with FaultProxy("127.0.0.1", broker.port, listen_port=port) as proxy:
+            yield broker, proxy

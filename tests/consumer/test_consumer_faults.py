@@ -6,35 +6,16 @@ connection dies is retried (after the shared backoff) from the unchanged positio
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 import anyio
 import pytest
-from fault_proxy import FaultProxy
+from fault_proxy import proxied_broker
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
-from aiokafka_ng.testing import LocalBroker
 from tests.consumer.helpers import Row, confluent_produce_async, topic_name
 
 pytestmark = pytest.mark.anyio
 
 FETCH = 1
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@asynccontextmanager
-async def proxied_broker() -> AsyncIterator[tuple[LocalBroker, FaultProxy]]:
-    port = _free_port()
-    async with LocalBroker(advertised_port=port) as broker:  # noqa: SIM117 (proxy needs broker.port)
-        async with FaultProxy("127.0.0.1", broker.port, listen_port=port) as proxy:
-            yield broker, proxy
 
 
 async def test_cut_connections_lose_and_duplicate_nothing() -> None:

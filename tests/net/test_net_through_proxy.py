@@ -9,12 +9,11 @@ and recovery from a broker restart.
 from __future__ import annotations
 
 import itertools
-import socket
 from typing import Any
 
 import anyio
 import pytest
-from fault_proxy import FaultProxy
+from fault_proxy import FaultProxy, free_port
 
 from aiokafka_ng.cluster import Cluster, ClusterConfig
 from aiokafka_ng.cluster.pool import ConnectionPool
@@ -29,12 +28,6 @@ pytestmark = pytest.mark.anyio
 
 def _metadata(topic: str) -> MetadataRequest:
     return MetadataRequest(topics=[MetadataRequestTopic(name=topic)])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize("max_in_flight", [1, 2, 5])
@@ -137,7 +130,7 @@ async def test_reconnect_attempts_follow_the_backoff_curve(kafka_broker: Any) ->
 
 
 async def test_broker_restart_is_reconnected_without_user_action() -> None:
-    port = _free_port()
+    port = free_port()
     broker = LocalBroker(port=port)
     await broker.start()
     try:

@@ -6,38 +6,20 @@ and leader) goes through the proxy.
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import anyio
 import anyio.to_thread
 import pytest
-from fault_proxy import FaultProxy
+from fault_proxy import FaultProxy, proxied_broker
 
 from aiokafka_ng.errors import BufferExhaustedError, KafkaTimeoutError
 from aiokafka_ng.producer import Producer
-from aiokafka_ng.testing import LocalBroker
 
 pytestmark = pytest.mark.anyio
 
 METADATA = 3
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@asynccontextmanager
-async def proxied_broker() -> AsyncIterator[tuple[LocalBroker, FaultProxy]]:
-    port = _free_port()
-    async with LocalBroker(advertised_port=port) as broker:  # noqa: SIM117 (proxy needs broker.port)
-        async with FaultProxy("127.0.0.1", broker.port, listen_port=port) as proxy:
-            yield broker, proxy
 
 
 def read_back(bootstrap: str, topic: str, partitions: int, n: int) -> dict[int, list[bytes]]:
