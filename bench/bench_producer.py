@@ -1,14 +1,28 @@
-"""Producer throughput: aiokafka_ng vs aiokafka vs confluent-kafka, one run, same broker.
+"""Producer benchmark: aiokafka_ng vs aiokafka vs confluent-kafka in the patterns users write,
+all clients in one run on one LocalBroker (Tansu), reported as msgs/s and ratios.
 
-Workloads (acks=all, 6 partitions, null keys, linger 5 ms, 16 KiB batches -- every client's
-defaults apart from acks/linger/codec): 100-byte values uncompressed, 1 KiB values with lz4.
-Each client writes ``--records`` records (default 200k) to a fresh topic on the same
-LocalBroker; the time runs from the first send to the end of flush (everything acked).
+Throughput patterns (acks=all, linger 5 ms, 6 partitions, ``--records`` records each, keyed
+and unkeyed, 100 B uncompressed; the gather pattern also with 1 KiB lz4):
 
-Run: ``cd /work/main && PYTHONPATH=. python bench/bench_producer.py [--records N] [--repeat R]``
-Prints msgs/s per client (best of ``--repeat`` runs, default 2, each on a fresh topic: the
-machine is shared, so one run can be slowed by a neighbour) and the ratios
-ours/aiokafka and ours/confluent-kafka.
+* ``gather``   -- ``futs.append(await p.send(...))``, ``await asyncio.gather(*futs)`` every 10k
+* ``flush``    -- send everything, ``await p.flush()``, then check every ``fut.exception()``
+* ``callback`` -- ``fut.add_done_callback(cb)`` on each, flush at the end, cb counts outcomes
+* ``tasks``    -- 2,000 concurrent tasks, each looping ``await p.send_and_wait(...)``
+* ``batch``    -- ``await p.send_batch(topic, values, keys=...)`` per 10k (aiokafka has no bulk
+  call: its ``create_batch``/``send_batch`` per partition is used)
+
+confluent-kafka has one synchronous idiom for all of these: a ``produce()`` loop with
+``poll(0)`` every 1,000 and ``flush()``; with an ``on_delivery`` callback in the callback
+pattern. Its figure is that loop's, measured once per key mode and shown in each row; the
+``tasks`` row uses its asyncio ``AIOProducer`` (``await (await p.produce(...))``).
+
+Latency: a fixed offered rate (``--rates``, default 5k and 40k msg/s) of 100 B keyed
+records for ``--latency-seconds`` (default 3 s); completion by ``add_done_callback``
+(``on_delivery`` for confluent-kafka); p50/p99/max of send -> ack in milliseconds.
+
+Run: ``python bench/bench_producer.py [--records N] [--patterns gather,batch] [--clients ...]``
+(``nox -s bench`` runs every bench script). Prints one table; ratios are ours/peer from the
+same run. Not a test: numbers depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -16,17 +30,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-import anyio
-
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import LocalBroker
 
 PARTITIONS = 6
+WINDOW = 10_000
+TASKS = 2_000
 
 
 def payloads(size: int) -> list[bytes]:
@@ -34,135 +49,465 @@ def payloads(size: int) -> list[bytes]:
     return [os.urandom(size // 4).hex().encode().ljust(size, b"x")[:size] for _ in range(64)]
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
+KEYS = [b"key-%d" % i for i in range(1000)]
+
+
+def create_topic(bootstrap: str) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    topic = f"bench-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for fut in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
         fut.result(30)
+    return topic
 
 
-async def run_ours(bootstrap: str, topic: str, n: int, values: list[bytes], codec: str) -> float:
-    async with Producer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=5, compression_type=codec
-    ) as producer:
-        await producer.partitions_for(topic)
-        send = producer.send
-        k = len(values)
+class Job:
+    def __init__(self, bootstrap: str, n: int, size: int, codec: str, keyed: bool) -> None:
+        self.bootstrap = bootstrap
+        self.n = n
+        self.codec = codec
+        self.keyed = keyed
+        vals = payloads(size)
+        self.values = [vals[i % len(vals)] for i in range(n)]
+        self.keys: list[bytes] | None = [KEYS[i % 1000] for i in range(n)] if keyed else None
+        self.topic = create_topic(bootstrap)
+
+    def key(self, i: int) -> bytes | None:
+        return None if self.keys is None else self.keys[i]
+
+
+# ---------------------------------------------------------------------------- aiokafka_ng
+
+
+def ours(job: Job, **kw: Any) -> Producer:
+    codec = job.codec
+    return Producer(
+        bootstrap_servers=job.bootstrap, acks="all", linger_ms=5, compression_type=codec, **kw
+    )
+
+
+async def ours_gather(job: Job) -> float:
+    async with ours(job) as p:
+        await p.partitions_for(job.topic)
+        send, topic, values, keys = p.send, job.topic, job.values, job.keys
         t0 = time.perf_counter()
-        futs = [await send(topic, values[i % k]) for i in range(n)]
-        await producer.flush()
+        futs = []
+        for i in range(job.n):
+            futs.append(await send(topic, values[i], None if keys is None else keys[i]))
+            if len(futs) == WINDOW:
+                await asyncio.gather(*futs)
+                futs = []
+        await asyncio.gather(*futs)
+        return time.perf_counter() - t0
+
+
+async def ours_flush(job: Job) -> float:
+    async with ours(job) as p:
+        await p.partitions_for(job.topic)
+        send, topic, values, keys = p.send, job.topic, job.values, job.keys
+        t0 = time.perf_counter()
+        futs = [
+            await send(topic, values[i], None if keys is None else keys[i]) for i in range(job.n)
+        ]
+        await p.flush()
         elapsed = time.perf_counter() - t0
-        failed = sum(1 for f in futs if f.exception() is not None)
-        assert failed == 0, f"{failed} records failed"
+        assert not any(f.exception() for f in futs)
+        return elapsed
+
+
+async def ours_callback(job: Job) -> float:
+    outcomes = [0, 0]
+
+    def cb(fut: Any) -> None:
+        outcomes[fut.exception() is not None] += 1
+
+    async with ours(job) as p:
+        await p.partitions_for(job.topic)
+        send, topic, values, keys = p.send, job.topic, job.values, job.keys
+        t0 = time.perf_counter()
+        for i in range(job.n):
+            (await send(topic, values[i], None if keys is None else keys[i])).add_done_callback(cb)
+        await p.flush()
+        await asyncio.sleep(0)  # callbacks run from the loop
+        elapsed = time.perf_counter() - t0
+    assert outcomes == [job.n, 0], outcomes
     return elapsed
 
 
-async def run_aiokafka(
-    bootstrap: str, topic: str, n: int, values: list[bytes], codec: str
-) -> float:
+async def ours_tasks(job: Job) -> float:
+    async with ours(job) as p:
+        await p.partitions_for(job.topic)
+        return await _tasks(job, p.send_and_wait)
+
+
+async def ours_batch(job: Job) -> float:
+    async with ours(job) as p:
+        await p.partitions_for(job.topic)
+        topic, values, keys = job.topic, job.values, job.keys
+        t0 = time.perf_counter()
+        for lo in range(0, job.n, WINDOW):
+            futs = await p.send_batch(
+                topic,
+                values[lo : lo + WINDOW],
+                keys=None if keys is None else keys[lo : lo + WINDOW],
+            )
+        await p.flush()
+        elapsed = time.perf_counter() - t0
+        assert not any(f.exception() for f in futs)
+        return elapsed
+
+
+async def _tasks(job: Job, send_and_wait: Callable[..., Any]) -> float:
+    per = job.n // TASKS
+    topic, values, keys = job.topic, job.values, job.keys
+
+    async def worker(w: int) -> None:
+        for j in range(w * per, (w + 1) * per):
+            await send_and_wait(topic, values[j], None if keys is None else keys[j])
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(TASKS)))
+    return time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------- aiokafka
+
+
+async def _aiokafka(job: Job) -> Any:
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
+    p = AIOKafkaProducer(
+        bootstrap_servers=job.bootstrap,
         acks="all",
         linger_ms=5,
-        compression_type=None if codec == "none" else codec,
+        compression_type=None if job.codec == "none" else job.codec,
     )
-    await producer.start()
+    await p.start()
+    await p.partitions_for(job.topic)
+    return p
+
+
+async def aio_gather(job: Job) -> float:
+    p = await _aiokafka(job)
     try:
-        await producer.partitions_for(topic)
-        k = len(values)
+        send, topic, values, keys = p.send, job.topic, job.values, job.keys
         t0 = time.perf_counter()
-        futs = [await producer.send(topic, values[i % k]) for i in range(n)]
-        await producer.flush()
-        elapsed = time.perf_counter() - t0
-        assert all(f.done() and f.exception() is None for f in futs)
+        futs = []
+        for i in range(job.n):
+            futs.append(await send(topic, values[i], None if keys is None else keys[i]))
+            if len(futs) == WINDOW:
+                await asyncio.gather(*futs)
+                futs = []
+        await asyncio.gather(*futs)
+        return time.perf_counter() - t0
     finally:
-        await producer.stop()
+        await p.stop()
+
+
+async def aio_flush(job: Job) -> float:
+    p = await _aiokafka(job)
+    try:
+        send, topic, values, keys = p.send, job.topic, job.values, job.keys
+        t0 = time.perf_counter()
+        futs = [
+            await send(topic, values[i], None if keys is None else keys[i]) for i in range(job.n)
+        ]
+        await p.flush()
+        elapsed = time.perf_counter() - t0
+        assert not any(f.exception() for f in futs)
+        return elapsed
+    finally:
+        await p.stop()
+
+
+async def aio_callback(job: Job) -> float:
+    outcomes = [0, 0]
+
+    def cb(fut: Any) -> None:
+        outcomes[fut.exception() is not None] += 1
+
+    p = await _aiokafka(job)
+    try:
+        send, topic, values, keys = p.send, job.topic, job.values, job.keys
+        t0 = time.perf_counter()
+        for i in range(job.n):
+            (await send(topic, values[i], None if keys is None else keys[i])).add_done_callback(cb)
+        await p.flush()
+        await asyncio.sleep(0)
+        elapsed = time.perf_counter() - t0
+    finally:
+        await p.stop()
+    assert outcomes == [job.n, 0], outcomes
     return elapsed
 
 
-def run_confluent(bootstrap: str, topic: str, n: int, values: list[bytes], codec: str) -> float:
+async def aio_tasks(job: Job) -> float:
+    p = await _aiokafka(job)
+    try:
+        return await _tasks(job, p.send_and_wait)
+    finally:
+        await p.stop()
+
+
+async def aio_batch(job: Job) -> float:
+    # aiokafka's bulk API: create_batch() per partition, append, send_batch().
+    p = await _aiokafka(job)
+    try:
+        parts = sorted(await p.partitions_for(job.topic))
+        topic, values, keys = job.topic, job.values, job.keys
+        t0 = time.perf_counter()
+        futs = []
+        i = 0
+        while i < job.n:
+            part = parts[(i // 100) % len(parts)]
+            batch = p.create_batch()
+            while i < job.n:
+                key = None if keys is None else keys[i]
+                if batch.append(key=key, value=values[i], timestamp=None) is None:
+                    break
+                i += 1
+            futs.append(await p.send_batch(batch, topic, partition=part))
+        await asyncio.gather(*futs)
+        return time.perf_counter() - t0
+    finally:
+        await p.stop()
+
+
+# ---------------------------------------------------------------------------- confluent
+
+
+def _confluent(job: Job) -> Any:
     from confluent_kafka import Producer as CProducer
 
-    producer = CProducer(
+    p = CProducer(
         {
-            "bootstrap.servers": bootstrap,
+            "bootstrap.servers": job.bootstrap,
             "acks": "all",
             "linger.ms": 5,
-            "compression.type": codec,
+            "compression.type": job.codec,
         }
     )
-    errors: list[Any] = []
+    p.list_topics(job.topic, timeout=30)
+    return p
+
+
+def conf_loop(job: Job, callback: bool = False) -> float:
+    p = _confluent(job)
+    outcomes = [0, 0]
 
     def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
+        outcomes[err is not None] += 1
 
-    producer.list_topics(topic, timeout=30)
-    k = len(values)
+    kw: dict[str, Any] = {"on_delivery": on_delivery} if callback else {}
+    produce, poll, topic, values, keys = p.produce, p.poll, job.topic, job.values, job.keys
     t0 = time.perf_counter()
-    for i in range(n):
+    for i in range(job.n):
         while True:
             try:
-                producer.produce(topic, values[i % k], on_delivery=on_delivery)
+                produce(topic, values[i], None if keys is None else keys[i], **kw)
                 break
             except BufferError:
-                producer.poll(0.001)
+                poll(0.001)
         if i % 1000 == 0:
-            producer.poll(0)
-    producer.flush(60)
+            poll(0)
+    assert p.flush(60) == 0
     elapsed = time.perf_counter() - t0
-    assert not errors, errors[:3]
+    if callback:
+        assert outcomes == [job.n, 0], outcomes
     return elapsed
 
 
-def measure(
-    name: str, bootstrap: str, n: int, size: int, codec: str, runner: Callable[..., Any]
-) -> float:
-    topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic)
-    values = payloads(size)
-    if asyncio.iscoroutinefunction(runner):
-        elapsed = float(anyio.run(runner, bootstrap, topic, n, values, codec))
-    else:
-        elapsed = runner(bootstrap, topic, n, values, codec)
-    return n / elapsed
+async def conf_tasks(job: Job) -> float:
+    from confluent_kafka.aio import AIOProducer
+
+    p = AIOProducer(
+        {"bootstrap.servers": job.bootstrap, "acks": "all", "linger.ms": 5}, max_workers=4
+    )
+    try:
+
+        async def send_and_wait(topic: str, value: bytes, key: bytes | None) -> Any:
+            return await (await p.produce(topic, value=value, key=key))
+
+        return await _tasks(job, send_and_wait)
+    finally:
+        await p.close()
+
+
+# ---------------------------------------------------------------------------- latency
+
+
+async def latency_ours(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
+    lat: list[float] = []
+    async with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=5) as p:
+        await p.partitions_for(topic)
+
+        def done(fut: Any, t: float) -> None:
+            lat.append(time.perf_counter() - t)
+
+        await _paced(rate, seconds, p.send, topic, done)
+        await p.flush()
+        await asyncio.sleep(0.01)
+    return lat
+
+
+async def latency_aiokafka(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
+    from aiokafka import AIOKafkaProducer
+
+    lat: list[float] = []
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await p.start()
+    try:
+        await p.partitions_for(topic)
+
+        def done(fut: Any, t: float) -> None:
+            lat.append(time.perf_counter() - t)
+
+        await _paced(rate, seconds, p.send, topic, done)
+        await p.flush()
+        await asyncio.sleep(0.01)
+    finally:
+        await p.stop()
+    return lat
+
+
+async def _paced(
+    rate: int, seconds: float, send: Callable[..., Any], topic: str, done: Callable[..., None]
+) -> None:
+    total = int(rate * seconds)
+    value = b"v" * 100
+    start = time.perf_counter()
+    sent = 0
+    while sent < total:
+        due = min(total, int((time.perf_counter() - start) * rate) + 1)
+        while sent < due:
+            t = time.perf_counter()
+            fut = await send(topic, value, KEYS[sent % 1000])
+            fut.add_done_callback(lambda f, t=t: done(f, t))
+            sent += 1
+        await asyncio.sleep(0.0005)
+
+
+def latency_confluent(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
+    from confluent_kafka import Producer as CProducer
+
+    lat: list[float] = []
+    p = CProducer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    p.list_topics(topic, timeout=30)
+    total = int(rate * seconds)
+    value = b"v" * 100
+    start = time.perf_counter()
+    sent = 0
+    while sent < total:
+        due = min(total, int((time.perf_counter() - start) * rate) + 1)
+        while sent < due:
+            t = time.perf_counter()
+            p.produce(
+                topic,
+                value,
+                KEYS[sent % 1000],
+                on_delivery=lambda err, msg, t=t: lat.append(time.perf_counter() - t),
+            )
+            sent += 1
+        p.poll(0.0005)
+    p.flush(30)
+    return lat
+
+
+def pct(lat: list[float]) -> str:
+    if not lat:
+        return "no samples"
+    qs = statistics.quantiles(lat, n=100)
+    return f"p50 {qs[49] * 1e3:6.2f}  p99 {qs[98] * 1e3:6.2f}  max {max(lat) * 1e3:7.2f} ms"
+
+
+# ---------------------------------------------------------------------------- main
+
+OURS = {
+    "gather": ours_gather,
+    "flush": ours_flush,
+    "callback": ours_callback,
+    "tasks": ours_tasks,
+    "batch": ours_batch,
+}
+AIO = {
+    "gather": aio_gather,
+    "flush": aio_flush,
+    "callback": aio_callback,
+    "tasks": aio_tasks,
+    "batch": aio_batch,
+}
+
+
+def run(fn: Callable[..., Any], *args: Any) -> Any:
+    if asyncio.iscoroutinefunction(fn):
+        return asyncio.run(fn(*args))
+    return fn(*args)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--only", choices=["ours", "aiokafka", "confluent"], default=None)
+    parser.add_argument("--patterns", default=",".join(OURS))
+    parser.add_argument("--clients", default="ours,aiokafka,confluent")
+    parser.add_argument("--rates", default="5000,40000")
+    parser.add_argument("--latency-seconds", type=float, default=3.0)
     args = parser.parse_args()
     n = args.records
-    clients: dict[str, Callable[..., Any]] = {
-        "aiokafka_ng": run_ours,
-        "aiokafka": run_aiokafka,
-        "confluent-kafka": run_confluent,
-    }
-    if args.only:
-        key = {"ours": "aiokafka_ng", "confluent": "confluent-kafka"}.get(args.only, args.only)
-        clients = {key: clients[key]}
+    patterns = [p for p in args.patterns.split(",") if p]
+    clients = set(args.clients.split(","))
+    rows: list[tuple[str, dict[str, float]]] = []
     with LocalBroker() as broker:
-        bootstrap = broker.bootstrap_servers
-        print(f"producer benchmark: {n} records, acks=all, {PARTITIONS} partitions, Tansu")
-        print(f"{'workload':<16}{'client':<18}{'msgs/s':>12}")
+        bs = broker.bootstrap_servers
+        print(f"producer benchmark: {n} records/run, acks=all, {PARTITIONS} partitions, Tansu")
+        print(f"load average before: {os.getloadavg()[0]:.2f}")
+        print(f"{'pattern':<28}{'aiokafka_ng':>12}{'aiokafka':>12}{'confluent':>12}"
+              f"{'ng/aio':>8}{'ng/conf':>8}")  # fmt: skip
         for label, size, codec in (("100 B", 100, "none"), ("1 KiB lz4", 1024, "lz4")):
-            rates: dict[str, float] = {}
-            for name, runner in clients.items():
-                rates[name] = max(
-                    measure(name.replace("_", ""), bootstrap, n, size, codec, runner)
-                    for _ in range(max(1, args.repeat))
-                )
-                print(f"{label:<16}{name:<18}{rates[name]:>12,.0f}", flush=True)
-            ours = rates.get("aiokafka_ng")
-            if ours is not None:
-                for other in ("aiokafka", "confluent-kafka"):
-                    if other in rates:
-                        print(f"{label:<16}{'ours / ' + other:<30}{ours / rates[other]:>6.2f}x")
+            for keyed in (True, False):
+                conf_plain = conf_cb = None
+                for pattern in patterns:
+                    if codec != "none" and (pattern != "gather" or not keyed):
+                        continue
+                    rates: dict[str, float] = {}
+                    if "ours" in clients:
+                        rates["ours"] = n / run(OURS[pattern], Job(bs, n, size, codec, keyed))
+                    if "aiokafka" in clients:
+                        rates["aio"] = n / run(AIO[pattern], Job(bs, n, size, codec, keyed))
+                    if "confluent" in clients:
+                        job = Job(bs, n, size, codec, keyed)
+                        if pattern == "tasks":
+                            rates["conf"] = n / run(conf_tasks, job)
+                        elif pattern == "callback":
+                            conf_cb = conf_cb or n / conf_loop(job, True)
+                            rates["conf"] = conf_cb
+                        else:
+                            conf_plain = conf_plain or n / conf_loop(job)
+                            rates["conf"] = conf_plain
+                    name = f"{pattern} {label} {'keyed' if keyed else 'unkeyed'}"
+                    rows.append((name, rates))
+                    print(_row(name, rates), flush=True)
+        for rate in [int(r) for r in args.rates.split(",") if r]:
+            secs = args.latency_seconds
+            for client, fn in (
+                ("ours", latency_ours),
+                ("aiokafka", latency_aiokafka),
+                ("confluent", latency_confluent),
+            ):
+                if client in clients:
+                    lat = run(fn, bs, create_topic(bs), rate, secs)
+                    print(f"latency {rate:>6} msg/s {client:<10} {pct(lat)}", flush=True)
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def _row(name: str, r: dict[str, float]) -> str:
+    def cell(k: str) -> str:
+        return f"{r[k]:>12,.0f}" if k in r else f"{'-':>12}"
+
+    def ratio(k: str) -> str:
+        return f"{r['ours'] / r[k]:>7.2f}x" if "ours" in r and k in r else f"{'-':>8}"
+
+    return f"{name:<28}{cell('ours')}{cell('aio')}{cell('conf')}{ratio('aio')}{ratio('conf')}"
 
 
 if __name__ == "__main__":

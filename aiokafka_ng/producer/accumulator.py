@@ -47,6 +47,7 @@ batch releases the sum when it completes or fails.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
@@ -56,7 +57,7 @@ from aiokafka_ng.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPart
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.latency import LatencyRecorder
 from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
-from aiokafka_ng.producer.future import DeliveryFuture
+from aiokafka_ng.producer.future import DeliveryFuture, finish_all
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitioner, murmur2
@@ -128,6 +129,9 @@ class Accumulator:
         self.request_metadata = request_metadata
         self.wake_node = wake_node
         self.clock = clock
+        #: The asyncio loop the producer runs on (None under trio): futures' callbacks go
+        #: through it, one call_soon per batch.
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.topics: dict[str, _Topic] = {}
         self._meta = ClusterMetadata()
         #: topic -> compression ratio estimate for new batches (see _close)
@@ -443,8 +447,7 @@ class Accumulator:
             self.batches_sent += 1
         else:
             self.records_failed += len(batch.futures)
-        for fut in batch.futures:
-            fut._finish(exc)
+        finish_all(batch.futures, exc, self.loop)
 
     def requeue(self, batch: ProducerBatch, now: float) -> None:
         """Put a failed batch back at the head of its partition (in sequence order with

@@ -1,10 +1,32 @@
 """Delivery futures and RecordMetadata.
 
-A :class:`DeliveryFuture` is our own small future rather than ``asyncio.Future`` so it works
-on asyncio and trio alike (it waits on an ``anyio.Event``, created only if someone awaits).
-The producer creates one per record; the hot path costs one slotted object. The outcome is
-stored by reference to the record's batch: completing a batch of N records does not build N
-``RecordMetadata`` objects -- :meth:`DeliveryFuture.result` builds one when asked.
+Theory of operation
+-------------------
+A :class:`DeliveryFuture` is one slotted object per record. Under asyncio it *is* an asyncio
+future as far as asyncio can tell (``asyncio.isfuture`` is true): it has the class attribute
+``_asyncio_future_blocking``, ``get_loop()`` and ``add_done_callback(fn, *, context=None)``,
+and its ``__await__`` yields itself to the Task, exactly as ``asyncio.Future`` does. So
+``gather``/``wait``/``wait_for``/``as_completed``/``shield``/``ensure_future`` use it directly
+-- no Task per record (a duck-typed future is what asyncio's ``isfuture`` and the Task's
+step function were written to accept) -- and awaiting one allocates nothing.
+
+asyncio never runs a future's callbacks inside the code that completed it: they go through
+``loop.call_soon``. We keep that rule (a Task's wake-up must not run inside the sender's
+task; gather counts on it too), but a whole batch's futures are completed together with
+*one* ``call_soon`` (:func:`finish_all`), not one per callback: that is where asyncio.Future
+spends most of its time when thousands of records complete at once.
+
+Under trio there is no loop: awaiting waits on an ``anyio.Event`` created only when someone
+awaits, and done-callbacks run when the batch completes, as before.
+
+Cancellation: ``cancel()`` detaches the *waiters* (the future becomes cancelled, awaiting it
+raises ``CancelledError``); the record itself is not taken back -- it may already be on the
+wire -- and is delivered or fails as usual (aiokafka and the Java client behave the same).
+The producer's own waits (flush, close, transaction abort) follow the delivery, not the
+future, through waiters that cancellation leaves alone.
+
+The outcome is stored by reference to the record's batch: completing a batch of N records
+does not build N ``RecordMetadata`` objects -- :meth:`DeliveryFuture.result` builds one.
 
 Offsets: ``RecordMetadata.offset`` is the batch's base offset plus the record's offset delta.
 When the broker did not return a base offset -- acks=0, or a DUPLICATE_SEQUENCE_NUMBER answer
@@ -14,8 +36,10 @@ offset) -- the offset is -1: the record *is* delivered, its offset is unknown.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +52,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from aiokafka_ng.producer.batch import ProducerBatch
 
-__all__ = ["DeliveryFuture", "RecordMetadata"]
+__all__ = ["DeliveryFuture", "FutureNotDoneError", "RecordMetadata", "finish_all"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,37 +65,91 @@ class RecordMetadata:
     timestamp: int
 
 
+class FutureNotDoneError(IllegalStateError, asyncio.InvalidStateError):
+    """``result()``/``exception()`` of a pending future (asyncio's ``InvalidStateError``)."""
+
+
 #: ``DeliveryFuture._exc`` while the outcome is unknown (None once delivered).
 _PENDING: BaseException = Exception("pending")
 
+Callback = Callable[["DeliveryFuture"], Any]
+# A waiter is a user's done-callback with the context it runs in (asyncio's rule) as a
+# tuple, or -- a bare ``anyio.Event`` -- one of the producer's own waits for the *delivery*,
+# which cancelling the future does not release.
+
+
+class _Cancelled:
+    """``DeliveryFuture._waiters`` once cancelled: the message and the producer's own
+    delivery waits, which still wait for the record's real outcome."""
+
+    __slots__ = ("events", "msg")
+
+    def __init__(self, msg: Any, events: list[anyio.Event]) -> None:
+        self.msg = msg
+        self.events = events
+
 
 class DeliveryFuture:
-    """The outcome of one ``send()``: awaitable, with ``add_done_callback``."""
+    """The outcome of one ``send()``: awaitable, with ``add_done_callback``; an asyncio
+    future to asyncio (``gather``, ``wait``, ``wait_for``, ``as_completed``, ``shield``)."""
 
-    # Six slots (80 bytes with the GC header): one lives per record in flight, and
-    # buffer_memory has to account for it. ``_exc`` doubles as the state (``_PENDING``
-    # until done) and ``_waiters`` holds both awaiting events and done-callbacks.
-    __slots__ = ("_batch", "_delta", "_exc", "_timestamp", "_waiters", "topic")
+    # Seven slots (88 bytes with the GC header): one lives per record in flight, and
+    # buffer_memory accounts for it. ``_exc`` is the delivery state (``_PENDING`` until the
+    # producer knows); ``_waiters`` holds callbacks and waits, or ``_Cancelled``.
+    __slots__ = ("_batch", "_delta", "_exc", "_loop", "_timestamp", "_waiters", "topic")
 
-    def __init__(self, topic: str, timestamp_ms: int) -> None:
+    def __init__(
+        self, topic: str, timestamp_ms: int, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
         self.topic = topic
         self._timestamp = timestamp_ms
+        self._loop = loop
         self._batch: ProducerBatch | None = None
         self._delta = 0
         self._exc: BaseException | None = _PENDING
-        self._waiters: list[anyio.Event | Callable[[DeliveryFuture], Any]] | None = None
+        self._waiters: list[Any] | _Cancelled | None = None
+
+    # ------------------------------------------------------------------ asyncio protocol
+
+    @property
+    def _asyncio_future_blocking(self) -> bool | None:
+        # asyncio.isfuture() wants "not None"; a Task wants it true when the future is
+        # yielded to it and then resets it to False -- a no-op here, since __await__ only
+        # ever yields a pending future to a Task.
+        return True if self._loop is not None else None
+
+    @_asyncio_future_blocking.setter
+    def _asyncio_future_blocking(self, value: bool) -> None:
+        pass
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The asyncio loop the producer runs on (``RuntimeError`` under trio)."""
+        if self._loop is None:
+            raise RuntimeError("this delivery future belongs to a producer not on asyncio")
+        return self._loop
+
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        # asyncio.gather asks a cancelled child for the error to propagate.
+        waiters = self._waiters
+        return asyncio.CancelledError(waiters.msg if isinstance(waiters, _Cancelled) else None)
 
     # ------------------------------------------------------------------ consumer side
 
     def done(self) -> bool:
-        return self._exc is not _PENDING
+        return self._exc is not _PENDING or self._waiters.__class__ is _Cancelled
+
+    def cancelled(self) -> bool:
+        return self._waiters.__class__ is _Cancelled
 
     def result(self) -> RecordMetadata:
-        """The record's metadata; raises the delivery error. ``IllegalStateError`` if pending."""
+        """The record's metadata; raises the delivery error, ``CancelledError`` if
+        cancelled, ``FutureNotDoneError`` (an ``asyncio.InvalidStateError``) if pending."""
+        if self._waiters.__class__ is _Cancelled:
+            raise self._make_cancelled_error()
         exc = self._exc
         if exc is not None:
             if exc is _PENDING:
-                raise IllegalStateError("delivery future is not done yet")
+                raise FutureNotDoneError("delivery future is not done yet")
             raise exc
         batch = self._batch
         assert batch is not None
@@ -85,56 +163,168 @@ class DeliveryFuture:
         )
 
     def exception(self) -> BaseException | None:
+        if self._waiters.__class__ is _Cancelled:
+            raise self._make_cancelled_error()
         if self._exc is _PENDING:
-            raise IllegalStateError("delivery future is not done yet")
+            raise FutureNotDoneError("delivery future is not done yet")
         return self._exc
 
-    def add_done_callback(self, fn: Callable[[DeliveryFuture], Any]) -> None:
-        """Call ``fn(future)`` once done (at once if already done). It runs in a producer
-        task: keep it short; an exception it raises is logged, not propagated."""
-        if self._exc is not _PENDING:
-            fn(self)  # in the caller's own task: its exception is the caller's
+    def add_done_callback(
+        self, fn: Callback, *, context: contextvars.Context | None = None
+    ) -> None:
+        """Call ``fn(future)`` once done. Under asyncio it runs from the event loop, in
+        ``context`` (default: the current one), as asyncio.Future's callbacks do; under
+        trio in the producer's task. Keep it short; an exception it raises is logged."""
+        loop = self._loop
+        if self.done():
+            if loop is not None:
+                loop.call_soon(fn, self, context=context)
+            else:
+                fn(self)  # in the caller's own task: its exception is the caller's
             return
-        if self._waiters is None:
-            self._waiters = []
-        self._waiters.append(fn)
+        if loop is not None and context is None:
+            context = contextvars.copy_context()
+        waiters = self._waiters
+        if waiters is None:
+            self._waiters = [(fn, context)]
+        else:
+            waiters.append((fn, context))  # type: ignore[union-attr]
 
-    async def wait_done(self) -> None:
-        """Wait until done without raising the delivery error."""
-        if self._exc is _PENDING:
-            event = anyio.Event()
-            if self._waiters is None:
-                self._waiters = []
-            self._waiters.append(event)
-            await event.wait()
+    def remove_done_callback(self, fn: Callback) -> int:
+        """Remove every registration of ``fn``; return how many there were."""
+        waiters = self._waiters
+        if waiters.__class__ is not list:
+            return 0
+        assert isinstance(waiters, list)
+        keep = [w for w in waiters if w.__class__ is not tuple or w[0] != fn]
+        removed = len(waiters) - len(keep)
+        if removed:
+            self._waiters = keep or None
+        return removed
 
-    async def wait(self) -> RecordMetadata:
-        await self.wait_done()
-        return self.result()
+    def cancel(self, msg: Any = None) -> bool:
+        """Detach the waiters: the future becomes cancelled. The record is *not* taken
+        back -- it is delivered (or fails) as if nothing happened. False if already done."""
+        if self.done():
+            return False
+        waiters = self._waiters
+        events: list[anyio.Event] = []
+        callbacks: list[Any] = []
+        if waiters is not None:
+            for w in waiters:  # type: ignore[union-attr]
+                (callbacks if w.__class__ is tuple else events).append(w)
+        self._waiters = _Cancelled(msg, events)
+        if callbacks:
+            _dispatch(self._loop, [(self, callbacks)])
+        return True
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        return self.wait().__await__()
+        if not self.done():
+            if self._loop is not None:
+                # asyncio's Future protocol: the Task sees _asyncio_future_blocking, adds
+                # its wake-up as a done-callback and resumes us once we are done.
+                yield self
+                if not self.done():
+                    raise RuntimeError("await wasn't used with future")
+            else:
+                yield from self._wait_event().__await__()
+        return self.result()
+
+    __iter__ = __await__  # ``yield from fut`` in old-style coroutines, like asyncio.Future
+
+    async def _wait_event(self) -> None:
+        event = anyio.Event()
+        self.add_done_callback(lambda _f: event.set())
+        await event.wait()
 
     # ------------------------------------------------------------------ producer side
 
+    async def wait_done(self) -> None:
+        """Wait until the record's delivery is decided, without raising its error. Unlike
+        awaiting the future, this follows the record even if the future was cancelled."""
+        if self._exc is _PENDING:
+            event = anyio.Event()
+            waiters = self._waiters
+            if waiters is None:
+                self._waiters = [event]
+            elif isinstance(waiters, _Cancelled):
+                waiters.events.append(event)
+            else:
+                waiters.append(event)
+            await event.wait()
+
+    async def wait(self) -> RecordMetadata:
+        return await self
+
+    def delivery_error(self) -> BaseException | None:
+        """The record's own outcome (None: delivered), whether or not the future was
+        cancelled; ``FutureNotDoneError`` while undecided."""
+        if self._exc is _PENDING:
+            raise FutureNotDoneError("delivery is not decided yet")
+        return self._exc
+
     def _finish(self, exc: BaseException | None) -> None:
-        if self._exc is not _PENDING:
-            return
-        self._exc = exc
-        if self._waiters is not None:
-            waiters, self._waiters = self._waiters, None
-            for w in waiters:
-                if isinstance(w, anyio.Event):
-                    w.set()
-                else:
-                    try:
-                        w(self)
-                    except Exception:
-                        # A user callback must not take the producer down (asyncio logs
-                        # callback errors the same way).
-                        log.exception("delivery callback %r failed", w)
+        finish_all((self,), exc, self._loop)
 
     def __repr__(self) -> str:
-        exc = self._exc
-        state = "pending" if exc is _PENDING else ("failed" if exc else "done")
+        if self.cancelled():
+            state = "cancelled"
+        else:
+            exc = self._exc
+            state = "pending" if exc is _PENDING else ("failed" if exc else "done")
         return f"<DeliveryFuture {self.topic} {state}>"
+
+
+def finish_all(
+    futures: Iterable[DeliveryFuture],
+    exc: BaseException | None,
+    loop: asyncio.AbstractEventLoop | None,
+) -> None:
+    """Decide the delivery of ``futures`` (a batch's records). Their waiters run together:
+    under asyncio in one ``loop.call_soon``; under trio right away."""
+    todo: list[tuple[DeliveryFuture, list[Any]]] | None = None
+    for fut in futures:
+        if fut._exc is not _PENDING:
+            continue
+        fut._exc = exc
+        waiters = fut._waiters
+        if waiters is None:
+            continue
+        if isinstance(waiters, _Cancelled):
+            for event in waiters.events:
+                event.set()
+            waiters.events = []
+            continue
+        fut._waiters = None
+        if todo is None:
+            todo = []
+        todo.append((fut, waiters))
+    if todo is not None:
+        _dispatch(loop, todo)
+
+
+def _dispatch(
+    loop: asyncio.AbstractEventLoop | None, todo: list[tuple[DeliveryFuture, list[Any]]]
+) -> None:
+    if loop is None:
+        _run_waiters(todo)
+    else:
+        loop.call_soon(_run_waiters, todo)
+
+
+def _run_waiters(todo: list[tuple[DeliveryFuture, list[Any]]]) -> None:
+    for fut, waiters in todo:
+        for w in waiters:
+            if w.__class__ is tuple:
+                fn, ctx = w
+                try:
+                    if ctx is None:
+                        fn(fut)
+                    else:
+                        ctx.run(fn, fut)
+                except Exception:
+                    # A user callback must not take the producer (or the other callbacks
+                    # of this batch) down; asyncio logs callback errors the same way.
+                    log.exception("delivery callback %r failed", fn)
+            else:
+                w.set()

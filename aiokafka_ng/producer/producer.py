@@ -13,6 +13,7 @@ leads a partition we write to, the producer-id task (idempotence) and the expiry
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import re
@@ -39,6 +40,7 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.accumulator import Accumulator
+from aiokafka_ng.producer.bulk import send_batch
 from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
@@ -91,6 +93,13 @@ class ProducerRecord:
     partition: int | None = None
     timestamp_ms: int | None = None
     headers: list[tuple[str, bytes | None]] | None = None
+
+
+def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # trio
+        return None
 
 
 def _as_bytes(obj: Any, name: str) -> bytes:
@@ -150,6 +159,7 @@ class Producer:
         self._last_ts = 0
         self._yield = False
         self._wakes = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._pool = MemoryPool(config.buffer_memory, on_wait=self._wake_all)
         self._txn: TransactionManager | None = None
         self._idem: IdempotenceState | None = None
@@ -218,6 +228,8 @@ class Producer:
         self._stack = stack
         self._state = _State.RUNNING
         self._running = True
+        # Under asyncio, delivery futures are asyncio futures of this loop (see future.py).
+        self._loop = self._acc.loop = _asyncio_loop()
         cluster = self._cluster
         stack.callback(cluster.add_listener(self._on_metadata))
         self._acc.update_metadata(cluster.metadata)
@@ -338,7 +350,7 @@ class Producer:
             raise TypeError(f"timestamp_ms must be an int or None (got {timestamp_ms!r})")
         if self._txn is not None:
             self._txn.check_send()
-        fut = DeliveryFuture(topic, timestamp_ms)
+        fut = DeliveryFuture(topic, timestamp_ms, self._loop)
         if size > self._max_record:
             self._acc.records_failed += 1
             fut._finish(
@@ -389,21 +401,27 @@ class Producer:
         fut = await self.send(topic, value, key, partition, timestamp_ms, headers)
         return await fut
 
-    async def send_batch(self, topic: str, records: Iterable[Any]) -> list[DeliveryFuture]:
-        """Send many records to ``topic``; each item is a :class:`ProducerRecord` or a
-        plain value. Returns their futures in order."""
-        send = self.send
-        out: list[DeliveryFuture] = []
-        for rec in records:
-            if isinstance(rec, ProducerRecord):
-                out.append(
-                    await send(
-                        topic, rec.value, rec.key, rec.partition, rec.timestamp_ms, rec.headers
-                    )
-                )
-            else:
-                out.append(await send(topic, rec))
-        return out
+    async def send_batch(
+        self,
+        topic: str,
+        records: Iterable[Any],
+        *,
+        keys: Iterable[Any] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> list[DeliveryFuture]:
+        """Send many records to ``topic`` at once; returns one future per record, in order.
+
+        ``records`` are values (with ``keys``, an equally long iterable, or null keys), or
+        :class:`ProducerRecord` items. Values -- and ProducerRecords without headers,
+        partition or timestamp of their own -- take the bulk path: validated together,
+        memory reserved per chunk, appended to each partition's batch in runs rather than
+        one ``send()`` per record. ``partition`` and ``timestamp_ms`` apply to the whole
+        run. Semantics are ``send()``'s record by record (no wait for metadata, ordered per
+        partition, an oversize record fails alone); if ``max_block_ms`` passes while
+        waiting for memory, the records not yet queued fail with ``BufferExhaustedError``.
+        """
+        return await send_batch(self, topic, records, keys, partition, timestamp_ms)
 
     async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
         """Send everything queued now and wait for its outcome (not raising delivery

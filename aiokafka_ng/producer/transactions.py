@@ -466,7 +466,7 @@ class TransactionManager:
         if self.state is not S.COMMITTING:  # an error arrived while flushing
             self._to(S.COMMITTING, "commit_transaction()")  # raises the right error
         for fut in self._futures:
-            exc = fut.exception()
+            exc = fut.delivery_error()  # the record's outcome, even if its future was cancelled
             if exc is not None:
                 err = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
                 self._fail_abortable(err)

@@ -1,0 +1,322 @@
+"""The bulk path behind :meth:`Producer.send_batch`.
+
+A run of header-less records for one topic -- values, optional keys, one optional
+partition, one timestamp -- is validated and charged to ``buffer_memory`` per chunk, grouped
+by partition (keeping send order within each) and handed to the accumulator one partition
+run at a time (:meth:`Accumulator.place_run`: one builder call per batch). What ``send()``
+promises holds record by record: nothing waits for metadata (a topic without it queues the
+records in order), an oversize record's future fails alone, order per partition is send
+order, and the only wait is for memory, at most ``max_block_ms`` per chunk. When memory does
+not free up in time, the records not yet queued fail with ``BufferExhaustedError`` in their
+futures (those already queued go on): the caller still gets one future per record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from time import time_ns
+from typing import TYPE_CHECKING, Any
+
+import anyio.lowlevel
+
+from aiokafka_ng.errors import (
+    BufferExhaustedError,
+    MessageSizeTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from aiokafka_ng.producer.batch import ProducerBatch
+from aiokafka_ng.producer.future import DeliveryFuture
+from aiokafka_ng.producer.partitioner import murmur2
+from aiokafka_ng.protocol.records import RecordBatchBuilder
+
+if TYPE_CHECKING:
+    from aiokafka_ng.producer.accumulator import Accumulator, _Topic
+    from aiokafka_ng.producer.producer import Producer
+
+__all__ = ["place_run", "send_batch", "send_run"]
+
+#: Records per memory reservation: big enough that the reservation is noise, small enough
+#: that a run larger than the buffer streams through it.
+_CHUNK = 4096
+
+
+def _bytes_list(items: list[Any], name: str) -> list[bytes | None]:
+    from aiokafka_ng.producer.producer import _as_bytes
+
+    out: list[bytes | None] = items
+    for i, item in enumerate(items):
+        if item is not None and item.__class__ is not bytes:
+            if out is items:
+                out = list(items)
+            out[i] = _as_bytes(item, name)
+    return out
+
+
+async def send_batch(
+    producer: Producer,
+    topic: str,
+    records: Iterable[Any],
+    keys: Iterable[Any] | None,
+    partition: int | None,
+    timestamp_ms: int | None,
+) -> list[DeliveryFuture]:
+    """:meth:`Producer.send_batch`: ProducerRecords with headers, a partition or a
+    timestamp of their own go record by record through ``send()``; the rest in runs."""
+    from aiokafka_ng.producer.producer import ProducerRecord
+
+    if not producer._running:
+        raise producer._not_running()
+    items = list(records)
+    key_list = None if keys is None else list(keys)
+    if any(isinstance(r, ProducerRecord) for r in items):
+        if key_list is not None:
+            raise TypeError("send_batch: keys= goes with plain values, not ProducerRecords")
+        if all(
+            isinstance(r, ProducerRecord)
+            and not r.headers
+            and r.partition is None
+            and r.timestamp_ms is None
+            for r in items
+        ):
+            key_list = [r.key for r in items]
+            items = [r.value for r in items]
+        else:
+            out: list[DeliveryFuture] = []
+            for rec in items:
+                if not isinstance(rec, ProducerRecord):
+                    rec = ProducerRecord(rec)
+                out.append(
+                    await producer.send(
+                        topic,
+                        rec.value,
+                        rec.key,
+                        partition if rec.partition is None else rec.partition,
+                        timestamp_ms if rec.timestamp_ms is None else rec.timestamp_ms,
+                        rec.headers,
+                    )
+                )
+            return out
+    return await send_run(producer, topic, items, key_list, partition, timestamp_ms)
+
+
+async def send_run(
+    producer: Producer,
+    topic: str,
+    values: list[Any],
+    keys: list[Any] | None,
+    partition: int | None,
+    timestamp_ms: int | None,
+) -> list[DeliveryFuture]:
+    from aiokafka_ng.producer.producer import _PENDING_OVERHEAD, _RECORD_OVERHEAD
+
+    if keys is not None and len(keys) != len(values):
+        raise ValueError(f"send_batch: {len(keys)} keys for {len(values)} values")
+    if producer._value_ser is not None:
+        values = [producer._value_ser(v) for v in values]
+    if keys is not None and producer._key_ser is not None:
+        keys = [producer._key_ser(k) for k in keys]
+    vals = _bytes_list(values, "value")
+    ks = None if keys is None else _bytes_list(keys, "key")
+    if topic not in producer._valid_topics:
+        producer._check_topic(topic)
+    if partition is not None and (partition.__class__ is not int or partition < 0):
+        raise TypeError(f"partition must be a non-negative int or None (got {partition!r})")
+    if timestamp_ms is None:
+        timestamp_ms = time_ns() // 1_000_000
+    elif timestamp_ms.__class__ is not int:
+        raise TypeError(f"timestamp_ms must be an int or None (got {timestamp_ms!r})")
+    elif timestamp_ms < 0:
+        raise ValueError(f"timestamp_ms must be >= 0 or None for now (got {timestamp_ms})")
+    if producer._txn is not None:
+        producer._txn.check_send()
+    loop = producer._loop
+    futures = [DeliveryFuture(topic, timestamp_ms, loop) for _ in vals]
+    if ks is None:
+        sizes = [_RECORD_OVERHEAD + (len(v) if v is not None else 0) for v in vals]
+    else:
+        sizes = [
+            _RECORD_OVERHEAD + (len(v) if v is not None else 0) + (len(k) if k is not None else 0)
+            for k, v in zip(ks, vals, strict=True)
+        ]
+    max_record = producer._max_record
+    if max(sizes, default=0) > max_record:
+        keep = []
+        for i, size in enumerate(sizes):
+            if size > max_record:
+                producer._acc.records_failed += 1
+                futures[i]._finish(
+                    MessageSizeTooLargeError(
+                        f"record of ~{size} bytes exceeds max_request_size or buffer_memory"
+                    )
+                )
+            else:
+                keep.append(i)
+        run_vals = [vals[i] for i in keep]
+        run_keys = None if ks is None else [ks[i] for i in keep]
+        run_sizes = [sizes[i] for i in keep]
+        run_futs = [futures[i] for i in keep]
+    else:
+        run_vals, run_keys, run_sizes, run_futs = vals, ks, sizes, futures
+    part = -1 if partition is None else partition
+    # Chunks: at most _CHUNK records and a quarter of the buffer, so a run larger than
+    # buffer_memory streams through it instead of asking for more than exists.
+    limit = max(1, producer._pool.total // 4)
+    lo = 0
+    count = len(run_vals)
+    while lo < count:
+        hi = lo
+        nbytes = 0
+        while hi < count and hi - lo < _CHUNK and (hi == lo or nbytes + run_sizes[hi] <= limit):
+            nbytes += run_sizes[hi]
+            hi += 1
+        c_futs = run_futs[lo:hi]
+        try:
+            await _queue_chunk(
+                producer, topic, part, timestamp_ms,
+                None if run_keys is None else run_keys[lo:hi],
+                run_vals[lo:hi], run_sizes[lo:hi], c_futs, _PENDING_OVERHEAD,
+            )  # fmt: skip
+        except BufferExhaustedError as exc:
+            for fut in run_futs[lo:]:
+                producer._acc.records_failed += 1
+                fut._finish(exc)
+            break
+        if producer._txn is not None:
+            for fut in c_futs:
+                producer._txn.track(fut)
+        lo = hi
+        # Let the senders take what filled up before queueing more (as send() does).
+        await anyio.lowlevel.checkpoint()
+    return futures
+
+
+async def _queue_chunk(
+    producer: Producer,
+    topic: str,
+    partition: int,
+    ts: int,
+    keys: list[bytes | None] | None,
+    values: list[bytes | None],
+    sizes: list[int],
+    futures: list[DeliveryFuture],
+    pending_overhead: int,
+) -> None:
+    acc = producer._acc
+    t = acc.topics.get(topic)
+    fast = t is not None and t.ready and not t.pending
+    if not fast:
+        sizes = [s + pending_overhead for s in sizes]
+    total = sum(sizes)
+    pool = producer._pool
+    if not pool.try_reserve(total):
+        await pool.reserve(total, producer._max_block_s)
+        if not producer._running:
+            pool.release(total)
+            raise producer._not_running()
+        t = acc.topics.get(topic)
+        fast = t is not None and t.ready and not t.pending
+    if not fast or t is None:
+        for i, value in enumerate(values):
+            key = None if keys is None else keys[i]
+            acc.append(topic, partition, key, value, None, ts, sizes[i], futures[i])
+        return
+    if partition >= 0 or acc.partitioner is not None or keys is None:
+        if acc.partitioner is not None and partition < 0:
+            # A user partitioner decides record by record.
+            for i, value in enumerate(values):
+                key = None if keys is None else keys[i]
+                acc._place(t, -1, key, value, None, ts, sizes[i], futures[i])
+            return
+        place_run(acc, t, partition, ts, keys, values, sizes, futures)
+        return
+    # Keyed: murmur2 per key; null keys go to the sticky partition. Group by partition,
+    # keeping send order inside each group.
+    n = len(t.partitions)
+    groups: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        p = (murmur2(key) & 0x7FFFFFFF) % n if key is not None else -1
+        group = groups.get(p)
+        if group is None:
+            groups[p] = [i]
+        else:
+            group.append(i)
+    for p, idx in groups.items():
+        place_run(
+            acc,
+            t,
+            p,
+            ts,
+            [keys[i] for i in idx],
+            [values[i] for i in idx],
+            [sizes[i] for i in idx],
+            [futures[i] for i in idx],
+        )
+
+
+def place_run(
+    acc: Accumulator,
+    t: _Topic,
+    partition: int,
+    timestamp_ms: int,
+    keys: list[bytes | None] | None,
+    values: list[bytes | None],
+    sizes: list[int],
+    futures: list[DeliveryFuture],
+) -> None:
+    """Append a run of header-less records, in order, to
+    ``partition`` -- or, with ``partition`` -1, to the sticky partition, switching when
+    a batch fills exactly as :meth:`_place` does. One builder call per batch, not per
+    record. The topic is ready, its pending queue empty, memory reserved."""
+    n = len(t.partitions)
+    sticky = partition < 0
+    if sticky:
+        partition = t.sticky
+        if partition < 0 or partition >= n:
+            partition = t.sticky = acc.sticky.pick(-1, n, t.available)
+    if not 0 <= partition < n:
+        exc = UnknownTopicOrPartitionError(
+            f"partition {partition} of {t.name!r} does not exist ({n} partitions)"
+        )
+        for fut, size in zip(futures, sizes, strict=True):
+            acc._fail_record(fut, size, exc)
+        return
+    i = 0
+    count = len(values)
+    while i < count:
+        pq = t.partitions[partition]
+        batches = pq.batches
+        batch = batches[-1] if batches else None
+        if batch is None or batch.data is not None:
+            batch = ProducerBatch(
+                pq,
+                RecordBatchBuilder(
+                    acc.compression,
+                    max_size=acc.batch_size,
+                    compression_ratio_estimate=acc._ratios.get(t.name, 1.0),
+                ),
+                acc.clock(),
+            )
+            batches.append(batch)
+            if len(batches) == 1 and pq.leader >= 0:
+                acc.wake_node(pq.leader)
+        delta = batch.builder.record_count
+        stop = batch.builder.append_run(timestamp_ms, keys, values, i, count)
+        bfuts = batch.futures
+        memory = 0
+        for j in range(i, stop):
+            fut = futures[j]
+            fut._batch = batch
+            fut._delta = delta
+            delta += 1
+            bfuts.append(fut)
+            memory += sizes[j]
+        batch.memory += memory
+        i = stop
+        if i < count:
+            # Full: close it (ready now) and go on in a new batch; a sticky run moves
+            # to a partition drawn at random (KIP-794), like _place.
+            acc._close(batch)
+            if pq.leader >= 0:
+                acc.wake_node(pq.leader)
+            if sticky:
+                partition = t.sticky = acc.sticky.pick(partition, n, t.available)
