@@ -365,6 +365,15 @@ class Accumulator:
         out: list[ProducerBatch] = []
         size = 0
         next_at: float | None = None
+        # As the Java client's drain: once one batch makes the node ready, the lingering
+        # batches of its other partitions ride along in the same request (linger decides
+        # *when* a node sends, not which partitions go): fewer, fuller requests and no
+        # partition waiting out its own linger right after a request left without it.
+        node_ready = False
+        for pq in parts:
+            if not pq.muted and pq.batches and not self._is_ready(pq, pq.batches[0], now):
+                node_ready = True
+                break
         i = 0
         for i in range(n):
             pq = parts[(start + i) % n]
@@ -372,7 +381,7 @@ class Accumulator:
                 continue
             batch = pq.batches[0]
             at = self._is_ready(pq, batch, now)
-            if at:
+            if at and (batch.attempts or not node_ready):
                 if next_at is None or at < next_at:
                     next_at = at
                 continue
@@ -447,7 +456,12 @@ class Accumulator:
             self.batches_sent += 1
         else:
             self.records_failed += len(batch.futures)
-        finish_all(batch.futures, exc, self.loop)
+        futures, batch.futures = batch.futures, []
+        # Dropping the batch's list breaks the future <-> batch reference cycle: finished
+        # records are freed by reference counting as soon as the caller lets go of their
+        # futures, not by the cyclic GC -- whose full collections were the send->ack
+        # latency's p99 under load (tens of ms pauses at 40k msg/s).
+        finish_all(futures, exc, self.loop)
 
     def requeue(self, batch: ProducerBatch, now: float) -> None:
         """Put a failed batch back at the head of its partition (in sequence order with

@@ -137,6 +137,21 @@ def test_linger_and_full_batches() -> None:
     assert len(left) == 2 and sum(b.record_count for b in left) == 4
 
 
+def test_lingering_batches_ride_along_once_the_node_is_ready() -> None:
+    # Java's drain: linger decides when a node sends; then every partition's head batch
+    # goes (a retry still waits for its backoff).
+    clock = Clock()
+    acc, _, _ = make(clock)
+    acc.update_metadata(meta(partitions=3))
+    send(acc, b"old", partition=0)
+    clock.now += 0.004
+    send(acc, b"young", partition=1)
+    assert acc.drain(1, clock.now)[0] == []  # nothing lingered 5 ms yet
+    clock.now += 0.002
+    batches, _ = acc.drain(1, clock.now)
+    assert sorted(b.partition for b in batches) == [0, 1]
+
+
 def test_drain_one_batch_per_partition_rotating_and_size_bound() -> None:
     clock = Clock()
     acc, _, _ = make(clock, batch_size=100, max_request_size=250)
