@@ -28,6 +28,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
 )
@@ -112,7 +113,9 @@ class ClientConfig(BaseModel):
     ssl_context: ssl.SSLContext | None = None
     sasl_mechanism: SaslMechanism | None = None
     sasl_plain_username: str | None = None
-    sasl_plain_password: str | None = None
+    #: A secret: shown as ``'**********'`` by repr, str, model_dump and model_dump_json (as
+    #: the Java client prints ``[hidden]``); pass a str, read it with ``.get_secret_value()``.
+    sasl_plain_password: SecretStr | None = None
 
     def __init__(self, **data: Any) -> None:
         # pydantic's ValidationError must never reach users: translate it here, once, and
@@ -191,7 +194,9 @@ class ClientConfig(BaseModel):
             sasl = SaslConfig(
                 mechanism=self.sasl_mechanism or "PLAIN",
                 username=self.sasl_plain_username or "",
-                password=self.sasl_plain_password or "",
+                password=(
+                    self.sasl_plain_password.get_secret_value() if self.sasl_plain_password else ""
+                ),
             )
         ctx = self.ssl_context
         if ctx is None and self.security_protocol in ("SSL", "SASL_SSL"):

@@ -59,6 +59,11 @@ PY_TYPE = {
     "uuid": "UUID",
 }
 
+#: Fields that carry credentials (SASL tokens hold the PLAIN password; SCRAM salted
+#: passwords and delegation-token HMACs are secrets too): left out of the dataclass repr
+#: so a logged or printed message never shows them.
+_SECRET_FIELDS = frozenset({"auth_bytes", "salted_password", "hmac", "token_hmac"})
+
 
 @dataclass
 class ClassPlan:
@@ -405,6 +410,8 @@ class ModuleGen:
                 d = "field(default_factory=list)"
             elif f.struct is not None and d != "None":
                 d = f"field(default_factory={self.names[id(f.struct)]})"
+            if f.attr in _SECRET_FIELDS:
+                d = f"field(default={d}, repr=False)"
             out.append(f"    {f.attr}: {self.py_type(f)} = {d}")
         out.append("    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)")
         for kind in ("write", "read"):

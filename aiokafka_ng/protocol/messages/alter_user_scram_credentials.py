@@ -129,7 +129,7 @@ class ScramCredentialUpsertion(Struct):
     mechanism: int = 0
     iterations: int = 0
     salt: bytes = b""
-    salted_password: bytes = b""
+    salted_password: bytes = field(default=b"", repr=False)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:

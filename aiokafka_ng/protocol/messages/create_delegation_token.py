@@ -57,7 +57,7 @@ class CreateDelegationTokenResponse(ApiMessage):
     expiry_timestamp_ms: int = 0
     max_timestamp_ms: int = 0
     token_id: str = ''
-    hmac: bytes = b""
+    hmac: bytes = field(default=b"", repr=False)
     throttle_time_ms: int = 0
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 

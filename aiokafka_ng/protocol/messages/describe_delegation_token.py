@@ -83,7 +83,7 @@ class DescribedDelegationToken(Struct):
     expiry_timestamp: int = 0
     max_timestamp: int = 0
     token_id: str = ''
-    hmac: bytes = b""
+    hmac: bytes = field(default=b"", repr=False)
     renewers: list[DescribedDelegationTokenRenewer] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 

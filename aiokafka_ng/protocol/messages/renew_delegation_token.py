@@ -75,7 +75,7 @@ class RenewDelegationTokenRequest(ApiMessage):
         FieldSpec('renew_period_ms', 'int64', (0, 32767), None, None, None, None, 0),
     )
 
-    hmac: bytes = b""
+    hmac: bytes = field(default=b"", repr=False)
     renew_period_ms: int = 0
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 

@@ -41,7 +41,7 @@ class SaslAuthenticateResponse(ApiMessage):
 
     error_code: int = 0
     error_message: str | None = ''
-    auth_bytes: bytes = b""
+    auth_bytes: bytes = field(default=b"", repr=False)
     session_lifetime_ms: int = 0
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
@@ -97,7 +97,7 @@ class SaslAuthenticateRequest(ApiMessage):
         FieldSpec('auth_bytes', 'bytes', (0, 32767), None, None, None, None, b""),
     )
 
-    auth_bytes: bytes = b""
+    auth_bytes: bytes = field(default=b"", repr=False)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
