@@ -82,9 +82,11 @@ async def test_login_and_failed_login_never_print_it(
     caplog.set_level(logging.DEBUG)
     config = ClientConfig(**{**SASL, "sasl_mechanism": mechanism, "request_timeout_ms": 5000})
     good = sasl_broker(user="alice", password=SENTINEL, enabled=MECHANISMS)
-    async with good.serve() as server:
-        async with connect("127.0.0.1", server.port, config.connection_config()) as conn:
-            assert not conn.closed  # the secret is what logged in
+    async with (
+        good.serve() as server,
+        connect("127.0.0.1", server.port, config.connection_config()) as conn,
+    ):
+        assert not conn.closed  # the secret is what logged in
     bad = sasl_broker(user="alice", password="other", enabled=MECHANISMS)
     async with bad.serve() as server:
         with anyio.fail_after(10), pytest.raises(KafkaError) as info:
