@@ -11,6 +11,8 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 
+import anyio
+
 from aiokafka_ng.admin._core import Final, _AdminCore, broker_error
 from aiokafka_ng.admin.models import (
     ClusterDescription,
@@ -28,6 +30,9 @@ from aiokafka_ng.admin.models import (
 from aiokafka_ng.admin.results import ItemResults
 from aiokafka_ng.cluster.metadata import ZERO_UUID
 from aiokafka_ng.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
     InvalidTopicError,
     KafkaError,
     UnknownTopicOrPartitionError,
@@ -84,6 +89,37 @@ def _topic_id(value: uuid.UUID) -> uuid.UUID | None:
     return None if value == ZERO_UUID else value
 
 
+def _check_new_topic(topic: NewTopic) -> KafkaError | None:
+    """What the Java client and the broker would reject, found before sending."""
+    err = validate_topic_name(topic.name)
+    if err is not None:
+        return err
+    for name, value, error in (
+        ("num_partitions", topic.num_partitions, InvalidPartitionsError),
+        ("replication_factor", topic.replication_factor, InvalidReplicationFactorError),
+    ):
+        if value.__class__ is not int:
+            return error(f"{topic.name}: {name} must be an int (got {value!r})")
+        if value == 0 or value < -1:
+            return error(f"{topic.name}: {name} must be positive or -1 (got {value})")
+    if topic.replication_factor > 32767:
+        return InvalidReplicationFactorError(
+            f"{topic.name}: replication_factor {topic.replication_factor} exceeds int16"
+        )
+    if topic.replica_assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            return InvalidRequestError(
+                f"{topic.name}: with replica_assignments, num_partitions and "
+                "replication_factor must both be -1"
+            )
+        sizes = {len(brokers) for brokers in topic.replica_assignments.values()}
+        if 0 in sizes or len(sizes) > 1:
+            return InvalidReplicationFactorError(
+                f"{topic.name}: every partition needs the same, non-zero number of replicas"
+            )
+    return None
+
+
 def _creatable(topic: NewTopic) -> CreatableTopic:
     assignments = [
         CreatableReplicaAssignment(partition_index=p, broker_ids=list(brokers))
@@ -114,7 +150,7 @@ class TopicOps(_AdminCore):
         ``validate_only`` asks the broker to check without creating (CreateTopics v1+).
         """
         by_name = {t.name: t for t in new_topics}
-        invalid = {n: e for n in by_name if (e := validate_topic_name(n)) is not None}
+        invalid = {n: e for n, t in by_name.items() if (e := _check_new_topic(t)) is not None}
 
         async def attempt(
             names: list[str], deadline: float
@@ -184,8 +220,13 @@ class TopicOps(_AdminCore):
         validate_only: bool = False,
         timeout_ms: int | None = None,
     ) -> ItemResults[str, None]:
-        """Grow topics to ``NewPartitions.total_count`` partitions (controller)."""
+        """Grow topics to ``NewPartitions.total_count`` partitions (controller).
+
+        A count that does not grow the topic (its current count comes from a metadata
+        request first) fails with ``InvalidPartitionsError`` without being sent.
+        """
         wanted = dict(new_partitions)
+        invalid = await self._not_growing(wanted, timeout_ms)
 
         async def attempt(names: list[str], deadline: float) -> dict[str, KafkaError | None]:
             topics = []
@@ -212,7 +253,37 @@ class TopicOps(_AdminCore):
             )
             return {r.name: broker_error(r.error_code, r.error_message) for r in resp.results}
 
-        return await self._run("create_partitions", wanted, attempt, timeout_ms)
+        valid = [n for n in wanted if n not in invalid]
+        sent = await self._run("create_partitions", valid, attempt, timeout_ms) if valid else {}
+        outcomes: dict[str, BaseException | None] = {**sent, **invalid}
+        return ItemResults("create_partitions", {n: outcomes[n] for n in wanted})
+
+    async def _not_growing(
+        self, wanted: Mapping[str, NewPartitions], timeout_ms: int | None
+    ) -> dict[str, BaseException]:
+        bad: dict[str, BaseException] = {}
+        for name, spec in wanted.items():
+            if spec.total_count.__class__ is not int or spec.total_count < 1:
+                bad[name] = InvalidPartitionsError(
+                    f"{name}: total_count must be a positive int (got {spec.total_count!r})"
+                )
+        names = [n for n in wanted if n not in bad]
+        if not names:
+            return bad
+        try:
+            deadline = anyio.current_time() + self._timeout_s(timeout_ms)
+            _, meta = await self._metadata("create_partitions", names, deadline, authorized=False)
+        except KafkaError:
+            return bad  # the broker checks it too
+        for name in names:
+            tm = meta.topics.get(name)
+            current = len(tm.partitions) if tm is not None and tm.partitions else 0
+            if current and wanted[name].total_count <= current:
+                bad[name] = InvalidPartitionsError(
+                    f"{name} already has {current} partitions; create_partitions only grows "
+                    f"a topic (asked for {wanted[name].total_count})"
+                )
+        return bad
 
     async def list_topics(
         self, include_internal: bool = False, timeout_ms: int | None = None

@@ -348,6 +348,9 @@ class Producer:
                 self._last_ts = timestamp_ms
         elif timestamp_ms.__class__ is not int:
             raise TypeError(f"timestamp_ms must be an int or None (got {timestamp_ms!r})")
+        elif timestamp_ms < 0:
+            # As the Java client: a negative timestamp is never "now"; None is.
+            raise ValueError(f"timestamp_ms must be >= 0, or None for now (got {timestamp_ms})")
         if self._txn is not None:
             self._txn.check_send()
         fut = DeliveryFuture(topic, timestamp_ms, self._loop)
