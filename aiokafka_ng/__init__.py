@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "OffsetAndTimestamp": "aiokafka_ng.consumer",
     "TopicPartition": "aiokafka_ng.consumer",
     "AdminClient": "aiokafka_ng.admin",
+    "ClientStatus": "aiokafka_ng.cluster",
     "AdminConfig": "aiokafka_ng.admin",
     "NewTopic": "aiokafka_ng.admin",
     "NewPartitions": "aiokafka_ng.admin",
@@ -46,6 +47,7 @@ __all__ = [
     "AdminClient",
     "AdminConfig",
     "BufferExhaustedError",
+    "ClientStatus",
     "ConfigError",
     "ConfigResource",
     "Consumer",
@@ -72,6 +74,7 @@ __all__ = [
 if TYPE_CHECKING:
     from aiokafka_ng import errors
     from aiokafka_ng.admin import AdminClient, AdminConfig, ConfigResource, NewPartitions, NewTopic
+    from aiokafka_ng.cluster import ClientStatus
     from aiokafka_ng.config import ProducerConfig
     from aiokafka_ng.consumer import (
         Consumer,

@@ -223,6 +223,8 @@ class ClientConfig(BaseModel):
             reconnect_backoff_max_ms=self.reconnect_backoff_max_ms,
             metadata_max_age_ms=self.metadata_max_age_ms,
             connections_max_idle_ms=self.connections_max_idle_ms,
+            # Clients start without the cluster; bootstrap runs in the background.
+            wait_for_bootstrap=False,
         )
 
 

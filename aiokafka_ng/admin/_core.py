@@ -173,10 +173,19 @@ class _AdminCore:
                     if stale:
                         await self._refresh_metadata()
                     await anyio.sleep(self._backoff.backoff_s(failed_rounds))
+        cluster = self._open_cluster
+        unreachable = ""
+        if pending and cluster is not None and not cluster.ready:
+            # Started without the cluster and it never answered: say where we looked.
+            status = cluster.status("running")
+            unreachable = f"; no broker of {status.bootstrap_servers} has answered" + (
+                f" ({status.last_error})" if status.last_error else ""
+            )
         for key in pending:
             cause = last.get(key)
             err = KafkaTimeoutError(
                 f"{operation} did not complete within {timeout_s * 1000:.0f} ms"
+                + unreachable
                 + (f"; last error: {type(cause).__name__}: {cause}" if cause else "")
             )
             err.__cause__ = cause

@@ -18,7 +18,7 @@ from aiokafka_ng.admin._groups import GroupOps
 from aiokafka_ng.admin._partitions import PartitionOps
 from aiokafka_ng.admin._topics import TopicOps
 from aiokafka_ng.admin.config import AdminConfig
-from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.cluster import ClientStatus, Cluster, client_status
 from aiokafka_ng.errors import IllegalStateError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
@@ -79,6 +79,18 @@ class AdminClient(TopicOps, ConfigOps, PartitionOps, GroupOps, AclOps):
         cluster, self._open_cluster = self._open_cluster, None
         if cluster is not None:
             await cluster.__aexit__(None, None, None)
+
+    async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until a broker answered (the client opens without the cluster). For
+        scripts that want to fail fast: ``KafkaTimeoutError`` naming the bootstrap servers."""
+        if self._open_cluster is None:
+            raise IllegalStateError("this AdminClient is not open")
+        await self._open_cluster.wait_ready(timeout)
+
+    def status(self) -> ClientStatus:
+        """Health at a glance, without waiting (see :class:`ClientStatus`)."""
+        state = "running" if self._open_cluster is not None else "closed"
+        return client_status(self._open_cluster, state, self._config.bootstrap_servers)
 
     def __repr__(self) -> str:
         state = "open" if self._open_cluster is not None else "closed"

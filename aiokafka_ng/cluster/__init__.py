@@ -9,9 +9,11 @@ Public to the producer, consumer and admin client (never to users directly)::
 """
 
 from aiokafka_ng.cluster.cluster import (
+    ClientStatus,
     Cluster,
     ClusterConfig,
     ClusterStatistics,
+    client_status,
     parse_bootstrap_servers,
 )
 from aiokafka_ng.cluster.metadata import (
@@ -31,6 +33,7 @@ from aiokafka_ng.cluster.pool import (
 
 __all__ = [
     "BrokerMetadata",
+    "ClientStatus",
     "Cluster",
     "ClusterConfig",
     "ClusterMetadata",
@@ -42,6 +45,7 @@ __all__ = [
     "PartitionMetadata",
     "PoolStatistics",
     "TopicMetadata",
+    "client_status",
     "parse_bootstrap_servers",
     "parse_metadata_response",
 ]

@@ -12,6 +12,10 @@ it for work and waits for the result. Coordinator lookups (:mod:`.coordinators`)
 ...), a Metadata request on the first one that answers; between full rounds it sleeps the
 retry backoff, until ``bootstrap_timeout_ms``. Afterwards the bootstrap connection is
 re-labelled with the broker id it turned out to be (or closed), so no socket is doubled.
+With ``wait_for_bootstrap=False`` (the clients' choice: an app must start while its
+cluster is briefly down, as Java and librdkafka clients do) ``__aenter__`` returns at once
+and the refresher does the bootstrap as its first, urgent refresh, retried under the
+backoff; ``wait_ready()`` waits for the first answer and ``status()`` tells without waiting.
 
 *Coalescing.* Requests for fresh metadata only set flags and wake the refresher:
 ``request_update()`` (someone saw an ``invalid_metadata`` error), a new topic to track
@@ -71,7 +75,14 @@ from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequ
 if TYPE_CHECKING:
     from aiokafka_ng.net.connection import Connection
 
-__all__ = ["Cluster", "ClusterConfig", "ClusterStatistics", "parse_bootstrap_servers"]
+__all__ = [
+    "ClientStatus",
+    "Cluster",
+    "ClusterConfig",
+    "ClusterStatistics",
+    "client_status",
+    "parse_bootstrap_servers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +96,33 @@ class ClusterStatistics:
     tracked_topics: tuple[str, ...]
     coordinator_requests: int  # FindCoordinator requests sent
     pool: PoolStatistics
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStatus:
+    """A client's health at a glance, without waiting (``client.status()``): for health
+    checks. ``ready``: a broker answered (bootstrap done) and the last metadata request
+    succeeded; ``last_error`` says why not, when not."""
+
+    state: str  # "new", "running", "closing", "closed"
+    ready: bool
+    bootstrap_servers: str
+    brokers: tuple[int, ...]
+    last_error: str | None
+
+
+def client_status(cluster: Cluster | None, state: str, bootstrap_servers: object) -> ClientStatus:
+    """A client's :class:`ClientStatus` (a client that is not running has no cluster)."""
+    if cluster is not None:
+        return cluster.status(state)
+    servers = (
+        bootstrap_servers
+        if isinstance(bootstrap_servers, str)
+        else ",".join(
+            map(str, bootstrap_servers)  # type: ignore[call-overload]
+        )
+    )
+    return ClientStatus(state, False, servers, (), None)
 
 
 class Cluster:
@@ -130,6 +168,7 @@ class Cluster:
         )
         self._metadata_requests = 0
         self._metadata_failures = 0
+        self._last_error: KafkaError | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -142,7 +181,11 @@ class Cluster:
             tg = anyio.create_task_group()
             await tg.__aenter__()
             try:
-                await self._bootstrap()
+                if self._config.wait_for_bootstrap:
+                    await self._bootstrap()
+                else:
+                    self._set_bootstrap_addresses()
+                    self._urgent = True  # the refresher's first request is the bootstrap
             except BaseException:
                 tg.cancel_scope.cancel()
                 await tg.__aexit__(None, None, None)
@@ -469,10 +512,52 @@ class Cluster:
 
     # ------------------------------------------------------------------ refresher
 
-    async def _bootstrap(self) -> None:
+    def _set_bootstrap_addresses(self) -> None:
         servers = self._config.bootstrap_servers
         for node_id, (host, port) in zip(self._bootstrap_ids, servers, strict=True):
             self._pool.set_address(node_id, host, port)
+
+    def _servers(self) -> str:
+        return ", ".join(f"{h}:{p}" for h, p in self._config.bootstrap_servers)
+
+    @property
+    def ready(self) -> bool:
+        """True once a broker answered a metadata request (bootstrap done)."""
+        return self._ok_seq > 0
+
+    @property
+    def last_error(self) -> KafkaError | None:
+        """The error of the last failed metadata request, None after a success."""
+        return self._last_error
+
+    def status(self, state: str) -> ClientStatus:
+        err = self._last_error
+        return ClientStatus(
+            state=state,
+            ready=self.ready and err is None,
+            bootstrap_servers=self._servers(),
+            brokers=tuple(sorted(self._metadata.brokers)),
+            last_error=None if err is None else f"{type(err).__name__}: {err}",
+        )
+
+    async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until bootstrap is done. ``KafkaTimeoutError`` naming the bootstrap servers
+        (and the last error) after ``timeout`` seconds; a non-retriable bootstrap failure
+        (authentication, say) is raised as itself."""
+        with anyio.move_on_after(timeout) as scope:
+            while not self.ready:
+                if self._fatal is not None:
+                    raise self._fatal
+                await self._attempt_done.wait()
+        if scope.cancelled_caught and not self.ready:
+            raise KafkaTimeoutError(
+                f"no broker of {self._servers()} answered within {timeout}s"
+                + (f" (last error: {self._last_error})" if self._last_error else "")
+            )
+
+    async def _bootstrap(self) -> None:
+        servers = self._config.bootstrap_servers
+        self._set_bootstrap_addresses()
         last: BaseException | None = None
         rounds = 0
         with anyio.move_on_after(self._config.bootstrap_timeout_ms / 1000):
@@ -506,7 +591,14 @@ class Cluster:
                     raise KafkaConnectionError("no broker address known")
                 await self._refresh_from(node_id, topics)
             except KafkaError as exc:
-                log.debug("metadata refresh via node %s failed: %r", node_id, exc)
+                if not self.ready and self._failures in (1, 10, 100, 1000):
+                    # Not bootstrapped yet: say so now and then, not at every retry.
+                    log.warning(
+                        "no answer from bootstrap servers %s yet (%d attempts): %s",
+                        self._servers(), self._failures, exc,
+                    )  # fmt: skip
+                else:
+                    log.debug("metadata refresh via node %s failed: %r", node_id, exc)
 
     async def _wait_until_due(self) -> None:
         while True:
@@ -539,6 +631,7 @@ class Cluster:
             self._metadata_requests += 1
             response = await conn.send(request, version=version)
         except KafkaError as exc:
+            self._last_error = exc
             self._metadata_failures += 1
             self._failures += 1
             self._retry_at = anyio.current_time() + self._retry.backoff_s(self._failures)
@@ -550,6 +643,7 @@ class Cluster:
         now = anyio.current_time()
         self._failures = 0
         self._fatal = None
+        self._last_error = None
         self._last_ok_at = now
         self._ok_seq = seq
         update = parse_metadata_response(response)

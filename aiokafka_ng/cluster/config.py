@@ -72,6 +72,10 @@ class ClusterConfig:
     allow_auto_topic_creation: bool = True
     #: How long ``async with Cluster(...)`` keeps trying the bootstrap servers.
     bootstrap_timeout_ms: float = 30_000
+    #: False: ``async with Cluster(...)`` returns at once and bootstrap runs in the
+    #: background under the retry backoff (what the clients use: they start without the
+    #: cluster, like the Java client); ``wait_ready()`` waits for it.
+    wait_for_bootstrap: bool = True
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:

@@ -26,7 +26,7 @@ from typing import Any, Self
 import anyio
 from anyio.abc import TaskGroup
 
-from aiokafka_ng.cluster import Cluster, ClusterMetadata
+from aiokafka_ng.cluster import ClientStatus, Cluster, ClusterMetadata, client_status
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError
 from aiokafka_ng.consumer.fetcher import Fetcher, FetcherStatistics, FetchSettings
@@ -180,6 +180,18 @@ class Consumer:
             await self._shutdown()
 
     close = stop
+
+    async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until a broker answered (the consumer starts without the cluster). For
+        apps that want to fail fast: ``KafkaTimeoutError`` naming the bootstrap servers."""
+        if self._cluster is None:
+            raise IllegalStateError("the consumer is not running")
+        await self._cluster.wait_ready(timeout)
+
+    def status(self) -> ClientStatus:
+        """Health at a glance, without waiting (see :class:`ClientStatus`)."""
+        state = "closed" if self._closed else ("running" if self._tg else "new")
+        return client_status(self._cluster, state, self._config.bootstrap_servers)
 
     async def _shutdown(self) -> None:
         self._closed = True

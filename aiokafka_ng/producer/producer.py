@@ -28,7 +28,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.cluster import ClientStatus, Cluster, client_status
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import (
     IllegalStateError,
@@ -246,6 +246,18 @@ class Producer:
         elif self._idem is not None:
             self._reset_event = anyio.Event()
             self._tg.start_soon(self._producer_id_loop)
+
+    async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until a broker answered. ``start()`` does not wait for the cluster (records
+        queue within ``buffer_memory``); apps that want to fail fast call this:
+        ``KafkaTimeoutError`` naming the bootstrap servers after ``timeout`` seconds."""
+        if self._cluster is None or self._state is not _State.RUNNING:
+            raise self._not_running()
+        await self._cluster.wait_ready(timeout)
+
+    def status(self) -> ClientStatus:
+        """Health at a glance, without waiting (see :class:`ClientStatus`)."""
+        return client_status(self._cluster, self._state.value, self.config.bootstrap_servers)
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -603,6 +615,8 @@ class Producer:
                 self._idle_event = anyio.Event()
                 await self._idle_event.wait()
             try:
+                if not cluster.ready:
+                    await cluster.wait_ready()  # started without the cluster: no point yet
                 response = await cluster.request_any(
                     InitProducerIdRequest(
                         transactional_id=None,
@@ -616,7 +630,9 @@ class Producer:
                     raise err(f"InitProducerId failed: {err.__name__}")
             except KafkaError as exc:
                 failures += 1
-                log.warning("producer: InitProducerId failed (%s); retrying", exc)
+                if failures in (1, 10, 100) or failures % 1000 == 0:  # not at every retry
+                    log.warning("producer: InitProducerId failed %d times (%s); retrying",
+                                failures, exc)  # fmt: skip
                 await anyio.sleep(acc.retry_backoff.backoff_s(failures))
                 continue
             failures = 0

@@ -12,8 +12,11 @@ Endpoints:
   producer.send()`` returns as soon as the record is in the producer's buffer; delivery
   happens in the background, and shutting the app down delivers whatever is still queued
   (leaving ``async with Producer(...)`` flushes).
-* ``GET /health`` -- asks the cluster for its brokers through the admin client; 200 when
-  it answers, 503 when it does not within two seconds.
+* ``GET /health`` -- the producer's ``status()``: no I/O, no waiting; 200 once a broker
+  answered and the last metadata request succeeded, 503 (with the reason) otherwise. The
+  clients start without the cluster, so the app comes up even while Kafka is down and
+  ``/health`` says so. ``GET /health?deep=true`` also asks the cluster for its brokers
+  through the admin client (503 if it does not answer within two seconds).
 
 The producer and the admin client are opened in the lifespan, so every request shares them
 and shutdown closes them in order.
@@ -94,13 +97,20 @@ def create_app(
         return {"queued": True}
 
     @app.get("/health")
-    async def health(request: Request) -> dict[str, Any]:
-        admin: AdminClient = request.app.state.admin
-        try:
-            cluster = await admin.describe_cluster(timeout_ms=2000)
-        except KafkaError as exc:
-            raise HTTPException(503, f"kafka unavailable: {type(exc).__name__}") from exc
-        return {"status": "ok", "brokers": len(cluster.brokers), "cluster_id": cluster.cluster_id}
+    async def health(request: Request, deep: bool = False) -> dict[str, Any]:
+        status = request.app.state.producer.status()
+        if not status.ready:
+            reason = status.last_error or f"no answer from {status.bootstrap_servers} yet"
+            raise HTTPException(503, f"kafka unavailable: {reason}")
+        body: dict[str, Any] = {"status": "ok", "brokers": len(status.brokers)}
+        if deep:
+            admin: AdminClient = request.app.state.admin
+            try:
+                cluster = await admin.describe_cluster(timeout_ms=2000)
+            except KafkaError as exc:
+                raise HTTPException(503, f"kafka unavailable: {type(exc).__name__}") from exc
+            body.update(brokers=len(cluster.brokers), cluster_id=cluster.cluster_id)
+        return body
 
     return app
 

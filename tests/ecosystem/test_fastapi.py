@@ -15,8 +15,10 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from fault_proxy import free_port
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
+from aiokafka_ng.errors import KafkaTimeoutError
 
 APP_PATH = Path(__file__).resolve().parents[2] / "examples" / "fastapi_app" / "app.py"
 
@@ -95,9 +97,27 @@ async def test_health_reports_503_when_the_broker_is_gone(fresh_kafka_broker: An
     transport = httpx.ASGITransport(app=app)
     client = httpx.AsyncClient(transport=transport, base_url="http://app")
     async with app.router.lifespan_context(app), client:
+        await app.state.producer.wait_ready(timeout=30)
         assert (await client.get("/health")).status_code == 200
+        assert (await client.get("/health?deep=true")).json()["cluster_id"]
         await broker.stop()
         with anyio.fail_after(20):
-            resp = await client.get("/health")
+            resp = await client.get("/health?deep=true")
         assert resp.status_code == 503
         assert "kafka unavailable" in resp.json()["detail"]
+
+
+@pytest.mark.anyio
+async def test_app_starts_without_kafka_and_health_says_so() -> None:
+    port = free_port()
+    app = make_app(f"127.0.0.1:{port}", "health-topic")
+    transport = httpx.ASGITransport(app=app)
+    client = httpx.AsyncClient(transport=transport, base_url="http://app")
+    started = time.monotonic()
+    async with app.router.lifespan_context(app), client:
+        assert time.monotonic() - started < 2  # the lifespan did not wait for Kafka
+        with pytest.raises(KafkaTimeoutError):
+            await app.state.producer.wait_ready(timeout=0.3)
+        resp = await client.get("/health")
+        assert resp.status_code == 503
+        assert f"127.0.0.1:{port}" in resp.json()["detail"]

@@ -60,7 +60,9 @@ async def test_send_does_not_wait_for_slow_metadata() -> None:
         assert not any(f.done() for f in futs)
         await producer.flush(timeout=30)
         assert all(f.exception() is None for f in futs)
-        assert proxy.requests_by_api[METADATA] >= 2
+        # The producer starts without waiting for bootstrap, so its first (delayed)
+        # Metadata request may already carry the topic: one request or more.
+        assert proxy.requests_by_api[METADATA] >= 1
 
 
 async def _produce_under_cuts(proxy: FaultProxy, producer: Producer, topic: str, n: int) -> None:
