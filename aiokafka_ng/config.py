@@ -164,9 +164,15 @@ class ClientConfig(BaseModel):
         """Build from Kafka-style properties: ``{"linger.ms": "5", "acks": "all"}``.
 
         Dotted and snake_case names are both accepted. Unknown names raise ``ConfigError``
-        naming each of them.
+        naming each of them. The Java client's security properties (``sasl.jaas.config``,
+        ``ssl.truststore.location``, ...) are translated: see :mod:`aiokafka_ng.properties`.
         """
+        from aiokafka_ng.properties import translate_security
+
+        properties, ssl_context = translate_security(properties)
         data: dict[str, Any] = {}
+        if ssl_context is not None:
+            data["ssl_context"] = ssl_context
         unknown: dict[str, str] = {}
         fields = cls.model_fields
         for raw_key, value in properties.items():

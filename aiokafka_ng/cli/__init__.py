@@ -13,7 +13,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from aiokafka_ng.cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, CliError, first_line
+from aiokafka_ng.cli._common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    CliError,
+    first_line,
+    resolve_connection,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -63,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("the CLI needs rich: pip install 'aiokafka-ng[cli]'", EXIT_FAILURE)
     args = build_parser().parse_args(argv)
     try:
+        if hasattr(args, "command_config"):
+            resolve_connection(args)
         code: int = args.func(args)
         return code
     except KeyboardInterrupt:

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+#: Where -b comes from when not given (first set wins), before --command-config's
+#: bootstrap.servers and the default.
+BOOTSTRAP_ENV = ("AIOKAFKA_NG_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS")
 
 #: Exit codes: 0 success, 1 runtime failure (broker unreachable, Kafka error, records
 #: failed or missing), 2 bad usage (argparse's own code), 130 interrupted by Ctrl-C.
@@ -41,8 +44,20 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-b",
         "--bootstrap-servers",
-        default=DEFAULT_BOOTSTRAP,
-        help=f"comma-separated host:port list (default: {DEFAULT_BOOTSTRAP})",
+        default=None,
+        help=(
+            f"comma-separated host:port list (default: ${BOOTSTRAP_ENV[0]}, "
+            f"${BOOTSTRAP_ENV[1]}, --command-config's bootstrap.servers, {DEFAULT_BOOTSTRAP})"
+        ),
+    )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        default=None,
+        help=(
+            "Java properties file with client settings, as Kafka's own tools take: "
+            "security.protocol, sasl.*, sasl.jaas.config, ssl.* (PEM), any client setting"
+        ),
     )
     parser.add_argument(
         "--connect-timeout",
@@ -51,6 +66,68 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long to try reaching the broker before giving up (default: 10)",
     )
+
+
+def resolve_connection(args: argparse.Namespace) -> None:
+    """Settle ``args.bootstrap_servers`` (-b, environment, command config, default) and load
+    ``args.command_config`` into ``args.client_properties`` (a dict of Kafka properties)."""
+    import os
+
+    props: dict[str, str] = {}
+    if getattr(args, "command_config", None):
+        from aiokafka_ng.errors import ConfigError
+        from aiokafka_ng.properties import load_properties
+
+        try:
+            props = load_properties(args.command_config)
+            _check_keys(props)
+        except ConfigError as exc:
+            raise CliError(f"--command-config: {exc}", EXIT_USAGE) from None
+    servers = args.bootstrap_servers
+    for name in BOOTSTRAP_ENV:
+        servers = servers or os.environ.get(name) or None
+    servers = servers or props.get("bootstrap.servers") or DEFAULT_BOOTSTRAP
+    props.pop("bootstrap.servers", None)
+    args.bootstrap_servers = servers
+    args.client_properties = props
+
+
+def _check_keys(props: dict[str, str]) -> None:
+    """Before anything connects: every key must mean something to some client."""
+    from aiokafka_ng.admin import AdminConfig
+    from aiokafka_ng.config import ProducerConfig
+    from aiokafka_ng.consumer import ConsumerConfig
+    from aiokafka_ng.errors import ConfigError
+    from aiokafka_ng.properties import translate_security
+
+    plain, _ = translate_security(props)
+    unknown = {}
+    for key in plain:
+        name = key.replace(".", "_").replace("-", "_")
+        if not any(
+            cls.PROPERTY_ALIASES.get(key, name) in cls.model_fields
+            for cls in (ProducerConfig, ConsumerConfig, AdminConfig)
+        ):
+            unknown[key] = "unknown configuration key"
+    if unknown:
+        raise ConfigError(unknown)
+
+
+def client_settings(args: argparse.Namespace, config_cls: Any, **settings: Any) -> dict[str, Any]:
+    """Keyword settings for a client: the command config's properties (validated by
+    ``config_cls``, security translated), then the command's own ``settings``."""
+    from aiokafka_ng.errors import ConfigError
+
+    props = dict(getattr(args, "client_properties", {}) or {})
+    props["bootstrap.servers"] = args.bootstrap_servers
+    try:
+        config = config_cls.from_properties(props)
+        merged = {k: getattr(config, k) for k in config.model_fields_set}
+        merged.update(settings)
+        config_cls(**merged)  # the command's own settings must agree with the file's
+    except ConfigError as exc:
+        raise CliError(f"--command-config: {exc}", EXIT_USAGE) from None
+    return merged
 
 
 async def probe(bootstrap_servers: str, wait_s: float) -> None:

@@ -25,6 +25,7 @@ from aiokafka_ng.cli._common import (
     EXIT_USAGE,
     CliError,
     add_connection_args,
+    client_settings,
     probe,
     run,
 )
@@ -147,12 +148,11 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 async def _consume(args: argparse.Namespace, out: BinaryIO) -> int:
-    from aiokafka_ng.consumer import Consumer, TopicPartition
+    from aiokafka_ng.consumer import Consumer, ConsumerConfig, TopicPartition
 
     await probe(args.bootstrap_servers, args.connect_timeout)
     fmt = _Formatter(args.format, args.key_separator)
     config: dict[str, Any] = {
-        "bootstrap_servers": args.bootstrap_servers,
         "auto_offset_reset": args.offset_reset,
         "allow_auto_create_topics": False,
     }
@@ -161,7 +161,7 @@ async def _consume(args: argparse.Namespace, out: BinaryIO) -> int:
         config["session_timeout_ms"] = args.session_timeout_ms
         config["heartbeat_interval_ms"] = max(1, min(3000, args.session_timeout_ms // 3))
     count = 0
-    async with Consumer(**config) as consumer:
+    async with Consumer(**client_settings(args, ConsumerConfig, **config)) as consumer:
         if args.topic not in await consumer.topics():
             raise CliError(f"topic {args.topic!r} does not exist")
         if args.group:

@@ -21,6 +21,7 @@ from aiokafka_ng.cli._common import (
     EXIT_OK,
     CliError,
     add_connection_args,
+    client_settings,
     first_line,
     isatty_stderr,
     parse_key_values,
@@ -116,6 +117,7 @@ async def _produce(
     total: int | None,
     show: bool,
 ) -> tuple[int, int, str, float]:
+    from aiokafka_ng.config import ProducerConfig
     from aiokafka_ng.producer import Producer
 
     await probe(args.bootstrap_servers, args.connect_timeout)
@@ -132,13 +134,15 @@ async def _produce(
 
     sent = 0
     started = time.perf_counter()
-    async with Producer(
-        bootstrap_servers=args.bootstrap_servers,
+    settings = client_settings(
+        args,
+        ProducerConfig,
         acks=args.acks,
         compression_type=args.compression,
         linger_ms=args.linger_ms,
         max_block_ms=int(args.connect_timeout * 1000),
-    ) as producer:
+    )
+    async with Producer(**settings) as producer:
         # Fails (KafkaTimeoutError) within --connect-timeout when the topic has no metadata;
         # the same bound applies to send() waiting for buffer space behind a stuck broker.
         await producer.partitions_for(args.topic)

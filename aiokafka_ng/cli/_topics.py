@@ -10,6 +10,7 @@ from aiokafka_ng.cli._common import (
     EXIT_FAILURE,
     EXIT_OK,
     add_connection_args,
+    client_settings,
     first_line,
     parse_key_values,
     probe,
@@ -55,9 +56,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _admin(args: argparse.Namespace) -> AdminClient:
-    from aiokafka_ng.admin import AdminClient
+    from aiokafka_ng.admin import AdminClient, AdminConfig
 
-    return AdminClient(bootstrap_servers=args.bootstrap_servers)
+    return AdminClient(**client_settings(args, AdminConfig))
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -53,6 +53,9 @@ def test_test_client_publish_fire_and_forget_health(kafka_broker: Any) -> None:
     topic = f"api-{uuid.uuid4().hex[:8]}"
     app = make_app(kafka_broker.bootstrap_servers, topic)
     with TestClient(app) as client:
+        # The app starts without waiting for Kafka; /health is 503 until bootstrap is done.
+        assert client.portal is not None
+        client.portal.call(app.state.producer.wait_ready, 30)
         resp = client.get("/health")
         assert resp.status_code == 200 and resp.json()["brokers"] == 1
         resp = client.post("/events", json={"key": "user-1", "value": "signed up"})

@@ -1,0 +1,207 @@
+"""Kafka client properties the Java way: ``.properties`` files and security settings.
+
+Kafka's own tools take ``--command-config client.properties``; Spark passes ``kafka.*``
+options; operators already have those files. :func:`load_properties` reads the Java
+properties format, and :func:`translate_security` turns the Java client's security
+properties into what our configs take (``ClientConfig.from_properties`` calls it):
+
+* ``sasl.jaas.config`` with ``PlainLoginModule`` or ``ScramLoginModule``: its ``username``
+  and ``password`` (explicit ``sasl.username``/``sasl.password`` win); other login modules
+  (Kerberos, OAuth) are refused -- our clients do not support them;
+* ``ssl.truststore.location`` / ``ssl.truststore.certificates`` (PEM),
+  ``ssl.keystore.location`` (PEM certificate chain and key) or
+  ``ssl.keystore.certificate.chain`` + ``ssl.keystore.key`` (PEM text),
+  ``ssl.key.password``/``ssl.keystore.password``, ``ssl.endpoint.identification.algorithm``
+  (empty: no host name check), and librdkafka's ``ssl.ca.location``,
+  ``ssl.certificate.location``, ``ssl.key.location``: one ``ssl.SSLContext``. JKS and
+  PKCS12 stores are refused with a message saying so.
+
+Errors are ``ConfigError`` naming the property, never echoing a value (values may be
+secrets).
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from aiokafka_ng.errors import ConfigError
+
+__all__ = ["load_properties", "translate_security"]
+
+_JAAS_MODULES = ("plainloginmodule", "scramloginmodule")
+_JAAS_VALUE = re.compile(r"""(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'|([^\s;]+))""")
+#: Properties consumed here (they never reach the config models as such).
+SECURITY_KEYS = frozenset(
+    {
+        "sasl.jaas.config",
+        "ssl.truststore.location",
+        "ssl.truststore.type",
+        "ssl.truststore.certificates",
+        "ssl.truststore.password",
+        "ssl.keystore.location",
+        "ssl.keystore.type",
+        "ssl.keystore.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.key.password",
+        "ssl.endpoint.identification.algorithm",
+        "ssl.protocol",
+        "ssl.enabled.protocols",
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+    }
+)
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """Read a Java ``.properties`` file: ``key=value``, ``key: value`` or ``key value``;
+    ``#``/``!`` comments; a trailing backslash continues the line; ``\\t``, ``\\n``,
+    ``\\uXXXX`` and escaped separators. ``ConfigError`` if it cannot be read."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            {str(path): f"cannot read the properties file ({exc.strerror})"}
+        ) from None
+    out: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2:  # an odd number of backslashes: the line continues
+            logical += line[:-1]
+            continue
+        logical += line
+        key, value = _split(logical)
+        out[key] = value
+        logical = ""
+    if logical:
+        key, value = _split(logical)
+        out[key] = value
+    return out
+
+
+def _split(line: str) -> tuple[str, str]:
+    i = 0
+    key: list[str] = []
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\" and i + 1 < len(line):
+            key.append(_unescape(line, i))
+            i += 6 if line[i + 1] == "u" else 2
+            continue
+        if ch in "=: \t\f":
+            break
+        key.append(ch)
+        i += 1
+    rest = line[i:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    value: list[str] = []
+    j = 0
+    while j < len(rest):
+        if rest[j] == "\\" and j + 1 < len(rest):
+            value.append(_unescape(rest, j))
+            j += 6 if rest[j + 1] == "u" else 2
+        else:
+            value.append(rest[j])
+            j += 1
+    return "".join(key), "".join(value)
+
+
+def _unescape(s: str, i: int) -> str:
+    nxt = s[i + 1]
+    if nxt == "u":
+        try:
+            return chr(int(s[i + 2 : i + 6], 16))
+        except ValueError:
+            raise ConfigError({"<properties>": "bad \\u escape"}) from None
+    return _ESCAPES.get(nxt, nxt)
+
+
+def translate_security(props: Mapping[str, Any]) -> tuple[dict[str, Any], ssl.SSLContext | None]:
+    """Split off the Java security properties: returns the remaining properties (with
+    ``sasl.username``/``sasl.password`` from a JAAS line) and the SSL context they
+    describe (None when ``security.protocol`` is not SSL/SASL_SSL and none is asked for)."""
+    plain = {k: v for k, v in props.items() if k not in SECURITY_KEYS}
+    if "sasl.jaas.config" in props:
+        creds = _jaas(str(props["sasl.jaas.config"]))
+        plain.setdefault("sasl.username", creds["username"])
+        plain.setdefault("sasl.password", creds["password"])
+    protocol = str(props.get("security.protocol", "PLAINTEXT")).upper()
+    uses_ssl_keys = any(k.startswith("ssl.") for k in props if k in SECURITY_KEYS)
+    if protocol not in ("SSL", "SASL_SSL") and not uses_ssl_keys:
+        return plain, None
+    return plain, _ssl_context({k: str(v) for k, v in props.items()})
+
+
+def _jaas(value: str) -> dict[str, str]:
+    head = value.strip().split(None, 1)
+    module = head[0].rsplit(".", 1)[-1].lower() if head else ""
+    if module not in _JAAS_MODULES:
+        raise ConfigError(
+            {
+                "sasl.jaas.config": "only PlainLoginModule and ScramLoginModule (username and "
+                "password) are supported"
+            }
+        )
+    found = {
+        m.group(1): m.group(2) or m.group(3) or m.group(4) for m in _JAAS_VALUE.finditer(value)
+    }
+    missing = [k for k in ("username", "password") if k not in found]
+    if missing:
+        raise ConfigError({"sasl.jaas.config": f"no {' or '.join(missing)} in the JAAS line"})
+    return {"username": found["username"], "password": found["password"]}
+
+
+def _pem(props: Mapping[str, str], store: str, alias: str) -> str | None:
+    location = props.get(f"ssl.{store}.location") or props.get(alias)
+    # Java's default store type is JKS; without a type, the file's extension decides.
+    guess = Path(location or "").suffix.lower().lstrip(".")
+    default = {"jks": "JKS", "p12": "PKCS12", "pfx": "PKCS12"}.get(guess, "PEM")
+    kind = props.get(f"ssl.{store}.type", default).upper()
+    if props.get(f"ssl.{store}.location") is not None and kind != "PEM":
+        reason = f"only PEM stores are supported (got {kind}); convert it with keytool/openssl"
+        raise ConfigError({f"ssl.{store}.type": reason})
+    return location
+
+
+def _ssl_context(props: Mapping[str, str]) -> ssl.SSLContext:
+    ca_file = _pem(props, "truststore", "ssl.ca.location")
+    try:
+        context = ssl.create_default_context(
+            cafile=ca_file, cadata=props.get("ssl.truststore.certificates")
+        )
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            {"ssl.truststore.location": f"cannot load the CA certificates ({type(exc).__name__})"}
+        ) from None
+    password = props.get("ssl.key.password") or props.get("ssl.keystore.password")
+    chain = _pem(props, "keystore", "ssl.certificate.location")
+    key_file = props.get("ssl.key.location")
+    try:
+        if chain is not None:
+            context.load_cert_chain(chain, keyfile=key_file, password=password)
+        elif "ssl.keystore.certificate.chain" in props:
+            import tempfile
+
+            with tempfile.NamedTemporaryFile("w", suffix=".pem") as f:
+                f.write(props["ssl.keystore.certificate.chain"] + "\n")
+                f.write(props.get("ssl.keystore.key", "") + "\n")
+                f.flush()
+                context.load_cert_chain(f.name, password=password)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            {"ssl.keystore.location": f"cannot load the client certificate ({type(exc).__name__})"}
+        ) from None
+    if props.get("ssl.endpoint.identification.algorithm", "https").strip() == "":
+        context.check_hostname = False
+    return context
