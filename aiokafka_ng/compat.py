@@ -28,7 +28,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aiokafka_ng.admin import AdminClient
+from aiokafka_ng._compat_admin import (
+    AdminCompat,
+    ConfigResource,
+    ConfigResourceType,
+    NewPartitions,
+    RecordsToDelete,
+)
 from aiokafka_ng.admin import NewTopic as _NewTopic
 from aiokafka_ng.consumer import (
     Consumer,
@@ -44,12 +50,16 @@ __all__ = [
     "AIOKafkaAdminClient",
     "AIOKafkaConsumer",
     "AIOKafkaProducer",
+    "ConfigResource",
+    "ConfigResourceType",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "KafkaError",
+    "NewPartitions",
     "NewTopic",
     "OffsetAndMetadata",
     "RecordMetadata",
+    "RecordsToDelete",
     "TopicPartition",
     "translate_config",
 ]
@@ -142,23 +152,13 @@ class AIOKafkaConsumer(Consumer):
         super().__init__(*topics, **config)
 
 
-class AIOKafkaAdminClient(AdminClient):
-    """:class:`~aiokafka_ng.admin.AdminClient` with aiokafka's ``start()``/``close()``.
-
-    ``list_topics()`` returns a list of names, as aiokafka's does; the other operations are
-    aiokafka_ng's (same names, typed results).
-    """
+class AIOKafkaAdminClient(AdminCompat):
+    """:class:`~aiokafka_ng.admin.AdminClient` with aiokafka's constructor keywords,
+    ``start()``/``close()`` and admin surface (see :mod:`aiokafka_ng._compat_admin` for the
+    result shapes and the one documented difference)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**translate_config(kwargs))
-
-    async def start(self) -> None:
-        await self.__aenter__()
-
-    async def list_topics(  # type: ignore[override]
-        self, include_internal: bool = False, timeout_ms: int | None = None
-    ) -> list[str]:
-        return list(await super().list_topics(include_internal, timeout_ms))
 
 
 def NewTopic(  # a class in aiokafka; a factory here
