@@ -66,12 +66,19 @@ def fuzz(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def soak(session: nox.Session) -> None:
+    """The long soak (default 10 minutes): `nox -s soak -- --minutes 30 --rate 5000`."""
+    _install(session)
+    session.run("python", "bench/soak.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks against aiokafka and confluent-kafka (one run, ratios)."""
     _install(session)
     import pathlib
 
-    for script in sorted(pathlib.Path("bench").glob("bench_*.py")):
+    for script in sorted(pathlib.Path("bench").glob("bench_*.py")):  # not soak.py
         session.run("python", str(script), *session.posargs)
 
 

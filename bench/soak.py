@@ -1,0 +1,284 @@
+"""Soak: a producer and a two-member consumer group on a simulated 3-node cluster, at a steady
+rate, for a long time, under faults -- and nothing may leak, be lost, doubled or reordered.
+
+Setup: a LocalBroker (Tansu) behind the ClusterSimulator (3 nodes, loopback only). The
+producer (idempotent, the default) sends numbered records round-robin to 4 partitions at
+``--rate`` records/s. Two consumers of one group read them, commit after every poll and in
+``on_partitions_revoked`` (so a rebalance hands over exactly what was processed). Every
+``--fault-every`` seconds (default 60) the chaos step moves two partition leaders, cuts
+every connection of one node after its next request, and kills a node, restarting it
+``--fault-every / 6`` seconds later.
+
+Every ``--report-every`` seconds (default 10) it prints RSS, open file descriptors, live
+asyncio tasks, records produced and consumed. At the end: lost / duplicated / reordered
+(each must be 0), the RSS slope over the run, and fds/tasks after everything closed against
+before. ``python bench/soak.py [--minutes 10] [--rate 2000]`` or ``nox -s soak``; a 30-second
+version runs in the test suite (tests/reliability/test_soak.py). Loopback only, bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka_ng.consumer import Consumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka_ng.producer import Producer
+from aiokafka_ng.testing import ClusterSimulator, LocalBroker
+
+PARTITIONS = 4
+_PACK = struct.Struct(">iq")
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def live_tasks() -> int:
+    return len(asyncio.all_tasks())
+
+
+@dataclass
+class SoakResult:
+    produced: int = 0
+    consumed: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    reordered: int = 0
+    failed_sends: int = 0
+    faults: int = 0
+    rss_samples: list[tuple[float, float]] = field(default_factory=list)
+    fds_before: int = 0
+    fds_after: int = 0
+    tasks_before: int = 0
+    tasks_after: int = 0
+
+    @property
+    def rss_slope_mb_per_min(self) -> float:
+        pts = self.rss_samples[len(self.rss_samples) // 3 :]  # after warm-up
+        if len(pts) < 2:
+            return 0.0
+        mx = sum(t for t, _ in pts) / len(pts)
+        my = sum(m for _, m in pts) / len(pts)
+        var = sum((t - mx) ** 2 for t, _ in pts)
+        return 0.0 if not var else 60 * sum((t - mx) * (m - my) for t, m in pts) / var
+
+
+class _Partition:
+    """What one partition's readers were handed, in constant memory (the soak must not grow
+    by itself): every sequence number below ``expected`` was seen, except ``missing``."""
+
+    def __init__(self) -> None:
+        self.expected = 0
+        self.missing: set[int] = set()
+        self.failed: set[int] = set()  # sends that failed (not expected downstream)
+        self.handed = 0
+        self.duplicated = 0
+        self.reordered = 0
+
+    def record(self, seq: int) -> None:
+        self.handed += 1
+        if seq == self.expected:
+            self.expected += 1
+        elif seq > self.expected:
+            self.missing.update(range(self.expected, seq))
+            self.expected = seq + 1
+        elif seq in self.missing:
+            self.missing.discard(seq)
+            self.reordered += 1
+        else:
+            self.duplicated += 1
+
+    def lost(self, sent: int) -> int:
+        gone = self.missing | set(range(self.expected, sent))
+        return len(gone - self.failed)
+
+
+class _Member:
+    """One consumer of the group: records what it was handed; commits after each poll and
+    before partitions are taken away."""
+
+    def __init__(self, seen: dict[int, _Partition], progress: Callable[[], None]) -> None:
+        self.seen = seen
+        self.progress = progress
+        self.consumer: Consumer | None = None
+
+    async def run(self, topic: str, settings: dict[str, Any], stop: asyncio.Event) -> None:
+        member = self
+
+        class Listener(ConsumerRebalanceListener):
+            async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+                if member.consumer is not None and revoked:
+                    await member.consumer.commit()
+
+        async with Consumer(**settings) as consumer:
+            self.consumer = consumer
+            consumer.subscribe([topic], listener=Listener())
+            while not stop.is_set():
+                batch = await consumer.getmany(timeout_ms=200, max_records=2000)
+                for records in batch.values():
+                    for r in records:
+                        part, seq = _PACK.unpack(r.value)
+                        self.seen[part].record(seq)
+                if batch:
+                    self.progress()
+                    try:
+                        await consumer.commit()
+                    except Exception:
+                        pass
+            self.consumer = None
+
+
+async def _chaos(sim: ClusterSimulator, topic: str, every: float, result: SoakResult) -> None:
+    rng = random.Random(7)
+    while True:
+        await asyncio.sleep(every)
+        result.faults += 1
+        for _ in range(2):
+            sim.move_random_leader(topic)
+        sim.cut_after(rng.randrange(len(sim.nodes)), 1)
+        node = rng.randrange(len(sim.nodes))
+        sim.kill(node, failover=result.faults % 2 == 0)
+        await asyncio.sleep(every / 6)
+        sim.restart(node)
+
+
+async def soak(
+    seconds: float,
+    rate: int = 2000,
+    fault_every: float = 60.0,
+    report_every: float = 10.0,
+    out: Callable[[str], None] = print,
+) -> SoakResult:
+    result = SoakResult()
+    topic = f"soak-{os.getpid()}-{int(time.time())}"
+    async with LocalBroker() as broker, ClusterSimulator(broker, 3, seed=3) as sim:
+        result.fds_before, result.tasks_before = open_fds(), live_tasks()
+        seen = {p: _Partition() for p in range(PARTITIONS)}
+        common = {
+            "bootstrap_servers": sim.bootstrap_servers,
+            "retry_backoff_ms": 20,
+            "retry_backoff_max_ms": 500,
+            "reconnect_backoff_ms": 20,
+            "reconnect_backoff_max_ms": 500,
+            "request_timeout_ms": 5000,
+        }
+        group = {
+            **common,
+            "group_id": f"g-{topic}",
+            "auto_offset_reset": "earliest",
+            "enable_auto_commit": False,
+            "session_timeout_ms": 6000,  # Tansu holds a first join for half of it
+            "heartbeat_interval_ms": 500,
+            "fetch_max_wait_ms": 100,
+        }
+        stop = asyncio.Event()
+        started = time.monotonic()
+
+        def report(tag: str) -> None:
+            t = time.monotonic() - started
+            result.rss_samples.append((t, rss_mb()))
+            result.consumed = sum(t.handed for t in seen.values())
+            out(
+                f"[soak] {tag} t={t:6.0f}s rss={result.rss_samples[-1][1]:7.1f}MB "
+                f"fds={open_fds():4d} tasks={live_tasks():4d} produced={result.produced:9d} "
+                f"consumed={result.consumed:9d} faults={result.faults}"
+            )
+
+        async with Producer(**common, linger_ms=5) as producer:
+            caught_up = asyncio.Event()
+            target: list[int] = []  # set once sending stopped: what the group must reach
+
+            def progress() -> None:
+                if target and sum(t.handed for t in seen.values()) >= target[0]:
+                    caught_up.set()
+
+            members = [_Member(seen, progress), _Member(seen, progress)]
+            consumers = [
+                asyncio.create_task(m.run(topic, {**group, "client_id": f"m{i}"}, stop))
+                for i, m in enumerate(members)
+            ]
+            chaos = asyncio.create_task(_chaos(sim, topic, fault_every, result))
+            next_seq = dict.fromkeys(range(PARTITIONS), 0)
+
+            def on_done(fut: Any, part: int, seq: int) -> None:
+                if fut.exception() is None:
+                    result.produced += 1
+                else:
+                    seen[part].failed.add(seq)
+                    result.failed_sends += 1
+
+            next_report = report_every
+            i = 0
+            tick = 0.01
+            while (elapsed := time.monotonic() - started) < seconds:
+                due = int(elapsed * rate)
+                while i < due:
+                    part = i % PARTITIONS
+                    seq = next_seq[part]
+                    next_seq[part] = seq + 1
+                    fut = await producer.send(topic, _PACK.pack(part, seq), partition=part)
+                    fut.add_done_callback(lambda f, p=part, s=seq: on_done(f, p, s))
+                    i += 1
+                if elapsed >= next_report:
+                    report("run")
+                    next_report += report_every
+                await asyncio.sleep(tick)
+            chaos.cancel()
+            await asyncio.gather(chaos, return_exceptions=True)
+            sim.clear_faults()
+            for node in sim.nodes:
+                if not sim.alive(node):
+                    sim.restart(node)
+            await producer.flush(timeout=120)
+            # Drain: the group catches up with everything acknowledged (bounded).
+            target.append(result.produced)
+            progress()
+            try:
+                await asyncio.wait_for(caught_up.wait(), timeout=120)
+            except TimeoutError:
+                out("[soak] the group did not catch up within 120 s")
+            stop.set()
+            await asyncio.gather(*consumers)
+        report("end")
+        await asyncio.sleep(sim.upstream_linger)  # the simulator's upstream sockets close
+        result.fds_after, result.tasks_after = open_fds(), live_tasks()
+    for part, t in seen.items():
+        result.lost += t.lost(next_seq[part])
+        result.duplicated += t.duplicated
+        result.reordered += t.reordered
+    out(
+        f"[soak] lost={result.lost} duplicated={result.duplicated} reordered={result.reordered} "
+        f"failed_sends={result.failed_sends} faults={result.faults} "
+        f"rss_slope={result.rss_slope_mb_per_min:+.2f}MB/min "
+        f"fds {result.fds_before}->{result.fds_after} tasks {result.tasks_before}->"
+        f"{result.tasks_after}"
+    )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--rate", type=int, default=2000)
+    parser.add_argument("--fault-every", type=float, default=60.0)
+    parser.add_argument("--report-every", type=float, default=10.0)
+    args = parser.parse_args()
+    result = asyncio.run(soak(args.minutes * 60, args.rate, args.fault_every, args.report_every))
+    bad = result.lost or result.duplicated or result.reordered
+    raise SystemExit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
