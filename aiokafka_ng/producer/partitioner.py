@@ -16,6 +16,7 @@ of bytes however fast its broker drains it.
 from __future__ import annotations
 
 import random
+import struct
 from collections.abc import Callable, Sequence
 
 __all__ = ["CustomPartitioner", "StickyPartitioner", "default_partition", "murmur2"]
@@ -27,22 +28,26 @@ _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
 
 
+#: Little-endian uint32 word unpackers for keys up to 255 bytes (longer ones build their own).
+_WORDS = [struct.Struct(f"<{n}I") for n in range(64)]
+
+
 def murmur2(data: bytes) -> int:
     """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``) as a signed int32."""
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK
-    n4 = length & ~3
-    # 4-byte little-endian words; int.from_bytes on the whole slice is faster than a loop
-    # of struct.unpack for the short keys Kafka sees.
-    for i in range(0, n4, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = (h * _M) & _MASK
-        h ^= k
+    nw = length >> 2
+    if nw:
+        # All 4-byte words in one unpack; per word the mix is folded into two lines (the
+        # masks are where Java's int overflow would wrap).
+        words = _WORDS[nw].unpack_from(data) if nw < 64 else struct.unpack_from(f"<{nw}I", data)
+        for k in words:
+            k = (k * _M) & _MASK
+            k ^= k >> 24
+            h = ((h * _M) ^ ((k * _M) & _MASK)) & _MASK
     rest = length & 3
     if rest:
+        n4 = nw << 2
         # Java's switch falls through: 3 -> 2 -> 1, then multiplies.
         if rest == 3:
             h ^= data[n4 + 2] << 16
