@@ -250,6 +250,15 @@ class Accumulator:
                     t.sticky = self.sticky.pick(partition, n, t.available)
                     self._place(t, t.sticky, key, value, headers, timestamp_ms, size, future)
                     return
+        batch = self.open_batch(t, pq)
+        batch.builder.append(timestamp_ms, key, value, headers or ())
+        future._batch = batch
+        batch.futures.append(future)
+        batch.memory = size
+
+    def open_batch(self, t: _Topic, pq: PartitionQueue) -> ProducerBatch:
+        """A new, empty batch at the tail of ``pq`` (sized by the topic's compression
+        estimate)."""
         batch = ProducerBatch(
             pq,
             RecordBatchBuilder(
@@ -259,14 +268,12 @@ class Accumulator:
             ),
             self.clock(),
         )
-        batch.builder.append(timestamp_ms, key, value, headers or ())
-        future._batch = batch
-        batch.futures.append(future)
-        batch.memory = size
+        batches = pq.batches
         batches.append(batch)
         if len(batches) == 1 and pq.leader >= 0:
             # A new head batch: its sender must learn the linger deadline.
             self.wake_node(pq.leader)
+        return batch
 
     def _close(self, batch: ProducerBatch) -> bytes:
         """Build a batch; with compression, learn how well the topic compresses so the next

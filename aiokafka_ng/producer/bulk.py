@@ -24,10 +24,8 @@ from aiokafka_ng.errors import (
     MessageSizeTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from aiokafka_ng.producer.batch import ProducerBatch
 from aiokafka_ng.producer.future import DeliveryFuture
 from aiokafka_ng.producer.partitioner import murmur2
-from aiokafka_ng.protocol.records import RecordBatchBuilder
 
 if TYPE_CHECKING:
     from aiokafka_ng.producer.accumulator import Accumulator, _Topic
@@ -287,18 +285,7 @@ def place_run(
         batches = pq.batches
         batch = batches[-1] if batches else None
         if batch is None or batch.data is not None:
-            batch = ProducerBatch(
-                pq,
-                RecordBatchBuilder(
-                    acc.compression,
-                    max_size=acc.batch_size,
-                    compression_ratio_estimate=acc._ratios.get(t.name, 1.0),
-                ),
-                acc.clock(),
-            )
-            batches.append(batch)
-            if len(batches) == 1 and pq.leader >= 0:
-                acc.wake_node(pq.leader)
+            batch = acc.open_batch(t, pq)
         delta = batch.builder.record_count
         stop = batch.builder.append_run(timestamp_ms, keys, values, i, count)
         bfuts = batch.futures
