@@ -111,16 +111,14 @@ class ClientStatus:
     last_error: str | None
 
 
-def client_status(cluster: Cluster | None, state: str, bootstrap_servers: object) -> ClientStatus:
+def client_status(
+    cluster: Cluster | None, state: str, bootstrap_servers: str | list[str]
+) -> ClientStatus:
     """A client's :class:`ClientStatus` (a client that is not running has no cluster)."""
     if cluster is not None:
         return cluster.status(state)
     servers = (
-        bootstrap_servers
-        if isinstance(bootstrap_servers, str)
-        else ",".join(
-            map(str, bootstrap_servers)  # type: ignore[call-overload]
-        )
+        bootstrap_servers if isinstance(bootstrap_servers, str) else ",".join(bootstrap_servers)
     )
     return ClientStatus(state, False, servers, (), None)
 
