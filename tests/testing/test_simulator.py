@@ -581,7 +581,7 @@ async def test_rejects_non_loopback_upstream() -> None:
         ClusterSimulator(Remote())
 
 
-def _confluent_idempotent_produce(bootstrap: str, topic: str, count: int) -> int:
+def _confluent_idempotent_produce(bootstrap: str, topic: str, count: int) -> list[Any]:
     import confluent_kafka
 
     producer = confluent_kafka.Producer(
@@ -606,7 +606,7 @@ def _confluent_idempotent_produce(bootstrap: str, topic: str, count: int) -> int
         )
         producer.poll(0)
     assert producer.flush(60) == 0
-    return len(failures)
+    return failures
 
 
 async def test_confluent_kafka_idempotent_through_moves_and_cuts(sim: ClusterSimulator) -> None:
@@ -632,7 +632,8 @@ async def test_confluent_kafka_idempotent_through_moves_and_cuts(sim: ClusterSim
             _confluent_idempotent_produce, sim.bootstrap_servers, topic, count
         )
         tg.cancel_scope.cancel()
-    assert failed == 0
+    # librdkafka's own words for any failure (a flake in one CI run: 600 of 5000 failed).
+    assert not failed, f"{len(failed)} failed: {sorted({str(e) for e in failed})[:3]}"
     assert sim.leader_moves > 0 and sim.errors(PRODUCE, NOT_LEADER) > 0
     sim.clear_faults()
     seen = await anyio.to_thread.run_sync(_confluent_consume, sim.bootstrap_servers, topic, count)
