@@ -213,19 +213,10 @@ class Accumulator:
             elif key is not None:
                 partition = (murmur2(key) & 0x7FFFFFFF) % n
             else:
-                # KIP-794 uniform sticky: stay on one partition until its batch is full.
-                partition = t.sticky
-                if partition < 0 or partition >= n:
-                    partition = t.sticky = self.sticky.pick(-1, n, t.available)
+                partition = self.sticky_partition(t)
                 sticky = True
         if not 0 <= partition < n:
-            self._fail_record(
-                future,
-                size,
-                UnknownTopicOrPartitionError(
-                    f"partition {partition} of {t.name!r} does not exist ({n} partitions)"
-                ),
-            )
+            self._fail_record(future, size, no_partition_error(t, partition))
             return
         pq = t.partitions[partition]
         batches = pq.batches
@@ -239,15 +230,8 @@ class Accumulator:
                     batch.futures.append(future)
                     batch.memory += size
                     return
-                # Full: a later batch exists now, so this one is ready -- wake its sender.
-                self._close(batch)
-                if pq.leader >= 0:
-                    self.wake_node(pq.leader)
+                self.batch_full(t, batch, sticky)
                 if sticky:
-                    # KIP-794: a full batch went to the sticky partition; the next one goes
-                    # to a partition drawn uniformly at random. Switching exactly on "full"
-                    # (rather than on a byte count) never leaves a nearly empty batch behind.
-                    t.sticky = self.sticky.pick(partition, n, t.available)
                     self._place(t, t.sticky, key, value, headers, timestamp_ms, size, future)
                     return
         batch = self.open_batch(t, pq)
@@ -255,6 +239,26 @@ class Accumulator:
         future._batch = batch
         batch.futures.append(future)
         batch.memory = size
+
+    def sticky_partition(self, t: _Topic) -> int:
+        """KIP-794 uniform sticky: the partition unkeyed records stay on until its batch is
+        full (drawn at random when there is none yet)."""
+        n = len(t.partitions)
+        if not 0 <= t.sticky < n:
+            t.sticky = self.sticky.pick(-1, n, t.available)
+        return t.sticky
+
+    def batch_full(self, t: _Topic, batch: ProducerBatch, sticky: bool) -> None:
+        """``batch`` refused a record: a later batch exists now, so it is ready -- close it
+        and wake its sender. If it was the sticky partition's, switch (KIP-794): the next
+        batch goes to a partition drawn uniformly at random; switching exactly on "full"
+        (rather than on a byte count) never leaves a nearly empty batch behind."""
+        self._close(batch)
+        pq = batch.pq
+        if pq.leader >= 0:
+            self.wake_node(pq.leader)
+        if sticky:
+            t.sticky = self.sticky.pick(pq.partition, len(t.partitions), t.available)
 
     def open_batch(self, t: _Topic, pq: PartitionQueue) -> ProducerBatch:
         """A new, empty batch at the tail of ``pq`` (sized by the topic's compression
@@ -591,6 +595,12 @@ class Accumulator:
                 pq.in_flight = []
                 for b in pq.batches:
                     b.base_sequence = -1
+
+
+def no_partition_error(t: _Topic, partition: int) -> KafkaError:
+    return UnknownTopicOrPartitionError(
+        f"partition {partition} of {t.name!r} does not exist ({len(t.partitions)} partitions)"
+    )
 
 
 def _expired_error(batch: ProducerBatch, now: float) -> KafkaError:

@@ -3,7 +3,7 @@
 A run of header-less records for one topic -- values, optional keys, one optional
 partition, one timestamp -- is validated and charged to ``buffer_memory`` per chunk, grouped
 by partition (keeping send order within each) and handed to the accumulator one partition
-run at a time (:meth:`Accumulator.place_run`: one builder call per batch). What ``send()``
+run at a time (:func:`place_run`: one builder call per batch). What ``send()``
 promises holds record by record: nothing waits for metadata (a topic without it queues the
 records in order), an oversize record's future fails alone, order per partition is send
 order, and the only wait is for memory, at most ``max_block_ms`` per chunk. When memory does
@@ -19,17 +19,22 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.lowlevel
 
-from aiokafka_ng.errors import (
-    BufferExhaustedError,
-    MessageSizeTooLargeError,
-    UnknownTopicOrPartitionError,
-)
+from aiokafka_ng.errors import BufferExhaustedError
+from aiokafka_ng.producer.accumulator import no_partition_error
 from aiokafka_ng.producer.future import DeliveryFuture
-from aiokafka_ng.producer.partitioner import murmur2
+from aiokafka_ng.producer.partitioner import default_partition
+from aiokafka_ng.producer.producer import (
+    _PENDING_OVERHEAD,
+    _RECORD_OVERHEAD,
+    Producer,
+    ProducerRecord,
+    _as_bytes,
+    _bad_partition,
+    _bad_timestamp,
+)
 
 if TYPE_CHECKING:
     from aiokafka_ng.producer.accumulator import Accumulator, _Topic
-    from aiokafka_ng.producer.producer import Producer
 
 __all__ = ["place_run", "send_batch", "send_run"]
 
@@ -39,8 +44,6 @@ _CHUNK = 4096
 
 
 def _bytes_list(items: list[Any], name: str) -> list[bytes | None]:
-    from aiokafka_ng.producer.producer import _as_bytes
-
     out: list[bytes | None] = items
     for i, item in enumerate(items):
         if item is not None and item.__class__ is not bytes:
@@ -60,8 +63,6 @@ async def send_batch(
 ) -> list[DeliveryFuture]:
     """:meth:`Producer.send_batch`: ProducerRecords with headers, a partition or a
     timestamp of their own go record by record through ``send()``; the rest in runs."""
-    from aiokafka_ng.producer.producer import ProducerRecord
-
     if not producer._running:
         raise producer._not_running()
     items = list(records)
@@ -105,8 +106,6 @@ async def send_run(
     partition: int | None,
     timestamp_ms: int | None,
 ) -> list[DeliveryFuture]:
-    from aiokafka_ng.producer.producer import _PENDING_OVERHEAD, _RECORD_OVERHEAD
-
     if keys is not None and len(keys) != len(values):
         raise ValueError(f"send_batch: {len(keys)} keys for {len(values)} values")
     if producer._value_ser is not None:
@@ -118,13 +117,11 @@ async def send_run(
     if topic not in producer._valid_topics:
         producer._check_topic(topic)
     if partition is not None and (partition.__class__ is not int or partition < 0):
-        raise TypeError(f"partition must be a non-negative int or None (got {partition!r})")
+        raise _bad_partition(partition)
     if timestamp_ms is None:
         timestamp_ms = time_ns() // 1_000_000
-    elif timestamp_ms.__class__ is not int:
-        raise TypeError(f"timestamp_ms must be an int or None (got {timestamp_ms!r})")
-    elif timestamp_ms < 0:
-        raise ValueError(f"timestamp_ms must be >= 0 or None for now (got {timestamp_ms})")
+    elif timestamp_ms.__class__ is not int or timestamp_ms < 0:
+        raise _bad_timestamp(timestamp_ms)
     if producer._txn is not None:
         producer._txn.check_send()
     loop = producer._loop
@@ -142,11 +139,7 @@ async def send_run(
         for i, size in enumerate(sizes):
             if size > max_record:
                 producer._acc.records_failed += 1
-                futures[i]._finish(
-                    MessageSizeTooLargeError(
-                        f"record of ~{size} bytes exceeds max_request_size or buffer_memory"
-                    )
-                )
+                futures[i]._finish(producer._too_large(size))
             else:
                 keep.append(i)
         run_vals = [vals[i] for i in keep]
@@ -172,7 +165,7 @@ async def send_run(
             await _queue_chunk(
                 producer, topic, part, timestamp_ms,
                 None if run_keys is None else run_keys[lo:hi],
-                run_vals[lo:hi], run_sizes[lo:hi], c_futs, _PENDING_OVERHEAD,
+                run_vals[lo:hi], run_sizes[lo:hi], c_futs,
             )  # fmt: skip
         except BufferExhaustedError as exc:
             for fut in run_futs[lo:]:
@@ -197,13 +190,12 @@ async def _queue_chunk(
     values: list[bytes | None],
     sizes: list[int],
     futures: list[DeliveryFuture],
-    pending_overhead: int,
 ) -> None:
     acc = producer._acc
     t = acc.topics.get(topic)
     fast = t is not None and t.ready and not t.pending
     if not fast:
-        sizes = [s + pending_overhead for s in sizes]
+        sizes = [s + _PENDING_OVERHEAD for s in sizes]
     total = sum(sizes)
     pool = producer._pool
     if not pool.try_reserve(total):
@@ -218,21 +210,21 @@ async def _queue_chunk(
             key = None if keys is None else keys[i]
             acc.append(topic, partition, key, value, None, ts, sizes[i], futures[i])
         return
-    if partition >= 0 or acc.partitioner is not None or keys is None:
-        if acc.partitioner is not None and partition < 0:
-            # A user partitioner decides record by record.
-            for i, value in enumerate(values):
-                key = None if keys is None else keys[i]
-                acc._place(t, -1, key, value, None, ts, sizes[i], futures[i])
-            return
+    if acc.partitioner is not None and partition < 0:
+        # A user partitioner decides record by record.
+        for i, value in enumerate(values):
+            key = None if keys is None else keys[i]
+            acc._place(t, -1, key, value, None, ts, sizes[i], futures[i])
+        return
+    if partition >= 0 or keys is None:
         place_run(acc, t, partition, ts, keys, values, sizes, futures)
         return
-    # Keyed: murmur2 per key; null keys go to the sticky partition. Group by partition,
-    # keeping send order inside each group.
+    # Keyed: the default partitioner per key; null keys go to the sticky partition. Group by
+    # partition, keeping send order inside each group.
     n = len(t.partitions)
     groups: dict[int, list[int]] = {}
     for i, key in enumerate(keys):
-        p = (murmur2(key) & 0x7FFFFFFF) % n if key is not None else -1
+        p = default_partition(key, n) if key is not None else -1
         group = groups.get(p)
         if group is None:
             groups[p] = [i]
@@ -261,20 +253,15 @@ def place_run(
     sizes: list[int],
     futures: list[DeliveryFuture],
 ) -> None:
-    """Append a run of header-less records, in order, to
-    ``partition`` -- or, with ``partition`` -1, to the sticky partition, switching when
-    a batch fills exactly as :meth:`_place` does. One builder call per batch, not per
-    record. The topic is ready, its pending queue empty, memory reserved."""
-    n = len(t.partitions)
+    """Append a run of header-less records, in order, to ``partition`` -- or, with
+    ``partition`` -1, to the sticky partition, switching when a batch fills exactly as
+    ``Accumulator._place`` does. One builder call per batch, not per record. The topic is
+    ready, its pending queue empty, memory reserved."""
     sticky = partition < 0
     if sticky:
-        partition = t.sticky
-        if partition < 0 or partition >= n:
-            partition = t.sticky = acc.sticky.pick(-1, n, t.available)
-    if not 0 <= partition < n:
-        exc = UnknownTopicOrPartitionError(
-            f"partition {partition} of {t.name!r} does not exist ({n} partitions)"
-        )
+        partition = acc.sticky_partition(t)
+    if not 0 <= partition < len(t.partitions):
+        exc = no_partition_error(t, partition)
         for fut, size in zip(futures, sizes, strict=True):
             acc._fail_record(fut, size, exc)
         return
@@ -300,10 +287,7 @@ def place_run(
         batch.memory += memory
         i = stop
         if i < count:
-            # Full: close it (ready now) and go on in a new batch; a sticky run moves
-            # to a partition drawn at random (KIP-794), like _place.
-            acc._close(batch)
-            if pq.leader >= 0:
-                acc.wake_node(pq.leader)
+            # Full: on in a new batch -- of another partition if this run is sticky.
+            acc.batch_full(t, batch, sticky)
             if sticky:
-                partition = t.sticky = acc.sticky.pick(partition, n, t.available)
+                partition = t.sticky

@@ -40,7 +40,6 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.accumulator import Accumulator
-from aiokafka_ng.producer.bulk import send_batch
 from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
@@ -100,6 +99,17 @@ def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:  # trio
         return None
+
+
+def _bad_partition(partition: Any) -> TypeError:
+    return TypeError(f"partition must be a non-negative int or None (got {partition!r})")
+
+
+def _bad_timestamp(timestamp_ms: Any) -> Exception:
+    if timestamp_ms.__class__ is not int:
+        return TypeError(f"timestamp_ms must be an int or None (got {timestamp_ms!r})")
+    # As the Java client: a negative timestamp is never "now"; None is.
+    return ValueError(f"timestamp_ms must be >= 0, or None for now (got {timestamp_ms})")
 
 
 def _as_bytes(obj: Any, name: str) -> bytes:
@@ -349,7 +359,7 @@ class Producer:
         if partition is None:
             partition = -1
         elif partition.__class__ is not int or partition < 0:
-            raise TypeError(f"partition must be a non-negative int or None (got {partition!r})")
+            raise _bad_partition(partition)
         if timestamp_ms is None:
             timestamp_ms = _time_ns() // 1_000_000
             # Share one int object per millisecond: every future keeps its timestamp, and
@@ -358,23 +368,14 @@ class Producer:
                 timestamp_ms = self._last_ts
             else:
                 self._last_ts = timestamp_ms
-        elif timestamp_ms.__class__ is not int:
-            raise TypeError(f"timestamp_ms must be an int or None (got {timestamp_ms!r})")
-        elif timestamp_ms < 0:
-            # As the Java client: a negative timestamp is never "now"; None is.
-            raise ValueError(f"timestamp_ms must be >= 0, or None for now (got {timestamp_ms})")
+        elif timestamp_ms.__class__ is not int or timestamp_ms < 0:
+            raise _bad_timestamp(timestamp_ms)
         if self._txn is not None:
             self._txn.check_send()
         fut = DeliveryFuture(topic, timestamp_ms, self._loop)
         if size > self._max_record:
             self._acc.records_failed += 1
-            fut._finish(
-                MessageSizeTooLargeError(
-                    f"record of ~{size} bytes exceeds max_request_size "
-                    f"({self.config.max_request_size}) or buffer_memory "
-                    f"({self.config.buffer_memory})"
-                )
-            )
+            fut._finish(self._too_large(size))
             return fut
         acc = self._acc
         t = acc.topics.get(topic)
@@ -436,6 +437,9 @@ class Producer:
         partition, an oversize record fails alone); if ``max_block_ms`` passes while
         waiting for memory, the records not yet queued fail with ``BufferExhaustedError``.
         """
+        # bulk.py builds on this module's helpers, so it is imported here, not at the top.
+        from aiokafka_ng.producer.bulk import send_batch
+
         return await send_batch(self, topic, records, keys, partition, timestamp_ms)
 
     async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
@@ -526,6 +530,12 @@ class Producer:
         }
 
     # ------------------------------------------------------------------ internals
+
+    def _too_large(self, size: int) -> MessageSizeTooLargeError:
+        return MessageSizeTooLargeError(
+            f"record of ~{size} bytes exceeds max_request_size "
+            f"({self.config.max_request_size}) or buffer_memory ({self.config.buffer_memory})"
+        )
 
     def _not_running(self) -> KafkaError:
         if self._state is _State.NEW:
