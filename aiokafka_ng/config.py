@@ -174,16 +174,21 @@ class ClientConfig(BaseModel):
         if ssl_context is not None:
             data["ssl_context"] = ssl_context
         unknown: dict[str, str] = {}
-        fields = cls.model_fields
         for raw_key, value in properties.items():
-            key = cls.PROPERTY_ALIASES.get(raw_key, raw_key.replace(".", "_").replace("-", "_"))
-            if key not in fields:
+            key = cls.field_for(raw_key)
+            if key is None:
                 unknown[raw_key] = "unknown configuration key"
                 continue
             data[key] = value
         if unknown:
             raise ConfigError(unknown)
         return cls(**data)
+
+    @classmethod
+    def field_for(cls, name: str) -> str | None:
+        """The field a Kafka property name (dotted or snake_case) sets; None if unknown."""
+        key = cls.PROPERTY_ALIASES.get(name, name.replace(".", "_").replace("-", "_"))
+        return key if key in cls.model_fields else None
 
     @property
     def bootstrap_addresses(self) -> list[tuple[str, int]]:

@@ -70,16 +70,19 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
 
 def resolve_connection(args: argparse.Namespace) -> None:
     """Settle ``args.bootstrap_servers`` (-b, environment, command config, default) and load
-    ``args.command_config`` into ``args.client_properties`` (a dict of Kafka properties)."""
+    ``args.command_config``: its security properties translated once (a bad JAAS line or
+    store is a usage error before anything connects) into ``args.ssl_context``, the rest in
+    ``args.client_properties``."""
     import os
 
-    props: dict[str, str] = {}
+    props: dict[str, Any] = {}
+    ssl_context = None
     if getattr(args, "command_config", None):
         from aiokafka_ng.errors import ConfigError
-        from aiokafka_ng.properties import load_properties
+        from aiokafka_ng.properties import load_properties, translate_security
 
         try:
-            props = load_properties(args.command_config)
+            props, ssl_context = translate_security(load_properties(args.command_config))
             _check_keys(props)
         except ConfigError as exc:
             raise CliError(f"--command-config: {exc}", EXIT_USAGE) from None
@@ -90,44 +93,46 @@ def resolve_connection(args: argparse.Namespace) -> None:
     props.pop("bootstrap.servers", None)
     args.bootstrap_servers = servers
     args.client_properties = props
+    args.ssl_context = ssl_context
 
 
-def _check_keys(props: dict[str, str]) -> None:
+def _check_keys(props: dict[str, Any]) -> None:
     """Before anything connects: every key must mean something to some client."""
     from aiokafka_ng.admin import AdminConfig
     from aiokafka_ng.config import ProducerConfig
     from aiokafka_ng.consumer import ConsumerConfig
     from aiokafka_ng.errors import ConfigError
-    from aiokafka_ng.properties import translate_security
 
-    plain, _ = translate_security(props)
-    unknown = {}
-    for key in plain:
-        name = key.replace(".", "_").replace("-", "_")
-        if not any(
-            cls.PROPERTY_ALIASES.get(key, name) in cls.model_fields
-            for cls in (ProducerConfig, ConsumerConfig, AdminConfig)
-        ):
-            unknown[key] = "unknown configuration key"
+    classes = (ProducerConfig, ConsumerConfig, AdminConfig)
+    unknown = {
+        key: "unknown configuration key"
+        for key in props
+        if all(cls.field_for(key) is None for cls in classes)
+    }
     if unknown:
         raise ConfigError(unknown)
 
 
 def client_settings(args: argparse.Namespace, config_cls: Any, **settings: Any) -> dict[str, Any]:
-    """Keyword settings for a client: the command config's properties (validated by
-    ``config_cls``, security translated), then the command's own ``settings``."""
+    """Keyword settings for a client: the command config's properties (by field name, the
+    SSL context as translated), then the command's own ``settings``, validated together."""
     from aiokafka_ng.errors import ConfigError
 
-    props = dict(getattr(args, "client_properties", {}) or {})
-    props["bootstrap.servers"] = args.bootstrap_servers
+    props: dict[str, Any] = getattr(args, "client_properties", None) or {}
     try:
-        config = config_cls.from_properties(props)
-        merged = {k: getattr(config, k) for k in config.model_fields_set}
+        unknown = {k: "unknown configuration key" for k in props if not config_cls.field_for(k)}
+        if unknown:
+            raise ConfigError(unknown)
+        merged = {config_cls.field_for(k): v for k, v in props.items()}
+        if getattr(args, "ssl_context", None) is not None:
+            merged["ssl_context"] = args.ssl_context
+        merged["bootstrap_servers"] = args.bootstrap_servers
         merged.update(settings)
-        config_cls(**merged)  # the command's own settings must agree with the file's
+        config = config_cls(**merged)  # the command's own settings must agree with the file's
     except ConfigError as exc:
         raise CliError(f"--command-config: {exc}", EXIT_USAGE) from None
-    return merged
+    # The validated values: the password as a secret type, not the file's plain text.
+    return {k: getattr(config, k) for k in config.model_fields_set}
 
 
 async def probe(bootstrap_servers: str, wait_s: float) -> None:
