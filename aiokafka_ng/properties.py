@@ -90,31 +90,29 @@ def load_properties(path: str | Path) -> dict[str, str]:
 
 
 def _split(line: str) -> tuple[str, str]:
-    i = 0
-    key: list[str] = []
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\" and i + 1 < len(line):
-            key.append(_unescape(line, i))
-            i += 6 if line[i + 1] == "u" else 2
-            continue
-        if ch in "=: \t\f":
-            break
-        key.append(ch)
-        i += 1
+    key, i = _read(line, 0, "=: \t\f")
     rest = line[i:].lstrip(" \t\f")
     if rest[:1] in ("=", ":"):
         rest = rest[1:].lstrip(" \t\f")
-    value: list[str] = []
-    j = 0
-    while j < len(rest):
-        if rest[j] == "\\" and j + 1 < len(rest):
-            value.append(_unescape(rest, j))
-            j += 6 if rest[j + 1] == "u" else 2
-        else:
-            value.append(rest[j])
-            j += 1
-    return "".join(key), "".join(value)
+    value, _ = _read(rest, 0, "")
+    return key, value
+
+
+def _read(s: str, i: int, stops: str) -> tuple[str, int]:
+    """Unescape ``s`` from ``i`` up to the first unescaped character of ``stops``; the text
+    and where it stopped."""
+    out: list[str] = []
+    while i < len(s):
+        ch = s[i]
+        if ch == "\\" and i + 1 < len(s):
+            out.append(_unescape(s, i))
+            i += 6 if s[i + 1] == "u" else 2
+            continue
+        if ch in stops:
+            break
+        out.append(ch)
+        i += 1
+    return "".join(out), i
 
 
 def _unescape(s: str, i: int) -> str:
