@@ -193,9 +193,8 @@ class DeliveryFuture:
     def remove_done_callback(self, fn: Callback) -> int:
         """Remove every registration of ``fn``; return how many there were."""
         waiters = self._waiters
-        if waiters.__class__ is not list:
+        if not isinstance(waiters, list):
             return 0
-        assert isinstance(waiters, list)
         keep = [w for w in waiters if w.__class__ is not tuple or w[0] != fn]
         removed = len(waiters) - len(keep)
         if removed:
