@@ -322,6 +322,17 @@ def _dispatch(
         due.extend(todo)
 
 
+async def callbacks_run(loop: asyncio.AbstractEventLoop | None) -> None:
+    """Return once every done-callback already due on ``loop`` has run: ``flush()`` must not
+    return while a finished batch's callbacks still wait for their loop turn (the Java
+    client runs them before the record's future completes)."""
+    due = None if loop is None else _due.get(loop)
+    if due is not None:
+        event = anyio.Event()
+        due.append((None, [event]))  # type: ignore[arg-type]  # runs after the queued ones
+        await event.wait()
+
+
 def _run_due(loop: asyncio.AbstractEventLoop) -> None:
     _run_waiters(_due.pop(loop, []))
 

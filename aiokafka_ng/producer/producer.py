@@ -40,7 +40,7 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.accumulator import Accumulator
-from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata
+from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata, callbacks_run
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.sender import NodeSender
@@ -304,6 +304,7 @@ class Producer:
             with anyio.move_on_after(timeout):
                 for fut in acc.incomplete():
                     await fut.wait_done()
+                await callbacks_run(self._loop)
         finally:
             assert self._tg is not None and self._stack is not None
             self._tg.cancel_scope.cancel()
@@ -455,6 +456,7 @@ class Producer:
             with anyio.move_on_after(timeout):
                 for fut in acc.incomplete():
                     await fut.wait_done()
+                await callbacks_run(self._loop)
                 done = True
             if not done:
                 raise KafkaTimeoutError(f"flush did not complete within {timeout}s")

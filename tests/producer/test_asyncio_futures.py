@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from aiokafka_ng.errors import KafkaTimeoutError, MessageSizeTooLargeError
@@ -193,3 +194,38 @@ def test_pending_future_states_follow_asyncio() -> None:
     assert fut.cancelled() and "cancelled" in repr(fut)
     with pytest.raises(RuntimeError):
         fut.get_loop()
+
+
+@asyncio_only
+async def test_flush_returns_after_every_done_callback_ran(kafka_broker: Any) -> None:
+    # A batch finished before flush() was called has its callbacks queued for the next loop
+    # turn; flush() must not return before they ran (the bench/soak harness caught it).
+    topic = topic_name()
+    async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as producer:
+        for _ in range(5):
+            seen: list[int] = []
+            futs = [await producer.send(topic, b"v", partition=0) for _ in range(200)]
+            for f in futs:
+                f.add_done_callback(lambda f, seen=seen: seen.append(1))
+            # done() turns true when the batch completes; its callbacks then wait for the
+            # next loop turn. Yield turn by turn (no timing) and flush the moment it is done.
+            while not futs[-1].done():
+                await anyio.lowlevel.checkpoint()
+            await producer.flush()
+            assert len(seen) == 200
+
+
+@asyncio_only
+async def test_callbacks_run_waits_for_queued_callbacks() -> None:
+    from aiokafka_ng.producer.future import callbacks_run, finish_all
+
+    loop = asyncio.get_running_loop()
+    fut = DeliveryFuture("t", 1, loop)
+    fut._batch = type("B", (), {"partition": 0, "base_offset": 5, "log_append_time": -1})()  # type: ignore[assignment]
+    ran: list[int] = []
+    fut.add_done_callback(lambda f: ran.append(f.result().offset))
+    finish_all([fut], None, loop)
+    assert ran == []  # queued for the loop, as asyncio does
+    await callbacks_run(loop)
+    assert ran == [5]
+    await callbacks_run(loop)  # nothing queued: returns at once
