@@ -81,7 +81,11 @@ class StickyPartitioner:
         choices = available if available else range(num_partitions)
         if len(choices) == 1:
             return choices[0]
-        while True:
-            p = choices[self._rng.randrange(len(choices))]
-            if p != current:
-                return p
+        p = choices[self._rng.randrange(len(choices))]
+        if p == current:
+            # One redraw among the others keeps the choice uniform (1/n + 1/n * 1/(n-1)
+            # = 1/(n-1)) and, unlike a retry loop, ends even when every entry is current.
+            others = [c for c in choices if c != current]
+            if others:
+                p = others[self._rng.randrange(len(others))]
+        return p

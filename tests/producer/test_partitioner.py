@@ -57,3 +57,18 @@ def test_pick_single_or_no_available_partition() -> None:
     sp = StickyPartitioner()
     assert {sp.pick(0, 1, [0]) for _ in range(10)} == {0}
     assert {sp.pick(-1, 3, []) for _ in range(300)} == {0, 1, 2}  # no leader known: any
+
+
+def test_pick_ends_when_every_choice_is_current() -> None:
+    # A retry loop never ended here (hypothesis found it); one redraw does.
+    sp = StickyPartitioner(rng=random.Random(3))
+    assert sp.pick(5, 6, [5, 5]) == 5
+
+
+def test_pick_away_from_current_is_uniform() -> None:
+    sp = StickyPartitioner(rng=random.Random(11))
+    counts = {0: 0, 1: 0, 2: 0, 3: 0}
+    for _ in range(4000):
+        counts[sp.pick(0, 4, [0, 1, 2, 3])] += 1
+    assert counts[0] == 0
+    assert min(counts[p] for p in (1, 2, 3)) > 1150  # ~1333 each
