@@ -6,6 +6,10 @@
 
 The public names below are imported on first use (PEP 562), so ``import aiokafka_ng.protocol``
 (pure, no I/O) does not drag in anyio, pydantic and every client.
+
+``aiokafka_ng.__compiled__`` is True when the hot modules (record batches, the partitioner,
+the consumer's record construction) run compiled by mypyc; ``AIOKAFKA_NG_PURE_PYTHON=1``
+forces the pure-Python twins (see ``aiokafka_ng._native``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from aiokafka_ng import _native
+
 __version__ = "0.1.0.dev0"
+
+_native.honour_pure_python_env()
 
 # name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -96,6 +104,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__compiled__":
+        return _native.is_compiled()
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'aiokafka_ng' has no attribute {name!r}")

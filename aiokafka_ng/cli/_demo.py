@@ -261,7 +261,18 @@ def _print_table(console: Console, r: DemoResult) -> None:
             f"failed {r.failed})"
         )
     table.add_row("records verified", verdict)
+    table.add_row("build", _build_name())
     console.print(table)
+
+
+def _build_name() -> str:
+    from aiokafka_ng import _native
+
+    compiled = _native.compiled_modules()
+    if all(compiled.values()):
+        return "compiled (mypyc)"
+    why = "AIOKAFKA_NG_PURE_PYTHON=1" if _native.pure_python_requested() else "not compiled"
+    return f"pure Python ({why})"
 
 
 __all__ = ["DemoResult", "register"]

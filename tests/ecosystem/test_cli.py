@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import aiokafka_ng
 from aiokafka_ng.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,13 +34,13 @@ def _env() -> dict[str, str]:
 
 
 def cli(
-    *args: str, stdin: bytes | None = None, timeout: float = 90
+    *args: str, stdin: bytes | None = None, timeout: float = 90, **env: str
 ) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [sys.executable, "-m", "aiokafka_ng.cli", *args],
         input=stdin,
         capture_output=True,
-        env=_env(),
+        env={**_env(), **env},
         timeout=timeout,
     )
     return subprocess.CompletedProcess(
@@ -280,6 +281,13 @@ def test_demo_against_a_running_broker(kafka_broker: Any) -> None:
     done = cli("demo", "-n", "2000", "-b", kafka_broker.bootstrap_servers, "--progress")
     assert done.returncode == 0, done.stderr
     assert "2,000 / 2,000 OK" in done.stdout and "producing" in done.stderr
+    assert ("compiled (mypyc)" in done.stdout) == aiokafka_ng.__compiled__, done.stdout
+    pure = cli(
+        "demo", "-n", "500", "-b", kafka_broker.bootstrap_servers, AIOKAFKA_NG_PURE_PYTHON="1"
+    )
+    assert pure.returncode == 0, pure.stderr
+    assert "500 / 500 OK" in pure.stdout
+    assert "pure Python (AIOKAFKA_NG_PURE_PYTHON=1)" in pure.stdout, pure.stdout
     bad = cli("demo", "-n", "0")
     assert bad.returncode == 2 and "--records" in bad.stderr
 

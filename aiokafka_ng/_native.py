@@ -1,0 +1,110 @@
+"""Which hot modules run compiled (mypyc), and the switch back to pure Python.
+
+The modules in :data:`COMPILED_MODULES` are plain, ``mypy --strict``-clean Python that
+``setup.py`` also compiles with mypyc when the installing machine has a C compiler. An
+extension module sits beside its ``.py`` twin and wins the import; the ``.py`` file stays
+the reference (tests run the two side by side, ``tests/protocol/test_compiled_twins.py``).
+
+``AIOKAFKA_NG_PURE_PYTHON=1`` in the environment when ``aiokafka_ng`` is first imported
+makes those modules load from their ``.py`` files even where the compiled ones exist:
+:func:`honour_pure_python_env` puts a finder ahead of the normal ones for just those names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+__all__ = [
+    "COMPILED_MODULES",
+    "compiled_modules",
+    "honour_pure_python_env",
+    "is_compiled",
+    "load_pure_twin",
+    "pure_python_requested",
+]
+
+#: Compiled by ``setup.py`` (keep the two lists equal; a test checks).
+COMPILED_MODULES = (
+    "aiokafka_ng.protocol.records",
+    "aiokafka_ng.producer.partitioner",
+    "aiokafka_ng.consumer.buffer",
+)
+_TRUE = {"1", "true", "yes", "on"}
+_log = logging.getLogger("aiokafka_ng")
+
+
+def pure_python_requested() -> bool:
+    return os.environ.get("AIOKAFKA_NG_PURE_PYTHON", "").strip().lower() in _TRUE
+
+
+def _source_path(name: str) -> str:
+    package, _, leaf = name.rpartition(".")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"cannot locate package {package}")
+    for directory in spec.submodule_search_locations:
+        path = os.path.join(directory, leaf + ".py")
+        if os.path.exists(path):
+            return path
+    raise ImportError(f"no source file for {name}")
+
+
+class _PureFinder(importlib.abc.MetaPathFinder):
+    """Resolves the compiled modules' names to their ``.py`` files."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in COMPILED_MODULES:
+            return None
+        return importlib.util.spec_from_file_location(fullname, _source_path(fullname))
+
+
+def honour_pure_python_env() -> None:
+    """Install the pure-Python finder when ``AIOKAFKA_NG_PURE_PYTHON`` asks for it."""
+    if pure_python_requested() and not any(isinstance(f, _PureFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PureFinder())
+
+
+def compiled_modules() -> dict[str, bool]:
+    """Each hot module's name and whether it was loaded from a compiled extension."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    out = {}
+    for name in COMPILED_MODULES:
+        module = importlib.import_module(name)
+        out[name] = (getattr(module, "__file__", None) or "").endswith(suffixes)
+    return out
+
+
+def is_compiled() -> bool:
+    """True when every hot module runs compiled (``aiokafka_ng.__compiled__``)."""
+    compiled = compiled_modules()
+    result = all(compiled.values())
+    if result:
+        _log.debug("aiokafka_ng: compiled (mypyc) hot modules: %s", ", ".join(compiled))
+    else:
+        _log.debug("aiokafka_ng: pure-Python build (compiled modules: %s)", compiled)
+    return result
+
+
+def load_pure_twin(name: str) -> ModuleType:
+    """A fresh copy of module ``name`` executed from its ``.py`` file, registered as
+    ``name + "_pure_twin"`` (for differential tests; the normal import is untouched)."""
+    twin_name = name + "_pure_twin"
+    if twin_name in sys.modules:
+        return sys.modules[twin_name]
+    spec = importlib.util.spec_from_file_location(twin_name, _source_path(name))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the pure twin of {name}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[twin_name] = module
+    spec.loader.exec_module(module)
+    return module

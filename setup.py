@@ -1,0 +1,68 @@
+"""Build script: compiles the hot modules with mypyc when it can, else installs pure Python.
+
+Everything else about the package is in ``pyproject.toml``. The compiled modules are the
+same ``.py`` files, so the pure-Python build is the reference twin; ``docs/internals.md``
+says why mypyc and what it buys. ``AIOKAFKA_NG_PURE_PYTHON=1`` skips compiling; a machine
+without a C compiler (or where mypyc fails) gets the pure build with a warning, never a
+failed install. Keep ``COMPILED_MODULES`` equal to ``aiokafka_ng._native.COMPILED_MODULES``
+(a test checks).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+COMPILED_MODULES = (
+    "aiokafka_ng.protocol.records",
+    "aiokafka_ng.producer.partitioner",
+    "aiokafka_ng.consumer.buffer",
+)
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _warn(message: str) -> None:
+    bar = "=" * 78
+    print(f"\n{bar}\naiokafka_ng: {message}\n{bar}\n", file=sys.stderr)
+
+
+def _extensions() -> list[Any]:
+    if os.environ.get("AIOKAFKA_NG_PURE_PYTHON", "").strip().lower() in _TRUE:
+        _warn("AIOKAFKA_NG_PURE_PYTHON is set: installing the pure-Python build")
+        return []
+    try:
+        from mypyc.build import mypycify
+
+        paths = [mod.replace(".", "/") + ".py" for mod in COMPILED_MODULES]
+        # mypy only needs to type the compiled modules themselves: the build environment
+        # does not have the runtime dependencies, and the package is checked under
+        # --strict by the test suite anyway.
+        options = ["--follow-imports=silent", "--ignore-missing-imports", "--config-file="]
+        return list(mypycify(options + paths, group_name="aiokafka_ng._hot", opt_level="3"))
+    except Exception as exc:  # mypyc missing or the code generation failed
+        _warn(f"mypyc could not compile the hot modules ({exc!r}): pure-Python build")
+        return []
+
+
+class _OptionalBuildExt(build_ext):
+    """Build the extensions, or none of them: a half-built group would fail at import."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # no compiler, missing headers, ...
+            for ext in self.extensions:
+                for path in (self.get_ext_fullpath(ext.name), self._inplace_path(ext.name)):
+                    Path(path).unlink(missing_ok=True)
+            _warn(f"the C build failed ({exc!r}): installing the pure-Python build")
+
+    def _inplace_path(self, name: str) -> str:
+        return os.path.join(*name.split(".")[:-1], self.get_ext_filename(name).split("/")[-1])
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": _OptionalBuildExt})

@@ -1,0 +1,369 @@
+"""The compiled hot modules against their pure-Python twins, side by side in one process.
+
+``setup.py`` compiles ``aiokafka_ng._native.COMPILED_MODULES`` with mypyc; the normal import
+gets the compiled module, :func:`~aiokafka_ng._native.load_pure_twin` executes the same
+``.py`` file as a separate module. Both are fed the same hypothesis-generated input - every
+codec, headers, control and transactional batches, legacy magic 0/1 messages, and the fuzz
+tests' mutations of all of these - and must agree byte for byte (encodings), value for value
+(decoded records, partitions, consumer records) and error for error (the same
+``ProtocolError`` class and message). On a pure-Python install both sides are the ``.py``
+file and the comparison is trivially true; ``test_compiled_where_a_compiler_exists`` makes
+sure that a machine able to compile did.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import shutil
+import struct
+import sysconfig
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aiokafka_ng
+from aiokafka_ng import _native
+from aiokafka_ng.consumer import buffer as buffer_compiled
+from aiokafka_ng.consumer.models import TopicPartition
+from aiokafka_ng.consumer.state import PartitionState
+from aiokafka_ng.producer import partitioner as partitioner_compiled
+from aiokafka_ng.protocol import records as records_compiled
+from aiokafka_ng.protocol.compression import Compression
+from aiokafka_ng.protocol.errors import ProtocolError
+from tests.consumer.test_buffer_property import build_log, steps
+from tests.fuzz.fuzz_budget import budget, mutate
+from tests.fuzz.test_fuzz_records import _batch, _legacy
+
+records_pure = _native.load_pure_twin("aiokafka_ng.protocol.records")
+partitioner_pure = _native.load_pure_twin("aiokafka_ng.producer.partitioner")
+buffer_pure = _native.load_pure_twin("aiokafka_ng.consumer.buffer")
+
+ROOT = Path(__file__).resolve().parents[2]
+_SETTINGS = settings(
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+_BYTES = st.one_of(st.none(), st.binary(max_size=300))
+_HEADERS = st.lists(st.tuples(st.text(max_size=8), _BYTES), max_size=3)
+_RECORDS = st.lists(
+    st.tuples(st.integers(-(2**40), 2**41), _BYTES, _BYTES, _HEADERS), min_size=1, max_size=12
+)
+# gzip and zstd frames are deterministic here, but compare decoded records for every codec
+# and bytes only where the codec's output does not depend on the library's mood.
+_CODECS = list(Compression)
+
+
+def test_twins_are_distinct_modules() -> None:
+    assert records_pure is not records_compiled
+    assert records_pure.__file__ is not None and records_pure.__file__.endswith(".py")
+    assert records_pure.RecordBatchBuilder is not records_compiled.RecordBatchBuilder
+
+
+def test_compiled_where_a_compiler_exists() -> None:
+    """A machine with a C compiler and Python's headers installs the compiled build (a
+    silent fall-back to pure Python would make every comparison here trivially true)."""
+    headers = Path(sysconfig.get_paths()["include"], "Python.h").exists()
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if _native.pure_python_requested() or not (headers and compiler):
+        assert not aiokafka_ng.__compiled__ or not _native.pure_python_requested()
+        return
+    assert aiokafka_ng.__compiled__, _native.compiled_modules()
+
+
+def test_setup_py_compiles_exactly_the_listed_modules() -> None:
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    listed = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "COMPILED_MODULES" for t in node.targets)
+    )
+    assert tuple(listed) == _native.COMPILED_MODULES
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _build(mod: ModuleType, codec: Compression, records: list[Any], **kw: Any) -> bytes:
+    builder = mod.RecordBatchBuilder(codec, max_size=1 << 20, **kw)
+    for ts, key, value, headers in records:
+        assert builder.append(ts, key, value, headers) is not None
+    return bytes(builder.build())
+
+
+def _outcome(fn: Callable[[], Any]) -> Any:
+    """The value, or the error as (class name, message): the twins must agree on both."""
+    try:
+        return ("ok", fn())
+    except (ProtocolError, ValueError, TypeError, OverflowError, RuntimeError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+
+
+@settings(_SETTINGS, max_examples=budget(150, 5000))
+@given(
+    codec=st.sampled_from(_CODECS),
+    records=_RECORDS,
+    base_offset=st.integers(0, 2**40),
+    producer=st.tuples(st.integers(-1, 2**40), st.integers(-1, 2**15 - 1)),
+    flags=st.tuples(st.booleans(), st.sampled_from([0, 1])),
+)
+def test_builders_write_identical_bytes(
+    codec: Compression,
+    records: list[Any],
+    base_offset: int,
+    producer: tuple[int, int],
+    flags: tuple[bool, int],
+) -> None:
+    kw = {
+        "base_offset": base_offset,
+        "producer_id": producer[0],
+        "producer_epoch": producer[1],
+        "is_transactional": flags[0],
+        "timestamp_type": flags[1],
+    }
+    ours = _outcome(lambda: _build(records_compiled, codec, records, **kw))
+    pure = _outcome(lambda: _build(records_pure, codec, records, **kw))
+    if codec in (Compression.NONE, Compression.LZ4, Compression.SNAPPY) or ours[0] == "error":
+        assert ours == pure
+    else:
+        assert ours[0] == pure[0] == "ok"
+    if ours[0] == "ok":
+        assert _decode(records_pure, ours[1], True) == _decode(records_compiled, pure[1], True)
+        for data in (ours[1], pure[1]):
+            assert records_compiled.set_producer_state(
+                data, 7, 3, 11, is_transactional=True
+            ) == records_pure.set_producer_state(data, 7, 3, 11, is_transactional=True)
+
+
+@settings(_SETTINGS, max_examples=budget(100, 3000))
+@given(
+    keys=st.one_of(st.none(), st.lists(_BYTES, min_size=40, max_size=40)),
+    values=st.lists(_BYTES, min_size=40, max_size=40),
+    start=st.integers(0, 40),
+    stop=st.integers(0, 40),
+    max_size=st.integers(61, 4000),
+    ts=st.integers(0, 2**41),
+    first=st.booleans(),
+)
+def test_append_run_identical(
+    keys: list[bytes | None] | None,
+    values: list[bytes | None],
+    start: int,
+    stop: int,
+    max_size: int,
+    ts: int,
+    first: bool,
+) -> None:
+    def run(mod: ModuleType) -> tuple[int, int, bytes | None]:
+        builder = mod.RecordBatchBuilder(max_size=max_size)
+        if first:
+            builder.append(ts - 5, b"k", b"v", [("h", b"x")])
+        stopped = builder.append_run(ts, keys, values, start, stop)
+        data = builder.build() if builder.record_count else None
+        return stopped, builder.record_count, data
+
+    assert run(records_compiled) == run(records_pure)
+
+
+@given(
+    key_len=st.one_of(st.none(), st.integers(0, 1 << 20)),
+    value_len=st.one_of(st.none(), st.integers(0, 1 << 20)),
+    headers=_HEADERS,
+)
+def test_size_estimates_identical(
+    key_len: int | None, value_len: int | None, headers: list[Any]
+) -> None:
+    assert records_compiled.estimate_record_size(
+        key_len, value_len, headers
+    ) == records_pure.estimate_record_size(key_len, value_len, headers)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _decode(mod: ModuleType, buf: bytes, verify_crc: bool) -> Any:
+    """Everything the reader says about ``buf``, as plain values (or where it failed)."""
+    out: list[Any] = []
+    try:
+        for batch in mod.iter_batches(buf, verify_crc=verify_crc):
+            header = (
+                batch.base_offset, batch.batch_length, batch.partition_leader_epoch,
+                batch.magic, batch.crc, batch.attributes, batch.last_offset_delta,
+                batch.base_timestamp, batch.max_timestamp, batch.producer_id,
+                batch.producer_epoch, batch.base_sequence, batch.record_count,
+                batch.next_offset, batch.is_control, batch.is_transactional,
+                batch.timestamp_type,
+            )  # fmt: skip
+            out.append(header)
+            out.append(
+                [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch.records()]
+            )
+            marker = batch.control_record()
+            out.append(None if marker is None else (marker.version, marker.type))
+    except ProtocolError as exc:
+        out.append(("error", type(exc).__name__, str(exc)))
+    return out
+
+
+def _blob(data: st.DataObject) -> bytes:
+    parts = data.draw(st.lists(st.sampled_from(["v2", "v2", "legacy"]), min_size=1, max_size=3))
+    return b"".join(_batch(data) if p == "v2" else _legacy(data) for p in parts)
+
+
+@settings(_SETTINGS, max_examples=budget(150, 5000))
+@given(st.data())
+def test_readers_agree_on_valid_batches(data: st.DataObject) -> None:
+    buf = _blob(data)
+    ours = _decode(records_compiled, buf, True)
+    assert ours == _decode(records_pure, buf, True)
+    assert not (ours and isinstance(ours[-1], tuple) and ours[-1][:1] == ("error",))
+
+
+@settings(_SETTINGS, max_examples=budget(300, 12_000))
+@given(st.data(), st.booleans())
+def test_readers_agree_on_mutated_batches(data: st.DataObject, verify_crc: bool) -> None:
+    buf = bytes(mutate(data, bytearray(_blob(data))))
+    assert _decode(records_compiled, buf, verify_crc) == _decode(records_pure, buf, verify_crc)
+
+
+@settings(_SETTINGS, max_examples=budget(150, 5000))
+@given(st.binary(max_size=300), st.booleans())
+def test_readers_agree_on_random_bytes(buf: bytes, verify_crc: bool) -> None:
+    assert _decode(records_compiled, buf, verify_crc) == _decode(records_pure, buf, verify_crc)
+
+
+def test_readers_agree_on_compressed_legacy_wrappers() -> None:
+    # A gzip wrapper (magic 1) around two inner messages with relative offsets.
+    import zlib
+
+    def message(offset: int, magic: int, attributes: int, key: bytes | None, value: bytes) -> bytes:
+        body = struct.pack(">bb", magic, attributes)
+        if magic == 1:
+            body += struct.pack(">q", 1_700_000_000_000)
+        body += struct.pack(">i", -1) if key is None else struct.pack(">i", len(key)) + key
+        body += struct.pack(">i", len(value)) + value
+        msg = struct.pack(">I", zlib.crc32(body)) + body
+        return struct.pack(">qi", offset, len(msg)) + msg
+
+    inner = message(0, 1, 0, b"a", b"one") + message(1, 1, 0, None, b"two")
+    compressor = zlib.compressobj(wbits=31)
+    wrapped = compressor.compress(inner) + compressor.flush()
+    buf = message(41, 1, 1, None, wrapped)
+    ours = _decode(records_compiled, buf, True)
+    assert ours == _decode(records_pure, buf, True)
+    assert [r[0] for r in ours[1]] == [40, 41]
+
+
+# --------------------------------------------------------------------------- partitioner
+
+
+@given(st.binary(max_size=600), st.integers(1, 10_000))
+def test_murmur2_identical(key: bytes, partitions: int) -> None:
+    assert partitioner_compiled.murmur2(key) == partitioner_pure.murmur2(key)
+    assert partitioner_compiled.default_partition(
+        key, partitions
+    ) == partitioner_pure.default_partition(key, partitions)
+
+
+def test_murmur2_known_values() -> None:
+    # Values of org.apache.kafka.common.utils.Utils.murmur2 (Java client's partitioner test).
+    for mod in (partitioner_compiled, partitioner_pure):
+        assert mod.murmur2(b"21") == -973932308
+        assert mod.murmur2(b"foobar") == -790332482
+        assert mod.murmur2(b"a-little-bit-long-string") == -985981536
+        assert mod.murmur2(b"") == 275646681
+
+
+@given(st.integers(0, 2**32), st.lists(st.integers(0, 50), max_size=6), st.integers(1, 50))
+def test_sticky_choices_identical(seed: int, available: list[int], partitions: int) -> None:
+    ours = partitioner_compiled.StickyPartitioner(random.Random(seed))
+    pure = partitioner_pure.StickyPartitioner(random.Random(seed))
+    current = 0
+    for _ in range(20):
+        a = ours.pick(current, partitions, available)
+        assert a == pure.pick(current, partitions, available)
+        current = a
+
+
+# --------------------------------------------------------------------------- consumer records
+
+
+def _drain(mod: ModuleType, plan: Any, read_committed: bool, start: int, chunks: list[int],
+           de: Callable[[bytes | None], Any] | None) -> Any:  # fmt: skip
+    blob, aborted, _, _ = build_log(plan)
+    batches = list(records_compiled.iter_batches(blob))
+    state = PartitionState(TopicPartition("t", 3), needs_committed=False)
+    state.seek(start)
+    listed = [a for a, marker in aborted if marker >= start]
+    kept = [b for b in batches if b.next_offset > start]
+    buf = mod.BufferedFetch(state, kept, len(blob), listed if read_committed else None)
+    out: list[Any] = []
+    seen: list[Any] = []
+    turn = 0
+    try:
+        while not buf.exhausted and turn < 1000:
+            n = chunks[turn % len(chunks)]
+            if n == 1:
+                one = buf.take_one(None, de)
+                if one is not None:
+                    out.append(one)
+            else:
+                buf.take_into(out, n, None, de)
+            seen.append(state.position)
+            turn += 1
+    except Exception as exc:
+        seen.append((type(exc).__name__, str(exc), state.position))
+    return seen, [
+        (r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value,
+         r.checksum, r.serialized_key_size, r.serialized_value_size, list(r.headers),
+         r.leader_epoch)
+        for r in out
+    ]  # fmt: skip
+
+
+def _picky(value: bytes | None) -> Any:
+    if value is not None and value.endswith(b":2") and value.startswith(b"1"):
+        raise ValueError(f"refused {value!r}")
+    return value
+
+
+@settings(_SETTINGS, max_examples=budget(150, 3000))
+@given(
+    plan=steps,
+    read_committed=st.booleans(),
+    start_fraction=st.floats(0, 1),
+    chunks=st.lists(st.integers(1, 7), min_size=1, max_size=5),
+    de=st.sampled_from([None, _picky]),
+)
+def test_buffered_fetch_twins_hand_out_the_same_records(
+    plan: Any,
+    read_committed: bool,
+    start_fraction: float,
+    chunks: list[int],
+    de: Callable[[bytes | None], Any] | None,
+) -> None:
+    blob, _, _, _ = build_log(plan)
+    batches = list(records_compiled.iter_batches(blob))
+    start = int((batches[-1].next_offset if batches else 0) * start_fraction)
+    ours = _drain(buffer_compiled, plan, read_committed, start, chunks, de)
+    assert ours == _drain(buffer_pure, plan, read_committed, start, chunks, de)
+
+
+@pytest.mark.parametrize("mod", [records_compiled, records_pure], ids=["installed", "pure"])
+def test_each_twin_rejects_an_overlong_varint(mod: ModuleType) -> None:
+    builder = mod.RecordBatchBuilder()
+    builder.append(1, b"k", b"v")
+    good = bytearray(builder.build())
+    # The record's length varint is the first byte of the records region: make it 11
+    # continuation bytes long (and skip the CRC).
+    bad = bytes(good[:61]) + b"\xff" * 11 + bytes(good[62:])
+    bad = bad[:8] + struct.pack(">i", len(bad) - 12) + bad[12:]
+    result = _decode(mod, bad, False)
+    assert result[-1][0] == "error" and "ProtocolError" in result[-1][1]
