@@ -19,6 +19,7 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 COMPILED_MODULES = (
+    "aiokafka_ng.protocol.record_reader",
     "aiokafka_ng.protocol.records",
     "aiokafka_ng.producer.partitioner",
     "aiokafka_ng.consumer.buffer",
@@ -56,13 +57,12 @@ class _OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # no compiler, missing headers, ...
+            # Only this build's outputs (in place for an editable install, else under
+            # build/): a compiled module left from an earlier build would not match the
+            # sources, and one removed from the source tree by a wheel build would be lost.
             for ext in self.extensions:
-                for path in (self.get_ext_fullpath(ext.name), self._inplace_path(ext.name)):
-                    Path(path).unlink(missing_ok=True)
+                Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
             _warn(f"the C build failed ({exc!r}): installing the pure-Python build")
-
-    def _inplace_path(self, name: str) -> str:
-        return os.path.join(*name.split(".")[:-1], self.get_ext_filename(name).split("/")[-1])
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": _OptionalBuildExt})
