@@ -33,6 +33,7 @@ __all__ = [
 
 #: Compiled by ``setup.py`` (keep the two lists equal; a test checks).
 COMPILED_MODULES = (
+    "aiokafka_ng.protocol.record_reader",
     "aiokafka_ng.protocol.records",
     "aiokafka_ng.producer.partitioner",
     "aiokafka_ng.consumer.buffer",

@@ -19,7 +19,7 @@ from aiokafka_ng.consumer.errors import RecordDeserializationError
 from aiokafka_ng.consumer.models import ConsumerRecord
 from aiokafka_ng.consumer.state import PartitionState
 from aiokafka_ng.protocol.messages.fetch import AbortedTransaction
-from aiokafka_ng.protocol.records import Record, RecordBatch
+from aiokafka_ng.protocol.records import RecordBatch
 
 __all__ = ["BufferedFetch"]
 
@@ -50,7 +50,8 @@ class BufferedFetch:
         self.epoch = state.epoch
         self.size = size
         self._batches: deque[RecordBatch] = deque(batches)
-        self._records: list[Record] = []  # the decoded current batch
+        # The decoded current batch, as the records the application gets (raw key/value).
+        self._records: list[ConsumerRecord[Any, Any]] = []
         self._index = 0  # next record of _records to hand out
         # read_committed: aborted transactions ordered by first offset (None = read all).
         self._aborted: deque[AbortedTransaction] | None = (
@@ -63,7 +64,7 @@ class BufferedFetch:
     def exhausted(self) -> bool:
         return self._index >= len(self._records) and not self._batches
 
-    def chunk(self, n: int) -> tuple[list[Record], RecordBatch, bool] | None:
+    def chunk(self, n: int) -> tuple[list[ConsumerRecord[Any, Any]], RecordBatch, bool] | None:
         """Up to ``n`` records at or after the position, all from one batch.
 
         Returns ``(records, batch, ends_batch)`` or None when nothing is left. When
@@ -75,7 +76,8 @@ class BufferedFetch:
             batch = self._next_batch()
             if batch is None:
                 return None
-            records = batch.records()
+            tp = state.tp
+            records: list[ConsumerRecord[Any, Any]] = batch.consumer_records(tp.topic, tp.partition)
             position = state.position or 0
             if records and records[0].offset < position:
                 records = [r for r in records if r.offset >= position]
@@ -135,22 +137,8 @@ class BufferedFetch:
         self._index = index + 1
         state = self.state
         state.position = batch.next_offset if index + 1 == len(records) else r.offset + 1
-        epoch = state.leader_epoch = batch.partition_leader_epoch
-        key, value = r.key, r.value
-        return ConsumerRecord(
-            state.tp.topic,
-            state.tp.partition,
-            r.offset,
-            r.timestamp,
-            batch.timestamp_type,
-            key,
-            value,
-            None,
-            -1 if key is None else len(key),
-            -1 if value is None else len(value),
-            r.headers,
-            epoch,
-        )
+        state.leader_epoch = batch.partition_leader_epoch
+        return r
 
     def take_into(
         self,
@@ -159,42 +147,23 @@ class BufferedFetch:
         key_de: Callable[[bytes | None], Any] | None,
         value_de: Callable[[bytes | None], Any] | None,
     ) -> None:
-        """Append up to ``n`` records to ``out`` as ConsumerRecords; advance the position.
+        """Append up to ``n`` records to ``out``; advance the position.
 
         Raises RecordDeserializationError (position left at the bad record) or the
         decoding error of a malformed batch.
         """
-        # Hot path: one chunk (a slice of one batch) at a time, records built in a tight
-        # comprehension; the position moves once per chunk.
+        # Hot path: the batch was decoded straight into ConsumerRecords, so without
+        # deserializers a chunk is one list slice and the position moves once per chunk.
+        # Deserializers replace key/value in place: a record is handed out once, and on a
+        # failure the caller drops this buffer, so no raw record is seen again.
         state = self.state
-        topic, partition = state.tp
         while n > 0:
             chunk = self.chunk(n)
             if chunk is None:
                 return
             records, batch, ends = chunk
-            ts_type = batch.timestamp_type
-            epoch = batch.partition_leader_epoch
             if key_de is None and value_de is None:
-                out.extend(
-                    [
-                        ConsumerRecord(
-                            topic,
-                            partition,
-                            r.offset,
-                            r.timestamp,
-                            ts_type,
-                            r.key,
-                            r.value,
-                            None,
-                            -1 if r.key is None else len(r.key),
-                            -1 if r.value is None else len(r.value),
-                            r.headers,
-                            epoch,
-                        )
-                        for r in records
-                    ]
-                )
+                out.extend(records)
             else:
                 for r in records:
                     try:
@@ -205,28 +174,15 @@ class BufferedFetch:
                         # buffer; the record is fetched again if the user retries).
                         state.position = r.offset
                         raise RecordDeserializationError(
-                            f"cannot deserialize {topic}-{partition}@{r.offset}: {exc!r}",
-                            topic,
-                            partition,
+                            f"cannot deserialize {r.topic}-{r.partition}@{r.offset}: {exc!r}",
+                            r.topic,
+                            r.partition,
                             r.offset,
                         ) from exc
-                    out.append(
-                        ConsumerRecord(
-                            topic,
-                            partition,
-                            r.offset,
-                            r.timestamp,
-                            ts_type,
-                            key,
-                            value,
-                            None,
-                            -1 if r.key is None else len(r.key),
-                            -1 if r.value is None else len(r.value),
-                            r.headers,
-                            epoch,
-                        )
-                    )
+                    r.key = key
+                    r.value = value
+                    out.append(r)
                     state.position = r.offset + 1
             n -= len(records)
             state.position = batch.next_offset if ends else records[-1].offset + 1
-            state.leader_epoch = epoch
+            state.leader_epoch = batch.partition_leader_epoch

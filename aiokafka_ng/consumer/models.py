@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Generic, NamedTuple, TypeVar
+from typing import NamedTuple
 
-__all__ = ["ConsumerRecord", "OffsetAndMetadata", "OffsetAndTimestamp", "TopicPartition"]
+# Defined beside the batch decoder, which builds records directly (see record_reader.py).
+from aiokafka_ng.protocol.record_reader import ConsumerRecord, TopicPartition
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class TopicPartition(NamedTuple):
-    """A partition of a topic. Hashable and ordered (topic, then partition)."""
-
-    topic: str
-    partition: int
+__all__ = [
+    "ConsumerRecord",
+    "GroupMetadata",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "TopicPartition",
+]
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -43,32 +40,3 @@ class OffsetAndTimestamp(NamedTuple):
 
     offset: int
     timestamp: int
-
-
-@dataclass(slots=True)
-class ConsumerRecord(Generic[K, V]):
-    """One record as handed to the application.
-
-    ``timestamp_type`` is 0 (create time) or 1 (log append time). ``key``/``value`` are what
-    the deserializers returned (raw bytes by default); the ``serialized_*_size`` fields are
-    the sizes on the wire, -1 for null. ``checksum`` is always None (v2 batches carry one
-    CRC per batch, not per record) and is kept for aiokafka compatibility. Not frozen: a
-    frozen dataclass costs a ``object.__setattr__`` per field, and records are made in bulk.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: K
-    value: V
-    checksum: int | None
-    serialized_key_size: int
-    serialized_value_size: int
-    headers: Sequence[tuple[str, bytes | None]]
-    leader_epoch: int = -1
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)

@@ -33,6 +33,7 @@ from aiokafka_ng.consumer import buffer as buffer_compiled
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.state import PartitionState
 from aiokafka_ng.producer import partitioner as partitioner_compiled
+from aiokafka_ng.protocol import record_reader as reader_compiled
 from aiokafka_ng.protocol import records as records_compiled
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.errors import ProtocolError
@@ -41,6 +42,7 @@ from tests.fuzz.fuzz_budget import budget, mutate
 from tests.fuzz.test_fuzz_records import _batch, _legacy
 
 records_pure = _native.load_pure_twin("aiokafka_ng.protocol.records")
+reader_pure = _native.load_pure_twin("aiokafka_ng.protocol.record_reader")
 partitioner_pure = _native.load_pure_twin("aiokafka_ng.producer.partitioner")
 buffer_pure = _native.load_pure_twin("aiokafka_ng.consumer.buffer")
 
@@ -64,6 +66,7 @@ def test_twins_are_distinct_modules() -> None:
     assert records_pure is not records_compiled
     assert records_pure.__file__ is not None and records_pure.__file__.endswith(".py")
     assert records_pure.RecordBatchBuilder is not records_compiled.RecordBatchBuilder
+    assert reader_pure.ConsumerRecord is not reader_compiled.ConsumerRecord
 
 
 def test_compiled_where_a_compiler_exists() -> None:
@@ -135,7 +138,7 @@ def test_builders_write_identical_bytes(
     else:
         assert ours[0] == pure[0] == "ok"
     if ours[0] == "ok":
-        assert _decode(records_pure, ours[1], True) == _decode(records_compiled, pure[1], True)
+        assert _decode(reader_pure, ours[1], True) == _decode(reader_compiled, pure[1], True)
         for data in (ours[1], pure[1]):
             assert records_compiled.set_producer_state(
                 data, 7, 3, 11, is_transactional=True
@@ -188,6 +191,14 @@ def test_size_estimates_identical(
 # --------------------------------------------------------------------------- reading
 
 
+def _consumer_fields(r: Any) -> tuple[Any, ...]:
+    return (
+        type(r).__name__, r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, r.key,
+        r.value, r.checksum, r.serialized_key_size, r.serialized_value_size, r.headers,
+        r.leader_epoch,
+    )  # fmt: skip
+
+
 def _decode(mod: ModuleType, buf: bytes, verify_crc: bool) -> Any:
     """Everything the reader says about ``buf``, as plain values (or where it failed)."""
     out: list[Any] = []
@@ -205,6 +216,7 @@ def _decode(mod: ModuleType, buf: bytes, verify_crc: bool) -> Any:
             out.append(
                 [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch.records()]
             )
+            out.append([_consumer_fields(r) for r in batch.consumer_records("t", 3)])
             marker = batch.control_record()
             out.append(None if marker is None else (marker.version, marker.type))
     except ProtocolError as exc:
@@ -221,8 +233,8 @@ def _blob(data: st.DataObject) -> bytes:
 @given(st.data())
 def test_readers_agree_on_valid_batches(data: st.DataObject) -> None:
     buf = _blob(data)
-    ours = _decode(records_compiled, buf, True)
-    assert ours == _decode(records_pure, buf, True)
+    ours = _decode(reader_compiled, buf, True)
+    assert ours == _decode(reader_pure, buf, True)
     assert not (ours and isinstance(ours[-1], tuple) and ours[-1][:1] == ("error",))
 
 
@@ -230,13 +242,13 @@ def test_readers_agree_on_valid_batches(data: st.DataObject) -> None:
 @given(st.data(), st.booleans())
 def test_readers_agree_on_mutated_batches(data: st.DataObject, verify_crc: bool) -> None:
     buf = bytes(mutate(data, bytearray(_blob(data))))
-    assert _decode(records_compiled, buf, verify_crc) == _decode(records_pure, buf, verify_crc)
+    assert _decode(reader_compiled, buf, verify_crc) == _decode(reader_pure, buf, verify_crc)
 
 
 @settings(_SETTINGS, max_examples=budget(150, 5000))
 @given(st.binary(max_size=300), st.booleans())
 def test_readers_agree_on_random_bytes(buf: bytes, verify_crc: bool) -> None:
-    assert _decode(records_compiled, buf, verify_crc) == _decode(records_pure, buf, verify_crc)
+    assert _decode(reader_compiled, buf, verify_crc) == _decode(reader_pure, buf, verify_crc)
 
 
 def test_readers_agree_on_compressed_legacy_wrappers() -> None:
@@ -256,8 +268,8 @@ def test_readers_agree_on_compressed_legacy_wrappers() -> None:
     compressor = zlib.compressobj(wbits=31)
     wrapped = compressor.compress(inner) + compressor.flush()
     buf = message(41, 1, 1, None, wrapped)
-    ours = _decode(records_compiled, buf, True)
-    assert ours == _decode(records_pure, buf, True)
+    ours = _decode(reader_compiled, buf, True)
+    assert ours == _decode(reader_pure, buf, True)
     assert [r[0] for r in ours[1]] == [40, 41]
 
 
@@ -267,6 +279,10 @@ def test_readers_agree_on_compressed_legacy_wrappers() -> None:
 @given(st.binary(max_size=600), st.integers(1, 10_000))
 def test_murmur2_identical(key: bytes, partitions: int) -> None:
     assert partitioner_compiled.murmur2(key) == partitioner_pure.murmur2(key)
+    # Each build picks the formulation fastest for it; both formulations, in both twins.
+    expected = partitioner_pure._murmur2_words(key)
+    for mod in (partitioner_compiled, partitioner_pure):
+        assert mod._murmur2_words(key) == mod._murmur2_narrow(key) == expected
     assert partitioner_compiled.default_partition(
         key, partitions
     ) == partitioner_pure.default_partition(key, partitions)
@@ -275,10 +291,21 @@ def test_murmur2_identical(key: bytes, partitions: int) -> None:
 def test_murmur2_known_values() -> None:
     # Values of org.apache.kafka.common.utils.Utils.murmur2 (Java client's partitioner test).
     for mod in (partitioner_compiled, partitioner_pure):
-        assert mod.murmur2(b"21") == -973932308
-        assert mod.murmur2(b"foobar") == -790332482
-        assert mod.murmur2(b"a-little-bit-long-string") == -985981536
-        assert mod.murmur2(b"") == 275646681
+        for fn in (mod.murmur2, mod._murmur2_words, mod._murmur2_narrow):
+            assert fn(b"21") == -973932308
+            assert fn(b"foobar") == -790332482
+            assert fn(b"a-little-bit-long-string") == -985981536
+            assert fn(b"") == 275646681
+
+
+def test_each_twin_knows_whether_it_is_compiled() -> None:
+    assert partitioner_pure.COMPILED is False
+    assert partitioner_pure.murmur2 is partitioner_pure._murmur2_words
+    compiled = aiokafka_ng.__compiled__
+    assert partitioner_compiled.COMPILED is compiled
+    assert partitioner_compiled.murmur2 is (
+        partitioner_compiled._murmur2_narrow if compiled else partitioner_compiled._murmur2_words
+    )
 
 
 @given(st.integers(0, 2**32), st.lists(st.integers(0, 50), max_size=6), st.integers(1, 50))
@@ -356,9 +383,9 @@ def test_buffered_fetch_twins_hand_out_the_same_records(
     assert ours == _drain(buffer_pure, plan, read_committed, start, chunks, de)
 
 
-@pytest.mark.parametrize("mod", [records_compiled, records_pure], ids=["installed", "pure"])
+@pytest.mark.parametrize("mod", [reader_compiled, reader_pure], ids=["installed", "pure"])
 def test_each_twin_rejects_an_overlong_varint(mod: ModuleType) -> None:
-    builder = mod.RecordBatchBuilder()
+    builder = records_compiled.RecordBatchBuilder()
     builder.append(1, b"k", b"v")
     good = bytearray(builder.build())
     # The record's length varint is the first byte of the records region: make it 11
@@ -367,3 +394,29 @@ def test_each_twin_rejects_an_overlong_varint(mod: ModuleType) -> None:
     bad = bad[:8] + struct.pack(">i", len(bad) - 12) + bad[12:]
     result = _decode(mod, bad, False)
     assert result[-1][0] == "error" and "ProtocolError" in result[-1][1]
+
+
+@pytest.mark.parametrize("mod", [reader_compiled, reader_pure], ids=["installed", "pure"])
+def test_record_classes_behave_like_the_dataclasses_they_replaced(mod: ModuleType) -> None:
+    import copy
+    import pickle
+
+    rec = mod.ConsumerRecord("t", 3, 7, 1000, 0, b"k", b"v", None, 1, 1, (("h", b"x"),), 5)
+    assert mod.ConsumerRecord[bytes, bytes] is not None  # generic, as before
+    assert rec == mod.ConsumerRecord("t", 3, 7, 1000, 0, b"k", b"v", None, 1, 1, (("h", b"x"),), 5)
+    assert rec != mod.ConsumerRecord("t", 3, 8, 1000, 0, b"k", b"v", None, 1, 1, (), 5)
+    assert repr(rec) == (
+        "ConsumerRecord(topic='t', partition=3, offset=7, timestamp=1000, timestamp_type=0, "
+        "key=b'k', value=b'v', checksum=None, serialized_key_size=1, serialized_value_size=1, "
+        "headers=(('h', b'x'),), leader_epoch=5)"
+    )
+    if mod is reader_compiled:  # the pure twin's module name is not importable by pickle
+        assert pickle.loads(pickle.dumps(rec)) == rec
+    assert copy.copy(rec) == rec and copy.copy(rec) is not rec
+    assert rec.topic_partition == ("t", 3)
+    rec.value = "decoded"  # deserializers replace key/value in place
+    assert rec.value == "decoded"
+    r = mod.Record(1, 2, None, b"v", ())
+    assert r == mod.Record(1, 2, None, b"v", ()) and r != mod.Record(1, 2, b"", b"v", ())
+    assert repr(r) == "Record(offset=1, timestamp=2, key=None, value=b'v', headers=())"
+    assert copy.copy(r) == r

@@ -87,7 +87,7 @@ def test_we_read_aiokafka(codec: Compression) -> None:
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (5, 6, 7)
     assert batch.record_count == len(RECORDS)
     assert batch.size_in_bytes == len(data)
-    got = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch.records()]
+    got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch.records()]
     assert got == _expected()
 
 
