@@ -44,6 +44,14 @@ from aiokafka_ng.admin.models import (
     TransactionDescription,
     TransactionListing,
 )
+from aiokafka_ng.admin.offset_reset import (
+    GroupLag,
+    OffsetReset,
+    OffsetResetPlan,
+    OffsetResetRow,
+    PartitionLag,
+    plan_targets,
+)
 from aiokafka_ng.admin.results import AdminBatchError, ItemResults
 
 __all__ = [
@@ -69,6 +77,7 @@ __all__ = [
     "CreatedTopic",
     "DeletedRecords",
     "ElectionType",
+    "GroupLag",
     "IsolationLevel",
     "ItemResults",
     "ListOffsetsResultInfo",
@@ -79,8 +88,12 @@ __all__ = [
     "NewTopic",
     "Node",
     "OffsetAndMetadata",
+    "OffsetReset",
+    "OffsetResetPlan",
+    "OffsetResetRow",
     "OffsetSpec",
     "PartitionInfo",
+    "PartitionLag",
     "PatternType",
     "ProducerState",
     "ReplicaInfo",
@@ -90,5 +103,6 @@ __all__ = [
     "TopicPartition",
     "TransactionDescription",
     "TransactionListing",
+    "plan_targets",
     "validate_topic_name",
 ]

@@ -1,8 +1,9 @@
 """``AdminClient``: topics, configs, offsets, groups, ACLs and more, as coroutines.
 
 The operations live in mixins by area (``_topics``, ``_configs``, ``_partitions``,
-``_groups``, ``_acls``); routing and the retry driver in ``_core``. This module owns the
-lifecycle: validating the config once, entering and leaving the :class:`Cluster`.
+``_groups``, ``_acls``, and ``offset_reset`` for lag and offset resets); routing and the
+retry driver in ``_core``. This module owns the lifecycle: validating the config once,
+entering and leaving the :class:`Cluster`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from aiokafka_ng.admin._groups import GroupOps
 from aiokafka_ng.admin._partitions import PartitionOps
 from aiokafka_ng.admin._topics import TopicOps
 from aiokafka_ng.admin.config import AdminConfig
+from aiokafka_ng.admin.offset_reset import OffsetToolOps
 from aiokafka_ng.cluster import ClientStatus, Cluster, client_status
 from aiokafka_ng.errors import IllegalStateError
 from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -25,7 +27,7 @@ from aiokafka_ng.net.backoff import ExponentialBackoff
 __all__ = ["AdminClient"]
 
 
-class AdminClient(TopicOps, ConfigOps, PartitionOps, GroupOps, AclOps):
+class AdminClient(OffsetToolOps, TopicOps, ConfigOps, PartitionOps, GroupOps, AclOps):
     """Kafka admin client; use as ``async with AdminClient(bootstrap_servers=...) as admin``.
 
     Keyword arguments are :class:`AdminConfig` fields (``ConfigError`` names every bad

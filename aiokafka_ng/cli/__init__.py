@@ -28,12 +28,12 @@ _PROG = "aiokafka-ng"
 
 def build_parser() -> argparse.ArgumentParser:
     from aiokafka_ng import __version__
-    from aiokafka_ng.cli import _bench, _broker, _consume, _demo, _produce, _topics
+    from aiokafka_ng.cli import _bench, _broker, _consume, _demo, _groups, _produce, _topics
 
     parser = argparse.ArgumentParser(
         prog=_PROG,
         description="An asyncio/trio Kafka client's command line: a local broker, topics, "
-        "produce, consume, bench and a demo.",
+        "consumer groups, produce, consume, bench and a demo.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="event loop to run on (default: asyncio)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (_broker, _topics, _produce, _consume, _bench, _demo):
+    for module in (_broker, _topics, _groups, _produce, _consume, _bench, _demo):
         module.register(sub)
     return parser
 

@@ -142,6 +142,50 @@ def test_topics_create_list_describe_delete(kafka_broker: Any) -> None:
     assert f"deleted {name}" in done.stdout
 
 
+def _cells(table: str, first: str) -> list[str]:
+    """The cells of the table row that starts with ``first``."""
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│┃").split("│")]
+        if cells and cells[0] == first:
+            return cells
+    raise AssertionError(f"no row {first!r} in:\n{table}")
+
+
+def test_groups_reset_describe_list_delete(kafka_broker: Any) -> None:
+    from confluent_kafka import Producer as CProducer
+
+    b = ["-b", kafka_broker.bootstrap_servers]
+    name, group = topic_name(), f"cli-group-{uuid.uuid4().hex[:8]}"
+    assert cli("topics", "create", name, "-p", "1", *b).returncode == 0
+    producer = CProducer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    for i in range(6):
+        # One record per batch: Tansu's ListOffsets LATEST is right only then (TANSU.md).
+        producer.produce(name, b"v%d" % i, partition=0)
+        assert producer.flush(20) == 0
+    # A dry run (the default) prints the plan and commits nothing.
+    done = cli("groups", "reset", group, "--to-offset", "4", "--topic", name, *b)
+    assert done.returncode == 0, done.stderr
+    assert "dry run" in done.stdout and "--execute" in done.stdout
+    done = cli("groups", "describe", group, *b)
+    assert "total lag=0" in done.stdout, done.stdout
+    done = cli("groups", "reset", group, "--to-offset", "4", "--topic", name, "--execute", *b)
+    assert done.returncode == 0, done.stderr
+    assert f"reset 1 partitions of {group}" in done.stdout
+    done = cli("groups", "describe", group, *b)
+    assert done.returncode == 0, done.stderr
+    assert "total lag=2" in done.stdout, done.stdout
+    # topic, partition, committed, log end, lag, member
+    assert _cells(done.stdout, name)[:5] == [name, "0", "4", "6", "2"]
+    assert group in cli("groups", "list", *b).stdout
+    # Shift past the log start: clamped to it.
+    done = cli("groups", "reset", group, "--shift-by", "-10", *b)
+    # topic, partition, current, target
+    assert _cells(done.stdout, name)[:4] == [name, "0", "4", "0"]
+    assert_one_line_error(cli("groups", "reset", group, "--by-duration", "soon", *b), "soon")
+    done = cli("groups", "delete", group, *b)
+    assert done.returncode == 0 and f"deleted {group}" in done.stdout
+
+
 def test_produce_stdin_then_consume_json(kafka_broker: Any) -> None:
     b = ["-b", kafka_broker.bootstrap_servers]
     name = topic_name()
@@ -360,3 +404,21 @@ def test_produce_sends_each_typed_line_at_once(kafka_broker: Any) -> None:
             proc.communicate()
     assert proc.returncode == 0, err.decode()
     assert f"produced 1 records to {name}" in err.decode()
+
+
+def test_reset_durations_parse_like_kafkas_tool() -> None:
+    from datetime import timedelta
+
+    from aiokafka_ng.cli._common import CliError
+    from aiokafka_ng.cli._groups import parse_duration
+
+    assert parse_duration("PT1H30M") == timedelta(hours=1, minutes=30)
+    assert parse_duration("P1DT2H") == timedelta(days=1, hours=2)
+    assert parse_duration("pt0.5s") == timedelta(seconds=0.5)
+    assert parse_duration("90s") == timedelta(seconds=90)
+    assert parse_duration("15m") == timedelta(minutes=15)
+    assert parse_duration("2h") == timedelta(hours=2)
+    assert parse_duration("1d") == timedelta(days=1)
+    for bad in ("", "P", "PT", "1w", "-5m", "PT1X", "soon"):
+        with pytest.raises(CliError, match="bad duration"):
+            parse_duration(bad)
