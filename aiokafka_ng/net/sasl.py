@@ -90,6 +90,13 @@ class SaslConfig:
         return ScramMechanism(self.mechanism, self.username, self.password)
 
 
+def scram_salted_password(hash_name: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """RFC 5802 ``Hi(Normalize(password), salt, i)``: PBKDF2 with HMAC over ``hash_name``
+    ("sha256", "sha512"). The password is used as its UTF-8 bytes, as Kafka does (no
+    SASLprep). The login below and the admin client's SCRAM upsertions share it."""
+    return hashlib.pbkdf2_hmac(hash_name, password.encode("utf-8"), salt, iterations)
+
+
 def _fail(reason: str) -> SaslAuthenticationFailedError:
     return SaslAuthenticationFailedError(reason)
 
@@ -231,7 +238,7 @@ class ScramMechanism:
                 f"SCRAM: iteration count {iterations} below the minimum {_SCRAM_MIN_ITERATIONS}"
             )
 
-        salted = hashlib.pbkdf2_hmac(self._hash, self._password.encode(), salt, iterations)
+        salted = scram_salted_password(self._hash, self._password, salt, iterations)
         client_key = self._hmac(salted, b"Client Key")
         stored_key = hashlib.new(self._hash, client_key).digest()
         # "biws" is base64("n,,"): the gs2 header echoed back (no channel binding).
