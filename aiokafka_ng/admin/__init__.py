@@ -38,16 +38,11 @@ from aiokafka_ng.admin.models import (
     ProducerState,
     ReplicaInfo,
     ResourceType,
-    ScramCredentialInfo,
-    ScramMechanism,
     TopicDescription,
     TopicListing,
     TopicPartition,
     TransactionDescription,
     TransactionListing,
-    UserScramCredentialDeletion,
-    UserScramCredentialsDescription,
-    UserScramCredentialUpsertion,
 )
 from aiokafka_ng.admin.offset_reset import (
     GroupLag,
@@ -58,6 +53,18 @@ from aiokafka_ng.admin.offset_reset import (
     plan_targets,
 )
 from aiokafka_ng.admin.results import AdminBatchError, ItemResults
+from aiokafka_ng.admin.user_models import (
+    ClientQuotaAlteration,
+    ClientQuotaEntity,
+    ClientQuotaFilter,
+    ClientQuotaFilterComponent,
+    QuotaMatch,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialsDescription,
+    UserScramCredentialUpsertion,
+)
 
 __all__ = [
     "AclBinding",
@@ -69,6 +76,10 @@ __all__ = [
     "AdminConfig",
     "AlterConfigOp",
     "AlterConfigOpType",
+    "ClientQuotaAlteration",
+    "ClientQuotaEntity",
+    "ClientQuotaFilter",
+    "ClientQuotaFilterComponent",
     "ClusterDescription",
     "ConfigEntry",
     "ConfigResource",
@@ -101,6 +112,7 @@ __all__ = [
     "PartitionLag",
     "PatternType",
     "ProducerState",
+    "QuotaMatch",
     "ReplicaInfo",
     "ResourceType",
     "ScramCredentialInfo",

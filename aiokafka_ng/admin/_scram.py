@@ -12,14 +12,14 @@ import os
 from collections.abc import Iterable
 
 from aiokafka_ng.admin._core import _AdminCore, broker_error
-from aiokafka_ng.admin.models import (
+from aiokafka_ng.admin.results import ItemResults
+from aiokafka_ng.admin.user_models import (
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialDeletion,
     UserScramCredentialsDescription,
     UserScramCredentialUpsertion,
 )
-from aiokafka_ng.admin.results import ItemResults
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.net.sasl import scram_salted_password
 from aiokafka_ng.protocol.messages import alter_user_scram_credentials as alter

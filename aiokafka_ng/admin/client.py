@@ -1,9 +1,9 @@
 """``AdminClient``: topics, configs, offsets, groups, ACLs and more, as coroutines.
 
 The operations live in mixins by area (``_topics``, ``_configs``, ``_partitions``,
-``_groups``, ``_acls``, ``_scram``, and ``offset_reset`` for lag and offset resets); routing and the
-retry driver in ``_core``. This module owns the lifecycle: validating the config once,
-entering and leaving the :class:`Cluster`.
+``_groups``, ``_acls``, ``_scram``, ``_quotas``, and ``offset_reset`` for lag and offset
+resets); routing and the retry driver in ``_core``. This module owns the lifecycle:
+validating the config once, entering and leaving the :class:`Cluster`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from aiokafka_ng.admin._acls import AclOps
 from aiokafka_ng.admin._configs import ConfigOps
 from aiokafka_ng.admin._groups import GroupOps
 from aiokafka_ng.admin._partitions import PartitionOps
+from aiokafka_ng.admin._quotas import QuotaOps
 from aiokafka_ng.admin._scram import ScramOps
 from aiokafka_ng.admin._topics import TopicOps
 from aiokafka_ng.admin.config import AdminConfig
@@ -28,7 +29,9 @@ from aiokafka_ng.net.backoff import ExponentialBackoff
 __all__ = ["AdminClient"]
 
 
-class AdminClient(OffsetToolOps, TopicOps, ConfigOps, PartitionOps, GroupOps, AclOps, ScramOps):
+class AdminClient(
+    OffsetToolOps, TopicOps, ConfigOps, PartitionOps, GroupOps, AclOps, ScramOps, QuotaOps
+):
     """Kafka admin client; use as ``async with AdminClient(bootstrap_servers=...) as admin``.
 
     Keyword arguments are :class:`AdminConfig` fields (``ConfigError`` names every bad

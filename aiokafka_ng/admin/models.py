@@ -49,16 +49,11 @@ __all__ = [
     "ProducerState",
     "ReplicaInfo",
     "ResourceType",
-    "ScramCredentialInfo",
-    "ScramMechanism",
     "TopicDescription",
     "TopicListing",
     "TopicPartition",
     "TransactionDescription",
     "TransactionListing",
-    "UserScramCredentialDeletion",
-    "UserScramCredentialUpsertion",
-    "UserScramCredentialsDescription",
 ]
 
 
@@ -524,65 +519,6 @@ class TransactionDescription:
     transaction_timeout_ms: int
     transaction_start_time_ms: int | None
     topic_partitions: list[TopicPartition]
-
-
-# ---------------------------------------------------------------------------- SCRAM users
-
-
-class ScramMechanism(enum.IntEnum):
-    """Kafka's numbering of the SCRAM mechanisms on the wire."""
-
-    UNKNOWN = 0
-    SCRAM_SHA_256 = 1
-    SCRAM_SHA_512 = 2
-
-    @property
-    def hash_name(self) -> str:
-        """The ``hashlib`` name of the mechanism's hash."""
-        if self is ScramMechanism.UNKNOWN:
-            raise ValueError("the UNKNOWN SCRAM mechanism has no hash")
-        return "sha256" if self is ScramMechanism.SCRAM_SHA_256 else "sha512"
-
-
-@dataclass(frozen=True, slots=True)
-class ScramCredentialInfo:
-    """A mechanism a user has a credential for, and its iteration count."""
-
-    mechanism: ScramMechanism
-    iterations: int
-
-
-@dataclass(frozen=True, slots=True)
-class UserScramCredentialsDescription:
-    """What ``describe_user_scram_credentials`` returns for one user (no secrets: the
-    broker never sends them)."""
-
-    user: str
-    credential_infos: list[ScramCredentialInfo]
-
-
-@dataclass(frozen=True, slots=True)
-class UserScramCredentialUpsertion:
-    """Create or replace ``user``'s credential for ``mechanism``.
-
-    The password never leaves the client: the salted password (RFC 5802 ``Hi``) is
-    computed here with ``salt`` (32 random bytes by default) and sent instead. Kafka accepts
-    4096 to 16384 iterations. The password is left out of ``repr``.
-    """
-
-    user: str
-    mechanism: ScramMechanism
-    password: str = field(repr=False)
-    iterations: int = 4096
-    salt: bytes | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class UserScramCredentialDeletion:
-    """Delete ``user``'s credential for ``mechanism``."""
-
-    user: str
-    mechanism: ScramMechanism
 
 
 def decode_authorized_operations(bits: int) -> frozenset[AclOperation] | None:
