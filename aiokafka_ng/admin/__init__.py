@@ -2,6 +2,12 @@
 
 from aiokafka_ng.admin._topics import validate_topic_name
 from aiokafka_ng.admin.client import AdminClient
+from aiokafka_ng.admin.cluster_admin import (
+    NewPartitionReassignment,
+    PartitionReassignment,
+    QuorumInfo,
+    QuorumReplicaState,
+)
 from aiokafka_ng.admin.config import AdminConfig
 from aiokafka_ng.admin.models import (
     AclBinding,
@@ -28,6 +34,7 @@ from aiokafka_ng.admin.models import (
     ListOffsetsSpec,
     LogDirDescription,
     MemberDescription,
+    MemberToRemove,
     NewPartitions,
     NewTopic,
     Node,
@@ -100,6 +107,8 @@ __all__ = [
     "ListOffsetsSpec",
     "LogDirDescription",
     "MemberDescription",
+    "MemberToRemove",
+    "NewPartitionReassignment",
     "NewPartitions",
     "NewTopic",
     "Node",
@@ -110,8 +119,11 @@ __all__ = [
     "OffsetSpec",
     "PartitionInfo",
     "PartitionLag",
+    "PartitionReassignment",
     "PatternType",
     "ProducerState",
+    "QuorumInfo",
+    "QuorumReplicaState",
     "QuotaMatch",
     "ReplicaInfo",
     "ResourceType",

@@ -18,6 +18,7 @@ from aiokafka_ng.admin.models import (
     ConsumerGroupListing,
     ConsumerGroupState,
     MemberDescription,
+    MemberToRemove,
     OffsetAndMetadata,
     TopicPartition,
     decode_authorized_operations,
@@ -27,6 +28,7 @@ from aiokafka_ng.errors import (
     KafkaError,
     ProtocolError,
 )
+from aiokafka_ng.protocol.messages import leave_group as lg
 from aiokafka_ng.protocol.messages import offset_commit as oc
 from aiokafka_ng.protocol.messages import offset_delete as od
 from aiokafka_ng.protocol.messages import offset_fetch as of
@@ -336,6 +338,77 @@ class GroupOps(_AdminCore):
         return await self._partition_op(
             "delete_consumer_group_offsets", group_id, tps, on_coordinator, timeout_ms
         )
+
+    async def remove_members_from_consumer_group(
+        self,
+        group_id: str,
+        members: Iterable[MemberToRemove] | None = None,
+        reason: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> ItemResults[MemberToRemove, None]:
+        """Make members leave ``group_id`` (LeaveGroup v3+, KIP-345), e.g. a stuck static
+        member that would otherwise hold its partitions until its session times out.
+
+        ``members`` None removes every current member (described first). ``reason``
+        (KIP-800) is shown in the broker's log. One outcome per member.
+        """
+        if members is None:
+            desc = (await self.describe_consumer_groups([group_id], timeout_ms=timeout_ms)).result(
+                group_id
+            )
+            wanted = [
+                MemberToRemove(m.group_instance_id, "" if m.group_instance_id else m.member_id)
+                for m in desc.members
+            ]
+        else:
+            wanted = list(dict.fromkeys(members))
+
+        async def on_coordinator(
+            node: int, pending: list[MemberToRemove], deadline: float
+        ) -> dict[MemberToRemove, KafkaError | None]:
+            req = lg.LeaveGroupRequest(
+                group_id=group_id,
+                members=[
+                    lg.MemberIdentity(
+                        member_id=m.member_id, group_instance_id=m.group_instance_id, reason=reason
+                    )
+                    for m in pending
+                ],
+            )
+            resp: lg.LeaveGroupResponse = await self._send(
+                "remove_members_from_consumer_group", node, req, deadline, min_version=3
+            )
+            top = broker_error(resp.error_code)
+            if top is not None:
+                return dict.fromkeys(pending, top)
+            answered = {(r.group_instance_id, r.member_id): r.error_code for r in resp.members}
+            out: dict[MemberToRemove, KafkaError | None] = {}
+            for m in pending:
+                # A static member is answered under its instance id (and the member id the
+                # coordinator knew it by); a dynamic one under its member id.
+                code = answered.get((m.group_instance_id, m.member_id))
+                if code is None and m.group_instance_id:
+                    code = next(
+                        (c for (i, _), c in answered.items() if i == m.group_instance_id), None
+                    )
+                out[m] = (
+                    KafkaError("remove_members_from_consumer_group: member not in the answer")
+                    if code is None
+                    else broker_error(code)
+                )
+            return out
+
+        async def attempt(
+            pending: list[MemberToRemove], deadline: float
+        ) -> Mapping[MemberToRemove, KafkaError | None]:
+            out = await self._at_coordinator(
+                group_id, lambda node: on_coordinator(node, pending, deadline)
+            )
+            if any(isinstance(v, STALE_COORDINATOR) for v in out.values()):
+                self._cluster.invalidate_coordinator(group_id)
+            return out
+
+        return await self._run("remove_members_from_consumer_group", wanted, attempt, timeout_ms)
 
     async def _partition_op(
         self,

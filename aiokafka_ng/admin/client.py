@@ -1,9 +1,10 @@
 """``AdminClient``: topics, configs, offsets, groups, ACLs and more, as coroutines.
 
 The operations live in mixins by area (``_topics``, ``_configs``, ``_partitions``,
-``_groups``, ``_acls``, ``_scram``, ``_quotas``, and ``offset_reset`` for lag and offset
-resets); routing and the retry driver in ``_core``. This module owns the lifecycle:
-validating the config once, entering and leaving the :class:`Cluster`.
+``_groups``, ``_acls``, ``_scram``, ``_quotas``, ``cluster_admin`` for reassignments and
+the quorum, and ``offset_reset`` for lag and offset resets); routing and the retry driver
+in ``_core``. This module owns the lifecycle: validating the config once, entering and
+leaving the :class:`Cluster`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from aiokafka_ng.admin._partitions import PartitionOps
 from aiokafka_ng.admin._quotas import QuotaOps
 from aiokafka_ng.admin._scram import ScramOps
 from aiokafka_ng.admin._topics import TopicOps
+from aiokafka_ng.admin.cluster_admin import ClusterAdminOps
 from aiokafka_ng.admin.config import AdminConfig
 from aiokafka_ng.admin.offset_reset import OffsetToolOps
 from aiokafka_ng.cluster import ClientStatus, Cluster, client_status
@@ -30,7 +32,15 @@ __all__ = ["AdminClient"]
 
 
 class AdminClient(
-    OffsetToolOps, TopicOps, ConfigOps, PartitionOps, GroupOps, AclOps, ScramOps, QuotaOps
+    OffsetToolOps,
+    TopicOps,
+    ConfigOps,
+    PartitionOps,
+    GroupOps,
+    AclOps,
+    ScramOps,
+    QuotaOps,
+    ClusterAdminOps,
 ):
     """Kafka admin client; use as ``async with AdminClient(bootstrap_servers=...) as admin``.
 

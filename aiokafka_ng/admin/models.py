@@ -39,6 +39,7 @@ __all__ = [
     "ListOffsetsSpec",
     "LogDirDescription",
     "MemberDescription",
+    "MemberToRemove",
     "NewPartitions",
     "NewTopic",
     "Node",
@@ -349,6 +350,19 @@ class ConsumerGroupListing:
     state: ConsumerGroupState | None = None
     group_type: str | None = None
     protocol_type: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberToRemove:
+    """A member for ``remove_members_from_consumer_group``: a static member by its
+    ``group_instance_id`` (KIP-345), or a dynamic one by ``member_id``."""
+
+    group_instance_id: str | None = None
+    member_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.group_instance_id and not self.member_id:
+            raise ValueError("a member to remove needs a group_instance_id or a member_id")
 
 
 @dataclass(frozen=True, slots=True)
