@@ -60,6 +60,7 @@ from aiokafka_ng.admin.offset_reset import (
     plan_targets,
 )
 from aiokafka_ng.admin.results import AdminBatchError, ItemResults
+from aiokafka_ng.admin.txn_admin import AbortTransactionSpec, FencedProducer
 from aiokafka_ng.admin.user_models import (
     ClientQuotaAlteration,
     ClientQuotaEntity,
@@ -74,6 +75,7 @@ from aiokafka_ng.admin.user_models import (
 )
 
 __all__ = [
+    "AbortTransactionSpec",
     "AclBinding",
     "AclBindingFilter",
     "AclOperation",
@@ -100,6 +102,7 @@ __all__ = [
     "CreatedTopic",
     "DeletedRecords",
     "ElectionType",
+    "FencedProducer",
     "GroupLag",
     "IsolationLevel",
     "ItemResults",

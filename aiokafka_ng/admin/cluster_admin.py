@@ -1,14 +1,15 @@
 """Cluster-level admin operations: partition reassignments (KIP-455), the KRaft metadata
-quorum (KIP-595/KIP-836), client-metrics resources (KIP-714) and unregistering a broker
-(KIP-500).
+quorum (KIP-595/KIP-836) and its voters (KIP-853), client-metrics resources (KIP-714) and
+unregistering a broker (KIP-500).
 
 Reassignments go to the controller, as the Java client sends them (a KRaft cluster names a
-broker there, which forwards); the quorum, the client-metrics listing and unregistering go
-to any broker. Each answer is decoded into the typed results below.
+broker there, which forwards); the quorum and its voters, the client-metrics listing and
+unregistering go to any broker. Each answer is decoded into the typed results below.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -16,10 +17,12 @@ from aiokafka_ng.admin._core import _AdminCore, broker_error, by_topic
 from aiokafka_ng.admin.models import TopicPartition
 from aiokafka_ng.admin.results import ItemResults
 from aiokafka_ng.errors import KafkaError
+from aiokafka_ng.protocol.messages import add_raft_voter as arv
 from aiokafka_ng.protocol.messages import alter_partition_reassignments as apr
 from aiokafka_ng.protocol.messages import describe_quorum as dq
 from aiokafka_ng.protocol.messages import list_client_metrics_resources as lcm
 from aiokafka_ng.protocol.messages import list_partition_reassignments as lpr
+from aiokafka_ng.protocol.messages import remove_raft_voter as rrv
 from aiokafka_ng.protocol.messages import unregister_broker as ub
 
 __all__ = [
@@ -235,3 +238,54 @@ class ClusterAdminOps(_AdminCore):
                 raise err
 
         await self._run_one("unregister_broker", attempt, timeout_ms)
+
+    async def add_raft_voter(
+        self,
+        voter_id: int,
+        voter_directory_id: uuid.UUID,
+        endpoints: Iterable[tuple[str, str, int]],
+        cluster_id: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Add a controller to the KRaft quorum's voters (KIP-853): its id, metadata log
+        directory id and ``(listener, host, port)`` endpoints."""
+        listeners = [arv.Listener(name=n, host=h, port=p) for n, h, p in endpoints]
+
+        async def attempt(deadline: float) -> None:
+            node = await self._any_node()
+            req = arv.AddRaftVoterRequest(
+                cluster_id=cluster_id,
+                timeout_ms=self._server_timeout_ms(deadline),
+                voter_id=voter_id,
+                voter_directory_id=voter_directory_id,
+                listeners=listeners,
+            )
+            resp: arv.AddRaftVoterResponse = await self._send("add_raft_voter", node, req, deadline)
+            err = broker_error(resp.error_code, resp.error_message)
+            if err is not None:
+                raise err
+
+        await self._run_one("add_raft_voter", attempt, timeout_ms)
+
+    async def remove_raft_voter(
+        self,
+        voter_id: int,
+        voter_directory_id: uuid.UUID,
+        cluster_id: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Remove a controller from the KRaft quorum's voters (KIP-853)."""
+
+        async def attempt(deadline: float) -> None:
+            node = await self._any_node()
+            req = rrv.RemoveRaftVoterRequest(
+                cluster_id=cluster_id, voter_id=voter_id, voter_directory_id=voter_directory_id
+            )
+            resp: rrv.RemoveRaftVoterResponse = await self._send(
+                "remove_raft_voter", node, req, deadline
+            )
+            err = broker_error(resp.error_code, resp.error_message)
+            if err is not None:
+                raise err
+
+        await self._run_one("remove_raft_voter", attempt, timeout_ms)

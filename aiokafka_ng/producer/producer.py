@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
 import re
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -295,13 +296,16 @@ class Producer:
         self._running = False
         acc = self._acc
         try:
+            deadline = math.inf if timeout is None else anyio.current_time() + timeout
             if self._txn is not None and self._txn.in_transaction:
                 # Records of an open transaction must not be committed by accident; the
-                # broker would abort it after transaction_timeout_ms anyway.
-                await self._txn.abort_quietly()
+                # broker would abort it after transaction_timeout_ms anyway. The abort counts
+                # against close's timeout, as in the Java client (a fenced producer's EndTxn
+                # may never be answered).
+                await self._txn.abort_quietly(timeout)
             acc.closing = True
             self._wake_all()
-            with anyio.move_on_after(timeout):
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
                 for fut in acc.incomplete():
                     await fut.wait_done()
                 await callbacks_run(self._loop)

@@ -555,12 +555,14 @@ class TransactionManager:
             log.info("transaction %s: epoch bump refused (%s); re-initializing", self, exc)
             return await client.init_producer_id()
 
-    async def abort_quietly(self) -> None:
-        """Abort if a transaction is open, shielded and bounded by ``request_timeout_ms``;
-        errors are logged, not raised (cleanup paths). Skipped in a cancelled task."""
+    async def abort_quietly(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Abort if a transaction is open, shielded and bounded by ``request_timeout_ms``
+        (or ``timeout`` if shorter); errors are logged, not raised (cleanup paths). Skipped
+        in a cancelled task."""
         if not self.in_transaction or anyio.current_effective_deadline() == -math.inf:
             return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self.request_timeout_s):
+        bound = self.request_timeout_s if timeout is None else min(timeout, self.request_timeout_s)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
             try:
                 await self.abort()
             except KafkaError as exc:
