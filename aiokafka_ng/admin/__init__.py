@@ -60,6 +60,7 @@ from aiokafka_ng.admin.offset_reset import (
     plan_targets,
 )
 from aiokafka_ng.admin.results import AdminBatchError, ItemResults
+from aiokafka_ng.admin.tokens import DelegationToken, TokenInformation
 from aiokafka_ng.admin.txn_admin import AbortTransactionSpec, FencedProducer
 from aiokafka_ng.admin.user_models import (
     ClientQuotaAlteration,
@@ -100,6 +101,7 @@ __all__ = [
     "ConsumerGroupListing",
     "ConsumerGroupState",
     "CreatedTopic",
+    "DelegationToken",
     "DeletedRecords",
     "ElectionType",
     "FencedProducer",
@@ -132,6 +134,7 @@ __all__ = [
     "ResourceType",
     "ScramCredentialInfo",
     "ScramMechanism",
+    "TokenInformation",
     "TopicDescription",
     "TopicListing",
     "TopicPartition",
