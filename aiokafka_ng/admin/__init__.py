@@ -9,6 +9,13 @@ from aiokafka_ng.admin.cluster_admin import (
     QuorumReplicaState,
 )
 from aiokafka_ng.admin.config import AdminConfig
+from aiokafka_ng.admin.features import (
+    FeatureMetadata,
+    FeatureUpdate,
+    GroupListing,
+    GroupType,
+    UpgradeType,
+)
 from aiokafka_ng.admin.models import (
     AclBinding,
     AclBindingFilter,
@@ -104,8 +111,12 @@ __all__ = [
     "DelegationToken",
     "DeletedRecords",
     "ElectionType",
+    "FeatureMetadata",
+    "FeatureUpdate",
     "FencedProducer",
     "GroupLag",
+    "GroupListing",
+    "GroupType",
     "IsolationLevel",
     "ItemResults",
     "ListOffsetsResultInfo",
@@ -140,6 +151,7 @@ __all__ = [
     "TopicPartition",
     "TransactionDescription",
     "TransactionListing",
+    "UpgradeType",
     "UserScramCredentialDeletion",
     "UserScramCredentialUpsertion",
     "UserScramCredentialsDescription",

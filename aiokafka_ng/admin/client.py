@@ -2,8 +2,9 @@
 
 The operations live in mixins by area (``_topics``, ``_configs``, ``_partitions``,
 ``_groups``, ``_acls``, ``_scram``, ``_quotas``, ``cluster_admin`` for reassignments and
-the quorum, ``txn_admin`` for fencing and aborts, ``tokens`` for delegation tokens, and
-``offset_reset`` for lag and offset resets); routing and the retry driver in ``_core``.
+the quorum, ``txn_admin`` for fencing and aborts, ``tokens`` for delegation tokens,
+``features`` for features and all-types group listing, and ``offset_reset`` for lag and
+offset resets); routing and the retry driver in ``_core``.
 This module owns the lifecycle: validating the config once, entering and leaving the
 :class:`Cluster`.
 """
@@ -24,6 +25,7 @@ from aiokafka_ng.admin._scram import ScramOps
 from aiokafka_ng.admin._topics import TopicOps
 from aiokafka_ng.admin.cluster_admin import ClusterAdminOps
 from aiokafka_ng.admin.config import AdminConfig
+from aiokafka_ng.admin.features import FeatureOps
 from aiokafka_ng.admin.offset_reset import OffsetToolOps
 from aiokafka_ng.admin.tokens import TokenOps
 from aiokafka_ng.admin.txn_admin import TxnAdminOps
@@ -46,6 +48,7 @@ class AdminClient(
     QuotaOps,
     ClusterAdminOps,
     TokenOps,
+    FeatureOps,
 ):
     """Kafka admin client; use as ``async with AdminClient(bootstrap_servers=...) as admin``.
 
