@@ -66,6 +66,7 @@ from aiokafka_ng.admin.offset_reset import (
     PartitionLag,
     plan_targets,
 )
+from aiokafka_ng.admin.replica_dirs import ReplicaLogDirInfo, TopicPartitionReplica
 from aiokafka_ng.admin.results import AdminBatchError, ItemResults
 from aiokafka_ng.admin.tokens import DelegationToken, TokenInformation
 from aiokafka_ng.admin.txn_admin import AbortTransactionSpec, FencedProducer
@@ -142,6 +143,7 @@ __all__ = [
     "QuorumReplicaState",
     "QuotaMatch",
     "ReplicaInfo",
+    "ReplicaLogDirInfo",
     "ResourceType",
     "ScramCredentialInfo",
     "ScramMechanism",
@@ -149,6 +151,7 @@ __all__ = [
     "TopicDescription",
     "TopicListing",
     "TopicPartition",
+    "TopicPartitionReplica",
     "TransactionDescription",
     "TransactionListing",
     "UpgradeType",
