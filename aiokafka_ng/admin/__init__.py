@@ -68,6 +68,12 @@ from aiokafka_ng.admin.offset_reset import (
 )
 from aiokafka_ng.admin.replica_dirs import ReplicaLogDirInfo, TopicPartitionReplica
 from aiokafka_ng.admin.results import AdminBatchError, ItemResults
+from aiokafka_ng.admin.share_groups import (
+    ShareGroupDescription,
+    ShareGroupListing,
+    ShareGroupState,
+    ShareMemberDescription,
+)
 from aiokafka_ng.admin.tokens import DelegationToken, TokenInformation
 from aiokafka_ng.admin.txn_admin import AbortTransactionSpec, FencedProducer
 from aiokafka_ng.admin.user_models import (
@@ -147,6 +153,10 @@ __all__ = [
     "ResourceType",
     "ScramCredentialInfo",
     "ScramMechanism",
+    "ShareGroupDescription",
+    "ShareGroupListing",
+    "ShareGroupState",
+    "ShareMemberDescription",
     "TokenInformation",
     "TopicDescription",
     "TopicListing",

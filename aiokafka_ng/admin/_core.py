@@ -230,17 +230,28 @@ class _AdminCore:
         deadline: float,
         *,
         min_version: int | None = None,
+        pinned_version: int | None = None,
     ) -> Any:
         """Send ``request`` to ``node_id`` at the highest common version; return the response.
 
         Requests carry the fields of every version (the codec writes only those of the
         version it encodes). ``min_version`` is the lowest version that can express what
-        the caller asks for (e.g. ListOffsets v7 for max-timestamp).
+        the caller asks for (e.g. ListOffsets v7 for max-timestamp). ``pinned_version``
+        sends exactly that version, for an API whose only version in the schemas is still
+        marked unstable (negotiation never picks those): the broker must advertise it.
         """
         conn = await self._cluster.connection(node_id)
         probe = type(request)
+        if pinned_version is not None:
+            low, high = conn.api_versions.get(probe.API_KEY, (0, -1))
+            if not low <= pinned_version <= high:
+                offered = f"v{low}-v{high}" if high >= 0 else "none"
+                raise UnsupportedVersionError(
+                    f"{operation} needs {probe.__name__} v{pinned_version}, "
+                    f"broker {node_id} offers {offered}"
+                )
         try:
-            version = conn.version_for(probe)
+            version = conn.version_for(probe) if pinned_version is None else pinned_version
         except UnsupportedVersionError as exc:
             raise UnsupportedVersionError(
                 f"{operation} is not supported by broker {node_id}: {exc.detail or exc}"

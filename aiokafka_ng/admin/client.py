@@ -3,8 +3,9 @@
 The operations live in mixins by area (``_topics``, ``_configs``, ``_partitions``,
 ``_groups``, ``_acls``, ``_scram``, ``_quotas``, ``cluster_admin`` for reassignments and
 the quorum, ``txn_admin`` for fencing and aborts, ``tokens`` for delegation tokens,
-``features`` for features and all-types group listing, ``replica_dirs`` for JBOD moves, and
-``offset_reset`` for lag and offset resets); routing and the retry driver in ``_core``.
+``features`` for features and all-types group listing, ``replica_dirs`` for JBOD moves,
+``share_groups`` for KIP-932 share groups, and ``offset_reset`` for lag and offset resets);
+routing and the retry driver in ``_core``.
 This module owns the lifecycle: validating the config once, entering and leaving the
 :class:`Cluster`.
 """
@@ -28,6 +29,7 @@ from aiokafka_ng.admin.config import AdminConfig
 from aiokafka_ng.admin.features import FeatureOps
 from aiokafka_ng.admin.offset_reset import OffsetToolOps
 from aiokafka_ng.admin.replica_dirs import ReplicaDirOps
+from aiokafka_ng.admin.share_groups import ShareGroupOps
 from aiokafka_ng.admin.tokens import TokenOps
 from aiokafka_ng.admin.txn_admin import TxnAdminOps
 from aiokafka_ng.cluster import ClientStatus, Cluster, client_status
@@ -41,6 +43,7 @@ class AdminClient(
     OffsetToolOps,
     TxnAdminOps,
     ReplicaDirOps,
+    ShareGroupOps,
     TopicOps,
     ConfigOps,
     PartitionOps,
