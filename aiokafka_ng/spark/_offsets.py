@@ -8,15 +8,23 @@ at the earliest offset with ``max_wait_ms=1``, so it costs one small round trip 
 and returns at once even for an empty partition (measured: Tansu answers a Fetch with
 ``max_wait_ms=0`` with no partitions at all).
 
+Which partitions: ``subscribe`` names topics; ``subscribePattern`` lists every topic
+(Metadata for all, internal topics left out as the Java consumer does) and keeps full
+matches; ``assign`` names partitions, each of which must exist.
+
+Offsets by timestamp (``startingTimestamp`` and friends) are ListOffsets with the timestamp,
+asked of each leader; an answer of -1 means no record at or after it.
+
 Retriable errors (stale leaders, a lost connection) refresh metadata and retry the whole
-lookup a few times with the client's backoff; anything else is raised.
+lookup (Spark's ``fetchOffset.numRetries`` times, default 3) under the client's exponential
+backoff starting at ``fetchOffset.retryIntervalMs``; anything else is raised.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 import anyio
 
@@ -31,29 +39,102 @@ from aiokafka_ng.protocol.messages.list_offsets import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
+from aiokafka_ng.protocol.messages.metadata import MetadataRequest
+from aiokafka_ng.spark._options import Subscription
 
-__all__ = ["Bounds", "partition_bounds"]
+__all__ = ["Bounds", "offsets_for_times", "partition_bounds", "subscribed_bounds"]
+
+T = TypeVar("T")
 
 #: ``{tp: (earliest offset, high watermark)}``
 Bounds = dict[TopicPartition, tuple[int, int]]
 
-_ATTEMPTS = 6
+_RETRIES = 3  # Spark's fetchOffset.numRetries default
+_RETRY_INTERVAL_MS = 10  # Spark's fetchOffset.retryIntervalMs default
 _MAX_NAMED_FETCH_VERSION = 12  # v13+ names topics by id; names are all we need here
 
 
 async def partition_bounds(properties: Mapping[str, str], topics: Iterable[str]) -> Bounds:
     """Every partition of ``topics`` with its earliest offset and high watermark."""
-    config = ConsumerConfig.from_properties(properties)
-    backoff = ExponentialBackoff.retry(config.retry_backoff_ms, config.retry_backoff_max_ms)
     names = list(topics)
+    return await _with_retries(properties, names, lambda c: _bounds_once(c, names))
+
+
+async def subscribed_bounds(
+    properties: Mapping[str, str],
+    sub: Subscription,
+    retries: int = _RETRIES,
+    retry_interval_ms: int = _RETRY_INTERVAL_MS,
+) -> Bounds:
+    """The partitions ``sub`` reads, with their earliest offset and high watermark."""
+
+    async def once(cluster: Cluster) -> Bounds:
+        if sub.kind == "subscribe":
+            return await _bounds_once(cluster, list(sub.topics))
+        if sub.kind == "subscribePattern":
+            response: Any = await cluster.request_any(
+                MetadataRequest(topics=None, allow_auto_topic_creation=False)
+            )
+            names = sorted(
+                t.name
+                for t in response.topics
+                if t.name and not t.is_internal and t.error_code == 0 and sub.matches(t.name)
+            )
+            return await _bounds_once(cluster, names) if names else {}
+        wanted = [TopicPartition(t, p) for t, p in sub.assigned]
+        bounds = await _bounds_once(cluster, sorted({tp.topic for tp in wanted}))
+        missing = [f"{tp.topic}-{tp.partition}" for tp in wanted if tp not in bounds]
+        if missing:
+            raise UnknownTopicOrPartitionError(
+                f"option 'assign' names partitions that do not exist: {', '.join(missing)}"
+            )
+        return {tp: bounds[tp] for tp in wanted}
+
+    return await _with_retries(
+        properties, list({t for t, _ in sub.assigned} | set(sub.topics)), once
+    )
+
+
+async def offsets_for_times(
+    properties: Mapping[str, str],
+    times: Mapping[TopicPartition, int],
+    retries: int = _RETRIES,
+    retry_interval_ms: int = _RETRY_INTERVAL_MS,
+) -> dict[TopicPartition, int | None]:
+    """The first offset at or after each timestamp (ms); None when no record is that late."""
+
+    async def once(cluster: Cluster) -> dict[TopicPartition, int | None]:
+        by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+        for tp in times:
+            by_leader[await cluster.leader_for(tp.topic, tp.partition)].append(tp)
+        out: dict[TopicPartition, int | None] = {}
+        for leader, tps in by_leader.items():
+            found = await _list_offsets(cluster, leader, {tp: times[tp] for tp in tps})
+            out.update({tp: (o if o >= 0 else None) for tp, o in found.items()})
+        return out
+
+    topics = sorted({tp.topic for tp in times})
+    return await _with_retries(properties, topics, once, retries, retry_interval_ms)
+
+
+async def _with_retries(
+    properties: Mapping[str, str],
+    names: list[str],
+    once: Callable[[Cluster], Awaitable[T]],
+    retries: int = _RETRIES,
+    retry_interval_ms: int = _RETRY_INTERVAL_MS,
+) -> T:
+    config = ConsumerConfig.from_properties(properties)
+    top = max(retry_interval_ms, config.retry_backoff_max_ms)
+    backoff = ExponentialBackoff.retry(retry_interval_ms, top)
     async with Cluster(config.cluster_config()) as cluster:
         failures = 0
         while True:
             try:
-                return await _bounds_once(cluster, names)
+                return await once(cluster)
             except KafkaError as exc:
                 failures += 1
-                if not exc.retriable or failures >= _ATTEMPTS:
+                if not exc.retriable or failures > retries:
                     raise
                 cluster.request_update(names)
                 await anyio.sleep(backoff.backoff_s(failures))
@@ -90,13 +171,28 @@ def _grouped(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
 async def _earliest(
     cluster: Cluster, leader: int, tps: list[TopicPartition]
 ) -> dict[TopicPartition, int]:
+    found = await _list_offsets(cluster, leader, dict.fromkeys(tps, -2))
+    return {tp: max(o, 0) for tp, o in found.items()}
+
+
+async def _list_offsets(
+    cluster: Cluster, leader: int, timestamps: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """ListOffsets at ``leader``: -2 asks for the earliest offset, a timestamp for the first
+    offset at or after it (-1 back when there is none)."""
+    tps = list(timestamps)
     request = ListOffsetsRequest(
         replica_id=-1,
         isolation_level=0,
         topics=[
             ListOffsetsTopic(
                 name=topic,
-                partitions=[ListOffsetsPartition(partition_index=p, timestamp=-2) for p in parts],
+                partitions=[
+                    ListOffsetsPartition(
+                        partition_index=p, timestamp=timestamps[TopicPartition(topic, p)]
+                    )
+                    for p in parts
+                ],
             )
             for topic, parts in _grouped(tps).items()
         ],
@@ -107,8 +203,9 @@ async def _earliest(
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition_index)
             _raise_for(p.error_code, tp, "ListOffsets")
-            offset = p.offset if p.offset >= 0 else (p.old_style_offsets or [0])[0]
-            out[tp] = offset
+            # v0 answers in old_style_offsets; -1 is "no such offset" (a timestamp too late).
+            old = p.old_style_offsets
+            out[tp] = p.offset if p.offset >= 0 or not old else old[0]
     return _complete(out, tps, "ListOffsets")
 
 

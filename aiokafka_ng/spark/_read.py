@@ -2,12 +2,13 @@
 
 Theory of operation
 -------------------
-*Planning (driver).* Options are parsed and the ``kafka.*`` consumer settings validated;
-then one lookup (:mod:`._offsets`) finds every partition of the subscribed topics with its
-earliest offset and high watermark. ``startingOffsets``/``endingOffsets`` (``earliest``,
-``latest`` or JSON per partition) are resolved against those bounds into exact ranges
-``[start, end)``; a range longer than ``maxRecordsPerPartition`` is split, so one Kafka
-partition can feed several Spark tasks. Empty ranges produce no task.
+*Planning (driver).* :mod:`._plan` parses the options with Spark's Kafka connector rules;
+then one lookup (:mod:`._offsets`) finds every partition of the subscription (assign,
+subscribe or subscribePattern) with its earliest offset and high watermark. The starting
+and ending positions (by timestamp, or earliest/latest/JSON offsets) are resolved against
+those bounds into exact ranges ``[start, end)``, split by ``maxRecordsPerPartition`` and
+``minPartitions`` so one Kafka partition can feed several Spark tasks. Empty ranges produce
+no task. A start below the log start is data loss: ``failOnDataLoss`` decides.
 
 *Tasks (executors).* Each task reads one range with a :class:`Consumer` (manual
 ``assign`` + ``seek``, no group, nothing committed) until its position reaches the end.
@@ -15,21 +16,26 @@ The consumer runs under ``anyio.run`` in a thread of the Python worker, handing 
 batches to the task's generator through a small queue: Spark consumes batch N while batch
 N+1 is fetched, memory stays bounded by the queue, and no ``Row`` is built per record.
 If the generator is closed early (``limit``), the thread is told to stop and joined.
-Records already deleted by retention are skipped (the range starts at the log start); there
-is no ``failOnDataLoss`` option yet.
+Records deleted after planning make the fetch go out of range: with ``failOnDataLoss``
+(``auto.offset.reset=none``) the task fails naming the offset, without it the consumer
+resets to the log start and the task reads on.
 
 *Streaming.* Offsets are JSON ``{"topic": {"partition": next_offset}}``. ``initialOffset``
-resolves ``startingOffsets`` (default ``latest``, as Spark's Kafka source); each trigger's
+resolves the starting position (default ``latest``, as Spark's Kafka source); each trigger's
 ``latestOffset(start, limit)`` reads the high watermarks and, under ``maxOffsetsPerTrigger``,
-advances each partition by its share of the budget, proportional to its backlog. Restarting
-from a checkpoint resumes from the checkpointed end offsets (Spark passes them as ``start``).
-``Trigger.AvailableNow`` is supported: the high watermarks at the trigger are the target.
+advances each partition by its share of the budget, proportional to its backlog; under
+``minOffsetsPerTrigger`` it returns ``start`` (no batch) while fewer records wait and
+``maxTriggerDelay`` has not passed. A partition that vanished, or now ends before our
+offset, is data loss. Restarting from a checkpoint resumes from the checkpointed end offsets
+(Spark passes them as ``start``). ``Trigger.AvailableNow`` is supported: the high watermarks
+at the trigger are the target.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,100 +44,40 @@ import anyio
 import anyio.to_thread
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
-from aiokafka_ng.errors import KafkaTimeoutError
-from aiokafka_ng.spark._offsets import Bounds, partition_bounds
-from aiokafka_ng.spark._options import (
-    EARLIEST,
-    LATEST,
-    OffsetSpec,
-    SparkOptionError,
-    consumer_properties,
-    parse_offsets,
-    positive_int,
-    topics_option,
+from aiokafka_ng.errors import KafkaTimeoutError, OffsetOutOfRangeError
+from aiokafka_ng.spark._options import SparkOptionError, log
+from aiokafka_ng.spark._plan import (
+    DATA_LOSS_HINT,
+    ReadPlan,
+    plan_bounds,
+    plan_read,
+    read_schema,
+    resolve_positions,
+    split_ranges,
 )
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
 __all__ = [
-    "SCHEMA",
     "KafkaBatchReader",
+    "KafkaDataLossError",
     "KafkaRange",
     "KafkaStreamReader",
     "ReadPlan",
     "plan_read",
     "read_range",
+    "read_schema",
 ]
-
-#: The columns of Spark's own Kafka source (headers always included). Built from types, not
-#: DDL: parsing DDL needs a SparkContext, which the planner's Python worker does not have.
-SCHEMA = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-        StructField(
-            "headers",
-            ArrayType(
-                StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-            ),
-        ),
-    ]
-)
 
 _ARROW_BATCH_ROWS = 10_000
 _QUEUE_BATCHES = 4
-_DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark's kafkaConsumer.pollTimeoutMs default
 
 
-@dataclass(frozen=True)
-class ReadPlan:
-    """Validated read options (pickled to the executors inside each partition)."""
-
-    properties: dict[str, str]
-    topics: list[str]
-    starting: OffsetSpec
-    ending: OffsetSpec
-    max_records_per_partition: int | None
-    max_offsets_per_trigger: int | None
-    poll_timeout_ms: int
-
-
-def plan_read(options: Mapping[str, str], *, streaming: bool) -> ReadPlan:
-    properties = consumer_properties(options)
-    topics = topics_option(options)
-    starting = parse_offsets(options, "startingOffsets", "latest" if streaming else "earliest")
-    if streaming and options.get("endingOffsets") is not None:
-        raise SparkOptionError("option 'endingOffsets' is for batch reads only")
-    ending = parse_offsets(options, "endingOffsets", "latest")
-    poll = positive_int(options, "kafkaConsumer.pollTimeoutMs", _DEFAULT_POLL_TIMEOUT_MS)
-    assert poll is not None
-    return ReadPlan(
-        properties,
-        topics,
-        starting,
-        ending,
-        positive_int(options, "maxRecordsPerPartition", None),
-        positive_int(options, "maxOffsetsPerTrigger", None),
-        poll,
-    )
+class KafkaDataLossError(RuntimeError):
+    """Records the query had to read are gone from Kafka, and ``failOnDataLoss`` is true."""
 
 
 @dataclass(frozen=True)
@@ -145,52 +91,43 @@ class KafkaRange(InputPartition):  # type: ignore[misc,unused-ignore]
     plan: ReadPlan
 
 
-def _resolve(spec: OffsetSpec, tp: TopicPartition, bounds: tuple[int, int]) -> int:
-    offset = spec.offset_for(tp.topic, tp.partition)
-    if offset == EARLIEST:
-        return bounds[0]
-    if offset == LATEST:
-        return bounds[1]
-    return offset
-
-
 def _ranges(plan: ReadPlan, spans: Mapping[TopicPartition, tuple[int, int]]) -> list[KafkaRange]:
-    out: list[KafkaRange] = []
-    step = plan.max_records_per_partition
-    for tp in sorted(spans):
-        start, end = spans[tp]
-        while start < end:
-            stop = end if step is None else min(end, start + step)
-            out.append(KafkaRange(tp.topic, tp.partition, start, stop, plan))
-            start = stop
-    return out
+    return [
+        KafkaRange(tp.topic, tp.partition, start, end, plan)
+        for tp, start, end in split_ranges(plan, spans)
+    ]
 
 
-def _bounds(plan: ReadPlan) -> Bounds:
-    return anyio.run(partition_bounds, plan.properties, plan.topics)
+def _lost(plan: ReadPlan, what: str) -> None:
+    """Data loss: fail the query, or (failOnDataLoss=false) log it and go on."""
+    if plan.fail_on_data_loss:
+        raise KafkaDataLossError(f"{what}: {DATA_LOSS_HINT}")
+    log.warning("%s; failOnDataLoss=false, so the query reads on", what)
 
 
 class KafkaBatchReader(DataSourceReader):  # type: ignore[misc,unused-ignore]
     """``spark.read.format("aiokafka_ng")``: ranges resolved once, at planning time."""
 
     def __init__(self, plan: ReadPlan) -> None:
+        assert plan.ending is not None
         self.plan = plan
-        bounds = _bounds(plan)
+        bounds = plan_bounds(plan)
+        starts = resolve_positions(plan, plan.starting, bounds, "starting")
+        ends = resolve_positions(plan, plan.ending, bounds, "ending")
         spans: dict[TopicPartition, tuple[int, int]] = {}
-        for tp, b in bounds.items():
-            start = _resolve(plan.starting, tp, b)
-            end = _resolve(plan.ending, tp, b)
+        for tp, (low, high) in bounds.items():
+            start, end = starts[tp], ends[tp]
             where = f"{tp.topic}-{tp.partition}"
             if end < start:
-                raise SparkOptionError(
-                    f"{where}: endingOffsets ({end}) is before startingOffsets ({start})"
-                )
-            if end > b[1]:
+                raise SparkOptionError(f"{where}: the end ({end}) is before the start ({start})")
+            if end > high:
                 # A batch read never waits for records that are not written yet.
                 raise SparkOptionError(
-                    f"{where}: endingOffsets ({end}) is past the partition's end ({b[1]})"
+                    f"{where}: the end ({end}) is past the partition's end ({high})"
                 )
-            spans[tp] = (max(start, b[0]), end)  # records before the log start are gone
+            if start < low:
+                _lost(plan, f"{where}: offsets {start}-{min(low, end) - 1} were deleted")
+            spans[tp] = (max(start, low), end)
         self.ranges = _ranges(plan, spans)
 
     def partitions(self) -> Sequence[KafkaRange]:
@@ -201,23 +138,32 @@ class KafkaBatchReader(DataSourceReader):  # type: ignore[misc,unused-ignore]
         return read_range(partition)
 
 
+def _begin(offset: int, high: int) -> int:
+    """Where a partition's next batch starts: at ``offset``, unless the partition now ends
+    before it (re-created, and allowed by failOnDataLoss=false): then from its start."""
+    return offset if offset <= high else 0
+
+
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc,unused-ignore]
     """``spark.readStream.format("aiokafka_ng")``; offsets are ``{topic: {partition: next}}``."""
 
     def __init__(self, plan: ReadPlan) -> None:
         self.plan = plan
         self._target: dict[str, dict[str, int]] | None = None
+        self._last_trigger: float | None = None  # monotonic time of the last batch planned
 
     def _latest(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
-        for tp, (_, high) in _bounds(self.plan).items():
+        for tp, (_, high) in plan_bounds(self.plan).items():
             out.setdefault(tp.topic, {})[str(tp.partition)] = high
         return out
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
+        bounds = plan_bounds(self.plan)
+        starts = resolve_positions(self.plan, self.plan.starting, bounds, "starting")
         out: dict[str, dict[str, int]] = {}
-        for tp, b in _bounds(self.plan).items():
-            out.setdefault(tp.topic, {})[str(tp.partition)] = _resolve(self.plan.starting, tp, b)
+        for tp, offset in starts.items():
+            out.setdefault(tp.topic, {})[str(tp.partition)] = offset
         return out
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -232,13 +178,27 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         self, start: dict[str, dict[str, int]], limit: ReadLimit
     ) -> dict[str, dict[str, int]]:
         latest = self._target if self._target is not None else self._latest()
-        # Partitions new since ``start`` begin at 0 (their earliest, on a fresh partition).
-        begin = {t: {p: start.get(t, {}).get(p, 0) for p in ps} for t, ps in latest.items()}
+        for t, ps in start.items():
+            for p, offset in ps.items():
+                high = latest.get(t, {}).get(p)
+                if high is None:
+                    _lost(self.plan, f"{t}-{p} is gone (deleted topic or partition)")
+                elif offset > high:
+                    # The partition restarted below our position (topic re-created):
+                    # without failing, read the new records from its start.
+                    _lost(self.plan, f"{t}-{p}: its end ({high}) is before our offset {offset}")
+        # Partitions new since ``start`` (or re-created) begin at 0 (earliest: a fresh one).
+        begin = {
+            t: {p: _begin(start.get(t, {}).get(p, 0), high) for p, high in ps.items()}
+            for t, ps in latest.items()
+        }
         lag = {
             (t, p): max(0, high - begin[t][p]) for t, ps in latest.items() for p, high in ps.items()
         }
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         total = sum(lag.values())
+        if self._delay(total):
+            return start
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if budget is None or total <= budget:
             return {t: {p: max(begin[t][p], h) for p, h in ps.items()} for t, ps in latest.items()}
         # Share the budget by backlog; leftovers from rounding go to the largest backlogs.
@@ -252,11 +212,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
                 left -= 1
         return {t: {p: begin[t][p] + share[(t, p)] for p in ps} for t, ps in latest.items()}
 
+    def _delay(self, available: int) -> bool:
+        """minOffsetsPerTrigger: skip this trigger while fewer records wait and less than
+        maxTriggerDelay has passed since the last batch (not under Trigger.AvailableNow)."""
+        wanted = self.plan.min_offsets_per_trigger
+        now = time.monotonic()
+        if wanted is None or self._target is not None:
+            return False
+        last = self._last_trigger
+        if last is None or now - last >= self.plan.max_trigger_delay_s or available >= wanted:
+            self._last_trigger = now
+            return False
+        return True
+
     def partitions(
         self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
     ) -> Sequence[KafkaRange]:
         spans = {
-            TopicPartition(t, int(p)): (start.get(t, {}).get(p, 0), stop)
+            TopicPartition(t, int(p)): (_begin(start.get(t, {}).get(p, 0), stop), stop)
             for t, ps in end.items()
             for p, stop in ps.items()
         }
@@ -326,13 +299,22 @@ async def _consume(part: KafkaRange, put: Any, stop: threading.Event) -> None:
     start, end = part.start, part.end
     poll_timeout = part.plan.poll_timeout_ms / 1000
     pending: list[Any] = []  # records for the next Arrow batch
-    async with Consumer.from_properties(part.plan.properties) as consumer:
+    properties = dict(part.plan.properties)
+    # failOnDataLoss: an offset out of range must reach us, not be reset silently.
+    properties["auto.offset.reset"] = "none" if part.plan.fail_on_data_loss else "earliest"
+    async with Consumer.from_properties(properties) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, start)
         position = start
         idle_since = anyio.current_time()
         while position < end and not stop.is_set():
-            got = await consumer.getmany(tp, timeout_ms=500, max_records=_ARROW_BATCH_ROWS)
+            try:
+                got = await consumer.getmany(tp, timeout_ms=500, max_records=_ARROW_BATCH_ROWS)
+            except OffsetOutOfRangeError as exc:
+                raise KafkaDataLossError(
+                    f"{tp.topic}-{tp.partition}: offset {position} is out of range ({exc}): "
+                    + DATA_LOSS_HINT
+                ) from exc
             records = got.get(tp, [])
             if records:
                 position = records[-1].offset + 1
@@ -359,27 +341,27 @@ async def _consume(part: KafkaRange, put: Any, stop: threading.Event) -> None:
                     return
 
 
-_NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
+_NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
 
 def _to_arrow(pa: Any, part: KafkaRange, records: list[Any]) -> pa.RecordBatch:
     """One Arrow batch in the source's schema: a list comprehension per column, no dict or
     Row per record (headers are passed as the records' own (key, value) tuples)."""
     n = len(records)
+    millis = pa.array([r.timestamp for r in records], pa.int64())
+    columns = [
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array([part.topic] * n, pa.string()),
+        pa.array([part.partition] * n, pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        millis.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+        pa.array([r.timestamp_type for r in records], pa.int32()),
+    ]
+    if not part.plan.include_headers:
+        return pa.RecordBatch.from_arrays(columns, names=_NAMES)
     header_type = pa.list_(
         pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
     )
-    millis = pa.array([r.timestamp for r in records], pa.int64())
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([r.key for r in records], pa.binary()),
-            pa.array([r.value for r in records], pa.binary()),
-            pa.array([part.topic] * n, pa.string()),
-            pa.array([part.partition] * n, pa.int32()),
-            pa.array([r.offset for r in records], pa.int64()),
-            millis.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-            pa.array([r.timestamp_type for r in records], pa.int32()),
-            pa.array([r.headers for r in records], header_type),
-        ],
-        names=_NAMES,
-    )
+    columns.append(pa.array([r.headers for r in records], header_type))
+    return pa.RecordBatch.from_arrays(columns, names=[*_NAMES, "headers"])

@@ -6,11 +6,12 @@ Theory of operation
 any task runs: a ``value`` column (binary or string) is required; ``key`` (binary/string),
 ``topic`` (string), ``partition`` (int) and ``headers``
 (``array<struct<key:string,value:binary>>``) are optional; a topic must come from the
-``topic`` option or a ``topic`` column. A non-null ``topic`` in a row overrides the option
-for that row (the option is the default; Spark's built-in sink lets the option win, but
-a row-level override lets one DataFrame fan out to several topics). Producer settings are
-the ``kafka.*`` options, validated by :class:`~aiokafka_ng.config.ProducerConfig` now
-rather than in every task.
+``topic`` option or a ``topic`` column. As in Spark's own Kafka sink, the option wins:
+when it is set every row goes to it and the ``topic`` column is ignored; without it each
+row's ``topic`` column names its topic (one DataFrame can fan out). Producer settings are
+the ``kafka.*`` options (``kafka.key.serializer``/``kafka.value.serializer`` are refused,
+as Spark does: keys and values are the columns' bytes), validated by
+:class:`~aiokafka_ng.config.ProducerConfig` now rather than in every task.
 
 *Tasks (executors).* Spark hands each task its rows as Arrow record batches (the Arrow
 writer interfaces), so no ``Row`` object is built per record: each column is turned into a
@@ -54,7 +55,13 @@ from pyspark.sql.types import (
 )
 
 from aiokafka_ng.producer import DeliveryFuture, Producer
-from aiokafka_ng.spark._options import SparkOptionError, producer_properties
+from aiokafka_ng.spark._options import (
+    WRITE_OPTIONS,
+    SparkOptionError,
+    bool_option,
+    producer_properties,
+    warn_unknown,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -102,7 +109,10 @@ def _is_header_type(dt: DataType) -> bool:
 
 def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
     """Validate the options and the DataFrame's columns (driver, planning time)."""
+    warn_unknown(options, WRITE_OPTIONS, "sink")
     properties = producer_properties(options)
+    # Accepted as Spark's sink does; headers are written whenever the column exists.
+    bool_option(options, "includeHeaders", False)
     types = {f.name.lower(): f.dataType for f in schema.fields}
     if "value" not in types:
         raise SparkOptionError(
@@ -120,7 +130,8 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
         raise _type_error("partition", types["partition"], "int")
     if "headers" in types and not _is_header_type(types["headers"]):
         raise _type_error("headers", types["headers"], "array<struct<key:string,value:binary>>")
-    topic = (options.get("topic") or "").strip() or None
+    raw_topic = next((v for k, v in options.items() if k.lower() == "topic"), None)
+    topic = (raw_topic or "").strip() or None
     if topic is None and "topic" not in types:
         raise SparkOptionError(
             "no topic to write to: set option 'topic' or add a string column 'topic'"
@@ -252,7 +263,8 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
             values = _column(batch, plan, "value")
             assert values is not None
             keys = _column(batch, plan, "key")
-            topics = _column(batch, plan, "topic")
+            # The option wins over the column (Spark's rule), so the column is not read.
+            topics = None if default_topic is not None else _column(batch, plan, "topic")
             parts = _column(batch, plan, "partition")
             raw_headers = _column(batch, plan, "headers")
             headers = None if raw_headers is None else _headers(raw_headers)
@@ -269,7 +281,7 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
                 # ProducerRecord per row for send_batch().
                 futs = []
                 for i in range(n):
-                    row_topic = (topics[i] if topics is not None else None) or default_topic
+                    row_topic = default_topic or (topics[i] if topics is not None else None)
                     if row_topic is None:
                         raise SparkOptionError(
                             f"row #{sent + i} has a null 'topic' and no option 'topic' is set"

@@ -18,7 +18,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from aiokafka_ng.spark._options import SparkOptionError
-from aiokafka_ng.spark._read import SCHEMA, KafkaBatchReader, KafkaStreamReader, plan_read
+from aiokafka_ng.spark._read import KafkaBatchReader, KafkaStreamReader, plan_read, read_schema
 from aiokafka_ng.spark._write import KafkaBatchWriter, KafkaStreamWriter, plan_write
 
 __all__ = ["KafkaDataSource"]
@@ -27,13 +27,20 @@ __all__ = ["KafkaDataSource"]
 class KafkaDataSource(DataSource):  # type: ignore[misc,unused-ignore]
     """Kafka through aiokafka_ng: ``spark.read/readStream/write/writeStream.format("aiokafka_ng")``.
 
-    Read options: ``kafka.bootstrap.servers`` (required), ``subscribe`` ("t1,t2"),
-    ``startingOffsets``/``endingOffsets`` (earliest | latest | JSON per partition),
-    ``maxRecordsPerPartition`` (split long ranges), ``maxOffsetsPerTrigger`` (streaming),
-    ``kafkaConsumer.pollTimeoutMs``, and consumer settings as ``kafka.<property>``.
+    The options are those of Spark's own Kafka connector, with its meanings and defaults;
+    docs/spark.md has the table (what is supported, what differs and why).
 
-    Write options: ``kafka.bootstrap.servers`` (required), ``topic`` (default topic; a
-    non-null ``topic`` column overrides it per row), producer settings as ``kafka.<property>``.
+    Read: ``kafka.bootstrap.servers`` (required); exactly one of ``assign`` /
+    ``subscribe`` / ``subscribePattern``; ``startingTimestamp`` /
+    ``startingOffsetsByTimestamp`` / ``startingOffsets`` (and the ``ending`` ones, batch
+    only); ``failOnDataLoss``, ``includeHeaders``, ``minPartitions``,
+    ``maxRecordsPerPartition``, ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger`` /
+    ``maxTriggerDelay`` (streaming), ``kafkaConsumer.pollTimeoutMs``, and consumer settings
+    as ``kafka.<property>``.
+
+    Write: ``kafka.bootstrap.servers`` (required), ``topic`` (when given, every row goes
+    there, whatever its ``topic`` column says, as in Spark), producer settings as
+    ``kafka.<property>``.
     Columns: ``value`` (binary/string, required), ``key``, ``topic``, ``partition``,
     ``headers`` (array<struct<key:string,value:binary>>).
     """
@@ -45,16 +52,17 @@ class KafkaDataSource(DataSource):  # type: ignore[misc,unused-ignore]
     def schema(self) -> StructType:
         # Called by ``load()`` (reads only): check the options now, so a bad one fails at
         # ``load()`` rather than at the first action.
-        plan_read(self.options, streaming=False)
-        return SCHEMA
+        return read_schema(plan_read(self.options, streaming=False).include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        self._check_read_schema(schema)
-        return KafkaBatchReader(plan_read(self.options, streaming=False))
+        plan = plan_read(self.options, streaming=False)
+        self._check_read_schema(schema, plan.include_headers)
+        return KafkaBatchReader(plan)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        self._check_read_schema(schema)
-        return KafkaStreamReader(plan_read(self.options, streaming=True))
+        plan = plan_read(self.options, streaming=True)
+        self._check_read_schema(schema, plan.include_headers)
+        return KafkaStreamReader(plan)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return KafkaBatchWriter(plan_write(self.options, schema))
@@ -63,9 +71,10 @@ class KafkaDataSource(DataSource):  # type: ignore[misc,unused-ignore]
         return KafkaStreamWriter(plan_write(self.options, schema))
 
     @staticmethod
-    def _check_read_schema(schema: StructType) -> None:
-        if schema != SCHEMA:
+    def _check_read_schema(schema: StructType, include_headers: bool) -> None:
+        expected = read_schema(include_headers)
+        if schema != expected:
             raise SparkOptionError(
                 "the aiokafka_ng source has a fixed schema; do not pass .schema(...) "
-                f"(expected {SCHEMA.simpleString()})"
+                f"(expected {expected.simpleString()})"
             )

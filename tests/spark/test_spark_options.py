@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from aiokafka_ng.consumer import TopicPartition
 from aiokafka_ng.spark._options import (
     EARLIEST,
     LATEST,
@@ -18,6 +19,7 @@ from aiokafka_ng.spark._options import (
     parse_offsets,
     producer_properties,
 )
+from aiokafka_ng.spark._plan import split_ranges
 from aiokafka_ng.spark._read import KafkaStreamReader, plan_read
 
 
@@ -46,7 +48,27 @@ def test_bad_options_fail_at_planning_naming_the_option(spark: Any, kafka_broker
         return lambda: df.write.format("aiokafka_ng").options(**options).mode("append").save()
 
     _fails_at_planning(spark, read(subscribe="t"), "kafka.bootstrap.servers")
-    _fails_at_planning(spark, read(**{"kafka.bootstrap.servers": bootstrap}), "'subscribe'")
+    _fails_at_planning(
+        spark, read(**{"kafka.bootstrap.servers": bootstrap}), "assign, subscribe, subscribePattern"
+    )
+    _fails_at_planning(
+        spark,
+        read(
+            **{"kafka.bootstrap.servers": bootstrap, "subscribe": "t", "startingOffsets": "latest"}
+        ),
+        "starting offset can't be latest for batch queries",
+    )
+    _fails_at_planning(
+        spark,
+        read(
+            **{
+                "kafka.bootstrap.servers": bootstrap,
+                "subscribe": "t",
+                "kafka.auto.offset.reset": "x",
+            }
+        ),
+        "'auto.offset.reset' is not supported",
+    )
     _fails_at_planning(
         spark,
         read(**{"kafka.bootstrap.servers": bootstrap, "subscribe": "t", "startingOffsets": "soon"}),
@@ -67,6 +89,14 @@ def test_bad_options_fail_at_planning_naming_the_option(spark: Any, kafka_broker
     _fails_at_planning(
         spark, write(good, **{"kafka.bootstrap.servers": bootstrap}), "option 'topic'"
     )
+    _fails_at_planning(
+        spark,
+        write(
+            good,
+            **{"kafka.bootstrap.servers": bootstrap, "topic": "t", "kafka.key.serializer": "x"},
+        ),
+        "'key.serializer' is not supported",
+    )
 
 
 # ---------------------------------------------------------------------- no Spark needed
@@ -80,7 +110,6 @@ def test_offsets_option_parsing() -> None:
     assert latest.offset_for("t", 5) == LATEST
     spec = parse_offsets({"endingOffsets": '{"t": {"0": 7, "2": -2}}'}, "endingOffsets", "latest")
     assert (spec.offset_for("t", 0), spec.offset_for("t", 2)) == (7, EARLIEST)
-    assert spec.offset_for("t", 1) == LATEST  # not named: the default
     for bad in ("later", "[1]", '{"t": 3}', '{"t": {"x": 1}}', '{"t": {"0": -3}}'):
         with pytest.raises(SparkOptionError, match="'endingOffsets'"):
             parse_offsets({"endingOffsets": bad}, "endingOffsets", "latest")
@@ -89,10 +118,150 @@ def test_offsets_option_parsing() -> None:
 def test_kafka_options_pass_through_and_are_validated() -> None:
     props = producer_properties({**BOOT, "kafka.linger.ms": "7", "topic": "x"})
     assert props == {"bootstrap.servers": "127.0.0.1:9", "linger.ms": "7"}
-    with pytest.raises(SparkOptionError, match=r"kafka\.group\.id"):
-        consumer_properties({**BOOT, "kafka.group.id": "g"})
     with pytest.raises(SparkOptionError, match="maxOffsetsPerTrigger"):
         plan_read({**BOOT, "subscribe": "t", "maxOffsetsPerTrigger": "0"}, streaming=True)
+    # Security and other client settings pass through.
+    sasl = {
+        "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.plain.username": "etl",
+        "kafka.sasl.plain.password": "s3cret-pw",
+    }
+    props = consumer_properties({**BOOT, **sasl})
+    assert (props["security.protocol"], props["sasl.plain.username"]) == ("SASL_PLAINTEXT", "etl")
+    with pytest.raises(SparkOptionError) as info:
+        consumer_properties({**BOOT, **sasl, "kafka.sasl.mechanism": "NOPE"})
+    assert "sasl_mechanism" in str(info.value) and "s3cret-pw" not in str(info.value)
+    # Spark accepts a group id (with a warning); no group is joined, so it is dropped.
+    assert "group.id" not in consumer_properties({**BOOT, "kafka.group.id": "g"})
+    plan_read({**BOOT, "subscribe": "t", "groupIdPrefix": "etl"}, streaming=True)
+
+
+@pytest.mark.parametrize(
+    ("option", "reason"),
+    [
+        ("auto.offset.reset", "startingOffsets"),
+        ("key.deserializer", "keys are read as bytes"),
+        ("value.deserializer", "values are read as bytes"),
+        ("enable.auto.commit", "commits nothing"),
+        ("interceptor.classes", "interceptors"),
+    ],
+)
+def test_kafka_options_spark_forbids_on_read(option: str, reason: str) -> None:
+    with pytest.raises(SparkOptionError, match=f"'{option}' is not supported: .*{reason}"):
+        plan_read({**BOOT, "subscribe": "t", f"kafka.{option}": "x"}, streaming=False)
+
+
+@pytest.mark.parametrize("option", ["key.serializer", "value.serializer"])
+def test_kafka_options_spark_forbids_on_write(option: str) -> None:
+    with pytest.raises(SparkOptionError, match=f"'{option}' is not supported"):
+        producer_properties({**BOOT, f"kafka.{option}": "x"})
+
+
+def test_exactly_one_subscription_strategy() -> None:
+    def plan(**options: str) -> Any:
+        return plan_read({**BOOT, **options}, streaming=False).subscription
+
+    with pytest.raises(SparkOptionError, match="one of the options assign, subscribe"):
+        plan()
+    with pytest.raises(SparkOptionError, match=r"only one of .* got assign, subscribe"):
+        plan(subscribe="t", assign='{"t": [0]}')
+    assert plan(subscribe=" a, b ,a,").topics == ("a", "b")
+    assert plan(SUBSCRIBE="a").topics == ("a",)  # Spark's options are case-insensitive
+    assert plan(assign='{"b": [1, 0], "a": [2]}').assigned == (("a", 2), ("b", 0), ("b", 1))
+    sub = plan(subscribePattern="orders-.*")
+    assert sub.matches("orders-eu") and not sub.matches("xorders-eu")  # whole-name match
+    for bad in ("[0]", '{"t": 0}', '{"t": ["0"]}', '{"t": [-1]}', "{}", "nope"):
+        with pytest.raises(SparkOptionError, match="'assign'"):
+            plan(assign=bad)
+    with pytest.raises(SparkOptionError, match="'subscribePattern'"):
+        plan(subscribePattern="(")
+    with pytest.raises(SparkOptionError, match="'subscribe'"):
+        plan(subscribe=" , ")
+
+
+def test_batch_and_streaming_position_rules() -> None:
+    def batch(**options: str) -> Any:
+        return plan_read({**BOOT, "subscribe": "t", **options}, streaming=False)
+
+    def stream(**options: str) -> Any:
+        return plan_read({**BOOT, "subscribe": "t", **options}, streaming=True)
+
+    with pytest.raises(SparkOptionError, match="starting offset can't be latest"):
+        batch(startingOffsets="latest")
+    with pytest.raises(SparkOptionError, match="startingOffsets for t-0 can't be latest"):
+        batch(startingOffsets='{"t": {"0": -1}}')
+    with pytest.raises(SparkOptionError, match="ending offset can't be earliest"):
+        batch(endingOffsets="earliest")
+    with pytest.raises(SparkOptionError, match="ending offset for t-1 can't be earliest"):
+        batch(endingOffsets='{"t": {"0": -1, "1": -2}}')
+    with pytest.raises(SparkOptionError, match="name different partitions"):
+        batch(startingOffsets='{"t": {"0": 1}}', endingOffsets='{"t": {"1": 5}}')
+    with pytest.raises(SparkOptionError, match=r"t-0: the start \(9\) is after the end \(5\)"):
+        batch(startingOffsets='{"t": {"0": 9}}', endingOffsets='{"t": {"0": 5}}')
+    with pytest.raises(SparkOptionError, match="'startingTimestamp'"):
+        batch(startingTimestamp="yesterday")
+    with pytest.raises(SparkOptionError, match="'startingOffsetsByTimestampStrategy'"):
+        batch(startingTimestamp="5", startingOffsetsByTimestampStrategy="closest")
+    assert batch().starting.default == EARLIEST and batch().ending.default == LATEST
+    assert stream().starting.default == LATEST and stream().ending is None
+    for name in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
+        with pytest.raises(SparkOptionError, match=f"'{name}'.*not valid in streaming"):
+            stream(**{name: "1"})
+    with pytest.raises(SparkOptionError, match="higher than maxOffsetsPerTrigger"):
+        stream(minOffsetsPerTrigger="10", maxOffsetsPerTrigger="5")
+    for name in ("failOnDataLoss", "includeHeaders"):
+        with pytest.raises(SparkOptionError, match=f"'{name}' must be 'true' or 'false'"):
+            batch(**{name: "yes"})
+    assert batch().fail_on_data_loss and not batch().include_headers  # Spark's defaults
+    assert stream(maxTriggerDelay="30s").max_trigger_delay_s == 30
+    assert stream(maxTriggerDelay="250").max_trigger_delay_s == 0.25  # bare number: ms
+    assert stream().max_trigger_delay_s == 15 * 60  # Spark's default, 15m
+    with pytest.raises(SparkOptionError, match="'maxTriggerDelay'"):
+        stream(maxTriggerDelay="soon")
+
+
+def test_min_partitions_and_max_records_split_like_spark() -> None:
+    tp = TopicPartition
+    spans = {tp("t", 0): (0, 100), tp("t", 1): (0, 300), tp("t", 2): (50, 50)}
+    plan = plan_read({**BOOT, "subscribe": "t", "minPartitions": "8"}, streaming=False)
+    pieces = split_ranges(plan, spans)
+    # 8 wanted over 400 records: 2 pieces of t-0, 6 of t-1; the empty span yields none.
+    assert [(p.partition, a, b) for p, a, b in pieces] == [
+        (0, 0, 50),
+        (0, 50, 100),
+        *[(1, 50 * i, 50 * (i + 1)) for i in range(6)],
+    ]
+    # Fewer wanted than partitions: one piece each.
+    plan = plan_read({**BOOT, "subscribe": "t", "minPartitions": "1"}, streaming=False)
+    assert len(split_ranges(plan, spans)) == 2
+    # maxRecordsPerPartition first, then minPartitions if still short.
+    plan = plan_read(
+        {**BOOT, "subscribe": "t", "maxRecordsPerPartition": "150", "minPartitions": "3"},
+        streaming=False,
+    )
+    assert [(p.partition, a, b) for p, a, b in split_ranges(plan, spans)] == [
+        (0, 0, 100),
+        (1, 0, 150),
+        (1, 150, 300),
+    ]
+    with pytest.raises(SparkOptionError, match="'minPartitions'"):
+        plan_read({**BOOT, "subscribe": "t", "minPartitions": "0"}, streaming=False)
+
+
+def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay() -> None:
+    options = {**BOOT, "subscribe": "t", "minOffsetsPerTrigger": "100"}
+    reader = KafkaStreamReader(plan_read({**options, "maxTriggerDelay": "1h"}, streaming=True))
+    assert not reader._delay(5)  # the first trigger always runs, as in Spark
+    assert reader._delay(99)  # too few records, and the delay has not passed
+    assert not reader._delay(100)
+    assert reader._delay(0)
+    reader = KafkaStreamReader(plan_read({**options, "maxTriggerDelay": "0ms"}, streaming=True))
+    assert not reader._delay(5) and not reader._delay(1)  # the delay has always passed
+    # Trigger.AvailableNow reads everything there is: no minimum.
+    reader = KafkaStreamReader(plan_read({**options, "maxTriggerDelay": "1h"}, streaming=True))
+    reader._target = {"t": {"0": 3}}
+    assert not reader._delay(1) and not reader._delay(1)
 
 
 def test_max_offsets_per_trigger_is_shared_by_backlog() -> None:

@@ -59,6 +59,7 @@ def test_batch_read_returns_what_the_producer_wrote(spark: Any, kafka_broker: An
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("maxRecordsPerPartition", "300")
+        .option("includeHeaders", "true")
         .load()
     )
     assert df.columns == [
@@ -75,15 +76,17 @@ def test_batch_read_returns_what_the_producer_wrote(spark: Any, kafka_broker: An
     got = _collected(df)
     assert got == _by_position(written)
 
-    # Per-partition JSON offsets: p0 [100, 150), p1 [earliest, 10), p2 [earliest, earliest).
+    # Per-partition JSON offsets, naming every partition as Spark requires:
+    # p0 [100, 150), p1 [earliest, 10), p2 [690, 690), p3 (empty) [earliest, latest).
     ranged = (
         spark.read.format("aiokafka_ng")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
-        .option("startingOffsets", json.dumps({topic: {"0": 100, "1": -2}}))
-        .option("endingOffsets", json.dumps({topic: {"0": 150, "1": 10, "2": -2}}))
+        .option("startingOffsets", json.dumps({topic: {"0": 100, "1": -2, "2": 690, "3": -2}}))
+        .option("endingOffsets", json.dumps({topic: {"0": 150, "1": 10, "2": 690, "3": -1}}))
         .load()
     )
+    assert "headers" not in ranged.columns  # includeHeaders defaults to false, as in Spark
     positions = sorted((r["partition"], r["offset"]) for r in ranged.collect())
     assert positions == [(0, o) for o in range(100, 150)] + [(1, o) for o in range(10)]
 
@@ -93,7 +96,7 @@ def test_batch_read_returns_what_the_producer_wrote(spark: Any, kafka_broker: An
             spark.read.format("aiokafka_ng")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic)
-            .option("endingOffsets", json.dumps({topic: {"0": 10**9}}))
+            .option("endingOffsets", json.dumps({topic: {"0": 10**9, "1": -1, "2": -1, "3": -1}}))
             .load()
             .collect()
         )
@@ -142,3 +145,40 @@ def test_streaming_read_restarts_from_checkpoint_once_each(
     assert len(got) == len({(p, o) for p, o, _ in got}) == 450
     expected = {(p, off, value) for p, off, _, value, _, _ in first + second}
     assert {(p, o, None if v is None else bytes(v)) for p, o, v in got} == expected
+
+
+def test_assign_pattern_and_min_partitions(spark: Any, kafka_broker: Any) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    prefix = topic_name("spark-pat")
+    a, b, other = f"{prefix}-a", f"{prefix}-b", f"x{prefix}-c"  # ``other`` must not match
+    for topic in (a, b, other):
+        produce(
+            bootstrap,
+            topic,
+            [
+                (p, None, b"%s-%d" % (topic.encode(), i), [])
+                for i, p in enumerate([0, 0, 1, 1, 1, 2])
+            ],
+        )
+
+    def read(**options: str) -> Any:
+        return (
+            spark.read.format("aiokafka_ng")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .options(**options)
+            .load()
+        )
+
+    df = read(subscribePattern=f"{prefix}-.*", minPartitions="6")
+    # 12 records in 6 non-empty partitions of a and b, split to at least 6 tasks.
+    assert df.rdd.getNumPartitions() >= 6
+    got = sorted((r["topic"], r["partition"], r["offset"]) for r in df.collect())
+    assert got == sorted(
+        (t, p, o) for t in (a, b) for p, n in ((0, 2), (1, 3), (2, 1)) for o in range(n)
+    )
+    # assign: exactly the named partitions; kafka.group.id is accepted (no group is joined).
+    df = read(assign=json.dumps({a: [1], other: [0, 2]}), **{"kafka.group.id": "spark-etl"})
+    got = sorted((r["topic"], r["partition"], r["offset"]) for r in df.collect())
+    assert got == [(a, 1, 0), (a, 1, 1), (a, 1, 2), (other, 0, 0), (other, 0, 1), (other, 2, 0)]
+    with pytest.raises(Exception, match="do not exist"):
+        read(assign=json.dumps({a: [7]})).collect()

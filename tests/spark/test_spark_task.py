@@ -29,14 +29,13 @@ def test_write_task_reports_counts_per_topic(kafka_broker: Any) -> None:
         [
             pa.array(["k0", None, "k2", "k3"], pa.string()),
             pa.array(["zero", "one", None, "three"], pa.string()),
-            pa.array([None, other, None, other], pa.string()),
+            pa.array([default, other, default, other], pa.string()),
             pa.array([[("h", b"\x00")], None, [], [("n", None)]], HEADER_TYPE),
         ],
         names=["key", "value", "topic", "headers"],
     )
-    plan = plan_write(
-        {"kafka.bootstrap.servers": bootstrap, "topic": default}, _schema(batch.schema)
-    )
+    # No 'topic' option: each row's topic column routes it.
+    plan = plan_write({"kafka.bootstrap.servers": bootstrap}, _schema(batch.schema))
     message = write_batches(plan, iter([batch, batch.slice(0, 0)]))
     assert (message.rows, message.per_topic) == (4, {default: 2, other: 2})
     assert message.bytes == len(b"k0zero") + len(b"one") + len(b"k2") + len(b"k3three")
@@ -68,7 +67,8 @@ def test_read_task_yields_arrow_batches_of_the_range(kafka_broker: Any) -> None:
     written = produce(
         bootstrap, topic, [(1, b"k%d" % i, b"v%d" % i, [("i", b"%d" % i)]) for i in range(30)]
     )
-    plan = plan_read({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, streaming=False)
+    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "includeHeaders": "true"}
+    plan = plan_read(options, streaming=False)
     batches = list(read_range(KafkaRange(topic, 1, 5, 25, plan)))
     table = pa.Table.from_batches(batches)
     assert table.column_names == [
@@ -96,3 +96,7 @@ def test_read_task_yields_arrow_batches_of_the_range(kafka_broker: Any) -> None:
         )
     ]
     assert got == expected
+    # Without includeHeaders (Spark's default) there is no headers column.
+    plain = plan_read({**options, "includeHeaders": "false"}, streaming=False)
+    table = pa.Table.from_batches(list(read_range(KafkaRange(topic, 1, 5, 7, plain))))
+    assert "headers" not in table.column_names and table.num_rows == 2

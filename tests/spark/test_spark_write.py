@@ -104,21 +104,27 @@ def test_streaming_write_three_micro_batches(spark: Any, kafka_broker: Any, tmp_
     assert got == [(i, f"row-{i}".encode()) for i in range(300)]
 
 
-def test_topic_and_partition_columns_route_each_row(spark: Any, kafka_broker: Any) -> None:
+def test_topic_option_wins_and_the_column_routes_without_it(spark: Any, kafka_broker: Any) -> None:
     bootstrap = kafka_broker.bootstrap_servers
     default, other = topic_name("spark-route-default"), topic_name("spark-route-other")
     df = spark.range(60, numPartitions=2).selectExpr(
-        f"if(id % 3 = 0, '{other}', null) as topic",  # a null topic falls back to the option
+        f"if(id % 3 = 0, '{other}', '{default}') as topic",
         "cast(id % 4 as int) as partition",
         "cast(id as string) as Value",  # column names match in any case, as in Spark
     )
-    (
-        df.write.format("aiokafka_ng")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", default)
-        .mode("append")
-        .save()
-    )
+
+    def write(**options: str) -> None:
+        writer = df.write.format("aiokafka_ng").option("kafka.bootstrap.servers", bootstrap)
+        writer.options(**options).mode("append").save()
+
+    # As in Spark's Kafka sink, the 'topic' option wins over the column: all go to ``sink``.
+    sink = topic_name("spark-route-option")
+    write(topic=sink)
+    got = sorted((int(m.value()), m.partition()) for m in read_confluent(bootstrap, sink, 60))
+    assert got == [(i, i % 4) for i in range(60)]
+    assert total_records(bootstrap, sink) == 60
+    # Without the option, each row's column routes it.
+    write()
     for topic, ids in ((default, [i for i in range(60) if i % 3]), (other, range(0, 60, 3))):
         messages = read_confluent(bootstrap, topic, len(ids))
         got = sorted((int(m.value()), m.partition()) for m in messages)

@@ -1,0 +1,177 @@
+"""What Tansu cannot show for the Spark source, on the in-test fake broker (real protocol over
+127.0.0.1 TCP; tests/admin/admin_fake_broker.py): Tansu answers every by-timestamp
+ListOffsets with 0 and does not implement DeleteRecords (TANSU.md; checked: a
+delete_records call times out and the log start stays 0), so positions by timestamp and
+``failOnDataLoss`` are shown against a log that starts at offset 5 and whose record at
+offset ``o`` has timestamp ``o * 1000``.
+
+The planner and the read task are synchronous (they run ``anyio.run`` themselves), so the
+tests call them in a worker thread while the fake serves on the test's loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import pyarrow as pa
+import pytest
+
+from aiokafka_ng.protocol.messages import fetch as fm
+from aiokafka_ng.protocol.messages import list_offsets as lo
+from aiokafka_ng.protocol.records import RecordBatchBuilder
+from aiokafka_ng.spark._options import SparkOptionError
+from aiokafka_ng.spark._read import (
+    KafkaBatchReader,
+    KafkaDataLossError,
+    KafkaRange,
+    plan_read,
+    read_range,
+)
+from tests.admin.admin_fake_broker import FakeCluster
+
+pytestmark = pytest.mark.anyio
+
+FETCH, LIST_OFFSETS = 1, 2
+LOG_START, HIGH = 5, 10
+T = TypeVar("T")
+
+
+def _records(start: int) -> bytes:
+    b = RecordBatchBuilder(max_size=1 << 20, base_offset=start)
+    for o in range(start, HIGH):
+        b.append(o * 1000, b"k%d" % o, b"v%d" % o)
+    return b.build()
+
+
+def _list_offsets(node: int, req: lo.ListOffsetsRequest, version: int) -> Any:
+    def answer(ts: int) -> int:
+        if ts == -2:
+            return LOG_START
+        if ts == -1:
+            return HIGH
+        return next((o for o in range(LOG_START, HIGH) if o * 1000 >= ts), -1)
+
+    return lo.ListOffsetsResponse(
+        topics=[
+            lo.ListOffsetsTopicResponse(
+                name=t.name,
+                partitions=[
+                    lo.ListOffsetsPartitionResponse(
+                        partition_index=p.partition_index,
+                        offset=answer(p.timestamp),
+                        timestamp=-1,
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in req.topics
+        ]
+    )
+
+
+def _fetch(node: int, req: fm.FetchRequest, version: int) -> Any:
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            if p.fetch_offset < LOG_START or p.fetch_offset > HIGH:
+                parts.append(fm.PartitionData(partition_index=p.partition, error_code=1))
+                continue
+            records = _records(p.fetch_offset) if p.fetch_offset < HIGH else None
+            parts.append(
+                fm.PartitionData(
+                    partition_index=p.partition,
+                    high_watermark=HIGH,
+                    last_stable_offset=HIGH,
+                    log_start_offset=LOG_START,
+                    records=None if req.max_bytes == 1 else records,
+                )
+            )
+        topics.append(
+            fm.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts)
+        )
+    return fm.FetchResponse(responses=topics)
+
+
+def _fake() -> FakeCluster:
+    fake = FakeCluster(topics={"t": 2})
+    fake.handlers[LIST_OFFSETS] = _list_offsets
+    fake.handlers[FETCH] = _fetch
+    return fake
+
+
+async def _in_thread(fn: Callable[[], T]) -> T:
+    return await anyio.to_thread.run_sync(fn)
+
+
+def _spans(reader: KafkaBatchReader) -> list[tuple[int, int, int]]:
+    return [(r.partition, r.start, r.end) for r in reader.ranges]
+
+
+async def test_positions_by_timestamp() -> None:
+    async with _fake().running() as fake:
+        boot = {"kafka.bootstrap.servers": fake.bootstrap_servers, "subscribe": "t"}
+
+        def plan(**options: str) -> KafkaBatchReader:
+            return KafkaBatchReader(plan_read({**boot, **options}, streaming=False))
+
+        # First offset at or after each timestamp: 6500 -> 7, 8000 -> 8.
+        reader = await _in_thread(lambda: plan(startingTimestamp="6500", endingTimestamp="8000"))
+        assert _spans(reader) == [(0, 7, 8), (1, 7, 8)]
+        # Per partition; an ending timestamp after every record ends at the high watermark.
+        by_partition = '{"t": {"0": 0, "1": 9000}}'
+        reader = await _in_thread(
+            lambda: plan(startingOffsetsByTimestamp=by_partition, endingTimestamp="99999999")
+        )
+        assert _spans(reader) == [(0, LOG_START, HIGH), (1, 9, HIGH)]
+        # The global timestamp is preferred over the per-partition JSON and the offsets.
+        reader = await _in_thread(
+            lambda: plan(
+                startingTimestamp="9000",
+                startingOffsetsByTimestamp=by_partition,
+                startingOffsets="earliest",
+            )
+        )
+        assert _spans(reader) == [(0, 9, HIGH), (1, 9, HIGH)]
+        # No record that late: fail (Spark's default strategy), or start at the end.
+        with pytest.raises(SparkOptionError, match="no record at or after timestamp 99999"):
+            await _in_thread(lambda: plan(startingTimestamp="99999"))
+        reader = await _in_thread(
+            lambda: plan(startingTimestamp="99999", startingOffsetsByTimestampStrategy="latest")
+        )
+        assert _spans(reader) == []
+        # Per-partition JSON must name every partition read.
+        with pytest.raises(SparkOptionError, match="must name every partition"):
+            await _in_thread(lambda: plan(startingOffsetsByTimestamp='{"t": {"0": 0}}'))
+
+
+async def test_fail_on_data_loss_at_planning() -> None:
+    async with _fake().running() as fake:
+        options = {
+            "kafka.bootstrap.servers": fake.bootstrap_servers,
+            "assign": '{"t": [0]}',
+            "startingOffsets": '{"t": {"0": 2}}',
+        }
+        with pytest.raises(KafkaDataLossError, match="offsets 2-4 were deleted"):
+            await _in_thread(lambda: KafkaBatchReader(plan_read(options, streaming=False)))
+        lenient = {**options, "failOnDataLoss": "false"}
+        reader = await _in_thread(lambda: KafkaBatchReader(plan_read(lenient, streaming=False)))
+        assert _spans(reader) == [(0, LOG_START, HIGH)]
+
+
+async def test_fail_on_data_loss_in_a_read_task() -> None:
+    # Records deleted after planning: the task's first fetch is out of range.
+    async with _fake().running() as fake:
+        options = {"kafka.bootstrap.servers": fake.bootstrap_servers, "subscribe": "t"}
+
+        def read(**extra: str) -> pa.Table:
+            plan = plan_read({**options, **extra}, streaming=False)
+            return pa.Table.from_batches(list(read_range(KafkaRange("t", 0, 2, 8, plan))))
+
+        with pytest.raises(KafkaDataLossError, match="offset 2 is out of range"):
+            await _in_thread(read)
+        table = await _in_thread(lambda: read(failOnDataLoss="false"))
+        assert table.column("offset").to_pylist() == [5, 6, 7]
+        assert table.column("value").to_pylist() == [b"v5", b"v6", b"v7"]
