@@ -20,7 +20,7 @@ from aiokafka_ng.spark._options import (
     producer_properties,
 )
 from aiokafka_ng.spark._plan import split_ranges
-from aiokafka_ng.spark._read import KafkaStreamReader, plan_read
+from aiokafka_ng.spark._read import KafkaDataLossError, KafkaStreamReader, plan_read
 
 
 def _fails_at_planning(spark: Any, action: Callable[[], Any], *needles: str) -> None:
@@ -282,3 +282,24 @@ def test_max_offsets_per_trigger_is_shared_by_backlog() -> None:
         (0, 0, end["t"]["0"]),
         (1, 100, end["t"]["1"]),
     ]
+
+
+def test_streaming_data_loss_vanished_and_recreated_partitions() -> None:
+    options = {**BOOT, "subscribe": "t"}
+    start = {"t": {"0": 40, "1": 30, "2": 10}}
+    # Partition 1 is gone; partition 2 now ends at 5, before our offset 10 (re-created).
+    target = {"t": {"0": 50, "2": 5}}
+    strict = KafkaStreamReader(plan_read(options, streaming=True))
+    strict._target = target
+    with pytest.raises(KafkaDataLossError, match="t-1 is gone"):
+        strict.latestOffset(start, ReadAllAvailable())
+    lenient = KafkaStreamReader(plan_read({**options, "failOnDataLoss": "false"}, streaming=True))
+    lenient._target = target
+    end = lenient.latestOffset(start, ReadAllAvailable())
+    assert end == {"t": {"0": 50, "2": 5}}
+    # The re-created partition is read from its start; the vanished one is dropped.
+    ranges = lenient.partitions(start, end)
+    assert [(r.partition, r.start, r.end) for r in ranges] == [(0, 40, 50), (2, 0, 5)]
+    strict._target = {"t": {"0": 50, "1": 30, "2": 5}}
+    with pytest.raises(KafkaDataLossError, match=r"t-2: its end \(5\) is before our offset 10"):
+        strict.latestOffset(start, ReadAllAvailable())
