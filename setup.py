@@ -21,6 +21,7 @@ from setuptools.command.build_ext import build_ext
 COMPILED_MODULES = (
     "aiokafka_ng.protocol.record_reader",
     "aiokafka_ng.protocol.records",
+    "aiokafka_ng.protocol.record_columns",
     "aiokafka_ng.producer.partitioner",
     "aiokafka_ng.consumer.buffer",
 )

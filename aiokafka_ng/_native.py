@@ -35,6 +35,7 @@ __all__ = [
 COMPILED_MODULES = (
     "aiokafka_ng.protocol.record_reader",
     "aiokafka_ng.protocol.records",
+    "aiokafka_ng.protocol.record_columns",
     "aiokafka_ng.producer.partitioner",
     "aiokafka_ng.consumer.buffer",
 )

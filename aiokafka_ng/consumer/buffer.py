@@ -94,6 +94,35 @@ class BufferedFetch:
         self._index = end
         return self._records[start:end], batch, end == len(self._records)
 
+    def take_batches(self, max_records: int) -> tuple[list[RecordBatch], int]:
+        """Whole batches for a caller that decodes them itself (the Spark source's columnar
+        reader): at least one, until about ``max_records`` records; control and aborted
+        batches skipped as for records. Returns ``(batches, position)``: records of the
+        first batch before ``position`` were already handed out (or were before the seek)
+        and are not the caller's. The position moves past the last batch."""
+        state = self.state
+        position = state.position or 0
+        out: list[RecordBatch] = []
+        if self._index < len(self._records):
+            # A batch partly handed out as records: the rest of it, whole.
+            batch = self.current
+            assert batch is not None
+            self._records = []
+            self._index = 0
+            out.append(batch)
+            max_records -= batch.record_count
+            state.position = batch.next_offset
+            state.leader_epoch = batch.partition_leader_epoch
+        while max_records > 0:
+            nxt = self._next_batch()
+            if nxt is None:
+                break
+            out.append(nxt)
+            max_records -= max(nxt.record_count, 1)
+            state.position = nxt.next_offset
+            state.leader_epoch = nxt.partition_leader_epoch
+        return out, position
+
     def _next_batch(self) -> RecordBatch | None:
         """The next batch with records for the application; skips control/aborted/old ones."""
         state = self.state

@@ -42,6 +42,7 @@ from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.records import RecordBatch
 
 __all__ = ["Consumer", "ConsumerStatistics"]
 
@@ -332,6 +333,26 @@ class Consumer:
             now = anyio.current_time()
             if records or now >= deadline:
                 return records
+            with anyio.move_on_after(deadline - now):
+                await self._wait(fetcher)
+            self._check_after_wait()
+
+    async def _getmany_batches(
+        self, tp: TopicPartition, timeout_ms: int, max_records: int
+    ) -> tuple[list[RecordBatch], int]:
+        """Internal, for ``aiokafka_ng.spark``'s columnar reader (not public API): whole raw
+        record batches of ``tp`` instead of records, waiting up to ``timeout_ms`` for some.
+        Returns ``(batches, position)``; records before ``position`` are not the caller's.
+        The batches are what ``getmany`` would have decoded (control and, for
+        read_committed, aborted ones skipped); the position moves past them."""
+        _, fetcher, _ = self._running()
+        self._poll_entry()
+        deadline = anyio.current_time() + timeout_ms / 1000
+        while True:
+            batches, position = fetcher.drain_batches(tp, max_records)
+            now = anyio.current_time()
+            if batches or now >= deadline:
+                return batches, position
             with anyio.move_on_after(deadline - now):
                 await self._wait(fetcher)
             self._check_after_wait()

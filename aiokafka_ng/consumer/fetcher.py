@@ -236,6 +236,28 @@ class Fetcher:
                 break
         return out
 
+    def drain_batches(self, tp: TopicPartition, max_records: int) -> tuple[list[RecordBatch], int]:
+        """Whole raw batches of ``tp`` (see ``BufferedFetch.take_batches``); raises a
+        pending error once, as ``drain`` does."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        state = self._subs.state(tp)
+        if state.error is not None:
+            error, state.error = state.error, None
+            raise error
+        buf = state.buffer
+        if buf is None or state.paused:
+            return [], state.position or 0
+        if buf.epoch != state.epoch:
+            self._release(state)
+            return [], state.position or 0
+        batches, position = buf.take_batches(max_records)
+        self._records_out += sum(max(b.record_count, 0) for b in batches)
+        if buf.exhausted:
+            self._release(state)
+        return batches, position
+
     def drain_one(
         self, only: frozenset[TopicPartition] | None = None
     ) -> ConsumerRecord[Any, Any] | None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.errors import KafkaTimeoutError, OffsetOutOfRangeError
+from aiokafka_ng.protocol.record_columns import RecordColumns
 from aiokafka_ng.spark._options import SparkOptionError, log
 from aiokafka_ng.spark._plan import (
     DATA_LOSS_HINT,
@@ -73,6 +75,8 @@ __all__ = [
 ]
 
 _ARROW_BATCH_ROWS = 10_000
+#: Keys + values per Arrow batch at most (binary columns use int32 offsets: < 2 GiB).
+_ARROW_BATCH_BYTES = 64 << 20
 _QUEUE_BATCHES = 4
 
 
@@ -298,7 +302,7 @@ async def _consume(part: KafkaRange, put: Any, stop: threading.Event) -> None:
     tp = TopicPartition(part.topic, part.partition)
     start, end = part.start, part.end
     poll_timeout = part.plan.poll_timeout_ms / 1000
-    pending: list[Any] = []  # records for the next Arrow batch
+    with_headers = part.plan.include_headers
     properties = dict(part.plan.properties)
     # failOnDataLoss: an offset out of range must reach us, not be reset silently.
     properties["auto.offset.reset"] = "none" if part.plan.fail_on_data_loss else "earliest"
@@ -307,24 +311,22 @@ async def _consume(part: KafkaRange, put: Any, stop: threading.Event) -> None:
         consumer.seek(tp, start)
         position = start
         idle_since = anyio.current_time()
+        # Whole record batches, decoded straight into column buffers (no object per record).
+        columns = RecordColumns(with_headers)
         while position < end and not stop.is_set():
             try:
-                got = await consumer.getmany(tp, timeout_ms=500, max_records=_ARROW_BATCH_ROWS)
+                batches, first = await consumer._getmany_batches(tp, 500, _ARROW_BATCH_ROWS)
             except OffsetOutOfRangeError as exc:
                 raise KafkaDataLossError(
                     f"{tp.topic}-{tp.partition}: offset {position} is out of range ({exc}): "
                     + DATA_LOSS_HINT
                 ) from exc
-            records = got.get(tp, [])
-            if records:
-                position = records[-1].offset + 1
+            if batches:
                 idle_since = anyio.current_time()
-                # Records come in offset order: trim the ends, keep the middle as is.
-                if records[0].offset < start:
-                    records = [r for r in records if r.offset >= start]
-                if position > end:
-                    records = [r for r in records if r.offset < end]
-                pending.extend(records)
+                low = max(start, first)
+                for batch in batches:
+                    columns.add_batch(batch, low, end)
+                position = batches[-1].next_offset
             else:
                 # Gaps (compaction, transaction markers) end without a record at end - 1.
                 position = max(position, await consumer.position(tp))
@@ -334,34 +336,49 @@ async def _consume(part: KafkaRange, put: Any, stop: threading.Event) -> None:
                         f"{poll_timeout:.0f}s while reading up to {end} "
                         "(option kafkaConsumer.pollTimeoutMs)"
                     )
-            if len(pending) >= _ARROW_BATCH_ROWS or (pending and position >= end):
-                batch = _to_arrow(pa, part, pending)
-                pending = []
-                if not await anyio.to_thread.run_sync(put, batch):
+            full = columns.count >= _ARROW_BATCH_ROWS or columns.data_bytes >= _ARROW_BATCH_BYTES
+            if full or (columns.count and position >= end):
+                arrow = _to_arrow(pa, part, columns)
+                columns = RecordColumns(with_headers)
+                if not await anyio.to_thread.run_sync(put, arrow):
                     return
 
 
 _NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
 
-def _to_arrow(pa: Any, part: KafkaRange, records: list[Any]) -> pa.RecordBatch:
-    """One Arrow batch in the source's schema: a list comprehension per column, no dict or
-    Row per record (headers are passed as the records' own (key, value) tuples)."""
-    n = len(records)
-    millis = pa.array([r.timestamp for r in records], pa.int64())
+def _binary(pa: Any, n: int, data: bytearray, ends: list[int], valid: bytearray, nulls: int) -> Any:
+    """An Arrow binary column straight from the buffers: data, offsets, validity."""
+    if nulls == n:
+        return pa.nulls(n, pa.binary())
+    offsets = array("i", [0])
+    offsets.extend(ends)
+    validity = None
+    if nulls:
+        mask = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(valid)])
+        validity = mask.cast(pa.bool_()).buffers()[1]
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
+
+
+def _to_arrow(pa: Any, part: KafkaRange, c: RecordColumns) -> pa.RecordBatch:
+    """One Arrow batch in the source's schema, from column buffers: no Python object per
+    record (headers, when asked for, are the records' own tuples)."""
+    n = c.count
+    millis = pa.array(c.timestamps, pa.int64())
     columns = [
-        pa.array([r.key for r in records], pa.binary()),
-        pa.array([r.value for r in records], pa.binary()),
-        pa.array([part.topic] * n, pa.string()),
-        pa.array([part.partition] * n, pa.int32()),
-        pa.array([r.offset for r in records], pa.int64()),
+        _binary(pa, n, c.keys, c.key_ends, c.key_valid, c.key_nulls),
+        _binary(pa, n, c.values, c.value_ends, c.value_valid, c.value_nulls),
+        pa.repeat(pa.scalar(part.topic, pa.string()), n),
+        pa.repeat(pa.scalar(part.partition, pa.int32()), n),
+        pa.array(c.offsets, pa.int64()),
         millis.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-        pa.array([r.timestamp_type for r in records], pa.int32()),
+        pa.array(c.timestamp_types, pa.int32()),
     ]
     if not part.plan.include_headers:
         return pa.RecordBatch.from_arrays(columns, names=_NAMES)
     header_type = pa.list_(
         pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
     )
-    columns.append(pa.array([r.headers for r in records], header_type))
+    columns.append(pa.array(c.headers, header_type))
     return pa.RecordBatch.from_arrays(columns, names=[*_NAMES, "headers"])

@@ -18,6 +18,7 @@ from aiokafka_ng.consumer.models import ConsumerRecord, TopicPartition
 from aiokafka_ng.consumer.state import PartitionState
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.messages.fetch import AbortedTransaction
+from aiokafka_ng.protocol.record_columns import RecordColumns
 from aiokafka_ng.protocol.records import (
     ControlRecordType,
     RecordBatchBuilder,
@@ -146,3 +147,57 @@ def test_buffered_fetch_matches_model(
     model = committed if read_committed else uncommitted
     assert [(r.offset, r.value) for r in out] == [(o, v) for o, v in model if o >= start]
     assert state.position == max(start, end)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    plan=steps,
+    read_committed=st.booleans(),
+    start_fraction=st.floats(0, 1),
+    chunks=st.lists(st.integers(0, 7), min_size=1, max_size=5),
+)
+def test_whole_batches_decoded_into_columns_match_model(
+    plan: list[tuple[int, int, int, Compression]],
+    read_committed: bool,
+    start_fraction: float,
+    chunks: list[int],
+) -> None:
+    """take_batches (the Spark source's columnar path), mixed with take_into, hands out the
+    same records: whole batches decoded from the returned position by RecordColumns."""
+    blob, aborted, uncommitted, committed = build_log(plan)
+    batches = list(iter_batches(blob))
+    end = batches[-1].next_offset if batches else 0
+    start = int(end * start_fraction)
+    state = PartitionState(TopicPartition("t", 0), needs_committed=False)
+    state.seek(start)
+    kept = [b for b in batches if b.next_offset > start]
+    listed = [a for a, marker_offset in aborted if marker_offset >= start]
+    buf = BufferedFetch(state, kept, len(blob), listed if read_committed else None)
+    got: list[tuple[int, bytes | None]] = []
+    turn = 0
+    while not buf.exhausted:
+        n = chunks[turn % len(chunks)]
+        turn += 1
+        assert turn < 10_000
+        if n == 0 or turn % 2:  # alternate: whole batches, then a few records
+            taken, position = buf.take_batches(max(n, 1) * 3)
+            columns = RecordColumns()
+            for batch in taken:
+                columns.add_batch(batch, position, 2**63)
+            got.extend(zip(columns.offsets, _values(columns), strict=True))
+        else:
+            out: list[ConsumerRecord[bytes | None, bytes | None]] = []
+            buf.take_into(out, n, None, None)
+            got.extend((r.offset, r.value) for r in out)
+    model = committed if read_committed else uncommitted
+    assert got == [(o, v) for o, v in model if o >= start]
+    assert state.position == max(start, end)
+
+
+def _values(columns: RecordColumns) -> list[bytes | None]:
+    out: list[bytes | None] = []
+    begin = 0
+    for end, valid in zip(columns.value_ends, columns.value_valid, strict=True):
+        out.append(bytes(columns.values[begin:end]) if valid else None)
+        begin = end
+    return out

@@ -341,6 +341,9 @@ def _drain(mod: ModuleType, plan: Any, read_committed: bool, start: int, chunks:
                 one = buf.take_one(None, de)
                 if one is not None:
                     out.append(one)
+            elif n == 7:  # whole batches (the Spark source's columnar path)
+                taken, position = buf.take_batches(3)
+                seen.append(("batches", [b.base_offset for b in taken], position))
             else:
                 buf.take_into(out, n, None, de)
             seen.append(state.position)
