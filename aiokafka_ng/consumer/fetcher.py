@@ -13,7 +13,11 @@ resolver task (committed offset from the group, else ``auto_offset_reset`` via L
 *The memory cap* (``fetch_buffer_bytes``, KIP-72's idea on the client side). Two numbers:
 ``buffered`` (bytes of record batches kept and not yet fully handed to the application) and
 ``reserved`` (the ``max_bytes`` of fetches in flight). A fetch starts only when
-``buffered + reserved`` leaves enough room, and asks for no more than that room. Brokers
+``buffered + reserved`` leaves enough room, and asks for no more than that room nor more
+than its partitions can bring (partitions x ``max_partition_fetch_bytes``): a fetch the
+broker sits on (a long poll, an answer that never comes until ``request_timeout_ms``) must
+not hold the budget the other brokers' partitions need
+(tests/reliability/test_fetch_budget_stall.py). Brokers
 may still answer with more than asked (KIP-74 lets the first batch exceed the limit; some
 brokers ignore limits), so a response is *trimmed*: partitions are kept, in the order they
 were asked for, batch by batch while they fit in the reservation; the rest is dropped and
@@ -397,7 +401,12 @@ class Fetcher:
             useful = min(self._settings.max_partition_bytes, self._settings.buffer_bytes // 4)
             if budget < max(1, useful) and not (self._buffered == 0 and self._reserved == 0):
                 break
-            reserve = max(1, min(self._settings.max_bytes, budget))
+            # No more than this fetch can bring (every partition at partition_max_bytes):
+            # a fetch that stalls (a long poll at the log end, a broker that does not
+            # answer until request_timeout_ms) must not hold the budget that the other
+            # brokers' partitions need.
+            most = len(parts) * self._settings.max_partition_bytes
+            reserve = max(1, min(self._settings.max_bytes, budget, most))
             self._reserved += reserve
             self._in_flight.add(node)
             for s in parts:

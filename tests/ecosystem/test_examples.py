@@ -28,8 +28,8 @@ def run_example(name: str, *args: str) -> str:
 
 def test_every_example_is_tested() -> None:
     scripts = {p.name for p in EXAMPLES.glob("*.py")}
-    # spark_pipeline.py belongs to the Spark tests (it needs pyspark and Java).
-    assert scripts - {"spark_pipeline.py"} == {
+    # The Spark pipelines belong to the Spark tests (tests/spark/test_spark_example.py).
+    assert scripts - {"spark_pipeline.py", "spark_streaming_pipeline.py"} == {
         "admin_script.py",
         "consumer_script.py",
         "producer_script.py",
