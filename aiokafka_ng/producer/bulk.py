@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.lowlevel
 
-from aiokafka_ng.errors import BufferExhaustedError
+from aiokafka_ng.errors import BufferExhaustedError, IllegalStateError
 from aiokafka_ng.producer.accumulator import no_partition_error
-from aiokafka_ng.producer.future import DeliveryFuture
+from aiokafka_ng.producer.future import DeliveryFuture, RunDelivery
 from aiokafka_ng.producer.partitioner import default_partition
 from aiokafka_ng.producer.producer import (
     _PENDING_OVERHEAD,
@@ -98,6 +98,28 @@ async def send_batch(
     return await send_run(producer, topic, items, key_list, partition, timestamp_ms)
 
 
+async def send_together(
+    producer: Producer,
+    topic: str,
+    values: list[Any],
+    keys: list[Any] | None,
+    partition: int | None,
+) -> RunDelivery:
+    """:meth:`Producer._send_batch_together`: ``send_run`` with one :class:`RunDelivery`
+    for the whole run instead of a future per record."""
+    if not producer._running:
+        raise producer._not_running()
+    if producer._txn is not None:
+        # A transaction tracks each record's future; one shared future cannot stand in.
+        raise IllegalStateError("_send_batch_together is not for transactional producers")
+    futures = await send_run(producer, topic, values, keys, partition, None, together=True)
+    if futures:
+        outcome = futures[0]
+        assert isinstance(outcome, RunDelivery)
+        return outcome
+    return RunDelivery(topic, 0, producer._loop, 0)
+
+
 async def send_run(
     producer: Producer,
     topic: str,
@@ -105,6 +127,8 @@ async def send_run(
     keys: list[Any] | None,
     partition: int | None,
     timestamp_ms: int | None,
+    *,
+    together: bool = False,
 ) -> list[DeliveryFuture]:
     if keys is not None and len(keys) != len(values):
         raise ValueError(f"send_batch: {len(keys)} keys for {len(values)} values")
@@ -125,7 +149,12 @@ async def send_run(
     if producer._txn is not None:
         producer._txn.check_send()
     loop = producer._loop
-    futures = [DeliveryFuture(topic, timestamp_ms, loop) for _ in vals]
+    futures: list[DeliveryFuture]
+    if together:
+        # One object, once per record: the accumulator counts entries, not objects.
+        futures = [RunDelivery(topic, timestamp_ms, loop, len(vals))] * len(vals)
+    else:
+        futures = [DeliveryFuture(topic, timestamp_ms, loop) for _ in vals]
     if ks is None:
         sizes = [_RECORD_OVERHEAD + (len(v) if v is not None else 0) for v in vals]
     else:
@@ -139,14 +168,17 @@ async def send_run(
         for i, size in enumerate(sizes):
             if size > max_record:
                 producer._acc.records_failed += 1
+                _first_failure(futures[i], i)
                 futures[i]._finish(producer._too_large(size))
             else:
                 keep.append(i)
+        positions: list[int] | None = keep  # run index -> index in the caller's values
         run_vals = [vals[i] for i in keep]
         run_keys = None if ks is None else [ks[i] for i in keep]
         run_sizes = [sizes[i] for i in keep]
         run_futs = [futures[i] for i in keep]
     else:
+        positions = None
         run_vals, run_keys, run_sizes, run_futs = vals, ks, sizes, futures
     part = -1 if partition is None else partition
     # Chunks: at most _CHUNK records and a quarter of the buffer, so a run larger than
@@ -168,6 +200,8 @@ async def send_run(
                 run_vals[lo:hi], run_sizes[lo:hi], c_futs,
             )  # fmt: skip
         except BufferExhaustedError as exc:
+            if run_futs:
+                _first_failure(run_futs[lo], lo if positions is None else positions[lo])
             for fut in run_futs[lo:]:
                 producer._acc.records_failed += 1
                 fut._finish(exc)
@@ -179,6 +213,12 @@ async def send_run(
         # Let the senders take what filled up before queueing more (as send() does).
         await anyio.lowlevel.checkpoint()
     return futures
+
+
+def _first_failure(fut: DeliveryFuture, index: int) -> None:
+    """Remember where a run first failed, when the failure is one record's own."""
+    if isinstance(fut, RunDelivery) and fut.first_failed is None:
+        fut.first_failed = index
 
 
 async def _queue_chunk(

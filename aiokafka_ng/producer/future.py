@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from aiokafka_ng.producer.batch import ProducerBatch
 
-__all__ = ["DeliveryFuture", "FutureNotDoneError", "RecordMetadata", "finish_all"]
+__all__ = ["DeliveryFuture", "FutureNotDoneError", "RecordMetadata", "RunDelivery", "finish_all"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +274,56 @@ class DeliveryFuture:
         return f"<DeliveryFuture {self.topic} {state}>"
 
 
+class RunDelivery(DeliveryFuture):
+    """One future for a whole run of records (internal: the bulk path of the Spark sink,
+    which needs to know whether a run was delivered, not where each record landed).
+
+    The accumulator holds this one object once per record -- a batch's ``futures`` list
+    still has one entry per record, which is what sequence numbers, counts and splitting
+    go by -- and :func:`finish_all` counts each entry: the future is done when every
+    record is decided, failed with the first error if any record failed. Saves creating a
+    future per record, the largest per-record cost of ``send_batch``.
+    """
+
+    __slots__ = ("_first_exc", "_remaining", "count", "failed", "first_failed")
+
+    def __init__(
+        self,
+        topic: str,
+        timestamp_ms: int,
+        loop: asyncio.AbstractEventLoop | None,
+        count: int,
+    ) -> None:
+        super().__init__(topic, timestamp_ms, loop)
+        self.count = count
+        self.failed = 0
+        #: Index in the run of the first record that failed on its own (too large, no
+        #: buffer memory); None when none did or a whole batch failed at the broker.
+        self.first_failed: int | None = None
+        self._remaining = count
+        self._first_exc: BaseException | None = None
+        if count == 0:
+            self._exc = None
+
+    def _count_one(self, exc: BaseException | None) -> BaseException | None:
+        """One record decided; the run's outcome once it is the last, else ``_PENDING``."""
+        if exc is not None:
+            self.failed += 1
+            if self._first_exc is None:
+                self._first_exc = exc
+        self._remaining -= 1
+        return _PENDING if self._remaining > 0 else self._first_exc
+
+    def result(self) -> RecordMetadata:
+        raise TypeError("a RunDelivery has no single record's metadata; see exception()")
+
+    def __repr__(self) -> str:
+        return (
+            f"<RunDelivery {self.topic} {self.count - self._remaining}/{self.count} decided, "
+            f"{self.failed} failed>"
+        )
+
+
 def finish_all(
     futures: Iterable[DeliveryFuture],
     exc: BaseException | None,
@@ -285,7 +335,13 @@ def finish_all(
     for fut in futures:
         if fut._exc is not _PENDING:
             continue
-        fut._exc = exc
+        if fut.__class__ is RunDelivery:
+            outcome = fut._count_one(exc)
+            if outcome is _PENDING:
+                continue  # records of the run are still undecided
+            fut._exc = outcome
+        else:
+            fut._exc = exc
         waiters = fut._waiters
         if waiters is None:
             continue

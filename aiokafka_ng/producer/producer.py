@@ -41,7 +41,12 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.accumulator import Accumulator
-from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata, callbacks_run
+from aiokafka_ng.producer.future import (
+    DeliveryFuture,
+    RecordMetadata,
+    RunDelivery,
+    callbacks_run,
+)
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.sender import NodeSender
@@ -446,6 +451,22 @@ class Producer:
         from aiokafka_ng.producer.bulk import send_batch
 
         return await send_batch(self, topic, records, keys, partition, timestamp_ms)
+
+    async def _send_batch_together(
+        self,
+        topic: str,
+        values: list[Any],
+        *,
+        keys: list[Any] | None = None,
+        partition: int | None = None,
+    ) -> RunDelivery:
+        """Internal, for ``aiokafka_ng.spark``'s sink (not public API): ``send_batch`` of
+        plain values with one :class:`RunDelivery` for the whole run instead of a future
+        per record -- done when every record is decided, failed with the first error.
+        Same path, checks, ordering and memory bound as ``send_batch``."""
+        from aiokafka_ng.producer.bulk import send_together
+
+        return await send_together(self, topic, values, keys, partition)
 
     async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
         """Send everything queued now and wait for its outcome (not raising delivery
