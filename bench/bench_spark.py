@@ -13,6 +13,9 @@ defaults (acks=all, idempotent, linger 5 ms, 16 KiB batches), each run to a fres
   workers, sending, flushing, commit), after a small warm-up write in the same session;
 - single process read: ``Consumer.getmany`` (manual assign of every partition, from 0)
   until every record of the topic Spark wrote has been handed out;
+- one read task and one write task of the data source run in-process, without Spark
+  (``read_range`` over one partition of that topic; ``write_batches`` of 10k-row Arrow
+  batches to a fresh topic): the source's own per-record cost, for reference;
 - Spark read of that topic (``count()`` over the source: every column still crosses from
   the Python workers to the JVM), after a warm-up read of the warm-up topic, as for writes
   (the first query of a session pays for starting Python workers and imports).
@@ -68,6 +71,33 @@ def single_read(bootstrap: str, topic: str, rows: int) -> float:
             return time.perf_counter() - started
 
     return anyio.run(main)
+
+
+def task_runs(bootstrap: str, topic: str, rows: int) -> tuple[int, float, float]:
+    """One read task (the largest partition) and one write task, in-process."""
+    import pyarrow as pa
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from aiokafka_ng.spark._offsets import partition_bounds
+    from aiokafka_ng.spark._read import KafkaRange, plan_read, read_range
+    from aiokafka_ng.spark._write import plan_write, write_batches
+
+    bounds = anyio.run(partition_bounds, {"bootstrap.servers": bootstrap}, [topic])
+    tp, (low, high) = max(bounds.items(), key=lambda kv: kv[1][1] - kv[1][0])
+    plan = plan_read({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, streaming=False)
+    started = time.perf_counter()
+    got = sum(b.num_rows for b in read_range(KafkaRange(tp.topic, tp.partition, low, high, plan)))
+    read = time.perf_counter() - started
+    schema = StructType([StructField("value", BinaryType())])
+    sink = f"bench-task-{uuid.uuid4().hex[:8]}"
+    wplan = plan_write({"kafka.bootstrap.servers": bootstrap, "topic": sink}, schema)
+    batch = pa.RecordBatch.from_arrays([pa.array([VALUE] * 10_000, pa.binary())], ["value"])
+    write_batches(wplan, iter([batch]))  # warm-up: metadata, producer id
+    n = max(1, rows // 2 // 10_000)
+    started = time.perf_counter()
+    write_batches(wplan, iter([batch] * n))
+    wrote = time.perf_counter() - started
+    return got, read, n * 10_000 / wrote
 
 
 def spark_runs(bootstrap: str, rows: int) -> tuple[float, float, str]:
@@ -140,6 +170,7 @@ def main() -> None:
         single = single_process(bootstrap, args.rows)
         wrote, read, topic = spark_runs(bootstrap, args.rows)
         single_consume = single_read(bootstrap, topic, args.rows)
+        task_rows, task_read, task_write_rate = task_runs(bootstrap, topic, args.rows)
     finally:
         if broker is not None:
             broker.stop_sync()
@@ -149,6 +180,8 @@ def main() -> None:
     print(f"Spark write, 2 tasks    : {n / wrote:>10,.0f} rows/s ({wrote:.2f}s)")
     print(f"single-process getmany  : {n / single_consume:>10,.0f} rows/s ({single_consume:.2f}s)")
     print(f"Spark read (count)      : {n / read:>10,.0f} rows/s ({read:.2f}s)")
+    print(f"one read task, no Spark : {task_rows / task_read:>10,.0f} rows/s")
+    print(f"one write task, no Spark: {task_write_rate:>10,.0f} rows/s")
     print(f"Spark write / single    : {single / wrote:.2f}x")
     print(f"Spark read / single     : {single_consume / read:.2f}x")
 
