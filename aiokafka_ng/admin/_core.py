@@ -52,6 +52,7 @@ from aiokafka_ng.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
+from aiokafka_ng.net._handshake import check_version
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.messages.metadata import (
     MetadataRequest,
@@ -242,16 +243,11 @@ class _AdminCore:
         """
         conn = await self._cluster.connection(node_id)
         probe = type(request)
-        if pinned_version is not None:
-            low, high = conn.api_versions.get(probe.API_KEY, (0, -1))
-            if not low <= pinned_version <= high:
-                offered = f"v{low}-v{high}" if high >= 0 else "none"
-                raise UnsupportedVersionError(
-                    f"{operation} needs {probe.__name__} v{pinned_version}, "
-                    f"broker {node_id} offers {offered}"
-                )
         try:
-            version = conn.version_for(probe) if pinned_version is None else pinned_version
+            if pinned_version is None:
+                version = conn.version_for(probe)
+            else:
+                version = check_version(probe, pinned_version, conn.api_versions, str(node_id))
         except UnsupportedVersionError as exc:
             raise UnsupportedVersionError(
                 f"{operation} is not supported by broker {node_id}: {exc.detail or exc}"
