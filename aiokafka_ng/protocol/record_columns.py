@@ -17,15 +17,12 @@ generated batches. This module is compiled with mypyc where a C compiler exists;
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
 
-from aiokafka_ng.protocol.compression import (
-    DEFAULT_MAX_DECOMPRESSED_SIZE,
-    Compression,
-    decompress,
-)
+from aiokafka_ng.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE
 from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.record_reader import (
+    _TIMESTAMP_TYPE_MASK,
+    _UNZZ,
     CREATE_TIME,
     LOG_APPEND_TIME,
     NO_HEADERS,
@@ -35,10 +32,6 @@ from aiokafka_ng.protocol.record_reader import (
 )
 
 __all__ = ["RecordColumns"]
-
-_UNZZ: Final[tuple[int, ...]] = tuple((z >> 1) ^ -(z & 1) for z in range(128))
-_CODEC_MASK: Final = 0x07
-_TIMESTAMP_TYPE_MASK: Final = 0x08
 
 
 class RecordColumns:
@@ -83,16 +76,7 @@ class RecordColumns:
                 if low <= r.offset < high:
                     self._append(r.offset, r.timestamp, ts_type, r.key, r.value, r.headers)
             return
-        codec = batch.attributes & _CODEC_MASK
-        data = batch._buf
-        start = batch._start
-        end = batch._end
-        if codec:
-            if codec > Compression.ZSTD:
-                raise ProtocolError(f"unknown compression codec {codec}")
-            data = decompress(codec, memoryview(data)[start:end], max_size=max_decompressed_size)
-            start = 0
-            end = len(data)
+        data, start, end = batch._records_region(max_decompressed_size)
         try:
             self._parse(data, start, end, batch, low, high)
         except (IndexError, UnicodeDecodeError) as exc:

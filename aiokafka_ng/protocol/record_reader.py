@@ -366,17 +366,18 @@ class RecordBatch:
         )
         return out
 
-    def _decode(self, topic: str | None, partition: int, max_size: int) -> list[Any]:
+    def _records_region(self, max_size: int) -> tuple[bytes, int, int]:
+        """``(data, start, end)``: the records region, decompressed when the batch is."""
         codec = self.attributes & _CODEC_MASK
-        data = self._buf
-        start = self._start
-        end = self._end
-        if codec:
-            if codec > Compression.ZSTD:
-                raise ProtocolError(f"unknown compression codec {codec}")
-            data = decompress(codec, memoryview(data)[start:end], max_size=max_size)
-            start = 0
-            end = len(data)
+        if not codec:
+            return self._buf, self._start, self._end
+        if codec > Compression.ZSTD:
+            raise ProtocolError(f"unknown compression codec {codec}")
+        data = decompress(codec, memoryview(self._buf)[self._start : self._end], max_size=max_size)
+        return data, 0, len(data)
+
+    def _decode(self, topic: str | None, partition: int, max_size: int) -> list[Any]:
+        data, start, end = self._records_region(max_size)
         log_append = bool(self.attributes & _TIMESTAMP_TYPE_MASK)
         try:
             return _parse_records(
