@@ -34,6 +34,7 @@ __all__ = [
     "bool_option",
     "consumer_properties",
     "kafka_properties",
+    "option_value",
     "parse_limit",
     "parse_offsets",
     "positive_int",
@@ -99,7 +100,7 @@ class SparkOptionError(ValueError):
     """A data source option is missing or invalid (raised while Spark plans the query)."""
 
 
-def _get(options: Mapping[str, str], name: str) -> str | None:
+def option_value(options: Mapping[str, str], name: str) -> str | None:
     """Option ``name`` whatever its case (Spark's maps are case-insensitive; a plain dict
     handed in by a test or by our own planner may not be)."""
     if name in options:
@@ -172,7 +173,7 @@ def consumer_properties(options: Mapping[str, str]) -> dict[str, str]:
             "option 'kafka.group.id' is set: sharing a group id between queries is unsafe "
             "with Spark's Kafka source; this source joins no group and commits nothing, so "
             "the id has no effect here%s",
-            " (groupIdPrefix is ignored too)" if _get(options, "groupIdPrefix") else "",
+            " (groupIdPrefix is ignored too)" if option_value(options, "groupIdPrefix") else "",
         )
     props.update({"enable.auto.commit": "false", "auto.offset.reset": "earliest"})
     return _checked(ConsumerConfig, props, "consumer")
@@ -194,7 +195,7 @@ class Subscription:
 def subscription_option(options: Mapping[str, str]) -> Subscription:
     """Exactly one of ``assign`` (JSON ``{"t": [0, 1]}``), ``subscribe`` ("t1,t2") or
     ``subscribePattern`` (a regex), as Spark requires."""
-    given = {name: v for name in _STRATEGIES if (v := _get(options, name)) is not None}
+    given = {name: v for name in _STRATEGIES if (v := option_value(options, name)) is not None}
     names = ", ".join(_STRATEGIES)
     if not given:
         raise SparkOptionError(f"one of the options {names} is required (see docs/spark.md)")
@@ -237,7 +238,7 @@ def subscription_option(options: Mapping[str, str]) -> Subscription:
 
 
 def bool_option(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = _get(options, name)
+    raw = option_value(options, name)
     if raw is None:
         return default
     value = raw.strip().lower()
@@ -249,7 +250,7 @@ def bool_option(options: Mapping[str, str], name: str, default: bool) -> bool:
 def positive_int(
     options: Mapping[str, str], name: str, default: int | None, *, minimum: int = 1
 ) -> int | None:
-    raw = _get(options, name)
+    raw = option_value(options, name)
     if raw is None:
         return default
     try:
@@ -327,7 +328,7 @@ def _per_partition_json(
 def parse_offsets(options: Mapping[str, str], name: str, default: str) -> OffsetSpec:
     """Parse ``startingOffsets``/``endingOffsets``: earliest, latest or JSON like
     ``{"t1": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest), as Spark's Kafka source."""
-    raw = (_get(options, name) or default).strip()
+    raw = (option_value(options, name) or default).strip()
     if raw.lower() == "earliest":
         return OffsetSpec(EARLIEST, {})
     if raw.lower() == "latest":
@@ -344,7 +345,7 @@ def parse_limit(
     """Where reading starts or ends, in Spark's order of preference: ``<which>Timestamp``
     (one timestamp for all partitions), then ``<which>OffsetsByTimestamp`` (JSON per
     partition), then ``<which>Offsets`` (earliest, latest or JSON), else ``default``."""
-    strategy_raw = (_get(options, "startingOffsetsByTimestampStrategy") or "error").strip()
+    strategy_raw = (option_value(options, "startingOffsetsByTimestampStrategy") or "error").strip()
     strategy = strategy_raw.lower()
     if strategy not in ("error", "latest"):
         raise SparkOptionError(
@@ -353,7 +354,7 @@ def parse_limit(
         )
     on_no_match: Literal["error", "latest"] = "error" if strategy == "error" else "latest"
     global_name = f"{which}Timestamp"
-    raw = _get(options, global_name)
+    raw = option_value(options, global_name)
     if raw is not None:
         try:
             ts = int(raw.strip())
@@ -365,7 +366,7 @@ def parse_limit(
             raise SparkOptionError(f"option '{global_name}' must not be negative (got {raw!r})")
         return TimestampSpec(ts, {}, on_no_match)
     by_name = f"{which}OffsetsByTimestamp"
-    raw = _get(options, by_name)
+    raw = option_value(options, by_name)
     if raw is not None:
         example = '{"topic": {"0": 1700000000000}} (milliseconds per partition)'
         return TimestampSpec(None, _per_partition_json(raw, by_name, example, 0), on_no_match)

@@ -41,6 +41,7 @@ from aiokafka_ng.spark._options import (
     bool_option,
     consumer_properties,
     log,
+    option_value,
     parse_limit,
     positive_int,
     subscription_option,
@@ -111,7 +112,7 @@ _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
 
 def _duration_s(options: Mapping[str, str], name: str, default: float) -> float:
     """A Spark time string ("15m", "30s", "500ms"; a bare number is milliseconds)."""
-    raw = next((v for k, v in options.items() if k.lower() == name.lower()), None)
+    raw = option_value(options, name)
     if raw is None:
         return default
     m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
@@ -120,10 +121,6 @@ def _duration_s(options: Mapping[str, str], name: str, default: float) -> float:
             f"option '{name}' must be a duration like '15m', '30s' or '500ms' (got {raw!r})"
         )
     return int(m.group(1)) * _UNITS[m.group(2) or "ms"]
-
-
-def _given(options: Mapping[str, str], name: str) -> bool:
-    return any(k.lower() == name.lower() for k in options)
 
 
 def plan_read(options: Mapping[str, str], *, streaming: bool) -> ReadPlan:
@@ -138,13 +135,13 @@ def plan_read(options: Mapping[str, str], *, streaming: bool) -> ReadPlan:
             ("endingOffsetsByTimestamp", "ending timestamp"),
             ("endingTimestamp", "ending timestamp"),
         ):
-            if _given(options, name):
+            if option_value(options, name) is not None:
                 raise SparkOptionError(f"option '{name}': {what} not valid in streaming queries")
     else:
         ending = parse_limit(options, "ending", "latest")
         _check_batch_limits(starting, ending)
         for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
-            if _given(options, name):
+            if option_value(options, name) is not None:
                 log.warning("option %s is ignored in batch queries", name)
     max_per_trigger = positive_int(options, "maxOffsetsPerTrigger", None)
     min_per_trigger = positive_int(options, "minOffsetsPerTrigger", None)

@@ -62,6 +62,7 @@ from aiokafka_ng.spark._options import (
     WRITE_OPTIONS,
     SparkOptionError,
     bool_option,
+    option_value,
     producer_properties,
     warn_unknown,
 )
@@ -133,8 +134,7 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
         raise _type_error("partition", types["partition"], "int")
     if "headers" in types and not _is_header_type(types["headers"]):
         raise _type_error("headers", types["headers"], "array<struct<key:string,value:binary>>")
-    raw_topic = next((v for k, v in options.items() if k.lower() == "topic"), None)
-    topic = (raw_topic or "").strip() or None
+    topic = (option_value(options, "topic") or "").strip() or None
     if topic is None and "topic" not in types:
         raise SparkOptionError(
             "no topic to write to: set option 'topic' or add a string column 'topic'"
