@@ -115,6 +115,24 @@ def build_log(
     return bytes(blob), list(zip(aborted, abort_markers, strict=True)), uncommitted, committed
 
 
+def _fetched(
+    plan: list[tuple[int, int, int, Compression]], read_committed: bool, start_fraction: float
+) -> tuple[BufferedFetch, int, int, list[tuple[int, bytes]]]:
+    """A BufferedFetch of the log from a position at ``start_fraction`` of it, as a fetch
+    response brings it; with the start, the log end and the records the model expects."""
+    blob, aborted, uncommitted, committed = build_log(plan)
+    batches = list(iter_batches(blob))
+    end = batches[-1].next_offset if batches else 0
+    start = int(end * start_fraction)
+    state = PartitionState(TopicPartition("t", 0), needs_committed=False)
+    state.seek(start)
+    kept = [b for b in batches if b.next_offset > start]
+    # A broker lists the aborted transactions that end at or after the fetch offset.
+    listed = [a for a, marker_offset in aborted if marker_offset >= start]
+    buf = BufferedFetch(state, kept, len(blob), listed if read_committed else None)
+    return buf, start, end, committed if read_committed else uncommitted
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     plan=steps,
@@ -128,23 +146,14 @@ def test_buffered_fetch_matches_model(
     start_fraction: float,
     chunks: list[int],
 ) -> None:
-    blob, aborted, uncommitted, committed = build_log(plan)
-    batches = list(iter_batches(blob))
-    end = batches[-1].next_offset if batches else 0
-    start = int(end * start_fraction)
-    state = PartitionState(TopicPartition("t", 0), needs_committed=False)
-    state.seek(start)
-    kept = [b for b in batches if b.next_offset > start]
-    # A broker lists the aborted transactions that end at or after the fetch offset.
-    listed = [a for a, marker_offset in aborted if marker_offset >= start]
-    buf = BufferedFetch(state, kept, len(blob), listed if read_committed else None)
+    buf, start, end, model = _fetched(plan, read_committed, start_fraction)
+    state = buf.state
     out: list[ConsumerRecord[bytes | None, bytes | None]] = []
     turn = 0
     while not buf.exhausted:
         buf.take_into(out, chunks[turn % len(chunks)], None, None)
         turn += 1
         assert turn < 10_000
-    model = committed if read_committed else uncommitted
     assert [(r.offset, r.value) for r in out] == [(o, v) for o, v in model if o >= start]
     assert state.position == max(start, end)
 
@@ -164,15 +173,8 @@ def test_whole_batches_decoded_into_columns_match_model(
 ) -> None:
     """take_batches (the Spark source's columnar path), mixed with take_into, hands out the
     same records: whole batches decoded from the returned position by RecordColumns."""
-    blob, aborted, uncommitted, committed = build_log(plan)
-    batches = list(iter_batches(blob))
-    end = batches[-1].next_offset if batches else 0
-    start = int(end * start_fraction)
-    state = PartitionState(TopicPartition("t", 0), needs_committed=False)
-    state.seek(start)
-    kept = [b for b in batches if b.next_offset > start]
-    listed = [a for a, marker_offset in aborted if marker_offset >= start]
-    buf = BufferedFetch(state, kept, len(blob), listed if read_committed else None)
+    buf, start, end, model = _fetched(plan, read_committed, start_fraction)
+    state = buf.state
     got: list[tuple[int, bytes | None]] = []
     turn = 0
     while not buf.exhausted:
@@ -189,7 +191,6 @@ def test_whole_batches_decoded_into_columns_match_model(
             out: list[ConsumerRecord[bytes | None, bytes | None]] = []
             buf.take_into(out, n, None, None)
             got.extend((r.offset, r.value) for r in out)
-    model = committed if read_committed else uncommitted
     assert got == [(o, v) for o, v in model if o >= start]
     assert state.position == max(start, end)
 
