@@ -190,8 +190,9 @@ class RecordBatchBuilder:
             raise ValueError(f"bad compression ratio estimate {compression_ratio_estimate}")
         self._ratio = 1.0 if self._compression == Compression.NONE else compression_ratio_estimate
         # append() compares the uncompressed length of the buffer against this, so the
-        # compression estimate costs nothing per record.
-        self._limit = BATCH_OVERHEAD + (max_size - BATCH_OVERHEAD) / self._ratio
+        # compression estimate costs nothing per record. An int (rounded down: for an int
+        # size, ``size > limit`` means the same either way), so the test is an int compare.
+        self._limit = BATCH_OVERHEAD + int((max_size - BATCH_OVERHEAD) / self._ratio)
         self._buf = bytearray(BATCH_OVERHEAD)
         self._count = 0
         self._base_ts = 0
@@ -275,19 +276,11 @@ class RecordBatchBuilder:
         else:
             n = len(value)
             value_enc = zz[n] if n < _SMALL else _zigzag_bytes(n)
-        body = b"".join(
-            (
-                b"\x00",  # record attributes: unused
-                ts_enc,
-                delta_enc,
-                key_enc,
-                key,
-                value_enc,
-                value,
-                _encode_headers(headers) if headers else b"\x00",
-            )
-        )
-        n = len(body)
+        tail = _encode_headers(headers) if headers else b"\x00"
+        # The length is summed from the pieces, so the record is joined once, prefix included
+        # (one bytes object and one append to the buffer per record).
+        n = 1 + len(ts_enc) + len(delta_enc) + len(key_enc) + len(key) + len(value_enc)
+        n += len(value) + len(tail)
         length_enc = zz[n] if n < _SMALL else _zigzag_bytes(n)
         buf = self._buf
         if delta:
@@ -301,8 +294,10 @@ class RecordBatchBuilder:
             if not -(1 << 63) <= timestamp_ms < (1 << 63):
                 raise ValueError(f"timestamp {timestamp_ms} does not fit in int64")
             self._base_ts = self._max_ts = timestamp_ms
-        buf += length_enc
-        buf += body
+        # attributes (unused, 0), then the deltas, key, value and headers
+        buf += b"".join(
+            (length_enc, b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, tail)
+        )
         self._count = delta + 1
         return delta
 
@@ -335,6 +330,7 @@ class RecordBatchBuilder:
         limit = self._limit
         delta = self._count
         join = b"".join
+        fixed = 2 + len(ts_enc)  # attributes, timestamp delta, and the empty header count
         i = start
         while i < stop:
             key = None if keys is None else keys[i]
@@ -352,14 +348,14 @@ class RecordBatchBuilder:
             else:
                 n = len(value)
                 value_enc = zz[n] if n < small else _zigzag_bytes(n)
-            body = join((b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, b"\x00"))
-            n = len(body)
+            n = fixed + len(delta_enc) + len(key_enc) + len(key) + len(value_enc) + len(value)
             length_enc = zz[n] if n < small else _zigzag_bytes(n)
             if len(buf) + len(length_enc) + n > limit:
                 self._refused = True
                 break
-            buf += length_enc
-            buf += body
+            buf += join(
+                (length_enc, b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, b"\x00")
+            )
             delta += 1
             i += 1
         self._count = delta
