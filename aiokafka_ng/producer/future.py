@@ -331,7 +331,7 @@ def finish_all(
 ) -> None:
     """Decide the delivery of ``futures`` (a batch's records). Their waiters run together:
     under asyncio in one ``loop.call_soon``; under trio right away."""
-    todo: list[tuple[DeliveryFuture, list[Any]]] | None = None
+    todo: list[tuple[DeliveryFuture | None, list[Any]]] | None = None
     for fut in futures:
         if fut._exc is not _PENDING:
             continue
@@ -361,11 +361,11 @@ def finish_all(
 #: Per loop, the waiters due to run at its next turn. One ``call_soon`` runs them all:
 #: ``gather`` over 10k futures that are mostly done already would otherwise cost 10k
 #: loop handles.
-_due: dict[asyncio.AbstractEventLoop, list[tuple[DeliveryFuture, list[Any]]]] = {}
+_due: dict[asyncio.AbstractEventLoop, list[tuple[DeliveryFuture | None, list[Any]]]] = {}
 
 
 def _dispatch(
-    loop: asyncio.AbstractEventLoop | None, todo: list[tuple[DeliveryFuture, list[Any]]]
+    loop: asyncio.AbstractEventLoop | None, todo: list[tuple[DeliveryFuture | None, list[Any]]]
 ) -> None:
     if loop is None:
         _run_waiters(todo)
@@ -385,7 +385,7 @@ async def callbacks_run(loop: asyncio.AbstractEventLoop | None) -> None:
     due = None if loop is None else _due.get(loop)
     if due is not None:
         event = anyio.Event()
-        due.append((None, [event]))  # type: ignore[arg-type]  # runs after the queued ones
+        due.append((None, [event]))  # no future: runs after the queued ones
         await event.wait()
 
 
@@ -393,7 +393,7 @@ def _run_due(loop: asyncio.AbstractEventLoop) -> None:
     _run_waiters(_due.pop(loop, []))
 
 
-def _run_waiters(todo: list[tuple[DeliveryFuture, list[Any]]]) -> None:
+def _run_waiters(todo: list[tuple[DeliveryFuture | None, list[Any]]]) -> None:
     for fut, waiters in todo:
         for w in waiters:
             if w.__class__ is tuple:
