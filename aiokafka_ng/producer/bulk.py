@@ -22,7 +22,7 @@ import anyio.lowlevel
 from aiokafka_ng.errors import BufferExhaustedError, IllegalStateError
 from aiokafka_ng.producer.accumulator import no_partition_error
 from aiokafka_ng.producer.future import DeliveryFuture, RunDelivery
-from aiokafka_ng.producer.partitioner import default_partition
+from aiokafka_ng.producer.partitioner import split_keyed_run
 from aiokafka_ng.producer.producer import (
     _PENDING_OVERHEAD,
     _RECORD_OVERHEAD,
@@ -150,9 +150,11 @@ async def send_run(
         producer._txn.check_send()
     loop = producer._loop
     futures: list[DeliveryFuture]
+    shared: RunDelivery | None = None
     if together:
         # One object, once per record: the accumulator counts entries, not objects.
-        futures = [RunDelivery(topic, timestamp_ms, loop, len(vals))] * len(vals)
+        shared = RunDelivery(topic, timestamp_ms, loop, len(vals))
+        futures = [shared] * len(vals)
     else:
         futures = [DeliveryFuture(topic, timestamp_ms, loop) for _ in vals]
     if ks is None:
@@ -197,7 +199,7 @@ async def send_run(
             await _queue_chunk(
                 producer, topic, part, timestamp_ms,
                 None if run_keys is None else run_keys[lo:hi],
-                run_vals[lo:hi], run_sizes[lo:hi], c_futs,
+                run_vals[lo:hi], run_sizes[lo:hi], c_futs, shared,
             )  # fmt: skip
         except BufferExhaustedError as exc:
             if run_futs:
@@ -230,6 +232,7 @@ async def _queue_chunk(
     values: list[bytes | None],
     sizes: list[int],
     futures: list[DeliveryFuture],
+    shared: RunDelivery | None,
 ) -> None:
     acc = producer._acc
     t = acc.topics.get(topic)
@@ -257,30 +260,16 @@ async def _queue_chunk(
             acc._place(t, -1, key, value, None, ts, sizes[i], futures[i])
         return
     if partition >= 0 or keys is None:
-        place_run(acc, t, partition, ts, keys, values, sizes, futures)
+        place_run(acc, t, partition, ts, keys, values, sizes, futures, shared)
         return
-    # Keyed: the default partitioner per key; null keys go to the sticky partition. Group by
-    # partition, keeping send order inside each group.
-    n = len(t.partitions)
-    groups: dict[int, list[int]] = {}
-    for i, key in enumerate(keys):
-        p = default_partition(key, n) if key is not None else -1
-        group = groups.get(p)
-        if group is None:
-            groups[p] = [i]
-        else:
-            group.append(i)
-    for p, idx in groups.items():
-        place_run(
-            acc,
-            t,
-            p,
-            ts,
-            [keys[i] for i in idx],
-            [values[i] for i in idx],
-            [sizes[i] for i in idx],
-            [futures[i] for i in idx],
+    # Keyed: the default partitioner per key; null keys go to the sticky partition. Grouped
+    # by partition, send order kept inside each group.
+    for p, run in split_keyed_run(keys, values, sizes, len(t.partitions)).items():
+        index = run.index
+        futs: list[DeliveryFuture] = (
+            [futures[i] for i in index] if shared is None else [shared] * len(index)
         )
+        place_run(acc, t, p, ts, run.keys, run.values, run.sizes, futs, shared)
 
 
 def place_run(
@@ -292,11 +281,13 @@ def place_run(
     values: list[bytes | None],
     sizes: list[int],
     futures: list[DeliveryFuture],
+    shared: RunDelivery | None = None,
 ) -> None:
     """Append a run of header-less records, in order, to ``partition`` -- or, with
     ``partition`` -1, to the sticky partition, switching when a batch fills exactly as
     ``Accumulator._place`` does. One builder call per batch, not per record. The topic is
-    ready, its pending queue empty, memory reserved."""
+    ready, its pending queue empty, memory reserved. ``shared``: every entry of
+    ``futures`` is that one run future, which keeps no per-record position."""
     sticky = partition < 0
     if sticky:
         partition = acc.sticky_partition(t)
@@ -316,15 +307,21 @@ def place_run(
         delta = batch.builder.record_count
         stop = batch.builder.append_run(timestamp_ms, keys, values, i, count)
         bfuts = batch.futures
-        memory = 0
-        for j in range(i, stop):
-            fut = futures[j]
-            fut._batch = batch
-            fut._delta = delta
-            delta += 1
-            bfuts.append(fut)
-            memory += sizes[j]
-        batch.memory += memory
+        if shared is not None:
+            # Entries still one per record (sequence numbers, counts and splits go by
+            # them), added in one step.
+            bfuts.extend(futures[i:stop])
+            batch.memory += sum(sizes[i:stop])
+        else:
+            memory = 0
+            for j in range(i, stop):
+                fut = futures[j]
+                fut._batch = batch
+                fut._delta = delta
+                delta += 1
+                bfuts.append(fut)
+                memory += sizes[j]
+            batch.memory += memory
         i = stop
         if i < count:
             # Full: on in a new batch -- of another partition if this run is sticky.

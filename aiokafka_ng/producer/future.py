@@ -305,13 +305,14 @@ class RunDelivery(DeliveryFuture):
         if count == 0:
             self._exc = None
 
-    def _count_one(self, exc: BaseException | None) -> BaseException | None:
-        """One record decided; the run's outcome once it is the last, else ``_PENDING``."""
+    def _count(self, exc: BaseException | None, records: int = 1) -> BaseException | None:
+        """``records`` records decided with ``exc``; the run's outcome once none is left,
+        else ``_PENDING``."""
         if exc is not None:
-            self.failed += 1
+            self.failed += records
             if self._first_exc is None:
                 self._first_exc = exc
-        self._remaining -= 1
+        self._remaining -= records
         return _PENDING if self._remaining > 0 else self._first_exc
 
     def result(self) -> RecordMetadata:
@@ -332,11 +333,23 @@ def finish_all(
     """Decide the delivery of ``futures`` (a batch's records). Their waiters run together:
     under asyncio in one ``loop.call_soon``; under trio right away."""
     todo: list[tuple[DeliveryFuture | None, list[Any]]] | None = None
+    counted = False
+    if isinstance(futures, list) and futures:
+        first = futures[0]
+        if first.__class__ is RunDelivery and futures.count(first) == len(futures):
+            # The bulk path's usual batch: entries of one run only, counted in one step
+            # (list.count compares identities in C) rather than one call per record.
+            if first._exc is not _PENDING:
+                return
+            exc = first._count(exc, len(futures))
+            if exc is _PENDING:
+                return  # records of the run in other batches are still undecided
+            futures, counted = (first,), True
     for fut in futures:
         if fut._exc is not _PENDING:
             continue
-        if fut.__class__ is RunDelivery:
-            outcome = fut._count_one(exc)
+        if fut.__class__ is RunDelivery and not counted:
+            outcome = fut._count(exc)
             if outcome is _PENDING:
                 continue  # records of the run are still undecided
             fut._exc = outcome

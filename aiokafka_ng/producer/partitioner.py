@@ -18,9 +18,21 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-__all__ = ["CustomPartitioner", "StickyPartitioner", "default_partition", "murmur2"]
+if TYPE_CHECKING:
+    # Machine-integer annotations for mypyc; never imported at run time (annotations are
+    # strings here), so the package does not depend on mypy_extensions.
+    from mypy_extensions import i64
+
+__all__ = [
+    "CustomPartitioner",
+    "KeyedRun",
+    "StickyPartitioner",
+    "default_partition",
+    "murmur2",
+    "split_keyed_run",
+]
 
 #: aiokafka's signature: ``(key_bytes, all_partitions, available_partitions) -> partition``.
 CustomPartitioner = Callable[[bytes | None, list[int], list[int]], int]
@@ -62,35 +74,38 @@ def _murmur2_words(data: bytes) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
-def _mul_m(x: int) -> int:
-    """``x * 0x5BD1E995 mod 2**32`` for ``0 <= x < 2**32`` with no product wider than 48
-    bits: mypyc keeps ints up to 62 bits unboxed, a 64-bit product falls back to Python
-    long arithmetic (which made the compiled ``_murmur2_words`` barely faster than CPython)."""
-    return (x * 0xE995 + (((x * 0x5BD1) & 0xFFFF) << 16)) & 0xFFFFFFFF
+def _murmur2_native(data: bytes) -> int:
+    """murmur2 for the compiled build: machine integers, bytes read one by one.
 
-
-def _murmur2_narrow(data: bytes) -> int:
-    """murmur2 for the compiled build: bytes read one by one, products kept narrow."""
-    length = len(data)
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    n4 = length & ~3
-    i = 0
+    The locals are ``i64`` (plain ints to CPython): every product is of a value below 2**32
+    and the 31-bit constant, so it fits in 63 bits. With mypyc's default ints such a
+    product leaves the unboxed fast path (its overflow check gives up on operands of 2**30
+    and up) and allocates: 360 ns for an 8-byte key, against 17 ns this way.
+    """
+    m: i64 = 0x5BD1E995
+    mask: i64 = 0xFFFFFFFF
+    length: i64 = len(data)
+    h: i64 = (0x9747B28C ^ length) & mask
+    n4: i64 = length & ~3
+    i: i64 = 0
+    k: i64 = 0
     while i < n4:
         k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = _mul_m(k)
+        k = (k * m) & mask
         k ^= k >> 24
-        h = _mul_m(h) ^ _mul_m(k)
+        h = ((h * m) & mask) ^ ((k * m) & mask)
         i += 4
     rest = length & 3
     if rest:
+        # Java's switch falls through: 3 -> 2 -> 1, then multiplies.
         if rest == 3:
             h ^= data[n4 + 2] << 16
         if rest >= 2:
             h ^= data[n4 + 1] << 8
         h ^= data[n4]
-        h = _mul_m(h)
+        h = (h * m) & mask
     h ^= h >> 13
-    h = _mul_m(h)
+    h = (h * m) & mask
     h ^= h >> 15
     return h - 0x100000000 if h & 0x80000000 else h
 
@@ -102,15 +117,56 @@ def _probe() -> None:
 COMPILED: Final = not hasattr(_probe, "__code__")
 
 #: Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``) as a signed int32.
-#: Two formulations of one function, each the faster where it runs (the compiled build
-#: 2.3x faster with the narrow one, CPython 1.5x slower with it); the twin tests check
-#: both against each other and against values computed by the Java client.
-murmur2: Callable[[bytes], int] = _murmur2_narrow if COMPILED else _murmur2_words
+#: Two formulations of one function, each the faster where it runs (compiled, the i64 one
+#: takes 17 ns for an 8-byte key, the words one 360 ns; interpreted, the words one is a
+#: little faster); the twin tests check both against each other and against values
+#: computed by the Java client.
+murmur2: Callable[[bytes], int] = _murmur2_native if COMPILED else _murmur2_words
 
 
 def default_partition(key: bytes, num_partitions: int) -> int:
     """The Java default for a non-null key: ``(murmur2(key) & 0x7fffffff) % num_partitions``."""
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+class KeyedRun:
+    """The records of a keyed run that go to one partition, in run order: ``index`` holds
+    their positions in the run, ``keys``/``values``/``sizes`` the matching items."""
+
+    __slots__ = ("index", "keys", "sizes", "values")
+
+    def __init__(self) -> None:
+        self.index: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.sizes: list[int] = []
+
+
+def split_keyed_run(
+    keys: list[bytes | None], values: list[bytes | None], sizes: list[int], num_partitions: int
+) -> dict[int, KeyedRun]:
+    """Group a run of keyed records by default partition (-1: null key, for the sticky
+    partition), keeping run order in each group. The bulk path's per-record work in one
+    call (compiled: no interpreted step per record)."""
+    groups: dict[int, KeyedRun] = {}
+    compiled = COMPILED
+    for i in range(len(keys)):
+        key = keys[i]
+        if key is None:
+            p = -1
+        else:
+            # A direct call of the right formulation (the ``murmur2`` alias would be a
+            # generic call from compiled code).
+            h = _murmur2_native(key) if compiled else _murmur2_words(key)
+            p = (h & 0x7FFFFFFF) % num_partitions
+        group = groups.get(p)
+        if group is None:
+            group = groups[p] = KeyedRun()
+        group.index.append(i)
+        group.keys.append(key)
+        group.values.append(values[i])
+        group.sizes.append(sizes[i])
+    return groups
 
 
 class StickyPartitioner:

@@ -70,3 +70,25 @@ def test_callback_error_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -
         fut._finish(None)
     assert later == [True]  # the next callback still ran
     assert "delivery callback" in caplog.text
+
+
+def test_finish_all_counts_a_runs_entries_in_one_step_or_one_by_one() -> None:
+    from aiokafka_ng.producer.future import RunDelivery, finish_all
+
+    # A batch holding only one run's entries is counted at once (the fast path); a batch
+    # mixing them with other futures entry by entry. The outcome must be the same.
+    boom = KafkaTimeoutError("batch failed")
+    for mixed in (False, True):
+        run = RunDelivery("t", 1, None, 5)
+        other = DeliveryFuture("t", 1)
+        seen: list[BaseException | None] = []
+        run.add_done_callback(lambda f, seen=seen: seen.append(f.exception()))
+        first = [run, run, other] if mixed else [run, run]
+        finish_all(first, boom, None)
+        assert not run.done() and run.failed == 2
+        assert other.done() == mixed
+        finish_all([run, run, run], None, None)
+        assert run.done() and (run.failed, run.count) == (2, 5)
+        assert run.exception() is boom and seen == [boom]
+        finish_all([run], None, None)  # a late outcome for a decided run changes nothing
+        assert run.failed == 2 and seen == [boom]

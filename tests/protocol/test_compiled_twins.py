@@ -282,16 +282,38 @@ def test_murmur2_identical(key: bytes, partitions: int) -> None:
     # Each build picks the formulation fastest for it; both formulations, in both twins.
     expected = partitioner_pure._murmur2_words(key)
     for mod in (partitioner_compiled, partitioner_pure):
-        assert mod._murmur2_words(key) == mod._murmur2_narrow(key) == expected
+        assert mod._murmur2_words(key) == mod._murmur2_native(key) == expected
     assert partitioner_compiled.default_partition(
         key, partitions
     ) == partitioner_pure.default_partition(key, partitions)
 
 
+@given(
+    st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=40)), _BYTES), max_size=60),
+    st.integers(1, 64),
+)
+def test_split_keyed_run_identical(records: list[tuple[bytes | None, Any]], n: int) -> None:
+    keys = [k for k, _ in records]
+    values = [v for _, v in records]
+    sizes = [i * 7 for i in range(len(records))]
+    # The reference: each key's default partition (-1 for a null key), run order kept.
+    expected: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        p = -1 if key is None else partitioner_pure.default_partition(key, n)
+        expected.setdefault(p, []).append(i)
+    for mod in (partitioner_compiled, partitioner_pure):
+        groups = mod.split_keyed_run(keys, values, sizes, n)
+        assert {p: g.index for p, g in groups.items()} == expected
+        for g in groups.values():
+            assert g.keys == [keys[i] for i in g.index]
+            assert g.values == [values[i] for i in g.index]
+            assert g.sizes == [sizes[i] for i in g.index]
+
+
 def test_murmur2_known_values() -> None:
     # Values of org.apache.kafka.common.utils.Utils.murmur2 (Java client's partitioner test).
     for mod in (partitioner_compiled, partitioner_pure):
-        for fn in (mod.murmur2, mod._murmur2_words, mod._murmur2_narrow):
+        for fn in (mod.murmur2, mod._murmur2_words, mod._murmur2_native):
             assert fn(b"21") == -973932308
             assert fn(b"foobar") == -790332482
             assert fn(b"a-little-bit-long-string") == -985981536
@@ -304,7 +326,7 @@ def test_each_twin_knows_whether_it_is_compiled() -> None:
     compiled = aiokafka_ng.__compiled__
     assert partitioner_compiled.COMPILED is compiled
     assert partitioner_compiled.murmur2 is (
-        partitioner_compiled._murmur2_narrow if compiled else partitioner_compiled._murmur2_words
+        partitioner_compiled._murmur2_native if compiled else partitioner_compiled._murmur2_words
     )
 
 
