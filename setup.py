@@ -23,6 +23,7 @@ COMPILED_MODULES = (
     "aiokafka_ng.protocol.records",
     "aiokafka_ng.protocol.record_columns",
     "aiokafka_ng.producer.partitioner",
+    "aiokafka_ng.producer.runs",
     "aiokafka_ng.consumer.buffer",
 )
 _TRUE = {"1", "true", "yes", "on"}

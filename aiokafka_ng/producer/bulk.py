@@ -13,7 +13,9 @@ futures (those already queued go on): the caller still gets one future per recor
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
+from itertools import accumulate
 from time import time_ns
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +24,6 @@ import anyio.lowlevel
 from aiokafka_ng.errors import BufferExhaustedError, IllegalStateError
 from aiokafka_ng.producer.accumulator import no_partition_error
 from aiokafka_ng.producer.future import DeliveryFuture, RunDelivery
-from aiokafka_ng.producer.partitioner import split_keyed_run
 from aiokafka_ng.producer.producer import (
     _PENDING_OVERHEAD,
     _RECORD_OVERHEAD,
@@ -32,11 +33,12 @@ from aiokafka_ng.producer.producer import (
     _bad_partition,
     _bad_timestamp,
 )
+from aiokafka_ng.producer.runs import record_sizes, split_keyed_run
 
 if TYPE_CHECKING:
     from aiokafka_ng.producer.accumulator import Accumulator, _Topic
 
-__all__ = ["place_run", "send_batch", "send_run"]
+__all__ = ["chunk_end", "place_run", "send_batch", "send_run"]
 
 #: Records per memory reservation: big enough that the reservation is noise, small enough
 #: that a run larger than the buffer streams through it.
@@ -136,8 +138,15 @@ async def send_run(
         values = [producer._value_ser(v) for v in values]
     if keys is not None and producer._key_ser is not None:
         keys = [producer._key_ser(k) for k in keys]
-    vals = _bytes_list(values, "value")
-    ks = None if keys is None else _bytes_list(keys, "key")
+    vals: list[bytes | None] = values
+    ks: list[bytes | None] | None = keys
+    sizes = record_sizes(values, keys, _RECORD_OVERHEAD)
+    if sizes is None:
+        # Some key or value is not bytes: convert (bytearray, memoryview) or refuse it.
+        vals = _bytes_list(values, "value")
+        ks = None if keys is None else _bytes_list(keys, "key")
+        sizes = record_sizes(vals, ks, _RECORD_OVERHEAD)
+        assert sizes is not None
     if topic not in producer._valid_topics:
         producer._check_topic(topic)
     if partition is not None and (partition.__class__ is not int or partition < 0):
@@ -157,13 +166,6 @@ async def send_run(
         futures = [shared] * len(vals)
     else:
         futures = [DeliveryFuture(topic, timestamp_ms, loop) for _ in vals]
-    if ks is None:
-        sizes = [_RECORD_OVERHEAD + (len(v) if v is not None else 0) for v in vals]
-    else:
-        sizes = [
-            _RECORD_OVERHEAD + (len(v) if v is not None else 0) + (len(k) if k is not None else 0)
-            for k, v in zip(ks, vals, strict=True)
-        ]
     max_record = producer._max_record
     if max(sizes, default=0) > max_record:
         keep = []
@@ -188,12 +190,11 @@ async def send_run(
     limit = max(1, producer._pool.total // 4)
     lo = 0
     count = len(run_vals)
+    # ends[i]: the bytes of records [0, i) -- a chunk's end is found by bisection, not by a
+    # loop over its records.
+    ends = [0, *accumulate(run_sizes)]
     while lo < count:
-        hi = lo
-        nbytes = 0
-        while hi < count and hi - lo < _CHUNK and (hi == lo or nbytes + run_sizes[hi] <= limit):
-            nbytes += run_sizes[hi]
-            hi += 1
+        hi = chunk_end(ends, lo, limit)
         c_futs = run_futs[lo:hi]
         try:
             await _queue_chunk(
@@ -215,6 +216,13 @@ async def send_run(
         # Let the senders take what filled up before queueing more (as send() does).
         await anyio.lowlevel.checkpoint()
     return futures
+
+
+def chunk_end(ends: list[int], lo: int, limit: int) -> int:
+    """End of the chunk starting at record ``lo``: as many records as fit in ``limit``
+    bytes, at most ``_CHUNK``, at least one. ``ends[i]`` is the size of records [0, i)."""
+    count = len(ends) - 1
+    return max(lo + 1, min(count, lo + _CHUNK, bisect_right(ends, ends[lo] + limit) - 1))
 
 
 def _first_failure(fut: DeliveryFuture, index: int) -> None:

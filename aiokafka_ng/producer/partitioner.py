@@ -25,14 +25,7 @@ if TYPE_CHECKING:
     # strings here), so the package does not depend on mypy_extensions.
     from mypy_extensions import i64
 
-__all__ = [
-    "CustomPartitioner",
-    "KeyedRun",
-    "StickyPartitioner",
-    "default_partition",
-    "murmur2",
-    "split_keyed_run",
-]
+__all__ = ["CustomPartitioner", "StickyPartitioner", "default_partition", "murmur2"]
 
 #: aiokafka's signature: ``(key_bytes, all_partitions, available_partitions) -> partition``.
 CustomPartitioner = Callable[[bytes | None, list[int], list[int]], int]
@@ -127,46 +120,6 @@ murmur2: Callable[[bytes], int] = _murmur2_native if COMPILED else _murmur2_word
 def default_partition(key: bytes, num_partitions: int) -> int:
     """The Java default for a non-null key: ``(murmur2(key) & 0x7fffffff) % num_partitions``."""
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
-
-
-class KeyedRun:
-    """The records of a keyed run that go to one partition, in run order: ``index`` holds
-    their positions in the run, ``keys``/``values``/``sizes`` the matching items."""
-
-    __slots__ = ("index", "keys", "sizes", "values")
-
-    def __init__(self) -> None:
-        self.index: list[int] = []
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.sizes: list[int] = []
-
-
-def split_keyed_run(
-    keys: list[bytes | None], values: list[bytes | None], sizes: list[int], num_partitions: int
-) -> dict[int, KeyedRun]:
-    """Group a run of keyed records by default partition (-1: null key, for the sticky
-    partition), keeping run order in each group. The bulk path's per-record work in one
-    call (compiled: no interpreted step per record)."""
-    groups: dict[int, KeyedRun] = {}
-    compiled = COMPILED
-    for i in range(len(keys)):
-        key = keys[i]
-        if key is None:
-            p = -1
-        else:
-            # A direct call of the right formulation (the ``murmur2`` alias would be a
-            # generic call from compiled code).
-            h = _murmur2_native(key) if compiled else _murmur2_words(key)
-            p = (h & 0x7FFFFFFF) % num_partitions
-        group = groups.get(p)
-        if group is None:
-            group = groups[p] = KeyedRun()
-        group.index.append(i)
-        group.keys.append(key)
-        group.values.append(values[i])
-        group.sizes.append(sizes[i])
-    return groups
 
 
 class StickyPartitioner:

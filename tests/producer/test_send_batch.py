@@ -163,3 +163,29 @@ def test_append_run_encodes_like_append(
     assert run.append_run(ts, keys, values, 0, len(values)) == taken
     assert run.record_count == one.record_count and run.is_full == one.is_full
     assert run.build() == one.build()
+
+
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=300), st.integers(1, 20_000))
+def test_chunks_stop_at_the_record_or_byte_limit(sizes: list[int], limit: int) -> None:
+    from itertools import accumulate
+
+    from aiokafka_ng.producer import bulk
+
+    ends = [0, *accumulate(sizes)]
+    lo = 0
+    while lo < len(sizes):
+        # The rule, record by record: at least one record, then while the next one fits.
+        want = lo + 1
+        while want < len(sizes) and want - lo < bulk._CHUNK and sum(sizes[lo : want + 1]) <= limit:
+            want += 1
+        assert bulk.chunk_end(ends, lo, limit) == want
+        lo = want
+
+
+def test_chunks_hold_at_most_chunk_records() -> None:
+    from aiokafka_ng.producer import bulk
+
+    ends = list(range(10_001))  # 10,000 one-byte records, no byte limit in reach
+    assert bulk.chunk_end(ends, 0, 1 << 40) == bulk._CHUNK
+    assert bulk.chunk_end(ends, 8192, 1 << 40) == 10_000
+    assert bulk.chunk_end(ends, 5, 0) == 6  # at least one record, whatever the limit

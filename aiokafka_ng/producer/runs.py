@@ -1,0 +1,87 @@
+"""Per-record work of the producer's bulk path (``send_batch``), one call per run.
+
+Compiled with the other hot modules (``aiokafka_ng._native.COMPILED_MODULES``): the loops
+here run once per record of a run, so interpreted they were a large share of a bulk send
+(sizes and type checks about 0.15 us per record, grouping keys by partition 0.35 us); the
+same file is the pure-Python twin, and the twin tests hold the two to each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka_ng.producer.partitioner import COMPILED, _murmur2_native, _murmur2_words
+
+__all__ = ["KeyedRun", "record_sizes", "split_keyed_run"]
+
+
+def record_sizes(values: list[Any], keys: list[Any] | None, overhead: int) -> list[int] | None:
+    """What each record of a run charges to ``buffer_memory``: ``overhead`` plus the
+    lengths of its key and value. None when a key or value is neither bytes nor None (the
+    caller converts or refuses it, then asks again)."""
+    sizes: list[int] = []
+    if keys is None:
+        for v in values:
+            if v is None:
+                sizes.append(overhead)
+            elif isinstance(v, bytes):
+                sizes.append(overhead + len(v))
+            else:
+                return None
+        return sizes
+    if len(keys) != len(values):
+        raise ValueError(f"send_batch: {len(keys)} keys for {len(values)} values")
+    for i in range(len(values)):
+        v = values[i]
+        k = keys[i]
+        size = overhead
+        if v is not None:
+            if not isinstance(v, bytes):
+                return None
+            size += len(v)
+        if k is not None:
+            if not isinstance(k, bytes):
+                return None
+            size += len(k)
+        sizes.append(size)
+    return sizes
+
+
+class KeyedRun:
+    """The records of a keyed run that go to one partition, in run order: ``index`` holds
+    their positions in the run, ``keys``/``values``/``sizes`` the matching items."""
+
+    __slots__ = ("index", "keys", "sizes", "values")
+
+    def __init__(self) -> None:
+        self.index: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.sizes: list[int] = []
+
+
+def split_keyed_run(
+    keys: list[bytes | None], values: list[bytes | None], sizes: list[int], num_partitions: int
+) -> dict[int, KeyedRun]:
+    """Group a run of keyed records by default partition (-1: null key, for the sticky
+    partition), keeping run order in each group. The bulk path's per-record work in one
+    call (compiled: no interpreted step per record)."""
+    groups: dict[int, KeyedRun] = {}
+    native = COMPILED  # the partitioner's build picks the murmur2 formulation
+    for i in range(len(keys)):
+        key = keys[i]
+        if key is None:
+            p = -1
+        else:
+            # A direct call of the right formulation (the ``murmur2`` alias would be a
+            # generic call from compiled code).
+            h = _murmur2_native(key) if native else _murmur2_words(key)
+            p = (h & 0x7FFFFFFF) % num_partitions
+        group = groups.get(p)
+        if group is None:
+            group = groups[p] = KeyedRun()
+        group.index.append(i)
+        group.keys.append(key)
+        group.values.append(values[i])
+        group.sizes.append(sizes[i])
+    return groups
