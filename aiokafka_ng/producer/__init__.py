@@ -1,6 +1,6 @@
 """The producer: :class:`Producer` and its delivery futures."""
 
-from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata
+from aiokafka_ng.producer.future import BatchDelivery, DeliveryFuture, RecordMetadata
 from aiokafka_ng.producer.producer import Producer, ProducerRecord
 from aiokafka_ng.producer.transactions import (
     ConsumerGroupMetadata,
@@ -10,6 +10,7 @@ from aiokafka_ng.producer.transactions import (
 )
 
 __all__ = [
+    "BatchDelivery",
     "ConsumerGroupMetadata",
     "DeliveryFuture",
     "IllegalTransactionStateError",

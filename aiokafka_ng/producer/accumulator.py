@@ -51,13 +51,14 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from aiokafka_ng.cluster.metadata import ClusterMetadata, TopicMetadata
 from aiokafka_ng.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.latency import LatencyRecorder
 from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
-from aiokafka_ng.producer.future import DeliveryFuture, finish_all
+from aiokafka_ng.producer.future import Delivery, finish_all
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitioner, murmur2
@@ -70,7 +71,7 @@ Headers = list[tuple[str, bytes | None]]
 #: New batches assume compression 5% worse than observed (Java's estimation factor).
 _RATIO_MARGIN = 1.05
 # (partition or -1, key, value, headers, timestamp_ms, size, future, enqueued_at)
-Pending = tuple[int, bytes | None, bytes | None, Headers | None, int, int, DeliveryFuture, float]
+Pending = tuple[int, bytes | None, bytes | None, Headers | None, int, int, Delivery[Any], float]
 
 
 class _Topic:
@@ -163,7 +164,7 @@ class Accumulator:
         headers: Headers | None,
         timestamp_ms: int,
         size: int,
-        future: DeliveryFuture,
+        future: Delivery[Any],
     ) -> None:
         """Queue one record (memory already reserved). Never blocks, never raises for a
         record-specific problem: such a record's future fails instead."""
@@ -203,7 +204,7 @@ class Accumulator:
         headers: Headers | None,
         timestamp_ms: int,
         size: int,
-        future: DeliveryFuture,
+        future: Delivery[Any],
     ) -> None:
         n = len(t.partitions)
         sticky = False
@@ -228,6 +229,8 @@ class Accumulator:
                     future._batch = batch
                     future._delta = delta
                     batch.futures.append(future)
+                    if batch.positions is not None:
+                        batch.positions.append(-1)
                     batch.memory += size
                     return
                 self.batch_full(t, batch, sticky)
@@ -297,7 +300,7 @@ class Accumulator:
             self._ratios[batch.topic] = min(1.0, max(floor, new * _RATIO_MARGIN))
         return data
 
-    def _fail_record(self, future: DeliveryFuture, size: int, exc: BaseException) -> None:
+    def _fail_record(self, future: Delivery[Any], size: int, exc: BaseException) -> None:
         self.pool.release(size)
         self.records_failed += 1
         future._finish(exc)
@@ -472,7 +475,7 @@ class Accumulator:
         # records are freed by reference counting as soon as the caller lets go of their
         # futures, not by the cyclic GC -- whose full collections were the send->ack
         # latency's p99 under load (tens of ms pauses at 40k msg/s).
-        finish_all(futures, exc, self.loop)
+        finish_all(futures, exc, self.loop, batch)
 
     def requeue(self, batch: ProducerBatch, now: float) -> None:
         """Put a failed batch back at the head of its partition (in sequence order with
@@ -515,6 +518,8 @@ class Accumulator:
             new = ProducerBatch(
                 pq, RecordBatchBuilder(self.compression, max_size=1 << 31), batch.created
             )
+            if batch.positions is not None:
+                new.positions = batch.positions[lo:hi]
             for rec, fut in zip(records[lo:hi], batch.futures[lo:hi], strict=True):
                 fut._batch = new
                 fut._delta = new.builder.append(rec.timestamp, rec.key, rec.value, rec.headers) or 0
@@ -562,10 +567,10 @@ class Accumulator:
 
     # ------------------------------------------------------------------ flush / close
 
-    def incomplete(self) -> list[DeliveryFuture]:
+    def incomplete(self) -> list[Delivery[Any]]:
         """One future per unfinished batch (its last record) plus every pending record:
         awaiting them all awaits everything sent so far."""
-        out: list[DeliveryFuture] = []
+        out: list[Delivery[Any]] = []
         for t in self.topics.values():
             out.extend(rec[6] for rec in t.pending)
             for pq in t.partitions:

@@ -8,8 +8,9 @@ Plain slotted containers; the rules that move batches between states live in
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
-from aiokafka_ng.producer.future import DeliveryFuture
+from aiokafka_ng.producer.future import Delivery
 from aiokafka_ng.protocol.records import RecordBatchBuilder
 
 __all__ = ["PartitionQueue", "ProducerBatch"]
@@ -31,6 +32,7 @@ class ProducerBatch:
         "log_append_time",
         "memory",
         "partition",
+        "positions",
         "pq",
         "retry_at",
         "topic",
@@ -41,7 +43,7 @@ class ProducerBatch:
         self.topic = pq.topic
         self.partition = pq.partition
         self.builder = builder
-        self.futures: list[DeliveryFuture] = []
+        self.futures: list[Delivery[Any]] = []
         self.memory = 0
         self.created = now
         self.attempts = 0
@@ -52,6 +54,9 @@ class ProducerBatch:
         self.done = False
         self.base_offset = -1
         self.log_append_time = -1
+        #: Once a BatchDelivery's records are in the batch: per entry of ``futures``, that
+        #: record's position in its run (-1 for an entry that is a future of its own).
+        self.positions: list[int] | None = None
 
     @property
     def record_count(self) -> int:

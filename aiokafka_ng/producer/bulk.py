@@ -9,6 +9,12 @@ records in order), an oversize record's future fails alone, order per partition 
 order, and the only wait is for memory, at most ``max_block_ms`` per chunk. When memory does
 not free up in time, the records not yet queued fail with ``BufferExhaustedError`` in their
 futures (those already queued go on): the caller still gets one future per record.
+
+:meth:`Producer.send_many` runs the same path with one :class:`BatchDelivery` standing in
+for every record's future: each batch entry is that object, and the record's position in
+the run goes beside it (``ProducerBatch.positions``), so failures and offsets are still
+known per record. Where records go one by one (no metadata yet, a custom partitioner) each
+gets a member future that counts into the run.
 """
 
 from __future__ import annotations
@@ -17,13 +23,13 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from itertools import accumulate
 from time import time_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio.lowlevel
 
-from aiokafka_ng.errors import BufferExhaustedError, IllegalStateError
+from aiokafka_ng.errors import BufferExhaustedError
 from aiokafka_ng.producer.accumulator import no_partition_error
-from aiokafka_ng.producer.future import DeliveryFuture, RunDelivery
+from aiokafka_ng.producer.future import BatchDelivery, Delivery, DeliveryFuture, _RunMember
 from aiokafka_ng.producer.producer import (
     _PENDING_OVERHEAD,
     _RECORD_OVERHEAD,
@@ -97,29 +103,30 @@ async def send_batch(
                     )
                 )
             return out
-    return await send_run(producer, topic, items, key_list, partition, timestamp_ms)
+    futures = await send_run(producer, topic, items, key_list, partition, timestamp_ms)
+    return cast(list[DeliveryFuture], futures)  # one DeliveryFuture per record here
 
 
-async def send_together(
+async def send_many(
     producer: Producer,
     topic: str,
-    values: list[Any],
-    keys: list[Any] | None,
+    values: Iterable[Any],
+    keys: Iterable[Any] | None,
     partition: int | None,
-) -> RunDelivery:
-    """:meth:`Producer._send_batch_together`: ``send_run`` with one :class:`RunDelivery`
-    for the whole run instead of a future per record."""
+    timestamp_ms: int | None,
+) -> BatchDelivery:
+    """:meth:`Producer.send_many`: ``send_run`` with one :class:`BatchDelivery` for the
+    whole run instead of a future per record."""
     if not producer._running:
         raise producer._not_running()
-    if producer._txn is not None:
-        # A transaction tracks each record's future; one shared future cannot stand in.
-        raise IllegalStateError("_send_batch_together is not for transactional producers")
-    futures = await send_run(producer, topic, values, keys, partition, None, together=True)
+    vals = list(values)
+    ks = None if keys is None else list(keys)
+    futures = await send_run(producer, topic, vals, ks, partition, timestamp_ms, together=True)
     if futures:
         outcome = futures[0]
-        assert isinstance(outcome, RunDelivery)
+        assert isinstance(outcome, BatchDelivery)
         return outcome
-    return RunDelivery(topic, 0, producer._loop, 0)
+    return BatchDelivery(topic, 0, producer._loop, 0)
 
 
 async def send_run(
@@ -131,7 +138,7 @@ async def send_run(
     timestamp_ms: int | None,
     *,
     together: bool = False,
-) -> list[DeliveryFuture]:
+) -> list[Delivery[Any]]:
     if keys is not None and len(keys) != len(values):
         raise ValueError(f"send_batch: {len(keys)} keys for {len(values)} values")
     if producer._value_ser is not None:
@@ -158,12 +165,14 @@ async def send_run(
     if producer._txn is not None:
         producer._txn.check_send()
     loop = producer._loop
-    futures: list[DeliveryFuture]
-    shared: RunDelivery | None = None
+    futures: list[Delivery[Any]]
+    shared: BatchDelivery | None = None
     if together:
         # One object, once per record: the accumulator counts entries, not objects.
-        shared = RunDelivery(topic, timestamp_ms, loop, len(vals))
+        shared = BatchDelivery(topic, timestamp_ms, loop, len(vals))
         futures = [shared] * len(vals)
+        if producer._txn is not None:
+            producer._txn.track(shared)  # the commit checks it: every record's outcome
     else:
         futures = [DeliveryFuture(topic, timestamp_ms, loop) for _ in vals]
     max_record = producer._max_record
@@ -172,8 +181,7 @@ async def send_run(
         for i, size in enumerate(sizes):
             if size > max_record:
                 producer._acc.records_failed += 1
-                _first_failure(futures[i], i)
-                futures[i]._finish(producer._too_large(size))
+                _fail_alone(futures[i], i, producer._too_large(size))
             else:
                 keep.append(i)
         positions: list[int] | None = keep  # run index -> index in the caller's values
@@ -196,20 +204,21 @@ async def send_run(
     while lo < count:
         hi = chunk_end(ends, lo, limit)
         c_futs = run_futs[lo:hi]
+        # Positions in the caller's run of this chunk's records (a BatchDelivery keeps them).
+        c_pos = list(range(lo, hi)) if positions is None else positions[lo:hi]
         try:
             await _queue_chunk(
                 producer, topic, part, timestamp_ms,
                 None if run_keys is None else run_keys[lo:hi],
-                run_vals[lo:hi], run_sizes[lo:hi], c_futs, shared,
+                run_vals[lo:hi], run_sizes[lo:hi], c_futs, shared, c_pos,
             )  # fmt: skip
         except BufferExhaustedError as exc:
-            if run_futs:
-                _first_failure(run_futs[lo], lo if positions is None else positions[lo])
-            for fut in run_futs[lo:]:
+            rest = range(lo, count) if positions is None else positions[lo:]
+            for fut, pos in zip(run_futs[lo:], rest, strict=True):
                 producer._acc.records_failed += 1
-                fut._finish(exc)
+                _fail_alone(fut, pos, exc)
             break
-        if producer._txn is not None:
+        if producer._txn is not None and shared is None:
             for fut in c_futs:
                 producer._txn.track(fut)
         lo = hi
@@ -225,10 +234,12 @@ def chunk_end(ends: list[int], lo: int, limit: int) -> int:
     return max(lo + 1, min(count, lo + _CHUNK, bisect_right(ends, ends[lo] + limit) - 1))
 
 
-def _first_failure(fut: DeliveryFuture, index: int) -> None:
-    """Remember where a run first failed, when the failure is one record's own."""
-    if isinstance(fut, RunDelivery) and fut.first_failed is None:
-        fut.first_failed = index
+def _fail_alone(fut: Delivery[Any], position: int, exc: BaseException) -> None:
+    """Fail one record on its own (too large, no memory, no partition): its future, or its
+    entry in a BatchDelivery, which keeps the error by the record's position."""
+    if isinstance(fut, BatchDelivery):
+        fut._errors[position] = exc
+    fut._finish(exc)
 
 
 async def _queue_chunk(
@@ -239,12 +250,15 @@ async def _queue_chunk(
     keys: list[bytes | None] | None,
     values: list[bytes | None],
     sizes: list[int],
-    futures: list[DeliveryFuture],
-    shared: RunDelivery | None,
+    futures: list[Delivery[Any]],
+    shared: BatchDelivery | None,
+    positions: list[int],
 ) -> None:
     acc = producer._acc
-    t = acc.topics.get(topic)
-    fast = t is not None and t.ready and not t.pending
+    # The topic's entry, made now if this is its first record: when the cluster knows the
+    # topic already, its first run takes the bulk path too.
+    t = acc.topics.get(topic) or acc._new_topic(topic)
+    fast = t.ready and not t.pending
     if not fast:
         sizes = [s + _PENDING_OVERHEAD for s in sizes]
     total = sum(sizes)
@@ -254,9 +268,11 @@ async def _queue_chunk(
         if not producer._running:
             pool.release(total)
             raise producer._not_running()
-        t = acc.topics.get(topic)
-        fast = t is not None and t.ready and not t.pending
-    if not fast or t is None:
+        fast = t.ready and not t.pending
+    if shared is not None and (not fast or acc.partitioner is not None):
+        # The per-record paths below: each record of the run gets a future of its own.
+        futures = [_RunMember(shared, pos) for pos in positions]
+    if not fast:
         for i, value in enumerate(values):
             key = None if keys is None else keys[i]
             acc.append(topic, partition, key, value, None, ts, sizes[i], futures[i])
@@ -268,16 +284,17 @@ async def _queue_chunk(
             acc._place(t, -1, key, value, None, ts, sizes[i], futures[i])
         return
     if partition >= 0 or keys is None:
-        place_run(acc, t, partition, ts, keys, values, sizes, futures, shared)
+        place_run(acc, t, partition, ts, keys, values, sizes, futures, shared, positions)
         return
     # Keyed: the default partitioner per key; null keys go to the sticky partition. Grouped
     # by partition, send order kept inside each group.
-    for p, run in split_keyed_run(keys, values, sizes, len(t.partitions)).items():
+    groups = split_keyed_run(keys, values, sizes, len(t.partitions), positions)
+    for p, run in groups.items():
         index = run.index
-        futs: list[DeliveryFuture] = (
+        futs: list[Delivery[Any]] = (
             [futures[i] for i in index] if shared is None else [shared] * len(index)
         )
-        place_run(acc, t, p, ts, run.keys, run.values, run.sizes, futs, shared)
+        place_run(acc, t, p, ts, run.keys, run.values, run.sizes, futs, shared, run.positions)
 
 
 def place_run(
@@ -288,20 +305,24 @@ def place_run(
     keys: list[bytes | None] | None,
     values: list[bytes | None],
     sizes: list[int],
-    futures: list[DeliveryFuture],
-    shared: RunDelivery | None = None,
+    futures: list[Delivery[Any]],
+    shared: BatchDelivery | None = None,
+    positions: list[int] | None = None,
 ) -> None:
     """Append a run of header-less records, in order, to ``partition`` -- or, with
     ``partition`` -1, to the sticky partition, switching when a batch fills exactly as
     ``Accumulator._place`` does. One builder call per batch, not per record. The topic is
     ready, its pending queue empty, memory reserved. ``shared``: every entry of
-    ``futures`` is that one run future, which keeps no per-record position."""
+    ``futures`` is that one BatchDelivery, and ``positions`` are the records' places in
+    it (kept beside the batch's entries)."""
     sticky = partition < 0
     if sticky:
         partition = acc.sticky_partition(t)
     if not 0 <= partition < len(t.partitions):
         exc = no_partition_error(t, partition)
-        for fut, size in zip(futures, sizes, strict=True):
+        for j, (fut, size) in enumerate(zip(futures, sizes, strict=True)):
+            if shared is not None and positions is not None:
+                shared._errors[positions[j]] = exc
             acc._fail_record(fut, size, exc)
         return
     i = 0
@@ -317,10 +338,16 @@ def place_run(
         bfuts = batch.futures
         if shared is not None:
             # Entries still one per record (sequence numbers, counts and splits go by
-            # them), added in one step.
+            # them), added in one step, with the records' positions beside them.
+            assert positions is not None
+            if batch.positions is None:
+                batch.positions = [-1] * len(bfuts)
+            batch.positions.extend(positions[i:stop])
             bfuts.extend(futures[i:stop])
             batch.memory += sum(sizes[i:stop])
         else:
+            if batch.positions is not None:
+                batch.positions.extend([-1] * (stop - i))
             memory = 0
             for j in range(i, stop):
                 fut = futures[j]

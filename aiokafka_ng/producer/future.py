@@ -28,6 +28,12 @@ future, through waiters that cancellation leaves alone.
 The outcome is stored by reference to the record's batch: completing a batch of N records
 does not build N ``RecordMetadata`` objects -- :meth:`DeliveryFuture.result` builds one.
 
+A :class:`BatchDelivery` (``Producer.send_many``) is one such future for a whole run of
+records: the accumulator holds it once per record, with the record's position in the run
+beside it (``ProducerBatch.positions``), and :func:`finish_all` counts a batch's entries in
+one step and keeps the batch's outcome with those positions -- each record's offset or
+error is still there to read, with no object per record.
+
 Offsets: ``RecordMetadata.offset`` is the batch's base offset plus the record's offset delta.
 When the broker did not return a base offset -- acks=0, or a DUPLICATE_SEQUENCE_NUMBER answer
 (the batch was already written; Tansu answers base offset -1 there, Kafka the original
@@ -39,9 +45,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import anyio
 
@@ -52,7 +58,16 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from aiokafka_ng.producer.batch import ProducerBatch
 
-__all__ = ["DeliveryFuture", "FutureNotDoneError", "RecordMetadata", "RunDelivery", "finish_all"]
+__all__ = [
+    "BatchDelivery",
+    "Delivery",
+    "DeliveryFuture",
+    "FutureNotDoneError",
+    "RecordMetadata",
+    "finish_all",
+]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +87,7 @@ class FutureNotDoneError(IllegalStateError, asyncio.InvalidStateError):
 #: ``DeliveryFuture._exc`` while the outcome is unknown (None once delivered).
 _PENDING: BaseException = Exception("pending")
 
-Callback = Callable[["DeliveryFuture"], Any]
+Callback = Callable[[Any], Any]
 # A waiter is a user's done-callback with the context it runs in (asyncio's rule) as a
 # tuple, or -- a bare ``anyio.Event`` -- one of the producer's own waits for the *delivery*,
 # which cancelling the future does not release.
@@ -89,9 +104,10 @@ class _Cancelled:
         self.events = events
 
 
-class DeliveryFuture:
-    """The outcome of one ``send()``: awaitable, with ``add_done_callback``; an asyncio
-    future to asyncio (``gather``, ``wait``, ``wait_for``, ``as_completed``, ``shield``)."""
+class Delivery(Generic[T]):
+    """What :class:`DeliveryFuture` (one record) and :class:`BatchDelivery` (a run of
+    records) share: the delivery state, waiters and callbacks, and the asyncio future
+    protocol. ``result()`` gives a ``T`` once delivered."""
 
     # Seven slots (88 bytes with the GC header): one lives per record in flight, and
     # buffer_memory accounts for it. ``_exc`` is the delivery state (``_PENDING`` until the
@@ -141,8 +157,8 @@ class DeliveryFuture:
     def cancelled(self) -> bool:
         return self._waiters.__class__ is _Cancelled
 
-    def result(self) -> RecordMetadata:
-        """The record's metadata; raises the delivery error, ``CancelledError`` if
+    def result(self) -> T:
+        """The delivered value; raises the delivery error, ``CancelledError`` if
         cancelled, ``FutureNotDoneError`` (an ``asyncio.InvalidStateError``) if pending."""
         if self._waiters.__class__ is _Cancelled:
             raise self._make_cancelled_error()
@@ -151,16 +167,10 @@ class DeliveryFuture:
             if exc is _PENDING:
                 raise FutureNotDoneError("delivery future is not done yet")
             raise exc
-        batch = self._batch
-        assert batch is not None
-        base = batch.base_offset
-        ts = batch.log_append_time
-        return RecordMetadata(
-            self.topic,
-            batch.partition,
-            base + self._delta if base >= 0 else -1,
-            ts if ts >= 0 else self._timestamp,
-        )
+        return self._value()
+
+    def _value(self) -> T:
+        raise NotImplementedError
 
     def exception(self) -> BaseException | None:
         if self._waiters.__class__ is _Cancelled:
@@ -217,7 +227,7 @@ class DeliveryFuture:
             _dispatch(self._loop, [(self, callbacks)])
         return True
 
-    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+    def __await__(self) -> Generator[Any, None, T]:
         if not self.done():
             if self._loop is not None:
                 # asyncio's Future protocol: the Task sees _asyncio_future_blocking, adds
@@ -252,7 +262,7 @@ class DeliveryFuture:
                 waiters.append(event)
             await event.wait()
 
-    async def wait(self) -> RecordMetadata:
+    async def wait(self) -> T:
         return await self
 
     def delivery_error(self) -> BaseException | None:
@@ -271,21 +281,49 @@ class DeliveryFuture:
         else:
             exc = self._exc
             state = "pending" if exc is _PENDING else ("failed" if exc else "done")
-        return f"<DeliveryFuture {self.topic} {state}>"
+        return f"<{type(self).__name__} {self.topic} {state}>"
 
 
-class RunDelivery(DeliveryFuture):
-    """One future for a whole run of records (internal: the bulk path of the Spark sink,
-    which needs to know whether a run was delivered, not where each record landed).
+class DeliveryFuture(Delivery[RecordMetadata]):
+    """The outcome of one ``send()``: awaitable, with ``add_done_callback``; an asyncio
+    future to asyncio (``gather``, ``wait``, ``wait_for``, ``as_completed``, ``shield``)."""
 
-    The accumulator holds this one object once per record -- a batch's ``futures`` list
-    still has one entry per record, which is what sequence numbers, counts and splitting
-    go by -- and :func:`finish_all` counts each entry: the future is done when every
-    record is decided, failed with the first error if any record failed. Saves creating a
-    future per record, the largest per-record cost of ``send_batch``.
+    __slots__ = ()
+
+    def _value(self) -> RecordMetadata:
+        batch = self._batch
+        assert batch is not None
+        base = batch.base_offset
+        ts = batch.log_append_time
+        return RecordMetadata(
+            self.topic,
+            batch.partition,
+            base + self._delta if base >= 0 else -1,
+            ts if ts >= 0 else self._timestamp,
+        )
+
+
+class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
+    """The outcome of :meth:`Producer.send_many`: one future for a whole run of records.
+
+    Done once every record of the run is decided. Awaited (or ``result()``), it gives the
+    records' metadata in run order -- a sequence that builds each ``RecordMetadata`` when
+    read -- or raises the first error if any record failed. Each record's own outcome
+    stays readable: ``metadata(i)`` (raises that record's error), ``errors()`` (position
+    -> error of every failed record), ``failed``.
+
+    How it is cheap: the accumulator holds this one object once per record -- a batch's
+    ``futures`` list still has one entry per record, which sequence numbers, counts and
+    splits go by -- and ``batch.positions`` says which record of the run each entry is.
+    :func:`finish_all` counts a batch's entries in one step and keeps the batch's outcome
+    with those positions; no object per record. Records that cannot take that path (their
+    topic has no metadata yet, a custom partitioner) get a per-record future of their own
+    (``_RunMember``) that counts into the run when decided.
     """
 
-    __slots__ = ("_first_exc", "_remaining", "count", "failed", "first_failed")
+    __slots__ = (
+        "_errors", "_final", "_first_exc", "_members", "_placed", "_remaining", "count", "failed",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -297,11 +335,14 @@ class RunDelivery(DeliveryFuture):
         super().__init__(topic, timestamp_ms, loop)
         self.count = count
         self.failed = 0
-        #: Index in the run of the first record that failed on its own (too large, no
-        #: buffer memory); None when none did or a whole batch failed at the broker.
-        self.first_failed: int | None = None
         self._remaining = count
         self._first_exc: BaseException | None = None
+        # Where the records went: (positions, entries or None, partition, base offset,
+        # log-append time, error) per batch; records failed on their own; member futures.
+        self._placed: list[tuple[list[int], list[int] | None, int, int, int, Any]] = []
+        self._errors: dict[int, BaseException] = {}
+        self._members: list[_RunMember] = []
+        self._final: list[Any] | None = None  # _outcomes() once the run is decided
         if count == 0:
             self._exc = None
 
@@ -315,46 +356,154 @@ class RunDelivery(DeliveryFuture):
         self._remaining -= records
         return _PENDING if self._remaining > 0 else self._first_exc
 
-    def result(self) -> RecordMetadata:
-        raise TypeError("a RunDelivery has no single record's metadata; see exception()")
+    def _landed(self, batch: Any, entries: list[int] | None, exc: BaseException | None) -> None:
+        """A batch holding records of this run is decided: ``entries`` are their indexes in
+        the batch (None: all of it)."""
+        positions: list[int] = batch.positions
+        if entries is not None:
+            positions = [positions[j] for j in entries]
+        base, partition, ts = batch.base_offset, batch.partition, batch.log_append_time
+        self._placed.append((positions, entries, partition, base, ts, exc))
+
+    def _outcomes(self) -> list[Any]:
+        """Per position: an error, a (partition, offset, timestamp) tuple, a member future,
+        or None while undecided. Built once the run is decided, before that on each call."""
+        if self._final is not None:
+            return self._final
+        out: list[Any] = [None] * self.count
+        for positions, entries, partition, base, ts, exc in self._placed:
+            stamp = ts if ts >= 0 else self._timestamp
+            for k, pos in enumerate(positions):
+                if exc is not None:
+                    out[pos] = exc
+                else:
+                    delta = k if entries is None else entries[k]
+                    out[pos] = (partition, base + delta if base >= 0 else -1, stamp)
+        for member in self._members:
+            out[member.position] = member
+        for pos, exc in self._errors.items():
+            out[pos] = exc
+        if self._exc is not _PENDING:
+            self._final = out
+        return out
+
+    def metadata(self, index: int) -> RecordMetadata:
+        """Record ``index`` of the run: its metadata, or raises its error
+        (``FutureNotDoneError`` while it is undecided)."""
+        return self._metadata(self._outcomes(), index)
+
+    def _metadata(self, outcomes: list[Any], index: int) -> RecordMetadata:
+        outcome = outcomes[index]
+        if outcome is None or (isinstance(outcome, _RunMember) and not outcome.done()):
+            raise FutureNotDoneError(f"record #{index} of the run is not decided yet")
+        if isinstance(outcome, _RunMember):
+            return outcome.result()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        partition, offset, ts = outcome
+        return RecordMetadata(self.topic, partition, offset, ts)
+
+    def errors(self) -> dict[int, BaseException]:
+        """The records that failed so far: position in the run -> error."""
+        out: dict[int, BaseException] = {}
+        for i, outcome in enumerate(self._outcomes()):
+            if isinstance(outcome, _RunMember):
+                outcome = outcome._exc if outcome._exc is not _PENDING else None
+            if isinstance(outcome, BaseException):
+                out[i] = outcome
+        return out
+
+    def _value(self) -> Sequence[RecordMetadata]:
+        return _Delivered(self, self._outcomes())
 
     def __repr__(self) -> str:
         return (
-            f"<RunDelivery {self.topic} {self.count - self._remaining}/{self.count} decided, "
-            f"{self.failed} failed>"
+            f"<BatchDelivery {self.topic} {self.count - self._remaining}/{self.count} decided,"
+            f" {self.failed} failed>"
         )
 
 
+class _RunMember(DeliveryFuture):
+    """One record of a :class:`BatchDelivery` that goes through the per-record path; it
+    counts into its run when decided (:func:`finish_all`)."""
+
+    __slots__ = ("position", "run")
+
+    def __init__(self, run: BatchDelivery, position: int) -> None:
+        super().__init__(run.topic, run._timestamp, run._loop)
+        self.run = run
+        self.position = position
+        run._members.append(self)
+
+
+class _Delivered(Sequence[RecordMetadata]):
+    """A delivered run's metadata in run order, each built when read."""
+
+    __slots__ = ("_outcomes", "_run")
+
+    def __init__(self, run: BatchDelivery, outcomes: list[Any]) -> None:
+        self._run = run
+        self._outcomes = outcomes
+
+    def __len__(self) -> int:
+        return len(self._outcomes)
+
+    @overload
+    def __getitem__(self, index: int) -> RecordMetadata: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[RecordMetadata]: ...
+    def __getitem__(self, index: int | slice) -> RecordMetadata | list[RecordMetadata]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self._outcomes))[index]]
+        return self._run._metadata(self._outcomes, index)
+
+    def __iter__(self) -> Iterator[RecordMetadata]:
+        for i in range(len(self._outcomes)):
+            yield self._run._metadata(self._outcomes, i)
+
+
 def finish_all(
-    futures: Iterable[DeliveryFuture],
+    futures: Iterable[Delivery[Any]],
     exc: BaseException | None,
     loop: asyncio.AbstractEventLoop | None,
+    batch: Any = None,
 ) -> None:
     """Decide the delivery of ``futures`` (a batch's records). Their waiters run together:
-    under asyncio in one ``loop.call_soon``; under trio right away."""
-    todo: list[tuple[DeliveryFuture | None, list[Any]]] | None = None
+    under asyncio in one ``loop.call_soon``; under trio right away. ``batch``: the
+    ``ProducerBatch`` they are, when they are a whole batch (a run learns where its
+    records landed)."""
+    todo: list[tuple[Delivery[Any] | None, list[Any]]] | None = None
+    members: list[_RunMember] | None = None
     counted = False
     if isinstance(futures, list) and futures:
         first = futures[0]
-        if first.__class__ is RunDelivery and futures.count(first) == len(futures):
+        if first.__class__ is BatchDelivery and futures.count(first) == len(futures):
             # The bulk path's usual batch: entries of one run only, counted in one step
             # (list.count compares identities in C) rather than one call per record.
             if first._exc is not _PENDING:
                 return
+            if batch is not None:
+                first._landed(batch, None, exc)
             exc = first._count(exc, len(futures))
             if exc is _PENDING:
                 return  # records of the run in other batches are still undecided
             futures, counted = (first,), True
+        elif batch is not None and batch.positions is not None:
+            _landed_mixed(futures, batch, exc)
     for fut in futures:
         if fut._exc is not _PENDING:
             continue
-        if fut.__class__ is RunDelivery and not counted:
+        if fut.__class__ is BatchDelivery and not counted:
             outcome = fut._count(exc)
             if outcome is _PENDING:
                 continue  # records of the run are still undecided
             fut._exc = outcome
         else:
             fut._exc = exc
+            if fut.__class__ is _RunMember:
+                if members is None:
+                    members = []
+                members.append(fut)
         waiters = fut._waiters
         if waiters is None:
             continue
@@ -369,16 +518,29 @@ def finish_all(
         todo.append((fut, waiters))
     if todo is not None:
         _dispatch(loop, todo)
+    if members is not None:
+        for member in members:
+            finish_all((member.run,), member._exc, loop)  # one record of the run decided
+
+
+def _landed_mixed(futures: list[Delivery[Any]], batch: Any, exc: BaseException | None) -> None:
+    """A batch mixing runs' records with other futures: each run learns its entries."""
+    runs: dict[BatchDelivery, list[int]] = {}
+    for j, fut in enumerate(futures):
+        if fut.__class__ is BatchDelivery:
+            runs.setdefault(fut, []).append(j)
+    for run, entries in runs.items():
+        run._landed(batch, entries, exc)
 
 
 #: Per loop, the waiters due to run at its next turn. One ``call_soon`` runs them all:
 #: ``gather`` over 10k futures that are mostly done already would otherwise cost 10k
 #: loop handles.
-_due: dict[asyncio.AbstractEventLoop, list[tuple[DeliveryFuture | None, list[Any]]]] = {}
+_due: dict[asyncio.AbstractEventLoop, list[tuple[Delivery[Any] | None, list[Any]]]] = {}
 
 
 def _dispatch(
-    loop: asyncio.AbstractEventLoop | None, todo: list[tuple[DeliveryFuture | None, list[Any]]]
+    loop: asyncio.AbstractEventLoop | None, todo: list[tuple[Delivery[Any] | None, list[Any]]]
 ) -> None:
     if loop is None:
         _run_waiters(todo)
@@ -406,7 +568,7 @@ def _run_due(loop: asyncio.AbstractEventLoop) -> None:
     _run_waiters(_due.pop(loop, []))
 
 
-def _run_waiters(todo: list[tuple[DeliveryFuture | None, list[Any]]]) -> None:
+def _run_waiters(todo: list[tuple[Delivery[Any] | None, list[Any]]]) -> None:
     for fut, waiters in todo:
         for w in waiters:
             if w.__class__ is tuple:

@@ -42,9 +42,9 @@ from aiokafka_ng.errors import (
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.accumulator import Accumulator
 from aiokafka_ng.producer.future import (
+    BatchDelivery,
     DeliveryFuture,
     RecordMetadata,
-    RunDelivery,
     callbacks_run,
 )
 from aiokafka_ng.producer.idempotence import IdempotenceState
@@ -452,21 +452,27 @@ class Producer:
 
         return await send_batch(self, topic, records, keys, partition, timestamp_ms)
 
-    async def _send_batch_together(
+    async def send_many(
         self,
         topic: str,
-        values: list[Any],
+        values: Iterable[Any],
         *,
-        keys: list[Any] | None = None,
+        keys: Iterable[Any] | None = None,
         partition: int | None = None,
-    ) -> RunDelivery:
-        """Internal, for ``aiokafka_ng.spark``'s sink (not public API): ``send_batch`` of
-        plain values with one :class:`RunDelivery` for the whole run instead of a future
-        per record -- done when every record is decided, failed with the first error.
-        Same path, checks, ordering and memory bound as ``send_batch``."""
-        from aiokafka_ng.producer.bulk import send_together
+        timestamp_ms: int | None = None,
+    ) -> BatchDelivery:
+        """``send_batch`` of plain values with one :class:`BatchDelivery` for the whole run
+        instead of a future per record: the fastest way to send many records.
 
-        return await send_together(self, topic, values, keys, partition)
+        Same path, checks and semantics as ``send_batch`` (no wait for metadata, ordered
+        per partition, memory-bounded, an oversize record fails alone). The result is done
+        when every record is decided; awaited it gives the records' ``RecordMetadata`` in
+        order (built when read) or raises the first error; ``errors()`` and
+        ``metadata(i)`` tell each record's own outcome.
+        """
+        from aiokafka_ng.producer.bulk import send_many
+
+        return await send_many(self, topic, values, keys, partition, timestamp_ms)
 
     async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
         """Send everything queued now and wait for its outcome (not raising delivery

@@ -49,19 +49,25 @@ def record_sizes(values: list[Any], keys: list[Any] | None, overhead: int) -> li
 
 class KeyedRun:
     """The records of a keyed run that go to one partition, in run order: ``index`` holds
-    their positions in the run, ``keys``/``values``/``sizes`` the matching items."""
+    their indexes in the run, ``keys``/``values``/``sizes``/``positions`` the matching
+    items (``positions`` only when asked for)."""
 
-    __slots__ = ("index", "keys", "sizes", "values")
+    __slots__ = ("index", "keys", "positions", "sizes", "values")
 
     def __init__(self) -> None:
         self.index: list[int] = []
+        self.positions: list[int] = []
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.sizes: list[int] = []
 
 
 def split_keyed_run(
-    keys: list[bytes | None], values: list[bytes | None], sizes: list[int], num_partitions: int
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    sizes: list[int],
+    num_partitions: int,
+    positions: list[int] | None = None,
 ) -> dict[int, KeyedRun]:
     """Group a run of keyed records by default partition (-1: null key, for the sticky
     partition), keeping run order in each group. The bulk path's per-record work in one
@@ -84,4 +90,6 @@ def split_keyed_run(
         group.keys.append(key)
         group.values.append(values[i])
         group.sizes.append(sizes[i])
+        if positions is not None:
+            group.positions.append(positions[i])
     return groups

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from aiokafka_ng.net.backoff import ExponentialBackoff
     from aiokafka_ng.producer.accumulator import Accumulator
     from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
-    from aiokafka_ng.producer.future import DeliveryFuture
+    from aiokafka_ng.producer.future import Delivery
 
 __all__ = [
     "ConsumerGroupMetadata",
@@ -288,7 +288,7 @@ class TransactionManager:
         self._offset_groups: set[str] = set()  # groups added (AddOffsetsToTxn) in this txn
         self._ending = False  # EndTxn(commit) on the wire: its outcome is unknown if cut
         self._bump_needed = False  # a sequence hole: bump the epoch after the abort
-        self._futures: list[DeliveryFuture] = []
+        self._futures: list[Delivery[Any]] = []
         self.transactions = 0  # committed
         self.aborts = 0
 
@@ -393,7 +393,7 @@ class TransactionManager:
                 f"({_HINTS[self.state]})"
             )
 
-    def track(self, future: DeliveryFuture) -> None:
+    def track(self, future: Delivery[Any]) -> None:
         """Remember a record of the open transaction (commit checks they all succeeded)."""
         self._futures.append(future)
 

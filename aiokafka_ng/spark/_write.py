@@ -16,7 +16,7 @@ as Spark does: keys and values are the columns' bytes), validated by
 *Tasks (executors).* Spark hands each task its rows as Arrow record batches (the Arrow
 writer interfaces), so no ``Row`` object is built per record: each column is turned into a
 Python list once per batch; a batch of values (and keys) for one topic goes through the
-producer's bulk path with one ``RunDelivery`` for the batch instead of a future per record
+producer's bulk path with one ``BatchDelivery`` for the batch instead of a future per record
 (the largest per-record cost: a write task alone went from 0.52M to 1.06M rows/s), other
 shapes through ``Producer.send`` in a tight loop. Each task runs
 ``anyio.run`` in its Python worker with one idempotent :class:`Producer` (the default;
@@ -56,8 +56,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from aiokafka_ng.producer import DeliveryFuture, Producer
-from aiokafka_ng.producer.future import RunDelivery
+from aiokafka_ng.producer import BatchDelivery, Producer
+from aiokafka_ng.producer.future import Delivery
 from aiokafka_ng.spark._options import (
     WRITE_OPTIONS,
     SparkOptionError,
@@ -231,20 +231,24 @@ def _headers(raw: list[Any]) -> list[list[tuple[str, bytes | None]] | None]:
     return [None if hs is None else [(h["key"], h["value"]) for h in hs] for hs in raw]
 
 
-def _failed(fut: DeliveryFuture, index: int) -> BaseException:
+def _failed(fut: Delivery[Any], index: int) -> BaseException:
     exc = fut.exception()
     assert exc is not None
-    if isinstance(fut, RunDelivery):
-        where = f"{fut.failed} of records #{index}-#{index + fut.count - 1}"
-        if fut.first_failed is not None:
-            where = f"record #{index + fut.first_failed} ({where})"
+    if isinstance(fut, BatchDelivery):
+        errors = fut.errors()  # the earliest failed record of the batch names the error
+        first = min(errors, default=0)
+        exc = errors.get(first, exc)
+        where = (
+            f"record #{index + first} ({fut.failed} of records #{index}-#{index + fut.count - 1}"
+            " failed)"
+        )
     else:
         where = f"record #{index}"
     exc.add_note(f"aiokafka_ng spark sink: {where} of this task (topic {fut.topic!r})")
     return exc
 
 
-def _settle(pending: deque[tuple[int, list[DeliveryFuture]]]) -> None:
+def _settle(pending: deque[tuple[int, list[Delivery[Any]]]]) -> None:
     """Drop the chunks whose futures are all done, raising the first delivery error.
 
     Futures are kept per Arrow batch (one list, no per-record tuple) and checked in order;
@@ -265,7 +269,7 @@ def _settle(pending: deque[tuple[int, list[DeliveryFuture]]]) -> None:
 async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaCommitMessage:
     result = KafkaCommitMessage()
     per_topic = result.per_topic
-    pending: deque[tuple[int, list[DeliveryFuture]]] = deque()
+    pending: deque[tuple[int, list[Delivery[Any]]]] = deque()
     producer = Producer.from_properties(plan.properties)
     await producer.start()
     ok = False
@@ -288,13 +292,13 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
             parts = _column(batch, plan, "partition")
             raw_headers = _column(batch, plan, "headers")
             headers = None if raw_headers is None else _headers(raw_headers)
-            futs: list[DeliveryFuture]
+            futs: list[Delivery[Any]]
             if topics is None and parts is None and headers is None:
                 # The common shape: values (and keys), one topic: the producer's bulk path,
                 # with one future for the whole Arrow batch instead of one per record.
                 assert default_topic is not None
                 topic = default_topic
-                futs = [await producer._send_batch_together(topic, values, keys=keys)]
+                futs = [await producer.send_many(topic, values, keys=keys)]
                 per_topic[topic] = per_topic.get(topic, 0) + n
                 result.bytes += _payload_bytes(batch, plan, "value")
                 result.bytes += _payload_bytes(batch, plan, "key")

@@ -73,13 +73,13 @@ def test_callback_error_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -
 
 
 def test_finish_all_counts_a_runs_entries_in_one_step_or_one_by_one() -> None:
-    from aiokafka_ng.producer.future import RunDelivery, finish_all
+    from aiokafka_ng.producer.future import BatchDelivery, finish_all
 
     # A batch holding only one run's entries is counted at once (the fast path); a batch
     # mixing them with other futures entry by entry. The outcome must be the same.
     boom = KafkaTimeoutError("batch failed")
     for mixed in (False, True):
-        run = RunDelivery("t", 1, None, 5)
+        run = BatchDelivery("t", 1, None, 5)
         other = DeliveryFuture("t", 1)
         seen: list[BaseException | None] = []
         run.add_done_callback(lambda f, seen=seen: seen.append(f.exception()))

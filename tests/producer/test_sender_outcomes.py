@@ -281,3 +281,38 @@ def test_retries_exhausted_fails_with_last_error() -> None:
     (again,), _ = acc.drain(1, clock.now + 10)
     sender._handle_error(again, KafkaConnectionError("cut again"), None)
     assert isinstance(futs[0].exception(), KafkaConnectionError)
+
+
+def test_batch_delivery_knows_each_record_through_a_split_and_a_failure() -> None:
+    # A run's records share batches with a send() record; one batch is split (Tansu never
+    # answers MESSAGE_TOO_LARGE), another fails for good. Each record of the run still gets
+    # its own offset or error, by position.
+    from aiokafka_ng.producer.bulk import place_run
+    from aiokafka_ng.producer.future import BatchDelivery
+
+    acc, sender, _, clock = setup()
+    t = acc._new_topic("t")  # known to the metadata: ready at once
+    run = BatchDelivery("t", 5, None, 6)
+    assert acc.pool.try_reserve(70)
+    place_run(acc, t, 0, 5, None, [b"a", b"b"], [10, 10], [run, run], run, [0, 1])
+    single = DeliveryFuture("t", 5)
+    acc.append("t", 0, None, b"x", None, 5, 10, single)
+    place_run(acc, t, 0, 5, None, [b"c", b"d"], [10, 10], [run, run], run, [2, 3])
+    place_run(acc, t, 1, 5, None, [b"e", b"f"], [10, 10], [run, run], run, [5, 4])
+    clock.now += 1
+    batches, _ = acc.drain(1, clock.now)
+    b0, b1 = sorted(batches, key=lambda b: b.partition)
+    assert b0.positions == [0, 1, -1, 2, 3] and b1.positions == [5, 4]
+    sender._handle_response(response(0, 10), [b0])  # MESSAGE_TOO_LARGE: split 2 + 3
+    sender._handle_response(response(1, 29), [b1])  # TOPIC_AUTHORIZATION_FAILED: fatal
+    assert not run.done() and run.failed == 2
+    first, _ = acc.drain(1, clock.now + 1)
+    sender._handle_response(response(0, 0, 100), first)  # a, b: this run's records only
+    second, _ = acc.drain(1, clock.now + 1)
+    sender._handle_response(response(0, 0, 102), second)  # x, c, d: shared with send()
+    assert run.done() and single.result().offset == 102
+    assert [run.metadata(i).offset for i in range(4)] == [100, 101, 103, 104]
+    assert sorted(run.errors()) == [4, 5]
+    assert all(isinstance(e, TopicAuthorizationFailedError) for e in run.errors().values())
+    assert isinstance(run.exception(), TopicAuthorizationFailedError)
+    assert acc.pool.available == acc.pool.total

@@ -303,6 +303,7 @@ def test_split_keyed_run_identical(records: list[tuple[bytes | None, Any]], n: i
     for i, key in enumerate(keys):
         p = -1 if key is None else partitioner_pure.default_partition(key, n)
         expected.setdefault(p, []).append(i)
+    positions = [1000 + 3 * i for i in range(len(records))]
     for mod in (runs_compiled, runs_pure):
         groups = mod.split_keyed_run(keys, values, sizes, n)
         assert {p: g.index for p, g in groups.items()} == expected
@@ -310,6 +311,10 @@ def test_split_keyed_run_identical(records: list[tuple[bytes | None, Any]], n: i
             assert g.keys == [keys[i] for i in g.index]
             assert g.values == [values[i] for i in g.index]
             assert g.sizes == [sizes[i] for i in g.index]
+            assert g.positions == []  # not asked for
+        with_positions = mod.split_keyed_run(keys, values, sizes, n, positions)
+        for g in with_positions.values():
+            assert g.positions == [positions[i] for i in g.index]
 
 
 _ITEM = st.one_of(

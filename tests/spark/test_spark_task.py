@@ -58,7 +58,8 @@ def test_write_task_fails_with_the_records_error(kafka_broker: Any) -> None:
     )
     with pytest.raises(MessageTooLargeError) as info:
         write_batches(plan, iter([batch]))
-    assert any("record #1 (1 of records #0-#1) of this task" in n for n in info.value.__notes__)
+    notes = info.value.__notes__
+    assert any("record #1 (1 of records #0-#1 failed) of this task" in n for n in notes)
 
 
 def test_read_task_yields_arrow_batches_of_the_range(kafka_broker: Any) -> None:

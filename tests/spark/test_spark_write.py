@@ -67,7 +67,7 @@ def test_a_failed_record_fails_the_task_with_its_error(spark: Any, kafka_broker:
         )
     text = str(info.value)
     assert "MessageTooLargeError" in text
-    assert "record #7 (1 of records #0-#19) of this task" in text
+    assert "record #7 (1 of records #0-#19 failed) of this task" in text
 
 
 def test_streaming_write_three_micro_batches(spark: Any, kafka_broker: Any, tmp_path: Path) -> None:

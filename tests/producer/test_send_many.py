@@ -1,0 +1,183 @@
+"""``Producer.send_many``: one ``BatchDelivery`` for a whole run, against the real broker
+(Tansu). It is done exactly when every record of the run is decided; awaited it gives each
+record's metadata (checked against what a consumer reads back) or the first error, and every
+record's own outcome stays readable (``metadata(i)``, ``errors()``) on every path a record
+can take: the bulk path, the per-record paths (topic without metadata yet, a custom
+partitioner), and a batch shared with ``send()`` records. Splits and broker-side batch
+failures, which Tansu cannot produce, are in ``test_sender_outcomes.py`` on canned responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokafka_ng.errors import BufferExhaustedError, MessageSizeTooLargeError
+from aiokafka_ng.producer import BatchDelivery, Producer
+from aiokafka_ng.producer.future import FutureNotDoneError
+from aiokafka_ng.producer.partitioner import default_partition
+from tests.producer.test_send_batch import read_all
+
+pytestmark = pytest.mark.anyio
+
+
+def topic_name() -> str:
+    return f"sm-{uuid.uuid4().hex[:10]}"
+
+
+def landed(records: list[Any]) -> dict[bytes, tuple[int, int]]:
+    """value -> (partition, offset) of what a consumer read."""
+    return {r.value: (r.partition, r.offset) for r in records}
+
+
+async def test_a_keyed_run_spanning_many_batches(kafka_broker: Any) -> None:
+    topic = topic_name()
+    n = 5000
+    values = [b"v%d" % i for i in range(n)]
+    keys = [b"k%d" % (i % 5) for i in range(n)]
+    async with Producer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, batch_size=2048, linger_ms=50
+    ) as p:
+        # Metadata known: the bulk path, no per-record future.
+        partitions = len(await p.partitions_for(topic))
+        run = await p.send_many(topic, values, keys=keys)
+        assert isinstance(run, BatchDelivery) and run.count == n
+        assert not run.done()
+        with pytest.raises(FutureNotDoneError):
+            run.metadata(0)
+        batches = p._acc.batches_sent
+        metas = await run
+        assert run.exception() is None and run.failed == 0 and run.errors() == {}
+        assert p._acc.batches_sent - batches > 10  # it really spanned many batches
+        assert p._pool.available == p._pool.total  # every byte came back
+        assert not run._members  # no record needed a future of its own
+    got = landed(await read_all(kafka_broker.bootstrap_servers, topic, n))
+    assert len(metas) == n
+    for i, meta in enumerate(metas):
+        assert (meta.partition, meta.offset) == got[values[i]]
+        assert meta.partition == default_partition(keys[i], partitions)
+    assert run.metadata(17) == metas[17] and metas[10:12] == [metas[10], metas[11]]
+
+
+async def test_an_oversize_record_fails_alone_and_is_named(kafka_broker: Any) -> None:
+    topic = topic_name()
+    async with Producer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, max_request_size=10_000
+    ) as p:
+        run = await p.send_many(topic, [b"a", b"x" * 20_000, b"b"], partition=0)
+        await p.flush()
+        assert run.done() and (run.count, run.failed) == (3, 1)
+        assert isinstance(run.exception(), MessageSizeTooLargeError)
+        assert list(run.errors()) == [1]
+        with pytest.raises(MessageSizeTooLargeError):
+            await run
+        with pytest.raises(MessageSizeTooLargeError):
+            run.metadata(1)
+        ok = [run.metadata(0), run.metadata(2)]
+    got = await read_all(kafka_broker.bootstrap_servers, topic, 2)
+    assert [r.value for r in got] == [b"a", b"b"]
+    assert [(m.partition, m.offset) for m in ok] == [(0, got[0].offset), (0, got[1].offset)]
+
+
+async def test_buffer_exhausted_fails_the_tail_by_position(kafka_broker: Any) -> None:
+    topic = topic_name()
+    async with Producer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, buffer_memory=8192, max_block_ms=0
+    ) as p:
+        assert p._cluster is not None
+        await p._cluster.wait_for_topics([topic], timeout=10)  # max_block_ms=0 would not wait
+        p._acc.linger = 3600.0  # keep batches queued: nothing frees memory
+        run = await p.send_many(topic, [b"z" * 50] * 200, partition=0)
+        assert not run.done() and 0 < run.failed < 200
+        failed = run.failed
+        p._acc.linger = 0.0
+        await p.flush()
+        assert run.done() and run.failed == failed
+        errors = run.errors()
+        assert sorted(errors) == list(range(200 - failed, 200))  # the head went, the tail not
+        assert all(isinstance(e, BufferExhaustedError) for e in errors.values())
+        offsets = [run.metadata(i).offset for i in range(200 - failed)]
+    got = await read_all(kafka_broker.bootstrap_servers, topic, 200 - failed)
+    assert offsets == [r.offset for r in got] == list(range(200 - failed))
+
+
+async def test_unknown_topic_and_custom_partitioner_take_per_record_futures(
+    kafka_broker: Any,
+) -> None:
+    # The topic has no metadata yet: records queue in order, each with a future of its own
+    # (a member of the run); the same for a custom partitioner, which decides per record.
+    topic = topic_name()
+    async with Producer(
+        bootstrap_servers=kafka_broker.bootstrap_servers,
+        partitioner=lambda key, all_parts, available: all_parts[-1],
+    ) as p:
+        first = await p.send_many(topic, [b"p%d" % i for i in range(50)])
+        assert len(first._members) == 50
+        await p.partitions_for(topic)
+        second = await p.send_many(topic, [b"q%d" % i for i in range(50)], keys=[b"k"] * 50)
+        metas = list(await first) + list(await second)
+    got = landed(await read_all(kafka_broker.bootstrap_servers, topic, 100))
+    values = [b"p%d" % i for i in range(50)] + [b"q%d" % i for i in range(50)]
+    assert [(m.partition, m.offset) for m in metas] == [got[v] for v in values]
+    assert len({m.partition for m in metas}) == 1  # the custom partitioner's choice
+
+
+async def test_a_batch_shared_with_send_records(kafka_broker: Any) -> None:
+    topic = topic_name()
+    async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers, linger_ms=100) as p:
+        await p.partitions_for(topic)
+        single = await p.send(topic, b"before", partition=0)
+        run = await p.send_many(topic, [b"r0", b"r1"], partition=0)
+        after = await p.send(topic, b"after", partition=0)
+        run2 = await p.send_many(topic, [b"r2"], partition=0)
+        metas = [await single, *(await run), await after, *(await run2)]
+    got = landed(await read_all(kafka_broker.bootstrap_servers, topic, 5))
+    values = [b"before", b"r0", b"r1", b"after", b"r2"]
+    assert [(m.partition, m.offset) for m in metas] == [got[v] for v in values]
+    assert [m.offset for m in metas] == sorted(m.offset for m in metas)
+
+
+async def test_empty_run_and_a_transaction(kafka_broker: Any) -> None:
+    async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as p:
+        run = await p.send_many(topic_name(), [])
+        assert run.done() and run.exception() is None and list(await run) == []
+    topic = topic_name()
+    async with Producer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, transactional_id=topic_name()
+    ) as p:
+        await p.partitions_for(topic)
+        async with p.transaction():
+            run = await p.send_many(topic, [b"t%d" % i for i in range(20)])
+        assert run.done() and run.exception() is None
+    got = await read_all(kafka_broker.bootstrap_servers, topic, 20)
+    assert sorted(r.value for r in got) == sorted(b"t%d" % i for i in range(20))
+
+
+async def test_waiting_on_a_run_from_a_callback(kafka_broker: Any) -> None:
+    # add_done_callback fires once, after the last record, on both backends.
+    topic = topic_name()
+    seen: list[Any] = []
+    done = anyio.Event()
+    async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers, batch_size=1024) as p:
+        run = await p.send_many(topic, [b"w" * 100] * 300)
+        run.add_done_callback(lambda f: (seen.append(f.exception()), done.set()))
+        with anyio.fail_after(30):
+            await done.wait()
+    assert seen == [None]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_asyncio_gathers_runs_without_a_task_each(kafka_broker: Any) -> None:
+    topic = topic_name()
+    async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as p:
+        runs = [await p.send_many(topic, [b"g%d" % i] * 10) for i in range(5)]
+        assert all(asyncio.isfuture(r) for r in runs)
+        tasks = len(asyncio.all_tasks())
+        gathered = asyncio.gather(*runs)
+        assert len(asyncio.all_tasks()) == tasks  # the runs are futures to asyncio
+        results = await gathered
+    assert [len(r) for r in results] == [10] * 5
