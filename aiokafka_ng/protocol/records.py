@@ -276,11 +276,19 @@ class RecordBatchBuilder:
         else:
             n = len(value)
             value_enc = zz[n] if n < _SMALL else _zigzag_bytes(n)
-        tail = _encode_headers(headers) if headers else b"\x00"
-        # The length is summed from the pieces, so the record is joined once, prefix included
-        # (one bytes object and one append to the buffer per record).
-        n = 1 + len(ts_enc) + len(delta_enc) + len(key_enc) + len(key) + len(value_enc)
-        n += len(value) + len(tail)
+        body = b"".join(
+            (
+                b"\x00",  # record attributes: unused
+                ts_enc,
+                delta_enc,
+                key_enc,
+                key,
+                value_enc,
+                value,
+                _encode_headers(headers) if headers else b"\x00",
+            )
+        )
+        n = len(body)
         length_enc = zz[n] if n < _SMALL else _zigzag_bytes(n)
         buf = self._buf
         if delta:
@@ -294,10 +302,8 @@ class RecordBatchBuilder:
             if not -(1 << 63) <= timestamp_ms < (1 << 63):
                 raise ValueError(f"timestamp {timestamp_ms} does not fit in int64")
             self._base_ts = self._max_ts = timestamp_ms
-        # attributes (unused, 0), then the deltas, key, value and headers
-        buf += b"".join(
-            (length_enc, b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, tail)
-        )
+        buf += length_enc
+        buf += body
         self._count = delta + 1
         return delta
 
@@ -330,7 +336,6 @@ class RecordBatchBuilder:
         limit = self._limit
         delta = self._count
         join = b"".join
-        fixed = 2 + len(ts_enc)  # attributes, timestamp delta, and the empty header count
         i = start
         while i < stop:
             key = None if keys is None else keys[i]
@@ -348,14 +353,14 @@ class RecordBatchBuilder:
             else:
                 n = len(value)
                 value_enc = zz[n] if n < small else _zigzag_bytes(n)
-            n = fixed + len(delta_enc) + len(key_enc) + len(key) + len(value_enc) + len(value)
+            body = join((b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, b"\x00"))
+            n = len(body)
             length_enc = zz[n] if n < small else _zigzag_bytes(n)
             if len(buf) + len(length_enc) + n > limit:
                 self._refused = True
                 break
-            buf += join(
-                (length_enc, b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, b"\x00")
-            )
+            buf += length_enc
+            buf += body
             delta += 1
             i += 1
         self._count = delta
