@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from aiokafka_ng.errors import BufferExhaustedError, MessageSizeTooLargeError
+from aiokafka_ng.errors import BufferExhaustedError, KafkaTimeoutError, MessageSizeTooLargeError
 from aiokafka_ng.producer import BatchDelivery, Producer
 from aiokafka_ng.producer.future import FutureNotDoneError
 from aiokafka_ng.producer.partitioner import default_partition
@@ -181,3 +181,26 @@ async def test_asyncio_gathers_runs_without_a_task_each(kafka_broker: Any) -> No
         assert len(asyncio.all_tasks()) == tasks  # the runs are futures to asyncio
         results = await gathered
     assert [len(r) for r in results] == [10] * 5
+
+
+async def test_closing_fails_every_queued_record_by_position(kafka_broker: Any) -> None:
+    # Records still queued (a long linger) and records still waiting for their topic's
+    # metadata (an unknown topic: member futures) all fail when the producer closes first.
+    known, unknown = topic_name(), topic_name()
+    p = Producer(bootstrap_servers=kafka_broker.bootstrap_servers, linger_ms=60_000)
+    await p.start()
+    await p.partitions_for(known)
+    queued = await p.send_many(known, [b"q%d" % i for i in range(30)], partition=0)
+    p._acc.request_metadata = lambda topic: None  # keep the unknown topic unknown
+    waiting = await p.send_many(unknown, [b"w%d" % i for i in range(5)])
+    cancelled = await p.send_many(known, [b"c"], partition=1)
+    assert cancelled.cancel() and cancelled.cancelled()  # detaches the waiters only
+    await p.close(timeout=0)
+    for run, n in ((queued, 30), (waiting, 5), (cancelled, 1)):
+        assert run.failed == n
+        assert sorted(run.errors()) == list(range(n))
+    assert queued.done() and isinstance(queued.exception(), KafkaTimeoutError)
+    with pytest.raises(KafkaTimeoutError, match="closed before"):
+        queued.metadata(3)
+    with pytest.raises(KafkaTimeoutError, match="closed before"):
+        await waiting
