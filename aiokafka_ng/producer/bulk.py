@@ -205,7 +205,9 @@ async def send_run(
         hi = chunk_end(ends, lo, limit)
         c_futs = run_futs[lo:hi]
         # Positions in the caller's run of this chunk's records (a BatchDelivery keeps them).
-        c_pos = list(range(lo, hi)) if positions is None else positions[lo:hi]
+        c_pos: list[int] | None = None
+        if shared is not None:
+            c_pos = list(range(lo, hi)) if positions is None else positions[lo:hi]
         try:
             await _queue_chunk(
                 producer, topic, part, timestamp_ms,
@@ -252,7 +254,7 @@ async def _queue_chunk(
     sizes: list[int],
     futures: list[Delivery[Any]],
     shared: BatchDelivery | None,
-    positions: list[int],
+    positions: list[int] | None,
 ) -> None:
     acc = producer._acc
     # The topic's entry, made now if this is its first record: when the cluster knows the
@@ -271,6 +273,7 @@ async def _queue_chunk(
         fast = t.ready and not t.pending
     if shared is not None and (not fast or acc.partitioner is not None):
         # The per-record paths below: each record of the run gets a future of its own.
+        assert positions is not None
         futures = [_RunMember(shared, pos) for pos in positions]
     if not fast:
         for i, value in enumerate(values):
