@@ -17,8 +17,9 @@ __all__ = ["KeyedRun", "record_sizes", "split_keyed_run"]
 
 def record_sizes(values: list[Any], keys: list[Any] | None, overhead: int) -> list[int] | None:
     """What each record of a run charges to ``buffer_memory``: ``overhead`` plus the
-    lengths of its key and value. None when a key or value is neither bytes nor None (the
-    caller converts or refuses it, then asks again)."""
+    lengths of its key and value (``keys``, when given, as long as ``values``: the caller
+    checked). None when a key or value is neither bytes nor None (the caller converts or
+    refuses it, then asks again)."""
     sizes: list[int] = []
     if keys is None:
         for v in values:
@@ -29,8 +30,6 @@ def record_sizes(values: list[Any], keys: list[Any] | None, overhead: int) -> li
             else:
                 return None
         return sizes
-    if len(keys) != len(values):
-        raise ValueError(f"send_batch: {len(keys)} keys for {len(values)} values")
     for i in range(len(values)):
         v = values[i]
         k = keys[i]
