@@ -13,6 +13,15 @@ and unkeyed, 100 B uncompressed; the gather pattern also with 1 KiB lz4):
 * ``many``     -- ``await p.send_many(topic, values, keys=...)`` per 10k, one result per call,
   each awaited at the end (its per-record metadata not read); aiokafka as for ``batch``
 
+The ``null`` column runs the gather/flush/callback/tasks loops unchanged against
+``NullProducer``, which does no Kafka work and returns plain ``asyncio.Future`` objects:
+what the pattern itself costs under asyncio. ``null/conf`` is that cost against
+confluent-kafka's synchronous loop. It is not a bound on our futures everywhere (they run a
+batch's callbacks with one loop handle where ``asyncio.Future`` uses one per callback, so
+the callback row can beat it), but ``asyncio.gather``'s own per-future cost is client
+independent: the run ends by timing gather over already-done futures and printing the
+gather pattern's ceiling for *any* client.
+
 confluent-kafka has one synchronous idiom for all of these: a ``produce()`` loop with
 ``poll(0)`` every 1,000 and ``flush()``; with an ``on_delivery`` callback in the callback
 pattern. Its figure is that loop's, measured once per key mode and shown in each row; the
@@ -82,6 +91,45 @@ class Job:
 # ---------------------------------------------------------------------------- aiokafka_ng
 
 
+class NullProducer:
+    """The pattern's own cost with plain asyncio futures: ``send()`` makes one and queues
+    it; one loop callback per burst resolves the queue, as a sender resolves a batch. No
+    Kafka work."""
+
+    def __init__(self, job: Job) -> None:
+        self._pending: list[asyncio.Future[None]] = []
+        self._loop = asyncio.get_running_loop()
+        self._scheduled = False
+
+    async def __aenter__(self) -> NullProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._resolve()
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return set(range(PARTITIONS))
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Any:
+        fut = self._loop.create_future()
+        self._pending.append(fut)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._resolve)
+        return fut
+
+    async def send_and_wait(self, topic: str, value: bytes, key: bytes | None = None) -> Any:
+        return await (await self.send(topic, value, key))
+
+    async def flush(self) -> None:
+        self._resolve()
+
+    def _resolve(self) -> None:
+        pending, self._pending, self._scheduled = self._pending, [], False
+        for fut in pending:
+            fut.set_result(None)
+
+
 def ours(job: Job, **kw: Any) -> Producer:
     codec = job.codec
     return Producer(
@@ -89,8 +137,8 @@ def ours(job: Job, **kw: Any) -> Producer:
     )
 
 
-async def ours_gather(job: Job) -> float:
-    async with ours(job) as p:
+async def ours_gather(job: Job, make: Callable[[Job], Any] = ours) -> float:
+    async with make(job) as p:
         await p.partitions_for(job.topic)
         send, topic, values, keys = p.send, job.topic, job.values, job.keys
         t0 = time.perf_counter()
@@ -104,8 +152,8 @@ async def ours_gather(job: Job) -> float:
         return time.perf_counter() - t0
 
 
-async def ours_flush(job: Job) -> float:
-    async with ours(job) as p:
+async def ours_flush(job: Job, make: Callable[[Job], Any] = ours) -> float:
+    async with make(job) as p:
         await p.partitions_for(job.topic)
         send, topic, values, keys = p.send, job.topic, job.values, job.keys
         t0 = time.perf_counter()
@@ -118,13 +166,13 @@ async def ours_flush(job: Job) -> float:
         return elapsed
 
 
-async def ours_callback(job: Job) -> float:
+async def ours_callback(job: Job, make: Callable[[Job], Any] = ours) -> float:
     outcomes = [0, 0]
 
     def cb(fut: Any) -> None:
         outcomes[fut.exception() is not None] += 1
 
-    async with ours(job) as p:
+    async with make(job) as p:
         await p.partitions_for(job.topic)
         send, topic, values, keys = p.send, job.topic, job.values, job.keys
         t0 = time.perf_counter()
@@ -137,8 +185,8 @@ async def ours_callback(job: Job) -> float:
     return elapsed
 
 
-async def ours_tasks(job: Job) -> float:
-    async with ours(job) as p:
+async def ours_tasks(job: Job, make: Callable[[Job], Any] = ours) -> float:
+    async with make(job) as p:
         await p.partitions_for(job.topic)
         return await _tasks(job, p.send_and_wait)
 
@@ -451,6 +499,7 @@ OURS = {
     "batch": ours_batch,
     "many": ours_many,
 }
+NULL_PATTERNS = ("gather", "flush", "callback", "tasks")
 AIO = {
     "gather": aio_gather,
     "flush": aio_flush,
@@ -471,7 +520,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--patterns", default=",".join(OURS))
-    parser.add_argument("--clients", default="ours,aiokafka,confluent")
+    parser.add_argument("--clients", default="ours,aiokafka,confluent,null")
     parser.add_argument("--rates", default="5000,40000")
     parser.add_argument("--latency-seconds", type=float, default=3.0)
     args = parser.parse_args()
@@ -484,7 +533,7 @@ def main() -> None:
         print(f"producer benchmark: {n} records/run, acks=all, {PARTITIONS} partitions, Tansu")
         print(f"load average before: {os.getloadavg()[0]:.2f}")
         print(f"{'pattern':<28}{'aiokafka_ng':>12}{'aiokafka':>12}{'confluent':>12}"
-              f"{'ng/aio':>8}{'ng/conf':>8}")  # fmt: skip
+              f"{'ng/aio':>8}{'ng/conf':>8}{'null':>12}{'null/conf':>10}")  # fmt: skip
         for label, size, codec in (("100 B", 100, "none"), ("1 KiB lz4", 1024, "lz4")):
             for keyed in (True, False):
                 conf_plain = conf_cb = None
@@ -494,6 +543,9 @@ def main() -> None:
                     rates: dict[str, float] = {}
                     if "ours" in clients:
                         rates["ours"] = n / run(OURS[pattern], Job(bs, n, size, codec, keyed))
+                    if "null" in clients and pattern in NULL_PATTERNS:
+                        job = Job(bs, n, size, codec, keyed)
+                        rates["null"] = n / run(OURS[pattern], job, NullProducer)
                     if "aiokafka" in clients:
                         rates["aio"] = n / run(AIO[pattern], Job(bs, n, size, codec, keyed))
                     if "confluent" in clients:
@@ -509,6 +561,8 @@ def main() -> None:
                     name = f"{pattern} {label} {'keyed' if keyed else 'unkeyed'}"
                     rows.append((name, rates))
                     print(_row(name, rates), flush=True)
+        gathers = [r["conf"] for k, r in rows if k.startswith("gather 100") and "conf" in r]
+        print(gather_ceiling(max(gathers, default=0.0)), flush=True)
         for rate in [int(r) for r in args.rates.split(",") if r]:
             secs = args.latency_seconds
             for client, fn in (
@@ -522,14 +576,40 @@ def main() -> None:
         print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
+def gather_ceiling(confluent_rate: float) -> str:
+    """``asyncio.gather``'s own cost per future (already done, so no waiting is timed), and
+    the rate no client can pass in the gather pattern because of it alone."""
+
+    async def timed() -> float:
+        loop = asyncio.get_running_loop()
+        futs = [loop.create_future() for _ in range(WINDOW)]
+        for fut in futs:
+            fut.set_result(None)
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            await asyncio.gather(*futs)
+            best = min(best, (time.perf_counter() - t0) / WINDOW)
+        return best
+
+    per = asyncio.run(timed())
+    line = f"asyncio.gather alone: {per * 1e9:.0f} ns/future -> gather pattern <= {1 / per:,.0f}/s"
+    if confluent_rate:
+        line += f" = {1 / per / confluent_rate:.2f}x confluent's loop above"
+    return line
+
+
 def _row(name: str, r: dict[str, float]) -> str:
     def cell(k: str) -> str:
         return f"{r[k]:>12,.0f}" if k in r else f"{'-':>12}"
 
-    def ratio(k: str) -> str:
-        return f"{r['ours'] / r[k]:>7.2f}x" if "ours" in r and k in r else f"{'-':>8}"
+    def ratio(a: str, b: str, width: int = 8) -> str:
+        return f"{r[a] / r[b]:>{width - 1}.2f}x" if a in r and b in r else f"{'-':>{width}}"
 
-    return f"{name:<28}{cell('ours')}{cell('aio')}{cell('conf')}{ratio('aio')}{ratio('conf')}"
+    return (
+        f"{name:<28}{cell('ours')}{cell('aio')}{cell('conf')}"
+        f"{ratio('ours', 'aio')}{ratio('ours', 'conf')}{cell('null')}{ratio('null', 'conf', 10)}"
+    )
 
 
 if __name__ == "__main__":

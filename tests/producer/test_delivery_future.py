@@ -51,6 +51,28 @@ async def test_await_and_callbacks_in_order() -> None:
     assert seen[-1] == "cb3" and fut.exception() is None and "done" in repr(fut)
 
 
+def test_result_is_an_immutable_record_metadata() -> None:
+    fut = DeliveryFuture("t", 7)
+    fut._batch = FakeBatch()  # type: ignore[assignment]
+    fut._delta = 5
+    fut._finish(None)
+    meta = fut.result()
+    # Built by the fast path, it is the same value as one built by its constructor.
+    assert type(meta) is RecordMetadata
+    assert meta == RecordMetadata(topic="t", partition=3, offset=105, timestamp=7)
+    assert (meta.topic, meta.partition, meta.offset, meta.timestamp) == ("t", 3, 105, 7)
+    assert hash(meta) == hash(RecordMetadata("t", 3, 105, 7))
+    assert repr(meta) == "RecordMetadata(topic='t', partition=3, offset=105, timestamp=7)"
+    assert meta._asdict() == {"topic": "t", "partition": 3, "offset": 105, "timestamp": 7}
+    with pytest.raises(AttributeError):
+        meta.offset = 1  # type: ignore[misc]
+    FakeBatch.base_offset = -1  # acks=0: the broker gave no offset
+    try:
+        assert fut.result().offset == -1
+    finally:
+        FakeBatch.base_offset = 100
+
+
 @pytest.mark.anyio
 async def test_failure_and_wait_done() -> None:
     fut = DeliveryFuture("t", 7)
