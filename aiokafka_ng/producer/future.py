@@ -422,6 +422,8 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
     def errors(self) -> dict[int, BaseException]:
         """The records that failed so far: position in the run -> error."""
         out: dict[int, BaseException] = {}
+        if not self.failed:  # every failure is counted: nothing to look for
+            return out
         for i, outcome in enumerate(self._outcomes()):
             if isinstance(outcome, _RunMember):
                 outcome = outcome._exc if outcome._exc is not _PENDING else None
@@ -430,7 +432,7 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
         return out
 
     def _value(self) -> Sequence[RecordMetadata]:
-        return _Delivered(self, self._outcomes())
+        return _Delivered(self)
 
     def __repr__(self) -> str:
         return (
@@ -453,29 +455,34 @@ class _RunMember(DeliveryFuture):
 
 
 class _Delivered(Sequence[RecordMetadata]):
-    """A delivered run's metadata in run order, each built when read."""
+    """A delivered run's metadata in run order, each built when read. Where each record
+    landed is worked out on the first read, not when the run is awaited: a caller that
+    only needs to know that the run succeeded pays nothing per record."""
 
-    __slots__ = ("_outcomes", "_run")
+    __slots__ = ("_run",)
 
-    def __init__(self, run: BatchDelivery, outcomes: list[Any]) -> None:
+    def __init__(self, run: BatchDelivery) -> None:
         self._run = run
-        self._outcomes = outcomes
 
     def __len__(self) -> int:
-        return len(self._outcomes)
+        return self._run.count
 
     @overload
     def __getitem__(self, index: int) -> RecordMetadata: ...
     @overload
     def __getitem__(self, index: slice) -> list[RecordMetadata]: ...
     def __getitem__(self, index: int | slice) -> RecordMetadata | list[RecordMetadata]:
+        run = self._run
         if isinstance(index, slice):
-            return [self[i] for i in range(len(self._outcomes))[index]]
-        return self._run._metadata(self._outcomes, index)
+            outcomes = run._outcomes()
+            return [run._metadata(outcomes, i) for i in range(run.count)[index]]
+        return run._metadata(run._outcomes(), index)
 
     def __iter__(self) -> Iterator[RecordMetadata]:
-        for i in range(len(self._outcomes)):
-            yield self._run._metadata(self._outcomes, i)
+        run = self._run
+        outcomes = run._outcomes()
+        for i in range(run.count):
+            yield run._metadata(outcomes, i)
 
 
 def finish_all(
