@@ -30,9 +30,11 @@ does not build N ``RecordMetadata`` objects -- :meth:`DeliveryFuture.result` bui
 
 A :class:`BatchDelivery` (``Producer.send_many``) is one such future for a whole run of
 records: the accumulator holds it once per record, with the record's position in the run
-beside it (``ProducerBatch.positions``), and :func:`finish_all` counts a batch's entries in
-one step and keeps the batch's outcome with those positions -- each record's offset or
-error is still there to read, with no object per record.
+beside it (``ProducerBatch.positions``). A batch holds a run's records as stretches (one
+per ``place_run`` call; a batch may hold several runs and single records between them):
+:func:`finish_all` finds the stretches in one compiled pass (``runs.run_stretches``), counts
+each in one step and keeps the batch's outcome with its positions -- each record's offset
+or error is still there to read, with no object and no interpreted step per record.
 
 Offsets: ``RecordMetadata.offset`` is the batch's base offset plus the record's offset delta.
 When the broker did not return a base offset -- acks=0, or a DUPLICATE_SEQUENCE_NUMBER answer
@@ -51,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, overload
 import anyio
 
 from aiokafka_ng.errors import IllegalStateError
+from aiokafka_ng.producer.runs import run_stretches
 
 log = logging.getLogger(__name__)
 
@@ -331,8 +334,8 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
     How it is cheap: the accumulator holds this one object once per record -- a batch's
     ``futures`` list still has one entry per record, which sequence numbers, counts and
     splits go by -- and ``batch.positions`` says which record of the run each entry is.
-    :func:`finish_all` counts a batch's entries in one step and keeps the batch's outcome
-    with those positions; no object per record. Records that cannot take that path (their
+    :func:`finish_all` counts each stretch of a run's entries in one step and keeps the
+    batch's outcome with those positions; no object per record. Records that cannot take that path (their
     topic has no metadata yet, a custom partitioner) get a per-record future of their own
     (``_RunMember``) that counts into the run when decided.
     """
@@ -353,9 +356,10 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
         self.failed = 0
         self._remaining = count
         self._first_exc: BaseException | None = None
-        # Where the records went: (positions, entries or None, partition, base offset,
-        # log-append time, error) per batch; records failed on their own; member futures.
-        self._placed: list[tuple[list[int], list[int] | None, int, int, int, Any]] = []
+        # Where the records went: (positions, first entry, partition, base offset,
+        # log-append time, error) per stretch of a batch; records failed on their own;
+        # member futures.
+        self._placed: list[tuple[list[int], int, int, int, int, Any]] = []
         self._errors: dict[int, BaseException] = {}
         self._members: list[_RunMember] = []
         self._final: list[Any] | None = None  # _outcomes() once the run is decided
@@ -372,14 +376,14 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
         self._remaining -= records
         return _PENDING if self._remaining > 0 else self._first_exc
 
-    def _landed(self, batch: Any, entries: list[int] | None, exc: BaseException | None) -> None:
-        """A batch holding records of this run is decided: ``entries`` are their indexes in
-        the batch (None: all of it)."""
+    def _landed(self, batch: Any, start: int, stop: int, exc: BaseException | None) -> None:
+        """A batch holding records of this run is decided: its entries ``start:stop`` are
+        records of this run (their offset deltas, since a batch has one entry per record)."""
         positions: list[int] = batch.positions
-        if entries is not None:
-            positions = [positions[j] for j in entries]
+        if start or stop != len(positions):
+            positions = positions[start:stop]
         base, partition, ts = batch.base_offset, batch.partition, batch.log_append_time
-        self._placed.append((positions, entries, partition, base, ts, exc))
+        self._placed.append((positions, start, partition, base, ts, exc))
 
     def _outcomes(self) -> list[Any]:
         """Per position: an error, a (partition, offset, timestamp) tuple, a member future,
@@ -387,14 +391,13 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
         if self._final is not None:
             return self._final
         out: list[Any] = [None] * self.count
-        for positions, entries, partition, base, ts, exc in self._placed:
+        for positions, first, partition, base, ts, exc in self._placed:
             stamp = ts if ts >= 0 else self._timestamp
             for k, pos in enumerate(positions):
                 if exc is not None:
                     out[pos] = exc
                 else:
-                    delta = k if entries is None else entries[k]
-                    out[pos] = (partition, base + delta if base >= 0 else -1, stamp)
+                    out[pos] = (partition, base + first + k if base >= 0 else -1, stamp)
         for member in self._members:
             out[member.position] = member
         for pos, exc in self._errors.items():
@@ -497,26 +500,31 @@ def finish_all(
     records landed)."""
     todo: list[tuple[Delivery[Any] | None, list[Any]]] | None = None
     members: list[_RunMember] | None = None
-    counted = False
-    if isinstance(futures, list) and futures:
-        first = futures[0]
-        if first.__class__ is BatchDelivery and futures.count(first) == len(futures):
-            # The bulk path's usual batch: entries of one run only, counted in one step
-            # (list.count compares identities in C) rather than one call per record.
-            if first._exc is not _PENDING:
-                return
-            if batch is not None:
-                first._landed(batch, None, exc)
-            exc = first._count(exc, len(futures))
-            if exc is _PENDING:
-                return  # records of the run in other batches are still undecided
-            futures, counted = (first,), True
-        elif batch is not None and batch.positions is not None:
-            _landed_mixed(futures, batch, exc)
+    if batch is not None and batch.positions is not None and isinstance(futures, list):
+        # Entries of runs (send_many): each stretch of one run is counted in one step --
+        # a batch of many records from a few runs is a few steps, not one per record.
+        # What is left to decide one by one are the futures of single records.
+        entries = futures
+        bounds, futures = run_stretches(entries, batch.positions)
+        for i in range(0, len(bounds), 2):
+            start, stop = bounds[i], bounds[i + 1]
+            run: BatchDelivery = entries[start]
+            if run._exc is not _PENDING:
+                continue
+            run._landed(batch, start, stop, exc)
+            outcome = run._count(exc, stop - start)
+            if outcome is _PENDING:
+                continue  # records of the run in other batches are still undecided
+            run._exc = outcome
+            run_waiters = _take_waiters(run)
+            if run_waiters is not None:
+                if todo is None:
+                    todo = []
+                todo.append((run, run_waiters))
     for fut in futures:
         if fut._exc is not _PENDING:
             continue
-        if fut.__class__ is BatchDelivery and not counted:
+        if fut.__class__ is BatchDelivery:
             outcome = fut._count(exc)
             if outcome is _PENDING:
                 continue  # records of the run are still undecided
@@ -531,9 +539,7 @@ def finish_all(
         if waiters is None:
             continue
         if isinstance(waiters, _Cancelled):
-            for event in waiters.events:
-                event.set()
-            waiters.events = []
+            _take_waiters(fut)  # releases the delivery waits
             continue
         fut._waiters = None
         if todo is None:
@@ -546,14 +552,19 @@ def finish_all(
             finish_all((member.run,), member._exc, loop)  # one record of the run decided
 
 
-def _landed_mixed(futures: list[Delivery[Any]], batch: Any, exc: BaseException | None) -> None:
-    """A batch mixing runs' records with other futures: each run learns its entries."""
-    runs: dict[BatchDelivery, list[int]] = {}
-    for j, fut in enumerate(futures):
-        if fut.__class__ is BatchDelivery:
-            runs.setdefault(fut, []).append(j)
-    for run, entries in runs.items():
-        run._landed(batch, entries, exc)
+def _take_waiters(fut: Delivery[Any]) -> list[Any] | None:
+    """A just-decided future's callbacks and waits to run, taken off it; a cancelled
+    future's delivery waits are released here (its callbacks ran when it was cancelled)."""
+    waiters = fut._waiters
+    if waiters is None:
+        return None
+    if isinstance(waiters, _Cancelled):
+        for event in waiters.events:
+            event.set()
+        waiters.events = []
+        return None
+    fut._waiters = None
+    return waiters
 
 
 #: Per loop, the waiters due to run at its next turn. One ``call_soon`` runs them all:

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiokafka_ng.producer.partitioner import COMPILED, _murmur2_native, _murmur2_words
 
-__all__ = ["KeyedRun", "record_sizes", "split_keyed_run"]
+__all__ = ["KeyedRun", "record_sizes", "run_stretches", "split_keyed_run"]
 
 
 def record_sizes(values: list[Any], keys: list[Any] | None, overhead: int) -> list[int] | None:
@@ -92,3 +92,29 @@ def split_keyed_run(
         if positions is not None:
             group.positions.append(positions[i])
     return groups
+
+
+def run_stretches(entries: list[Any], positions: list[int]) -> tuple[list[int], list[Any]]:
+    """A decided batch's entries sorted out in one pass: the bounds of each stretch of one
+    run's entries (``entries[start:stop]`` the same object, ``positions`` >= 0 there) as
+    ``[start0, stop0, start1, stop1, ...]``, and the other entries (``positions`` -1: a
+    future per record), in batch order. A run's records are placed in a batch as one
+    stretch per ``place_run`` call, so a batch of 1,000 records from a few runs is a few
+    stretches, not 1,000 steps."""
+    bounds: list[int] = []
+    others: list[Any] = []
+    n = len(entries)
+    j = 0
+    while j < n:
+        if positions[j] < 0:
+            others.append(entries[j])
+            j += 1
+            continue
+        run = entries[j]
+        start = j
+        j += 1
+        while j < n and positions[j] >= 0 and entries[j] is run:
+            j += 1
+        bounds.append(start)
+        bounds.append(j)
+    return bounds, others

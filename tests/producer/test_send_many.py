@@ -18,8 +18,10 @@ import pytest
 
 from aiokafka_ng.errors import BufferExhaustedError, KafkaTimeoutError, MessageSizeTooLargeError
 from aiokafka_ng.producer import BatchDelivery, Producer
+from aiokafka_ng.producer import future as future_module
 from aiokafka_ng.producer.future import FutureNotDoneError
 from aiokafka_ng.producer.partitioner import default_partition
+from aiokafka_ng.producer.runs import run_stretches
 from tests.producer.test_send_batch import read_all
 
 pytestmark = pytest.mark.anyio
@@ -139,6 +141,42 @@ async def test_a_batch_shared_with_send_records(kafka_broker: Any) -> None:
     values = [b"before", b"r0", b"r1", b"after", b"r2"]
     assert [(m.partition, m.offset) for m in metas] == [got[v] for v in values]
     assert [m.offset for m in metas] == sorted(m.offset for m in metas)
+
+
+async def test_keyed_runs_sharing_batches_with_each_other_and_send(
+    kafka_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Large batches and a long linger: every partition's batch holds a stretch of each run
+    # with send() records between them, and each stretch is settled in one step.
+    stretches: list[int] = []
+
+    def spy(entries: list[Any], positions: list[int]) -> tuple[list[int], list[Any]]:
+        bounds, others = run_stretches(entries, positions)
+        stretches.append(len(bounds) // 2)
+        return bounds, others
+
+    monkeypatch.setattr(future_module, "run_stretches", spy)
+    topic = topic_name()
+    async with Producer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, linger_ms=200, batch_size=1 << 20
+    ) as p:
+        await p.partitions_for(topic)
+        runs: list[tuple[list[bytes], BatchDelivery]] = []
+        singles: list[tuple[bytes, Any]] = []
+        for r in range(3):
+            values = [b"run%d-%d" % (r, i) for i in range(300)]
+            keys = [b"k%d" % (i % 17) for i in range(300)]
+            runs.append((values, await p.send_many(topic, values, keys=keys)))
+            value = b"single%d" % r
+            singles.append((value, await p.send(topic, value, key=b"k3")))
+        metas = [(values, list(await run)) for values, run in runs]
+        single_metas = [(value, await fut) for value, fut in singles]
+    got = landed(await read_all(kafka_broker.bootstrap_servers, topic, 903))
+    for values, run_metas in metas:
+        assert [(m.partition, m.offset) for m in run_metas] == [got[v] for v in values]
+    assert [(m.partition, m.offset) for _, m in single_metas] == [got[v] for v, _ in singles]
+    assert all(run.errors() == {} and run.failed == 0 for _, run in runs)
+    assert max(stretches) == 3  # the premise: a batch held all three runs
 
 
 async def test_empty_run_and_a_transaction(kafka_broker: Any) -> None:

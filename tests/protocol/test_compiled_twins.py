@@ -473,3 +473,35 @@ def test_record_classes_behave_like_the_dataclasses_they_replaced(mod: ModuleTyp
     assert r == mod.Record(1, 2, None, b"v", ()) and r != mod.Record(1, 2, b"", b"v", ())
     assert repr(r) == "Record(offset=1, timestamp=2, key=None, value=b'v', headers=())"
     assert copy.copy(r) == r
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 5)), max_size=20))
+def test_run_stretches_identical(layout: list[tuple[int, int]]) -> None:
+    # A batch's entries as place_run and send() leave them: stretches of one run object
+    # (positions >= 0) and single-record futures (-1). Object 0 stands for a future per
+    # record, 1-3 for runs; two stretches of one run may touch (two place_run calls).
+    runs = [object() for _ in range(4)]
+    entries: list[object] = []
+    positions: list[int] = []
+    expected_bounds: list[int] = []
+    expected_others: list[object] = []
+    for which, length in layout:
+        if which == 0:
+            for _ in range(length):
+                fut = object()
+                entries.append(fut)
+                positions.append(-1)
+                expected_others.append(fut)
+            continue
+        start = len(entries)
+        if expected_bounds and expected_bounds[-1] == start and entries[start - 1] is runs[which]:
+            expected_bounds[-1] = start + length  # the same run goes on: one stretch
+        else:
+            expected_bounds += [start, start + length]
+        entries += [runs[which]] * length
+        positions += range(100 + start, 100 + start + length)
+    for mod in (runs_compiled, runs_pure):
+        bounds, others = mod.run_stretches(entries, positions)
+        assert bounds == expected_bounds
+        assert len(others) == len(expected_others)
+        assert all(a is b for a, b in zip(others, expected_others, strict=True))
