@@ -60,7 +60,11 @@ DESCRIPTIONS = {
     "sasl_plain_password": "SASL password.",
     "enable_idempotence": "Exactly-once per partition: the broker drops duplicates of retried "
     "batches by sequence number. Needs `acks=all`, at most 5 in flight, `retries > 0`.",
-    "linger_ms": "How long a batch waits for more records before it is sent (KIP-1030: 5).",
+    "linger_ms": (
+        "How long a batch waits for more records before it is sent (KIP-1030: 5). An upper"
+        " bound: a batch may go up to 1 ms early (at most half the linger), since event-loop"
+        " timers fire up to 1 ms late."
+    ),
     "batch_size": "Target size of one partition's batch, in bytes.",
     "buffer_memory": "Cap on the bytes of records held by the producer; `send()` waits (at "
     "most `max_block_ms`) when it is full.",

@@ -127,7 +127,8 @@ def test_linger_and_full_batches() -> None:
     acc.update_metadata(meta())
     send(acc, b"x" * 50, partition=0)
     batches, next_at = acc.drain(1, clock.now)
-    assert batches == [] and next_at == pytest.approx(clock.now + 0.005)
+    # Ready 1 ms before the 5 ms linger is up: timers fire up to 1 ms late (epoll).
+    assert batches == [] and next_at == pytest.approx(clock.now + 0.004)
     for _ in range(5):  # overflows the 200-byte batch: the first is now ready
         send(acc, b"x" * 50, partition=0)
     batches, _ = acc.drain(1, clock.now)
@@ -137,6 +138,29 @@ def test_linger_and_full_batches() -> None:
     assert len(left) == 2 and sum(b.record_count for b in left) == 4
 
 
+@pytest.mark.parametrize(("linger_ms", "ready_after"), [(5, 0.004), (1.5, 0.00075), (0, 0.0)])
+def test_a_lingering_batch_is_ready_a_timer_tick_before_its_deadline(
+    linger_ms: float, ready_after: float
+) -> None:
+    # linger is an upper bound on the wait and the sender's wake-up may come up to 1 ms
+    # after the time it asked for (epoll rounds up to whole ms): ready 1 ms early -- at
+    # most half the linger early, so a short linger still batches.
+    clock = Clock()
+    acc, _, _ = make(clock, linger_ms=linger_ms)
+    acc.update_metadata(meta())
+    send(acc, b"x", partition=0)
+    created = clock.now
+    batches, next_at = acc.drain(1, clock.now)
+    if ready_after == 0.0:
+        assert len(batches) == 1
+        return
+    assert batches == [] and next_at == pytest.approx(created + ready_after)
+    clock.now = created + ready_after - 1e-6
+    assert acc.drain(1, clock.now)[0] == []
+    clock.now = created + ready_after
+    assert len(acc.drain(1, clock.now)[0]) == 1
+
+
 def test_lingering_batches_ride_along_once_the_node_is_ready() -> None:
     # Java's drain: linger decides when a node sends; then every partition's head batch
     # goes (a retry still waits for its backoff).
@@ -144,9 +168,9 @@ def test_lingering_batches_ride_along_once_the_node_is_ready() -> None:
     acc, _, _ = make(clock)
     acc.update_metadata(meta(partitions=3))
     send(acc, b"old", partition=0)
-    clock.now += 0.004
+    clock.now += 0.003
     send(acc, b"young", partition=1)
-    assert acc.drain(1, clock.now)[0] == []  # nothing lingered 5 ms yet
+    assert acc.drain(1, clock.now)[0] == []  # nothing is near its 5 ms linger yet
     clock.now += 0.002
     batches, _ = acc.drain(1, clock.now)
     assert sorted(b.partition for b in batches) == [0, 1]
