@@ -101,6 +101,19 @@ _SMALL: Final = 4096
 _ZZ: Final[tuple[bytes, ...]] = tuple(_zigzag_bytes(i) for i in range(_SMALL))
 
 
+def _probe() -> None:
+    """Compiled by mypyc, a function has no ``__code__``: how this module knows it is."""
+
+
+#: Whether this is the compiled build. The builder writes a record one of two ways, each
+#: the faster where it runs (``bench/bench_records.py``, 100 B records): compiled, the
+#: record's length is summed first and the record joined *with* its length prefix -- one
+#: bytes object and one bytearray append (7.0M records/s against 5.7M for the other way);
+#: interpreted, each ``len()`` is a call, so the record is joined, measured, and appended
+#: after its prefix (2.47M against 2.2M). Both write the same bytes; the twin tests compare.
+COMPILED: Final = not hasattr(_probe, "__code__")
+
+
 def _varint_size(value: int) -> int:
     return len(_ZZ[value]) if 0 <= value < _SMALL else len(_zigzag_bytes(value))
 
@@ -276,19 +289,26 @@ class RecordBatchBuilder:
         else:
             n = len(value)
             value_enc = zz[n] if n < _SMALL else _zigzag_bytes(n)
-        body = b"".join(
-            (
-                b"\x00",  # record attributes: unused
-                ts_enc,
-                delta_enc,
-                key_enc,
-                key,
-                value_enc,
-                value,
-                _encode_headers(headers) if headers else b"\x00",
+        headers_enc = _encode_headers(headers) if headers else b"\x00"
+        record: bytes | None = None
+        if COMPILED:
+            # Length first (native len() is free), then one join with the length prefix:
+            # one bytes object and one append per record (see ``COMPILED``).
+            n = (
+                1  # record attributes: unused
+                + len(ts_enc)
+                + len(delta_enc)
+                + len(key_enc)
+                + len(key)
+                + len(value_enc)
+                + len(value)
+                + len(headers_enc)
             )
-        )
-        n = len(body)
+        else:
+            record = b"".join(
+                (b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, headers_enc)
+            )
+            n = len(record)
         length_enc = zz[n] if n < _SMALL else _zigzag_bytes(n)
         buf = self._buf
         if delta:
@@ -302,8 +322,23 @@ class RecordBatchBuilder:
             if not -(1 << 63) <= timestamp_ms < (1 << 63):
                 raise ValueError(f"timestamp {timestamp_ms} does not fit in int64")
             self._base_ts = self._max_ts = timestamp_ms
-        buf += length_enc
-        buf += body
+        if record is None:
+            buf += b"".join(
+                (
+                    length_enc,
+                    b"\x00",
+                    ts_enc,
+                    delta_enc,
+                    key_enc,
+                    key,
+                    value_enc,
+                    value,
+                    headers_enc,
+                )
+            )
+        else:
+            buf += length_enc
+            buf += record
         self._count = delta + 1
         return delta
 
@@ -332,6 +367,8 @@ class RecordBatchBuilder:
         ts_enc = zz[ts_delta] if 0 <= ts_delta < small else _zigzag_bytes(ts_delta)
         if timestamp_ms > self._max_ts:
             self._max_ts = timestamp_ms
+        fixed = 2 + len(ts_enc)  # attributes, timestamp delta, header count
+        compiled = COMPILED
         buf = self._buf
         limit = self._limit
         delta = self._count
@@ -353,14 +390,34 @@ class RecordBatchBuilder:
             else:
                 n = len(value)
                 value_enc = zz[n] if n < small else _zigzag_bytes(n)
-            body = join((b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, b"\x00"))
-            n = len(body)
-            length_enc = zz[n] if n < small else _zigzag_bytes(n)
-            if len(buf) + len(length_enc) + n > limit:
-                self._refused = True
-                break
-            buf += length_enc
-            buf += body
+            if compiled:  # as in append()
+                n = fixed + len(delta_enc) + len(key_enc) + len(key) + len(value_enc) + len(value)
+                length_enc = zz[n] if n < small else _zigzag_bytes(n)
+                if len(buf) + len(length_enc) + n > limit:
+                    self._refused = True
+                    break
+                buf += join(
+                    (
+                        length_enc,
+                        b"\x00",
+                        ts_enc,
+                        delta_enc,
+                        key_enc,
+                        key,
+                        value_enc,
+                        value,
+                        b"\x00",
+                    )
+                )
+            else:
+                record = join((b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, b"\x00"))
+                n = len(record)
+                length_enc = zz[n] if n < small else _zigzag_bytes(n)
+                if len(buf) + len(length_enc) + n > limit:
+                    self._refused = True
+                    break
+                buf += length_enc
+                buf += record
             delta += 1
             i += 1
         self._count = delta
