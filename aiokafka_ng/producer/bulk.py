@@ -293,9 +293,8 @@ async def _queue_chunk(
     # by partition, send order kept inside each group.
     groups = split_keyed_run(keys, values, sizes, len(t.partitions), positions)
     for p, run in groups.items():
-        index = run.index
         futs: list[Delivery[Any]] = (
-            [futures[i] for i in index] if shared is None else [shared] * len(index)
+            [futures[i] for i in run.index] if shared is None else [shared] * len(run.values)
         )
         place_run(acc, t, p, ts, run.keys, run.values, run.sizes, futs, shared, run.positions)
 

@@ -47,9 +47,9 @@ def record_sizes(values: list[Any], keys: list[Any] | None, overhead: int) -> li
 
 
 class KeyedRun:
-    """The records of a keyed run that go to one partition, in run order: ``index`` holds
-    their indexes in the run, ``keys``/``values``/``sizes``/``positions`` the matching
-    items (``positions`` only when asked for)."""
+    """The records of a keyed run that go to one partition, in run order:
+    ``keys``/``values``/``sizes`` their items, and either ``positions`` (when asked for:
+    their places in the caller's run) or ``index`` (otherwise: their indexes in this run)."""
 
     __slots__ = ("index", "keys", "positions", "sizes", "values")
 
@@ -71,26 +71,34 @@ def split_keyed_run(
     """Group a run of keyed records by default partition (-1: null key, for the sticky
     partition), keeping run order in each group. The bulk path's per-record work in one
     call (compiled: no interpreted step per record)."""
-    groups: dict[int, KeyedRun] = {}
+    # Groups by partition + 1 in a list (a dict lookup per record cost more than the rest);
+    # the dict returned is built once at the end, in partition order.
+    by_partition: list[KeyedRun | None] = [None] * (num_partitions + 1)
     native = COMPILED  # the partitioner's build picks the murmur2 formulation
     for i in range(len(keys)):
         key = keys[i]
         if key is None:
-            p = -1
+            slot = 0
         else:
             # A direct call of the right formulation (the ``murmur2`` alias would be a
             # generic call from compiled code).
             h = _murmur2_native(key) if native else _murmur2_words(key)
-            p = (h & 0x7FFFFFFF) % num_partitions
-        group = groups.get(p)
+            slot = (h & 0x7FFFFFFF) % num_partitions + 1
+        group = by_partition[slot]
         if group is None:
-            group = groups[p] = KeyedRun()
-        group.index.append(i)
+            group = by_partition[slot] = KeyedRun()
+        if positions is None:
+            group.index.append(i)
+        else:
+            group.positions.append(positions[i])
         group.keys.append(key)
         group.values.append(values[i])
         group.sizes.append(sizes[i])
-        if positions is not None:
-            group.positions.append(positions[i])
+    groups: dict[int, KeyedRun] = {}
+    for slot in range(num_partitions + 1):
+        found = by_partition[slot]
+        if found is not None:
+            groups[slot - 1] = found
     return groups
 
 

@@ -313,8 +313,13 @@ def test_split_keyed_run_identical(records: list[tuple[bytes | None, Any]], n: i
             assert g.sizes == [sizes[i] for i in g.index]
             assert g.positions == []  # not asked for
         with_positions = mod.split_keyed_run(keys, values, sizes, n, positions)
-        for g in with_positions.values():
-            assert g.positions == [positions[i] for i in g.index]
+        assert with_positions.keys() == expected.keys()
+        for p, g in with_positions.items():
+            # Positions instead of indexes: the same records, by their places in the run.
+            assert g.positions == [positions[i] for i in expected[p]]
+            assert g.index == []
+            assert g.keys == [keys[i] for i in expected[p]]
+            assert g.values == [values[i] for i in expected[p]]
 
 
 _ITEM = st.one_of(
