@@ -199,10 +199,15 @@ async def send_run(
     lo = 0
     count = len(run_vals)
     # ends[i]: the bytes of records [0, i) -- a chunk's end is found by bisection, not by a
-    # loop over its records.
-    ends = [0, *accumulate(run_sizes)]
+    # loop over its records. Built only once a chunk of _CHUNK records would be too large
+    # (a sum costs no int object per record; the prefix sums do).
+    ends: list[int] | None = None
     while lo < count:
-        hi = chunk_end(ends, lo, limit)
+        hi = min(count, lo + _CHUNK)
+        if ends is not None or sum(run_sizes[lo:hi]) > limit:
+            if ends is None:
+                ends = [0, *accumulate(run_sizes)]
+            hi = chunk_end(ends, lo, limit)
         c_futs = run_futs[lo:hi]
         # Positions in the caller's run of this chunk's records (a BatchDelivery keeps them).
         c_pos: list[int] | None = None
