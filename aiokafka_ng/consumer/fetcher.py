@@ -9,6 +9,11 @@ for every broker that has no fetch in flight, starts one task sending one sessio
 assigned, not paused, has a position, has **no buffered data** and no fetch in flight, is
 not backing off, and its leader is known. Partitions without a position are handed to one
 resolver task (committed offset from the group, else ``auto_offset_reset`` via ListOffsets).
+A broker whose fetchable partitions are all at their log end (position at the last high
+watermark) gets no fetch while another of its partitions is being drained: that fetch
+would be a long poll (``fetch_max_wait_ms``) holding the broker's one fetch slot just when
+the drained partition needs its next fetch. Draining wakes the planner, and the next fetch
+asks for both.
 
 *The memory cap* (``fetch_buffer_bytes``, KIP-72's idea on the client side). Two numbers:
 ``buffered`` (bytes of record batches kept and not yet fully handed to the application) and
@@ -369,7 +374,12 @@ class Fetcher:
             tg.start_soon(self._resolve_positions, unresolved)
         metadata = self._cluster.metadata
         by_node: dict[int, list[PartitionState]] = defaultdict(list)
+        draining: set[int] = set()  # leaders of partitions whose buffered records are going
         for state in sorted(states, key=_served):
+            if state.buffer is not None and not state.paused:
+                leader = metadata.leader_for(state.tp.topic, state.tp.partition)
+                if leader is not None:
+                    draining.add(leader)
             if (
                 state.paused
                 or state.buffer is not None
@@ -391,6 +401,13 @@ class Fetcher:
             by_node[leader].append(state)
         for node, parts in by_node.items():
             if node in self._in_flight:
+                continue
+            if node in draining and all(_at_log_end(state) for state in parts):
+                # Only partitions at their log end: the broker would hold this fetch for
+                # fetch_max_wait_ms, and with it the node's one fetch slot, while the
+                # partitions being drained need their next fetch (measured: a 500 ms
+                # stall per round, 4x slower getmany on a log read from the start). The
+                # drain wakes the planner; the long poll then covers them all.
                 continue
             retry_at = self._node_retry_at.get(node, 0.0)
             if retry_at > now:
@@ -695,6 +712,11 @@ class Fetcher:
             return
         state.error = error(f"fetch {tp.topic}-{tp.partition}")
         self._data.set()
+
+
+def _at_log_end(state: PartitionState) -> bool:
+    """Fetched up to the high watermark the last response gave (nothing to fetch now)."""
+    return state.highwater is not None and (state.position or 0) >= state.highwater
 
 
 def _served(state: PartitionState) -> int:

@@ -465,3 +465,57 @@ async def test_deserializer_error_keeps_position_at_the_bad_record() -> None:
         assert await drain_values(fetcher, 3) == [(3, 4)]
 
     await run_fetcher(handler, body, value_deserializer=lambda b: int(b or b"0"))
+
+
+async def test_no_long_poll_for_partitions_at_log_end_while_others_drain() -> None:
+    # p0 and p1 on broker 1. The first answer brings all of p0 (high watermark 2) and part
+    # of p1 (high watermark 20). Once p0 is drained it sits at its log end while p1's
+    # buffered records are still being handed out: a fetch for p0 alone would be a long
+    # poll holding the broker's one fetch slot when p1 needs its next fetch (a 500 ms stall
+    # per round against a real broker). The planner waits for p1's drain and then asks for
+    # both in one fetch. (Canned: which partitions a real broker's response fills first is
+    # not something a test can pick.)
+    tp1 = TopicPartition("t", 1)
+    requests: list[list[tuple[int, int]]] = []
+
+    def handler(request: Any) -> Any:
+        asked = [(p.partition, p.fetch_offset) for p in request.topics[0].partitions]
+        requests.append(asked)
+        parts = []
+        for partition, offset in asked:
+            if partition == 0 and offset == 0:
+                parts.append(PartitionData(0, high_watermark=2, records=batch(0, [b"a", b"b"])))
+            if partition == 1 and offset < 20:
+                values = [b"v%d" % i for i in range(offset, min(offset + 10, 20))]
+                parts.append(PartitionData(1, high_watermark=20, records=batch(offset, values)))
+        if not parts:
+            return None  # an empty long poll
+        return FetchResponse(responses=[FetchableTopicResponse(topic="t", partitions=parts)])
+
+    async def body(fetcher: Fetcher, subs: SubscriptionState) -> None:
+        parts = {p: PartitionMetadata(partition=p, leader=1, leader_epoch=3) for p in (0, 1)}
+        topic = TopicMetadata("t", partitions=MappingProxyType(parts))
+        cluster = fetcher._cluster
+        cluster.metadata = ClusterMetadata(  # type: ignore[misc]
+            brokers=cluster.metadata.brokers, topics=MappingProxyType({"t": topic})
+        )
+        subs.assign_manual([TP0, tp1])
+        subs.state(TP0).seek(0)
+        subs.state(tp1).seek(0)
+        p0: list[int] = []
+        while len(p0) < 2:
+            p0 += [r.offset for r in fetcher.drain(10, only=frozenset({TP0})).get(TP0, [])]
+            if len(p0) < 2:
+                await fetcher.wait_for_data()
+        await anyio.wait_all_tasks_blocked()
+        assert requests == [[(0, 0), (1, 0)]]  # p0 at its log end, p1 draining: no fetch
+        p1 = [r.offset for r in fetcher.drain(100, only=frozenset({tp1})).get(tp1, [])]
+        assert p1 == list(range(10))
+        while len(p1) < 20:
+            await fetcher.wait_for_data()
+            p1 += [r.offset for r in fetcher.drain(100, only=frozenset({tp1})).get(tp1, [])]
+        assert p1 == list(range(20))
+        # After p1's drain, one fetch for both (p1 first: least recently served).
+        assert sorted(requests[1]) == [(0, 2), (1, 10)]
+
+    await run_fetcher(handler, body)
