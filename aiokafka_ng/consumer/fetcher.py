@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from aiokafka_ng.cluster import BrokerMetadata, Cluster
+from aiokafka_ng.cluster import BrokerMetadata, Cluster, ClusterMetadata
 from aiokafka_ng.consumer.buffer import BufferedFetch
 from aiokafka_ng.consumer.models import ConsumerRecord, TopicPartition
 from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
@@ -374,12 +374,12 @@ class Fetcher:
             tg.start_soon(self._resolve_positions, unresolved)
         metadata = self._cluster.metadata
         by_node: dict[int, list[PartitionState]] = defaultdict(list)
-        draining: set[int] = set()  # leaders of partitions whose buffered records are going
+        draining: set[int] = set()  # where partitions whose buffered records are going fetch
         for state in sorted(states, key=_served):
             if state.buffer is not None and not state.paused:
-                leader = metadata.leader_for(state.tp.topic, state.tp.partition)
-                if leader is not None:
-                    draining.add(leader)
+                node = _fetch_node(state, metadata, now)
+                if node is not None:
+                    draining.add(node)
             if (
                 state.paused
                 or state.buffer is not None
@@ -391,14 +391,11 @@ class Fetcher:
             if state.retry_at > now:
                 next_due = state.retry_at if next_due is None else min(next_due, state.retry_at)
                 continue
-            leader = metadata.leader_for(state.tp.topic, state.tp.partition)
-            if leader is None:
+            node = _fetch_node(state, metadata, now)
+            if node is None:
                 self._cluster.request_update([state.tp.topic])
                 continue
-            replica = state.preferred_replica
-            if replica >= 0 and now < state.preferred_until and replica in metadata.brokers:
-                leader = replica  # KIP-392: fetch from the closest replica
-            by_node[leader].append(state)
+            by_node[node].append(state)
         for node, parts in by_node.items():
             if node in self._in_flight:
                 continue
@@ -712,6 +709,18 @@ class Fetcher:
             return
         state.error = error(f"fetch {tp.topic}-{tp.partition}")
         self._data.set()
+
+
+def _fetch_node(state: PartitionState, metadata: ClusterMetadata, now: float) -> int | None:
+    """The broker to fetch ``state`` from: its leader, or the replica the leader named
+    (KIP-392: the closest one) while that advice holds; None while the leader is unknown."""
+    leader = metadata.leader_for(state.tp.topic, state.tp.partition)
+    if leader is None:
+        return None
+    replica = state.preferred_replica
+    if replica >= 0 and now < state.preferred_until and replica in metadata.brokers:
+        return replica
+    return leader
 
 
 def _at_log_end(state: PartitionState) -> bool:

@@ -108,7 +108,7 @@ def _probe() -> None:
 #: Whether this is the compiled build. The builder writes a record one of two ways, each
 #: the faster where it runs (``bench/bench_records.py``, 100 B records): compiled, the
 #: record's length is summed first and the record joined *with* its length prefix -- one
-#: bytes object and one bytearray append (7.0M records/s against 5.7M for the other way);
+#: bytes object and one bytearray append (6.5-7.0M records/s against 5.7M the other way);
 #: interpreted, each ``len()`` is a call, so the record is joined, measured, and appended
 #: after its prefix (2.47M against 2.2M). Both write the same bytes; the twin tests compare.
 COMPILED: Final = not hasattr(_probe, "__code__")
