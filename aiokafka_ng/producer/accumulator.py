@@ -131,8 +131,6 @@ class Accumulator:
         self.pool = pool
         self.batch_size = max(1, batch_size)
         self.linger = linger_ms / 1000
-        # When a lingering batch counts as ready: see "Linger" in the module docstring.
-        self.linger_ready = self.linger - min(_TIMER_SLACK, self.linger / 2)
         self.compression = compression
         self.max_request_size = max_request_size
         self.delivery_timeout = delivery_timeout_ms / 1000
@@ -375,7 +373,9 @@ class Accumulator:
             or batch.builder.is_full
         ):
             return 0.0
-        deadline = batch.created + self.linger_ready
+        # Ready a timer tick early: see "Linger" in the module docstring.
+        linger = self.linger
+        deadline = batch.created + linger - min(_TIMER_SLACK, linger / 2)
         return 0.0 if now >= deadline else deadline
 
     def drain(self, node: int, now: float) -> tuple[list[ProducerBatch], float | None]:
