@@ -18,7 +18,12 @@ defaults (acks=all, idempotent, linger 5 ms, 16 KiB batches), each run to a fres
   batches to a fresh topic): the source's own per-record cost, for reference;
 - Spark read of that topic (``count()`` over the source: every column still crosses from
   the Python workers to the JVM), after a warm-up read of the warm-up topic, as for writes
-  (the first query of a session pays for starting Python workers and imports).
+  (the first query of a session pays for starting Python workers and imports);
+- Spark's own ceiling for a Python data source, in the same session: a *null* source whose
+  two tasks yield ready-made Arrow batches of the source's schema (10k rows, same columns and
+  sizes, built once per task) and a *null* sink that only counts the Arrow batches Spark
+  hands it. No Kafka work at all: what Spark, its Arrow transfer and the Python workers cost
+  on this machine, which bounds what any data source can reach.
 
 Run: ``cd /work/main && PYTHONPATH=. python bench/bench_spark.py [--rows N] [--bootstrap H:P]``
 """
@@ -30,6 +35,8 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import anyio
 
@@ -100,7 +107,80 @@ def task_runs(bootstrap: str, topic: str, rows: int) -> tuple[int, float, float]
     return got, read, n * 10_000 / wrote
 
 
-def spark_runs(bootstrap: str, rows: int) -> tuple[float, float, str]:
+def _null_source() -> Any:
+    """A data source doing no Kafka work (see the module docstring): Spark's ceiling."""
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        InputPartition,
+        WriterCommitMessage,
+    )
+
+    from aiokafka_ng.spark._plan import read_schema
+
+    class NullReader(DataSourceReader):  # type: ignore[misc]
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(self.rows // 2), InputPartition(self.rows - self.rows // 2)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            import pyarrow as pa
+
+            n = 10_000
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.nulls(n, pa.binary()),
+                    pa.array([VALUE] * n, pa.binary()),
+                    pa.repeat(pa.scalar("bench-null", pa.string()), n),
+                    pa.repeat(pa.scalar(0, pa.int32()), n),
+                    pa.array(range(n), pa.int64()),
+                    pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+                    pa.repeat(pa.scalar(0, pa.int32()), n),
+                ],
+                names=[
+                    "key",
+                    "value",
+                    "topic",
+                    "partition",
+                    "offset",
+                    "timestamp",
+                    "timestampType",
+                ],
+            )
+            left = partition.value
+            while left >= n:
+                yield batch
+                left -= n
+            if left:
+                yield batch.slice(0, left)
+
+    class NullWriter(DataSourceArrowWriter):  # type: ignore[misc]
+        def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class NullSource(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "bench_null"
+
+        def schema(self) -> Any:
+            return read_schema(False)
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return NullReader(int(self.options["rows"]))
+
+        def writer(self, schema: Any, overwrite: bool) -> NullWriter:
+            return NullWriter()
+
+    return NullSource
+
+
+def spark_runs(bootstrap: str, rows: int) -> tuple[float, float, str, float, float]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -116,13 +196,15 @@ def spark_runs(bootstrap: str, rows: int) -> tuple[float, float, str]:
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
 
-    def write(n: int, topic: str) -> float:
+    spark.dataSource.register(_null_source())
+
+    def write(n: int, topic: str, fmt: str = "aiokafka_ng") -> float:
         df = spark.range(n, numPartitions=2).selectExpr(
             "cast(lpad(cast(id as string), 100, 'v') as binary) as value"
         )
         started = time.perf_counter()
         (
-            df.write.format("aiokafka_ng")
+            df.write.format(fmt)
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", topic)
             .mode("append")
@@ -130,12 +212,13 @@ def spark_runs(bootstrap: str, rows: int) -> tuple[float, float, str]:
         )
         return time.perf_counter() - started
 
-    def read(topic: str) -> tuple[int, float]:
+    def read(topic: str, fmt: str = "aiokafka_ng") -> tuple[int, float]:
         started = time.perf_counter()
         count = (
-            spark.read.format("aiokafka_ng")
+            spark.read.format(fmt)
             .option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic)
+            .option("rows", str(rows))
             .load()
             .count()
         )
@@ -149,7 +232,12 @@ def spark_runs(bootstrap: str, rows: int) -> tuple[float, float, str]:
         wrote = write(rows, topic)
         count, took = read(topic)
         assert count == rows, f"read back {count} of {rows} rows"
-        return wrote, took, topic
+        write(10_000, "-", "bench_null")
+        read("-", "bench_null")
+        null_wrote = write(rows, "-", "bench_null")
+        count, null_read = read("-", "bench_null")
+        assert count == rows, f"null source: {count} of {rows} rows"
+        return wrote, took, topic, null_wrote, null_read
     finally:
         spark.stop()
 
@@ -168,7 +256,7 @@ def main() -> None:
         bootstrap = args.bootstrap
     try:
         single = single_process(bootstrap, args.rows)
-        wrote, read, topic = spark_runs(bootstrap, args.rows)
+        wrote, read, topic, null_wrote, null_read = spark_runs(bootstrap, args.rows)
         single_consume = single_read(bootstrap, topic, args.rows)
         task_rows, task_read, task_write_rate = task_runs(bootstrap, topic, args.rows)
     finally:
@@ -184,6 +272,14 @@ def main() -> None:
     print(f"one write task, no Spark: {task_write_rate:>10,.0f} rows/s")
     print(f"Spark write / single    : {single / wrote:.2f}x")
     print(f"Spark read / single     : {single_consume / read:.2f}x")
+    print(
+        f"null sink, 2 tasks      : {n / null_wrote:>10,.0f} rows/s = ceiling "
+        f"{single / null_wrote:.2f}x single for any sink"
+    )
+    print(
+        f"null source (count)     : {n / null_read:>10,.0f} rows/s = ceiling "
+        f"{single_consume / null_read:.2f}x getmany for any source"
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from aiokafka_ng.consumer import TopicPartition
 from aiokafka_ng.spark._options import (
@@ -21,6 +22,7 @@ from aiokafka_ng.spark._options import (
 )
 from aiokafka_ng.spark._plan import split_ranges
 from aiokafka_ng.spark._read import KafkaDataLossError, KafkaStreamReader, plan_read
+from aiokafka_ng.spark._write import SINK_BATCH_SIZE, plan_write
 
 
 def _fails_at_planning(spark: Any, action: Callable[[], Any], *needles: str) -> None:
@@ -113,6 +115,17 @@ def test_offsets_option_parsing() -> None:
     for bad in ("later", "[1]", '{"t": 3}', '{"t": {"x": 1}}', '{"t": {"0": -3}}'):
         with pytest.raises(SparkOptionError, match="'endingOffsets'"):
             parse_offsets({"endingOffsets": bad}, "endingOffsets", "latest")
+
+
+def test_sink_batches_are_librdkafkas_size_unless_set() -> None:
+    schema = StructType([StructField("value", BinaryType())])
+    plan = plan_write({**BOOT, "topic": "t"}, schema)
+    assert plan.properties["batch.size"] == str(SINK_BATCH_SIZE) == "1000000"
+    plan = plan_write({**BOOT, "topic": "t", "kafka.batch.size": "16384"}, schema)
+    assert plan.properties["batch.size"] == "16384"
+    # A batch never outgrows what one request may carry.
+    plan = plan_write({**BOOT, "topic": "t", "kafka.max.request.size": "200000"}, schema)
+    assert plan.properties["batch.size"] == "200000"
 
 
 def test_kafka_options_pass_through_and_are_validated() -> None:
