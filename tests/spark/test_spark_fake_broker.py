@@ -17,7 +17,9 @@ import anyio
 import anyio.to_thread
 import pyarrow as pa
 import pytest
+from pyspark.sql.types import BinaryType, StructField, StructType
 
+from aiokafka_ng.errors import KafkaTimeoutError
 from aiokafka_ng.protocol.messages import fetch as fm
 from aiokafka_ng.protocol.messages import list_offsets as lo
 from aiokafka_ng.protocol.records import RecordBatchBuilder
@@ -29,11 +31,12 @@ from aiokafka_ng.spark._read import (
     plan_read,
     read_range,
 )
+from aiokafka_ng.spark._write import plan_write, write_batches
 from tests.admin.admin_fake_broker import FakeCluster
 
 pytestmark = pytest.mark.anyio
 
-FETCH, LIST_OFFSETS = 1, 2
+PRODUCE, FETCH, LIST_OFFSETS = 0, 1, 2
 LOG_START, HIGH = 5, 10
 T = TypeVar("T")
 
@@ -175,3 +178,24 @@ async def test_fail_on_data_loss_in_a_read_task() -> None:
         table = await _in_thread(lambda: read(failOnDataLoss="false"))
         assert table.column("offset").to_pylist() == [5, 6, 7]
         assert table.column("value").to_pylist() == [b"v5", b"v6", b"v7"]
+
+
+async def test_write_task_waits_for_its_topic_and_fails_when_it_never_appears() -> None:
+    # The fake answers Metadata for an unknown topic with UNKNOWN_TOPIC_OR_PARTITION (as a
+    # broker without auto-creation does; Tansu creates every topic it is asked about).
+    async with FakeCluster(topics={"t": 1}).running() as fake:
+        batch = pa.RecordBatch.from_arrays([pa.array([b"a", b"b"])], names=["value"])
+        options = {
+            "kafka.bootstrap.servers": fake.bootstrap_servers,
+            "kafka.enable.idempotence": "false",
+            "kafka.max.block.ms": "300",
+            "topic": "missing",
+        }
+        plan = plan_write(options, StructType([StructField("value", BinaryType())]))
+        # Before its first row the task waits for the topic (max.block.ms), as the Java
+        # producer in Spark's sink does, rather than queueing rows for delivery.timeout.ms.
+        with pytest.raises(KafkaTimeoutError, match="missing"), anyio.fail_after(20):
+            await anyio.to_thread.run_sync(
+                lambda: write_batches(plan, iter([batch])), abandon_on_cancel=True
+            )
+        assert fake.requests(PRODUCE) == []  # no row left the task
