@@ -87,8 +87,8 @@ log = logging.getLogger(__name__)
 _KNOWN = ("key", "value", "topic", "partition", "headers")
 #: The sink's ``batch.size`` unless ``kafka.batch.size`` is set: librdkafka's default, not the
 #: Java client's 16 KiB. A sink task only ever bulk-loads, and at 100 B records a 16 KiB batch
-#: costs ~1.6x the CPU per record of a 1 MB one in our producer and in the broker (Spark
-#: write, 2 tasks, 1M x 100 B: 424k -> 714k rows/s, bench/bench_spark.py). Linger still caps
+#: costs more CPU per record than a 1 MB one, in our producer and in the broker (Spark
+#: write, 2 tasks, 1M x 100 B, bench/bench_spark.py: 424k -> 714k rows/s). Linger still caps
 #: how long a batch waits, so a slow stream's latency does not change.
 SINK_BATCH_SIZE = 1_000_000
 _BYTES_OR_STRING = (BinaryType, StringType)
@@ -233,7 +233,7 @@ def _column(batch: pa.RecordBatch, plan: WritePlan, name: str) -> list[Any] | No
     ):
         # Zero-copy reinterpretation: UTF-8 text is sent as its bytes.
         col = col.cast(pa.binary() if pa.types.is_string(col.type) else pa.large_binary())
-    return list(col.to_pylist())
+    return col.to_pylist()  # type: ignore[no-any-return]
 
 
 def _payload_bytes(batch: pa.RecordBatch, plan: WritePlan, name: str) -> int:
