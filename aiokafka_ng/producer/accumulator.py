@@ -9,8 +9,12 @@ librdkafka's UA queue). A record goes to one of two places, synchronously:
   topic's pending queue is empty (so a record can never overtake an earlier one of its
   topic);
 * otherwise the topic's pending queue, in send order. When the topic's metadata arrives
-  (:meth:`Accumulator.update_metadata`) the queue is partitioned record by record, in order.
+  (:meth:`Accumulator.update_metadata`) the queue is partitioned entry by entry, in order.
   Records whose topic never gets usable metadata fail alone at ``delivery_timeout_ms``.
+  A chunk of a bulk run (``send_many``/``send_batch``) waits as *one* entry
+  (:class:`PendingRun`) and is placed whole by the bulk path when its turn comes, not as a
+  queue entry and a future per record: a fresh producer's first runs queue thousands of
+  records before the metadata's round trip ends, and one by one they cost ~10x as much.
 
 Per partition there is a deque of batches; only the last one is open for appends. A batch
 is *ready* to drain when it is full (or not the last), has lingered ``linger_ms``, a flush
@@ -73,7 +77,7 @@ from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitione
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import RecordBatchBuilder, iter_batches
 
-__all__ = ["Accumulator", "PartitionQueue", "ProducerBatch"]
+__all__ = ["Accumulator", "PartitionQueue", "PendingRun", "ProducerBatch"]
 
 #: How late an event-loop timer may fire (epoll's millisecond rounding): lingering batches
 #: are ready this much before their deadline, so they never leave after it.
@@ -84,6 +88,42 @@ Headers = list[tuple[str, bytes | None]]
 _RATIO_MARGIN = 1.05
 # (partition or -1, key, value, headers, timestamp_ms, size, future, enqueued_at)
 Pending = tuple[int, bytes | None, bytes | None, Headers | None, int, int, Delivery[Any], float]
+
+
+class PendingRun:
+    """A chunk of a bulk run waiting for its topic's metadata as one queue entry.
+
+    ``futures[i]`` and ``sizes[i]`` belong to record ``i`` (with ``send_many`` every entry
+    is the run's ``shared`` BatchDelivery and ``positions[i]`` the record's place in it);
+    ``place`` is the bulk path's placement, called with the topic once it is ready."""
+
+    __slots__ = (
+        "enqueued_at", "futures", "keys", "partition", "place", "positions", "shared", "sizes",
+        "timestamp_ms", "values",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        partition: int,
+        timestamp_ms: int,
+        keys: list[bytes | None] | None,
+        values: list[bytes | None],
+        sizes: list[int],
+        futures: list[Delivery[Any]],
+        shared: Any,
+        positions: list[int] | None,
+        place: Callable[[Accumulator, _Topic, PendingRun], None],
+    ) -> None:
+        self.partition = partition
+        self.timestamp_ms = timestamp_ms
+        self.keys = keys
+        self.values = values
+        self.sizes = sizes
+        self.futures = futures
+        self.shared = shared  # BatchDelivery | None (future.py's class; typed loosely here)
+        self.positions = positions
+        self.place = place
+        self.enqueued_at = 0.0
 
 
 class _Topic:
@@ -100,7 +140,7 @@ class _Topic:
     def __init__(self, name: str) -> None:
         self.name = name
         self.sticky = -1
-        self.pending: deque[Pending] = deque()
+        self.pending: deque[Pending | PendingRun] = deque()
         self.partitions: list[PartitionQueue] = []
         self.all_partitions: list[int] = []
         self.available: list[int] = []
@@ -195,6 +235,25 @@ class Accumulator:
                 return
             self.request_metadata(topic)
         t.pending.append((partition, key, value, headers, timestamp_ms, size, future, self.clock()))
+
+    def queue_run(self, t: _Topic, run: PendingRun) -> None:
+        """Queue a bulk chunk in the pending queue of ``t``, whose metadata is not known yet
+        or which has records waiting before it (memory already reserved)."""
+        if not t.pending:
+            tm = self._meta.topics.get(t.name)
+            if tm is not None and tm.fatal and tm.error is not None:
+                self._fail_run(run, tm.error(f"topic {t.name!r}: {tm.error.__name__}"))
+                return
+            self.request_metadata(t.name)
+        run.enqueued_at = self.clock()
+        t.pending.append(run)
+
+    def _fail_run(self, run: PendingRun, exc: BaseException) -> None:
+        shared, positions = run.shared, run.positions
+        for j, (fut, size) in enumerate(zip(run.futures, run.sizes, strict=True)):
+            if shared is not None and positions is not None:
+                shared._errors[positions[j]] = exc
+            self._fail_record(fut, size, exc)
 
     def _new_topic(self, name: str) -> _Topic:
         t = self.topics[name] = _Topic(name)
@@ -350,13 +409,22 @@ class Accumulator:
         t.ready = True
         pending = t.pending
         while pending:
-            p, key, value, headers, ts, size, fut, _ = pending.popleft()
-            self._place(t, p, key, value, headers, ts, size, fut)
+            entry = pending.popleft()
+            if isinstance(entry, PendingRun):
+                entry.place(self, t, entry)
+            else:
+                p, key, value, headers, ts, size, fut, _ = entry
+                self._place(t, p, key, value, headers, ts, size, fut)
 
     def _fail_pending(self, t: _Topic, exc: BaseException) -> None:
         while t.pending:
-            rec = t.pending.popleft()
-            self._fail_record(rec[6], rec[5], exc)
+            self._fail_entry(t.pending.popleft(), exc)
+
+    def _fail_entry(self, entry: Pending | PendingRun, exc: BaseException) -> None:
+        if isinstance(entry, PendingRun):
+            self._fail_run(entry, exc)
+        else:
+            self._fail_record(entry[6], entry[5], exc)
 
     # ------------------------------------------------------------------ drain
 
@@ -558,11 +626,9 @@ class Accumulator:
         """Fail what outlived ``delivery_timeout_ms``, queued or in flight."""
         limit = self.delivery_timeout
         for t in self.topics.values():
-            while t.pending and now - t.pending[0][7] >= limit:
-                rec = t.pending.popleft()
-                self._fail_record(
-                    rec[6],
-                    rec[5],
+            while t.pending and now - _enqueued_at(t.pending[0]) >= limit:
+                self._fail_entry(
+                    t.pending.popleft(),
                     KafkaTimeoutError(
                         f"no usable metadata for topic {t.name!r} within delivery_timeout_ms"
                     ),
@@ -586,7 +652,13 @@ class Accumulator:
         awaiting them all awaits everything sent so far."""
         out: list[Delivery[Any]] = []
         for t in self.topics.values():
-            out.extend(rec[6] for rec in t.pending)
+            for entry in t.pending:
+                if not isinstance(entry, PendingRun):
+                    out.append(entry[6])
+                elif entry.shared is not None:
+                    out.append(entry.shared)
+                else:
+                    out.extend(entry.futures)
             for pq in t.partitions:
                 out.extend(b.futures[-1] for b in pq.batches if b.futures)
         out.extend(b.futures[-1] for b in self.flight if b.futures)
@@ -614,6 +686,10 @@ class Accumulator:
                 pq.in_flight = []
                 for b in pq.batches:
                     b.base_sequence = -1
+
+
+def _enqueued_at(entry: Pending | PendingRun) -> float:
+    return entry.enqueued_at if isinstance(entry, PendingRun) else entry[7]
 
 
 def no_partition_error(t: _Topic, partition: int) -> KafkaError:

@@ -13,8 +13,9 @@ futures (those already queued go on): the caller still gets one future per recor
 :meth:`Producer.send_many` runs the same path with one :class:`BatchDelivery` standing in
 for every record's future: each batch entry is that object, and the record's position in
 the run goes beside it (``ProducerBatch.positions``), so failures and offsets are still
-known per record. Where records go one by one (no metadata yet, a custom partitioner) each
-gets a member future that counts into the run.
+known per record. A chunk that must wait for its topic's metadata waits as one entry of the
+topic's queue and takes this same path when the metadata arrives. Where records go one by one
+(a custom partitioner) each gets a member future that counts into the run.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio.lowlevel
 
 from aiokafka_ng.errors import BufferExhaustedError
-from aiokafka_ng.producer.accumulator import no_partition_error
+from aiokafka_ng.producer.accumulator import PendingRun, no_partition_error
 from aiokafka_ng.producer.future import BatchDelivery, Delivery, DeliveryFuture, _RunMember
 from aiokafka_ng.producer.producer import (
     _PENDING_OVERHEAD,
@@ -276,17 +277,43 @@ async def _queue_chunk(
             pool.release(total)
             raise producer._not_running()
         fast = t.ready and not t.pending
-    if shared is not None and (not fast or acc.partitioner is not None):
-        # The per-record paths below: each record of the run gets a future of its own.
-        assert positions is not None
-        futures = [_RunMember(shared, pos) for pos in positions]
     if not fast:
-        for i, value in enumerate(values):
-            key = None if keys is None else keys[i]
-            acc.append(topic, partition, key, value, None, ts, sizes[i], futures[i])
+        # Behind the topic's metadata (or records already waiting for it): the chunk
+        # waits as one entry and is placed whole, in its turn, when the metadata comes.
+        run = PendingRun(partition, ts, keys, values, sizes, futures, shared, positions, _placed)
+        acc.queue_run(t, run)
         return
+    _place_chunk(acc, t, partition, ts, keys, values, sizes, futures, shared, positions)
+
+
+def _placed(acc: Accumulator, t: _Topic, run: PendingRun) -> None:
+    """A chunk that waited for its topic's metadata, placed now that the topic is ready."""
+    _place_chunk(
+        acc, t, run.partition, run.timestamp_ms, run.keys, run.values, run.sizes,
+        run.futures, run.shared, run.positions,
+    )  # fmt: skip
+
+
+def _place_chunk(
+    acc: Accumulator,
+    t: _Topic,
+    partition: int,
+    ts: int,
+    keys: list[bytes | None] | None,
+    values: list[bytes | None],
+    sizes: list[int],
+    futures: list[Delivery[Any]],
+    shared: BatchDelivery | None,
+    positions: list[int] | None,
+) -> None:
+    """Place a chunk (memory reserved) in its partitions' batches; the topic is ready and
+    nothing of it waits before the chunk."""
     if acc.partitioner is not None and partition < 0:
-        # A user partitioner decides record by record.
+        # A user partitioner decides record by record; each record of a run gets a future
+        # of its own, which counts into the run.
+        if shared is not None:
+            assert positions is not None
+            futures = [_RunMember(shared, pos) for pos in positions]
         for i, value in enumerate(values):
             key = None if keys is None else keys[i]
             acc._place(t, -1, key, value, None, ts, sizes[i], futures[i])
@@ -297,11 +324,13 @@ async def _queue_chunk(
     # Keyed: the default partitioner per key; null keys go to the sticky partition. Grouped
     # by partition, send order kept inside each group.
     groups = split_keyed_run(keys, values, sizes, len(t.partitions), positions)
-    for p, run in groups.items():
+    for p, group in groups.items():
         futs: list[Delivery[Any]] = (
-            [futures[i] for i in run.index] if shared is None else [shared] * len(run.values)
+            [futures[i] for i in group.index] if shared is None else [shared] * len(group.values)
         )
-        place_run(acc, t, p, ts, run.keys, run.values, run.sizes, futs, shared, run.positions)
+        place_run(
+            acc, t, p, ts, group.keys, group.values, group.sizes, futs, shared, group.positions
+        )
 
 
 def place_run(

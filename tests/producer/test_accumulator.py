@@ -6,6 +6,7 @@ Pure unit tests with a fake clock; no broker, no event loop (the accumulator is 
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 
@@ -17,8 +18,8 @@ from aiokafka_ng.cluster.metadata import (
 )
 from aiokafka_ng.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
 from aiokafka_ng.net.backoff import ExponentialBackoff
-from aiokafka_ng.producer.accumulator import Accumulator
-from aiokafka_ng.producer.future import DeliveryFuture
+from aiokafka_ng.producer.accumulator import Accumulator, PendingRun
+from aiokafka_ng.producer.future import BatchDelivery, DeliveryFuture
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.protocol.compression import Compression
@@ -250,6 +251,54 @@ def test_pending_topic_fails_alone_at_delivery_timeout() -> None:
     clock.now += 0.002
     acc.expire(clock.now)
     assert isinstance(f.exception(), KafkaTimeoutError)
+    assert acc.pool.available == acc.pool.total
+
+
+def _pending_run(acc: Accumulator, placed: list[str]) -> tuple[BatchDelivery, PendingRun]:
+    run = BatchDelivery("t", 1, None, 3)
+    assert acc.pool.try_reserve(3 * 40)
+
+    def place(acc: Accumulator, t: Any, entry: PendingRun) -> None:
+        placed.append(t.name)
+        for v, size in zip(entry.values, entry.sizes, strict=True):
+            acc._place(t, 0, None, v, None, 1, size, DeliveryFuture("t", 1))
+
+    values = [b"r0", b"r1", b"r2"]
+    return run, PendingRun(-1, 1, None, values, [40] * 3, [run] * 3, run, [0, 1, 2], place)
+
+
+def test_pending_run_waits_as_one_entry_in_send_order() -> None:
+    # A bulk chunk behind the topic's metadata: one queue entry, placed in its turn (after
+    # the send() record queued before it) by its own placement when the metadata comes.
+    clock = Clock()
+    acc, _, requested = make(clock)
+    first = send(acc, b"first", partition=0)
+    placed: list[str] = []
+    run, entry = _pending_run(acc, placed)
+    acc.queue_run(acc.topics["t"], entry)
+    assert requested == ["t"] and len(acc.topics["t"].pending) == 2
+    assert acc.incomplete() == [first, run]  # flush waits for the run as a whole
+    acc.update_metadata(meta())
+    assert placed == ["t"] and not acc.topics["t"].pending
+    clock.now += 0.006
+    (batch,), _ = acc.drain(1, clock.now)
+    assert values(batch.close()) == [b"first", b"r0", b"r1", b"r2"]
+
+
+def test_pending_run_fails_by_position_at_delivery_timeout() -> None:
+    clock = Clock()
+    acc, _, _ = make(clock)
+    acc.update_metadata(meta(topic="other"))
+    run, entry = _pending_run(acc, [])
+    acc.queue_run(acc._new_topic("t"), entry)
+    clock.now += 0.999
+    acc.expire(clock.now)
+    assert not run.done()
+    clock.now += 0.002
+    acc.expire(clock.now)
+    assert run.done() and run.failed == 3
+    assert sorted(run.errors()) == [0, 1, 2]
+    assert all(isinstance(e, KafkaTimeoutError) for e in run.errors().values())
     assert acc.pool.available == acc.pool.total
 
 

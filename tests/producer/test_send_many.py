@@ -107,25 +107,53 @@ async def test_buffer_exhausted_fails_the_tail_by_position(kafka_broker: Any) ->
     assert offsets == [r.offset for r in got] == list(range(200 - failed))
 
 
-async def test_unknown_topic_and_custom_partitioner_take_per_record_futures(
+async def test_unknown_topic_run_waits_as_one_entry_per_chunk_in_send_order(
     kafka_broker: Any,
 ) -> None:
-    # The topic has no metadata yet: records queue in order, each with a future of its own
-    # (a member of the run); the same for a custom partitioner, which decides per record.
+    # The topic has no metadata yet: a run waits in the topic's queue as one entry per
+    # chunk, between the send() records queued before and after it, with no future per
+    # record; when the metadata comes every record lands in send order.
+    topic = topic_name()
+    async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as p:
+        ask = p._acc.request_metadata
+        p._acc.request_metadata = lambda topic: None  # the topic stays unknown until asked
+        before = await p.send(topic, b"before", partition=0)
+        run = await p.send_many(topic, [b"r%d" % i for i in range(5000)], partition=0)
+        after = await p.send(topic, b"after", partition=0)
+        pending = p._acc.topics[topic].pending
+        assert [len(e.values) if hasattr(e, "values") else 1 for e in pending] == [1, 4096, 904, 1]
+        assert run._members == [] and not run.done()
+        p._acc.request_metadata = ask
+        ask(topic)
+        metas = await run
+        assert (await before).offset == 0 and (await after).offset == 5001
+    assert [m.offset for m in metas] == list(range(1, 5001))
+    got = landed(await read_all(kafka_broker.bootstrap_servers, topic, 5002))
+    assert [got[b"r%d" % i] for i in range(5000)] == [(0, o) for o in range(1, 5001)]
+
+
+async def test_custom_partitioner_takes_per_record_futures(kafka_broker: Any) -> None:
+    # A custom partitioner decides record by record: each record of the run gets a future
+    # of its own (a member of the run) -- also for a run that waited for its topic. With an
+    # explicit partition the partitioner is not asked and the run takes the bulk path.
     topic = topic_name()
     async with Producer(
         bootstrap_servers=kafka_broker.bootstrap_servers,
         partitioner=lambda key, all_parts, available: all_parts[-1],
     ) as p:
         first = await p.send_many(topic, [b"p%d" % i for i in range(50)])
-        assert len(first._members) == 50
         await p.partitions_for(topic)
         second = await p.send_many(topic, [b"q%d" % i for i in range(50)], keys=[b"k"] * 50)
+        third = await p.send_many(topic, [b"x%d" % i for i in range(50)], partition=0)
         metas = list(await first) + list(await second)
-    got = landed(await read_all(kafka_broker.bootstrap_servers, topic, 100))
+        fixed = list(await third)
+        assert (len(first._members), len(second._members), len(third._members)) == (50, 50, 0)
+    got = landed(await read_all(kafka_broker.bootstrap_servers, topic, 150))
     values = [b"p%d" % i for i in range(50)] + [b"q%d" % i for i in range(50)]
     assert [(m.partition, m.offset) for m in metas] == [got[v] for v in values]
     assert len({m.partition for m in metas}) == 1  # the custom partitioner's choice
+    assert [(m.partition, m.offset) for m in fixed] == [got[b"x%d" % i] for i in range(50)]
+    assert {m.partition for m in fixed} == {0}
 
 
 async def test_a_batch_shared_with_send_records(kafka_broker: Any) -> None:
