@@ -69,7 +69,7 @@ from aiokafka_ng.cluster.metadata import ClusterMetadata, TopicMetadata
 from aiokafka_ng.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.latency import LatencyRecorder
-from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
+from aiokafka_ng.producer.batch import PartitionQueue, PendingRun, ProducerBatch
 from aiokafka_ng.producer.future import Delivery, finish_all
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
@@ -88,42 +88,6 @@ Headers = list[tuple[str, bytes | None]]
 _RATIO_MARGIN = 1.05
 # (partition or -1, key, value, headers, timestamp_ms, size, future, enqueued_at)
 Pending = tuple[int, bytes | None, bytes | None, Headers | None, int, int, Delivery[Any], float]
-
-
-class PendingRun:
-    """A chunk of a bulk run waiting for its topic's metadata as one queue entry.
-
-    ``futures[i]`` and ``sizes[i]`` belong to record ``i`` (with ``send_many`` every entry
-    is the run's ``shared`` BatchDelivery and ``positions[i]`` the record's place in it);
-    ``place`` is the bulk path's placement, called with the topic once it is ready."""
-
-    __slots__ = (
-        "enqueued_at", "futures", "keys", "partition", "place", "positions", "shared", "sizes",
-        "timestamp_ms", "values",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        partition: int,
-        timestamp_ms: int,
-        keys: list[bytes | None] | None,
-        values: list[bytes | None],
-        sizes: list[int],
-        futures: list[Delivery[Any]],
-        shared: Any,
-        positions: list[int] | None,
-        place: Callable[[Accumulator, _Topic, PendingRun], None],
-    ) -> None:
-        self.partition = partition
-        self.timestamp_ms = timestamp_ms
-        self.keys = keys
-        self.values = values
-        self.sizes = sizes
-        self.futures = futures
-        self.shared = shared  # BatchDelivery | None (future.py's class; typed loosely here)
-        self.positions = positions
-        self.place = place
-        self.enqueued_at = 0.0
 
 
 class _Topic:

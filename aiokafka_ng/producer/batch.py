@@ -8,12 +8,13 @@ Plain slotted containers; the rules that move batches between states live in
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka_ng.producer.future import Delivery
 from aiokafka_ng.protocol.records import RecordBatchBuilder
 
-__all__ = ["PartitionQueue", "ProducerBatch"]
+__all__ = ["PartitionQueue", "PendingRun", "ProducerBatch"]
 
 
 class ProducerBatch:
@@ -100,3 +101,40 @@ class PartitionQueue:
         self.next_sequence = 0
         self.last_acked = -1
         self.in_flight: list[ProducerBatch] = []
+
+
+class PendingRun:
+    """A chunk of a bulk run waiting for its topic's metadata as one queue entry.
+
+    ``futures[i]`` and ``sizes[i]`` belong to record ``i`` (with ``send_many`` every entry
+    is the run's ``shared`` BatchDelivery and ``positions[i]`` the record's place in it);
+    ``place`` is the bulk path's placement, called with the accumulator and the topic once
+    the topic is ready."""
+
+    __slots__ = (
+        "enqueued_at", "futures", "keys", "partition", "place", "positions", "shared", "sizes",
+        "timestamp_ms", "values",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        partition: int,
+        timestamp_ms: int,
+        keys: list[bytes | None] | None,
+        values: list[bytes | None],
+        sizes: list[int],
+        futures: list[Delivery[Any]],
+        shared: Any,
+        positions: list[int] | None,
+        place: Callable[[Any, Any, PendingRun], None],
+    ) -> None:
+        self.partition = partition
+        self.timestamp_ms = timestamp_ms
+        self.keys = keys
+        self.values = values
+        self.sizes = sizes
+        self.futures = futures
+        self.shared = shared  # BatchDelivery | None (future.py's class; typed loosely here)
+        self.positions = positions
+        self.place = place
+        self.enqueued_at = 0.0
