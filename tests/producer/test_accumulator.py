@@ -422,13 +422,20 @@ def test_topic_with_fatal_metadata_error_fails_records() -> None:
     clock = Clock()
     acc, _, _ = make(clock)
     first = send(acc, b"a")  # waits for metadata
+    waiting, waiting_entry = _pending_run(acc, [])
+    acc.queue_run(acc.topics["t"], waiting_entry)
     denied = ClusterMetadata(
         topics=MappingProxyType({"t": TopicMetadata("t", error=TopicAuthorizationFailedError)})
     )
     acc.update_metadata(denied)
     assert isinstance(first.exception(), TopicAuthorizationFailedError)
+    assert waiting.failed == 3 and isinstance(waiting.exception(), TopicAuthorizationFailedError)
     later = send(acc, b"b")  # the known fatal error fails it at once, not at the timeout
     assert isinstance(later.exception(), TopicAuthorizationFailedError)
+    run, entry = _pending_run(acc, [])  # a bulk chunk likewise, every record by position
+    acc.queue_run(acc.topics["t"], entry)
+    assert run.failed == 3 and sorted(run.errors()) == [0, 1, 2]
+    assert isinstance(run.exception(), TopicAuthorizationFailedError)
     assert acc.pool.available == acc.pool.total
 
 
