@@ -335,9 +335,10 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
     ``futures`` list still has one entry per record, which sequence numbers, counts and
     splits go by -- and ``batch.positions`` says which record of the run each entry is.
     :func:`finish_all` counts each stretch of a run's entries in one step and keeps the
-    batch's outcome with those positions; no object per record. Records that cannot take
-    that path (their topic has no metadata yet, a custom partitioner) get a per-record
-    future of their own (``_RunMember``) that counts into the run when decided.
+    batch's outcome with those positions; no object per record (also for records that
+    waited for their topic's metadata: they wait as one queue entry per chunk). Records a
+    custom partitioner places one by one get a per-record future of their own
+    (``_RunMember``) that counts into the run when decided.
     """
 
     __slots__ = (
