@@ -17,14 +17,15 @@ positions as of the application's previous poll (see ``GroupCoordinator.mark_pro
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from aiokafka_ng.cluster import ClientStatus, Cluster, ClusterMetadata, client_status
 from aiokafka_ng.consumer.config import ConsumerConfig
@@ -45,6 +46,8 @@ from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.records import RecordBatch
 
 __all__ = ["Consumer", "ConsumerStatistics"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,7 @@ class Consumer:
         self._group: GroupCoordinator | None = None
         self._offsets: OffsetsClient | None = None
         self._closed = False
+        self._failure: Exception | None = None  # what stopped a background task, if any
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any], *topics: str) -> Consumer:
@@ -149,12 +153,12 @@ class Consumer:
             tg = anyio.create_task_group()
             await tg.__aenter__()
             self._tg = tg
-            await tg.start(self._fetcher.run)
+            await tg.start(self._supervised, self._fetcher.run)
             if c.group_id is not None:
                 self._group = GroupCoordinator(
                     cluster, c, self._subs, self._offsets, on_assignment=self._fetcher.wake
                 )
-                await tg.start(self._group.run)
+                await tg.start(self._supervised, self._group.run)
             else:
                 cluster.add_listener(self._assign_from_metadata)
         except BaseException:
@@ -206,9 +210,35 @@ class Consumer:
             if cluster is not None:
                 await cluster.__aexit__(None, None, None)
 
+    async def _supervised(
+        self,
+        run: Callable[..., Awaitable[None]],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run a background task (the fetcher, the group member). An exception it does not
+        handle is a bug of ours: it stops the consumer loudly -- every waiting and later
+        call raises it -- instead of cancelling the task group, whose scope also covers
+        the code that called ``start()``."""
+        try:
+            await run(task_status=task_status)
+        except Exception as exc:  # not BaseException: cancellation passes through
+            while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]  # the fetcher's own task group wraps its tasks'
+            log.error("consumer: a background task failed; the consumer stops", exc_info=exc)
+            if self._failure is None:
+                self._failure = exc
+            if self._fetcher is not None:
+                self._fetcher.wake()  # waiting polls re-check and raise
+
     def _running(self) -> tuple[Cluster, Fetcher, OffsetsClient]:
         if self._closed or self._cluster is None:
             raise ConsumerStoppedError("the consumer is not running (use `async with`)")
+        if self._failure is not None:
+            err = IllegalStateError(
+                f"the consumer stopped: a background task failed ({self._failure!r}); close it"
+            )
+            raise err from self._failure
         assert self._fetcher is not None and self._offsets is not None
         return self._cluster, self._fetcher, self._offsets
 

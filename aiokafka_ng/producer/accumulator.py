@@ -373,12 +373,15 @@ class Accumulator:
         t.ready = True
         pending = t.pending
         while pending:
-            entry = pending.popleft()
+            # Taken off the queue once placed: should placing raise (a bug), the entry is
+            # still queued and fails with everything else instead of being lost.
+            entry = pending[0]
             if isinstance(entry, PendingRun):
                 entry.place(self, t, entry)
             else:
                 p, key, value, headers, ts, size, fut, _ = entry
                 self._place(t, p, key, value, headers, ts, size, fut)
+            pending.popleft()
 
     def _fail_pending(self, t: _Topic, exc: BaseException) -> None:
         while t.pending:

@@ -49,7 +49,7 @@ from aiokafka_ng.producer.future import (
 )
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
-from aiokafka_ng.producer.sender import NodeSender
+from aiokafka_ng.producer.sender import NodeSender, Supervised
 from aiokafka_ng.producer.transactions import TransactionManager
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.errors import error_for_code
@@ -212,6 +212,8 @@ class Producer:
         self._senders: dict[int, NodeSender] = {}
         self._cluster: Cluster | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._tasks: Supervised | None = None  # start_soon for our background tasks
+        self._failure: Exception | None = None  # what stopped a background task, if any
         self._stack: AsyncExitStack | None = None
         self._reset_event: anyio.Event | None = None
         self._idle_event: anyio.Event | None = None
@@ -238,6 +240,7 @@ class Producer:
                 Cluster(cfg.cluster_config(max_in_flight=cfg.max_in_flight_requests_per_connection))
             )
             self._tg = await stack.enter_async_context(anyio.create_task_group())
+            self._tasks = Supervised(self._tg, self._crashed)
         except BaseException as exc:
             await stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -249,11 +252,12 @@ class Producer:
         cluster = self._cluster
         stack.callback(cluster.add_listener(self._on_metadata))
         self._acc.update_metadata(cluster.metadata)
-        self._tg.start_soon(self._expiry_loop)
+        tasks = self._tasks
+        tasks.start_soon(self._expiry_loop)
         if self._txn is not None:
             # spawn: a transaction whose task was cancelled is aborted by a task of ours.
-            self._txn.attach(cluster, self._acc, self._wake_all, spawn=self._tg.start_soon)
-            self._tg.start_soon(self._txn.run)
+            self._txn.attach(cluster, self._acc, self._wake_all, spawn=tasks.start_soon)
+            tasks.start_soon(self._txn.run)
             try:
                 await self._txn.init()  # fences older producers with our transactional id
             except BaseException:
@@ -261,7 +265,7 @@ class Producer:
                 raise
         elif self._idem is not None:
             self._reset_event = anyio.Event()
-            self._tg.start_soon(self._producer_id_loop)
+            tasks.start_soon(self._producer_id_loop)
 
     async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until a broker answered. ``start()`` does not wait for the cluster (records
@@ -573,7 +577,28 @@ class Producer:
     def _not_running(self) -> KafkaError:
         if self._state is _State.NEW:
             return IllegalStateError("the producer is not started; call start() or use async with")
+        if self._failure is not None and self._state is _State.RUNNING:
+            return self._stopped_error()
         return ProducerClosedError("the producer is closed")
+
+    def _stopped_error(self) -> IllegalStateError:
+        err = IllegalStateError(
+            f"the producer stopped: a background task failed ({self._failure!r}); close it"
+        )
+        err.__cause__ = self._failure
+        return err
+
+    def _crashed(self, exc: Exception) -> None:
+        """A background task raised (see :class:`Supervised`): stop sending, fail every
+        pending record, refuse new ones; ``close()`` then cleans up without raising."""
+        log.error("producer: a background task failed; the producer stops", exc_info=exc)
+        if self._failure is not None:
+            return
+        self._failure = exc
+        self._running = False
+        # The other tasks stay until close(): the task group's scope also covers the code
+        # of whoever called start(), so cancelling it here would cancel the caller.
+        self._acc.abort_all(self._stopped_error(), in_flight=True)
 
     def _check_topic(self, topic: Any) -> None:
         if not isinstance(topic, str):
@@ -589,7 +614,10 @@ class Producer:
             self._cluster.request_update([topic])
 
     def _on_metadata(self, snapshot: Any) -> None:
-        self._acc.update_metadata(snapshot)
+        try:
+            self._acc.update_metadata(snapshot)
+        except Exception as exc:  # a bug of ours, run in the cluster's task: fail loudly here
+            self._crashed(exc)
 
     def _wake_node(self, node: int) -> None:
         # send() yields to the senders after every few wake-ups rather than after each: a
@@ -603,14 +631,14 @@ class Producer:
             self._yield = True
         sender = self._senders.get(node)
         if sender is None:
-            if self._tg is None or self._cluster is None or self._state is _State.CLOSED:
+            if self._tasks is None or self._cluster is None or self._state is _State.CLOSED:
                 return
             cfg = self.config
             sender = self._senders[node] = NodeSender(
                 node,
                 cluster=self._cluster,
                 accumulator=self._acc,
-                task_group=self._tg,
+                task_group=self._tasks,
                 acks=cfg.acks,
                 request_timeout_ms=cfg.request_timeout_ms,
                 max_in_flight=cfg.max_in_flight_requests_per_connection,
@@ -618,7 +646,7 @@ class Producer:
                 transactional_id=cfg.transactional_id,
                 on_idle=self._on_idle,
             )
-            self._tg.start_soon(sender.run)
+            self._tasks.start_soon(sender.run)
         sender.wake()
 
     def _wake_all(self) -> None:

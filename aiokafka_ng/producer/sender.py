@@ -32,8 +32,8 @@ Every batch of a request leaves the "in flight" state exactly once, on every pat
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from aiokafka_ng.producer.accumulator import Accumulator
     from aiokafka_ng.producer.batch import ProducerBatch
 
-__all__ = ["NodeSender"]
+__all__ = ["NodeSender", "Supervised"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,29 @@ _MIN_PRODUCE_VERSION = 3
 _MAX_PRODUCE_VERSION = 11
 
 
+class Supervised:
+    """``start_soon`` for a client's background tasks (senders, their response waiters,
+    timers). An unexpected exception in one -- a bug of ours, since every loop handles the
+    errors Kafka and the network can produce -- goes to ``on_crash`` instead of cancelling
+    the task group silently: there it fails every pending record and every later call
+    loudly, where otherwise the senders would stop and awaiters hang until ``close()``."""
+
+    __slots__ = ("_on_crash", "_tg")
+
+    def __init__(self, tg: anyio.abc.TaskGroup, on_crash: Callable[[Exception], None]) -> None:
+        self._tg = tg
+        self._on_crash = on_crash
+
+    def start_soon(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        self._tg.start_soon(self._run, func, args)
+
+    async def _run(self, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
+        try:
+            await func(*args)
+        except Exception as exc:  # not BaseException: cancellation passes through
+            self._on_crash(exc)
+
+
 class NodeSender:
     """Drains and sends for one broker; runs until cancelled."""
 
@@ -83,7 +106,7 @@ class NodeSender:
         *,
         cluster: Cluster,
         accumulator: Accumulator,
-        task_group: anyio.abc.TaskGroup,
+        task_group: anyio.abc.TaskGroup | Supervised,
         acks: int,
         request_timeout_ms: int,
         max_in_flight: int,

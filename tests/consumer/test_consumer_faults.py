@@ -6,11 +6,14 @@ connection dies is retried (after the shared backoff) from the unchanged positio
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 from fault_proxy import proxied_broker
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
+from aiokafka_ng.errors import IllegalStateError
 from tests.consumer.helpers import Row, confluent_produce_async, topic_name
 
 pytestmark = pytest.mark.anyio
@@ -73,3 +76,30 @@ async def test_slow_fetch_does_not_block_getmany_timeout() -> None:
             assert await c.getmany(timeout_ms=300) == {}
             assert anyio.current_time() - start < 1.5
             proxy.delay_api(FETCH, 0)
+
+
+async def test_a_bug_in_the_fetcher_task_fails_polls_loudly_not_a_hang(
+    kafka_broker: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An exception nothing handles (here injected where fetch responses are applied) must
+    # not cancel the task group -- whose scope covers the caller's code -- nor leave a poll
+    # waiting forever: polls raise it, stop() returns, and the log says why.
+    from aiokafka_ng.consumer.fetcher import Fetcher
+
+    def broken(self: Any, *args: Any) -> None:
+        raise RuntimeError("injected bug")
+
+    monkeypatch.setattr(Fetcher, "_handle_response", broken)
+    topic = topic_name()
+    await confluent_produce_async(
+        kafka_broker.bootstrap_servers, topic, [(0, None, b"v", [], 1000)]
+    )
+    with anyio.fail_after(20):
+        async with Consumer(bootstrap_servers=kafka_broker.bootstrap_servers) as consumer:
+            consumer.assign([TopicPartition(topic, 0)])
+            with pytest.raises(IllegalStateError, match="background task failed") as info:
+                await consumer.getmany(timeout_ms=10_000)
+            assert isinstance(info.value.__cause__, RuntimeError)
+            with pytest.raises(IllegalStateError, match="injected bug"):
+                await consumer.getone()
+    assert "a background task failed" in caplog.text

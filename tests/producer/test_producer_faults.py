@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import anyio
 import anyio.to_thread
 import pytest
 from fault_proxy import FaultProxy, proxied_broker
 
-from aiokafka_ng.errors import BufferExhaustedError, KafkaTimeoutError
+from aiokafka_ng.errors import BufferExhaustedError, IllegalStateError, KafkaTimeoutError
 from aiokafka_ng.producer import Producer
 
 pytestmark = pytest.mark.anyio
@@ -169,3 +170,48 @@ async def test_black_holed_broker_blocks_then_raises_within_memory() -> None:
             assert all(f.done() for f in futs)
             assert all(isinstance(f.exception(), KafkaTimeoutError) for f in futs)
             assert producer.statistics()["memory"].available == buffer_memory
+
+
+async def test_a_bug_in_a_background_task_fails_records_loudly_not_a_hang(
+    kafka_broker: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An exception nothing handles (here injected where responses are applied) must not
+    # silently stop the senders and leave every awaiter hanging until close(): the pending
+    # record fails, later sends are refused, close() returns, and the log says why.
+    from aiokafka_ng.producer.sender import NodeSender
+
+    def broken(self: Any, response: Any, batches: Any) -> None:
+        raise RuntimeError("injected bug")
+
+    monkeypatch.setattr(NodeSender, "_handle_response", broken)
+    topic = f"bug-{uuid.uuid4().hex[:8]}"
+    with anyio.fail_after(20):
+        async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as p:
+            fut = await p.send(topic, b"x")
+            with pytest.raises(IllegalStateError, match="background task failed") as info:
+                await fut
+            assert isinstance(info.value.__cause__, RuntimeError)
+            with pytest.raises(IllegalStateError, match="injected bug"):
+                await p.send(topic, b"y")
+            with pytest.raises(IllegalStateError, match="injected bug"):
+                await p.send_many(topic, [b"z"])
+    assert "a background task failed" in caplog.text
+
+
+async def test_a_bug_placing_records_at_metadata_time_fails_them_loudly(
+    kafka_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Records waiting for their topic are placed from the cluster's metadata task; a bug
+    # there stops the producer the same way instead of leaving them queued until expiry.
+    from aiokafka_ng.producer import bulk
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("injected bug")
+
+    monkeypatch.setattr(bulk, "_place_chunk", broken)
+    with anyio.fail_after(20):
+        async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as p:
+            run = await p.send_many(f"bug-{uuid.uuid4().hex[:8]}", [b"a", b"b"])
+            with pytest.raises(IllegalStateError, match="injected bug"):
+                await run
+            assert run.failed == 2
