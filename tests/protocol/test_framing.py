@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from aiokafka_ng.protocol import framing
 from aiokafka_ng.protocol.errors import ProtocolError
@@ -147,3 +149,31 @@ def test_frame_reader_rejects_bad_sizes() -> None:
 
 def test_module_exports() -> None:
     assert set(framing.__all__) >= {"FrameReader", "encode_request", "decode_response"}
+
+
+@given(
+    sizes=st.lists(st.integers(0, 3000), max_size=12),
+    cuts=st.lists(st.integers(1, 5000), min_size=1, max_size=40),
+    as_bytearray=st.booleans(),
+)
+def test_frame_reader_any_chunking(sizes: list[int], cuts: list[int], as_bytearray: bool) -> None:
+    # Frames (zero-length, prefix split across chunks, many per chunk, one over many
+    # chunks) come out whole and in order however the stream is cut, and what is buffered
+    # is always the bytes fed minus the frames returned.
+    payloads = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    stream = b"".join(len(p).to_bytes(4, "big") + p for p in payloads)
+    fr = FrameReader()
+    got: list[bytes] = []
+    pos = returned = 0
+    i = 0
+    while pos < len(stream):
+        chunk = stream[pos : pos + cuts[i % len(cuts)]]
+        i += 1
+        pos += len(chunk)
+        fr.feed(bytearray(chunk) if as_bytearray else chunk)
+        while (frame := fr.next_frame()) is not None:
+            assert type(frame) is bytes
+            got.append(frame)
+            returned += 4 + len(frame)
+        assert fr.buffered() == pos - returned
+    assert got == payloads and fr.buffered() == 0
