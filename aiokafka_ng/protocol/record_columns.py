@@ -1,12 +1,19 @@
 """Record batches decoded into column buffers, with no Python object per record.
 
-:class:`RecordColumns` collects the records of one partition, column by column: offsets,
-timestamps and timestamp types as lists of ints, keys and values as one byte buffer each
-plus the end position of every entry and a validity byte per record (0 for a null key or
-value). That is the layout of an Arrow binary column (data + offsets + validity), so a
-consumer of these columns (the Spark source) builds Arrow arrays from whole buffers instead
-of from one ``bytes`` object per key and value. Headers, rare and variable, are kept as the
-tuples :class:`ConsumerRecord` uses, and only when asked for.
+:class:`RecordColumns` collects the records of one partition, column by column. Keys and
+values are one byte buffer each plus every entry's length and a validity byte per record (0
+for a null key or value): with the lengths' running sum as offsets, that is the layout of an
+Arrow binary column (data + offsets + validity), so a consumer of these columns (the Spark
+source) builds Arrow arrays from whole buffers instead of from one ``bytes`` object per key
+and value. Offsets, timestamps and timestamp types are kept as runs where Kafka makes them
+runs, so that what is stored per record is a small int (a length, a timestamp delta), which
+CPython and mypyc share rather than allocate: ``offset_runs`` holds ``(index, offset)``
+where the offsets stop being consecutive (compaction, a window's start), ``batch_runs``
+holds ``(index, base timestamp, timestamp type)`` per record batch, and ``ts_deltas`` each
+record's timestamp minus its batch's base. The ``offsets()``, ``timestamps()`` ... methods
+give the per-record lists (for tests and the legacy path, not for the hot one). Headers,
+rare and variable, are kept as the tuples :class:`ConsumerRecord` uses, and only when asked
+for.
 
 The record format and its checks are those of :mod:`record_reader` (the reference decoder):
 the same errors for the same malformed input, which the differential tests check on
@@ -40,15 +47,16 @@ class RecordColumns:
     def __init__(self, with_headers: bool = False) -> None:
         self.with_headers = with_headers
         self.count = 0
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.timestamp_types: list[int] = []
+        self.offset_runs: list[int] = []  # index, offset, index, offset, ...
+        self.next_offset = -1  # the offset a record must have to continue the last run
+        self.batch_runs: list[int] = []  # index, base timestamp, timestamp type, ...
+        self.ts_deltas: list[int] = []
         self.keys = bytearray()
-        self.key_ends: list[int] = []
+        self.key_lens: list[int] = []  # 0 for a null key
         self.key_valid = bytearray()
         self.key_nulls = 0
         self.values = bytearray()
-        self.value_ends: list[int] = []
+        self.value_lens: list[int] = []
         self.value_valid = bytearray()
         self.value_nulls = 0
         self.headers: list[tuple[tuple[str, bytes | None], ...]] = []
@@ -56,6 +64,35 @@ class RecordColumns:
     @property
     def data_bytes(self) -> int:
         return len(self.keys) + len(self.values)
+
+    def offsets(self) -> list[int]:
+        """Every record's offset (from the runs)."""
+        out: list[int] = []
+        runs = self.offset_runs
+        for j in range(0, len(runs), 2):
+            stop = runs[j + 2] if j + 2 < len(runs) else self.count
+            out.extend(range(runs[j + 1], runs[j + 1] + stop - runs[j]))
+        return out
+
+    def timestamps(self) -> list[int]:
+        """Every record's timestamp (its batch's base plus its delta)."""
+        return [self._batch_of(i)[0] + d for i, d in enumerate(self.ts_deltas)]
+
+    def timestamp_types(self) -> list[int]:
+        return [self._batch_of(i)[1] for i in range(self.count)]
+
+    def key_ends(self) -> list[int]:
+        return _running_sum(self.key_lens)
+
+    def value_ends(self) -> list[int]:
+        return _running_sum(self.value_lens)
+
+    def _batch_of(self, index: int) -> tuple[int, int]:
+        runs = self.batch_runs
+        j = 0
+        while j + 3 < len(runs) and runs[j + 3] <= index:
+            j += 3
+        return runs[j + 1], runs[j + 2]
 
     def add_batch(
         self,
@@ -91,23 +128,30 @@ class RecordColumns:
         value: bytes | None,
         headers: Sequence[tuple[str, bytes | None]],
     ) -> None:
-        self.offsets.append(offset)
-        self.timestamps.append(timestamp)
-        self.timestamp_types.append(ts_type)
+        index = self.count
+        if offset != self.next_offset:
+            self.offset_runs += (index, offset)
+        self.next_offset = offset + 1
+        runs = self.batch_runs
+        if not runs or runs[-1] != ts_type:
+            runs += (index, timestamp, ts_type)
+        self.ts_deltas.append(timestamp - runs[-2])
         if key is None:
             self.key_valid.append(0)
             self.key_nulls += 1
+            self.key_lens.append(0)
         else:
             self.keys += key
             self.key_valid.append(1)
-        self.key_ends.append(len(self.keys))
+            self.key_lens.append(len(key))
         if value is None:
             self.value_valid.append(0)
             self.value_nulls += 1
+            self.value_lens.append(0)
         else:
             self.values += value
             self.value_valid.append(1)
-        self.value_ends.append(len(self.values))
+            self.value_lens.append(len(value))
         if self.with_headers:
             self.headers.append(tuple(headers))
         self.count += 1
@@ -127,16 +171,17 @@ class RecordColumns:
         base_ts = batch.base_timestamp
         fixed_ts = batch.max_timestamp
         with_headers = self.with_headers
-        offsets = self.offsets
-        timestamps = self.timestamps
-        ts_types = self.timestamp_types
+        ts_deltas = self.ts_deltas
         keys = self.keys
-        key_ends = self.key_ends
+        key_lens = self.key_lens
         key_valid = self.key_valid
         values = self.values
-        value_ends = self.value_ends
+        value_lens = self.value_lens
         value_valid = self.value_valid
         headers_out = self.headers
+        index = self.count  # of the next record added
+        next_offset = self.next_offset
+        batch_run = False  # this batch's run started (at its first record in the window)
         added = 0
         key_nulls = 0
         value_nulls = 0
@@ -194,28 +239,46 @@ class RecordColumns:
             offset = base_offset + off_delta
             if offset < low or offset >= high:
                 continue
-            offsets.append(offset)
-            timestamps.append(fixed_ts if log_append else base_ts + ts_delta)
-            ts_types.append(ts_type)
+            if offset != next_offset:
+                self.offset_runs += (index, offset)
+            next_offset = offset + 1
+            if not batch_run:
+                # One run per batch: its base and type (deltas are relative to that base).
+                self.batch_runs += (index, fixed_ts if log_append else base_ts, ts_type)
+                batch_run = True
+            ts_deltas.append(0 if log_append else ts_delta)
             if key_len >= 0:
                 keys += data[key_at : key_at + key_len]
                 key_valid.append(1)
+                key_lens.append(key_len)
             else:
                 key_valid.append(0)
                 key_nulls += 1
-            key_ends.append(len(keys))
+                key_lens.append(0)
             if value_len >= 0:
                 values += data[value_at : value_at + value_len]
                 value_valid.append(1)
+                value_lens.append(value_len)
             else:
                 value_valid.append(0)
                 value_nulls += 1
-            value_ends.append(len(values))
+                value_lens.append(0)
             if with_headers:
                 headers_out.append(headers)
+            index += 1
             added += 1
         if pos != end:
             raise ProtocolError("record batch has bytes after its last record")
         self.count += added
+        self.next_offset = next_offset
         self.key_nulls += key_nulls
         self.value_nulls += value_nulls
+
+
+def _running_sum(lengths: list[int]) -> list[int]:
+    out: list[int] = []
+    total = 0
+    for n in lengths:
+        total += n
+        out.append(total)
+    return out

@@ -347,33 +347,77 @@ async def _consume(part: KafkaRange, put: Any, stop: threading.Event) -> None:
 _NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
 
-def _binary(pa: Any, n: int, data: bytearray, ends: list[int], valid: bytearray, nulls: int) -> Any:
-    """An Arrow binary column straight from the buffers: data, offsets, validity."""
+def _binary(
+    pa: Any, pc: Any, n: int, data: bytearray, lens: list[int], valid: bytearray, nulls: int
+) -> Any:
+    """An Arrow binary column straight from the buffers: data, offsets (the running sum of
+    the lengths), validity."""
     if nulls == n:
         return pa.nulls(n, pa.binary())
-    offsets = array("i", [0])
-    offsets.extend(ends)
+    lengths = array("i", [0])
+    lengths.extend(lens)
+    ends = pc.cumulative_sum(
+        pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(lengths)])
+    )
     validity = None
     if nulls:
         mask = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(valid)])
         validity = mask.cast(pa.bool_()).buffers()[1]
-    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    buffers = [validity, ends.buffers()[1], pa.py_buffer(data)]
     return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
+
+
+def _ints(pa: Any, typecode: str, arrow_type: Any, values: Any) -> Any:
+    return pa.Array.from_buffers(
+        arrow_type, len(values), [None, pa.py_buffer(array(typecode, values))]
+    )
+
+
+def _offsets(pa: Any, pc: Any, n: int, runs: list[int]) -> Any:
+    """Every record's offset from the runs of consecutive offsets: a running sum of ones,
+    with each run's jump at its first record."""
+    steps = array("q", [1]) * n
+    prior = 0  # the running sum just before the run's first record
+    first = at = 0  # the previous run's first offset and index
+    for j in range(0, len(runs), 2):
+        index, offset = runs[j], runs[j + 1]
+        if j:
+            prior = first + (index - 1 - at)  # the offset of the record before this run
+        steps[index] = offset - prior
+        first, at = offset, index
+    return pc.cumulative_sum(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(steps)]))
+
+
+def _by_batch(pa: Any, pc: Any, n: int, runs: list[int], field: int, arrow_type: Any) -> Any:
+    """One value per record from the per-batch runs (index, base timestamp, type)."""
+    values = runs[field::3]
+    if len(values) == 1:
+        return pa.repeat(pa.scalar(values[0], arrow_type), n)
+    ends = [*runs[3::3], n]
+    encoded = pa.RunEndEncodedArray.from_arrays(
+        pa.array(ends, pa.int32()), pa.array(values, arrow_type)
+    )
+    return pc.run_end_decode(encoded)
 
 
 def _to_arrow(pa: Any, part: KafkaRange, c: RecordColumns) -> pa.RecordBatch:
     """One Arrow batch in the source's schema, from column buffers: no Python object per
     record (headers, when asked for, are the records' own tuples)."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
+
     n = c.count
-    millis = pa.array(c.timestamps, pa.int64())
+    runs = c.batch_runs
+    millis = pc.add(
+        _ints(pa, "q", pa.int64(), c.ts_deltas), _by_batch(pa, pc, n, runs, 1, pa.int64())
+    )
     columns = [
-        _binary(pa, n, c.keys, c.key_ends, c.key_valid, c.key_nulls),
-        _binary(pa, n, c.values, c.value_ends, c.value_valid, c.value_nulls),
+        _binary(pa, pc, n, c.keys, c.key_lens, c.key_valid, c.key_nulls),
+        _binary(pa, pc, n, c.values, c.value_lens, c.value_valid, c.value_nulls),
         pa.repeat(pa.scalar(part.topic, pa.string()), n),
         pa.repeat(pa.scalar(part.partition, pa.int32()), n),
-        pa.array(c.offsets, pa.int64()),
+        _offsets(pa, pc, n, c.offset_runs),
         millis.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(c.timestamp_types, pa.int32()),
+        _by_batch(pa, pc, n, runs, 2, pa.int32()),
     ]
     if not part.plan.include_headers:
         return pa.RecordBatch.from_arrays(columns, names=_NAMES)

@@ -186,7 +186,7 @@ def test_whole_batches_decoded_into_columns_match_model(
             columns = RecordColumns()
             for batch in taken:
                 columns.add_batch(batch, position, 2**63)
-            got.extend(zip(columns.offsets, _values(columns), strict=True))
+            got.extend(zip(columns.offsets(), _values(columns), strict=True))
         else:
             out: list[ConsumerRecord[bytes | None, bytes | None]] = []
             buf.take_into(out, n, None, None)
@@ -198,7 +198,7 @@ def test_whole_batches_decoded_into_columns_match_model(
 def _values(columns: RecordColumns) -> list[bytes | None]:
     out: list[bytes | None] = []
     begin = 0
-    for end, valid in zip(columns.value_ends, columns.value_valid, strict=True):
+    for end, valid in zip(columns.value_ends(), columns.value_valid, strict=True):
         out.append(bytes(columns.values[begin:end]) if valid else None)
         begin = end
     return out
