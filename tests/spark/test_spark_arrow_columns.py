@@ -48,7 +48,7 @@ def test_arrow_batch_matches_the_records(first: int, records: list[Any], headers
     batch = _to_arrow(pa, KafkaRange("t", 3, 0, 1, _plan(headers)), cols)
     rows = batch.to_pylist()
     assert len(rows) == len(records)
-    for row, (key, value, off, ts, ts_type, hs) in zip(rows, expected, strict=True):
+    for row, (key, value, off, _ts, ts_type, hs) in zip(rows, expected, strict=True):
         assert (row["key"], row["value"], row["offset"]) == (key, value, off)
         assert (row["topic"], row["partition"], row["timestampType"]) == ("t", 3, ts_type)
         if headers:
