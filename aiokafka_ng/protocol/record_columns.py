@@ -1,4 +1,5 @@
-"""Record batches decoded into column buffers, with no Python object per record.
+"""Record batches decoded into column buffers: per record only ints (lengths, a timestamp
+delta), which CPython shares rather than allocates while they are below 257.
 
 :class:`RecordColumns` collects the records of one partition, column by column. Keys and
 values are one byte buffer each plus every entry's length and a validity byte per record (0

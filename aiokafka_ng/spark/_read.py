@@ -401,8 +401,9 @@ def _by_batch(pa: Any, pc: Any, n: int, runs: list[int], field: int, arrow_type:
 
 
 def _to_arrow(pa: Any, part: KafkaRange, c: RecordColumns) -> pa.RecordBatch:
-    """One Arrow batch in the source's schema, from column buffers: no Python object per
-    record (headers, when asked for, are the records' own tuples)."""
+    """One Arrow batch in the source's schema, from column buffers and runs, by Arrow's own
+    kernels (running sums, run-end decoding): no Python object is made per record here
+    (headers, when asked for, are the records' own tuples)."""
     import pyarrow.compute as pc  # type: ignore[import-untyped,unused-ignore]
 
     n = c.count
