@@ -168,8 +168,8 @@ class FrameReader:
     """Incremental splitter of size-prefixed frames: ``feed`` bytes, pop ``next_frame``.
 
     Received chunks are kept as they came (a deque of ``bytes``) and a frame is cut out of
-    them once it is complete: one copy per byte (the join), none when a frame is exactly one
-    chunk. A bytearray that every chunk is appended to costs two or three copies per byte
+    them once it is complete: at most one copy per byte (a slice of one chunk, or one join
+    over several). A bytearray that every chunk is appended to costs two or three copies per byte
     (the append and its reallocations, the slice, ``bytes()``): 17% of a consumer's time at
     1 MB fetch responses, measured with ``bench/bench_consumer.py``."""
 

@@ -298,11 +298,12 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
         default_topic = plan.topic
         send = producer.send
         if default_topic is not None:
-            # The topic's metadata before its first rows: records sent before it arrives
-            # wait in the topic's queue one by one (a future each), ~10x the cost of the
-            # bulk path; a fresh producer queued ~30k rows so, 6% of a 500k-row task's rows
-            # and 25% of its time. As the Java producer in Spark's own sink does, a topic
-            # that cannot be found fails the task after max.block.ms.
+            # The topic's metadata before its first rows, as the Java producer in Spark's
+            # own sink waits for it: a topic that cannot be found fails the task after
+            # max.block.ms, not each row after delivery.timeout.ms. (It also kept ~30k rows
+            # of a fresh task off the producer's one-by-one path for records without
+            # metadata: 25% of a 500k-row task's time, before the producer learned to
+            # queue a bulk chunk whole.)
             await producer.partitions_for(default_topic)
         while True:
             batch = await anyio.to_thread.run_sync(_next_batch, batches)
