@@ -50,6 +50,20 @@ __all__ = ["Consumer", "ConsumerStatistics"]
 log = logging.getLogger(__name__)
 
 
+class _Started:
+    """A task status that remembers whether the task reported itself started."""
+
+    __slots__ = ("_status", "done")
+
+    def __init__(self, status: TaskStatus[None]) -> None:
+        self._status = status
+        self.done = False
+
+    def started(self, value: None = None) -> None:
+        self.done = True
+        self._status.started(value)
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerStatistics:
     fetcher: FetcherStatistics
@@ -220,9 +234,12 @@ class Consumer:
         handle is a bug of ours: it stops the consumer loudly -- every waiting and later
         call raises it -- instead of cancelling the task group, whose scope also covers
         the code that called ``start()``."""
+        status = _Started(task_status)
         try:
-            await run(task_status=task_status)
+            await run(task_status=status)
         except Exception as exc:  # not BaseException: cancellation passes through
+            if not status.done:
+                raise  # during start(): start() raises it
             while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
                 exc = exc.exceptions[0]  # the fetcher's own task group wraps its tasks'
             log.error("consumer: a background task failed; the consumer stops", exc_info=exc)

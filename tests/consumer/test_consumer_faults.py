@@ -12,7 +12,7 @@ import anyio
 import pytest
 from fault_proxy import proxied_broker
 
-from aiokafka_ng.consumer import Consumer, TopicPartition
+from aiokafka_ng.consumer import Consumer, ConsumerStoppedError, TopicPartition
 from aiokafka_ng.errors import IllegalStateError
 from tests.consumer.helpers import Row, confluent_produce_async, topic_name
 
@@ -103,3 +103,19 @@ async def test_a_bug_in_the_fetcher_task_fails_polls_loudly_not_a_hang(
             with pytest.raises(IllegalStateError, match="injected bug"):
                 await consumer.getone()
     assert "a background task failed" in caplog.text
+
+
+async def test_a_task_failing_before_it_started_fails_start_with_its_error(
+    kafka_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiokafka_ng.consumer.fetcher import Fetcher
+
+    async def broken(self: Any, **kwargs: Any) -> None:
+        raise RuntimeError("injected bug at start")
+
+    monkeypatch.setattr(Fetcher, "run", broken)
+    consumer = Consumer(bootstrap_servers=kafka_broker.bootstrap_servers)
+    with anyio.fail_after(20), pytest.raises(RuntimeError, match="injected bug at start"):
+        await consumer.start()
+    with pytest.raises(ConsumerStoppedError):
+        await consumer.getmany()
