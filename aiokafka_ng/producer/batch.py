@@ -104,7 +104,8 @@ class PartitionQueue:
 
 
 class PendingRun:
-    """A chunk of a bulk run waiting for its topic's metadata as one queue entry.
+    """A chunk of a bulk run, placed at once when its topic is ready, else queued as one
+    entry until its topic's metadata comes.
 
     ``futures[i]`` and ``sizes[i]`` belong to record ``i`` (with ``send_many`` every entry
     is the run's ``shared`` BatchDelivery and ``positions[i]`` the record's place in it);

@@ -277,37 +277,20 @@ async def _queue_chunk(
             pool.release(total)
             raise producer._not_running()
         fast = t.ready and not t.pending
-    if not fast:
+    chunk = PendingRun(partition, ts, keys, values, sizes, futures, shared, positions, _place_chunk)
+    if fast:
+        _place_chunk(acc, t, chunk)
+    else:
         # Behind the topic's metadata (or records already waiting for it): the chunk
         # waits as one entry and is placed whole, in its turn, when the metadata comes.
-        run = PendingRun(partition, ts, keys, values, sizes, futures, shared, positions, _placed)
-        acc.queue_run(t, run)
-        return
-    _place_chunk(acc, t, partition, ts, keys, values, sizes, futures, shared, positions)
+        acc.queue_run(t, chunk)
 
 
-def _placed(acc: Accumulator, t: _Topic, run: PendingRun) -> None:
-    """A chunk that waited for its topic's metadata, placed now that the topic is ready."""
-    _place_chunk(
-        acc, t, run.partition, run.timestamp_ms, run.keys, run.values, run.sizes,
-        run.futures, run.shared, run.positions,
-    )  # fmt: skip
-
-
-def _place_chunk(
-    acc: Accumulator,
-    t: _Topic,
-    partition: int,
-    ts: int,
-    keys: list[bytes | None] | None,
-    values: list[bytes | None],
-    sizes: list[int],
-    futures: list[Delivery[Any]],
-    shared: BatchDelivery | None,
-    positions: list[int] | None,
-) -> None:
+def _place_chunk(acc: Accumulator, t: _Topic, chunk: PendingRun) -> None:
     """Place a chunk (memory reserved) in its partitions' batches; the topic is ready and
     nothing of it waits before the chunk."""
+    partition, ts, keys, values = chunk.partition, chunk.timestamp_ms, chunk.keys, chunk.values
+    sizes, futures, shared, positions = chunk.sizes, chunk.futures, chunk.shared, chunk.positions
     if acc.partitioner is not None and partition < 0:
         # A user partitioner decides record by record; each record of a run gets a future
         # of its own, which counts into the run.
