@@ -2,10 +2,11 @@
 
 Everything else about the package is in ``pyproject.toml``. The compiled modules are the
 same ``.py`` files, so the pure-Python build is the reference twin; ``docs/internals.md``
-says why mypyc and what it buys. ``AIOKAFKA_NG_PURE_PYTHON=1`` skips compiling; a machine
-without a C compiler (or where mypyc fails) gets the pure build with a warning, never a
-failed install. Keep ``COMPILED_MODULES`` equal to ``aiokafka_ng._native.COMPILED_MODULES``
-(a test checks).
+says why mypyc and what it buys. Beside them one small C extension, ``_speedups.c``, holds
+the bulk path's byte-copying loops, whose Python twins stay in ``records.py`` and
+``runs.py``. ``AIOKAFKA_NG_PURE_PYTHON=1`` skips compiling; a machine without a C compiler
+(or where mypyc fails) gets the pure build with a warning, never a failed install. Keep
+``COMPILED_MODULES`` equal to ``aiokafka_ng._native.COMPILED_MODULES`` (a test checks).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 COMPILED_MODULES = (
@@ -25,6 +26,11 @@ COMPILED_MODULES = (
     "aiokafka_ng.producer.partitioner",
     "aiokafka_ng.producer.runs",
     "aiokafka_ng.consumer.buffer",
+)
+#: The hand-written C extension (``aiokafka_ng._native.C_EXTENSION``) and its sources.
+C_EXTENSION = (
+    "aiokafka_ng.protocol._speedups",
+    ["aiokafka_ng/protocol/_speedups.c", "aiokafka_ng/protocol/_column.c"],
 )
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -46,10 +52,12 @@ def _extensions() -> list[Any]:
         # does not have the runtime dependencies, and the package is checked under
         # --strict by the test suite anyway.
         options = ["--follow-imports=silent", "--ignore-missing-imports", "--config-file="]
-        return list(mypycify(options + paths, group_name="aiokafka_ng._hot", opt_level="3"))
+        compiled = list(mypycify(options + paths, group_name="aiokafka_ng._hot", opt_level="3"))
     except Exception as exc:  # mypyc missing or the code generation failed
         _warn(f"mypyc could not compile the hot modules ({exc!r}): pure-Python build")
         return []
+    name, sources = C_EXTENSION
+    return [*compiled, Extension(name, sources, depends=["aiokafka_ng/protocol/_column.h"])]
 
 
 class _OptionalBuildExt(build_ext):

@@ -4,10 +4,14 @@ The modules in :data:`COMPILED_MODULES` are plain, ``mypy --strict``-clean Pytho
 ``setup.py`` also compiles with mypyc when the installing machine has a C compiler. An
 extension module sits beside its ``.py`` twin and wins the import; the ``.py`` file stays
 the reference (tests run the two side by side, ``tests/protocol/test_compiled_twins.py``).
+:data:`C_EXTENSION` is the one hand-written C module (the bulk path's byte-copying loops);
+the modules using it keep its functions in ``_C_*`` globals beside their own Python loops,
+which are its twins (``tests/protocol/test_speedups.py``).
 
 ``AIOKAFKA_NG_PURE_PYTHON=1`` in the environment when ``aiokafka_ng`` is first imported
-makes those modules load from their ``.py`` files even where the compiled ones exist:
-:func:`honour_pure_python_env` puts a finder ahead of the normal ones for just those names.
+makes those modules load from their ``.py`` files even where the compiled ones exist, and
+the C extension fail to import: :func:`honour_pure_python_env` puts a finder ahead of the
+normal ones for just those names.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from types import ModuleType
 
 __all__ = [
     "COMPILED_MODULES",
+    "C_EXTENSION",
     "compiled_modules",
     "honour_pure_python_env",
     "is_compiled",
@@ -40,6 +45,8 @@ COMPILED_MODULES = (
     "aiokafka_ng.producer.runs",
     "aiokafka_ng.consumer.buffer",
 )
+#: Built by ``setup.py`` from ``aiokafka_ng/protocol/_speedups.c`` (a test checks the name).
+C_EXTENSION = "aiokafka_ng.protocol._speedups"
 _TRUE = {"1", "true", "yes", "on"}
 _log = logging.getLogger("aiokafka_ng")
 
@@ -61,11 +68,14 @@ def _source_path(name: str) -> str:
 
 
 class _PureFinder(importlib.abc.MetaPathFinder):
-    """Resolves the compiled modules' names to their ``.py`` files."""
+    """Resolves the compiled modules' names to their ``.py`` files; the C extension's to
+    an ImportError (its users then run their Python loops)."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
+        if fullname == C_EXTENSION:
+            raise ImportError(f"{fullname}: AIOKAFKA_NG_PURE_PYTHON is set", name=fullname)
         if fullname not in COMPILED_MODULES:
             return None
         return importlib.util.spec_from_file_location(fullname, _source_path(fullname))
@@ -78,12 +88,18 @@ def honour_pure_python_env() -> None:
 
 
 def compiled_modules() -> dict[str, bool]:
-    """Each hot module's name and whether it was loaded from a compiled extension."""
+    """Each hot module's name (and the C extension's) and whether it was loaded from a
+    compiled extension."""
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     out = {}
     for name in COMPILED_MODULES:
         module = importlib.import_module(name)
         out[name] = (getattr(module, "__file__", None) or "").endswith(suffixes)
+    try:
+        importlib.import_module(C_EXTENSION)
+        out[C_EXTENSION] = True
+    except ImportError:
+        out[C_EXTENSION] = False
     return out
 
 
@@ -100,7 +116,8 @@ def is_compiled() -> bool:
 
 def load_pure_twin(name: str) -> ModuleType:
     """A fresh copy of module ``name`` executed from its ``.py`` file, registered as
-    ``name + "_pure_twin"`` (for differential tests; the normal import is untouched)."""
+    ``name + "_pure_twin"`` (for differential tests; the normal import is untouched), with
+    its ``_C_*`` globals set to None so that it runs its own loops, not the C extension's."""
     twin_name = name + "_pure_twin"
     if twin_name in sys.modules:
         return sys.modules[twin_name]
@@ -110,4 +127,7 @@ def load_pure_twin(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[twin_name] = module
     spec.loader.exec_module(module)
+    for attr in list(vars(module)):
+        if attr.startswith("_C_"):
+            setattr(module, attr, None)
     return module

@@ -17,6 +17,12 @@ and unkeyed, 100 B uncompressed; the gather pattern also with 1 KiB lz4):
   Every other row keeps each client's defaults (ours and aiokafka's: 16 KiB, the Java
   client's), where per-batch work weighs on the bulk path
 
+After the table, CPU seconds per million records for each run: the client's process (all
+its threads: librdkafka's too) and the broker's (Tansu), from ``time.process_time`` and
+``/proc/PID/stat`` around each run (client start and close included; the broker's clock
+ticks every 10 ms). On this 2-core machine the two together bound the rate: at 16 KiB
+batches Tansu spends about 1.5-3 times as much CPU per record as at 1 MB.
+
 The ``null`` column runs the gather/flush/callback/tasks loops unchanged against
 ``NullProducer``, which does no Kafka work and returns plain ``asyncio.Future`` objects:
 what the pattern itself costs under asyncio. ``null/conf`` is that cost against
@@ -534,6 +540,25 @@ def run(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far; 0 where /proc is missing."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(broker_pid: int, fn: Callable[..., Any], *args: Any) -> tuple[float, float, float]:
+    """``run(fn, *args)`` (its elapsed seconds) with the CPU seconds this process and the
+    broker spent meanwhile."""
+    own = time.process_time()
+    broker = _process_cpu(broker_pid)
+    elapsed = run(fn, *args)
+    return elapsed, time.process_time() - own, _process_cpu(broker_pid) - broker
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=200_000)
@@ -546,8 +571,19 @@ def main() -> None:
     patterns = [p for p in args.patterns.split(",") if p]
     clients = set(args.clients.split(","))
     rows: list[tuple[str, dict[str, float]]] = []
+    cpu: list[tuple[str, dict[str, tuple[float, float]]]] = []
     with LocalBroker() as broker:
         bs = broker.bootstrap_servers
+        assert broker.pid is not None
+        pid = broker.pid
+
+        def timed(
+            key: str, used: dict[str, tuple[float, float]], fn: Callable[..., Any], *a: Any
+        ) -> float:
+            elapsed, client, broker_cpu = measured(pid, fn, *a)
+            used[key] = (client / n * 1e6, broker_cpu / n * 1e6)
+            return n / elapsed
+
         print(f"producer benchmark: {n} records/run, acks=all, {PARTITIONS} partitions, Tansu")
         print(f"load average before: {os.getloadavg()[0]:.2f}")
         print(f"{'pattern':<28}{'aiokafka_ng':>12}{'aiokafka':>12}{'confluent':>12}"
@@ -559,28 +595,40 @@ def main() -> None:
                     if codec != "none" and (pattern != "gather" or not keyed):
                         continue
                     rates: dict[str, float] = {}
+                    used: dict[str, tuple[float, float]] = {}
                     spec = (bs, n, size, codec, keyed, 1_000_000 if pattern == "many1m" else None)
                     if "ours" in clients:
-                        rates["ours"] = n / run(OURS[pattern], Job(*spec))
+                        rates["ours"] = timed("ours", used, OURS[pattern], Job(*spec))
                     if "null" in clients and pattern in NULL_PATTERNS:
                         rates["null"] = n / run(OURS[pattern], Job(*spec), NullProducer)
                     if "aiokafka" in clients:
-                        rates["aio"] = n / run(AIO[pattern], Job(*spec))
+                        rates["aio"] = timed("aio", used, AIO[pattern], Job(*spec))
                     if "confluent" in clients:
                         job = Job(*spec)
                         if pattern == "tasks":
-                            rates["conf"] = n / run(conf_tasks, job)
+                            rates["conf"] = timed("conf", used, conf_tasks, job)
                         elif pattern == "callback":
-                            conf_cb = conf_cb or n / conf_loop(job, True)
-                            rates["conf"] = conf_cb
+                            if conf_cb is None:
+                                conf_cb = (timed("conf", used, conf_loop, job, True), used["conf"])
+                            rates["conf"], used["conf"] = conf_cb
                         else:
-                            conf_plain = conf_plain or n / conf_loop(job)
-                            rates["conf"] = conf_plain
+                            if conf_plain is None:
+                                conf_plain = (timed("conf", used, conf_loop, job), used["conf"])
+                            rates["conf"], used["conf"] = conf_plain
                     name = f"{pattern} {label} {'keyed' if keyed else 'unkeyed'}"
                     rows.append((name, rates))
+                    cpu.append((name, used))
                     print(_row(name, rates), flush=True)
         gathers = [r["conf"] for k, r in rows if k.startswith("gather 100") and "conf" in r]
         print(gather_ceiling(max(gathers, default=0.0)), flush=True)
+        print("CPU seconds per million records, client process + broker:")
+        for name, used in cpu:
+            cells = "".join(
+                f"{label:>10} {used[key][0]:5.2f} + {used[key][1]:4.2f}"
+                for key, label in (("ours", "ours"), ("aio", "aiokafka"), ("conf", "confluent"))
+                if key in used
+            )
+            print(f"  {name:<26}{cells}", flush=True)
         for rate in [int(r) for r in args.rates.split(",") if r]:
             secs = args.latency_seconds
             for client, fn in (

@@ -8,7 +8,7 @@ Plain slotted containers; the rules that move batches between states live in
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka_ng.producer.future import Delivery
@@ -121,8 +121,8 @@ class PendingRun:
         self,
         partition: int,
         timestamp_ms: int,
-        keys: list[bytes | None] | None,
-        values: list[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes | None],
         sizes: list[int],
         futures: list[Delivery[Any]],
         shared: Any,

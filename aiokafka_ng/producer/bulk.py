@@ -21,7 +21,7 @@ topic's queue and takes this same path when the metadata arrives. Where records 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from time import time_ns
 from typing import TYPE_CHECKING, Any, cast
@@ -41,6 +41,7 @@ from aiokafka_ng.producer.producer import (
     _bad_timestamp,
 )
 from aiokafka_ng.producer.runs import record_sizes, split_keyed_run
+from aiokafka_ng.protocol.speedups import BinaryColumn
 
 if TYPE_CHECKING:
     from aiokafka_ng.producer.accumulator import Accumulator, _Topic
@@ -120,8 +121,8 @@ async def send_many(
     whole run instead of a future per record."""
     if not producer._running:
         raise producer._not_running()
-    vals = list(values)
-    ks = None if keys is None else list(keys)
+    vals = _run_items(values)
+    ks = None if keys is None else _run_items(keys)
     futures = await send_run(producer, topic, vals, ks, partition, timestamp_ms, together=True)
     if futures:
         outcome = futures[0]
@@ -130,11 +131,19 @@ async def send_many(
     return BatchDelivery(topic, 0, producer._loop, 0)
 
 
+def _run_items(items: Iterable[Any]) -> Sequence[Any]:
+    """A run's values or keys as a list of their own, or a :class:`BinaryColumn` as it is
+    (the C kernel reads its Arrow buffers in place: no object per record)."""
+    if BinaryColumn is not None and items.__class__ is BinaryColumn:
+        return cast(Sequence[Any], items)
+    return list(items)
+
+
 async def send_run(
     producer: Producer,
     topic: str,
-    values: list[Any],
-    keys: list[Any] | None,
+    values: Sequence[Any],
+    keys: Sequence[Any] | None,
     partition: int | None,
     timestamp_ms: int | None,
     *,
@@ -146,13 +155,13 @@ async def send_run(
         values = [producer._value_ser(v) for v in values]
     if keys is not None and producer._key_ser is not None:
         keys = [producer._key_ser(k) for k in keys]
-    vals: list[bytes | None] = values
-    ks: list[bytes | None] | None = keys
+    vals: Sequence[bytes | None] = values
+    ks: Sequence[bytes | None] | None = keys
     sizes = record_sizes(values, keys, _RECORD_OVERHEAD)
     if sizes is None:
         # Some key or value is not bytes: convert (bytearray, memoryview) or refuse it.
-        vals = _bytes_list(values, "value")
-        ks = None if keys is None else _bytes_list(keys, "key")
+        vals = _bytes_list(list(values), "value")
+        ks = None if keys is None else _bytes_list(list(keys), "key")
         sizes = record_sizes(vals, ks, _RECORD_OVERHEAD)
         assert sizes is not None
     if topic not in producer._valid_topics:
@@ -186,8 +195,8 @@ async def send_run(
             else:
                 keep.append(i)
         positions: list[int] | None = keep  # run index -> index in the caller's values
-        run_vals = [vals[i] for i in keep]
-        run_keys = None if ks is None else [ks[i] for i in keep]
+        run_vals: Sequence[bytes | None] = [vals[i] for i in keep]
+        run_keys: Sequence[bytes | None] | None = None if ks is None else [ks[i] for i in keep]
         run_sizes = [sizes[i] for i in keep]
         run_futs = [futures[i] for i in keep]
     else:
@@ -255,8 +264,8 @@ async def _queue_chunk(
     topic: str,
     partition: int,
     ts: int,
-    keys: list[bytes | None] | None,
-    values: list[bytes | None],
+    keys: Sequence[bytes | None] | None,
+    values: Sequence[bytes | None],
     sizes: list[int],
     futures: list[Delivery[Any]],
     shared: BatchDelivery | None,
@@ -321,8 +330,8 @@ def place_run(
     t: _Topic,
     partition: int,
     timestamp_ms: int,
-    keys: list[bytes | None] | None,
-    values: list[bytes | None],
+    keys: Sequence[bytes | None] | None,
+    values: Sequence[bytes | None],
     sizes: list[int],
     futures: list[Delivery[Any]],
     shared: BatchDelivery | None = None,

@@ -8,18 +8,30 @@ same file is the pure-Python twin, and the twin tests hold the two to each other
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka_ng.producer.partitioner import COMPILED, _murmur2_native, _murmur2_words
+from aiokafka_ng.protocol import speedups
 
 __all__ = ["KeyedRun", "record_sizes", "run_stretches", "split_keyed_run"]
 
+# The C kernel's versions of the two loops below, or None (then the loops run; they are the
+# reference, see ``aiokafka_ng.protocol.speedups``).
+_C_RECORD_SIZES = speedups.record_sizes
+_C_SPLIT_KEYED = speedups.split_keyed
 
-def record_sizes(values: list[Any], keys: list[Any] | None, overhead: int) -> list[int] | None:
+
+def record_sizes(
+    values: Sequence[Any], keys: Sequence[Any] | None, overhead: int
+) -> list[int] | None:
     """What each record of a run charges to ``buffer_memory``: ``overhead`` plus the
     lengths of its key and value (``keys``, when given, as long as ``values``: the caller
     checked). None when a key or value is neither bytes nor None (the caller converts or
     refuses it, then asks again)."""
+    c_record_sizes = _C_RECORD_SIZES
+    if c_record_sizes is not None:
+        return c_record_sizes(values, keys, overhead)
     sizes: list[int] = []
     if keys is None:
         for v in values:
@@ -49,21 +61,22 @@ def record_sizes(values: list[Any], keys: list[Any] | None, overhead: int) -> li
 class KeyedRun:
     """The records of a keyed run that go to one partition, in run order:
     ``keys``/``values``/``sizes`` their items, and either ``positions`` (when asked for:
-    their places in the caller's run) or ``index`` (otherwise: their indexes in this run)."""
+    their places in the caller's run) or ``index`` (otherwise: their indexes in this run).
+    Keys and values are lists, or columns when the run's were (the C kernel's split)."""
 
     __slots__ = ("index", "keys", "positions", "sizes", "values")
 
     def __init__(self) -> None:
         self.index: list[int] = []
         self.positions: list[int] = []
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
+        self.keys: Sequence[bytes | None] = []
+        self.values: Sequence[bytes | None] = []
         self.sizes: list[int] = []
 
 
 def split_keyed_run(
-    keys: list[bytes | None],
-    values: list[bytes | None],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
     sizes: list[int],
     num_partitions: int,
     positions: list[int] | None = None,
@@ -71,9 +84,24 @@ def split_keyed_run(
     """Group a run of keyed records by default partition (-1: null key, for the sticky
     partition), keeping run order in each group. The bulk path's per-record work in one
     call (compiled: no interpreted step per record)."""
+    groups: dict[int, KeyedRun] = {}
+    c_split_keyed = _C_SPLIT_KEYED
+    if c_split_keyed is not None:
+        slot = -1
+        for entry in c_split_keyed(keys, values, sizes, num_partitions, positions):
+            if entry is not None:
+                group = KeyedRun()
+                if positions is None:
+                    group.index = entry[0]
+                else:
+                    group.positions = entry[0]
+                group.keys, group.values, group.sizes = entry[1], entry[2], entry[3]
+                groups[slot] = group
+            slot += 1
+        return groups
     # Groups by partition + 1 in a list (a dict lookup per record cost more than the rest);
     # the dict returned is built once at the end, in partition order.
-    by_partition: list[KeyedRun | None] = [None] * (num_partitions + 1)
+    by_partition: list[_Lists | None] = [None] * (num_partitions + 1)
     native = COMPILED  # the partitioner's build picks the murmur2 formulation
     for i in range(len(keys)):
         key = keys[i]
@@ -84,22 +112,36 @@ def split_keyed_run(
             # generic call from compiled code).
             h = _murmur2_native(key) if native else _murmur2_words(key)
             slot = (h & 0x7FFFFFFF) % num_partitions + 1
-        group = by_partition[slot]
-        if group is None:
-            group = by_partition[slot] = KeyedRun()
-        if positions is None:
-            group.index.append(i)
-        else:
-            group.positions.append(positions[i])
-        group.keys.append(key)
-        group.values.append(values[i])
-        group.sizes.append(sizes[i])
-    groups: dict[int, KeyedRun] = {}
+        lists = by_partition[slot]
+        if lists is None:
+            lists = by_partition[slot] = _Lists()
+        lists.where.append(i if positions is None else positions[i])
+        lists.keys.append(key)
+        lists.values.append(values[i])
+        lists.sizes.append(sizes[i])
     for slot in range(num_partitions + 1):
         found = by_partition[slot]
         if found is not None:
-            groups[slot - 1] = found
+            group = KeyedRun()
+            if positions is None:
+                group.index = found.where
+            else:
+                group.positions = found.where
+            group.keys, group.values, group.sizes = found.keys, found.values, found.sizes
+            groups[slot - 1] = group
     return groups
+
+
+class _Lists:
+    """One partition's records while :func:`split_keyed_run` groups them."""
+
+    __slots__ = ("keys", "sizes", "values", "where")
+
+    def __init__(self) -> None:
+        self.where: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.sizes: list[int] = []
 
 
 def run_stretches(entries: list[Any], positions: list[int]) -> tuple[list[int], list[Any]]:

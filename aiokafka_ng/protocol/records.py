@@ -28,6 +28,7 @@ from typing import Final
 
 from crc32c import crc32c
 
+from aiokafka_ng.protocol import speedups
 from aiokafka_ng.protocol.compression import Compression, compress
 from aiokafka_ng.protocol.record_reader import (
     _ATTRIBUTES_OFFSET,
@@ -115,6 +116,13 @@ def _probe() -> None:
 #: interpreted, each ``len()`` is a call, so the record is joined, measured, and appended
 #: after its prefix (2.47M against 2.2M). Both write the same bytes; the twin tests compare.
 COMPILED: Final = not hasattr(_probe, "__code__")
+
+#: The C versions of :meth:`RecordBatchBuilder.append`'s record writing and of
+#: :meth:`~RecordBatchBuilder.append_run`'s loop (``_speedups.c``), or None: then the Python
+#: code below runs, the reference the C code is tested against (see ``speedups.py``).
+#: A 100-byte record takes about 20 ns in a run, against 150 for the compiled loop.
+_C_APPEND_RECORD = speedups.append_record
+_C_APPEND_RUN = speedups.append_run
 
 
 def _varint_size(value: int) -> int:
@@ -280,6 +288,22 @@ class RecordBatchBuilder:
             delta_enc = zz[delta] if delta < _SMALL else _zigzag_bytes(delta)
         else:
             ts_enc = delta_enc = b"\x00"
+        c_append_record = _C_APPEND_RECORD
+        if c_append_record is not None:
+            # The record measured and written in place by C (see ``_C_APPEND_RECORD``).
+            headers_enc = _encode_headers(headers) if headers else b"\x00"
+            if not delta and not -(1 << 63) <= timestamp_ms < (1 << 63):
+                raise ValueError(f"timestamp {timestamp_ms} does not fit in int64")
+            limit = self._limit if delta else -1  # the first record always fits
+            if not c_append_record(self._buf, limit, ts_enc, delta, key, value, headers_enc):
+                self._refused = True
+                return None
+            if not delta:
+                self._base_ts = self._max_ts = timestamp_ms
+            elif timestamp_ms > self._max_ts:
+                self._max_ts = timestamp_ms
+            self._count = delta + 1
+            return delta
         if key is None:
             key_enc = b"\x01"
             key = b""
@@ -370,11 +394,20 @@ class RecordBatchBuilder:
         ts_enc = zz[ts_delta] if 0 <= ts_delta < small else _zigzag_bytes(ts_delta)
         if timestamp_ms > self._max_ts:
             self._max_ts = timestamp_ms
-        fixed = 2 + len(ts_enc)  # attributes, timestamp delta, header count
-        compiled = COMPILED
         buf = self._buf
         limit = self._limit
         delta = self._count
+        c_append_run = _C_APPEND_RUN
+        if c_append_run is not None:
+            # The same records, measured in one pass and written in place (no object per
+            # record).
+            i = c_append_run(buf, limit, ts_enc, delta, keys, values, start, stop)
+            if i < stop:
+                self._refused = True
+            self._count = delta + i - start
+            return i
+        fixed = 2 + len(ts_enc)  # attributes, timestamp delta, header count
+        compiled = COMPILED
         join = b"".join
         i = start
         while i < stop:

@@ -14,11 +14,14 @@ as Spark does: keys and values are the columns' bytes), validated by
 :class:`~aiokafka_ng.config.ProducerConfig` now rather than in every task.
 
 *Tasks (executors).* Spark hands each task its rows as Arrow record batches (the Arrow
-writer interfaces), so no ``Row`` object is built per record: each column is turned into a
-Python list once per batch; a batch of values (and keys) for one topic goes through the
-producer's bulk path with one ``BatchDelivery`` for the batch instead of a future per record
-(the largest per-record cost: a write task alone went from 0.52M to 1.06M rows/s), other
-shapes through ``Producer.send`` in a tight loop. Each task runs
+writer interfaces), so no ``Row`` object is built per record. A batch of values (and keys)
+for one topic goes through the producer's bulk path with one ``BatchDelivery`` for the batch
+instead of a future per record (the largest per-record cost: a write task alone went from
+0.52M to 1.06M rows/s); where the C kernel is built (``aiokafka_ng.protocol.speedups``) the
+key and value columns go as ``BinaryColumn`` objects, their Arrow buffers read in place, so
+record batches are encoded straight from the Arrow columns with no Python object per record
+(else each column becomes a list once per batch). Other shapes (a topic or partition per
+row, headers) go through ``Producer.send`` in a tight loop over lists. Each task runs
 ``anyio.run`` in its Python worker with one idempotent :class:`Producer` (the default;
 ``kafka.enable.idempotence=false`` turns it off) whose ``batch.size`` defaults to
 :data:`SINK_BATCH_SIZE` (1 MB, librdkafka's default) rather than 16 KiB. The next Arrow
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +64,7 @@ from pyspark.sql.types import (
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.producer import BatchDelivery, Producer
 from aiokafka_ng.producer.future import Delivery
+from aiokafka_ng.protocol.speedups import BinaryColumn
 from aiokafka_ng.spark._options import (
     WRITE_OPTIONS,
     SparkOptionError,
@@ -221,7 +225,7 @@ def _next_batch(batches: Iterator[pa.RecordBatch]) -> Any:
     return next(batches, _END)
 
 
-def _column(batch: pa.RecordBatch, plan: WritePlan, name: str) -> list[Any] | None:
+def _arrow_column(batch: pa.RecordBatch, plan: WritePlan, name: str) -> Any:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
 
     index = plan.columns.get(name)
@@ -233,7 +237,31 @@ def _column(batch: pa.RecordBatch, plan: WritePlan, name: str) -> list[Any] | No
     ):
         # Zero-copy reinterpretation: UTF-8 text is sent as its bytes.
         col = col.cast(pa.binary() if pa.types.is_string(col.type) else pa.large_binary())
-    return col.to_pylist()  # type: ignore[no-any-return]
+    return col
+
+
+def _column(batch: pa.RecordBatch, plan: WritePlan, name: str) -> list[Any] | None:
+    col = _arrow_column(batch, plan, name)
+    return None if col is None else col.to_pylist()
+
+
+def _bytes_column(
+    batch: pa.RecordBatch, plan: WritePlan, name: str
+) -> Sequence[bytes | None] | None:
+    """Column ``name`` (key or value) for the producer's bulk path: its Arrow buffers read
+    in place by the C kernel (a ``BinaryColumn``: the records are encoded straight from
+    them, no Python object per record), or a list where the kernel is not built."""
+    if BinaryColumn is None:
+        return _column(batch, plan, name)
+    import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
+
+    col = _arrow_column(batch, plan, name)
+    if col is None:
+        return None
+    validity, offsets, data = col.buffers()
+    return BinaryColumn(
+        offsets, data, validity, col.offset, len(col), pa.types.is_large_binary(col.type)
+    )
 
 
 def _payload_bytes(batch: pa.RecordBatch, plan: WritePlan, name: str) -> int:
@@ -305,6 +333,8 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
             # metadata: 25% of a 500k-row task's time, before the producer learned to
             # queue a bulk chunk whole.)
             await producer.partitions_for(default_topic)
+        # Values (and keys) for one topic, no per-row partition or headers: the bulk path.
+        bulk = default_topic is not None and not {"partition", "headers"} & plan.columns.keys()
         while True:
             batch = await anyio.to_thread.run_sync(_next_batch, batches)
             if batch is _END:
@@ -312,25 +342,28 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
             n = batch.num_rows
             if not n:
                 continue
-            values = _column(batch, plan, "value")
-            assert values is not None
-            keys = _column(batch, plan, "key")
-            # The option wins over the column (Spark's rule), so the column is not read.
-            topics = None if default_topic is not None else _column(batch, plan, "topic")
-            parts = _column(batch, plan, "partition")
-            raw_headers = _column(batch, plan, "headers")
-            headers = None if raw_headers is None else _headers(raw_headers)
             futs: list[Delivery[Any]]
-            if topics is None and parts is None and headers is None:
+            if bulk:
                 # The common shape: values (and keys), one topic: the producer's bulk path,
                 # with one future for the whole Arrow batch instead of one per record.
                 assert default_topic is not None
                 topic = default_topic
+                values = _bytes_column(batch, plan, "value")
+                assert values is not None
+                keys = _bytes_column(batch, plan, "key")
                 futs = [await producer.send_many(topic, values, keys=keys)]
                 per_topic[topic] = per_topic.get(topic, 0) + n
                 result.bytes += _payload_bytes(batch, plan, "value")
                 result.bytes += _payload_bytes(batch, plan, "key")
             else:
+                values = _column(batch, plan, "value")
+                assert values is not None
+                keys = _column(batch, plan, "key")
+                # The option wins over the column (Spark's rule): the column is not read.
+                topics = None if default_topic is not None else _column(batch, plan, "topic")
+                parts = _column(batch, plan, "partition")
+                raw_headers = _column(batch, plan, "headers")
+                headers = None if raw_headers is None else _headers(raw_headers)
                 # Per-row fields: call send() directly rather than building a
                 # ProducerRecord per row for send_batch().
                 futs = []

@@ -5,12 +5,15 @@ record's own outcome stays readable (``metadata(i)``, ``errors()``) on every pat
 can take: the bulk path, the per-record paths (topic without metadata yet, a custom
 partitioner), and a batch shared with ``send()`` records. Splits and broker-side batch
 failures, which Tansu cannot produce, are in ``test_sender_outcomes.py`` on canned responses.
+Runs go in as lists and, where the C kernel is built, as ``BinaryColumn`` objects over
+Arrow buffers (how the Spark sink hands them over): the ``as_run`` fixture.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -23,8 +26,18 @@ from aiokafka_ng.producer.future import FutureNotDoneError
 from aiokafka_ng.producer.partitioner import default_partition
 from aiokafka_ng.producer.runs import run_stretches
 from tests.producer.test_send_batch import read_all
+from tests.protocol.arrow_columns import column
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["list", "column"])
+def as_run(request: pytest.FixtureRequest) -> Callable[[list[bytes]], Any]:
+    """How a test hands values and keys to ``send_many``: lists, or ``BinaryColumn`` objects
+    read in place from Arrow buffers (sliced, so their offsets do not start at 0)."""
+    if request.param == "list":
+        return lambda items: items
+    return lambda items: column(list(items), pad=3)
 
 
 def topic_name() -> str:
@@ -36,7 +49,7 @@ def landed(records: list[Any]) -> dict[bytes, tuple[int, int]]:
     return {r.value: (r.partition, r.offset) for r in records}
 
 
-async def test_a_keyed_run_spanning_many_batches(kafka_broker: Any) -> None:
+async def test_a_keyed_run_spanning_many_batches(kafka_broker: Any, as_run: Any) -> None:
     topic = topic_name()
     n = 5000
     values = [b"v%d" % i for i in range(n)]
@@ -46,7 +59,7 @@ async def test_a_keyed_run_spanning_many_batches(kafka_broker: Any) -> None:
     ) as p:
         # Metadata known: the bulk path, no per-record future.
         partitions = len(await p.partitions_for(topic))
-        run = await p.send_many(topic, values, keys=keys)
+        run = await p.send_many(topic, as_run(values), keys=as_run(keys))
         assert isinstance(run, BatchDelivery) and run.count == n
         assert not run.done()
         with pytest.raises(FutureNotDoneError):
@@ -65,12 +78,12 @@ async def test_a_keyed_run_spanning_many_batches(kafka_broker: Any) -> None:
     assert run.metadata(17) == metas[17] and metas[10:12] == [metas[10], metas[11]]
 
 
-async def test_an_oversize_record_fails_alone_and_is_named(kafka_broker: Any) -> None:
+async def test_an_oversize_record_fails_alone_and_is_named(kafka_broker: Any, as_run: Any) -> None:
     topic = topic_name()
     async with Producer(
         bootstrap_servers=kafka_broker.bootstrap_servers, max_request_size=10_000
     ) as p:
-        run = await p.send_many(topic, [b"a", b"x" * 20_000, b"b"], partition=0)
+        run = await p.send_many(topic, as_run([b"a", b"x" * 20_000, b"b"]), partition=0)
         await p.flush()
         assert run.done() and (run.count, run.failed) == (3, 1)
         assert isinstance(run.exception(), MessageSizeTooLargeError)
@@ -85,7 +98,7 @@ async def test_an_oversize_record_fails_alone_and_is_named(kafka_broker: Any) ->
     assert [(m.partition, m.offset) for m in ok] == [(0, got[0].offset), (0, got[1].offset)]
 
 
-async def test_buffer_exhausted_fails_the_tail_by_position(kafka_broker: Any) -> None:
+async def test_buffer_exhausted_fails_the_tail_by_position(kafka_broker: Any, as_run: Any) -> None:
     topic = topic_name()
     async with Producer(
         bootstrap_servers=kafka_broker.bootstrap_servers, buffer_memory=8192, max_block_ms=0
@@ -93,7 +106,7 @@ async def test_buffer_exhausted_fails_the_tail_by_position(kafka_broker: Any) ->
         assert p._cluster is not None
         await p._cluster.wait_for_topics([topic], timeout=10)  # max_block_ms=0 would not wait
         p._acc.linger = 3600.0  # keep batches queued: nothing frees memory
-        run = await p.send_many(topic, [b"z" * 50] * 200, partition=0)
+        run = await p.send_many(topic, as_run([b"z" * 50] * 200), partition=0)
         assert not run.done() and 0 < run.failed < 200
         failed = run.failed
         p._acc.linger = 0.0
@@ -108,7 +121,7 @@ async def test_buffer_exhausted_fails_the_tail_by_position(kafka_broker: Any) ->
 
 
 async def test_unknown_topic_run_waits_as_one_entry_per_chunk_in_send_order(
-    kafka_broker: Any,
+    kafka_broker: Any, as_run: Any
 ) -> None:
     # The topic has no metadata yet: a run waits in the topic's queue as one entry per
     # chunk, between the send() records queued before and after it, with no future per
@@ -118,7 +131,7 @@ async def test_unknown_topic_run_waits_as_one_entry_per_chunk_in_send_order(
         ask = p._acc.request_metadata
         p._acc.request_metadata = lambda topic: None  # the topic stays unknown until asked
         before = await p.send(topic, b"before", partition=0)
-        run = await p.send_many(topic, [b"r%d" % i for i in range(5000)], partition=0)
+        run = await p.send_many(topic, as_run([b"r%d" % i for i in range(5000)]), partition=0)
         after = await p.send(topic, b"after", partition=0)
         pending = p._acc.topics[topic].pending
         assert [len(e.values) if hasattr(e, "values") else 1 for e in pending] == [1, 4096, 904, 1]
@@ -132,7 +145,7 @@ async def test_unknown_topic_run_waits_as_one_entry_per_chunk_in_send_order(
     assert [got[b"r%d" % i] for i in range(5000)] == [(0, o) for o in range(1, 5001)]
 
 
-async def test_custom_partitioner_takes_per_record_futures(kafka_broker: Any) -> None:
+async def test_custom_partitioner_takes_per_record_futures(kafka_broker: Any, as_run: Any) -> None:
     # A custom partitioner decides record by record: each record of the run gets a future
     # of its own (a member of the run) -- also for a run that waited for its topic. With an
     # explicit partition the partitioner is not asked and the run takes the bulk path.
@@ -141,10 +154,12 @@ async def test_custom_partitioner_takes_per_record_futures(kafka_broker: Any) ->
         bootstrap_servers=kafka_broker.bootstrap_servers,
         partitioner=lambda key, all_parts, available: all_parts[-1],
     ) as p:
-        first = await p.send_many(topic, [b"p%d" % i for i in range(50)])
+        first = await p.send_many(topic, as_run([b"p%d" % i for i in range(50)]))
         await p.partitions_for(topic)
-        second = await p.send_many(topic, [b"q%d" % i for i in range(50)], keys=[b"k"] * 50)
-        third = await p.send_many(topic, [b"x%d" % i for i in range(50)], partition=0)
+        second = await p.send_many(
+            topic, as_run([b"q%d" % i for i in range(50)]), keys=as_run([b"k"] * 50)
+        )
+        third = await p.send_many(topic, as_run([b"x%d" % i for i in range(50)]), partition=0)
         metas = list(await first) + list(await second)
         fixed = list(await third)
         assert (len(first._members), len(second._members), len(third._members)) == (50, 50, 0)
@@ -172,7 +187,7 @@ async def test_a_batch_shared_with_send_records(kafka_broker: Any) -> None:
 
 
 async def test_keyed_runs_sharing_batches_with_each_other_and_send(
-    kafka_broker: Any, monkeypatch: pytest.MonkeyPatch
+    kafka_broker: Any, monkeypatch: pytest.MonkeyPatch, as_run: Any
 ) -> None:
     # Large batches and a long linger: every partition's batch holds a stretch of each run
     # with send() records between them, and each stretch is settled in one step.
@@ -194,7 +209,7 @@ async def test_keyed_runs_sharing_batches_with_each_other_and_send(
         for r in range(3):
             values = [b"run%d-%d" % (r, i) for i in range(300)]
             keys = [b"k%d" % (i % 17) for i in range(300)]
-            runs.append((values, await p.send_many(topic, values, keys=keys)))
+            runs.append((values, await p.send_many(topic, as_run(values), keys=as_run(keys))))
             value = b"single%d" % r
             singles.append((value, await p.send(topic, value, key=b"k3")))
         metas = [(values, list(await run)) for values, run in runs]

@@ -46,6 +46,54 @@ def test_write_task_reports_counts_per_topic(kafka_broker: Any) -> None:
     assert got == {None: (b"one", None), b"k3": (b"three", [("n", None)])}
 
 
+@pytest.mark.parametrize("kernel", [True, False], ids=["arrow-buffers", "lists"])
+def test_a_bulk_write_task_encodes_from_the_arrow_columns(
+    kafka_broker: Any, monkeypatch: pytest.MonkeyPatch, kernel: bool
+) -> None:
+    # Values and keys for one topic: with the C kernel the producer gets the Arrow columns
+    # as BinaryColumn objects and encodes the records from their buffers; without it, lists.
+    # Either way confluent-kafka reads back every row, keyed rows on murmur2's partition.
+    from aiokafka_ng.producer import Producer
+    from aiokafka_ng.producer.partitioner import default_partition
+    from aiokafka_ng.protocol import speedups
+    from aiokafka_ng.spark import _write
+
+    if not kernel:
+        monkeypatch.setattr(_write, "BinaryColumn", None)
+    seen: list[str] = []
+    send_many = Producer.send_many
+
+    async def spy(self: Producer, topic: str, values: Any, **kw: Any) -> Any:
+        seen.append(type(values).__name__)
+        return await send_many(self, topic, values, **kw)
+
+    monkeypatch.setattr(Producer, "send_many", spy)
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = topic_name("task-bulk")
+    keys = [None if i % 7 == 0 else f"key-{i % 50}" for i in range(3000)]
+    values = [None if i % 11 == 0 else b"value-%d" % i for i in range(3000)]
+    table = pa.RecordBatch.from_arrays(
+        [pa.array(keys, pa.string()), pa.array(values, pa.large_binary())], names=["key", "value"]
+    )
+    # Slices: the columns' offsets and validity bitmaps do not start at 0.
+    batches = [table.slice(0, 1000), table.slice(1000, 1500), table.slice(2500)]
+    plan = plan_write({"kafka.bootstrap.servers": bootstrap, "topic": topic}, _schema(table.schema))
+    message = write_batches(plan, iter(batches))
+    assert (message.rows, message.per_topic) == (3000, {topic: 3000})
+    assert message.bytes == sum(len(k or "") for k in keys) + sum(len(v or b"") for v in values)
+    assert seen == ["BinaryColumn" if kernel and speedups.AVAILABLE else "list"] * 3
+    got = read_confluent(bootstrap, topic, 3000)
+    partitions = {m.partition() for m in got}
+    assert sorted((m.key(), m.value() or b"-") for m in got if m.key() is not None) == sorted(
+        (k.encode(), v or b"-") for k, v in zip(keys, values, strict=True) if k is not None
+    )
+    assert sorted(m.value() or b"" for m in got) == sorted(v or b"" for v in values)
+    n = max(partitions) + 1
+    for m in got:
+        if m.key() is not None:
+            assert m.partition() == default_partition(m.key(), n)
+
+
 def test_write_task_fails_with_the_records_error(kafka_broker: Any) -> None:
     batch = pa.RecordBatch.from_arrays([pa.array([b"ok", b"x" * 5000])], names=["value"])
     plan = plan_write(

@@ -1,0 +1,55 @@
+# Types of the C kernel (``_speedups.c``); ``speedups.py`` loads it when it was built.
+from collections.abc import Sequence
+from typing import overload
+
+from typing_extensions import Buffer
+
+class BinaryColumn(Sequence[bytes | None]):
+    def __init__(
+        self,
+        offsets: Buffer,
+        data: Buffer | None,
+        validity: Buffer | None = None,
+        offset: int = 0,
+        length: int = -1,
+        large: bool = False,
+    ) -> None: ...
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, index: int) -> bytes | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> BinaryColumn: ...
+    def take(self, indexes: list[int]) -> BinaryColumn: ...
+    def nbytes(self) -> int: ...
+    def null_count(self) -> int: ...
+
+def append_record(
+    buf: bytearray,
+    limit: int,
+    ts_enc: bytes,
+    delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers_enc: bytes,
+) -> bool: ...
+def append_run(
+    buf: bytearray,
+    limit: int,
+    ts_enc: bytes,
+    delta: int,
+    keys: Sequence[bytes | None] | None,
+    values: Sequence[bytes | None],
+    start: int,
+    stop: int,
+) -> int: ...
+def record_sizes(
+    values: Sequence[object], keys: Sequence[object] | None, overhead: int
+) -> list[int] | None: ...
+def split_keyed(
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    sizes: list[int],
+    num_partitions: int,
+    positions: list[int] | None,
+) -> list[tuple[list[int], Sequence[bytes | None], Sequence[bytes | None], list[int]] | None]: ...
+def murmur2(data: bytes) -> int: ...

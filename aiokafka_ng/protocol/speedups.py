@@ -1,0 +1,57 @@
+"""The optional C kernel of the bulk path (``_speedups.c``), or None for each of its parts.
+
+``setup.py`` builds ``aiokafka_ng.protocol._speedups`` beside the mypyc modules when a C
+compiler is present; ``AIOKAFKA_NG_PURE_PYTHON=1`` (at build or at run time) leaves it out.
+Modules that use it keep each function in a module global named ``_C_<NAME>`` and run their
+own Python loop when it is None: that loop is the reference the C code is tested against
+(``_native.load_pure_twin`` loads a twin with every ``_C_*`` global set to None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiokafka_ng.protocol import _speedups as _stub
+
+__all__ = [
+    "AVAILABLE",
+    "BinaryColumn",
+    "append_record",
+    "append_run",
+    "record_sizes",
+    "split_keyed",
+]
+
+AppendRecord = Callable[[bytearray, int, bytes, int, Any, Any, bytes], bool]
+AppendRun = Callable[
+    [bytearray, int, bytes, int, Sequence[bytes | None] | None, Sequence[bytes | None], int, int],
+    int,
+]
+RecordSizes = Callable[[Sequence[Any], Sequence[Any] | None, int], list[int] | None]
+SplitKeyed = Callable[
+    [Sequence[bytes | None], Sequence[bytes | None], list[int], int, list[int] | None],
+    list[tuple[list[int], Sequence[bytes | None], Sequence[bytes | None], list[int]] | None],
+]
+
+append_record: AppendRecord | None = None
+append_run: AppendRun | None = None
+record_sizes: RecordSizes | None = None
+split_keyed: SplitKeyed | None = None
+#: ``_speedups.BinaryColumn`` (an Arrow binary array's buffers read in place), or None.
+BinaryColumn: type[_stub.BinaryColumn] | None = None
+
+try:
+    from aiokafka_ng.protocol import _speedups
+except ImportError:  # not built (no compiler), or AIOKAFKA_NG_PURE_PYTHON=1
+    pass
+else:
+    append_record = _speedups.append_record
+    append_run = _speedups.append_run
+    record_sizes = _speedups.record_sizes
+    split_keyed = _speedups.split_keyed
+    BinaryColumn = _speedups.BinaryColumn
+
+#: Whether the C kernel was built and imported.
+AVAILABLE = append_run is not None
