@@ -30,7 +30,11 @@ COMPILED_MODULES = (
 #: The hand-written C extension (``aiokafka_ng._native.C_EXTENSION``) and its sources.
 C_EXTENSION = (
     "aiokafka_ng.protocol._speedups",
-    ["aiokafka_ng/protocol/_speedups.c", "aiokafka_ng/protocol/_column.c"],
+    [
+        "aiokafka_ng/protocol/_speedups.c",
+        "aiokafka_ng/protocol/_column.c",
+        "aiokafka_ng/protocol/_decode.c",
+    ],
 )
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -57,7 +61,8 @@ def _extensions() -> list[Any]:
         _warn(f"mypyc could not compile the hot modules ({exc!r}): pure-Python build")
         return []
     name, sources = C_EXTENSION
-    return [*compiled, Extension(name, sources, depends=["aiokafka_ng/protocol/_column.h"])]
+    headers = ["aiokafka_ng/protocol/_column.h", "aiokafka_ng/protocol/_decode.h"]
+    return [*compiled, Extension(name, sources, depends=headers)]
 
 
 class _OptionalBuildExt(build_ext):

@@ -27,6 +27,7 @@
  * A null key or value is length -1 (zigzag 1) and no bytes.
  */
 #include "_column.h"
+#include "_decode.h"
 
 #include <string.h>
 
@@ -576,6 +577,10 @@ static PyMethodDef methods[] = {
     {"split_keyed", (PyCFunction)(void (*)(void))split_keyed, METH_FASTCALL,
      "split_keyed(keys, values, sizes, num_partitions, positions) -> list"},
     {"murmur2", (PyCFunction)murmur2, METH_O, "murmur2(data: bytes) -> int (signed 32-bit)"},
+    {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
+     "decode_columns(data, pos, end, count, base_offset, log_append, low, high, index,"
+     " next_offset, offset_runs, buffers) -> (added, next_offset, key_nulls, value_nulls)"
+     " | None"},
     {NULL, NULL, 0, NULL},
 };
 

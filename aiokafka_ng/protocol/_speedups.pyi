@@ -53,3 +53,17 @@ def split_keyed(
     positions: list[int] | None,
 ) -> list[tuple[list[int], Sequence[bytes | None], Sequence[bytes | None], list[int]] | None]: ...
 def murmur2(data: bytes) -> int: ...
+def decode_columns(
+    data: Buffer,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    log_append: bool,
+    low: int,
+    high: int,
+    index: int,
+    next_offset: int,
+    offset_runs: list[int],
+    buffers: tuple[object, ...],
+) -> tuple[int, int, int, int] | None: ...

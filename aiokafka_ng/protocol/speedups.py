@@ -20,6 +20,7 @@ __all__ = [
     "BinaryColumn",
     "append_record",
     "append_run",
+    "decode_columns",
     "record_sizes",
     "split_keyed",
 ]
@@ -35,8 +36,13 @@ SplitKeyed = Callable[
     list[tuple[list[int], Sequence[bytes | None], Sequence[bytes | None], list[int]] | None],
 ]
 
+#: ``decode_columns(data, pos, end, count, base_offset, log_append, low, high, index,
+#: next_offset, offset_runs, buffers) -> (added, next_offset, key_nulls, value_nulls) | None``
+DecodeColumns = Callable[..., tuple[int, int, int, int] | None]
+
 append_record: AppendRecord | None = None
 append_run: AppendRun | None = None
+decode_columns: DecodeColumns | None = None
 record_sizes: RecordSizes | None = None
 split_keyed: SplitKeyed | None = None
 #: ``_speedups.BinaryColumn`` (an Arrow binary array's buffers read in place), or None.
@@ -49,6 +55,7 @@ except ImportError:  # not built (no compiler), or AIOKAFKA_NG_PURE_PYTHON=1
 else:
     append_record = _speedups.append_record
     append_run = _speedups.append_run
+    decode_columns = _speedups.decode_columns
     record_sizes = _speedups.record_sizes
     split_keyed = _speedups.split_keyed
     BinaryColumn = _speedups.BinaryColumn

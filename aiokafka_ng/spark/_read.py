@@ -348,29 +348,18 @@ _NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestam
 
 
 def _binary(
-    pa: Any, pc: Any, n: int, data: bytearray, lens: list[int], valid: bytearray, nulls: int
+    pa: Any, n: int, data: bytearray, offsets: array[int], valid: bytearray, nulls: int
 ) -> Any:
-    """An Arrow binary column straight from the buffers: data, offsets (the running sum of
-    the lengths), validity."""
+    """An Arrow binary column on the buffers as they are: data, offsets, validity (a byte
+    per record, turned into Arrow's bitmap only when there is a null)."""
     if nulls == n:
         return pa.nulls(n, pa.binary())
-    lengths = array("i", [0])
-    lengths.extend(lens)
-    ends = pc.cumulative_sum(
-        pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(lengths)])
-    )
     validity = None
     if nulls:
         mask = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(valid)])
         validity = mask.cast(pa.bool_()).buffers()[1]
-    buffers = [validity, ends.buffers()[1], pa.py_buffer(data)]
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
     return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
-
-
-def _ints(pa: Any, typecode: str, arrow_type: Any, values: Any) -> Any:
-    return pa.Array.from_buffers(
-        arrow_type, len(values), [None, pa.py_buffer(array(typecode, values))]
-    )
 
 
 def _offsets(pa: Any, pc: Any, n: int, runs: list[int]) -> Any:
@@ -408,12 +397,11 @@ def _to_arrow(pa: Any, part: KafkaRange, c: RecordColumns) -> pa.RecordBatch:
 
     n = c.count
     runs = c.batch_runs
-    millis = pc.add(
-        _ints(pa, "q", pa.int64(), c.ts_deltas), _by_batch(pa, pc, n, runs, 1, pa.int64())
-    )
+    deltas = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c.ts_deltas)])
+    millis = pc.add(deltas, _by_batch(pa, pc, n, runs, 1, pa.int64()))
     columns = [
-        _binary(pa, pc, n, c.keys, c.key_lens, c.key_valid, c.key_nulls),
-        _binary(pa, pc, n, c.values, c.value_lens, c.value_valid, c.value_nulls),
+        _binary(pa, n, c.keys, c.key_offsets, c.key_valid, c.key_nulls),
+        _binary(pa, n, c.values, c.value_offsets, c.value_valid, c.value_nulls),
         pa.repeat(pa.scalar(part.topic, pa.string()), n),
         pa.repeat(pa.scalar(part.partition, pa.int32()), n),
         _offsets(pa, pc, n, c.offset_runs),

@@ -45,15 +45,22 @@ def _snapshot(cols: Any) -> tuple[Any, ...]:
 def _raw(cols: Any) -> tuple[Any, ...]:
     """Every field as stored: the compiled and pure twins must agree on it exactly."""
     return (
-        cols.count, cols.offset_runs, cols.next_offset, cols.batch_runs, cols.ts_deltas,
-        bytes(cols.keys), cols.key_lens, bytes(cols.key_valid), cols.key_nulls,
-        bytes(cols.values), cols.value_lens, bytes(cols.value_valid), cols.value_nulls,
+        cols.count, cols.offset_runs, cols.next_offset, cols.batch_runs, list(cols.ts_deltas),
+        bytes(cols.keys), list(cols.key_offsets), bytes(cols.key_valid), cols.key_nulls,
+        bytes(cols.values), list(cols.value_offsets), bytes(cols.value_valid), cols.value_nulls,
         cols.headers,
     )  # fmt: skip
 
 
-def _columns(mod: ModuleType, buf: bytes, low: int, high: int, view: Any = _snapshot) -> Any:
-    cols = mod.RecordColumns(with_headers=True)
+def _columns(
+    mod: ModuleType,
+    buf: bytes,
+    low: int,
+    high: int,
+    view: Any = _snapshot,
+    with_headers: bool = True,
+) -> Any:
+    cols = mod.RecordColumns(with_headers=with_headers)
     try:
         for batch in reader.iter_batches(buf, verify_crc=False):
             if not batch.is_control:
@@ -79,9 +86,13 @@ def _expected(buf: bytes, low: int, high: int) -> Any:
 
 
 def _check(buf: bytes, low: int, high: int) -> None:
-    assert _columns(columns_compiled, buf, low, high, _raw) == _columns(
-        columns_pure, buf, low, high, _raw
-    )
+    # Headers kept: the compiled loop; not kept: the C kernel's decoder where it is built
+    # (it hands anything not plainly well formed back to the loop). The pure twin runs its
+    # own loop both ways.
+    for keep in (True, False):
+        assert _columns(columns_compiled, buf, low, high, _raw, keep) == _columns(
+            columns_pure, buf, low, high, _raw, keep
+        )
     ours = _columns(columns_compiled, buf, low, high)
     expected = _expected(buf, low, high)
     if expected[0] == "ok":
@@ -132,7 +143,8 @@ def test_nulls_and_layout() -> None:
     cols = columns_compiled.RecordColumns()
     cols.add_batch(batch, 11, 13)
     assert (cols.count, cols.offsets(), cols.timestamps()) == (2, [11, 12], [1001, 1002])
-    assert (cols.offset_runs, cols.batch_runs, cols.ts_deltas) == ([0, 11], [0, 1000, 0], [1, 2])
+    runs = (cols.offset_runs, cols.batch_runs, list(cols.ts_deltas))
+    assert runs == ([0, 11], [0, 1000, 0], [1, 2])
     assert (bytes(cols.keys), cols.key_ends(), bytes(cols.key_valid)) == (
         b"k",
         [1, 1],
@@ -144,3 +156,52 @@ def test_nulls_and_layout() -> None:
         b"\x00\x01",
     )
     assert (cols.key_nulls, cols.value_nulls, cols.headers) == (0, 1, [])  # no headers kept
+
+
+def test_the_c_decoder_takes_well_formed_batches(monkeypatch: Any) -> None:
+    # Well-formed batches, headers included (checked and skipped), are decoded by the C
+    # kernel, not handed back to the loop; what it stores is what the loop stores.
+    from aiokafka_ng.protocol.records import RecordBatchBuilder
+
+    real = columns_compiled._C_DECODE_COLUMNS
+    assert real is not None and columns_pure._C_DECODE_COLUMNS is None
+    taken: list[bool] = []
+
+    def spy(*args: Any) -> Any:
+        result = real(*args)
+        taken.append(result is not None)
+        return result
+
+    monkeypatch.setattr(columns_compiled, "_C_DECODE_COLUMNS", spy)
+    blobs = []
+    for base, n in ((0, 300), (300, 5), (900, 40)):
+        b = RecordBatchBuilder(base_offset=base, max_size=1 << 22)
+        for i in range(n):
+            key = None if i % 7 == 0 else b"k%d" % i
+            value = None if i % 5 == 0 else b"v" * (i * 61 % 400)
+            headers = [("h\u00e9", b"x"), ("n", None)] if i % 3 == 0 else ()
+            b.append(10_000 + i * 300, key, value, headers)
+        blobs.append(b.build())
+    buf = b"".join(blobs)
+    for window in ((0, 2**63), (150, 302), (-(2**70), 2**70), (2**70, 2**71), (5, 5)):
+        assert _columns(columns_compiled, buf, *window, _raw, False) == _columns(
+            columns_pure, buf, *window, _raw, False
+        )
+    assert taken and all(taken)
+
+
+def test_a_count_the_bytes_cannot_hold_fails_like_the_reference() -> None:
+    # A batch header claiming 2**31 - 1 records: the reference's error, nothing allocated
+    # for the claim (the C decoder hands such a batch back to the loop).
+    import struct
+
+    from aiokafka_ng.protocol.records import RecordBatchBuilder
+
+    b = RecordBatchBuilder(max_size=1 << 20)
+    b.append(0, b"k", b"v")
+    buf = bytearray(b.build())
+    struct.pack_into(">i", buf, 57, 2**31 - 1)  # recordCount (CRC not checked here)
+    for keep in (True, False):
+        ours = _columns(columns_compiled, bytes(buf), 0, 10, _raw, keep)
+        assert ours == _columns(columns_pure, bytes(buf), 0, 10, _raw, keep)
+        assert ours[0] == "error" and "malformed record" in ours[1]

@@ -57,7 +57,7 @@ def test_setup_py_builds_the_named_extension() -> None:
         and any(isinstance(t, ast.Name) and t.id == "C_EXTENSION" for t in node.targets)
     )
     assert name == _native.C_EXTENSION
-    assert all((ROOT / source).is_file() for source in sources) and len(sources) == 2
+    assert all((ROOT / source).is_file() for source in sources) and len(sources) == 3
 
 
 def test_pure_python_env_switches_the_kernel_off() -> None:
