@@ -57,6 +57,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from cpu_time import process_cpu
+
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import LocalBroker
 
@@ -540,23 +542,13 @@ def run(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-def _process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far; 0 where /proc is missing."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measured(broker_pid: int, fn: Callable[..., Any], *args: Any) -> tuple[float, float, float]:
     """``run(fn, *args)`` (its elapsed seconds) with the CPU seconds this process and the
     broker spent meanwhile."""
     own = time.process_time()
-    broker = _process_cpu(broker_pid)
+    broker = process_cpu(broker_pid)
     elapsed = run(fn, *args)
-    return elapsed, time.process_time() - own, _process_cpu(broker_pid) - broker
+    return elapsed, time.process_time() - own, process_cpu(broker_pid) - broker
 
 
 def main() -> None:

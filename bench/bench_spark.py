@@ -51,6 +51,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+from cpu_time import machine_cpu, process_cpu
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.producer import Producer
@@ -190,29 +191,6 @@ def _null_source() -> Any:
             return NullWriter()
 
     return NullSource
-
-
-def machine_cpu() -> float:
-    """CPU seconds all processes have used so far (``/proc/stat``; 0 where it is missing)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()[1:]
-    except OSError:
-        return 0.0
-    busy = sum(int(x) for x in fields[:8]) - int(fields[3]) - int(fields[4])  # not idle/iowait
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu(pid: int | None) -> float:
-    """CPU seconds process ``pid`` has used so far (0 without /proc or a pid)."""
-    if pid is None:
-        return 0.0
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 #: CPU seconds of the fastest read: ``machine`` for the null source, ``broker`` for ours.

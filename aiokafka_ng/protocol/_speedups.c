@@ -144,6 +144,38 @@ put_field(char *w, const char *p, Py_ssize_t n)
     return w + n;
 }
 
+/* The arguments both appends begin with: (buf, limit, ts_enc, delta). */
+typedef struct {
+    PyObject *buf; /* a bytearray */
+    Py_ssize_t limit;
+    const char *ts; /* the timestamp delta, a varint already */
+    Py_ssize_t ts_len;
+    uint64_t delta; /* the first record's offset delta */
+} Head;
+
+static int
+parse_head(PyObject *const *args, const char *fn, Head *h)
+{
+    if (!PyByteArray_CheckExact(args[0]) || !PyBytes_Check(args[2])) {
+        PyErr_Format(PyExc_TypeError, "%s: buf must be a bytearray, ts_enc bytes", fn);
+        return -1;
+    }
+    h->buf = args[0];
+    h->limit = PyLong_AsSsize_t(args[1]);
+    long long delta = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    if (delta < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: negative offset delta", fn);
+        return -1;
+    }
+    h->ts = PyBytes_AS_STRING(args[2]);
+    h->ts_len = PyBytes_GET_SIZE(args[2]);
+    h->delta = (uint64_t)delta;
+    return 0;
+}
+
 /* append_run(buf, limit, ts_enc, delta, keys, values, start, stop) -> int
  *
  * Append records values[start:stop] (keys alike, or null keys) to the bytearray ``buf``,
@@ -157,39 +189,20 @@ append_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "append_run() takes 8 arguments");
         return NULL;
     }
-    PyObject *buf = args[0];
-    if (!PyByteArray_CheckExact(buf)) {
-        PyErr_SetString(PyExc_TypeError, "append_run: buf must be a bytearray");
+    Head h;
+    if (parse_head(args, "append_run", &h) < 0) {
         return NULL;
     }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
-    if (limit == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (!PyBytes_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "append_run: ts_enc must be bytes");
-        return NULL;
-    }
-    const char *ts = PyBytes_AS_STRING(args[2]);
-    Py_ssize_t ts_len = PyBytes_GET_SIZE(args[2]);
-    long long delta0 = PyLong_AsLongLong(args[3]);
-    if (delta0 == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (delta0 < 0) {
-        PyErr_SetString(PyExc_ValueError, "append_run: negative offset delta");
-        return NULL;
-    }
+    PyObject *buf = h.buf;
+    const char *ts = h.ts;
+    Py_ssize_t ts_len = h.ts_len;
     Items keys, values;
     if (items_init(&keys, args[4], "keys", 1) < 0 || items_init(&values, args[5], "values", 0) < 0) {
         return NULL;
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[6]);
-    if (start == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
     Py_ssize_t stop = PyLong_AsSsize_t(args[7]);
-    if (stop == -1 && PyErr_Occurred()) {
+    if (PyErr_Occurred()) {
         return NULL;
     }
     if (start < 0 || stop > values.len || ((keys.list || keys.col) && stop > keys.len)) {
@@ -199,8 +212,8 @@ append_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     /* Pass 1: how many records fit, and their bytes. */
     Py_ssize_t used = PyByteArray_GET_SIZE(buf);
     uint64_t total = 0;
-    uint64_t room = limit > used ? (uint64_t)(limit - used) : 0;
-    uint64_t delta = (uint64_t)delta0;
+    uint64_t room = h.limit > used ? (uint64_t)(h.limit - used) : 0;
+    uint64_t delta = h.delta;
     Py_ssize_t i = start;
     for (; i < stop; i++, delta++) {
         const char *kp, *vp;
@@ -226,7 +239,7 @@ append_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     /* Pass 2: write them. */
     char *w = PyByteArray_AS_STRING(buf) + used;
-    delta = (uint64_t)delta0;
+    delta = h.delta;
     for (i = start; i < end; i++, delta++) {
         const char *kp, *vp;
         Py_ssize_t kn, vn;
@@ -260,26 +273,18 @@ append_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "append_record() takes 7 arguments");
         return NULL;
     }
-    PyObject *buf = args[0];
-    if (!PyByteArray_CheckExact(buf) || !PyBytes_Check(args[2]) || !PyBytes_Check(args[6])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "append_record: buf must be a bytearray, ts_enc and headers_enc bytes");
+    Head h;
+    if (parse_head(args, "append_record", &h) < 0) {
         return NULL;
     }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
-    if (limit == -1 && PyErr_Occurred()) {
+    if (!PyBytes_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "append_record: headers_enc must be bytes");
         return NULL;
     }
-    long long delta = PyLong_AsLongLong(args[3]);
-    if (delta == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (delta < 0) {
-        PyErr_SetString(PyExc_ValueError, "append_record: negative offset delta");
-        return NULL;
-    }
-    const char *ts = PyBytes_AS_STRING(args[2]);
-    Py_ssize_t ts_len = PyBytes_GET_SIZE(args[2]);
+    PyObject *buf = h.buf;
+    Py_ssize_t limit = h.limit;
+    const char *ts = h.ts;
+    Py_ssize_t ts_len = h.ts_len;
     const char *hs = PyBytes_AS_STRING(args[6]);
     Py_ssize_t hs_len = PyBytes_GET_SIZE(args[6]);
     const char *kp, *vp;
@@ -287,7 +292,7 @@ append_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (field_of(args[4], &kp, &kn, "key") < 0 || field_of(args[5], &vp, &vn, "value") < 0) {
         return NULL;
     }
-    uint64_t zd = ZZ(delta);
+    uint64_t zd = ZZ(h.delta);
     uint64_t body = 1 + (uint64_t)ts_len + (uint64_t)varint_size(zd) + field_size(kn) +
                     field_size(vn) + (uint64_t)hs_len;
     uint64_t size = (uint64_t)varint_size(ZZ(body)) + body;
