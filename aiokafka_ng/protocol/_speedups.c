@@ -570,6 +570,30 @@ done:
     return out;
 }
 
+/* -------------------------------------------------------------------- GC tracking */
+
+/* untrack(obj): take a GC object off the cyclic collector's lists. Only for an object that
+ * cannot be part of a reference cycle (record_reader.ConsumerRecord as decoded, see its
+ * _C_TRACK); track(obj) puts it back. Both do nothing for an object already in that state
+ * (PyObject_GC_Track would abort on a tracked one) or not a GC object. */
+static PyObject *
+untrack(PyObject *module, PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj)) {
+        PyObject_GC_UnTrack(obj);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+track(PyObject *module, PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && !PyObject_GC_IsTracked(obj)) {
+        PyObject_GC_Track(obj);
+    }
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
@@ -581,6 +605,8 @@ static PyMethodDef methods[] = {
      "record_sizes(values, keys, overhead) -> list[int] | None"},
     {"split_keyed", (PyCFunction)(void (*)(void))split_keyed, METH_FASTCALL,
      "split_keyed(keys, values, sizes, num_partitions, positions) -> list"},
+    {"untrack", (PyCFunction)untrack, METH_O, "untrack(obj): off the cyclic GC's lists"},
+    {"track", (PyCFunction)track, METH_O, "track(obj): back on the cyclic GC's lists"},
     {"murmur2", (PyCFunction)murmur2, METH_O, "murmur2(data: bytes) -> int (signed 32-bit)"},
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL,
      "decode_columns(data, pos, end, count, base_offset, log_append, low, high, index,"

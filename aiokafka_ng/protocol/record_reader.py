@@ -42,6 +42,7 @@ from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from crc32c import crc32c
 
+from aiokafka_ng.protocol import speedups
 from aiokafka_ng.protocol.compression import (
     DEFAULT_MAX_DECOMPRESSED_SIZE,
     Compression,
@@ -171,6 +172,19 @@ _CONSUMER_FIELDS = (
     "serialized_key_size", "serialized_value_size", "headers", "leader_epoch",
 )  # fmt: skip
 
+# GC tracking of consumer records (the C kernel's ``track``/``untrack``, None without it).
+# The cyclic GC is triggered by allocations of tracked objects, and a fetch decodes thousands
+# of records at once: they outlive the young collections that run meanwhile and fill the old
+# generations, whose full collections (every object of the process: ~10 ms here) took 25-45%
+# of ``getmany``. A record as decoded holds only ints, str, bytes/None and tuples of those,
+# so no reference cycle can pass through it: the decoder untracks it at once, as CPython
+# untracks its own tuples and dicts of atomic values. Every public attribute is a property
+# whose setter tracks the record again unless the new value is of an atomic type, so a
+# record that could be part of a cycle is always visible to the GC.
+_C_TRACK = speedups.track
+_C_UNTRACK = speedups.untrack
+_ATOMIC: Final = frozenset({type(None), bool, int, float, str, bytes})
+
 
 class ConsumerRecord(Generic[K, V]):
     """One record as handed to the application.
@@ -185,10 +199,11 @@ class ConsumerRecord(Generic[K, V]):
     plain class rather than a dataclass because the consumer makes records in bulk: compiled
     (see ``docs/internals.md``) it is a native class built in one C call. Defined here, in
     the protocol layer, so the batch decoder can build it directly; the public name is
-    ``aiokafka_ng.consumer.ConsumerRecord``.
+    ``aiokafka_ng.consumer.ConsumerRecord``. The fields are properties over slots so that
+    assigning one can put the record back under the GC's watch (see ``_C_TRACK`` above).
     """
 
-    __slots__ = _CONSUMER_FIELDS
+    __slots__ = tuple("_" + name for name in _CONSUMER_FIELDS)
 
     def __init__(
         self,
@@ -205,24 +220,139 @@ class ConsumerRecord(Generic[K, V]):
         headers: Sequence[tuple[str, bytes | None]],
         leader_epoch: int = -1,
     ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.timestamp = timestamp
-        self.timestamp_type = timestamp_type
-        self.key = key
-        self.value = value
-        self.checksum = checksum
-        self.serialized_key_size = serialized_key_size
-        self.serialized_value_size = serialized_value_size
-        self.headers = headers
-        self.leader_epoch = leader_epoch
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self._timestamp = timestamp
+        self._timestamp_type = timestamp_type
+        self._key = key
+        self._value = value
+        self._checksum = checksum
+        self._serialized_key_size = serialized_key_size
+        self._serialized_value_size = serialized_value_size
+        self._headers = headers
+        self._leader_epoch = leader_epoch
+
+    def _assigned(self, value: object) -> None:
+        """After a field was set: a value that may hold references makes the record
+        tracked again (it was untracked if the decoder made it)."""
+        track = _C_TRACK
+        if track is not None and value.__class__ not in _ATOMIC:
+            track(self)
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @topic.setter
+    def topic(self, value: str) -> None:
+        self._topic = value
+        self._assigned(value)
+
+    @property
+    def partition(self) -> int:
+        return self._partition
+
+    @partition.setter
+    def partition(self, value: int) -> None:
+        self._partition = value
+        self._assigned(value)
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @offset.setter
+    def offset(self, value: int) -> None:
+        self._offset = value
+        self._assigned(value)
+
+    @property
+    def timestamp(self) -> int:
+        return self._timestamp
+
+    @timestamp.setter
+    def timestamp(self, value: int) -> None:
+        self._timestamp = value
+        self._assigned(value)
+
+    @property
+    def timestamp_type(self) -> int:
+        return self._timestamp_type
+
+    @timestamp_type.setter
+    def timestamp_type(self, value: int) -> None:
+        self._timestamp_type = value
+        self._assigned(value)
+
+    @property
+    def key(self) -> K:
+        return self._key
+
+    @key.setter
+    def key(self, value: K) -> None:
+        self._key = value
+        self._assigned(value)
+
+    @property
+    def value(self) -> V:
+        return self._value
+
+    @value.setter
+    def value(self, value: V) -> None:
+        self._value = value
+        self._assigned(value)
+
+    @property
+    def checksum(self) -> int | None:
+        return self._checksum
+
+    @checksum.setter
+    def checksum(self, value: int | None) -> None:
+        self._checksum = value
+        self._assigned(value)
+
+    @property
+    def serialized_key_size(self) -> int:
+        return self._serialized_key_size
+
+    @serialized_key_size.setter
+    def serialized_key_size(self, value: int) -> None:
+        self._serialized_key_size = value
+        self._assigned(value)
+
+    @property
+    def serialized_value_size(self) -> int:
+        return self._serialized_value_size
+
+    @serialized_value_size.setter
+    def serialized_value_size(self, value: int) -> None:
+        self._serialized_value_size = value
+        self._assigned(value)
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]]:
+        return self._headers
+
+    @headers.setter
+    def headers(self, value: Sequence[tuple[str, bytes | None]]) -> None:
+        self._headers = value
+        self._assigned(value)
+
+    @property
+    def leader_epoch(self) -> int:
+        return self._leader_epoch
+
+    @leader_epoch.setter
+    def leader_epoch(self, value: int) -> None:
+        self._leader_epoch = value
+        self._assigned(value)
 
     def _fields(self) -> tuple[Any, ...]:
         return (
-            self.topic, self.partition, self.offset, self.timestamp, self.timestamp_type,
-            self.key, self.value, self.checksum, self.serialized_key_size,
-            self.serialized_value_size, self.headers, self.leader_epoch,
+            self._topic, self._partition, self._offset, self._timestamp, self._timestamp_type,
+            self._key, self._value, self._checksum, self._serialized_key_size,
+            self._serialized_value_size, self._headers, self._leader_epoch,
         )  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
@@ -239,7 +369,19 @@ class ConsumerRecord(Generic[K, V]):
 
     @property
     def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
+        return TopicPartition(self._topic, self._partition)
+
+
+def _probe() -> None:
+    """Compiled by mypyc, a function has no ``__code__``: how this module knows it is."""
+
+
+if hasattr(_probe, "__code__"):
+    # Interpreted, records are never untracked, and a property read costs ~30 ns more than
+    # a slot's: each field is its slot (whose setter then has nothing to re-track).
+    _C_UNTRACK = None
+    for _name in _CONSUMER_FIELDS:
+        setattr(ConsumerRecord, _name, getattr(ConsumerRecord, "_" + _name))
 
 
 @dataclass(slots=True, frozen=True)
@@ -413,6 +555,7 @@ def _parse_records(
     # ``out.append(x)`` into PyList_Append but calls an alias like any Python object.
     unzz = _UNZZ
     no_headers = NO_HEADERS
+    untrack = _C_UNTRACK
     out: list[Any] = []
     ts_type = LOG_APPEND_TIME if log_append else CREATE_TIME
     if count < 0:
@@ -493,22 +636,23 @@ def _parse_records(
         if topic is None:
             out.append(Record(base_offset + off_delta, timestamp, key, value, headers))
         else:
-            out.append(
-                ConsumerRecord(
-                    topic,
-                    partition,
-                    base_offset + off_delta,
-                    timestamp,
-                    ts_type,
-                    key,
-                    value,
-                    None,
-                    key_len,
-                    value_len,
-                    headers,
-                    epoch,
-                )
+            rec = ConsumerRecord(
+                topic,
+                partition,
+                base_offset + off_delta,
+                timestamp,
+                ts_type,
+                key,
+                value,
+                None,
+                key_len,
+                value_len,
+                headers,
+                epoch,
             )
+            if untrack is not None:
+                untrack(rec)  # at once: see _C_TRACK
+            out.append(rec)
     if pos != end:
         raise ProtocolError("record batch has bytes after its last record")
     return out

@@ -23,6 +23,8 @@ __all__ = [
     "decode_columns",
     "record_sizes",
     "split_keyed",
+    "track",
+    "untrack",
 ]
 
 AppendRecord = Callable[[bytearray, int, bytes, int, Any, Any, bytes], bool]
@@ -45,6 +47,9 @@ append_run: AppendRun | None = None
 decode_columns: DecodeColumns | None = None
 record_sizes: RecordSizes | None = None
 split_keyed: SplitKeyed | None = None
+#: Off and back on the cyclic GC's lists (``record_reader.ConsumerRecord``'s ``_C_TRACK``).
+untrack: Callable[[object], None] | None = None
+track: Callable[[object], None] | None = None
 #: ``_speedups.BinaryColumn`` (an Arrow binary array's buffers read in place), or None.
 BinaryColumn: type[_stub.BinaryColumn] | None = None
 
@@ -58,6 +63,8 @@ else:
     decode_columns = _speedups.decode_columns
     record_sizes = _speedups.record_sizes
     split_keyed = _speedups.split_keyed
+    untrack = _speedups.untrack
+    track = _speedups.track
     BinaryColumn = _speedups.BinaryColumn
 
 #: Whether the C kernel was built and imported.

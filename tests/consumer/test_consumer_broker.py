@@ -116,6 +116,32 @@ async def test_reads_our_producer_exactly(kafka_broker: Any, codec: str) -> None
     assert _seen(_order(records)) == _expected(rows)
 
 
+async def test_records_stay_off_the_gc_lists_until_they_could_hold_a_cycle(
+    kafka_broker: Any,
+) -> None:
+    # Decoded records are untracked by the cyclic GC (see record_reader._C_TRACK): raw, or
+    # with deserializers returning atomic values; a deserializer returning a container
+    # (here a dict) leaves them tracked. The pure-Python build never untracks.
+    import gc
+
+    from aiokafka_ng.protocol import speedups
+
+    topic = topic_name("gc")
+    rows: list[Row] = [(0, b"k%d" % i, b"%d" % i, [], 1_700_000_000_000 + i) for i in range(50)]
+    await confluent_produce_async(kafka_broker.bootstrap_servers, topic, rows)
+    for deserializer, untracked in (
+        (None, True),
+        (lambda b: b.decode(), True),
+        (lambda b: {"v": b}, False),
+    ):
+        records = await _read_all(
+            kafka_broker.bootstrap_servers, topic, 50, value_deserializer=deserializer
+        )
+        assert len(records) == 50
+        expect_tracked = not (untracked and speedups.AVAILABLE)
+        assert all(gc.is_tracked(r) is expect_tracked for r in records)
+
+
 async def test_deserializers_iteration_seek_pause(kafka_broker: Any) -> None:
     topic = topic_name("ops")
     rows: list[Row] = [
