@@ -57,7 +57,9 @@ def _extensions() -> list[Any]:
         # --strict by the test suite anyway.
         options = ["--follow-imports=silent", "--ignore-missing-imports", "--config-file="]
         compiled = list(mypycify(options + paths, group_name="aiokafka_ng._hot", opt_level="3"))
-    except Exception as exc:  # mypyc missing or the code generation failed
+    except (Exception, SystemExit) as exc:  # mypyc missing, or it failed
+        # A type error mypyc finds ends its run with SystemExit, not an Exception: without
+        # catching it the whole install failed instead of falling back to pure Python.
         _warn(f"mypyc could not compile the hot modules ({exc!r}): pure-Python build")
         return []
     name, sources = C_EXTENSION

@@ -287,3 +287,26 @@ def test_a_column_from_a_spark_string_cast_reads_its_utf8_bytes() -> None:
     validity, offsets, data = arr.buffers()
     col = _speedups.BinaryColumn(offsets, data, validity, arr.offset, len(arr))
     assert list(col) == ["é".encode(), None, b"ab"]
+
+
+def test_a_mypyc_failure_falls_back_to_pure_python(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # mypyc ends a run that finds a type error with SystemExit, not an Exception: the build
+    # must still fall back to the pure-Python package (no extension at all), not fail.
+    import types
+
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    tree.body = [n for n in tree.body if not (isinstance(n, ast.Expr) and "setup" in ast.dump(n))]
+    namespace: dict[str, Any] = {"__file__": str(ROOT / "setup.py")}
+    exec(compile(tree, "setup.py", "exec"), namespace)
+    fake = types.ModuleType("mypyc.build")
+
+    def mypycify(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit(1)
+
+    fake.mypycify = mypycify  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "mypyc.build", fake)
+    monkeypatch.delenv("AIOKAFKA_NG_PURE_PYTHON", raising=False)
+    assert namespace["_extensions"]() == []
+    assert "pure-Python build" in capsys.readouterr().err
