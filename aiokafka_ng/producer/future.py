@@ -36,6 +36,12 @@ per ``place_run`` call; a batch may hold several runs and single records between
 each in one step and keeps the batch's outcome with its positions -- each record's offset
 or error is still there to read, with no object and no interpreted step per record.
 
+The cyclic GC: every tracked object a ``send()`` leaves alive counts toward a collection,
+and thousands of records in flight outlive the young collections and end in full ones
+(20-30% of the per-record patterns' time, measured). So the per-record containers are kept
+few: a future's one waiter is kept as is, not in a list; the completion lists are flat,
+not a tuple per future; and a delivered future leaves the GC's lists (``_C_UNTRACK``).
+
 Offsets: ``RecordMetadata.offset`` is the batch's base offset plus the record's offset delta.
 When the broker did not return a base offset -- acks=0, or a DUPLICATE_SEQUENCE_NUMBER answer
 (the batch was already written; Tansu answers base offset -1 there, Kafka the original
@@ -54,6 +60,7 @@ import anyio
 
 from aiokafka_ng.errors import IllegalStateError
 from aiokafka_ng.producer.runs import run_stretches
+from aiokafka_ng.protocol import speedups
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +95,16 @@ class RecordMetadata(NamedTuple):
 #: Builds a RecordMetadata without the generated ``__new__``'s argument handling.
 _tuple_new = tuple.__new__
 
+#: The C kernel's ``untrack`` (None without it): a record's future, once delivered, leaves
+#: the cyclic GC's lists. Delivered, it refers only to its topic (a str), ints, the loop and
+#: its batch, whose list of futures was dropped when the batch completed (so no cycle runs
+#: through it: ``Accumulator._finish``); its waiters were taken, and nothing sets a field of
+#: a decided future. Callers often keep every future (``flush()`` then check each): tracked,
+#: 200k of them made each full collection walk them all (GC time in the flush pattern
+#: 125-156 -> 66-71 ms per 200k records). A failed future keeps its exception (whose
+#: traceback may reach back to it) and stays tracked.
+_C_UNTRACK = speedups.untrack
+
 
 class FutureNotDoneError(IllegalStateError, asyncio.InvalidStateError):
     """``result()``/``exception()`` of a pending future (asyncio's ``InvalidStateError``)."""
@@ -99,7 +116,9 @@ _PENDING: BaseException = Exception("pending")
 Callback = Callable[[Any], Any]
 # A waiter is a user's done-callback with the context it runs in (asyncio's rule) as a
 # tuple, or -- a bare ``anyio.Event`` -- one of the producer's own waits for the *delivery*,
-# which cancelling the future does not release.
+# which cancelling the future does not release. ``_waiters`` holds None, one waiter as it
+# is (the common case: a gather's or a Task's one callback), a list of them, or
+# ``_Cancelled``: no list per future for the cyclic GC to count (see ``_due``).
 
 
 class _Cancelled:
@@ -132,7 +151,7 @@ class Delivery(Generic[T]):
         self._batch: ProducerBatch | None = None
         self._delta = 0
         self._exc: BaseException | None = _PENDING
-        self._waiters: list[Any] | _Cancelled | None = None
+        self._waiters: Any = None  # None, a waiter, a list of waiters, or _Cancelled
 
     # ------------------------------------------------------------------ asyncio protocol
 
@@ -198,26 +217,26 @@ class Delivery(Generic[T]):
         waiters = self._waiters
         if self._exc is not _PENDING or waiters.__class__ is _Cancelled:  # done()
             if loop is not None:
-                _dispatch(loop, [(self, [(fn, context)])])
+                _dispatch(loop, [self, [(fn, context)]])
             else:
                 fn(self)  # in the caller's own task: its exception is the caller's
             return
         if loop is not None and context is None:
             context = contextvars.copy_context()
         if waiters is None:
-            self._waiters = [(fn, context)]
+            self._waiters = (fn, context)
+        elif waiters.__class__ is list:
+            waiters.append((fn, context))
         else:
-            waiters.append((fn, context))  # type: ignore[union-attr]
+            self._waiters = [waiters, (fn, context)]
 
     def remove_done_callback(self, fn: Callback) -> int:
         """Remove every registration of ``fn``; return how many there were."""
-        waiters = self._waiters
-        if not isinstance(waiters, list):
-            return 0
+        waiters = _listed(self._waiters)
         keep = [w for w in waiters if w.__class__ is not tuple or w[0] != fn]
         removed = len(waiters) - len(keep)
         if removed:
-            self._waiters = keep or None
+            self._waiters = keep[0] if len(keep) == 1 else (keep or None)
         return removed
 
     def cancel(self, msg: Any = None) -> bool:
@@ -225,15 +244,13 @@ class Delivery(Generic[T]):
         back -- it is delivered (or fails) as if nothing happened. False if already done."""
         if self.done():
             return False
-        waiters = self._waiters
         events: list[anyio.Event] = []
         callbacks: list[Any] = []
-        if waiters is not None:
-            for w in waiters:  # type: ignore[union-attr]
-                (callbacks if w.__class__ is tuple else events).append(w)
+        for w in _listed(self._waiters):
+            (callbacks if w.__class__ is tuple else events).append(w)
         self._waiters = _Cancelled(msg, events)
         if callbacks:
-            _dispatch(self._loop, [(self, callbacks)])
+            _dispatch(self._loop, [self, callbacks])
         return True
 
     def __await__(self) -> Generator[Any, None, T]:
@@ -264,11 +281,13 @@ class Delivery(Generic[T]):
             event = anyio.Event()
             waiters = self._waiters
             if waiters is None:
-                self._waiters = [event]
-            elif isinstance(waiters, _Cancelled):
+                self._waiters = event
+            elif waiters.__class__ is _Cancelled:
                 waiters.events.append(event)
-            else:
+            elif waiters.__class__ is list:
                 waiters.append(event)
+            else:
+                self._waiters = [waiters, event]
             await event.wait()
 
     async def wait(self) -> T:
@@ -499,7 +518,8 @@ def finish_all(
     under asyncio in one ``loop.call_soon``; under trio right away. ``batch``: the
     ``ProducerBatch`` they are, when they are a whole batch (a run learns where its
     records landed)."""
-    todo: list[tuple[Delivery[Any] | None, list[Any]]] | None = None
+    todo: list[Any] | None = None  # future, its waiters, future, its waiters, ...
+    untrack = _C_UNTRACK
     members: list[_RunMember] | None = None
     if batch is not None and batch.positions is not None and isinstance(futures, list):
         # Entries of runs (send_many): each stretch of one run is counted in one step --
@@ -521,7 +541,8 @@ def finish_all(
             if run_waiters is not None:
                 if todo is None:
                     todo = []
-                todo.append((run, run_waiters))
+                todo.append(run)
+                todo.append(run_waiters)
     for fut in futures:
         if fut._exc is not _PENDING:
             continue
@@ -537,15 +558,22 @@ def finish_all(
                     members = []
                 members.append(fut)
         waiters = fut._waiters
-        if waiters is None:
-            continue
-        if isinstance(waiters, _Cancelled):
-            _take_waiters(fut)  # releases the delivery waits
-            continue
-        fut._waiters = None
-        if todo is None:
-            todo = []
-        todo.append((fut, waiters))
+        if waiters is not None:
+            if waiters.__class__ is _Cancelled:
+                _take_waiters(fut)  # releases the delivery waits
+            else:
+                fut._waiters = None
+                if todo is None:
+                    todo = []
+                todo.append(fut)
+                todo.append(waiters)
+        if (
+            exc is None
+            and untrack is not None
+            and fut.__class__ is DeliveryFuture
+            and fut.topic.__class__ is str
+        ):
+            untrack(fut)  # see _C_UNTRACK
     if todo is not None:
         _dispatch(loop, todo)
     if members is not None:
@@ -553,7 +581,14 @@ def finish_all(
             finish_all((member.run,), member._exc, loop)  # one record of the run decided
 
 
-def _take_waiters(fut: Delivery[Any]) -> list[Any] | None:
+def _listed(waiters: Any) -> list[Any]:
+    """A future's ``_waiters`` as a list (empty for None or a cancelled future's)."""
+    if waiters is None or waiters.__class__ is _Cancelled:
+        return []
+    return waiters if waiters.__class__ is list else [waiters]
+
+
+def _take_waiters(fut: Delivery[Any]) -> Any:
     """A just-decided future's callbacks and waits to run, taken off it; a cancelled
     future's delivery waits are released here (its callbacks ran when it was cancelled)."""
     waiters = fut._waiters
@@ -570,13 +605,13 @@ def _take_waiters(fut: Delivery[Any]) -> list[Any] | None:
 
 #: Per loop, the waiters due to run at its next turn. One ``call_soon`` runs them all:
 #: ``gather`` over 10k futures that are mostly done already would otherwise cost 10k
-#: loop handles.
-_due: dict[asyncio.AbstractEventLoop, list[tuple[Delivery[Any] | None, list[Any]]]] = {}
+#: loop handles. The lists are flat -- a future (or None), its waiters, a future, ... -- not
+#: a tuple per future: every tuple would be one more allocation the cyclic GC counts, in a
+#: burst of thousands that outlives the young collections it triggers.
+_due: dict[asyncio.AbstractEventLoop, list[Any]] = {}
 
 
-def _dispatch(
-    loop: asyncio.AbstractEventLoop | None, todo: list[tuple[Delivery[Any] | None, list[Any]]]
-) -> None:
+def _dispatch(loop: asyncio.AbstractEventLoop | None, todo: list[Any]) -> None:
     if loop is None:
         _run_waiters(todo)
         return
@@ -595,7 +630,8 @@ async def callbacks_run(loop: asyncio.AbstractEventLoop | None) -> None:
     due = None if loop is None else _due.get(loop)
     if due is not None:
         event = anyio.Event()
-        due.append((None, [event]))  # no future: runs after the queued ones
+        due.append(None)  # no future: runs after the queued ones
+        due.append([event])
         await event.wait()
 
 
@@ -603,9 +639,12 @@ def _run_due(loop: asyncio.AbstractEventLoop) -> None:
     _run_waiters(_due.pop(loop, []))
 
 
-def _run_waiters(todo: list[tuple[Delivery[Any] | None, list[Any]]]) -> None:
-    for fut, waiters in todo:
-        for w in waiters:
+def _run_waiters(todo: list[Any]) -> None:
+    for i in range(0, len(todo), 2):
+        fut = todo[i]
+        waiters = todo[i + 1]
+        # A 1-tuple made and freed here costs the GC nothing (it counts the living).
+        for w in waiters if waiters.__class__ is list else (waiters,):
             if w.__class__ is tuple:
                 fn, ctx = w
                 try:

@@ -113,3 +113,62 @@ def test_finish_all_counts_a_runs_entries_in_one_step_or_one_by_one() -> None:
         assert run.exception() is boom and seen == [boom]
         finish_all([run], None, None)  # a late outcome for a decided run changes nothing
         assert run.failed == 2 and seen == [boom]
+
+
+@pytest.mark.anyio
+async def test_one_waiter_is_kept_as_is_and_several_as_a_list() -> None:
+    # _waiters holds one waiter without a list (no list per future for the GC to count);
+    # every path -- a second callback, a delivery wait, removal, cancellation, delivery --
+    # sees all of them.
+    from aiokafka_ng.producer.future import _listed
+
+    fut = DeliveryFuture("t", 7)
+    seen: list[str] = []
+
+    def first(f: DeliveryFuture) -> None:
+        seen.append("first")
+
+    fut.add_done_callback(first)
+    assert fut._waiters.__class__ is tuple and _listed(fut._waiters) == [fut._waiters]
+    assert fut.remove_done_callback(first) == 1 and fut._waiters is None
+    fut.add_done_callback(first)
+    fut.add_done_callback(lambda f: seen.append("second"))
+    assert len(_listed(fut._waiters)) == 2
+    assert fut.remove_done_callback(first) == 1
+    assert fut._waiters.__class__ is tuple  # one left: kept as is again
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(fut.wait_done)
+        await anyio.wait_all_tasks_blocked()
+        assert fut._waiters.__class__ is list  # the callback and the delivery wait
+        fut._batch = FakeBatch()  # type: ignore[assignment]
+        fut._finish(None)
+    assert seen == ["second"]
+    # A lone delivery wait, then cancellation: the wait still follows the delivery.
+    fut2 = DeliveryFuture("t", 7)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(fut2.wait_done)
+        await anyio.wait_all_tasks_blocked()
+        assert isinstance(fut2._waiters, anyio.Event)
+        fut2.add_done_callback(lambda f: seen.append("cancelled"))
+        assert fut2.cancel()
+        fut2._batch = FakeBatch()  # type: ignore[assignment]
+        fut2._finish(None)
+    assert seen == ["second", "cancelled"] and fut2.delivery_error() is None
+
+
+def test_a_delivered_future_leaves_the_gc_lists_a_failed_one_stays() -> None:
+    # Delivered, a future refers to nothing that could lead back to it (see
+    # future._C_UNTRACK): untracked where the C kernel is built. Pending or failed (its
+    # exception's traceback may reach it), it stays tracked.
+    import gc
+
+    from aiokafka_ng.protocol import speedups
+
+    delivered, failed = DeliveryFuture("t", 7), DeliveryFuture("t", 8)
+    assert gc.is_tracked(delivered) and gc.is_tracked(failed)
+    delivered._batch = failed._batch = FakeBatch()  # type: ignore[assignment]
+    delivered._finish(None)
+    failed._finish(KafkaTimeoutError("expired"))
+    assert gc.is_tracked(delivered) is not speedups.AVAILABLE
+    assert gc.is_tracked(failed)
+    assert delivered.result().offset == 100
