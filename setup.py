@@ -2,9 +2,10 @@
 
 Everything else about the package is in ``pyproject.toml``. The compiled modules are the
 same ``.py`` files, so the pure-Python build is the reference twin; ``docs/internals.md``
-says why mypyc and what it buys. Beside them one small C extension, ``_speedups.c``, holds
-the bulk path's byte-copying loops, whose Python twins stay in ``records.py`` and
-``runs.py``. ``AIOKAFKA_NG_PURE_PYTHON=1`` skips compiling; a machine without a C compiler
+says why mypyc and what it buys. Beside them one small hand-written C extension
+(``_speedups.c`` and the files in ``C_EXTENSION``) holds the loops that copy bytes and the
+GC-tracking helpers; the modules that call it keep Python twins of its loops.
+``AIOKAFKA_NG_PURE_PYTHON=1`` skips compiling; a machine without a C compiler
 (or where mypyc fails) gets the pure build with a warning, never a failed install. Keep
 ``COMPILED_MODULES`` equal to ``aiokafka_ng._native.COMPILED_MODULES`` (a test checks).
 """

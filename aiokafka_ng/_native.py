@@ -4,9 +4,10 @@ The modules in :data:`COMPILED_MODULES` are plain, ``mypy --strict``-clean Pytho
 ``setup.py`` also compiles with mypyc when the installing machine has a C compiler. An
 extension module sits beside its ``.py`` twin and wins the import; the ``.py`` file stays
 the reference (tests run the two side by side, ``tests/protocol/test_compiled_twins.py``).
-:data:`C_EXTENSION` is the one hand-written C module (the bulk path's byte-copying loops);
-the modules using it keep its functions in ``_C_*`` globals beside their own Python loops,
-which are its twins (``tests/protocol/test_speedups.py``).
+:data:`C_EXTENSION` is the one hand-written C module (loops that copy bytes: record batches
+built from runs and decoded into columns; GC tracking of decoded records); the modules using
+it keep its functions in ``_C_*`` globals beside their own Python code, which is its twin
+(``tests/protocol/test_speedups.py``, ``test_record_columns.py``, ``test_record_gc.py``).
 
 ``AIOKAFKA_NG_PURE_PYTHON=1`` in the environment when ``aiokafka_ng`` is first imported
 makes those modules load from their ``.py`` files even where the compiled ones exist, and
@@ -45,7 +46,8 @@ COMPILED_MODULES = (
     "aiokafka_ng.producer.runs",
     "aiokafka_ng.consumer.buffer",
 )
-#: Built by ``setup.py`` from ``aiokafka_ng/protocol/_speedups.c`` (a test checks the name).
+#: Built by ``setup.py`` from ``aiokafka_ng/protocol/_speedups.c`` and the other sources its
+#: ``C_EXTENSION`` lists (a test checks the two agree).
 C_EXTENSION = "aiokafka_ng.protocol._speedups"
 _TRUE = {"1", "true", "yes", "on"}
 _log = logging.getLogger("aiokafka_ng")

@@ -1,4 +1,6 @@
-"""The optional C kernel of the bulk path (``_speedups.c``), or None for each of its parts.
+"""The optional C kernel (``_speedups.c``, ``_column.c``, ``_decode.c``), or None for each of
+its parts: the producer's bulk loops, Arrow columns read in place, the Spark source's batch
+decoder, and GC (un)tracking of decoded records.
 
 ``setup.py`` builds ``aiokafka_ng.protocol._speedups`` beside the mypyc modules when a C
 compiler is present; ``AIOKAFKA_NG_PURE_PYTHON=1`` (at build or at run time) leaves it out.
