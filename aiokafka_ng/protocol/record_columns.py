@@ -122,7 +122,7 @@ class RecordColumns:
         data, start, end = batch._records_region(max_decompressed_size)
         c_decode = _C_DECODE_COLUMNS
         if c_decode is not None and not self.with_headers:
-            log_append = bool(batch.attributes & _TIMESTAMP_TYPE_MASK)
+            log_append, base, ts_type = _timestamps(batch)
             buffers = (
                 self.keys, self.values, self.key_valid, self.value_valid,
                 self.key_offsets, self.value_offsets, self.ts_deltas,
@@ -134,8 +134,6 @@ class RecordColumns:
             if done is not None:  # else: not plainly well-formed, the loop below decides
                 added, self.next_offset, key_nulls, value_nulls = done
                 if added:
-                    base = batch.max_timestamp if log_append else batch.base_timestamp
-                    ts_type = LOG_APPEND_TIME if log_append else CREATE_TIME
                     self.batch_runs += (self.count, base, ts_type)
                 self.count += added
                 self.key_nulls += key_nulls
@@ -191,10 +189,7 @@ class RecordColumns:
         if count < 0:
             raise ProtocolError(f"negative record count {count}")
         base_offset = batch.base_offset
-        log_append = bool(batch.attributes & _TIMESTAMP_TYPE_MASK)
-        ts_type = LOG_APPEND_TIME if log_append else CREATE_TIME
-        base_ts = batch.base_timestamp
-        fixed_ts = batch.max_timestamp
+        log_append, base, ts_type = _timestamps(batch)
         with_headers = self.with_headers
         ts_deltas = self.ts_deltas
         keys = self.keys
@@ -279,7 +274,7 @@ class RecordColumns:
                 next_offset = offset + 1
                 if not batch_run:
                     # One run per batch: its base and type (deltas are relative to that base).
-                    self.batch_runs += (index, fixed_ts if log_append else base_ts, ts_type)
+                    self.batch_runs += (index, base, ts_type)
                     batch_run = True
                 deltas.append(0 if log_append else ts_delta)
                 if key_len >= 0:
@@ -312,3 +307,13 @@ class RecordColumns:
         self.next_offset = next_offset
         self.key_nulls += key_nulls
         self.value_nulls += value_nulls
+
+
+def _timestamps(batch: RecordBatch) -> tuple[bool, int, int]:
+    """A v2 batch's timestamps as its run keeps them: whether they are the broker's log
+    append time, the base its records' deltas are added to (the batch's one log append time,
+    else its base timestamp), and the timestamp type."""
+    log_append = bool(batch.attributes & _TIMESTAMP_TYPE_MASK)
+    if log_append:
+        return True, batch.max_timestamp, LOG_APPEND_TIME
+    return False, batch.base_timestamp, CREATE_TIME
