@@ -50,8 +50,15 @@ def test_mypy_strict() -> None:
 
 def test_generated_protocol_is_current() -> None:
     schemas = Path(os.environ.get("AIOKAFKA_NG_SCHEMAS", ROOT.parent / "shared" / "kafka-protocol"))
-    assert schemas.is_dir(), (
-        f"protocol schemas not found at {schemas}; set AIOKAFKA_NG_SCHEMAS to Kafka's "
-        "clients/src/main/resources/common/message directory"
-    )
+    if not schemas.is_dir():
+        reason = (
+            f"protocol schemas not found at {schemas}; set AIOKAFKA_NG_SCHEMAS to Kafka's "
+            "clients/src/main/resources/common/message directory"
+        )
+        # A clone without ../shared (anyone's GitHub checkout) cannot run the drift check and
+        # should still pass the README's command; CI always has the schemas, so there a
+        # missing directory is a broken setup and fails.
+        if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+            pytest.fail(reason)
+        pytest.skip(reason)
     _run(sys.executable, "tools/gen_protocol.py", "--check", "--schemas", str(schemas))
