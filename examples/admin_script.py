@@ -9,7 +9,7 @@ Runs under ``anyio.run`` (asyncio); prints what it did and exits non-zero on fai
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import anyio
 
@@ -51,6 +51,8 @@ async def main(bootstrap_servers: str, prefix: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(f"usage: {sys.argv[0]} HOST:PORT [topic-prefix]")
-    anyio.run(main, sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "example")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bootstrap_servers", metavar="HOST:PORT")
+    parser.add_argument("prefix", nargs="?", default="example", help="topic name prefix")
+    args = parser.parse_args()
+    anyio.run(main, args.bootstrap_servers, args.prefix)

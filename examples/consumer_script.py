@@ -11,6 +11,7 @@ the second run starts where the first one stopped.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import anyio
@@ -45,8 +46,10 @@ async def main(bootstrap_servers: str, topic: str, limit: int, group: str) -> in
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3:
-        sys.exit(f"usage: {sys.argv[0]} HOST:PORT topic [max-records] [group]")
-    limit = int(sys.argv[3]) if len(sys.argv) > 3 else 100
-    group = sys.argv[4] if len(sys.argv) > 4 else "example-group"
-    sys.exit(anyio.run(main, sys.argv[1], sys.argv[2], limit, group))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bootstrap_servers", metavar="HOST:PORT")
+    parser.add_argument("topic")
+    parser.add_argument("max_records", nargs="?", type=int, default=100)
+    parser.add_argument("group", nargs="?", default="example-group")
+    args = parser.parse_args()
+    sys.exit(anyio.run(main, args.bootstrap_servers, args.topic, args.max_records, args.group))

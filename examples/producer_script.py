@@ -11,6 +11,7 @@ the ``RecordMetadata`` (partition, offset) once the broker acknowledged the reco
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections import Counter
 
@@ -41,8 +42,9 @@ async def main(bootstrap_servers: str, topic: str, count: int) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(f"usage: {sys.argv[0]} HOST:PORT [topic] [count]")
-    topic = sys.argv[2] if len(sys.argv) > 2 else "example-orders"
-    count = int(sys.argv[3]) if len(sys.argv) > 3 else 100
-    sys.exit(anyio.run(main, sys.argv[1], topic, count))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bootstrap_servers", metavar="HOST:PORT")
+    parser.add_argument("topic", nargs="?", default="example-orders")
+    parser.add_argument("count", nargs="?", type=int, default=100)
+    args = parser.parse_args()
+    sys.exit(anyio.run(main, args.bootstrap_servers, args.topic, args.count))

@@ -11,7 +11,7 @@ after the last record and the nursery ends when both are done.
 
 from __future__ import annotations
 
-import sys
+import argparse
 import uuid
 
 import trio
@@ -55,7 +55,8 @@ async def main(bootstrap_servers: str, topic: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(f"usage: {sys.argv[0]} HOST:PORT [topic]")
-    topic = sys.argv[2] if len(sys.argv) > 2 else f"trio-example-{uuid.uuid4().hex[:8]}"
-    trio.run(main, sys.argv[1], topic)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bootstrap_servers", metavar="HOST:PORT")
+    parser.add_argument("topic", nargs="?", default=None, help="default: a new random name")
+    args = parser.parse_args()
+    trio.run(main, args.bootstrap_servers, args.topic or f"trio-example-{uuid.uuid4().hex[:8]}")

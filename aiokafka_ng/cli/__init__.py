@@ -68,6 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         return _fail("the CLI needs rich: pip install 'aiokafka-ng[cli]'", EXIT_FAILURE)
     args = build_parser().parse_args(argv)
+    if args.backend == "trio":
+        try:
+            import trio  # noqa: F401 (checked here so the failure is one clear line)
+        except ImportError:
+            return _fail("--backend trio needs trio: pip install 'aiokafka-ng[trio]'", EXIT_FAILURE)
     try:
         if hasattr(args, "command_config"):
             resolve_connection(args)

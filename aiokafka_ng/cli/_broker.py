@@ -1,7 +1,8 @@
 """``aiokafka-ng broker``: a local Kafka-compatible broker (Tansu) in the foreground.
 
 Prints ``bootstrap_servers=127.0.0.1:PORT`` once the broker accepts connections, then runs
-until Ctrl-C (SIGINT) or SIGTERM. Exits 1 with one line if the broker cannot start or dies.
+until Ctrl-C (SIGINT, exit 130) or SIGTERM (exit 143), stopping the broker first. Exits 1 with
+one line if the broker cannot start or dies.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import threading
 from types import FrameType
 
-from aiokafka_ng.cli._common import EXIT_OK, CliError, first_line
+from aiokafka_ng.cli._common import CliError, exit_code_for_signal, first_line
 
 _WATCH_INTERVAL = 0.5
 
@@ -27,8 +28,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from aiokafka_ng.testing import LocalBroker, LocalBrokerError
 
     stop = threading.Event()
+    received: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
         stop.set()
 
     signal.signal(signal.SIGINT, on_signal)
@@ -46,7 +49,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
                 raise CliError("the broker exited on its own")
     finally:
         broker.stop_sync()
-    return EXIT_OK
+    return exit_code_for_signal(received[0])
 
 
 __all__ = ["register"]

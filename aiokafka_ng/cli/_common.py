@@ -25,11 +25,22 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = ("AIOKAFKA_NG_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS")
 
 #: Exit codes: 0 success, 1 runtime failure (broker unreachable, Kafka error, records
-#: failed or missing), 2 bad usage (argparse's own code), 130 interrupted by Ctrl-C.
+#: failed or missing), 2 bad usage (argparse's own code, invalid values, checks the CLI
+#: makes itself), 130 interrupted by Ctrl-C (SIGINT), 143 stopped by SIGTERM: the shell's
+#: 128 + signal number, also when the command stopped cleanly (a consumer group committed
+#: and left), so a script can tell an interrupted run from a finished one.
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+def exit_code_for_signal(signum: int) -> int:
+    """The exit code of a command that a signal stopped (see the table above)."""
+    import signal
+
+    return EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED
 
 
 class CliError(Exception):
@@ -91,6 +102,12 @@ def resolve_connection(args: argparse.Namespace) -> None:
         servers = servers or os.environ.get(name) or None
     servers = servers or props.get("bootstrap.servers") or DEFAULT_BOOTSTRAP
     props.pop("bootstrap.servers", None)
+    from aiokafka_ng.config import parse_bootstrap_servers
+
+    try:
+        parse_bootstrap_servers(servers)
+    except ValueError as exc:
+        raise CliError(f"bad bootstrap servers {servers!r}: {exc}", EXIT_USAGE) from None
     args.bootstrap_servers = servers
     args.client_properties = props
     args.ssl_context = ssl_context
@@ -141,22 +158,34 @@ async def probe(bootstrap_servers: str, wait_s: float) -> None:
     The clients themselves keep retrying bootstrap for up to 30 s (as they should inside an
     application); a command-line user wants to hear at once that nothing is listening.
     """
+    import socket
+
     from aiokafka_ng.config import parse_bootstrap_servers
 
     try:
         servers = parse_bootstrap_servers(bootstrap_servers)
     except ValueError as exc:
-        raise CliError(f"bad --bootstrap-servers {bootstrap_servers!r}: {exc}") from None
+        raise CliError(f"bad bootstrap servers {bootstrap_servers!r}: {exc}", EXIT_USAGE) from None
     deadline = anyio.current_time() + wait_s
     while True:
+        unresolved: dict[str, str] = {}
         for host, port in servers:
             try:
                 with anyio.fail_after(max(0.1, min(2.0, deadline - anyio.current_time()))):
                     stream = await anyio.connect_tcp(host, port)
+            except socket.gaierror as exc:
+                unresolved[host] = exc.strerror or str(exc)
+                continue
             except (OSError, TimeoutError):
                 continue
             await stream.aclose()
             return
+        if len(unresolved) == len({host for host, _ in servers}):
+            # No name resolves: a typo or a missing DNS entry, which waiting will not fix and
+            # which "cannot reach" would misname as a broker that is down.
+            host, reason = next(iter(unresolved.items()))
+            more = f" (and {len(unresolved) - 1} more)" if len(unresolved) > 1 else ""
+            raise CliError(f"cannot resolve host {host!r}{more}: {reason}")
         if anyio.current_time() >= deadline:
             raise CliError(f"cannot reach a Kafka broker at {bootstrap_servers}")
         await anyio.sleep(min(0.25, max(0.0, deadline - anyio.current_time())))

@@ -5,7 +5,8 @@ with ``--partition``) and commits nothing; with ``--group`` it joins that consum
 commits what it printed when it stops. ``--max-records`` stops after exactly that many
 records (``getmany`` is asked for no more than are still wanted, so a group commits only
 what was printed); ``--timeout`` stops after that many seconds without a new record; Ctrl-C
-(SIGINT) or SIGTERM stops it cleanly, committing too.
+(SIGINT) or SIGTERM stops it cleanly, committing too, and the command then exits 130 (143 for
+SIGTERM) as docs/cli.md says, after its summary line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from aiokafka_ng.cli._common import (
     CliError,
     add_connection_args,
     client_settings,
+    exit_code_for_signal,
     probe,
     run,
 )
@@ -122,13 +124,18 @@ class _Formatter:
 
 
 async def _cancel_on_signal(
-    scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    scope: anyio.CancelScope,
+    received: list[int],
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Ctrl-C (or SIGTERM) is how an open-ended ``consume`` normally ends: stop reading, then
-    leave the consumer block as usual, so a group commits what was printed and leaves."""
+    leave the consumer block as usual, so a group commits what was printed and leaves. The
+    signal is kept in ``received`` for the exit code."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
-        async for _ in signals:
+        async for signum in signals:
+            received.append(signum)
             scope.cancel()
             return
 
@@ -137,17 +144,18 @@ def cmd_consume(args: argparse.Namespace) -> int:
     if args.max_records is not None and args.max_records < 1:
         raise CliError("--max-records must be at least 1", EXIT_USAGE)
     out = sys.stdout.buffer
+    received: list[int] = []
     try:
-        count = run(_consume, args, out, backend=args.backend)
+        count = run(_consume, args, out, received, backend=args.backend)
     except BrokenPipeError:
         # The reader (`| head`) went away: that is how such a pipeline ends, not an error.
         return EXIT_OK
     if not args.quiet:
         print(f"consumed {count} records from {args.topic}", file=sys.stderr)
-    return EXIT_OK
+    return exit_code_for_signal(received[0]) if received else EXIT_OK
 
 
-async def _consume(args: argparse.Namespace, out: BinaryIO) -> int:
+async def _consume(args: argparse.Namespace, out: BinaryIO, received: list[int]) -> int:
     from aiokafka_ng.consumer import Consumer, ConsumerConfig, TopicPartition
 
     await probe(args.bootstrap_servers, args.connect_timeout)
@@ -180,7 +188,7 @@ async def _consume(args: argparse.Namespace, out: BinaryIO) -> int:
         idle_ms = int(args.timeout * 1000) if args.timeout is not None else 1000
         async with anyio.create_task_group() as tg:
             stop = anyio.CancelScope()
-            await tg.start(_cancel_on_signal, stop)
+            await tg.start(_cancel_on_signal, stop, received)
             with stop:
                 while args.max_records is None or count < args.max_records:
                     want = None if args.max_records is None else args.max_records - count

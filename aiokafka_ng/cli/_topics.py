@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from aiokafka_ng.cli._common import (
     EXIT_FAILURE,
     EXIT_OK,
+    EXIT_USAGE,
+    CliError,
     add_connection_args,
     client_settings,
     first_line,
@@ -75,6 +77,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_create(args: argparse.Namespace) -> int:
     from aiokafka_ng.admin import NewTopic
 
+    # Checked here, not left to the broker: these are usage errors (exit 2) the user can fix
+    # without a round trip, and some brokers accept 0 partitions (Tansu) or answer late.
+    # -1 asks for the broker's default, as Kafka's CreateTopics allows.
+    if args.partitions == 0 or args.partitions < -1:
+        raise CliError(f"--partitions must be at least 1 (got {args.partitions})", EXIT_USAGE)
+    if args.replication_factor == 0 or args.replication_factor < -1:
+        raise CliError(
+            f"--replication-factor must be at least 1 (got {args.replication_factor})", EXIT_USAGE
+        )
     configs = parse_key_values(args.config, "--config")
     topics = [
         NewTopic(

@@ -16,7 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyspark
+try:
+    import pyspark
+except ModuleNotFoundError as exc:  # the extra is not installed: say which one
+    if exc.name != "pyspark":
+        raise
+    raise ModuleNotFoundError(
+        "aiokafka_ng.spark needs PySpark: pip install 'aiokafka-ng[spark]' "
+        "(pyspark >= 4.2 and pyarrow)",
+        name="pyspark",
+    ) from None
 
 # The source needs Spark 4.2's admission control (latestOffset(start, limit), for
 # maxOffsetsPerTrigger) and 4.1's DataSourceStreamArrowWriter; say so instead of failing on

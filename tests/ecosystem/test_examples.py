@@ -63,3 +63,12 @@ def test_trio_example(kafka_broker: Any) -> None:
     out = run_example("trio_example.py", kafka_broker.bootstrap_servers)
     assert "consumer: received 500 records, in order" in out
     assert "done under trio" in out
+
+
+def test_every_example_takes_help() -> None:
+    # `--help` used to be taken as the bootstrap address (the scripts read sys.argv by
+    # position) and the script then tried to connect to a host called "--help".
+    for script in sorted(EXAMPLES.glob("*.py")):
+        out = run_example(script.name, "--help")
+        assert out.startswith("usage: "), (script.name, out)
+        assert "HOST:PORT" in out or "bootstrap" in out, (script.name, out)
