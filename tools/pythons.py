@@ -1,0 +1,149 @@
+"""Build and test the package on every supported CPython beside the one running the suite.
+
+For each version (default: 3.12 and 3.13; 3.11 is the interpreter of the main suite):
+
+1. find the interpreter (``python3.X`` on the PATH, else a pyenv install under
+   ``$PYENV_ROOT/versions``);
+2. build a wheel from this checkout with pip (mypyc and the C kernel compiled for that
+   version, in pip's isolated build environment);
+3. install the wheel alone in a clean virtualenv and check, from outside the checkout, that
+   it imports compiled: every mypyc module and the C kernel loaded (``__compiled__``);
+4. install the test dependencies and run the interpreter-sensitive part of the suite
+   against the installed wheel (``python -P``, so the checkout's own ``aiokafka_ng`` is not
+   imported), once compiled and once with ``AIOKAFKA_NG_PURE_PYTHON=1``.
+
+The main suite runs every test on 3.11; here the other versions run the directories whose
+behaviour depends on the interpreter: the codec and its compiled twins, the producer and
+consumer hot paths against the real broker, the connection layer and the fuzz tests
+(``SUITE``), and the pure-Python twins of the codec (``PURE_SUITE``). The whole suite on
+three interpreters would triple CI's time for tests of the admin, CLI and docs layers that
+run no version-specific code.
+
+Usage: ``python tools/pythons.py [--versions 3.12 3.13] [--keep DIR]``. Exits non-zero on the
+first version that fails; a version that cannot be found fails too (``--missing-ok`` turns
+that into a note, for a laptop without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VERSIONS = ("3.12", "3.13")
+SUITE = (
+    "tests/protocol",
+    "tests/producer",
+    "tests/consumer",
+    "tests/net",
+    "tests/fuzz",
+    "tests/transactions",
+)
+PURE_SUITE = ("tests/protocol", "tests/producer")
+#: Checked in a clean venv, from a directory outside the checkout.
+IMPORT_CHECK = """
+import aiokafka_ng, sys
+from aiokafka_ng import _native
+from aiokafka_ng.protocol import _speedups
+assert aiokafka_ng.__compiled__, "the wheel did not import compiled"
+assert "site-packages" in aiokafka_ng.__file__, aiokafka_ng.__file__
+print(f"{sys.version.split()[0]}: compiled, C kernel at {_speedups.__file__}")
+"""
+
+
+def find_interpreter(version: str) -> Path | None:
+    """``python3.X`` that runs (a pyenv shim may exist and still refuse), else pyenv's copy."""
+    name = f"python{version}"
+    found = shutil.which(name)
+    if found and _runs(Path(found), version):
+        return Path(found)
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    for candidate in sorted((pyenv_root / "versions").glob(f"{version}.*"), reverse=True):
+        exe = candidate / "bin" / name
+        if exe.exists() and _runs(exe, version):
+            return exe
+    return None
+
+
+def _runs(exe: Path, version: str) -> bool:
+    try:
+        out = subprocess.run(
+            [str(exe), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except OSError:
+        return False
+    return out.returncode == 0 and out.stdout.strip() == version
+
+
+def _run(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> None:
+    print(f"$ {' '.join(cmd)}", flush=True)
+    subprocess.run(cmd, cwd=cwd, env=env, check=True)
+
+
+def check_version(version: str, work: Path) -> float:
+    exe = find_interpreter(version)
+    if exe is None:
+        raise LookupError(f"Python {version} not found (python{version} or pyenv)")
+    start = time.monotonic()
+    dist = work / f"dist-{version}"
+    venv = work / f"venv-{version}"
+    _run([str(exe), "-m", "venv", str(venv)], cwd=work)
+    py = str(venv / "bin" / "python")
+    _run([py, "-m", "pip", "install", "-q", "--upgrade", "pip"], cwd=work)
+    # The wheel is built from the checkout as a user's `pip install` would build it.
+    env = {k: v for k, v in os.environ.items() if k != "AIOKAFKA_NG_PURE_PYTHON"}
+    _run(
+        [py, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)], cwd=work, env=env
+    )
+    (wheel,) = dist.glob("aiokafka_ng-*.whl")
+    _run([py, "-m", "pip", "install", "-q", str(wheel)], cwd=work)
+    _run([py, "-c", IMPORT_CHECK], cwd=work, env=env)
+    _run([py, "-m", "pip", "install", "-q", f"{wheel}[dev]"], cwd=work)
+    pytest = [py, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    _run([*pytest, *SUITE], cwd=ROOT, env=env)
+    _run([*pytest, *PURE_SUITE], cwd=ROOT, env={**env, "AIOKAFKA_NG_PURE_PYTHON": "1"})
+    return time.monotonic() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--versions", nargs="+", default=list(VERSIONS))
+    parser.add_argument("--keep", type=Path, help="work in this directory and keep it")
+    parser.add_argument("--missing-ok", action="store_true", help="note a missing version")
+    args = parser.parse_args(argv)
+    work = args.keep or Path(tempfile.mkdtemp(prefix="aiokafka-ng-pythons-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results: list[str] = []
+    try:
+        for version in args.versions:
+            try:
+                took = check_version(version, work)
+            except LookupError as exc:
+                if not args.missing_ok:
+                    print(f"pythons: {exc}", file=sys.stderr)
+                    return 1
+                results.append(f"{version}: skipped ({exc})")
+                continue
+            except subprocess.CalledProcessError as exc:
+                print(f"pythons: {version} failed: {' '.join(exc.cmd)}", file=sys.stderr)
+                return 1
+            results.append(f"{version}: wheel built, imports compiled, suite passed ({took:.0f} s)")
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print("\n".join(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
