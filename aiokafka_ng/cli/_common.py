@@ -141,12 +141,13 @@ async def probe(bootstrap_servers: str, wait_s: float) -> None:
     The clients themselves keep retrying bootstrap for up to 30 s (as they should inside an
     application); a command-line user wants to hear at once that nothing is listening.
     """
+    from aiokafka_ng.cluster import describe_servers
     from aiokafka_ng.config import parse_bootstrap_servers
 
     try:
         servers = parse_bootstrap_servers(bootstrap_servers)
     except ValueError as exc:
-        raise CliError(f"bad --bootstrap-servers {bootstrap_servers!r}: {exc}") from None
+        raise CliError(f"bad --bootstrap-servers: {exc}") from None  # exc names the item
     deadline = anyio.current_time() + wait_s
     while True:
         for host, port in servers:
@@ -158,7 +159,7 @@ async def probe(bootstrap_servers: str, wait_s: float) -> None:
             await stream.aclose()
             return
         if anyio.current_time() >= deadline:
-            raise CliError(f"cannot reach a Kafka broker at {bootstrap_servers}")
+            raise CliError(f"cannot reach a Kafka broker at {describe_servers(servers)}")
         await anyio.sleep(min(0.25, max(0.0, deadline - anyio.current_time())))
 
 
