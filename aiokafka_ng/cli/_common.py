@@ -99,13 +99,13 @@ def resolve_connection(args: argparse.Namespace) -> None:
 def _check_keys(props: dict[str, Any]) -> None:
     """Before anything connects: every key must mean something to some client."""
     from aiokafka_ng.admin import AdminConfig
-    from aiokafka_ng.config import ProducerConfig
+    from aiokafka_ng.config import ProducerConfig, unknown_key_problem
     from aiokafka_ng.consumer import ConsumerConfig
     from aiokafka_ng.errors import ConfigError
 
     classes = (ProducerConfig, ConsumerConfig, AdminConfig)
     unknown = {
-        key: "unknown configuration key"
+        key: unknown_key_problem(key, *classes, dotted="." in key)
         for key in props
         if all(cls.field_for(key) is None for cls in classes)
     }
@@ -116,11 +116,16 @@ def _check_keys(props: dict[str, Any]) -> None:
 def client_settings(args: argparse.Namespace, config_cls: Any, **settings: Any) -> dict[str, Any]:
     """Keyword settings for a client: the command config's properties (by field name, the
     SSL context as translated), then the command's own ``settings``, validated together."""
+    from aiokafka_ng.config import unknown_key_problem
     from aiokafka_ng.errors import ConfigError
 
     props: dict[str, Any] = getattr(args, "client_properties", None) or {}
     try:
-        unknown = {k: "unknown configuration key" for k in props if not config_cls.field_for(k)}
+        unknown = {
+            k: unknown_key_problem(k, config_cls, dotted="." in k)
+            for k in props
+            if not config_cls.field_for(k)
+        }
         if unknown:
             raise ConfigError(unknown)
         merged = {config_cls.field_for(k): v for k, v in props.items()}
