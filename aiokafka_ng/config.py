@@ -10,6 +10,8 @@ Rules:
   dotted names (``"linger.ms": "5"``), values as strings or native types.
 * A bad configuration raises :class:`~aiokafka_ng.errors.ConfigError` naming *every* bad key
   (field errors and cross-field conflicts). A pydantic ``ValidationError`` never escapes.
+  An unknown key says which known one it looks like (``lingr_ms``: "did you mean
+  'linger_ms'?"), matched over the field names and Kafka's dotted names.
 * Cross-field rules follow the Java client: a conflict with a setting the user did not set
   is resolved silently (``enable_idempotence`` switched off, ``delivery_timeout_ms`` raised),
   a conflict between settings the user set is an error.
@@ -20,6 +22,7 @@ attributes when it starts.
 
 from __future__ import annotations
 
+import difflib
 import ssl
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -83,6 +86,35 @@ def _describe(err: Mapping[str, Any]) -> tuple[str, str]:
     return key, str(err.get("msg", "invalid value"))
 
 
+def _normal(name: str) -> str:
+    return name.lower().replace(".", "_").replace("-", "_")
+
+
+def unknown_key_problem(name: str, *classes: type[ClientConfig], dotted: bool = False) -> str:
+    """What to say about a key none of ``classes`` knows: "unknown configuration key", plus
+    "(did you mean ...?)" naming up to two close known keys: difflib over the field names and
+    the Kafka dotted names, compared without case or separators, else the keys the name is
+    the start of (``max_in_flight``). ``dotted``: suggest the dotted spelling (for
+    properties), else the keyword one."""
+    spellings: dict[str, tuple[type[ClientConfig], str]] = {}
+    for cls in classes:
+        for field in cls.model_fields:
+            spellings.setdefault(field, (cls, field))
+        for alias, field in cls.PROPERTY_ALIASES.items():
+            spellings.setdefault(_normal(alias), (cls, field))
+    wanted = _normal(name)
+    matches = difflib.get_close_matches(wanted, spellings, n=6, cutoff=0.7)
+    if not matches and len(wanted) >= 6:
+        matches = sorted(k for k in spellings if k.startswith(wanted))
+    found: dict[str, None] = {}
+    for match in matches:
+        cls, field = spellings[match]
+        found[cls.property_name(field) if dotted else field] = None
+    named = [f"{key!r}" for key in list(found)[:2]]
+    hint = f" (did you mean {' or '.join(named)}?)" if named else ""
+    return "unknown configuration key" + hint
+
+
 class ClientConfig(BaseModel):
     """Settings every client shares. Subclasses add their own and their cross-field rules."""
 
@@ -126,6 +158,8 @@ class ClientConfig(BaseModel):
         except ValidationError as exc:
             for err in exc.errors():
                 key, msg = _describe(err)
+                if err.get("type") == "extra_forbidden":
+                    msg = unknown_key_problem(key, type(self))
                 errors.setdefault(key, msg)
             raise ConfigError(errors) from None
         errors.update(self._cross_check())
@@ -177,7 +211,7 @@ class ClientConfig(BaseModel):
         for raw_key, value in properties.items():
             key = cls.field_for(raw_key)
             if key is None:
-                unknown[raw_key] = "unknown configuration key"
+                unknown[raw_key] = unknown_key_problem(raw_key, cls, dotted="." in raw_key)
                 continue
             data[key] = value
         if unknown:
@@ -189,6 +223,14 @@ class ClientConfig(BaseModel):
         """The field a Kafka property name (dotted or snake_case) sets; None if unknown."""
         key = cls.PROPERTY_ALIASES.get(name, name.replace(".", "_").replace("-", "_"))
         return key if key in cls.model_fields else None
+
+    @classmethod
+    def property_name(cls, field: str) -> str:
+        """The Kafka dotted name of ``field`` (``linger_ms`` -> ``linger.ms``)."""
+        for alias, target in cls.PROPERTY_ALIASES.items():
+            if target == field:
+                return alias
+        return field.replace("_", ".")
 
     @property
     def bootstrap_addresses(self) -> list[tuple[str, int]]:

@@ -129,7 +129,8 @@ HEADER = """\
      Regenerate with: python tools/gen_config_docs.py -->
 
 Settings are keyword arguments in snake_case, validated once when the client is created: a
-bad configuration raises `ConfigError` naming every bad key. Each client also has
+bad configuration raises `ConfigError` naming every bad key (a misspelt one with the
+closest known names: "did you mean 'linger_ms'?"). Each client also has
 `from_properties({...})`, which takes Kafka's dotted names (second column) with values as
 strings or native types:
 

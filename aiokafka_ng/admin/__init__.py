@@ -63,6 +63,7 @@ from aiokafka_ng.admin.offset_reset import (
     OffsetReset,
     OffsetResetPlan,
     OffsetResetRow,
+    OffsetResetSpec,
     PartitionLag,
     plan_targets,
 )
@@ -139,6 +140,7 @@ __all__ = [
     "OffsetReset",
     "OffsetResetPlan",
     "OffsetResetRow",
+    "OffsetResetSpec",
     "OffsetSpec",
     "PartitionInfo",
     "PartitionLag",

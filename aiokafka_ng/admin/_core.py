@@ -179,7 +179,7 @@ class _AdminCore:
         if pending and cluster is not None and not cluster.ready:
             # Started without the cluster and it never answered: say where we looked.
             status = cluster.status("running")
-            unreachable = f"; no broker of {status.bootstrap_servers} has answered" + (
+            unreachable = f"; no broker of {cluster.bootstrap_summary} has answered" + (
                 f" ({status.last_error})" if status.last_error else ""
             )
         for key in pending:

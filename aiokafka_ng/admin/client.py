@@ -32,7 +32,7 @@ from aiokafka_ng.admin.replica_dirs import ReplicaDirOps
 from aiokafka_ng.admin.share_groups import ShareGroupOps
 from aiokafka_ng.admin.tokens import TokenOps
 from aiokafka_ng.admin.txn_admin import TxnAdminOps
-from aiokafka_ng.cluster import ClientStatus, Cluster, client_status
+from aiokafka_ng.cluster import ClientStatus, Cluster, client_status, describe_servers
 from aiokafka_ng.errors import IllegalStateError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
@@ -123,4 +123,4 @@ class AdminClient(
 
     def __repr__(self) -> str:
         state = "open" if self._open_cluster is not None else "closed"
-        return f"<AdminClient {self._config.bootstrap_servers!r} {state}>"
+        return f"<AdminClient {describe_servers(self._config.bootstrap_addresses)} {state}>"

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal
 
 from aiokafka_ng.admin._groups import GroupOps
 from aiokafka_ng.admin._partitions import PartitionOps
@@ -94,6 +95,29 @@ class OffsetReset:
     offsets: Mapping[TopicPartition, int] = dataclasses.field(default_factory=dict)
 
     @classmethod
+    def parse(cls, spec: OffsetResetSpec) -> OffsetReset:
+        """``spec`` itself, or the reset one of :data:`RESET_STRINGS` names. Only the two
+        resets that take no value have a string form; anything else is a TypeError (a
+        string naming a reset that needs a value says which class method to call)."""
+        if isinstance(spec, OffsetReset):
+            return spec
+        if isinstance(spec, str):
+            if spec in ("earliest", "to-earliest"):
+                return cls.to_earliest()
+            if spec in ("latest", "to-latest"):
+                return cls.to_latest()
+            needs = _NEEDS_VALUE.get(spec)
+            if needs is not None:
+                raise TypeError(
+                    f"offset reset {spec!r} needs a value: pass OffsetReset.{needs}(...) "
+                    f"(strings accepted: {', '.join(map(repr, RESET_STRINGS))})"
+                )
+        raise TypeError(
+            f"offset reset must be an OffsetReset or one of "
+            f"{', '.join(map(repr, RESET_STRINGS))}, got {spec!r}"
+        )
+
+    @classmethod
     def to_earliest(cls) -> OffsetReset:
         return cls(_Kind.EARLIEST)
 
@@ -134,6 +158,22 @@ class OffsetReset:
     def to_offsets(cls, offsets: Mapping[TopicPartition, int]) -> OffsetReset:
         """An offset per partition (clamped); the partitions are the mapping's keys."""
         return cls(_Kind.EXPLICIT, offsets={TopicPartition(*tp): o for tp, o in offsets.items()})
+
+
+#: What ``reset_consumer_group_offsets`` takes: an :class:`OffsetReset`, or the name of one
+#: of the two resets that need no value (as ``kafka-consumer-groups`` spells them, or short).
+OffsetResetSpec = OffsetReset | Literal["earliest", "latest", "to-earliest", "to-latest"]
+RESET_STRINGS = ("earliest", "latest", "to-earliest", "to-latest")
+# The other kinds, by their string and by the class method that builds them.
+_NEEDS_VALUE = {
+    str(_Kind.DATETIME): "to_datetime",
+    "datetime": "to_datetime",
+    "timestamp": "to_timestamp",
+    "by-duration": "by_duration",
+    str(_Kind.SHIFT): "shift_by",
+    str(_Kind.OFFSET): "to_offset",
+    str(_Kind.EXPLICIT): "to_offsets",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +305,7 @@ class OffsetToolOps(TopicOps, PartitionOps, GroupOps):
     async def reset_consumer_group_offsets(
         self,
         group_id: str,
-        reset: OffsetReset,
+        reset: OffsetResetSpec,
         *,
         topics: Iterable[str] | None = None,
         partitions: Iterable[TopicPartition] | None = None,
@@ -276,9 +316,12 @@ class OffsetToolOps(TopicOps, PartitionOps, GroupOps):
 
         Scope: ``partitions``, else every partition of ``topics``, else every partition of
         the topics the group has committed offsets for (``to_offsets`` names its own).
-        Applying raises ``NonEmptyGroupError`` while the group has members; a dry run
-        returns the plan (with the group's state) and changes nothing.
+        ``reset`` may be ``"earliest"``/``"latest"`` (or ``"to-earliest"``/``"to-latest"``);
+        anything else that is not an :class:`OffsetReset` raises TypeError before any
+        request. Applying raises ``NonEmptyGroupError`` while the group has members; a dry
+        run returns the plan (with the group's state) and changes nothing.
         """
+        reset = OffsetReset.parse(reset)
         desc = (await self.describe_consumer_groups([group_id], timeout_ms=timeout_ms)).result(
             group_id
         )

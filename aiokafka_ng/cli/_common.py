@@ -107,7 +107,7 @@ def resolve_connection(args: argparse.Namespace) -> None:
     try:
         parse_bootstrap_servers(servers)
     except ValueError as exc:
-        raise CliError(f"bad bootstrap servers {servers!r}: {exc}", EXIT_USAGE) from None
+        raise CliError(f"bad bootstrap servers: {exc}", EXIT_USAGE) from None  # exc names the item
     args.bootstrap_servers = servers
     args.client_properties = props
     args.ssl_context = ssl_context
@@ -116,13 +116,13 @@ def resolve_connection(args: argparse.Namespace) -> None:
 def _check_keys(props: dict[str, Any]) -> None:
     """Before anything connects: every key must mean something to some client."""
     from aiokafka_ng.admin import AdminConfig
-    from aiokafka_ng.config import ProducerConfig
+    from aiokafka_ng.config import ProducerConfig, unknown_key_problem
     from aiokafka_ng.consumer import ConsumerConfig
     from aiokafka_ng.errors import ConfigError
 
     classes = (ProducerConfig, ConsumerConfig, AdminConfig)
     unknown = {
-        key: "unknown configuration key"
+        key: unknown_key_problem(key, *classes, dotted="." in key)
         for key in props
         if all(cls.field_for(key) is None for cls in classes)
     }
@@ -133,11 +133,16 @@ def _check_keys(props: dict[str, Any]) -> None:
 def client_settings(args: argparse.Namespace, config_cls: Any, **settings: Any) -> dict[str, Any]:
     """Keyword settings for a client: the command config's properties (by field name, the
     SSL context as translated), then the command's own ``settings``, validated together."""
+    from aiokafka_ng.config import unknown_key_problem
     from aiokafka_ng.errors import ConfigError
 
     props: dict[str, Any] = getattr(args, "client_properties", None) or {}
     try:
-        unknown = {k: "unknown configuration key" for k in props if not config_cls.field_for(k)}
+        unknown = {
+            k: unknown_key_problem(k, config_cls, dotted="." in k)
+            for k in props
+            if not config_cls.field_for(k)
+        }
         if unknown:
             raise ConfigError(unknown)
         merged = {config_cls.field_for(k): v for k, v in props.items()}
@@ -160,12 +165,13 @@ async def probe(bootstrap_servers: str, wait_s: float) -> None:
     """
     import socket
 
+    from aiokafka_ng.cluster import describe_servers
     from aiokafka_ng.config import parse_bootstrap_servers
 
     try:
         servers = parse_bootstrap_servers(bootstrap_servers)
     except ValueError as exc:
-        raise CliError(f"bad bootstrap servers {bootstrap_servers!r}: {exc}", EXIT_USAGE) from None
+        raise CliError(f"bad bootstrap servers: {exc}", EXIT_USAGE) from None  # exc names the item
     deadline = anyio.current_time() + wait_s
     while True:
         unresolved: dict[str, str] = {}
@@ -187,7 +193,7 @@ async def probe(bootstrap_servers: str, wait_s: float) -> None:
             more = f" (and {len(unresolved) - 1} more)" if len(unresolved) > 1 else ""
             raise CliError(f"cannot resolve host {host!r}{more}: {reason}")
         if anyio.current_time() >= deadline:
-            raise CliError(f"cannot reach a Kafka broker at {bootstrap_servers}")
+            raise CliError(f"cannot reach a Kafka broker at {describe_servers(servers)}")
         await anyio.sleep(min(0.25, max(0.0, deadline - anyio.current_time())))
 
 

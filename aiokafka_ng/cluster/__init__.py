@@ -14,6 +14,7 @@ from aiokafka_ng.cluster.cluster import (
     ClusterConfig,
     ClusterStatistics,
     client_status,
+    describe_servers,
     parse_bootstrap_servers,
 )
 from aiokafka_ng.cluster.metadata import (
@@ -46,6 +47,7 @@ __all__ = [
     "PoolStatistics",
     "TopicMetadata",
     "client_status",
+    "describe_servers",
     "parse_bootstrap_servers",
     "parse_metadata_response",
 ]

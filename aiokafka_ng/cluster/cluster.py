@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from aiokafka_ng.cluster.config import ClusterConfig, parse_bootstrap_servers
+from aiokafka_ng.cluster.config import ClusterConfig, describe_servers, parse_bootstrap_servers
 from aiokafka_ng.cluster.coordinators import CoordinatorCache
 from aiokafka_ng.cluster.metadata import (
     BrokerMetadata,
@@ -81,6 +81,7 @@ __all__ = [
     "ClusterConfig",
     "ClusterStatistics",
     "client_status",
+    "describe_servers",
     "parse_bootstrap_servers",
 ]
 
@@ -519,6 +520,11 @@ class Cluster:
         return ", ".join(f"{h}:{p}" for h, p in self._config.bootstrap_servers)
 
     @property
+    def bootstrap_summary(self) -> str:
+        """The bootstrap servers for a message: the first few and how many more."""
+        return describe_servers(self._config.bootstrap_servers)
+
+    @property
     def ready(self) -> bool:
         """True once a broker answered a metadata request (bootstrap done)."""
         return self._ok_seq > 0
@@ -549,12 +555,11 @@ class Cluster:
                 await self._attempt_done.wait()
         if scope.cancelled_caught and not self.ready:
             raise KafkaTimeoutError(
-                f"no broker of {self._servers()} answered within {timeout}s"
+                f"no broker of {self.bootstrap_summary} answered within {timeout}s"
                 + (f" (last error: {self._last_error})" if self._last_error else "")
             )
 
     async def _bootstrap(self) -> None:
-        servers = self._config.bootstrap_servers
         self._set_bootstrap_addresses()
         last: BaseException | None = None
         rounds = 0
@@ -572,7 +577,7 @@ class Cluster:
                 rounds += 1
                 await anyio.sleep(self._retry.backoff_s(rounds))
         raise KafkaConnectionError(
-            f"unable to bootstrap from {', '.join(f'{h}:{p}' for h, p in servers)}: {last}"
+            f"unable to bootstrap from {self.bootstrap_summary}: {last}"
         ) from last
 
     async def _refresher(self) -> None:
@@ -593,7 +598,7 @@ class Cluster:
                     # Not bootstrapped yet: say so now and then, not at every retry.
                     log.warning(
                         "no answer from bootstrap servers %s yet (%d attempts): %s",
-                        self._servers(), self._failures, exc,
+                        self.bootstrap_summary, self._failures, exc,
                     )  # fmt: skip
                 else:
                     log.debug("metadata refresh via node %s failed: %r", node_id, exc)

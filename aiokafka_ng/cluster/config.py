@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka_ng.errors import ConfigError
 from aiokafka_ng.net.connection import ConnectionConfig
 
-__all__ = ["ClusterConfig", "parse_bootstrap_servers"]
+__all__ = ["ClusterConfig", "describe_servers", "parse_bootstrap_servers"]
+
+#: How many bootstrap servers a log line or an error message names before "and N more".
+SHOWN_SERVERS = 3
 
 
 def _bad(problem: str) -> ConfigError:
@@ -53,6 +56,15 @@ def parse_bootstrap_servers(servers: str | Iterable[str]) -> list[tuple[str, int
     if not out:
         raise _bad("at least one 'host:port' is required")
     return out
+
+
+def describe_servers(servers: Sequence[tuple[str, int]], shown: int = SHOWN_SERVERS) -> str:
+    """``"h1:9092, h2:9092, h3:9092 and 997 more"``: the bootstrap list for a log line or
+    an error message, bounded (a list of a thousand hosts would otherwise make every
+    "no answer" warning 17 KB long). The full list stays in ``ClientStatus``."""
+    named = ", ".join(f"{h}:{p}" for h, p in servers[:shown])
+    rest = len(servers) - shown
+    return f"{named} and {rest} more" if rest > 0 else named
 
 
 @dataclass(frozen=True, slots=True)

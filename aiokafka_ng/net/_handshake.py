@@ -7,6 +7,7 @@ apart from :mod:`aiokafka_ng.net.connection` so that module is only about pipeli
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -28,6 +29,25 @@ from aiokafka_ng.protocol.primitives import ApiMessage
 RoundTrip = Callable[[ApiMessage, int], Awaitable[bytes]]
 
 _UNSUPPORTED_VERSION = 35
+
+_log = logging.getLogger(__name__)
+
+# Listeners ("host:port") already warned about SASL PLAIN in clear text, for the whole
+# process: the warning is about a listener's configuration, so it is said once per listener,
+# not at every (re)connection or by every client. Bounded by the number of brokers.
+_PLAIN_IN_CLEAR_WARNED: set[str] = set()
+
+
+def _warn_plain_in_clear(where: str) -> None:
+    if where in _PLAIN_IN_CLEAR_WARNED:
+        return
+    _PLAIN_IN_CLEAR_WARNED.add(where)
+    # Never the credentials themselves: this line goes to the same logs an attacker may read.
+    _log.warning(
+        "SASL PLAIN to %s over a plaintext connection: the user name and password are sent "
+        "in clear text; use TLS (security_protocol=SASL_SSL) or a SCRAM mechanism",
+        where,
+    )
 
 
 def api_name(request_type: type[ApiMessage]) -> str:
@@ -124,8 +144,13 @@ async def authenticate(
     sasl: SaslConfig,
     api_versions: Mapping[int, tuple[int, int]],
     where: str,
+    *,
+    tls: bool,
 ) -> None:
-    """SaslHandshake v1 + SaslAuthenticate rounds until the mechanism is complete."""
+    """SaslHandshake v1 + SaslAuthenticate rounds until the mechanism is complete.
+
+    ``tls``: whether the connection is encrypted; PLAIN without it logs a warning, once per
+    listener (PLAIN's one message is the password itself)."""
     handshake_version = common_version(SaslHandshakeRequest, api_versions, where)
     if handshake_version < 1:
         # v0 sends raw SASL tokens outside Kafka framing (before KIP-152); not supported.
@@ -141,6 +166,8 @@ async def authenticate(
         )
     version = common_version(SaslAuthenticateRequest, api_versions, where)
     mechanism = sasl.new_mechanism()
+    if mechanism.name == "PLAIN" and not tls:
+        _warn_plain_in_clear(where)
     token: bytes | None = mechanism.start()
     while token is not None:
         frame = await roundtrip(SaslAuthenticateRequest(auth_bytes=token), version)

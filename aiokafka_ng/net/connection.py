@@ -338,7 +338,11 @@ class Connection:
             )
             if self._config.sasl is not None:
                 await _handshake.authenticate(
-                    self._roundtrip, self._config.sasl, self.api_versions, self._where
+                    self._roundtrip,
+                    self._config.sasl,
+                    self.api_versions,
+                    self._where,
+                    tls=self._config.ssl_context is not None,
                 )
         except ProtocolError as exc:
             raise KafkaConnectionError(

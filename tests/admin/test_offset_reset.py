@@ -23,9 +23,11 @@ from aiokafka_ng.admin import (
     ConsumerGroupState,
     NewTopic,
     OffsetReset,
+    OffsetResetSpec,
     TopicPartition,
     plan_targets,
 )
+from aiokafka_ng.admin.offset_reset import _Kind
 from aiokafka_ng.errors import NonEmptyGroupError
 from aiokafka_ng.testing import LocalBroker
 from tests.admin.test_admin_broker import _consume, admin_for, unique
@@ -108,6 +110,46 @@ def test_time_based_resets_compute_their_timestamp() -> None:
     assert (reset.kind, reset.value) == ("to-datetime", 700_000)
     with pytest.raises(ValueError):
         OffsetReset.to_timestamp(-1)
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind"),
+    [
+        ("earliest", "to-earliest"),
+        ("to-earliest", "to-earliest"),
+        ("latest", "to-latest"),
+        ("to-latest", "to-latest"),
+    ],
+)
+def test_string_specs_name_the_valueless_resets(spec: OffsetResetSpec, kind: str) -> None:
+    assert OffsetReset.parse(spec) == OffsetReset(_Kind(kind))
+    reset = OffsetReset.shift_by(-2)
+    assert OffsetReset.parse(reset) is reset
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("Earliest", "must be an OffsetReset or one of 'earliest', 'latest'"),
+        ("bogus", "got 'bogus'"),
+        (None, "got None"),
+        (5, "got 5"),
+        (b"earliest", "got b'earliest'"),
+        ("to-datetime", r"needs a value: pass OffsetReset\.to_datetime"),
+        ("shift-by", r"needs a value: pass OffsetReset\.shift_by"),
+        ("to-offset", r"needs a value: pass OffsetReset\.to_offset"),
+    ],
+)
+@pytest.mark.anyio
+async def test_anything_else_is_a_type_error_before_any_request(spec: object, match: str) -> None:
+    # No broker: the spec is checked before the first request (this client never starts,
+    # so a request would fail differently).
+    with pytest.raises(TypeError, match=match) as info:
+        OffsetReset.parse(spec)  # type: ignore[arg-type]
+    assert "OffsetReset" in str(info.value) and "'latest'" in str(info.value)
+    admin = AdminClient(bootstrap_servers="127.0.0.1:1")
+    with pytest.raises(TypeError, match=match):
+        await admin.reset_consumer_group_offsets("g", spec)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- the broker
@@ -221,3 +263,32 @@ async def test_reset_refuses_while_the_group_has_members(kafka_broker: LocalBrok
         assert plan.applied
         committed = await admin.list_consumer_group_offsets(group)
         assert {o.offset for o in committed.values()} == {0}
+
+
+@pytest.mark.anyio
+async def test_reset_by_string_spec_against_the_broker(kafka_broker: LocalBroker) -> None:
+    group = unique("by-name")
+    async with admin_for(kafka_broker) as admin:
+        topic = await _topic_with_records(admin, kafka_broker)
+        p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+        (await admin.alter_consumer_group_offsets(group, {p0: 2, p1: 5})).raise_on_error()
+
+        plan = await admin.reset_consumer_group_offsets(group, "earliest")
+        assert plan.applied and plan.reset == OffsetReset.to_earliest()
+        committed = await admin.list_consumer_group_offsets(group)
+        assert {tp: o.offset for tp, o in committed.items()} == {p0: 0, p1: 0}
+
+        plan = await admin.reset_consumer_group_offsets(group, "latest", partitions=[p1])
+        assert plan.applied and plan.reset == OffsetReset.to_latest()
+        committed = await admin.list_consumer_group_offsets(group)
+        assert {tp: o.offset for tp, o in committed.items()} == {p0: 0, p1: PER_PARTITION}
+
+        plan = await admin.reset_consumer_group_offsets(group, "to-latest", dry_run=True)
+        assert not plan.applied
+        assert {tp: r.target for tp, r in plan.partitions.items()} == {
+            p0: PER_PARTITION,
+            p1: PER_PARTITION,
+        }
+        plan = await admin.reset_consumer_group_offsets(group, "to-earliest")
+        committed = await admin.list_consumer_group_offsets(group)
+        assert {tp: o.offset for tp, o in committed.items()} == {p0: 0, p1: 0}

@@ -11,16 +11,21 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
+import ssl
+from pathlib import Path
 
 import anyio
 import pytest
 from net_fake_kafka import FakeConnection, FakeKafka, all_api_versions
+from net_tls_front import tls_front, write_certificate
 
 from aiokafka_ng.errors import (
     SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
     UnsupportedVersionError,
 )
+from aiokafka_ng.net import _handshake
 from aiokafka_ng.net.connection import ConnectionConfig, connect
 from aiokafka_ng.net.sasl import PlainMechanism, SaslConfig, ScramMechanism
 from aiokafka_ng.protocol.framing import RequestHeader
@@ -319,3 +324,84 @@ async def test_broker_without_sasl_handshake_v1_is_unsupported() -> None:
         with pytest.raises(UnsupportedVersionError, match="SaslHandshake v1"):
             async with connect("127.0.0.1", server.port, sasl_config("PLAIN", "pw")):
                 pass
+
+
+# --------------------------------------------------------------------------- PLAIN in clear
+# Still the fake broker, for the reason in the module docstring (no SASL login on Tansu).
+
+PASSWORD = "pa55-never-logged"
+CLEAR_TEXT = "sent in clear text"
+
+
+@pytest.fixture
+def plain_warnings(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> pytest.LogCaptureFixture:
+    """caplog at DEBUG for the client's loggers, and a fresh "already warned" registry: the
+    registry is per process, and a fake broker's port may be one an earlier test used."""
+    monkeypatch.setattr(_handshake, "_PLAIN_IN_CLEAR_WARNED", set())
+    caplog.set_level(logging.DEBUG, logger="aiokafka_ng")
+    return caplog
+
+
+def _clear_text_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if CLEAR_TEXT in r.getMessage()]
+
+
+@pytest.mark.anyio
+async def test_plain_without_tls_warns_once_per_listener_and_never_logs_secrets(
+    plain_warnings: pytest.LogCaptureFixture,
+) -> None:
+    brokers = [sasl_broker(user="alice", password=PASSWORD, enabled=MECHANISMS) for _ in "ab"]
+    async with brokers[0].serve() as one, brokers[1].serve() as two:
+        for port in (one.port, one.port, one.port, two.port):  # three connections to one
+            async with connect("127.0.0.1", port, sasl_config("PLAIN", PASSWORD)) as conn:
+                assert not conn.closed
+        # A failed login sends the password in clear all the same; still no second warning.
+        with pytest.raises(SaslAuthenticationFailedError):
+            async with connect("127.0.0.1", one.port, sasl_config("PLAIN", "wrong")):
+                pass
+    assert len(one.connections) == 4 and len(two.connections) == 1
+    warnings = _clear_text_warnings(plain_warnings)
+    assert [(r.levelno, r.name) for r in warnings] == [(logging.WARNING, _handshake.__name__)] * 2
+    assert f"127.0.0.1:{one.port} " in warnings[0].getMessage()
+    assert f"127.0.0.1:{two.port} " in warnings[1].getMessage()
+    assert "SASL PLAIN" in warnings[0].getMessage() and "SASL_SSL" in warnings[0].getMessage()
+    for record in plain_warnings.records:  # nothing logged at any level carries a secret
+        text = f"{record.getMessage()} {record.args!r} {record.exc_text or ''}"
+        assert PASSWORD not in text and "wrong" not in text and "alice" not in text
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+async def test_scram_without_tls_does_not_warn(
+    plain_warnings: pytest.LogCaptureFixture, mechanism: str
+) -> None:
+    # SCRAM sends a proof, never the password: nothing to warn about.
+    broker = sasl_broker(user="alice", password=PASSWORD, enabled=MECHANISMS)
+    async with (
+        broker.serve() as server,
+        connect("127.0.0.1", server.port, sasl_config(mechanism, PASSWORD)) as conn,
+    ):
+        assert not conn.closed
+    assert _clear_text_warnings(plain_warnings) == []
+
+
+@pytest.mark.anyio
+async def test_plain_over_tls_does_not_warn(
+    plain_warnings: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    ca_file, chain = write_certificate(tmp_path)
+    context = ssl.create_default_context(cafile=str(ca_file))
+    sasl = SaslConfig("PLAIN", "alice", PASSWORD)
+    config = ConnectionConfig(sasl=sasl, ssl_context=context, request_timeout_s=10)
+    broker = sasl_broker(user="alice", password=PASSWORD, enabled=MECHANISMS)
+    async with (
+        broker.serve() as server,
+        tls_front("127.0.0.1", server.port, chain) as port,
+        connect("127.0.0.1", port, config) as conn,
+    ):
+        assert not conn.closed
+    # The login went through the TLS front: PLAIN was spoken, only encrypted.
+    assert (SASL_AUTHENTICATE_KEY, 2) in server.connections[0].seen
+    assert _clear_text_warnings(plain_warnings) == []
