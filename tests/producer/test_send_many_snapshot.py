@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from aiokafka_ng.producer import Producer
-from aiokafka_ng.protocol import _speedups
+from aiokafka_ng.protocol import speedups
 from tests.producer.test_send_batch import read_all
 
 pytestmark = pytest.mark.anyio
@@ -50,9 +50,10 @@ class Caller:
         elif form == "bytearray-items":
             self.arg = [bytearray(item) for item in items]
         else:
+            assert speedups.BinaryColumn is not None, "the C kernel is not built"
             self.buffers = _column_buffers(items)
             offsets, data, validity = self.buffers
-            self.arg = _speedups.BinaryColumn(offsets, data, validity, 0, len(items))
+            self.arg = speedups.BinaryColumn(offsets, data, validity, 0, len(items))
             # After the column was made, before it is sent: new offsets (a negative one,
             # one past the data, decreasing ones) and a cleared bitmap.
             offsets[0:4] = (-100_000).to_bytes(4, "little", signed=True)
