@@ -130,8 +130,10 @@ BinaryColumn_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             goto done;
         }
         b->has_view = 1;
-        dp = (const char *)b->view.buf;
         dlen = b->view.len;
+        if (dlen > 0) { /* an empty export may point nowhere (NULL): keep ``empty`` */
+            dp = (const char *)b->view.buf;
+        }
     }
     if (validity != Py_None) {
         if (PyObject_GetBuffer(validity, &vv, PyBUF_SIMPLE) < 0) {
@@ -174,7 +176,9 @@ BinaryColumn_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (bits == NULL) {
             goto done;
         }
-        memcpy(bits, (const uint8_t *)vv.buf + (offset >> 3), vbytes);
+        if (vbytes > 0) { /* vv.buf may be NULL when it is empty */
+            memcpy(bits, (const uint8_t *)vv.buf + (offset >> 3), vbytes);
+        }
         vp = bits;
     }
     const int32_t *o32 = large ? NULL : (const int32_t *)offs;
