@@ -97,7 +97,8 @@ async def test_changes_after_send_many_returns_change_nothing_sent(
         run = await p.send_many(topic, vals.arg, keys=None if ks is None else ks.arg)
         if metadata == "unknown":
             # Returned with nothing encoded: the run waits whole in the topic's queue.
-            assert sum(len(e.values) for e in p._acc.topics[topic].pending) == N
+            pending: Any = p._acc.topics[topic].pending
+            assert sum(len(e.values) for e in pending) == N
         vals.scribble(b"V")
         if ks is not None:
             ks.scribble(b"K")

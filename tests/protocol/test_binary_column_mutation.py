@@ -32,7 +32,7 @@ from tests.protocol import binary_column_twin
 
 records_py = _native.load_pure_twin("aiokafka_ng.protocol.records")
 
-IMPLS = [_speedups.BinaryColumn, binary_column_twin.BinaryColumn]
+IMPLS: list[Any] = [_speedups.BinaryColumn, binary_column_twin.BinaryColumn]
 _SETTINGS = settings(
     deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow], max_examples=150
 )
