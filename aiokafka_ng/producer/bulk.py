@@ -286,6 +286,10 @@ async def _queue_chunk(
             pool.release(total)
             raise producer._not_running()
         fast = t.ready and not t.pending
+    if not fast:
+        # Not encoded before send_many returns: a column's data buffer is the caller's and
+        # may change after that, so the chunk keeps a copy (lists are the run's own already).
+        keys, values = _own(keys), _own(values)
     chunk = PendingRun(partition, ts, keys, values, sizes, futures, shared, positions, _place_chunk)
     if fast:
         _place_chunk(acc, t, chunk)
@@ -293,6 +297,13 @@ async def _queue_chunk(
         # Behind the topic's metadata (or records already waiting for it): the chunk
         # waits as one entry and is placed whole, in its turn, when the metadata comes.
         acc.queue_run(t, chunk)
+
+
+def _own(items: Any) -> Any:
+    """``items`` with nothing shared with the caller: a column's copy, else as it is."""
+    if BinaryColumn is not None and items.__class__ is BinaryColumn:
+        return items.copy()
+    return items
 
 
 def _place_chunk(acc: Accumulator, t: _Topic, chunk: PendingRun) -> None:

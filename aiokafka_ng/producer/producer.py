@@ -473,6 +473,13 @@ class Producer:
         when every record is decided; awaited it gives the records' ``RecordMetadata`` in
         order (built when read) or raises the first error; ``errors()`` and
         ``metadata(i)`` tell each record's own outcome.
+
+        What is sent is what ``values`` and ``keys`` hold when this returns: the records
+        are encoded by then, or copied (a run waiting for its topic's metadata), so the
+        caller may change or reuse its lists and buffers once it has returned. Items are
+        ``bytes`` or ``None`` (a ``bytearray`` or ``memoryview`` item is copied);
+        ``values`` and ``keys`` may also be a ``BinaryColumn`` (the C kernel's view of
+        an Arrow binary array), whose data buffer is read until this returns.
         """
         from aiokafka_ng.producer.bulk import send_many
 

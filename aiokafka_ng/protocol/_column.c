@@ -1,12 +1,26 @@
-/* BinaryColumn: the items of an Arrow binary (or large_binary) array, read in place from its
- * buffers, for the bulk path of aiokafka_ng.protocol._speedups (see _speedups.c).
+/* BinaryColumn: the items of an Arrow binary (or large_binary) array, for the bulk path of
+ * aiokafka_ng.protocol._speedups (see _speedups.c).
  *
  * A column is made from PEP 3118 buffers (what pyarrow's ``Array.buffers()`` gives: offsets,
- * data, optional validity bitmap) and an element offset and length, as Arrow slices them. It
- * checks them once, when made: every offset it will read lies inside the data and none
- * decreases, and the bitmap covers every item, so nothing read later can stray outside the
- * buffers. The buffers are held (views released when the last column using them is freed);
- * slicing gives a view sharing them, ``take()`` a copy with memory of its own.
+ * data, optional validity bitmap) and an element offset and length, as Arrow slices them.
+ *
+ * Memory safety does not depend on the caller. The buffers may be writable (a bytearray,
+ * an array, ``pa.py_buffer`` over a bytearray, most pyarrow arrays) and may change after the
+ * column is made, so a column keeps nothing it reads positions from in the caller's memory:
+ *
+ * - its offsets and validity bits are copied, once, into memory of its own, and checked on
+ *   that copy (every offset inside the data, none decreasing) -- a check on the caller's
+ *   buffer would say nothing about what it holds a moment later;
+ * - the data buffer is read in place through a view the column holds until its last slice
+ *   is freed. A held view keeps the memory alive and of the same size (a bytearray, an
+ *   array or an mmap refuses to resize or close while exported: BufferError), so any
+ *   offset checked at construction stays inside it. The data's bytes may still change;
+ *   then the items change with them, and never read outside the buffer.
+ *
+ * The copy costs 4 (8 for large_binary) bytes per item, about 1/25 of a column of 100-byte
+ * items; docs/internals.md has the measurements. Slicing gives a view sharing the backing;
+ * ``take()`` and ``copy()`` a column with memory of its own (``copy()`` is what the
+ * producer keeps of a run it has not encoded yet when ``send_many`` returns).
  */
 #include "_column.h"
 
@@ -14,17 +28,17 @@
 
 typedef struct {
     PyObject_HEAD
-    Py_buffer views[3]; /* acquired from the buffers a column was made from */
-    int nviews;
-    void *owned[3]; /* or memory of its own (take) */
+    Py_buffer view; /* the data buffer's view, when ``has_view`` */
+    int has_view;
+    void *owned[3]; /* memory of its own: offsets, bitmap, data (copy/take) */
     int nowned;
 } Backing;
 
 static void
 Backing_dealloc(Backing *self)
 {
-    for (int i = 0; i < self->nviews; i++) {
-        PyBuffer_Release(&self->views[i]);
+    if (self->has_view) {
+        PyBuffer_Release(&self->view);
     }
     for (int i = 0; i < self->nowned; i++) {
         PyMem_Free(self->owned[i]);
@@ -41,13 +55,33 @@ static PyTypeObject BackingType = {
     .tp_new = NULL,
 };
 
+static Backing *
+backing_new(void)
+{
+    Backing *b = PyObject_New(Backing, &BackingType);
+    if (b != NULL) {
+        b->has_view = 0;
+        b->nowned = 0;
+    }
+    return b;
+}
 
-
-
+/* ``size`` bytes (at least 1) owned by ``b``; NULL with MemoryError set. */
+static void *
+backing_alloc(Backing *b, size_t size, int zero)
+{
+    void *p = zero ? PyMem_Calloc(size ? size : 1, 1) : PyMem_Malloc(size ? size : 1);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    b->owned[b->nowned++] = p;
+    return p;
+}
 
 static BinaryColumn *
 column_new(PyObject *backing, const char *data, const int32_t *off32, const int64_t *off64,
-           const uint8_t *valid, Py_ssize_t offset, Py_ssize_t length)
+           const uint8_t *valid, Py_ssize_t vbit, Py_ssize_t length)
 {
     BinaryColumn *c = PyObject_New(BinaryColumn, &BinaryColumnType);
     if (c == NULL) {
@@ -59,7 +93,7 @@ column_new(PyObject *backing, const char *data, const int32_t *off32, const int6
     c->off32 = off32;
     c->off64 = off64;
     c->valid = valid;
-    c->offset = offset;
+    c->vbit = vbit;
     c->length = length;
     return c;
 }
@@ -75,41 +109,40 @@ BinaryColumn_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                      &offset, &length, &large)) {
         return NULL;
     }
-    Backing *b = PyObject_New(Backing, &BackingType);
+    Backing *b = backing_new();
     if (b == NULL) {
         return NULL;
     }
-    b->nviews = 0;
-    b->nowned = 0;
     BinaryColumn *c = NULL;
-    if (PyObject_GetBuffer(offsets, &b->views[0], PyBUF_SIMPLE) < 0) {
+    /* The offsets and the bitmap are read only here (copied), the data for the column's
+     * life: its view goes to the backing, the other two are released before returning. */
+    Py_buffer ov, vv;
+    int have_o = 0, have_v = 0;
+    if (PyObject_GetBuffer(offsets, &ov, PyBUF_SIMPLE) < 0) {
         goto done;
     }
-    b->nviews = 1;
+    have_o = 1;
     static const char empty[1] = {0};
     const char *dp = empty;
     Py_ssize_t dlen = 0;
     if (data != Py_None) {
-        if (PyObject_GetBuffer(data, &b->views[1], PyBUF_SIMPLE) < 0) {
+        if (PyObject_GetBuffer(data, &b->view, PyBUF_SIMPLE) < 0) {
             goto done;
         }
-        b->nviews = 2;
-        dp = (const char *)b->views[1].buf;
-        dlen = b->views[1].len;
+        b->has_view = 1;
+        dlen = b->view.len;
+        if (dlen > 0) { /* an empty export may point nowhere (NULL): keep ``empty`` */
+            dp = (const char *)b->view.buf;
+        }
     }
-    const uint8_t *vp = NULL;
-    Py_ssize_t vlen = 0;
     if (validity != Py_None) {
-        Py_buffer *v = &b->views[b->nviews];
-        if (PyObject_GetBuffer(validity, v, PyBUF_SIMPLE) < 0) {
+        if (PyObject_GetBuffer(validity, &vv, PyBUF_SIMPLE) < 0) {
             goto done;
         }
-        b->nviews++;
-        vp = (const uint8_t *)v->buf;
-        vlen = v->len;
+        have_v = 1;
     }
     Py_ssize_t width = large ? 8 : 4;
-    Py_ssize_t entries = b->views[0].len / width;
+    Py_ssize_t entries = ov.len / width;
     if (offset < 0 || entries < 1 || offset > entries - 1) {
         PyErr_Format(PyExc_ValueError, "BinaryColumn: offset %zd outside %zd offsets", offset,
                      entries);
@@ -123,22 +156,39 @@ BinaryColumn_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                      length, offset + length + 1, entries);
         goto done;
     }
-    if (vp != NULL && vlen < (offset + length + 7) / 8) {
+    if (have_v && vv.len < (offset + length + 7) / 8) {
         PyErr_SetString(PyExc_ValueError, "BinaryColumn: validity bitmap too short");
         goto done;
     }
-    if (((uintptr_t)b->views[0].buf) % width) {
-        PyErr_SetString(PyExc_ValueError, "BinaryColumn: offsets buffer is not aligned");
+    /* Copies first, checks on the copies: what is checked is what is read later. memcpy
+     * also takes offsets at any alignment. */
+    size_t obytes = (size_t)(length + 1) * (size_t)width;
+    void *offs = backing_alloc(b, obytes, 0);
+    if (offs == NULL) {
         goto done;
     }
-    const int32_t *o32 = large ? NULL : (const int32_t *)b->views[0].buf;
-    const int64_t *o64 = large ? (const int64_t *)b->views[0].buf : NULL;
-    int64_t prev = large ? o64[offset] : o32[offset];
+    memcpy(offs, (const char *)ov.buf + offset * width, obytes);
+    const uint8_t *vp = NULL;
+    Py_ssize_t vbit = offset & 7;
+    if (have_v) {
+        size_t vbytes = (size_t)((vbit + length + 7) / 8);
+        uint8_t *bits = backing_alloc(b, vbytes, 0);
+        if (bits == NULL) {
+            goto done;
+        }
+        if (vbytes > 0) { /* vv.buf may be NULL when it is empty */
+            memcpy(bits, (const uint8_t *)vv.buf + (offset >> 3), vbytes);
+        }
+        vp = bits;
+    }
+    const int32_t *o32 = large ? NULL : (const int32_t *)offs;
+    const int64_t *o64 = large ? (const int64_t *)offs : NULL;
+    int64_t prev = large ? o64[0] : o32[0];
     if (prev < 0 || prev > dlen) {
         PyErr_SetString(PyExc_ValueError, "BinaryColumn: an offset lies outside the data");
         goto done;
     }
-    for (Py_ssize_t j = offset + 1; j <= offset + length; j++) {
+    for (Py_ssize_t j = 1; j <= length; j++) {
         int64_t o = large ? o64[j] : o32[j];
         if (o < prev || o > dlen) {
             PyErr_SetString(PyExc_ValueError,
@@ -147,8 +197,14 @@ BinaryColumn_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         }
         prev = o;
     }
-    c = column_new((PyObject *)b, dp, o32, o64, vp, offset, length);
+    c = column_new((PyObject *)b, dp, o32, o64, vp, vbit, length);
 done:
+    if (have_o) {
+        PyBuffer_Release(&ov);
+    }
+    if (have_v) {
+        PyBuffer_Release(&vv);
+    }
     Py_DECREF(b);
     return (PyObject *)c;
 }
@@ -195,8 +251,11 @@ BinaryColumn_subscript(BinaryColumn *self, PyObject *key)
             PyErr_SetString(PyExc_ValueError, "BinaryColumn slices take no step");
             return NULL;
         }
-        return (PyObject *)column_new(self->backing, self->data, self->off32, self->off64,
-                                      self->valid, self->offset + start, n);
+        /* No pointer arithmetic on the absent one of off32/off64 (NULL + n is undefined). */
+        return (PyObject *)column_new(self->backing, self->data,
+                                      self->off32 ? self->off32 + start : NULL,
+                                      self->off64 ? self->off64 + start : NULL, self->valid,
+                                      self->vbit + start, n);
     }
     Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
     if (i == -1 && PyErr_Occurred()) {
@@ -208,7 +267,7 @@ BinaryColumn_subscript(BinaryColumn *self, PyObject *key)
     return BinaryColumn_item(self, i);
 }
 
-/* The items at ``indices`` (ints, in order) as a new column with buffers of its own. */
+/* The items at ``indices`` (ints, in order) as a new column with memory of its own. */
 PyObject *
 column_take(BinaryColumn *self, const Py_ssize_t *idx, Py_ssize_t n)
 {
@@ -224,27 +283,19 @@ column_take(BinaryColumn *self, const Py_ssize_t *idx, Py_ssize_t n)
             total += len;
         }
     }
-    Backing *b = PyObject_New(Backing, &BackingType);
+    Backing *b = backing_new();
     if (b == NULL) {
         return NULL;
     }
-    b->nviews = 0;
-    b->nowned = 0;
-    char *data = PyMem_Malloc(total ? (size_t)total : 1);
-    int64_t *offs = PyMem_Malloc(sizeof(int64_t) * (size_t)(n + 1));
-    uint8_t *valid = any_null ? PyMem_Calloc((size_t)(n + 7) / 8, 1) : NULL;
-    if (data) {
-        b->owned[b->nowned++] = data;
+    char *data = backing_alloc(b, (size_t)total, 0);
+    int64_t *offs = data ? backing_alloc(b, sizeof(int64_t) * (size_t)(n + 1), 0) : NULL;
+    uint8_t *valid = NULL;
+    if (offs && any_null) {
+        valid = backing_alloc(b, (size_t)(n + 7) / 8, 1);
     }
-    if (offs) {
-        b->owned[b->nowned++] = offs;
-    }
-    if (valid) {
-        b->owned[b->nowned++] = valid;
-    }
-    if (!data || !offs || (any_null && !valid)) {
+    if (!offs || (any_null && !valid)) {
         Py_DECREF(b);
-        return PyErr_NoMemory();
+        return NULL;
     }
     int64_t pos = 0;
     offs[0] = 0;
@@ -260,6 +311,45 @@ column_take(BinaryColumn *self, const Py_ssize_t *idx, Py_ssize_t n)
             }
         }
         offs[k + 1] = pos;
+    }
+    PyObject *c = (PyObject *)column_new((PyObject *)b, data, NULL, offs, valid, 0, n);
+    Py_DECREF(b);
+    return c;
+}
+
+/* copy(): the same items with memory of their own -- the bytes the items span now, one
+ * memcpy, and offsets rebased to them -- so later changes to the data buffer the column
+ * was made from do not reach it. */
+static PyObject *
+BinaryColumn_copy(BinaryColumn *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t n = self->length;
+    int64_t base = COL_OFF(self, 0);
+    int64_t span = COL_OFF(self, n) - base;
+    Backing *b = backing_new();
+    if (b == NULL) {
+        return NULL;
+    }
+    char *data = backing_alloc(b, (size_t)span, 0);
+    int64_t *offs = data ? backing_alloc(b, sizeof(int64_t) * (size_t)(n + 1), 0) : NULL;
+    uint8_t *valid = NULL;
+    if (offs && self->valid) {
+        valid = backing_alloc(b, (size_t)(n + 7) / 8, 1);
+    }
+    if (!offs || (self->valid && !valid)) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    memcpy(data, self->data + base, (size_t)span);
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        offs[i] = COL_OFF(self, i) - base;
+    }
+    if (valid) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!COL_IS_NULL(self, i)) {
+                valid[i >> 3] |= (uint8_t)(1 << (i & 7));
+            }
+        }
     }
     PyObject *c = (PyObject *)column_new((PyObject *)b, data, NULL, offs, valid, 0, n);
     Py_DECREF(b);
@@ -302,8 +392,7 @@ BinaryColumn_nbytes(BinaryColumn *self, PyObject *Py_UNUSED(ignored))
     if (self->length == 0) {
         return PyLong_FromLong(0);
     }
-    return PyLong_FromLongLong(COL_OFF(self, self->offset + self->length) -
-                               COL_OFF(self, self->offset));
+    return PyLong_FromLongLong(COL_OFF(self, self->length) - COL_OFF(self, 0));
 }
 
 static PyObject *
@@ -312,8 +401,7 @@ BinaryColumn_null_count(BinaryColumn *self, PyObject *Py_UNUSED(ignored))
     Py_ssize_t nulls = 0;
     if (self->valid) {
         for (Py_ssize_t i = 0; i < self->length; i++) {
-            Py_ssize_t j = self->offset + i;
-            nulls += COL_IS_NULL(self, j) ? 1 : 0;
+            nulls += COL_IS_NULL(self, i) ? 1 : 0;
         }
     }
     return PyLong_FromSsize_t(nulls);
@@ -328,6 +416,8 @@ BinaryColumn_repr(BinaryColumn *self)
 static PyMethodDef BinaryColumn_methods[] = {
     {"take", (PyCFunction)BinaryColumn_take, METH_O,
      "take(indexes) -> BinaryColumn: those items, in that order, copied."},
+    {"copy", (PyCFunction)BinaryColumn_copy, METH_NOARGS,
+     "copy() -> BinaryColumn: the same items in memory of their own (nothing shared)."},
     {"nbytes", (PyCFunction)BinaryColumn_nbytes, METH_NOARGS,
      "nbytes() -> int: the items' bytes (nulls count 0)."},
     {"null_count", (PyCFunction)BinaryColumn_null_count, METH_NOARGS,
@@ -350,8 +440,11 @@ PyTypeObject BinaryColumnType = {
     .tp_name = "aiokafka_ng.protocol._speedups.BinaryColumn",
     .tp_doc = PyDoc_STR(
         "BinaryColumn(offsets, data, validity=None, offset=0, length=-1, large=False)\n\n"
-        "The items of an Arrow binary (or large_binary, large=True) array, read in place\n"
-        "from its buffers: a sequence of bytes or None. Slicing gives a view; take() a copy."),
+        "The items of an Arrow binary (or large_binary, large=True) array: a sequence of\n"
+        "bytes or None. The offsets and validity bitmap are copied when the column is made;\n"
+        "the data buffer is read in place (held: it cannot be resized while the column\n"
+        "lives; changes to its bytes show in the items). Slicing gives a view; take() and\n"
+        "copy() a column with memory of its own."),
     .tp_basicsize = sizeof(BinaryColumn),
     .tp_dealloc = (destructor)BinaryColumn_dealloc,
     .tp_repr = (reprfunc)BinaryColumn_repr,

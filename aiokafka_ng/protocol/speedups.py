@@ -52,7 +52,7 @@ split_keyed: SplitKeyed | None = None
 #: Off and back on the cyclic GC's lists (``record_reader.ConsumerRecord``'s ``_C_TRACK``).
 untrack: Callable[[object], None] | None = None
 track: Callable[[object], None] | None = None
-#: ``_speedups.BinaryColumn`` (an Arrow binary array's buffers read in place), or None.
+#: ``_speedups.BinaryColumn`` (an Arrow binary array, its data buffer read in place), or None.
 BinaryColumn: type[_stub.BinaryColumn] | None = None
 
 try:

@@ -20,7 +20,8 @@ def arrow_array(items: list[bytes | None], *, large: bool = False, pad: int = 0)
 
 
 def column(items: list[bytes | None], *, large: bool = False, pad: int = 0) -> Any:
-    """A ``BinaryColumn`` over :func:`arrow_array`'s buffers (read in place)."""
+    """A ``BinaryColumn`` over :func:`arrow_array`'s buffers (offsets and bitmap copied, the
+    data read in place)."""
     assert speedups.BinaryColumn is not None, "the C kernel is not built"
     arr = arrow_array(items, large=large, pad=pad)
     validity, offsets, data = arr.buffers()
