@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from types import TracebackType
+from dataclasses import dataclass, replace
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -645,6 +645,17 @@ class Cluster:
         self._last_ok_at = now
         self._ok_seq = seq
         update = parse_metadata_response(response)
+        if len(update.topics) > len(topics) or not update.topics.keys() <= set(topics):
+            # Kafka answers only the topics asked for. Whatever else a broken or hostile
+            # broker adds stays out of the cache, which would otherwise grow by a whole
+            # answer's worth of topics (up to the decode limits) on every refresh.
+            asked = set(topics)
+            kept = {n: t for n, t in update.topics.items() if n in asked}
+            log.warning(
+                "metadata answer from node %s named %d topic(s) not asked for; ignored",
+                node_id, len(update.topics) - len(kept),
+            )  # fmt: skip
+            update = replace(update, topics=MappingProxyType(kept))
         for name in update.topics:
             self._answered[name] = seq
         self._install(self._metadata.merge(update), update.topics)

@@ -74,13 +74,14 @@ from aiokafka_ng.net._errors import IO_ERRORS, connection_error, describe, trans
 from aiokafka_ng.net.sasl import SaslConfig
 from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.framing import (
+    DEFAULT_MAX_FRAME_SIZE,
     FrameReader,
     decode_response,
     encode_request,
     peek_correlation_id,
 )
 from aiokafka_ng.protocol.messages import RESPONSE_TYPES
-from aiokafka_ng.protocol.primitives import ApiMessage
+from aiokafka_ng.protocol.primitives import DEFAULT_LIMITS, ApiMessage, DecodeLimits
 
 __all__ = [
     "Connection",
@@ -110,10 +111,18 @@ class ConnectionConfig:
     connect_timeout_s: float = 10.0
     ssl_context: ssl.SSLContext | None = None
     sasl: SaslConfig | None = None
+    # What one answer may make us allocate. A larger frame is refused at its size prefix,
+    # before a byte of it is buffered; the clients derive it from their own size settings
+    # (ClientConfig.max_response_bytes). decode_limits bounds the structs one frame may
+    # decode to (a frame-sized answer of small structs costs ~40x its size in objects).
+    max_response_bytes: int = DEFAULT_MAX_FRAME_SIZE
+    decode_limits: DecodeLimits = DEFAULT_LIMITS
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
+        if self.max_response_bytes < 1024:
+            raise ValueError("max_response_bytes must be >= 1024")
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise ValueError("timeouts must be > 0")
 
@@ -172,7 +181,7 @@ class Connection:
         self._where = f"{host}:{port}"
         self._state = ConnectionState.CONNECTING
         self._close_reason = ""
-        self._frames = FrameReader()
+        self._frames = FrameReader(config.max_response_bytes)
         self._permits = anyio.Semaphore(
             config.max_in_flight, max_value=config.max_in_flight, fast_acquire=True
         )
@@ -513,6 +522,9 @@ class Connection:
         except IO_ERRORS as exc:
             self._poison(describe(exc), cause=exc)
         except ProtocolError as exc:
+            # Garbage or an answer over the limits: worth a warning (a broken or hostile
+            # broker), unlike an ordinary disconnect. Pending requests fail retriably.
+            _log.warning("undecodable frame from %s: %s", self._where, exc)
             self._poison(f"undecodable frame from the broker: {exc}", cause=exc)
 
     def _dispatch(self, frame: bytes) -> None:
@@ -547,7 +559,9 @@ class Connection:
             )
             return
         # Decode before popping: a ProtocolError poisons with this entry still pending.
-        _, response = decode_response(entry.response_type, entry.version, frame)
+        _, response = decode_response(
+            entry.response_type, entry.version, frame, self._config.decode_limits
+        )
         self._in_flight.popleft()
         self._responses_received += 1
         self._settle(entry, response=response)
