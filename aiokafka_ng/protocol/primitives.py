@@ -33,10 +33,12 @@ for values that cannot be represented (None where not nullable, out-of-range int
 
 from __future__ import annotations
 
+import linecache
+import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from types import MappingProxyType, TracebackType
 from typing import Any, ClassVar, NamedTuple, Self
 from uuid import UUID
 
@@ -545,6 +547,48 @@ class Writer:
             self.buf.append(0)
 
 
+# A line of generated ``_read`` code names the field it reads: ``f_name = r.string()``,
+# ``_n_topics = r.array_len(...)``, ``f_a, f_b = r.fixed(...)``, ``obj.name = ...`` (tagged).
+_FIELD_LINE = re.compile(r"(?:f_|_n_|obj\.)(\w+)(?:, f_\w+)* = ")
+
+
+def _failed_field(tb: TracebackType | None) -> str | None:
+    """``Class.field`` whose read raised, from the innermost generated ``_read`` frame.
+
+    Worked out from the traceback, so the success path pays nothing for naming fields.
+    """
+    found = None
+    while tb is not None:
+        code = tb.tb_frame.f_code  # not f_locals: a snapshot of them would pin the buffer
+        owner, _, method = code.co_qualname.rpartition(".")
+        if method == "_read" and owner:
+            line = linecache.getline(code.co_filename, tb.tb_lineno)
+            m = _FIELD_LINE.match(line.strip())
+            if m is not None:
+                found = f"{owner}.{m.group(1)}"
+            elif "unknown_tags" in line or "tag_count" in line or "tagged_field" in line:
+                found = f"{owner} tagged fields"
+        tb = tb.tb_next
+    return found
+
+
+def _located(exc: BaseException, message: str, version: int) -> ProtocolError:
+    """A ProtocolError (of ``exc``'s class when it is one) naming the message, version and
+    the field whose bytes were bad.
+
+    ``exc`` loses its traceback: its frames hold the Reader and so the whole answer, and
+    with the raising frame it forms a cycle only the cyclic GC would free -- a broker
+    sending 90 MB answers got several of them kept alive at once (measured: +500 MB)."""
+    field_name = _failed_field(exc.__traceback__)
+    exc.with_traceback(None)
+    text = str(exc)
+    if field_name is not None and not text.startswith(field_name):
+        text = f"{field_name}: {text}"
+    if isinstance(exc, ProtocolError):
+        return type(exc)(f"{message} v{version}, {text}")
+    return ProtocolError(f"malformed {message} v{version}, {text}")
+
+
 class FieldSpec(NamedTuple):
     """Schema of one field, emitted by the generator as ``_SCHEMA`` (used by tests/tools).
 
@@ -590,10 +634,8 @@ class Struct:
         """Parse ``buf`` as ``version``; raises only :class:`ProtocolError` on bad bytes."""
         try:
             return cls._read(Reader(buf), version)
-        except ProtocolError:
-            raise
-        except _DECODE_ERRORS as exc:
-            raise ProtocolError(f"malformed {cls.__name__} v{version}: {exc}") from exc
+        except (ProtocolError, *_DECODE_ERRORS) as exc:
+            raise _located(exc, cls.__name__, version) from exc
 
 
 class Message(Struct):
@@ -638,10 +680,8 @@ class Message(Struct):
             )
         try:
             return cls._read(r, version)
-        except ProtocolError:
-            raise
-        except _DECODE_ERRORS as exc:
-            raise ProtocolError(f"malformed {cls.__name__} v{version}: {exc}") from exc
+        except (ProtocolError, *_DECODE_ERRORS) as exc:
+            raise _located(exc, cls.__name__, version) from exc
 
     @classmethod
     def is_flexible(cls, version: int) -> bool:
