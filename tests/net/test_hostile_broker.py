@@ -130,10 +130,9 @@ async def test_hostile_metadata_answer(row: Row) -> None:
             bootstrap_timeout_ms=700,
         )
         gc.collect()
-        with peak_rss_growth() as growth:
-            with pytest.raises(KafkaConnectionError) as caught:
-                async with Cluster(config):
-                    pass
+        with peak_rss_growth() as growth, pytest.raises(KafkaConnectionError) as caught:
+            async with Cluster(config):
+                pass
         tg.cancel_scope.cancel()
 
     message = str(caught.value)
