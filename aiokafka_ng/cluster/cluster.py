@@ -71,6 +71,7 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
+from aiokafka_ng.protocol.primitives import DecodeLimits
 
 if TYPE_CHECKING:
     from aiokafka_ng.net.connection import Connection
@@ -627,7 +628,11 @@ class Cluster:
                 allow_auto_topic_creation=self._config.allow_auto_topic_creation,
             )
             self._metadata_requests += 1
-            response = await conn.send(request, version=version)
+            response = await conn.send(
+                request,
+                version=version,
+                limits=_answer_limits(self._config.connection.decode_limits, len(topics)),
+            )
         except KafkaError as exc:
             self._last_error = exc
             self._metadata_failures += 1
@@ -759,3 +764,13 @@ class _timeout:
             # Our deadline fired (not an outer cancellation): report what was missing.
             raise KafkaTimeoutError(f"timed out: {self._describe()}") from None
         return swallowed
+
+
+def _answer_limits(base: DecodeLimits, asked: int) -> DecodeLimits | None:
+    """The decode limits of a Metadata answer for ``asked`` topics: no more topics than
+    asked (Kafka answers exactly those), so a hostile answer costs at most ``asked`` times
+    the per-topic partition limit instead of the whole per-answer struct budget. An empty
+    list keeps the connection's limits (it means "all topics" to Metadata v0)."""
+    if not asked:
+        return None
+    return replace(base, per_field={**base.per_field, "MetadataResponse.topics": asked})

@@ -161,6 +161,7 @@ class _InFlight:
     response: Any = None
     error: KafkaError | None = None
     abandoned: bool = False  # the caller stopped waiting; the response is discarded
+    limits: DecodeLimits | None = None  # None: the connection's decode_limits
 
 
 class Connection:
@@ -387,15 +388,22 @@ class Connection:
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (a deadline per request, by contract)
         expect_response: bool = True,
+        limits: DecodeLimits | None = None,
     ) -> Any:
         """Send ``request`` and return its decoded response (``None`` without a response).
 
         Raises KafkaConnectionError (retriable) when the connection is or becomes closed,
         RequestTimeoutError (retriable) when ``timeout`` runs out, UnsupportedVersionError
-        when no version is common to client and broker.
+        when no version is common to client and broker. ``limits`` replaces the
+        connection's ``decode_limits`` for this answer (a caller that knows how much it
+        asked for can hold the answer to that).
         """
         pending = await self.submit(
-            request, version=version, timeout=timeout, expect_response=expect_response
+            request,
+            version=version,
+            timeout=timeout,
+            expect_response=expect_response,
+            limits=limits,
         )
         return await pending.wait()
 
@@ -406,6 +414,7 @@ class Connection:
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (a deadline per request, by contract)
         expect_response: bool = True,
+        limits: DecodeLimits | None = None,
     ) -> PendingResponse:
         """Write ``request`` and return once it is on the wire; ``await .wait()`` the answer.
 
@@ -437,7 +446,10 @@ class Connection:
                 f"({self._config.max_in_flight} requests outstanding)"
             )
         entry = _InFlight(
-            _handshake.api_name(request_type), RESPONSE_TYPES[request.API_KEY], version
+            _handshake.api_name(request_type),
+            RESPONSE_TYPES[request.API_KEY],
+            version,
+            limits=limits,
         )
         try:
             await self._write(request, version, deadline, entry)
@@ -562,7 +574,7 @@ class Connection:
             return
         # Decode before popping: a ProtocolError poisons with this entry still pending.
         _, response = decode_response(
-            entry.response_type, entry.version, frame, self._config.decode_limits
+            entry.response_type, entry.version, frame, entry.limits or self._config.decode_limits
         )
         self._in_flight.popleft()
         self._responses_received += 1

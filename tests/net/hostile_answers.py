@@ -15,12 +15,18 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import anyio
 
 from aiokafka_ng.protocol.messages.metadata import (
     MetadataResponseBroker,
     MetadataResponsePartition,
 )
 from aiokafka_ng.protocol.primitives import Writer
+
+if TYPE_CHECKING:
+    from net_fake_kafka import Received
 
 METADATA_VERSION = 12
 _I32 = struct.Struct(">i")
@@ -108,6 +114,20 @@ def garbage(correlation_id: int, port: int) -> bytes:
 def wrong_correlation_id(correlation_id: int, port: int) -> bytes:
     """A well-formed answer carrying another request's correlation id."""
     return many_partitions(correlation_id + 1000, port, 1)
+
+
+async def send_answer(received: Received, template: bytes, cid_shift: int = 0) -> None:
+    """Send ``template`` (a frame built for correlation id 0) as the answer to ``received``,
+    with its correlation id (plus ``cid_shift``); in 1 MiB pieces, so that no send buffers
+    a copy of a big answer. A client that hangs up mid-answer is what the row expects."""
+    cid = _I32.pack(received.header.correlation_id + cid_shift)
+    view = memoryview(template)
+    try:
+        await received.conn.send_raw(template[:4] + cid)
+        for start in range(8, len(template), 1 << 20):
+            await received.conn.send_raw(view[start : start + (1 << 20)])
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        pass
 
 
 def rss_bytes() -> int:
