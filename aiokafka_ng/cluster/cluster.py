@@ -70,6 +70,7 @@ from aiokafka_ng.errors import (
     UnknownTopicOrPartitionError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
 from aiokafka_ng.protocol.primitives import DecodeLimits
 
@@ -633,6 +634,14 @@ class Cluster:
                 version=version,
                 limits=_answer_limits(self._config.connection.decode_limits, len(topics)),
             )
+            try:
+                update = parse_metadata_response(response)
+            except ProtocolError as exc:
+                # Decoded, but not a sane answer (a partition index past the limits): the
+                # broker is broken or hostile, so its connection goes like a garbled one's.
+                await conn.aclose()
+                where = self._pool.address(node_id) or ("node", node_id)
+                raise type(exc)(f"{where[0]}:{where[1]}: Metadata answer: {exc}") from None
         except KafkaError as exc:
             self._last_error = exc
             self._metadata_failures += 1
@@ -649,7 +658,6 @@ class Cluster:
         self._last_error = None
         self._last_ok_at = now
         self._ok_seq = seq
-        update = parse_metadata_response(response)
         if len(update.topics) > len(topics) or not update.topics.keys() <= set(topics):
             # Kafka answers only the topics asked for. Whatever else a broken or hostile
             # broker adds stays out of the cache, which would otherwise grow by a whole

@@ -549,7 +549,8 @@ class Writer:
 
 # A line of generated ``_read`` code names the field it reads: ``f_name = r.string()``,
 # ``_n_topics = r.array_len(...)``, ``f_a, f_b = r.fixed(...)``, ``obj.name = ...`` (tagged).
-_FIELD_LINE = re.compile(r"(?:f_|_n_|obj\.)(\w+)(?:, f_\w+)* = ")
+_FIELD_LINE = re.compile(r"((?:f_|_n_|obj\.)\w+(?:, f_\w+)*) = ")
+_FIELD_NAME = re.compile(r"(?:f_|_n_|obj\.)(\w+)")
 
 
 def _failed_field(tb: TracebackType | None) -> str | None:
@@ -565,7 +566,8 @@ def _failed_field(tb: TracebackType | None) -> str | None:
             line = linecache.getline(code.co_filename, tb.tb_lineno)
             m = _FIELD_LINE.match(line.strip())
             if m is not None:
-                found = f"{owner}.{m.group(1)}"
+                # A run of fixed-width fields is one read: name them all.
+                found = f"{owner}.{'/'.join(_FIELD_NAME.findall(m.group(1)))}"
             elif "unknown_tags" in line or "tag_count" in line or "tagged_field" in line:
                 found = f"{owner} tagged fields"
         tb = tb.tb_next

@@ -121,8 +121,12 @@ def test_the_default_limits_stop_a_topic_before_its_partitions_are_decoded() -> 
         (lambda b: b[: b.index(b"\x03t0") + 1] + b"t", "MetadataResponseTopic.name: need 2"),
         (lambda b: b.replace(b"\x02h", b"\x02\xff"), "MetadataResponseBroker.host: invalid"),
         (lambda b: b[:-3], "MetadataResponseTopic.topic_authorized_operations: need 4"),
+        (
+            lambda b: b[: b.index(b"\x03t0") + 3 + 16 + 1 + 1 + 5],  # in a partition's fixed run
+            "MetadataResponsePartition.error_code/partition_index/leader_id/leader_epoch: need 14",
+        ),
     ],
-    ids=["string_past_the_end", "invalid_utf8", "truncated"],
+    ids=["string_past_the_end", "invalid_utf8", "truncated", "fixed_run_cut"],
 )
 def test_decode_errors_name_the_field_and_keep_no_traceback(mangle: Any, field: str) -> None:
     frame = mangle(frame_of(metadata(1, 1)))
