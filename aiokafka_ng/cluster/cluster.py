@@ -71,8 +71,8 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.errors import ProtocolError
+from aiokafka_ng.protocol.limits import DecodeLimits
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
-from aiokafka_ng.protocol.primitives import DecodeLimits
 
 if TYPE_CHECKING:
     from aiokafka_ng.net.connection import Connection

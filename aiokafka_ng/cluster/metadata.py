@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from aiokafka_ng.protocol.errors import KafkaError, error_for_code
-from aiokafka_ng.protocol.primitives import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
+from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
 
 __all__ = [
     "BrokerMetadata",

@@ -80,8 +80,9 @@ from aiokafka_ng.protocol.framing import (
     encode_request,
     peek_correlation_id,
 )
+from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
 from aiokafka_ng.protocol.messages import RESPONSE_TYPES
-from aiokafka_ng.protocol.primitives import DEFAULT_LIMITS, ApiMessage, DecodeLimits
+from aiokafka_ng.protocol.primitives import ApiMessage
 
 __all__ = [
     "Connection",

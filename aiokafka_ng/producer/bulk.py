@@ -41,7 +41,7 @@ from aiokafka_ng.producer.producer import (
     _bad_timestamp,
 )
 from aiokafka_ng.producer.runs import record_sizes, split_keyed_run
-from aiokafka_ng.protocol.primitives import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
+from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
 from aiokafka_ng.protocol.speedups import BinaryColumn
 
 if TYPE_CHECKING:

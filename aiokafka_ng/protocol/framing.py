@@ -28,15 +28,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from aiokafka_ng.protocol.errors import ProtocolError
+from aiokafka_ng.protocol.limits import DecodeLimits, ResponseLimitError
 from aiokafka_ng.protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
 from aiokafka_ng.protocol.messages import headers as _headers
-from aiokafka_ng.protocol.primitives import (
-    ApiMessage,
-    DecodeLimits,
-    Reader,
-    ResponseLimitError,
-    Writer,
-)
+from aiokafka_ng.protocol.primitives import ApiMessage, Reader, Writer
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",

@@ -18,7 +18,8 @@ code over the two small classes defined here:
   struct arrays, which the generated code reads with their field's name, are also charged
   against :class:`DecodeLimits`: a budget of struct elements per answer, and limits for
   single fields (partitions of one topic, topics of one Metadata answer). Going over raises
-  :class:`ResponseLimitError` naming the field, before the array is allocated.
+  :class:`~aiokafka_ng.protocol.limits.ResponseLimitError` naming the field, before the
+  array is allocated (see :mod:`aiokafka_ng.protocol.limits`).
 * :class:`Writer` appends to a ``bytearray``.
 
 Generated code groups runs of consecutive fixed-width fields into one precompiled
@@ -33,28 +34,25 @@ for values that cannot be represented (None where not nullable, out-of-range int
 
 from __future__ import annotations
 
-import linecache
-import re
 import struct
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType, TracebackType
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, NamedTuple, Self
 from uuid import UUID
 
 from aiokafka_ng.protocol.errors import ProtocolError
+from aiokafka_ng.protocol.limits import (
+    DEFAULT_LIMITS,
+    DecodeLimits,
+    ResponseLimitError,
+    StructBudget,
+    located,
+)
 
 __all__ = [
-    "DEFAULT_LIMITS",
-    "MAX_PARTITIONS_PER_TOPIC",
-    "MAX_STRUCTS_PER_RESPONSE",
-    "MAX_TOPICS_PER_METADATA",
     "ApiMessage",
-    "DecodeLimits",
     "FieldSpec",
     "Message",
     "Reader",
-    "ResponseLimitError",
     "Struct",
     "Writer",
 ]
@@ -86,59 +84,6 @@ _DECODE_ERRORS = (struct.error, ValueError, IndexError, OverflowError, UnicodeDe
 _ENCODE_ERRORS = (struct.error, TypeError, AttributeError, OverflowError, UnicodeEncodeError)
 
 
-class ResponseLimitError(ProtocolError):
-    """An answer claims more elements of a field than :class:`DecodeLimits` accepts.
-
-    Raised at the array's count, before anything is allocated for it. Retriable, like any
-    :class:`ProtocolError`: the connection that sent it is dropped."""
-
-
-# Measured (CPython 3.11, Metadata v12, one topic): a partition costs 415 bytes and 4.7 us
-# decoded, 676 bytes with the cluster snapshot's entry, 742 with three replicas.
-# Kafka caps neither count, so the limits are "beyond any real cluster" and what they allow
-# is what a hostile answer can cost at most.
-#: Partitions of one topic in a Metadata answer: ~70 MB and ~0.5 s of decoding at most.
-#: Real topics stay in the thousands; KRaft clusters are tested with ~2M partitions in all.
-MAX_PARTITIONS_PER_TOPIC = 100_000
-#: Topics of one Metadata answer (an admin's "all topics" request on a very large cluster).
-MAX_TOPICS_PER_METADATA = 100_000
-#: Struct elements of one answer, over all its arrays and nesting levels: bounds what any
-#: answer can make the client allocate (~700 MB and ~5 s at the partition's cost, for a
-#: "describe all topics" answer of a cluster with a million partitions).
-MAX_STRUCTS_PER_RESPONSE = 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeLimits:
-    """What one decoded answer may contain: ``max_structs`` struct elements in all, and
-    at most ``per_field[name]`` elements in one array of the field ``name``
-    (``"ClassName.field"``, as the generated code names it)."""
-
-    max_structs: int = MAX_STRUCTS_PER_RESPONSE
-    per_field: Mapping[str, int] = field(
-        default_factory=lambda: MappingProxyType(
-            {
-                "MetadataResponseTopic.partitions": MAX_PARTITIONS_PER_TOPIC,
-                "MetadataResponse.topics": MAX_TOPICS_PER_METADATA,
-            }
-        )
-    )
-
-
-DEFAULT_LIMITS = DecodeLimits()
-
-
-class _Budget:
-    """Struct elements left for one decode; shared with the Readers of tagged fields, so
-    nesting does not start a fresh budget."""
-
-    __slots__ = ("left", "limits")
-
-    def __init__(self, limits: DecodeLimits) -> None:
-        self.limits = limits
-        self.left = limits.max_structs
-
-
 class Reader:
     """Reads Kafka primitives from a buffer, advancing ``pos``.
 
@@ -156,14 +101,14 @@ class Reader:
         pos: int = 0,
         limits: DecodeLimits | None = None,
         *,
-        budget: _Budget | None = None,
+        budget: StructBudget | None = None,
     ) -> None:
         mv = buf if isinstance(buf, memoryview) else memoryview(buf)
         if mv.format != "B" or mv.ndim != 1:
             mv = mv.cast("B")
         self.buf = mv
         self.pos = pos
-        self.budget = budget if budget is not None else _Budget(limits or DEFAULT_LIMITS)
+        self.budget = budget if budget is not None else StructBudget(limits or DEFAULT_LIMITS)
 
     def remaining(self) -> int:
         return len(self.buf) - self.pos
@@ -547,50 +492,6 @@ class Writer:
             self.buf.append(0)
 
 
-# A line of generated ``_read`` code names the field it reads: ``f_name = r.string()``,
-# ``_n_topics = r.array_len(...)``, ``f_a, f_b = r.fixed(...)``, ``obj.name = ...`` (tagged).
-_FIELD_LINE = re.compile(r"((?:f_|_n_|obj\.)\w+(?:, f_\w+)*) = ")
-_FIELD_NAME = re.compile(r"(?:f_|_n_|obj\.)(\w+)")
-
-
-def _failed_field(tb: TracebackType | None) -> str | None:
-    """``Class.field`` whose read raised, from the innermost generated ``_read`` frame.
-
-    Worked out from the traceback, so the success path pays nothing for naming fields.
-    """
-    found = None
-    while tb is not None:
-        code = tb.tb_frame.f_code  # not f_locals: a snapshot of them would pin the buffer
-        owner, _, method = code.co_qualname.rpartition(".")
-        if method == "_read" and owner:
-            line = linecache.getline(code.co_filename, tb.tb_lineno)
-            m = _FIELD_LINE.match(line.strip())
-            if m is not None:
-                # A run of fixed-width fields is one read: name them all.
-                found = f"{owner}.{'/'.join(_FIELD_NAME.findall(m.group(1)))}"
-            elif "unknown_tags" in line or "tag_count" in line or "tagged_field" in line:
-                found = f"{owner} tagged fields"
-        tb = tb.tb_next
-    return found
-
-
-def _located(exc: BaseException, message: str, version: int) -> ProtocolError:
-    """A ProtocolError (of ``exc``'s class when it is one) naming the message, version and
-    the field whose bytes were bad.
-
-    ``exc`` loses its traceback: its frames hold the Reader and so the whole answer, and
-    with the raising frame it forms a cycle only the cyclic GC would free -- a broker
-    sending 90 MB answers got several of them kept alive at once (measured: +500 MB)."""
-    field_name = _failed_field(exc.__traceback__)
-    exc.with_traceback(None)
-    text = str(exc)
-    if field_name is not None and not text.startswith(field_name):
-        text = f"{field_name}: {text}"
-    if isinstance(exc, ProtocolError):
-        return type(exc)(f"{message} v{version}, {text}")
-    return ProtocolError(f"malformed {message} v{version}, {text}")
-
-
 class FieldSpec(NamedTuple):
     """Schema of one field, emitted by the generator as ``_SCHEMA`` (used by tests/tools).
 
@@ -637,7 +538,7 @@ class Struct:
         try:
             return cls._read(Reader(buf), version)
         except (ProtocolError, *_DECODE_ERRORS) as exc:
-            raise _located(exc, cls.__name__, version) from exc
+            raise located(exc, cls.__name__, version) from exc
 
 
 class Message(Struct):
@@ -683,7 +584,7 @@ class Message(Struct):
         try:
             return cls._read(r, version)
         except (ProtocolError, *_DECODE_ERRORS) as exc:
-            raise _located(exc, cls.__name__, version) from exc
+            raise located(exc, cls.__name__, version) from exc
 
     @classmethod
     def is_flexible(cls, version: int) -> bool:

@@ -12,12 +12,12 @@ import pytest
 from cluster_fakes import FakeBroker, topic
 
 from aiokafka_ng.cluster import Cluster, ClusterConfig, parse_metadata_response
+from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
 from aiokafka_ng.protocol.messages.metadata import (
     MetadataResponse,
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from aiokafka_ng.protocol.primitives import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
 
 
 @asynccontextmanager

@@ -30,6 +30,12 @@ from aiokafka_ng.producer import Producer
 from aiokafka_ng.producer import bulk as bulk_module
 from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.framing import FrameReader, decode_response, encode_response
+from aiokafka_ng.protocol.limits import (
+    DEFAULT_LIMITS,
+    MAX_PARTITIONS_PER_TOPIC,
+    DecodeLimits,
+    ResponseLimitError,
+)
 from aiokafka_ng.protocol.messages.fetch import FetchResponse, NodeEndpoint
 from aiokafka_ng.protocol.messages.metadata import (
     MetadataRequest,
@@ -37,12 +43,6 @@ from aiokafka_ng.protocol.messages.metadata import (
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
-)
-from aiokafka_ng.protocol.primitives import (
-    DEFAULT_LIMITS,
-    MAX_PARTITIONS_PER_TOPIC,
-    DecodeLimits,
-    ResponseLimitError,
 )
 from aiokafka_ng.testing import LocalBroker
 
