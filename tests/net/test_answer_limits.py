@@ -102,17 +102,22 @@ def test_tagged_fields_share_the_answers_budget() -> None:
     assert len(ok.node_endpoints) == 4
 
 
-def test_the_default_limits_stop_a_topic_before_its_partitions_are_decoded() -> None:
+def test_the_default_limits_stop_an_array_before_it_is_decoded() -> None:
     assert DEFAULT_LIMITS.max_structs == 1_000_000
     assert DEFAULT_LIMITS.per_field == {
         "MetadataResponseTopic.partitions": MAX_PARTITIONS_PER_TOPIC,
         "MetadataResponse.topics": 100_000,
+        "MetadataResponse.brokers": 10_000,
     }
     frame = many_partitions(7, 9092, MAX_PARTITIONS_PER_TOPIC + 1)[4:]  # 3 MB
     limit = r"has 100001 elements, more than the limit"
     with peak_rss_growth() as growth, pytest.raises(ResponseLimitError, match=limit):
         decode_response(MetadataResponse, METADATA_VERSION, frame)
     assert growth() < 10 * _MB  # decoded, the partitions would take ~40 MB
+    brokers = [MetadataResponseBroker(node_id=i, host="h", port=1) for i in range(10_001)]
+    frame = frame_of(MetadataResponse(brokers=brokers))
+    with pytest.raises(ResponseLimitError, match=r"MetadataResponse\.brokers has 10001 "):
+        decode_response(MetadataResponse, METADATA_VERSION, frame)
 
 
 @pytest.mark.parametrize(
