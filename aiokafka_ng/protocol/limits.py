@@ -22,6 +22,7 @@ from aiokafka_ng.protocol.errors import ProtocolError
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "MAX_API_KEYS",
     "MAX_BROKERS_PER_METADATA",
     "MAX_PARTITIONS_PER_TOPIC",
     "MAX_STRUCTS_PER_RESPONSE",
@@ -50,6 +51,9 @@ MAX_PARTITIONS_PER_TOPIC = 100_000
 MAX_TOPICS_PER_METADATA = 100_000
 #: Brokers of one Metadata answer: the largest clusters run a few thousand.
 MAX_BROKERS_PER_METADATA = 10_000
+#: Entries of an ApiVersions answer (read at every connect): API keys are int16, so more
+#: entries than that cannot all be distinct.
+MAX_API_KEYS = 32_768
 #: Struct elements of one answer, over all its arrays and nesting levels: bounds what any
 #: answer can make the client allocate. An answer running into it has cost ~400 MB and
 #: 5-9 s of decoding (measured: 11 topics of 99,999 partitions); a "describe all topics"
@@ -70,6 +74,7 @@ class DecodeLimits:
                 "MetadataResponseTopic.partitions": MAX_PARTITIONS_PER_TOPIC,
                 "MetadataResponse.topics": MAX_TOPICS_PER_METADATA,
                 "MetadataResponse.brokers": MAX_BROKERS_PER_METADATA,
+                "ApiVersionsResponse.api_keys": MAX_API_KEYS,
             }
         )
     )

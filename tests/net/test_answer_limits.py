@@ -36,6 +36,7 @@ from aiokafka_ng.protocol.limits import (
     DecodeLimits,
     ResponseLimitError,
 )
+from aiokafka_ng.protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
 from aiokafka_ng.protocol.messages.fetch import FetchResponse, NodeEndpoint
 from aiokafka_ng.protocol.messages.metadata import (
     MetadataRequest,
@@ -108,6 +109,7 @@ def test_the_default_limits_stop_an_array_before_it_is_decoded() -> None:
         "MetadataResponseTopic.partitions": MAX_PARTITIONS_PER_TOPIC,
         "MetadataResponse.topics": 100_000,
         "MetadataResponse.brokers": 10_000,
+        "ApiVersionsResponse.api_keys": 32_768,
     }
     frame = many_partitions(7, 9092, MAX_PARTITIONS_PER_TOPIC + 1)[4:]  # 3 MB
     limit = r"has 100001 elements, more than the limit"
@@ -118,6 +120,10 @@ def test_the_default_limits_stop_an_array_before_it_is_decoded() -> None:
     frame = frame_of(MetadataResponse(brokers=brokers))
     with pytest.raises(ResponseLimitError, match=r"MetadataResponse\.brokers has 10001 "):
         decode_response(MetadataResponse, METADATA_VERSION, frame)
+    keys = [ApiVersion(api_key=i % 32_768, min_version=0, max_version=1) for i in range(32_769)]
+    frame = encode_response(ApiVersionsResponse(api_keys=keys), 3, 1)[4:]
+    with pytest.raises(ResponseLimitError, match=r"ApiVersionsResponse\.api_keys has 32769 "):
+        decode_response(ApiVersionsResponse, 3, frame)
 
 
 @pytest.mark.parametrize(
