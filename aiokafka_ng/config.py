@@ -49,6 +49,7 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 
 _MAX_INT32 = 2**31 - 1
+_MIB = 1024 * 1024
 
 
 def parse_bootstrap_servers(value: str | list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
@@ -236,6 +237,15 @@ class ClientConfig(BaseModel):
     def bootstrap_addresses(self) -> list[tuple[str, int]]:
         return parse_bootstrap_servers(self.bootstrap_servers)
 
+    @property
+    def max_response_bytes(self) -> int:
+        """The largest answer a broker may send this client; a larger frame is refused at
+        its size prefix and the connection dropped. An admin's largest answers are
+        "describe all topics" Metadata on a big cluster (~42 bytes a partition: 100 MiB is
+        ~2.5M partitions), so the base (admin) keeps 100 MiB; producer and consumer derive
+        theirs from their own size settings."""
+        return 100 * _MIB
+
     def connection_config(self, *, max_in_flight: int = 5) -> ConnectionConfig:
         """The per-connection settings for :mod:`aiokafka_ng.net`."""
         from aiokafka_ng.net.connection import ConnectionConfig
@@ -260,6 +270,7 @@ class ClientConfig(BaseModel):
             request_timeout_s=self.request_timeout_ms / 1000,
             ssl_context=ctx,
             sasl=sasl,
+            max_response_bytes=self.max_response_bytes,
         )
 
     def cluster_config(self, *, max_in_flight: int = 5) -> ClusterConfig:
@@ -327,6 +338,14 @@ class ProducerConfig(ClientConfig):
     @classmethod
     def _check_acks(cls, v: Any) -> int:
         return _acks(v)
+
+    @property
+    def max_response_bytes(self) -> int:
+        """A producer's answers do not grow with its requests (a Produce answer is a few
+        dozen bytes a partition); the largest is Metadata for the topics it writes, and
+        32 MiB holds ~800k partition entries. Never below ``max_request_size``: whoever
+        raised that for a reason must not find answers capped below what they send."""
+        return max(32 * _MIB, self.max_request_size)
 
     @field_validator("compression_type", mode="before")
     @classmethod

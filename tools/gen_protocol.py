@@ -238,14 +238,18 @@ class ModuleGen:
         method = f"{pre}{null}bytes" if (pre or null) else "bytes_"
         return f"{w}.{method}({expr})"
 
-    def read_value(self, f: Field, r: str, c: bool, nullable: bool) -> tuple[list[str], str]:
-        """(setup lines, expression) reading field ``f`` from Reader ``r``."""
+    def read_value(
+        self, f: Field, r: str, c: bool, nullable: bool, owner: str = ""
+    ) -> tuple[list[str], str]:
+        """(setup lines, expression) reading field ``f`` of class ``owner`` from ``r``."""
         pre = "compact_" if c else ""
         null = "nullable_" if nullable else ""
         if f.is_array:
             n = f"_n_{f.attr}"
             setup = [f"{n} = {r}.{pre}{null}array_len()"]
             if f.struct is not None:
+                # Named: struct elements count against the Reader's DecodeLimits.
+                setup = [f"{n} = {r}.{pre}{null}array_len({f'{owner}.{f.attr}'!r})"]
                 cls = self.names[id(f.struct)]
                 items = f"[{cls}._read({r}, version) for _ in range({n})]"
             elif f.elem in FIXED:
@@ -353,7 +357,7 @@ class ModuleGen:
                 run.append(f)
                 continue
             flush()
-            setup, expr = self.read_value(f, "r", self.compact(f, m, v), f.is_nullable(v))
+            setup, expr = self.read_value(f, "r", self.compact(f, m, v), f.is_nullable(v), p.name)
             lines += [*setup, f"f_{f.attr} = {expr}"]
         flush()
         ctor = f"cls({', '.join(args)})"
@@ -365,7 +369,7 @@ class ModuleGen:
             return [*lines, "r.unknown_tags(obj.unknown_tagged_fields)", "return obj"]
         lines += ["for _ in range(r.tag_count()):", "    _tag, _tr = r.tagged_field()"]
         for i, f in enumerate(tagged):
-            setup, expr = self.read_value(f, "_tr", True, f.is_nullable(v))
+            setup, expr = self.read_value(f, "_tr", True, f.is_nullable(v), p.name)
             lines.append(f"    {'if' if i == 0 else 'elif'} _tag == {f.tag}:")
             lines += ["        " + s for s in setup] + [f"        obj.{f.attr} = {expr}"]
         lines += ["    else:", "        obj.unknown_tagged_fields[_tag] = _tr.rest()"]

@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from types import TracebackType
+from dataclasses import dataclass, replace
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -70,6 +70,8 @@ from aiokafka_ng.errors import (
     UnknownTopicOrPartitionError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.errors import ProtocolError
+from aiokafka_ng.protocol.limits import DecodeLimits
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
 
 if TYPE_CHECKING:
@@ -632,7 +634,19 @@ class Cluster:
                 allow_auto_topic_creation=self._config.allow_auto_topic_creation,
             )
             self._metadata_requests += 1
-            response = await conn.send(request, version=version)
+            response = await conn.send(
+                request,
+                version=version,
+                limits=_answer_limits(self._config.connection.decode_limits, len(topics)),
+            )
+            try:
+                update = parse_metadata_response(response)
+            except ProtocolError as exc:
+                # Decoded, but not a sane answer (a partition index past the limits): the
+                # broker is broken or hostile, so its connection goes like a garbled one's.
+                await conn.aclose()
+                where = self._pool.address(node_id) or ("node", node_id)
+                raise type(exc)(f"{where[0]}:{where[1]}: Metadata answer: {exc}") from None
         except KafkaError as exc:
             self._last_error = exc
             self._metadata_failures += 1
@@ -649,7 +663,17 @@ class Cluster:
         self._last_error = None
         self._last_ok_at = now
         self._ok_seq = seq
-        update = parse_metadata_response(response)
+        if len(update.topics) > len(topics) or not update.topics.keys() <= set(topics):
+            # Kafka answers only the topics asked for. Whatever else a broken or hostile
+            # broker adds stays out of the cache, which would otherwise grow by a whole
+            # answer's worth of topics (up to the decode limits) on every refresh.
+            asked = set(topics)
+            kept = {n: t for n, t in update.topics.items() if n in asked}
+            log.warning(
+                "metadata answer from node %s named %d topic(s) not asked for; ignored",
+                node_id, len(update.topics) - len(kept),
+            )  # fmt: skip
+            update = replace(update, topics=MappingProxyType(kept))
         for name in update.topics:
             self._answered[name] = seq
         self._install(self._metadata.merge(update), update.topics)
@@ -753,3 +777,13 @@ class _timeout:
             # Our deadline fired (not an outer cancellation): report what was missing.
             raise KafkaTimeoutError(f"timed out: {self._describe()}") from None
         return swallowed
+
+
+def _answer_limits(base: DecodeLimits, asked: int) -> DecodeLimits | None:
+    """The decode limits of a Metadata answer for ``asked`` topics: no more topics than
+    asked (Kafka answers exactly those), so a hostile answer costs at most ``asked`` times
+    the per-topic partition limit instead of the whole per-answer struct budget. An empty
+    list keeps the connection's limits (it means "all topics" to Metadata v0)."""
+    if not asked:
+        return None
+    return replace(base, per_field={**base.per_field, "MetadataResponse.topics": asked})

@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from aiokafka_ng.protocol.errors import KafkaError, error_for_code
+from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
 
 __all__ = [
     "BrokerMetadata",
@@ -227,6 +228,11 @@ def parse_metadata_response(response: Any) -> ClusterMetadata:
     Fields absent in old versions carry the codec's defaults (rack None, controller -1,
     leader epoch -1, zero topic id), which map to "unknown" here. Topics without a name
     (v12+: queried by id and unknown) are skipped -- we only ever ask by name.
+
+    A partition index outside ``0 <= index < MAX_PARTITIONS_PER_TOPIC`` raises
+    ResponseLimitError: the producer keeps a queue per index up to the highest one, so one
+    partition numbered 2**31 - 1 would make it allocate two billion of them. (Kafka numbers
+    a topic's partitions 0..n-1; the decoder already holds n to the same limit.)
     """
     brokers = {
         b.node_id: BrokerMetadata(b.node_id, b.host, b.port, b.rack) for b in response.brokers
@@ -235,6 +241,12 @@ def parse_metadata_response(response: Any) -> ClusterMetadata:
     for t in response.topics:
         if t.name is None:
             continue
+        for p in t.partitions:
+            if not 0 <= p.partition_index < MAX_PARTITIONS_PER_TOPIC:
+                raise ResponseLimitError(
+                    f"MetadataResponsePartition.partition_index {p.partition_index} of topic "
+                    f"{t.name!r} is outside 0..{MAX_PARTITIONS_PER_TOPIC - 1}"
+                )
         parts = {
             p.partition_index: PartitionMetadata(
                 partition=p.partition_index,

@@ -109,5 +109,14 @@ class ConsumerConfig(ClientConfig):
         return errors
 
     @property
+    def max_response_bytes(self) -> int:
+        """A Fetch answer holds up to ``fetch_max_bytes`` of records (or one partition's
+        ``max_partition_fetch_bytes``), but both are soft: the broker still returns a first
+        batch larger than them so the consumer progresses. 32 MiB of headroom covers such a
+        batch (topics' ``max.message.bytes`` is 1 MiB by default), the per-partition
+        overhead, and the all-topics Metadata of a pattern subscription."""
+        return max(self.fetch_max_bytes, self.max_partition_fetch_bytes) + 32 * 1024 * 1024
+
+    @property
     def effective_rebalance_timeout_ms(self) -> int:
         return self.rebalance_timeout_ms or self.max_poll_interval_ms

@@ -74,11 +74,13 @@ from aiokafka_ng.net._errors import IO_ERRORS, connection_error, describe, trans
 from aiokafka_ng.net.sasl import SaslConfig
 from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.framing import (
+    DEFAULT_MAX_FRAME_SIZE,
     FrameReader,
     decode_response,
     encode_request,
     peek_correlation_id,
 )
+from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
 from aiokafka_ng.protocol.messages import RESPONSE_TYPES
 from aiokafka_ng.protocol.primitives import ApiMessage
 
@@ -110,10 +112,18 @@ class ConnectionConfig:
     connect_timeout_s: float = 10.0
     ssl_context: ssl.SSLContext | None = None
     sasl: SaslConfig | None = None
+    # What one answer may make us allocate. A larger frame is refused at its size prefix,
+    # before a byte of it is buffered; the clients derive it from their own size settings
+    # (ClientConfig.max_response_bytes). decode_limits bounds the structs one frame may
+    # decode to (a frame-sized answer of small structs costs 15-40x its size in objects).
+    max_response_bytes: int = DEFAULT_MAX_FRAME_SIZE
+    decode_limits: DecodeLimits = DEFAULT_LIMITS
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
+        if self.max_response_bytes < 1024:
+            raise ValueError("max_response_bytes must be >= 1024")
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise ValueError("timeouts must be > 0")
 
@@ -152,6 +162,7 @@ class _InFlight:
     response: Any = None
     error: KafkaError | None = None
     abandoned: bool = False  # the caller stopped waiting; the response is discarded
+    limits: DecodeLimits | None = None  # None: the connection's decode_limits
 
 
 class Connection:
@@ -172,7 +183,7 @@ class Connection:
         self._where = f"{host}:{port}"
         self._state = ConnectionState.CONNECTING
         self._close_reason = ""
-        self._frames = FrameReader()
+        self._frames = FrameReader(config.max_response_bytes)
         self._permits = anyio.Semaphore(
             config.max_in_flight, max_value=config.max_in_flight, fast_acquire=True
         )
@@ -347,7 +358,7 @@ class Connection:
         except ProtocolError as exc:
             raise KafkaConnectionError(
                 f"{self._where}: undecodable response during connection setup: {exc}"
-            ) from exc
+            ) from _detached(exc)
 
     async def _roundtrip(self, request: ApiMessage, version: int) -> bytes:
         """Setup-time request/response, before the reader exists; returns the raw frame."""
@@ -382,15 +393,22 @@ class Connection:
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (a deadline per request, by contract)
         expect_response: bool = True,
+        limits: DecodeLimits | None = None,
     ) -> Any:
         """Send ``request`` and return its decoded response (``None`` without a response).
 
         Raises KafkaConnectionError (retriable) when the connection is or becomes closed,
         RequestTimeoutError (retriable) when ``timeout`` runs out, UnsupportedVersionError
-        when no version is common to client and broker.
+        when no version is common to client and broker. ``limits`` replaces the
+        connection's ``decode_limits`` for this answer (a caller that knows how much it
+        asked for can hold the answer to that).
         """
         pending = await self.submit(
-            request, version=version, timeout=timeout, expect_response=expect_response
+            request,
+            version=version,
+            timeout=timeout,
+            expect_response=expect_response,
+            limits=limits,
         )
         return await pending.wait()
 
@@ -401,6 +419,7 @@ class Connection:
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (a deadline per request, by contract)
         expect_response: bool = True,
+        limits: DecodeLimits | None = None,
     ) -> PendingResponse:
         """Write ``request`` and return once it is on the wire; ``await .wait()`` the answer.
 
@@ -432,7 +451,10 @@ class Connection:
                 f"({self._config.max_in_flight} requests outstanding)"
             )
         entry = _InFlight(
-            _handshake.api_name(request_type), RESPONSE_TYPES[request.API_KEY], version
+            _handshake.api_name(request_type),
+            RESPONSE_TYPES[request.API_KEY],
+            version,
+            limits=limits,
         )
         try:
             await self._write(request, version, deadline, entry)
@@ -517,7 +539,12 @@ class Connection:
         except IO_ERRORS as exc:
             self._poison(describe(exc), cause=exc)
         except ProtocolError as exc:
-            self._poison(f"undecodable frame from the broker: {exc}", cause=exc)
+            # Garbage or an answer over the limits: worth a warning (a broken or hostile
+            # broker), unlike an ordinary disconnect. Pending requests fail retriably.
+            # (Logged as text: a log handler keeping the record must not keep the error,
+            # whose traceback holds the answer's bytes.)
+            _log.warning("undecodable frame from %s: %s", self._where, str(exc))
+            self._poison(f"undecodable frame from the broker: {exc}", cause=_detached(exc))
 
     def _dispatch(self, frame: bytes) -> None:
         correlation_id = peek_correlation_id(frame)
@@ -551,7 +578,9 @@ class Connection:
             )
             return
         # Decode before popping: a ProtocolError poisons with this entry still pending.
-        _, response = decode_response(entry.response_type, entry.version, frame)
+        _, response = decode_response(
+            entry.response_type, entry.version, frame, entry.limits or self._config.decode_limits
+        )
         self._in_flight.popleft()
         self._responses_received += 1
         self._settle(entry, response=response)
@@ -577,6 +606,17 @@ class Connection:
             f"<Connection {self._where} {self._state.value} "
             f"in_flight={len(self._in_flight)}/{self._config.max_in_flight}>"
         )
+
+
+def _detached(exc: ProtocolError) -> ProtocolError:
+    """A copy of ``exc`` without traceback or chain, for callers' errors to point to.
+
+    The original's traceback holds the decoder's frames and through them the answer's bytes
+    (up to ``max_response_bytes``): a retry loop keeping its last error would keep a
+    hostile 90 MB answer alive across the next attempts (with the log record that kept the
+    error too, tests/net/test_hostile_broker.py peaked at +474..605 MB; now ~110-175 MB,
+    the frame being received and joined)."""
+    return type(exc)(str(exc))
 
 
 class PendingResponse:

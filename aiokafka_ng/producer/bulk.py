@@ -41,6 +41,7 @@ from aiokafka_ng.producer.producer import (
     _bad_timestamp,
 )
 from aiokafka_ng.producer.runs import record_sizes, split_keyed_run
+from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
 from aiokafka_ng.protocol.speedups import BinaryColumn
 
 if TYPE_CHECKING:
@@ -326,7 +327,21 @@ def _place_chunk(acc: Accumulator, t: _Topic, chunk: PendingRun) -> None:
         return
     # Keyed: the default partitioner per key; null keys go to the sticky partition. Grouped
     # by partition, send order kept inside each group.
-    groups = split_keyed_run(keys, values, sizes, len(t.partitions), positions)
+    num_partitions = len(t.partitions)
+    if num_partitions > MAX_PARTITIONS_PER_TOPIC:
+        # split_keyed_run allocates a slot per partition, whatever the run's size: the
+        # count comes from a broker, so it is held to the decoder's per-topic limit here
+        # too, should a snapshot ever come from elsewhere (10**8 partitions cost 1.5 GB
+        # for one record).
+        acc._fail_run(
+            chunk,
+            ResponseLimitError(
+                f"topic {t.name!r} has {num_partitions} partitions, more than the "
+                f"{MAX_PARTITIONS_PER_TOPIC} the client accepts"
+            ),
+        )
+        return
+    groups = split_keyed_run(keys, values, sizes, num_partitions, positions)
     for p, group in groups.items():
         futs: list[Delivery[Any]] = (
             [futures[i] for i in group.index] if shared is None else [shared] * len(group.values)

@@ -28,11 +28,13 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from aiokafka_ng.protocol.errors import ProtocolError
+from aiokafka_ng.protocol.limits import DecodeLimits, ResponseLimitError
 from aiokafka_ng.protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
 from aiokafka_ng.protocol.messages import headers as _headers
 from aiokafka_ng.protocol.primitives import ApiMessage, Reader, Writer
 
 __all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
     "FrameReader",
     "RequestHeader",
     "decode_request",
@@ -51,6 +53,9 @@ _SIZE = struct.Struct(">i")
 _PLACEHOLDER = b"\x00\x00\x00\x00"
 
 R = TypeVar("R", bound=ApiMessage)
+
+#: The frame cap when the client's settings give none (see ConnectionConfig).
+DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
 
 
 def _is_flexible(table: dict[int, type[ApiMessage]], api_key: int, api_version: int) -> bool:
@@ -116,11 +121,17 @@ def peek_correlation_id(frame: bytes | bytearray | memoryview) -> int:
 
 
 def decode_response(
-    response_type: type[R], api_version: int, frame: bytes | bytearray | memoryview
+    response_type: type[R],
+    api_version: int,
+    frame: bytes | bytearray | memoryview,
+    limits: DecodeLimits | None = None,
 ) -> tuple[int, R]:
-    """Parse a response frame (without size prefix) into (correlation_id, response)."""
+    """Parse a response frame (without size prefix) into (correlation_id, response).
+
+    ``limits`` (default: ``DEFAULT_LIMITS``) bounds the struct elements the answer may
+    hold; going over raises ResponseLimitError before the array is allocated."""
     hv = response_header_version(response_type.API_KEY, api_version)
-    r = Reader(frame)
+    r = Reader(frame, limits=limits)
     header = _headers.ResponseHeader.read_from(r, hv)
     return header.correlation_id, response_type.read_from(r, api_version)
 
@@ -175,7 +186,7 @@ class FrameReader:
 
     __slots__ = ("_chunks", "_first", "_max", "_need", "_size")
 
-    def __init__(self, max_frame_size: int = 100 * 1024 * 1024) -> None:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self._chunks: deque[bytes] = deque()
         self._first = 0  # bytes of _chunks[0] already consumed
         self._size = 0  # bytes buffered, not yet returned
@@ -201,8 +212,13 @@ class FrameReader:
             if self._size < 4:
                 return None
             size = _SIZE.unpack(self._take(4))[0]
-            if size < 0 or size > self._max:
-                raise ProtocolError(f"invalid frame size {size} (max {self._max})")
+            if size < 0:
+                raise ProtocolError(f"invalid frame size {size}")
+            if size > self._max:
+                # Refused before a byte of it is buffered.
+                raise ResponseLimitError(
+                    f"frame of {size} bytes is larger than the {self._max} this client accepts"
+                )
             self._need = size
         if self._size < size:
             return None

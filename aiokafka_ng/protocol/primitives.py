@@ -12,6 +12,14 @@ code over the two small classes defined here:
   remaining length *before* allocating anything, so a hostile length or element count fails
   with :class:`ProtocolError` at once instead of allocating gigabytes or looping for ages:
   an element count can never exceed the bytes left, because each element takes >= 1 byte.
+  That bounds strings, bytes and scalar arrays by the frame, but not what a frame full of
+  small structs costs once decoded: a Metadata partition takes 18 bytes on the wire and
+  ~700 bytes as Python objects (its dataclass, lists, then the cluster's snapshot). So
+  struct arrays, which the generated code reads with their field's name, are also charged
+  against :class:`DecodeLimits`: a budget of struct elements per answer, and limits for
+  single fields (partitions of one topic, topics of one Metadata answer). Going over raises
+  :class:`~aiokafka_ng.protocol.limits.ResponseLimitError` naming the field, before the
+  array is allocated (see :mod:`aiokafka_ng.protocol.limits`).
 * :class:`Writer` appends to a ``bytearray``.
 
 Generated code groups runs of consecutive fixed-width fields into one precompiled
@@ -32,6 +40,13 @@ from typing import Any, ClassVar, NamedTuple, Self
 from uuid import UUID
 
 from aiokafka_ng.protocol.errors import ProtocolError
+from aiokafka_ng.protocol.limits import (
+    DEFAULT_LIMITS,
+    DecodeLimits,
+    ResponseLimitError,
+    StructBudget,
+    located,
+)
 
 __all__ = [
     "ApiMessage",
@@ -78,14 +93,22 @@ class Reader:
     nothing on the success path), which keeps the hot methods to one call each.
     """
 
-    __slots__ = ("buf", "pos")
+    __slots__ = ("budget", "buf", "pos")
 
-    def __init__(self, buf: bytes | bytearray | memoryview, pos: int = 0) -> None:
+    def __init__(
+        self,
+        buf: bytes | bytearray | memoryview,
+        pos: int = 0,
+        limits: DecodeLimits | None = None,
+        *,
+        budget: StructBudget | None = None,
+    ) -> None:
         mv = buf if isinstance(buf, memoryview) else memoryview(buf)
         if mv.format != "B" or mv.ndim != 1:
             mv = mv.cast("B")
         self.buf = mv
         self.pos = pos
+        self.budget = budget if budget is not None else StructBudget(limits or DEFAULT_LIMITS)
 
     def remaining(self) -> int:
         return len(self.buf) - self.pos
@@ -262,24 +285,43 @@ class Reader:
         n = self._ulen()
         return None if n < 0 else self.raw(n)
 
-    def _count(self, n: int) -> int:
+    def _count(self, n: int, name: str | None = None) -> int:
         # Every array element takes at least one byte on the wire, so a count larger than
         # what is left is garbage: reject it before anyone allocates or loops over it.
         if n > len(self.buf) - self.pos:
-            raise ProtocolError(f"array count {n} exceeds the {self.remaining()} bytes left")
+            what = f"{name} count" if name else "array count"
+            raise ProtocolError(f"{what} {n} exceeds the {self.remaining()} bytes left")
+        if name is not None and n > 0:
+            self._charge(n, name)
         return n
 
-    def array_len(self) -> int:
-        return self._count(self._not_null(self._len32()))
+    def _charge(self, n: int, name: str) -> None:
+        """Charge ``n`` struct elements of field ``name`` to the budget (module docstring)."""
+        budget = self.budget
+        limit = budget.limits.per_field.get(name)
+        if limit is not None and n > limit:
+            raise ResponseLimitError(f"{name} has {n} elements, more than the limit of {limit}")
+        budget.left -= n
+        if budget.left < 0:
+            raise ResponseLimitError(
+                f"{name} has {n} elements, which takes the answer past "
+                f"{budget.limits.max_structs} structs in all"
+            )
 
-    def nullable_array_len(self) -> int:
-        return self._count(self._len32())
+    # ``name`` is the field ("Class.field") of a struct array: its elements count against
+    # the DecodeLimits. Scalar arrays pass none: the bytes-left rule bounds them.
 
-    def compact_array_len(self) -> int:
-        return self._count(self._not_null(self._ulen()))
+    def array_len(self, name: str | None = None) -> int:
+        return self._count(self._not_null(self._len32()), name)
 
-    def compact_nullable_array_len(self) -> int:
-        return self._count(self._ulen())
+    def nullable_array_len(self, name: str | None = None) -> int:
+        return self._count(self._len32(), name)
+
+    def compact_array_len(self, name: str | None = None) -> int:
+        return self._count(self._not_null(self._ulen()), name)
+
+    def compact_nullable_array_len(self, name: str | None = None) -> int:
+        return self._count(self._ulen(), name)
 
     def fixed_array(self, kind: str, n: int) -> list[Any]:
         """``n`` fixed-width elements of primitive ``kind`` (``"int32"``, ...)."""
@@ -296,7 +338,7 @@ class Reader:
         tag = self.uvarint()
         size = self.uvarint()
         pos = self._need(size)
-        return tag, Reader(self.buf[pos : pos + size])
+        return tag, Reader(self.buf[pos : pos + size], budget=self.budget)
 
     def rest(self) -> bytes:
         """Everything not read yet (consumes it)."""
@@ -495,10 +537,8 @@ class Struct:
         """Parse ``buf`` as ``version``; raises only :class:`ProtocolError` on bad bytes."""
         try:
             return cls._read(Reader(buf), version)
-        except ProtocolError:
-            raise
-        except _DECODE_ERRORS as exc:
-            raise ProtocolError(f"malformed {cls.__name__} v{version}: {exc}") from exc
+        except (ProtocolError, *_DECODE_ERRORS) as exc:
+            raise located(exc, cls.__name__, version) from exc
 
 
 class Message(Struct):
@@ -543,10 +583,8 @@ class Message(Struct):
             )
         try:
             return cls._read(r, version)
-        except ProtocolError:
-            raise
-        except _DECODE_ERRORS as exc:
-            raise ProtocolError(f"malformed {cls.__name__} v{version}: {exc}") from exc
+        except (ProtocolError, *_DECODE_ERRORS) as exc:
+            raise located(exc, cls.__name__, version) from exc
 
     @classmethod
     def is_flexible(cls, version: int) -> bool:

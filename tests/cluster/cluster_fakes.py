@@ -94,6 +94,7 @@ class FakeConnection:
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109  (Connection.send's signature)
         expect_response: bool = True,
+        limits: Any = None,  # the decode limits of a real answer; nothing is decoded here
     ) -> Any:
         if self.closed:
             raise KafkaConnectionError(f"{self.host}:{self.port}: closed")

@@ -87,14 +87,14 @@ class AddPartitionsToTxnTopicResult(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 3:  # v3-5
             f_name = r.compact_string()
-            _n_results_by_partition = r.compact_array_len()
+            _n_results_by_partition = r.compact_array_len('AddPartitionsToTxnTopicResult.results_by_partition')
             f_results_by_partition = [AddPartitionsToTxnPartitionResult._read(r, version) for _ in range(_n_results_by_partition)]
             obj = cls(name=f_name, results_by_partition=f_results_by_partition)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-2
             f_name = r.string()
-            _n_results_by_partition = r.array_len()
+            _n_results_by_partition = r.array_len('AddPartitionsToTxnTopicResult.results_by_partition')
             f_results_by_partition = [AddPartitionsToTxnPartitionResult._read(r, version) for _ in range(_n_results_by_partition)]
             return cls(name=f_name, results_by_partition=f_results_by_partition)
 
@@ -121,7 +121,7 @@ class AddPartitionsToTxnResult(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_transactional_id = r.compact_string()
-        _n_topic_results = r.compact_array_len()
+        _n_topic_results = r.compact_array_len('AddPartitionsToTxnResult.topic_results')
         f_topic_results = [AddPartitionsToTxnTopicResult._read(r, version) for _ in range(_n_topic_results)]
         obj = cls(transactional_id=f_transactional_id, topic_results=f_topic_results)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -174,21 +174,21 @@ class AddPartitionsToTxnResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4-5
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
-            _n_results_by_transaction = r.compact_array_len()
+            _n_results_by_transaction = r.compact_array_len('AddPartitionsToTxnResponse.results_by_transaction')
             f_results_by_transaction = [AddPartitionsToTxnResult._read(r, version) for _ in range(_n_results_by_transaction)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, results_by_transaction=f_results_by_transaction)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 3:  # v3
             f_throttle_time_ms = r.int32()
-            _n_results_by_topic_v3_and_below = r.compact_array_len()
+            _n_results_by_topic_v3_and_below = r.compact_array_len('AddPartitionsToTxnResponse.results_by_topic_v3_and_below')
             f_results_by_topic_v3_and_below = [AddPartitionsToTxnTopicResult._read(r, version) for _ in range(_n_results_by_topic_v3_and_below)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, results_by_topic_v3_and_below=f_results_by_topic_v3_and_below)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-2
             f_throttle_time_ms = r.int32()
-            _n_results_by_topic_v3_and_below = r.array_len()
+            _n_results_by_topic_v3_and_below = r.array_len('AddPartitionsToTxnResponse.results_by_topic_v3_and_below')
             f_results_by_topic_v3_and_below = [AddPartitionsToTxnTopicResult._read(r, version) for _ in range(_n_results_by_topic_v3_and_below)]
             return cls(throttle_time_ms=f_throttle_time_ms, results_by_topic_v3_and_below=f_results_by_topic_v3_and_below)
 
@@ -263,7 +263,7 @@ class AddPartitionsToTxnTransaction(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         f_transactional_id = r.compact_string()
         f_producer_id, f_producer_epoch, f_verify_only = r.fixed(_S_qhx)
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('AddPartitionsToTxnTransaction.topics')
         f_topics = [AddPartitionsToTxnTopic._read(r, version) for _ in range(_n_topics)]
         obj = cls(transactional_id=f_transactional_id, producer_id=f_producer_id, producer_epoch=f_producer_epoch, verify_only=f_verify_only, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -319,7 +319,7 @@ class AddPartitionsToTxnRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4-5
-            _n_transactions = r.compact_array_len()
+            _n_transactions = r.compact_array_len('AddPartitionsToTxnRequest.transactions')
             f_transactions = [AddPartitionsToTxnTransaction._read(r, version) for _ in range(_n_transactions)]
             obj = cls(transactions=f_transactions)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -327,7 +327,7 @@ class AddPartitionsToTxnRequest(ApiMessage):
         elif version >= 3:  # v3
             f_v3_and_below_transactional_id = r.compact_string()
             f_v3_and_below_producer_id, f_v3_and_below_producer_epoch = r.fixed(_S_qh)
-            _n_v3_and_below_topics = r.compact_array_len()
+            _n_v3_and_below_topics = r.compact_array_len('AddPartitionsToTxnRequest.v3_and_below_topics')
             f_v3_and_below_topics = [AddPartitionsToTxnTopic._read(r, version) for _ in range(_n_v3_and_below_topics)]
             obj = cls(v3_and_below_transactional_id=f_v3_and_below_transactional_id, v3_and_below_producer_id=f_v3_and_below_producer_id, v3_and_below_producer_epoch=f_v3_and_below_producer_epoch, v3_and_below_topics=f_v3_and_below_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -335,6 +335,6 @@ class AddPartitionsToTxnRequest(ApiMessage):
         else:  # v0-2
             f_v3_and_below_transactional_id = r.string()
             f_v3_and_below_producer_id, f_v3_and_below_producer_epoch = r.fixed(_S_qh)
-            _n_v3_and_below_topics = r.array_len()
+            _n_v3_and_below_topics = r.array_len('AddPartitionsToTxnRequest.v3_and_below_topics')
             f_v3_and_below_topics = [AddPartitionsToTxnTopic._read(r, version) for _ in range(_n_v3_and_below_topics)]
             return cls(v3_and_below_transactional_id=f_v3_and_below_transactional_id, v3_and_below_producer_id=f_v3_and_below_producer_id, v3_and_below_producer_epoch=f_v3_and_below_producer_epoch, v3_and_below_topics=f_v3_and_below_topics)

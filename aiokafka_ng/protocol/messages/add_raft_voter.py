@@ -125,7 +125,7 @@ class AddRaftVoterRequest(ApiMessage):
         f_cluster_id = r.compact_nullable_string()
         f_timeout_ms, f_voter_id = r.fixed(_S_ii)
         f_voter_directory_id = r.uuid()
-        _n_listeners = r.compact_array_len()
+        _n_listeners = r.compact_array_len('AddRaftVoterRequest.listeners')
         f_listeners = [Listener._read(r, version) for _ in range(_n_listeners)]
         obj = cls(cluster_id=f_cluster_id, timeout_ms=f_timeout_ms, voter_id=f_voter_id, voter_directory_id=f_voter_directory_id, listeners=f_listeners)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -96,7 +96,7 @@ class AlterClientQuotasResponseEntryData(Struct):
         if version >= 1:  # v1
             f_error_code = r.int16()
             f_error_message = r.compact_nullable_string()
-            _n_entity = r.compact_array_len()
+            _n_entity = r.compact_array_len('AlterClientQuotasResponseEntryData.entity')
             f_entity = [EntityData._read(r, version) for _ in range(_n_entity)]
             obj = cls(error_code=f_error_code, error_message=f_error_message, entity=f_entity)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -104,7 +104,7 @@ class AlterClientQuotasResponseEntryData(Struct):
         else:  # v0
             f_error_code = r.int16()
             f_error_message = r.nullable_string()
-            _n_entity = r.array_len()
+            _n_entity = r.array_len('AlterClientQuotasResponseEntryData.entity')
             f_entity = [EntityData._read(r, version) for _ in range(_n_entity)]
             return cls(error_code=f_error_code, error_message=f_error_message, entity=f_entity)
 
@@ -144,14 +144,14 @@ class AlterClientQuotasResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 1:  # v1
             f_throttle_time_ms = r.int32()
-            _n_entries = r.compact_array_len()
+            _n_entries = r.compact_array_len('AlterClientQuotasResponse.entries')
             f_entries = [AlterClientQuotasResponseEntryData._read(r, version) for _ in range(_n_entries)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, entries=f_entries)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0
             f_throttle_time_ms = r.int32()
-            _n_entries = r.array_len()
+            _n_entries = r.array_len('AlterClientQuotasResponse.entries')
             f_entries = [AlterClientQuotasResponseEntryData._read(r, version) for _ in range(_n_entries)]
             return cls(throttle_time_ms=f_throttle_time_ms, entries=f_entries)
 
@@ -227,17 +227,17 @@ class AlterClientQuotasRequestEntryData(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 1:  # v1
-            _n_entity = r.compact_array_len()
+            _n_entity = r.compact_array_len('AlterClientQuotasRequestEntryData.entity')
             f_entity = [EntityData._read(r, version) for _ in range(_n_entity)]
-            _n_ops = r.compact_array_len()
+            _n_ops = r.compact_array_len('AlterClientQuotasRequestEntryData.ops')
             f_ops = [OpData._read(r, version) for _ in range(_n_ops)]
             obj = cls(entity=f_entity, ops=f_ops)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0
-            _n_entity = r.array_len()
+            _n_entity = r.array_len('AlterClientQuotasRequestEntryData.entity')
             f_entity = [EntityData._read(r, version) for _ in range(_n_entity)]
-            _n_ops = r.array_len()
+            _n_ops = r.array_len('AlterClientQuotasRequestEntryData.ops')
             f_ops = [OpData._read(r, version) for _ in range(_n_ops)]
             return cls(entity=f_entity, ops=f_ops)
 
@@ -277,14 +277,14 @@ class AlterClientQuotasRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 1:  # v1
-            _n_entries = r.compact_array_len()
+            _n_entries = r.compact_array_len('AlterClientQuotasRequest.entries')
             f_entries = [AlterClientQuotasRequestEntryData._read(r, version) for _ in range(_n_entries)]
             f_validate_only = r.boolean()
             obj = cls(entries=f_entries, validate_only=f_validate_only)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0
-            _n_entries = r.array_len()
+            _n_entries = r.array_len('AlterClientQuotasRequest.entries')
             f_entries = [AlterClientQuotasRequestEntryData._read(r, version) for _ in range(_n_entries)]
             f_validate_only = r.boolean()
             return cls(entries=f_entries, validate_only=f_validate_only)

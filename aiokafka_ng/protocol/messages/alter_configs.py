@@ -108,14 +108,14 @@ class AlterConfigsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
             f_throttle_time_ms = r.int32()
-            _n_responses = r.compact_array_len()
+            _n_responses = r.compact_array_len('AlterConfigsResponse.responses')
             f_responses = [AlterConfigsResourceResponse._read(r, version) for _ in range(_n_responses)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_throttle_time_ms = r.int32()
-            _n_responses = r.array_len()
+            _n_responses = r.array_len('AlterConfigsResponse.responses')
             f_responses = [AlterConfigsResourceResponse._read(r, version) for _ in range(_n_responses)]
             return cls(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
 
@@ -189,7 +189,7 @@ class AlterConfigsResource(Struct):
         if version >= 2:  # v2
             f_resource_type = r.int8()
             f_resource_name = r.compact_string()
-            _n_configs = r.compact_array_len()
+            _n_configs = r.compact_array_len('AlterConfigsResource.configs')
             f_configs = [AlterableConfig._read(r, version) for _ in range(_n_configs)]
             obj = cls(resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -197,7 +197,7 @@ class AlterConfigsResource(Struct):
         else:  # v0-1
             f_resource_type = r.int8()
             f_resource_name = r.string()
-            _n_configs = r.array_len()
+            _n_configs = r.array_len('AlterConfigsResource.configs')
             f_configs = [AlterableConfig._read(r, version) for _ in range(_n_configs)]
             return cls(resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs)
 
@@ -237,14 +237,14 @@ class AlterConfigsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
-            _n_resources = r.compact_array_len()
+            _n_resources = r.compact_array_len('AlterConfigsRequest.resources')
             f_resources = [AlterConfigsResource._read(r, version) for _ in range(_n_resources)]
             f_validate_only = r.boolean()
             obj = cls(resources=f_resources, validate_only=f_validate_only)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
-            _n_resources = r.array_len()
+            _n_resources = r.array_len('AlterConfigsRequest.resources')
             f_resources = [AlterConfigsResource._read(r, version) for _ in range(_n_resources)]
             f_validate_only = r.boolean()
             return cls(resources=f_resources, validate_only=f_validate_only)

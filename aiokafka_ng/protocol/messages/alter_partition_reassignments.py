@@ -74,7 +74,7 @@ class ReassignableTopicResponse(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_name = r.compact_string()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('ReassignableTopicResponse.partitions')
         f_partitions = [ReassignablePartitionResponse._read(r, version) for _ in range(_n_partitions)]
         obj = cls(name=f_name, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -114,7 +114,7 @@ class AlterPartitionReassignmentsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
         f_error_message = r.compact_nullable_string()
-        _n_responses = r.compact_array_len()
+        _n_responses = r.compact_array_len('AlterPartitionReassignmentsResponse.responses')
         f_responses = [ReassignableTopicResponse._read(r, version) for _ in range(_n_responses)]
         obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, responses=f_responses)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -174,7 +174,7 @@ class ReassignableTopic(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_name = r.compact_string()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('ReassignableTopic.partitions')
         f_partitions = [ReassignablePartition._read(r, version) for _ in range(_n_partitions)]
         obj = cls(name=f_name, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -209,7 +209,7 @@ class AlterPartitionReassignmentsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_timeout_ms = r.int32()
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('AlterPartitionReassignmentsRequest.topics')
         f_topics = [ReassignableTopic._read(r, version) for _ in range(_n_topics)]
         obj = cls(timeout_ms=f_timeout_ms, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -85,14 +85,14 @@ class AlterReplicaLogDirTopicResult(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
             f_topic_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('AlterReplicaLogDirTopicResult.partitions')
             f_partitions = [AlterReplicaLogDirPartitionResult._read(r, version) for _ in range(_n_partitions)]
             obj = cls(topic_name=f_topic_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_topic_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('AlterReplicaLogDirTopicResult.partitions')
             f_partitions = [AlterReplicaLogDirPartitionResult._read(r, version) for _ in range(_n_partitions)]
             return cls(topic_name=f_topic_name, partitions=f_partitions)
 
@@ -132,14 +132,14 @@ class AlterReplicaLogDirsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
             f_throttle_time_ms = r.int32()
-            _n_results = r.compact_array_len()
+            _n_results = r.compact_array_len('AlterReplicaLogDirsResponse.results')
             f_results = [AlterReplicaLogDirTopicResult._read(r, version) for _ in range(_n_results)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_throttle_time_ms = r.int32()
-            _n_results = r.array_len()
+            _n_results = r.array_len('AlterReplicaLogDirsResponse.results')
             f_results = [AlterReplicaLogDirTopicResult._read(r, version) for _ in range(_n_results)]
             return cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
 
@@ -214,14 +214,14 @@ class AlterReplicaLogDir(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
             f_path = r.compact_string()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('AlterReplicaLogDir.topics')
             f_topics = [AlterReplicaLogDirTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(path=f_path, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_path = r.string()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('AlterReplicaLogDir.topics')
             f_topics = [AlterReplicaLogDirTopic._read(r, version) for _ in range(_n_topics)]
             return cls(path=f_path, topics=f_topics)
 
@@ -257,12 +257,12 @@ class AlterReplicaLogDirsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
-            _n_dirs = r.compact_array_len()
+            _n_dirs = r.compact_array_len('AlterReplicaLogDirsRequest.dirs')
             f_dirs = [AlterReplicaLogDir._read(r, version) for _ in range(_n_dirs)]
             obj = cls(dirs=f_dirs)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
-            _n_dirs = r.array_len()
+            _n_dirs = r.array_len('AlterReplicaLogDirsRequest.dirs')
             f_dirs = [AlterReplicaLogDir._read(r, version) for _ in range(_n_dirs)]
             return cls(dirs=f_dirs)

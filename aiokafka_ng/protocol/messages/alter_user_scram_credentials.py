@@ -83,7 +83,7 @@ class AlterUserScramCredentialsResponse(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms = r.int32()
-        _n_results = r.compact_array_len()
+        _n_results = r.compact_array_len('AlterUserScramCredentialsResponse.results')
         f_results = [AlterUserScramCredentialsResult._read(r, version) for _ in range(_n_results)]
         obj = cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -180,9 +180,9 @@ class AlterUserScramCredentialsRequest(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_deletions = r.compact_array_len()
+        _n_deletions = r.compact_array_len('AlterUserScramCredentialsRequest.deletions')
         f_deletions = [ScramCredentialDeletion._read(r, version) for _ in range(_n_deletions)]
-        _n_upsertions = r.compact_array_len()
+        _n_upsertions = r.compact_array_len('AlterUserScramCredentialsRequest.upsertions')
         f_upsertions = [ScramCredentialUpsertion._read(r, version) for _ in range(_n_upsertions)]
         obj = cls(deletions=f_deletions, upsertions=f_upsertions)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -189,19 +189,19 @@ class ApiVersionsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 3:  # v3-4
             f_error_code = r.int16()
-            _n_api_keys = r.compact_array_len()
+            _n_api_keys = r.compact_array_len('ApiVersionsResponse.api_keys')
             f_api_keys = [ApiVersion._read(r, version) for _ in range(_n_api_keys)]
             f_throttle_time_ms = r.int32()
             obj = cls(error_code=f_error_code, api_keys=f_api_keys, throttle_time_ms=f_throttle_time_ms)
             for _ in range(r.tag_count()):
                 _tag, _tr = r.tagged_field()
                 if _tag == 0:
-                    _n_supported_features = _tr.compact_array_len()
+                    _n_supported_features = _tr.compact_array_len('ApiVersionsResponse.supported_features')
                     obj.supported_features = [SupportedFeatureKey._read(_tr, version) for _ in range(_n_supported_features)]
                 elif _tag == 1:
                     obj.finalized_features_epoch = _tr.int64()
                 elif _tag == 2:
-                    _n_finalized_features = _tr.compact_array_len()
+                    _n_finalized_features = _tr.compact_array_len('ApiVersionsResponse.finalized_features')
                     obj.finalized_features = [FinalizedFeatureKey._read(_tr, version) for _ in range(_n_finalized_features)]
                 elif _tag == 3:
                     obj.zk_migration_ready = _tr.boolean()
@@ -210,13 +210,13 @@ class ApiVersionsResponse(ApiMessage):
             return obj
         elif version >= 1:  # v1-2
             f_error_code = r.int16()
-            _n_api_keys = r.array_len()
+            _n_api_keys = r.array_len('ApiVersionsResponse.api_keys')
             f_api_keys = [ApiVersion._read(r, version) for _ in range(_n_api_keys)]
             f_throttle_time_ms = r.int32()
             return cls(error_code=f_error_code, api_keys=f_api_keys, throttle_time_ms=f_throttle_time_ms)
         else:  # v0
             f_error_code = r.int16()
-            _n_api_keys = r.array_len()
+            _n_api_keys = r.array_len('ApiVersionsResponse.api_keys')
             f_api_keys = [ApiVersion._read(r, version) for _ in range(_n_api_keys)]
             return cls(error_code=f_error_code, api_keys=f_api_keys)
 

@@ -72,7 +72,7 @@ class Assignment(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_topic_partitions = r.compact_array_len()
+        _n_topic_partitions = r.compact_array_len('Assignment.topic_partitions')
         f_topic_partitions = [TopicPartitions._read(r, version) for _ in range(_n_topic_partitions)]
         obj = cls(topic_partitions=f_topic_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -224,7 +224,7 @@ class ConsumerGroupHeartbeatRequest(ApiMessage):
             f_subscribed_topic_names = None if _n_subscribed_topic_names < 0 else [r.compact_string() for _ in range(_n_subscribed_topic_names)]
             f_subscribed_topic_regex = r.compact_nullable_string()
             f_server_assignor = r.compact_nullable_string()
-            _n_topic_partitions = r.compact_nullable_array_len()
+            _n_topic_partitions = r.compact_nullable_array_len('ConsumerGroupHeartbeatRequest.topic_partitions')
             f_topic_partitions = None if _n_topic_partitions < 0 else [TopicPartitions._read(r, version) for _ in range(_n_topic_partitions)]
             obj = cls(group_id=f_group_id, member_id=f_member_id, member_epoch=f_member_epoch, instance_id=f_instance_id, rack_id=f_rack_id, rebalance_timeout_ms=f_rebalance_timeout_ms, subscribed_topic_names=f_subscribed_topic_names, subscribed_topic_regex=f_subscribed_topic_regex, server_assignor=f_server_assignor, topic_partitions=f_topic_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -239,7 +239,7 @@ class ConsumerGroupHeartbeatRequest(ApiMessage):
             _n_subscribed_topic_names = r.compact_nullable_array_len()
             f_subscribed_topic_names = None if _n_subscribed_topic_names < 0 else [r.compact_string() for _ in range(_n_subscribed_topic_names)]
             f_server_assignor = r.compact_nullable_string()
-            _n_topic_partitions = r.compact_nullable_array_len()
+            _n_topic_partitions = r.compact_nullable_array_len('ConsumerGroupHeartbeatRequest.topic_partitions')
             f_topic_partitions = None if _n_topic_partitions < 0 else [TopicPartitions._read(r, version) for _ in range(_n_topic_partitions)]
             obj = cls(group_id=f_group_id, member_id=f_member_id, member_epoch=f_member_epoch, instance_id=f_instance_id, rack_id=f_rack_id, rebalance_timeout_ms=f_rebalance_timeout_ms, subscribed_topic_names=f_subscribed_topic_names, server_assignor=f_server_assignor, topic_partitions=f_topic_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)

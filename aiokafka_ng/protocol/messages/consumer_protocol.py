@@ -117,7 +117,7 @@ class ConsumerProtocolSubscription(Message):
             _n_topics = r.array_len()
             f_topics = [r.string() for _ in range(_n_topics)]
             f_user_data = r.nullable_bytes()
-            _n_owned_partitions = r.array_len()
+            _n_owned_partitions = r.array_len('ConsumerProtocolSubscription.owned_partitions')
             f_owned_partitions = [ConsumerProtocolSubscriptionTopicPartition._read(r, version) for _ in range(_n_owned_partitions)]
             f_generation_id = r.int32()
             f_rack_id = r.nullable_string()
@@ -126,7 +126,7 @@ class ConsumerProtocolSubscription(Message):
             _n_topics = r.array_len()
             f_topics = [r.string() for _ in range(_n_topics)]
             f_user_data = r.nullable_bytes()
-            _n_owned_partitions = r.array_len()
+            _n_owned_partitions = r.array_len('ConsumerProtocolSubscription.owned_partitions')
             f_owned_partitions = [ConsumerProtocolSubscriptionTopicPartition._read(r, version) for _ in range(_n_owned_partitions)]
             f_generation_id = r.int32()
             return cls(topics=f_topics, user_data=f_user_data, owned_partitions=f_owned_partitions, generation_id=f_generation_id)
@@ -134,7 +134,7 @@ class ConsumerProtocolSubscription(Message):
             _n_topics = r.array_len()
             f_topics = [r.string() for _ in range(_n_topics)]
             f_user_data = r.nullable_bytes()
-            _n_owned_partitions = r.array_len()
+            _n_owned_partitions = r.array_len('ConsumerProtocolSubscription.owned_partitions')
             f_owned_partitions = [ConsumerProtocolSubscriptionTopicPartition._read(r, version) for _ in range(_n_owned_partitions)]
             return cls(topics=f_topics, user_data=f_user_data, owned_partitions=f_owned_partitions)
         else:  # v0
@@ -193,7 +193,7 @@ class ConsumerProtocolAssignment(Message):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_assigned_partitions = r.array_len()
+        _n_assigned_partitions = r.array_len('ConsumerProtocolAssignment.assigned_partitions')
         f_assigned_partitions = [ConsumerProtocolAssignmentTopicPartition._read(r, version) for _ in range(_n_assigned_partitions)]
         f_user_data = r.nullable_bytes()
         return cls(assigned_partitions=f_assigned_partitions, user_data=f_user_data)

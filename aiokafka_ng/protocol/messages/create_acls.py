@@ -96,14 +96,14 @@ class CreateAclsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2-3
             f_throttle_time_ms = r.int32()
-            _n_results = r.compact_array_len()
+            _n_results = r.compact_array_len('CreateAclsResponse.results')
             f_results = [AclCreationResult._read(r, version) for _ in range(_n_results)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_throttle_time_ms = r.int32()
-            _n_results = r.array_len()
+            _n_results = r.array_len('CreateAclsResponse.results')
             f_results = [AclCreationResult._read(r, version) for _ in range(_n_results)]
             return cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
 
@@ -212,12 +212,12 @@ class CreateAclsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2-3
-            _n_creations = r.compact_array_len()
+            _n_creations = r.compact_array_len('CreateAclsRequest.creations')
             f_creations = [AclCreation._read(r, version) for _ in range(_n_creations)]
             obj = cls(creations=f_creations)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
-            _n_creations = r.array_len()
+            _n_creations = r.array_len('CreateAclsRequest.creations')
             f_creations = [AclCreation._read(r, version) for _ in range(_n_creations)]
             return cls(creations=f_creations)

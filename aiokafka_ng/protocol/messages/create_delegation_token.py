@@ -212,21 +212,21 @@ class CreateDelegationTokenRequest(ApiMessage):
         if version >= 3:  # v3
             f_owner_principal_type = r.compact_nullable_string()
             f_owner_principal_name = r.compact_nullable_string()
-            _n_renewers = r.compact_array_len()
+            _n_renewers = r.compact_array_len('CreateDelegationTokenRequest.renewers')
             f_renewers = [CreatableRenewers._read(r, version) for _ in range(_n_renewers)]
             f_max_lifetime_ms = r.int64()
             obj = cls(owner_principal_type=f_owner_principal_type, owner_principal_name=f_owner_principal_name, renewers=f_renewers, max_lifetime_ms=f_max_lifetime_ms)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 2:  # v2
-            _n_renewers = r.compact_array_len()
+            _n_renewers = r.compact_array_len('CreateDelegationTokenRequest.renewers')
             f_renewers = [CreatableRenewers._read(r, version) for _ in range(_n_renewers)]
             f_max_lifetime_ms = r.int64()
             obj = cls(renewers=f_renewers, max_lifetime_ms=f_max_lifetime_ms)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
-            _n_renewers = r.array_len()
+            _n_renewers = r.array_len('CreateDelegationTokenRequest.renewers')
             f_renewers = [CreatableRenewers._read(r, version) for _ in range(_n_renewers)]
             f_max_lifetime_ms = r.int64()
             return cls(renewers=f_renewers, max_lifetime_ms=f_max_lifetime_ms)

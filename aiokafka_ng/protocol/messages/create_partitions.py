@@ -101,14 +101,14 @@ class CreatePartitionsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2-3
             f_throttle_time_ms = r.int32()
-            _n_results = r.compact_array_len()
+            _n_results = r.compact_array_len('CreatePartitionsResponse.results')
             f_results = [CreatePartitionsTopicResult._read(r, version) for _ in range(_n_results)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_throttle_time_ms = r.int32()
-            _n_results = r.array_len()
+            _n_results = r.array_len('CreatePartitionsResponse.results')
             f_results = [CreatePartitionsTopicResult._read(r, version) for _ in range(_n_results)]
             return cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
 
@@ -188,7 +188,7 @@ class CreatePartitionsTopic(Struct):
         if version >= 2:  # v2-3
             f_name = r.compact_string()
             f_count = r.int32()
-            _n_assignments = r.compact_nullable_array_len()
+            _n_assignments = r.compact_nullable_array_len('CreatePartitionsTopic.assignments')
             f_assignments = None if _n_assignments < 0 else [CreatePartitionsAssignment._read(r, version) for _ in range(_n_assignments)]
             obj = cls(name=f_name, count=f_count, assignments=f_assignments)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -196,7 +196,7 @@ class CreatePartitionsTopic(Struct):
         else:  # v0-1
             f_name = r.string()
             f_count = r.int32()
-            _n_assignments = r.nullable_array_len()
+            _n_assignments = r.nullable_array_len('CreatePartitionsTopic.assignments')
             f_assignments = None if _n_assignments < 0 else [CreatePartitionsAssignment._read(r, version) for _ in range(_n_assignments)]
             return cls(name=f_name, count=f_count, assignments=f_assignments)
 
@@ -238,14 +238,14 @@ class CreatePartitionsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2-3
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('CreatePartitionsRequest.topics')
             f_topics = [CreatePartitionsTopic._read(r, version) for _ in range(_n_topics)]
             f_timeout_ms, f_validate_only = r.fixed(_S_ix)
             obj = cls(topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('CreatePartitionsRequest.topics')
             f_topics = [CreatePartitionsTopic._read(r, version) for _ in range(_n_topics)]
             f_timeout_ms, f_validate_only = r.fixed(_S_ix)
             return cls(topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only)

@@ -138,7 +138,7 @@ class CreatableTopicResult(Struct):
             f_error_code = r.int16()
             f_error_message = r.compact_nullable_string()
             f_num_partitions, f_replication_factor = r.fixed(_S_ih)
-            _n_configs = r.compact_nullable_array_len()
+            _n_configs = r.compact_nullable_array_len('CreatableTopicResult.configs')
             f_configs = None if _n_configs < 0 else [CreatableTopicConfigs._read(r, version) for _ in range(_n_configs)]
             obj = cls(name=f_name, topic_id=f_topic_id, error_code=f_error_code, error_message=f_error_message, num_partitions=f_num_partitions, replication_factor=f_replication_factor, configs=f_configs)
             for _ in range(r.tag_count()):
@@ -153,7 +153,7 @@ class CreatableTopicResult(Struct):
             f_error_code = r.int16()
             f_error_message = r.compact_nullable_string()
             f_num_partitions, f_replication_factor = r.fixed(_S_ih)
-            _n_configs = r.compact_nullable_array_len()
+            _n_configs = r.compact_nullable_array_len('CreatableTopicResult.configs')
             f_configs = None if _n_configs < 0 else [CreatableTopicConfigs._read(r, version) for _ in range(_n_configs)]
             obj = cls(name=f_name, error_code=f_error_code, error_message=f_error_message, num_partitions=f_num_partitions, replication_factor=f_replication_factor, configs=f_configs)
             for _ in range(r.tag_count()):
@@ -214,18 +214,18 @@ class CreateTopicsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 5:  # v5-7
             f_throttle_time_ms = r.int32()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('CreateTopicsResponse.topics')
             f_topics = [CreatableTopicResult._read(r, version) for _ in range(_n_topics)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 2:  # v2-4
             f_throttle_time_ms = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('CreateTopicsResponse.topics')
             f_topics = [CreatableTopicResult._read(r, version) for _ in range(_n_topics)]
             return cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
         else:  # v0-1
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('CreateTopicsResponse.topics')
             f_topics = [CreatableTopicResult._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)
 
@@ -351,9 +351,9 @@ class CreatableTopic(Struct):
         if version >= 5:  # v5-7
             f_name = r.compact_string()
             f_num_partitions, f_replication_factor = r.fixed(_S_ih)
-            _n_assignments = r.compact_array_len()
+            _n_assignments = r.compact_array_len('CreatableTopic.assignments')
             f_assignments = [CreatableReplicaAssignment._read(r, version) for _ in range(_n_assignments)]
-            _n_configs = r.compact_array_len()
+            _n_configs = r.compact_array_len('CreatableTopic.configs')
             f_configs = [CreatableTopicConfig._read(r, version) for _ in range(_n_configs)]
             obj = cls(name=f_name, num_partitions=f_num_partitions, replication_factor=f_replication_factor, assignments=f_assignments, configs=f_configs)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -361,9 +361,9 @@ class CreatableTopic(Struct):
         else:  # v0-4
             f_name = r.string()
             f_num_partitions, f_replication_factor = r.fixed(_S_ih)
-            _n_assignments = r.array_len()
+            _n_assignments = r.array_len('CreatableTopic.assignments')
             f_assignments = [CreatableReplicaAssignment._read(r, version) for _ in range(_n_assignments)]
-            _n_configs = r.array_len()
+            _n_configs = r.array_len('CreatableTopic.configs')
             f_configs = [CreatableTopicConfig._read(r, version) for _ in range(_n_configs)]
             return cls(name=f_name, num_partitions=f_num_partitions, replication_factor=f_replication_factor, assignments=f_assignments, configs=f_configs)
 
@@ -411,19 +411,19 @@ class CreateTopicsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 5:  # v5-7
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('CreateTopicsRequest.topics')
             f_topics = [CreatableTopic._read(r, version) for _ in range(_n_topics)]
             f_timeout_ms, f_validate_only = r.fixed(_S_ix)
             obj = cls(topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 1:  # v1-4
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('CreateTopicsRequest.topics')
             f_topics = [CreatableTopic._read(r, version) for _ in range(_n_topics)]
             f_timeout_ms, f_validate_only = r.fixed(_S_ix)
             return cls(topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only)
         else:  # v0
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('CreateTopicsRequest.topics')
             f_topics = [CreatableTopic._read(r, version) for _ in range(_n_topics)]
             f_timeout_ms = r.int32()
             return cls(topics=f_topics, timeout_ms=f_timeout_ms)

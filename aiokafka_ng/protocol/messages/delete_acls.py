@@ -151,7 +151,7 @@ class DeleteAclsFilterResult(Struct):
         if version >= 2:  # v2-3
             f_error_code = r.int16()
             f_error_message = r.compact_nullable_string()
-            _n_matching_acls = r.compact_array_len()
+            _n_matching_acls = r.compact_array_len('DeleteAclsFilterResult.matching_acls')
             f_matching_acls = [DeleteAclsMatchingAcl._read(r, version) for _ in range(_n_matching_acls)]
             obj = cls(error_code=f_error_code, error_message=f_error_message, matching_acls=f_matching_acls)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -159,7 +159,7 @@ class DeleteAclsFilterResult(Struct):
         else:  # v0-1
             f_error_code = r.int16()
             f_error_message = r.nullable_string()
-            _n_matching_acls = r.array_len()
+            _n_matching_acls = r.array_len('DeleteAclsFilterResult.matching_acls')
             f_matching_acls = [DeleteAclsMatchingAcl._read(r, version) for _ in range(_n_matching_acls)]
             return cls(error_code=f_error_code, error_message=f_error_message, matching_acls=f_matching_acls)
 
@@ -199,14 +199,14 @@ class DeleteAclsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2-3
             f_throttle_time_ms = r.int32()
-            _n_filter_results = r.compact_array_len()
+            _n_filter_results = r.compact_array_len('DeleteAclsResponse.filter_results')
             f_filter_results = [DeleteAclsFilterResult._read(r, version) for _ in range(_n_filter_results)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, filter_results=f_filter_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_throttle_time_ms = r.int32()
-            _n_filter_results = r.array_len()
+            _n_filter_results = r.array_len('DeleteAclsResponse.filter_results')
             f_filter_results = [DeleteAclsFilterResult._read(r, version) for _ in range(_n_filter_results)]
             return cls(throttle_time_ms=f_throttle_time_ms, filter_results=f_filter_results)
 
@@ -315,12 +315,12 @@ class DeleteAclsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2-3
-            _n_filters = r.compact_array_len()
+            _n_filters = r.compact_array_len('DeleteAclsRequest.filters')
             f_filters = [DeleteAclsFilter._read(r, version) for _ in range(_n_filters)]
             obj = cls(filters=f_filters)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
-            _n_filters = r.array_len()
+            _n_filters = r.array_len('DeleteAclsRequest.filters')
             f_filters = [DeleteAclsFilter._read(r, version) for _ in range(_n_filters)]
             return cls(filters=f_filters)

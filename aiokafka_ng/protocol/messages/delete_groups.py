@@ -94,14 +94,14 @@ class DeleteGroupsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
             f_throttle_time_ms = r.int32()
-            _n_results = r.compact_array_len()
+            _n_results = r.compact_array_len('DeleteGroupsResponse.results')
             f_results = [DeletableGroupResult._read(r, version) for _ in range(_n_results)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_throttle_time_ms = r.int32()
-            _n_results = r.array_len()
+            _n_results = r.array_len('DeleteGroupsResponse.results')
             f_results = [DeletableGroupResult._read(r, version) for _ in range(_n_results)]
             return cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
 

@@ -88,14 +88,14 @@ class DeleteRecordsTopicResult(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
             f_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('DeleteRecordsTopicResult.partitions')
             f_partitions = [DeleteRecordsPartitionResult._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('DeleteRecordsTopicResult.partitions')
             f_partitions = [DeleteRecordsPartitionResult._read(r, version) for _ in range(_n_partitions)]
             return cls(name=f_name, partitions=f_partitions)
 
@@ -135,14 +135,14 @@ class DeleteRecordsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
             f_throttle_time_ms = r.int32()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('DeleteRecordsResponse.topics')
             f_topics = [DeleteRecordsTopicResult._read(r, version) for _ in range(_n_topics)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_throttle_time_ms = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('DeleteRecordsResponse.topics')
             f_topics = [DeleteRecordsTopicResult._read(r, version) for _ in range(_n_topics)]
             return cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
 
@@ -207,14 +207,14 @@ class DeleteRecordsTopic(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
             f_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('DeleteRecordsTopic.partitions')
             f_partitions = [DeleteRecordsPartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('DeleteRecordsTopic.partitions')
             f_partitions = [DeleteRecordsPartition._read(r, version) for _ in range(_n_partitions)]
             return cls(name=f_name, partitions=f_partitions)
 
@@ -254,14 +254,14 @@ class DeleteRecordsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('DeleteRecordsRequest.topics')
             f_topics = [DeleteRecordsTopic._read(r, version) for _ in range(_n_topics)]
             f_timeout_ms = r.int32()
             obj = cls(topics=f_topics, timeout_ms=f_timeout_ms)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('DeleteRecordsRequest.topics')
             f_topics = [DeleteRecordsTopic._read(r, version) for _ in range(_n_topics)]
             f_timeout_ms = r.int32()
             return cls(topics=f_topics, timeout_ms=f_timeout_ms)

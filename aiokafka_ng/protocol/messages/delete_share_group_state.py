@@ -74,7 +74,7 @@ class DeleteStateResult(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('DeleteStateResult.partitions')
         f_partitions = [PartitionResult._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -104,7 +104,7 @@ class DeleteShareGroupStateResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_results = r.compact_array_len()
+        _n_results = r.compact_array_len('DeleteShareGroupStateResponse.results')
         f_results = [DeleteStateResult._read(r, version) for _ in range(_n_results)]
         obj = cls(results=f_results)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -154,7 +154,7 @@ class DeleteStateData(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('DeleteStateData.partitions')
         f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -189,7 +189,7 @@ class DeleteShareGroupStateRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_group_id = r.compact_string()
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('DeleteShareGroupStateRequest.topics')
         f_topics = [DeleteStateData._read(r, version) for _ in range(_n_topics)]
         obj = cls(group_id=f_group_id, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)

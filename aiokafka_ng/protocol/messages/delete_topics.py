@@ -138,18 +138,18 @@ class DeleteTopicsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4-6
             f_throttle_time_ms = r.int32()
-            _n_responses = r.compact_array_len()
+            _n_responses = r.compact_array_len('DeleteTopicsResponse.responses')
             f_responses = [DeletableTopicResult._read(r, version) for _ in range(_n_responses)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 1:  # v1-3
             f_throttle_time_ms = r.int32()
-            _n_responses = r.array_len()
+            _n_responses = r.array_len('DeleteTopicsResponse.responses')
             f_responses = [DeletableTopicResult._read(r, version) for _ in range(_n_responses)]
             return cls(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
         else:  # v0
-            _n_responses = r.array_len()
+            _n_responses = r.array_len('DeleteTopicsResponse.responses')
             f_responses = [DeletableTopicResult._read(r, version) for _ in range(_n_responses)]
             return cls(responses=f_responses)
 
@@ -223,7 +223,7 @@ class DeleteTopicsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 6:  # v6
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('DeleteTopicsRequest.topics')
             f_topics = [DeleteTopicState._read(r, version) for _ in range(_n_topics)]
             f_timeout_ms = r.int32()
             obj = cls(topics=f_topics, timeout_ms=f_timeout_ms)

@@ -115,7 +115,7 @@ class DescribeAclsResource(Struct):
             f_resource_type = r.int8()
             f_resource_name = r.compact_string()
             f_pattern_type = r.int8()
-            _n_acls = r.compact_array_len()
+            _n_acls = r.compact_array_len('DescribeAclsResource.acls')
             f_acls = [AclDescription._read(r, version) for _ in range(_n_acls)]
             obj = cls(resource_type=f_resource_type, resource_name=f_resource_name, pattern_type=f_pattern_type, acls=f_acls)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -124,13 +124,13 @@ class DescribeAclsResource(Struct):
             f_resource_type = r.int8()
             f_resource_name = r.string()
             f_pattern_type = r.int8()
-            _n_acls = r.array_len()
+            _n_acls = r.array_len('DescribeAclsResource.acls')
             f_acls = [AclDescription._read(r, version) for _ in range(_n_acls)]
             return cls(resource_type=f_resource_type, resource_name=f_resource_name, pattern_type=f_pattern_type, acls=f_acls)
         else:  # v0
             f_resource_type = r.int8()
             f_resource_name = r.string()
-            _n_acls = r.array_len()
+            _n_acls = r.array_len('DescribeAclsResource.acls')
             f_acls = [AclDescription._read(r, version) for _ in range(_n_acls)]
             return cls(resource_type=f_resource_type, resource_name=f_resource_name, acls=f_acls)
 
@@ -177,7 +177,7 @@ class DescribeAclsResponse(ApiMessage):
         if version >= 2:  # v2-3
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
             f_error_message = r.compact_nullable_string()
-            _n_resources = r.compact_array_len()
+            _n_resources = r.compact_array_len('DescribeAclsResponse.resources')
             f_resources = [DescribeAclsResource._read(r, version) for _ in range(_n_resources)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, resources=f_resources)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -185,7 +185,7 @@ class DescribeAclsResponse(ApiMessage):
         else:  # v0-1
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
             f_error_message = r.nullable_string()
-            _n_resources = r.array_len()
+            _n_resources = r.array_len('DescribeAclsResponse.resources')
             f_resources = [DescribeAclsResource._read(r, version) for _ in range(_n_resources)]
             return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, resources=f_resources)
 

@@ -130,17 +130,17 @@ class EntryData(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 1:  # v1
-            _n_entity = r.compact_array_len()
+            _n_entity = r.compact_array_len('EntryData.entity')
             f_entity = [EntityData._read(r, version) for _ in range(_n_entity)]
-            _n_values = r.compact_array_len()
+            _n_values = r.compact_array_len('EntryData.values')
             f_values = [ValueData._read(r, version) for _ in range(_n_values)]
             obj = cls(entity=f_entity, values=f_values)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0
-            _n_entity = r.array_len()
+            _n_entity = r.array_len('EntryData.entity')
             f_entity = [EntityData._read(r, version) for _ in range(_n_entity)]
-            _n_values = r.array_len()
+            _n_values = r.array_len('EntryData.values')
             f_values = [ValueData._read(r, version) for _ in range(_n_values)]
             return cls(entity=f_entity, values=f_values)
 
@@ -193,7 +193,7 @@ class DescribeClientQuotasResponse(ApiMessage):
         if version >= 1:  # v1
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
             f_error_message = r.compact_nullable_string()
-            _n_entries = r.compact_nullable_array_len()
+            _n_entries = r.compact_nullable_array_len('DescribeClientQuotasResponse.entries')
             f_entries = None if _n_entries < 0 else [EntryData._read(r, version) for _ in range(_n_entries)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, entries=f_entries)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -201,7 +201,7 @@ class DescribeClientQuotasResponse(ApiMessage):
         else:  # v0
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
             f_error_message = r.nullable_string()
-            _n_entries = r.nullable_array_len()
+            _n_entries = r.nullable_array_len('DescribeClientQuotasResponse.entries')
             f_entries = None if _n_entries < 0 else [EntryData._read(r, version) for _ in range(_n_entries)]
             return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, entries=f_entries)
 
@@ -281,14 +281,14 @@ class DescribeClientQuotasRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 1:  # v1
-            _n_components = r.compact_array_len()
+            _n_components = r.compact_array_len('DescribeClientQuotasRequest.components')
             f_components = [ComponentData._read(r, version) for _ in range(_n_components)]
             f_strict = r.boolean()
             obj = cls(components=f_components, strict=f_strict)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0
-            _n_components = r.array_len()
+            _n_components = r.array_len('DescribeClientQuotasRequest.components')
             f_components = [ComponentData._read(r, version) for _ in range(_n_components)]
             f_strict = r.boolean()
             return cls(components=f_components, strict=f_strict)

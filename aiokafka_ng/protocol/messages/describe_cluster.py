@@ -122,7 +122,7 @@ class DescribeClusterResponse(ApiMessage):
             f_endpoint_type = r.int8()
             f_cluster_id = r.compact_string()
             f_controller_id = r.int32()
-            _n_brokers = r.compact_array_len()
+            _n_brokers = r.compact_array_len('DescribeClusterResponse.brokers')
             f_brokers = [DescribeClusterBroker._read(r, version) for _ in range(_n_brokers)]
             f_cluster_authorized_operations = r.int32()
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, endpoint_type=f_endpoint_type, cluster_id=f_cluster_id, controller_id=f_controller_id, brokers=f_brokers, cluster_authorized_operations=f_cluster_authorized_operations)
@@ -133,7 +133,7 @@ class DescribeClusterResponse(ApiMessage):
             f_error_message = r.compact_nullable_string()
             f_cluster_id = r.compact_string()
             f_controller_id = r.int32()
-            _n_brokers = r.compact_array_len()
+            _n_brokers = r.compact_array_len('DescribeClusterResponse.brokers')
             f_brokers = [DescribeClusterBroker._read(r, version) for _ in range(_n_brokers)]
             f_cluster_authorized_operations = r.int32()
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, cluster_id=f_cluster_id, controller_id=f_controller_id, brokers=f_brokers, cluster_authorized_operations=f_cluster_authorized_operations)

@@ -136,7 +136,7 @@ class DescribeConfigsResourceResult(Struct):
             f_name = r.compact_string()
             f_value = r.compact_nullable_string()
             f_read_only, f_config_source, f_is_sensitive = r.fixed(_S_xbx)
-            _n_synonyms = r.compact_array_len()
+            _n_synonyms = r.compact_array_len('DescribeConfigsResourceResult.synonyms')
             f_synonyms = [DescribeConfigsSynonym._read(r, version) for _ in range(_n_synonyms)]
             f_config_type = r.int8()
             f_documentation = r.compact_nullable_string()
@@ -147,7 +147,7 @@ class DescribeConfigsResourceResult(Struct):
             f_name = r.string()
             f_value = r.nullable_string()
             f_read_only, f_config_source, f_is_sensitive = r.fixed(_S_xbx)
-            _n_synonyms = r.array_len()
+            _n_synonyms = r.array_len('DescribeConfigsResourceResult.synonyms')
             f_synonyms = [DescribeConfigsSynonym._read(r, version) for _ in range(_n_synonyms)]
             f_config_type = r.int8()
             f_documentation = r.nullable_string()
@@ -156,7 +156,7 @@ class DescribeConfigsResourceResult(Struct):
             f_name = r.string()
             f_value = r.nullable_string()
             f_read_only, f_config_source, f_is_sensitive = r.fixed(_S_xbx)
-            _n_synonyms = r.array_len()
+            _n_synonyms = r.array_len('DescribeConfigsResourceResult.synonyms')
             f_synonyms = [DescribeConfigsSynonym._read(r, version) for _ in range(_n_synonyms)]
             return cls(name=f_name, value=f_value, read_only=f_read_only, config_source=f_config_source, is_sensitive=f_is_sensitive, synonyms=f_synonyms)
         else:  # v0
@@ -211,7 +211,7 @@ class DescribeConfigsResult(Struct):
             f_error_message = r.compact_nullable_string()
             f_resource_type = r.int8()
             f_resource_name = r.compact_string()
-            _n_configs = r.compact_array_len()
+            _n_configs = r.compact_array_len('DescribeConfigsResult.configs')
             f_configs = [DescribeConfigsResourceResult._read(r, version) for _ in range(_n_configs)]
             obj = cls(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -221,7 +221,7 @@ class DescribeConfigsResult(Struct):
             f_error_message = r.nullable_string()
             f_resource_type = r.int8()
             f_resource_name = r.string()
-            _n_configs = r.array_len()
+            _n_configs = r.array_len('DescribeConfigsResult.configs')
             f_configs = [DescribeConfigsResourceResult._read(r, version) for _ in range(_n_configs)]
             return cls(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs)
 
@@ -261,14 +261,14 @@ class DescribeConfigsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4
             f_throttle_time_ms = r.int32()
-            _n_results = r.compact_array_len()
+            _n_results = r.compact_array_len('DescribeConfigsResponse.results')
             f_results = [DescribeConfigsResult._read(r, version) for _ in range(_n_results)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-3
             f_throttle_time_ms = r.int32()
-            _n_results = r.array_len()
+            _n_results = r.array_len('DescribeConfigsResponse.results')
             f_results = [DescribeConfigsResult._read(r, version) for _ in range(_n_results)]
             return cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
 
@@ -375,23 +375,23 @@ class DescribeConfigsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4
-            _n_resources = r.compact_array_len()
+            _n_resources = r.compact_array_len('DescribeConfigsRequest.resources')
             f_resources = [DescribeConfigsResource._read(r, version) for _ in range(_n_resources)]
             f_include_synonyms, f_include_documentation = r.fixed(_S_xx)
             obj = cls(resources=f_resources, include_synonyms=f_include_synonyms, include_documentation=f_include_documentation)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 3:  # v3
-            _n_resources = r.array_len()
+            _n_resources = r.array_len('DescribeConfigsRequest.resources')
             f_resources = [DescribeConfigsResource._read(r, version) for _ in range(_n_resources)]
             f_include_synonyms, f_include_documentation = r.fixed(_S_xx)
             return cls(resources=f_resources, include_synonyms=f_include_synonyms, include_documentation=f_include_documentation)
         elif version >= 1:  # v1-2
-            _n_resources = r.array_len()
+            _n_resources = r.array_len('DescribeConfigsRequest.resources')
             f_resources = [DescribeConfigsResource._read(r, version) for _ in range(_n_resources)]
             f_include_synonyms = r.boolean()
             return cls(resources=f_resources, include_synonyms=f_include_synonyms)
         else:  # v0
-            _n_resources = r.array_len()
+            _n_resources = r.array_len('DescribeConfigsRequest.resources')
             f_resources = [DescribeConfigsResource._read(r, version) for _ in range(_n_resources)]
             return cls(resources=f_resources)

@@ -133,7 +133,7 @@ class DescribedDelegationToken(Struct):
             f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = r.fixed(_S_qqq)
             f_token_id = r.compact_string()
             f_hmac = r.compact_bytes()
-            _n_renewers = r.compact_array_len()
+            _n_renewers = r.compact_array_len('DescribedDelegationToken.renewers')
             f_renewers = [DescribedDelegationTokenRenewer._read(r, version) for _ in range(_n_renewers)]
             obj = cls(principal_type=f_principal_type, principal_name=f_principal_name, token_requester_principal_type=f_token_requester_principal_type, token_requester_principal_name=f_token_requester_principal_name, issue_timestamp=f_issue_timestamp, expiry_timestamp=f_expiry_timestamp, max_timestamp=f_max_timestamp, token_id=f_token_id, hmac=f_hmac, renewers=f_renewers)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -144,7 +144,7 @@ class DescribedDelegationToken(Struct):
             f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = r.fixed(_S_qqq)
             f_token_id = r.compact_string()
             f_hmac = r.compact_bytes()
-            _n_renewers = r.compact_array_len()
+            _n_renewers = r.compact_array_len('DescribedDelegationToken.renewers')
             f_renewers = [DescribedDelegationTokenRenewer._read(r, version) for _ in range(_n_renewers)]
             obj = cls(principal_type=f_principal_type, principal_name=f_principal_name, issue_timestamp=f_issue_timestamp, expiry_timestamp=f_expiry_timestamp, max_timestamp=f_max_timestamp, token_id=f_token_id, hmac=f_hmac, renewers=f_renewers)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -155,7 +155,7 @@ class DescribedDelegationToken(Struct):
             f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = r.fixed(_S_qqq)
             f_token_id = r.string()
             f_hmac = r.bytes_()
-            _n_renewers = r.array_len()
+            _n_renewers = r.array_len('DescribedDelegationToken.renewers')
             f_renewers = [DescribedDelegationTokenRenewer._read(r, version) for _ in range(_n_renewers)]
             return cls(principal_type=f_principal_type, principal_name=f_principal_name, issue_timestamp=f_issue_timestamp, expiry_timestamp=f_expiry_timestamp, max_timestamp=f_max_timestamp, token_id=f_token_id, hmac=f_hmac, renewers=f_renewers)
 
@@ -199,7 +199,7 @@ class DescribeDelegationTokenResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2-3
             f_error_code = r.int16()
-            _n_tokens = r.compact_array_len()
+            _n_tokens = r.compact_array_len('DescribeDelegationTokenResponse.tokens')
             f_tokens = [DescribedDelegationToken._read(r, version) for _ in range(_n_tokens)]
             f_throttle_time_ms = r.int32()
             obj = cls(error_code=f_error_code, tokens=f_tokens, throttle_time_ms=f_throttle_time_ms)
@@ -207,7 +207,7 @@ class DescribeDelegationTokenResponse(ApiMessage):
             return obj
         else:  # v0-1
             f_error_code = r.int16()
-            _n_tokens = r.array_len()
+            _n_tokens = r.array_len('DescribeDelegationTokenResponse.tokens')
             f_tokens = [DescribedDelegationToken._read(r, version) for _ in range(_n_tokens)]
             f_throttle_time_ms = r.int32()
             return cls(error_code=f_error_code, tokens=f_tokens, throttle_time_ms=f_throttle_time_ms)
@@ -284,12 +284,12 @@ class DescribeDelegationTokenRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2-3
-            _n_owners = r.compact_nullable_array_len()
+            _n_owners = r.compact_nullable_array_len('DescribeDelegationTokenRequest.owners')
             f_owners = None if _n_owners < 0 else [DescribeDelegationTokenOwner._read(r, version) for _ in range(_n_owners)]
             obj = cls(owners=f_owners)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
-            _n_owners = r.nullable_array_len()
+            _n_owners = r.nullable_array_len('DescribeDelegationTokenRequest.owners')
             f_owners = None if _n_owners < 0 else [DescribeDelegationTokenOwner._read(r, version) for _ in range(_n_owners)]
             return cls(owners=f_owners)

@@ -161,7 +161,7 @@ class DescribedGroup(Struct):
             f_group_state = r.compact_string()
             f_protocol_type = r.compact_string()
             f_protocol_data = r.compact_string()
-            _n_members = r.compact_array_len()
+            _n_members = r.compact_array_len('DescribedGroup.members')
             f_members = [DescribedGroupMember._read(r, version) for _ in range(_n_members)]
             f_authorized_operations = r.int32()
             obj = cls(error_code=f_error_code, group_id=f_group_id, group_state=f_group_state, protocol_type=f_protocol_type, protocol_data=f_protocol_data, members=f_members, authorized_operations=f_authorized_operations)
@@ -173,7 +173,7 @@ class DescribedGroup(Struct):
             f_group_state = r.string()
             f_protocol_type = r.string()
             f_protocol_data = r.string()
-            _n_members = r.array_len()
+            _n_members = r.array_len('DescribedGroup.members')
             f_members = [DescribedGroupMember._read(r, version) for _ in range(_n_members)]
             f_authorized_operations = r.int32()
             return cls(error_code=f_error_code, group_id=f_group_id, group_state=f_group_state, protocol_type=f_protocol_type, protocol_data=f_protocol_data, members=f_members, authorized_operations=f_authorized_operations)
@@ -183,7 +183,7 @@ class DescribedGroup(Struct):
             f_group_state = r.string()
             f_protocol_type = r.string()
             f_protocol_data = r.string()
-            _n_members = r.array_len()
+            _n_members = r.array_len('DescribedGroup.members')
             f_members = [DescribedGroupMember._read(r, version) for _ in range(_n_members)]
             return cls(error_code=f_error_code, group_id=f_group_id, group_state=f_group_state, protocol_type=f_protocol_type, protocol_data=f_protocol_data, members=f_members)
 
@@ -228,18 +228,18 @@ class DescribeGroupsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 5:  # v5
             f_throttle_time_ms = r.int32()
-            _n_groups = r.compact_array_len()
+            _n_groups = r.compact_array_len('DescribeGroupsResponse.groups')
             f_groups = [DescribedGroup._read(r, version) for _ in range(_n_groups)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, groups=f_groups)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 1:  # v1-4
             f_throttle_time_ms = r.int32()
-            _n_groups = r.array_len()
+            _n_groups = r.array_len('DescribeGroupsResponse.groups')
             f_groups = [DescribedGroup._read(r, version) for _ in range(_n_groups)]
             return cls(throttle_time_ms=f_throttle_time_ms, groups=f_groups)
         else:  # v0
-            _n_groups = r.array_len()
+            _n_groups = r.array_len('DescribeGroupsResponse.groups')
             f_groups = [DescribedGroup._read(r, version) for _ in range(_n_groups)]
             return cls(groups=f_groups)
 

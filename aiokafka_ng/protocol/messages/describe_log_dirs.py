@@ -92,14 +92,14 @@ class DescribeLogDirsTopic(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2-4
             f_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('DescribeLogDirsTopic.partitions')
             f_partitions = [DescribeLogDirsPartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('DescribeLogDirsTopic.partitions')
             f_partitions = [DescribeLogDirsPartition._read(r, version) for _ in range(_n_partitions)]
             return cls(name=f_name, partitions=f_partitions)
 
@@ -152,7 +152,7 @@ class DescribeLogDirsResult(Struct):
         if version >= 4:  # v4
             f_error_code = r.int16()
             f_log_dir = r.compact_string()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('DescribeLogDirsResult.topics')
             f_topics = [DescribeLogDirsTopic._read(r, version) for _ in range(_n_topics)]
             f_total_bytes, f_usable_bytes = r.fixed(_S_qq)
             obj = cls(error_code=f_error_code, log_dir=f_log_dir, topics=f_topics, total_bytes=f_total_bytes, usable_bytes=f_usable_bytes)
@@ -161,7 +161,7 @@ class DescribeLogDirsResult(Struct):
         elif version >= 2:  # v2-3
             f_error_code = r.int16()
             f_log_dir = r.compact_string()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('DescribeLogDirsResult.topics')
             f_topics = [DescribeLogDirsTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(error_code=f_error_code, log_dir=f_log_dir, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -169,7 +169,7 @@ class DescribeLogDirsResult(Struct):
         else:  # v0-1
             f_error_code = r.int16()
             f_log_dir = r.string()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('DescribeLogDirsResult.topics')
             f_topics = [DescribeLogDirsTopic._read(r, version) for _ in range(_n_topics)]
             return cls(error_code=f_error_code, log_dir=f_log_dir, topics=f_topics)
 
@@ -218,21 +218,21 @@ class DescribeLogDirsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 3:  # v3-4
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
-            _n_results = r.compact_array_len()
+            _n_results = r.compact_array_len('DescribeLogDirsResponse.results')
             f_results = [DescribeLogDirsResult._read(r, version) for _ in range(_n_results)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 2:  # v2
             f_throttle_time_ms = r.int32()
-            _n_results = r.compact_array_len()
+            _n_results = r.compact_array_len('DescribeLogDirsResponse.results')
             f_results = [DescribeLogDirsResult._read(r, version) for _ in range(_n_results)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_throttle_time_ms = r.int32()
-            _n_results = r.array_len()
+            _n_results = r.array_len('DescribeLogDirsResponse.results')
             f_results = [DescribeLogDirsResult._read(r, version) for _ in range(_n_results)]
             return cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
 
@@ -314,12 +314,12 @@ class DescribeLogDirsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2-4
-            _n_topics = r.compact_nullable_array_len()
+            _n_topics = r.compact_nullable_array_len('DescribeLogDirsRequest.topics')
             f_topics = None if _n_topics < 0 else [DescribableLogDirTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
-            _n_topics = r.nullable_array_len()
+            _n_topics = r.nullable_array_len('DescribeLogDirsRequest.topics')
             f_topics = None if _n_topics < 0 else [DescribableLogDirTopic._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)

@@ -85,7 +85,7 @@ class PartitionResponse(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         f_partition_index, f_error_code = r.fixed(_S_ih)
         f_error_message = r.compact_nullable_string()
-        _n_active_producers = r.compact_array_len()
+        _n_active_producers = r.compact_array_len('PartitionResponse.active_producers')
         f_active_producers = [ProducerState._read(r, version) for _ in range(_n_active_producers)]
         obj = cls(partition_index=f_partition_index, error_code=f_error_code, error_message=f_error_message, active_producers=f_active_producers)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -114,7 +114,7 @@ class TopicResponse(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_name = r.compact_string()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('TopicResponse.partitions')
         f_partitions = [PartitionResponse._read(r, version) for _ in range(_n_partitions)]
         obj = cls(name=f_name, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -148,7 +148,7 @@ class DescribeProducersResponse(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms = r.int32()
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('DescribeProducersResponse.topics')
         f_topics = [TopicResponse._read(r, version) for _ in range(_n_topics)]
         obj = cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -207,7 +207,7 @@ class DescribeProducersRequest(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('DescribeProducersRequest.topics')
         f_topics = [TopicRequest._read(r, version) for _ in range(_n_topics)]
         obj = cls(topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -138,18 +138,18 @@ class DescribeQuorumResponsePartitionData(Struct):
             f_partition_index, f_error_code = r.fixed(_S_ih)
             f_error_message = r.compact_nullable_string()
             f_leader_id, f_leader_epoch, f_high_watermark = r.fixed(_S_iiq)
-            _n_current_voters = r.compact_array_len()
+            _n_current_voters = r.compact_array_len('DescribeQuorumResponsePartitionData.current_voters')
             f_current_voters = [ReplicaState._read(r, version) for _ in range(_n_current_voters)]
-            _n_observers = r.compact_array_len()
+            _n_observers = r.compact_array_len('DescribeQuorumResponsePartitionData.observers')
             f_observers = [ReplicaState._read(r, version) for _ in range(_n_observers)]
             obj = cls(partition_index=f_partition_index, error_code=f_error_code, error_message=f_error_message, leader_id=f_leader_id, leader_epoch=f_leader_epoch, high_watermark=f_high_watermark, current_voters=f_current_voters, observers=f_observers)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_high_watermark = r.fixed(_S_ihiiq)
-            _n_current_voters = r.compact_array_len()
+            _n_current_voters = r.compact_array_len('DescribeQuorumResponsePartitionData.current_voters')
             f_current_voters = [ReplicaState._read(r, version) for _ in range(_n_current_voters)]
-            _n_observers = r.compact_array_len()
+            _n_observers = r.compact_array_len('DescribeQuorumResponsePartitionData.observers')
             f_observers = [ReplicaState._read(r, version) for _ in range(_n_observers)]
             obj = cls(partition_index=f_partition_index, error_code=f_error_code, leader_id=f_leader_id, leader_epoch=f_leader_epoch, high_watermark=f_high_watermark, current_voters=f_current_voters, observers=f_observers)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -178,7 +178,7 @@ class DescribeQuorumResponseTopicData(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_name = r.compact_string()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('DescribeQuorumResponseTopicData.partitions')
         f_partitions = [DescribeQuorumResponsePartitionData._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_name=f_topic_name, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -236,7 +236,7 @@ class Node(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_node_id = r.int32()
-        _n_listeners = r.compact_array_len()
+        _n_listeners = r.compact_array_len('Node.listeners')
         f_listeners = [Listener._read(r, version) for _ in range(_n_listeners)]
         obj = cls(node_id=f_node_id, listeners=f_listeners)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -289,16 +289,16 @@ class DescribeQuorumResponse(ApiMessage):
         if version >= 2:  # v2
             f_error_code = r.int16()
             f_error_message = r.compact_nullable_string()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('DescribeQuorumResponse.topics')
             f_topics = [DescribeQuorumResponseTopicData._read(r, version) for _ in range(_n_topics)]
-            _n_nodes = r.compact_array_len()
+            _n_nodes = r.compact_array_len('DescribeQuorumResponse.nodes')
             f_nodes = [Node._read(r, version) for _ in range(_n_nodes)]
             obj = cls(error_code=f_error_code, error_message=f_error_message, topics=f_topics, nodes=f_nodes)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_error_code = r.int16()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('DescribeQuorumResponse.topics')
             f_topics = [DescribeQuorumResponseTopicData._read(r, version) for _ in range(_n_topics)]
             obj = cls(error_code=f_error_code, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -348,7 +348,7 @@ class DescribeQuorumRequestTopicData(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_name = r.compact_string()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('DescribeQuorumRequestTopicData.partitions')
         f_partitions = [DescribeQuorumRequestPartitionData._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_name=f_topic_name, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -379,7 +379,7 @@ class DescribeQuorumRequest(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('DescribeQuorumRequest.topics')
         f_topics = [DescribeQuorumRequestTopicData._read(r, version) for _ in range(_n_topics)]
         obj = cls(topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -132,7 +132,7 @@ class DescribeTopicPartitionsResponseTopic(Struct):
         f_name = r.compact_nullable_string()
         f_topic_id = r.uuid()
         f_is_internal = r.boolean()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('DescribeTopicPartitionsResponseTopic.partitions')
         f_partitions = [DescribeTopicPartitionsResponsePartition._read(r, version) for _ in range(_n_partitions)]
         f_topic_authorized_operations = r.int32()
         obj = cls(error_code=f_error_code, name=f_name, topic_id=f_topic_id, is_internal=f_is_internal, partitions=f_partitions, topic_authorized_operations=f_topic_authorized_operations)
@@ -199,7 +199,7 @@ class DescribeTopicPartitionsResponse(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms = r.int32()
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('DescribeTopicPartitionsResponse.topics')
         f_topics = [DescribeTopicPartitionsResponseTopic._read(r, version) for _ in range(_n_topics)]
         f_next_cursor = None if r.int8() < 0 else Cursor._read(r, version)
         obj = cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics, next_cursor=f_next_cursor)
@@ -262,7 +262,7 @@ class DescribeTopicPartitionsRequest(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('DescribeTopicPartitionsRequest.topics')
         f_topics = [TopicRequest._read(r, version) for _ in range(_n_topics)]
         f_response_partition_limit = r.int32()
         f_cursor = None if r.int8() < 0 else Cursor._read(r, version)

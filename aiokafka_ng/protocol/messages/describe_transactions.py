@@ -94,7 +94,7 @@ class TransactionState(Struct):
         f_transactional_id = r.compact_string()
         f_transaction_state = r.compact_string()
         f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch = r.fixed(_S_iqqh)
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('TransactionState.topics')
         f_topics = [TopicData._read(r, version) for _ in range(_n_topics)]
         obj = cls(error_code=f_error_code, transactional_id=f_transactional_id, transaction_state=f_transaction_state, transaction_timeout_ms=f_transaction_timeout_ms, transaction_start_time_ms=f_transaction_start_time_ms, producer_id=f_producer_id, producer_epoch=f_producer_epoch, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -128,7 +128,7 @@ class DescribeTransactionsResponse(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms = r.int32()
-        _n_transaction_states = r.compact_array_len()
+        _n_transaction_states = r.compact_array_len('DescribeTransactionsResponse.transaction_states')
         f_transaction_states = [TransactionState._read(r, version) for _ in range(_n_transaction_states)]
         obj = cls(throttle_time_ms=f_throttle_time_ms, transaction_states=f_transaction_states)
         r.unknown_tags(obj.unknown_tagged_fields)

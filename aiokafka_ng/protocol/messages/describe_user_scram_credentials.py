@@ -79,7 +79,7 @@ class DescribeUserScramCredentialsResult(Struct):
         f_user = r.compact_string()
         f_error_code = r.int16()
         f_error_message = r.compact_nullable_string()
-        _n_credential_infos = r.compact_array_len()
+        _n_credential_infos = r.compact_array_len('DescribeUserScramCredentialsResult.credential_infos')
         f_credential_infos = [CredentialInfo._read(r, version) for _ in range(_n_credential_infos)]
         obj = cls(user=f_user, error_code=f_error_code, error_message=f_error_message, credential_infos=f_credential_infos)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -119,7 +119,7 @@ class DescribeUserScramCredentialsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
         f_error_message = r.compact_nullable_string()
-        _n_results = r.compact_array_len()
+        _n_results = r.compact_array_len('DescribeUserScramCredentialsResponse.results')
         f_results = [DescribeUserScramCredentialsResult._read(r, version) for _ in range(_n_results)]
         obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, results=f_results)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -174,7 +174,7 @@ class DescribeUserScramCredentialsRequest(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_users = r.compact_nullable_array_len()
+        _n_users = r.compact_nullable_array_len('DescribeUserScramCredentialsRequest.users')
         f_users = None if _n_users < 0 else [UserName._read(r, version) for _ in range(_n_users)]
         obj = cls(users=f_users)
         r.unknown_tags(obj.unknown_tagged_fields)

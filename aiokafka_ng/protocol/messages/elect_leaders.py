@@ -92,14 +92,14 @@ class ReplicaElectionResult(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
             f_topic = r.compact_string()
-            _n_partition_result = r.compact_array_len()
+            _n_partition_result = r.compact_array_len('ReplicaElectionResult.partition_result')
             f_partition_result = [PartitionResult._read(r, version) for _ in range(_n_partition_result)]
             obj = cls(topic=f_topic, partition_result=f_partition_result)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-1
             f_topic = r.string()
-            _n_partition_result = r.array_len()
+            _n_partition_result = r.array_len('ReplicaElectionResult.partition_result')
             f_partition_result = [PartitionResult._read(r, version) for _ in range(_n_partition_result)]
             return cls(topic=f_topic, partition_result=f_partition_result)
 
@@ -147,19 +147,19 @@ class ElectLeadersResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
-            _n_replica_election_results = r.compact_array_len()
+            _n_replica_election_results = r.compact_array_len('ElectLeadersResponse.replica_election_results')
             f_replica_election_results = [ReplicaElectionResult._read(r, version) for _ in range(_n_replica_election_results)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, replica_election_results=f_replica_election_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 1:  # v1
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
-            _n_replica_election_results = r.array_len()
+            _n_replica_election_results = r.array_len('ElectLeadersResponse.replica_election_results')
             f_replica_election_results = [ReplicaElectionResult._read(r, version) for _ in range(_n_replica_election_results)]
             return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, replica_election_results=f_replica_election_results)
         else:  # v0
             f_throttle_time_ms = r.int32()
-            _n_replica_election_results = r.array_len()
+            _n_replica_election_results = r.array_len('ElectLeadersResponse.replica_election_results')
             f_replica_election_results = [ReplicaElectionResult._read(r, version) for _ in range(_n_replica_election_results)]
             return cls(throttle_time_ms=f_throttle_time_ms, replica_election_results=f_replica_election_results)
 
@@ -259,7 +259,7 @@ class ElectLeadersRequest(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 2:  # v2
             f_election_type = r.int8()
-            _n_topic_partitions = r.compact_nullable_array_len()
+            _n_topic_partitions = r.compact_nullable_array_len('ElectLeadersRequest.topic_partitions')
             f_topic_partitions = None if _n_topic_partitions < 0 else [TopicPartitions._read(r, version) for _ in range(_n_topic_partitions)]
             f_timeout_ms = r.int32()
             obj = cls(election_type=f_election_type, topic_partitions=f_topic_partitions, timeout_ms=f_timeout_ms)
@@ -267,12 +267,12 @@ class ElectLeadersRequest(ApiMessage):
             return obj
         elif version >= 1:  # v1
             f_election_type = r.int8()
-            _n_topic_partitions = r.nullable_array_len()
+            _n_topic_partitions = r.nullable_array_len('ElectLeadersRequest.topic_partitions')
             f_topic_partitions = None if _n_topic_partitions < 0 else [TopicPartitions._read(r, version) for _ in range(_n_topic_partitions)]
             f_timeout_ms = r.int32()
             return cls(election_type=f_election_type, topic_partitions=f_topic_partitions, timeout_ms=f_timeout_ms)
         else:  # v0
-            _n_topic_partitions = r.nullable_array_len()
+            _n_topic_partitions = r.nullable_array_len('ElectLeadersRequest.topic_partitions')
             f_topic_partitions = None if _n_topic_partitions < 0 else [TopicPartitions._read(r, version) for _ in range(_n_topic_partitions)]
             f_timeout_ms = r.int32()
             return cls(topic_partitions=f_topic_partitions, timeout_ms=f_timeout_ms)

@@ -234,7 +234,7 @@ class PartitionData(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 12:  # v12-17
             f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = r.fixed(_S_ihqqq)
-            _n_aborted_transactions = r.compact_nullable_array_len()
+            _n_aborted_transactions = r.compact_nullable_array_len('PartitionData.aborted_transactions')
             f_aborted_transactions = None if _n_aborted_transactions < 0 else [AbortedTransaction._read(r, version) for _ in range(_n_aborted_transactions)]
             f_preferred_read_replica = r.int32()
             f_records = r.compact_nullable_bytes()
@@ -252,20 +252,20 @@ class PartitionData(Struct):
             return obj
         elif version >= 11:  # v11
             f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = r.fixed(_S_ihqqq)
-            _n_aborted_transactions = r.nullable_array_len()
+            _n_aborted_transactions = r.nullable_array_len('PartitionData.aborted_transactions')
             f_aborted_transactions = None if _n_aborted_transactions < 0 else [AbortedTransaction._read(r, version) for _ in range(_n_aborted_transactions)]
             f_preferred_read_replica = r.int32()
             f_records = r.nullable_bytes()
             return cls(partition_index=f_partition_index, error_code=f_error_code, high_watermark=f_high_watermark, last_stable_offset=f_last_stable_offset, log_start_offset=f_log_start_offset, aborted_transactions=f_aborted_transactions, preferred_read_replica=f_preferred_read_replica, records=f_records)
         elif version >= 5:  # v5-10
             f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = r.fixed(_S_ihqqq)
-            _n_aborted_transactions = r.nullable_array_len()
+            _n_aborted_transactions = r.nullable_array_len('PartitionData.aborted_transactions')
             f_aborted_transactions = None if _n_aborted_transactions < 0 else [AbortedTransaction._read(r, version) for _ in range(_n_aborted_transactions)]
             f_records = r.nullable_bytes()
             return cls(partition_index=f_partition_index, error_code=f_error_code, high_watermark=f_high_watermark, last_stable_offset=f_last_stable_offset, log_start_offset=f_log_start_offset, aborted_transactions=f_aborted_transactions, records=f_records)
         elif version >= 4:  # v4
             f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset = r.fixed(_S_ihqq)
-            _n_aborted_transactions = r.nullable_array_len()
+            _n_aborted_transactions = r.nullable_array_len('PartitionData.aborted_transactions')
             f_aborted_transactions = None if _n_aborted_transactions < 0 else [AbortedTransaction._read(r, version) for _ in range(_n_aborted_transactions)]
             f_records = r.nullable_bytes()
             return cls(partition_index=f_partition_index, error_code=f_error_code, high_watermark=f_high_watermark, last_stable_offset=f_last_stable_offset, aborted_transactions=f_aborted_transactions, records=f_records)
@@ -314,21 +314,21 @@ class FetchableTopicResponse(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 13:  # v13-17
             f_topic_id = r.uuid()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('FetchableTopicResponse.partitions')
             f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
             obj = cls(topic_id=f_topic_id, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 12:  # v12
             f_topic = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('FetchableTopicResponse.partitions')
             f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
             obj = cls(topic=f_topic, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-11
             f_topic = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('FetchableTopicResponse.partitions')
             f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
             return cls(topic=f_topic, partitions=f_partitions)
 
@@ -433,36 +433,36 @@ class FetchResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 16:  # v16-17
             f_throttle_time_ms, f_error_code, f_session_id = r.fixed(_S_ihi)
-            _n_responses = r.compact_array_len()
+            _n_responses = r.compact_array_len('FetchResponse.responses')
             f_responses = [FetchableTopicResponse._read(r, version) for _ in range(_n_responses)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, session_id=f_session_id, responses=f_responses)
             for _ in range(r.tag_count()):
                 _tag, _tr = r.tagged_field()
                 if _tag == 0:
-                    _n_node_endpoints = _tr.compact_array_len()
+                    _n_node_endpoints = _tr.compact_array_len('FetchResponse.node_endpoints')
                     obj.node_endpoints = [NodeEndpoint._read(_tr, version) for _ in range(_n_node_endpoints)]
                 else:
                     obj.unknown_tagged_fields[_tag] = _tr.rest()
             return obj
         elif version >= 12:  # v12-15
             f_throttle_time_ms, f_error_code, f_session_id = r.fixed(_S_ihi)
-            _n_responses = r.compact_array_len()
+            _n_responses = r.compact_array_len('FetchResponse.responses')
             f_responses = [FetchableTopicResponse._read(r, version) for _ in range(_n_responses)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, session_id=f_session_id, responses=f_responses)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 7:  # v7-11
             f_throttle_time_ms, f_error_code, f_session_id = r.fixed(_S_ihi)
-            _n_responses = r.array_len()
+            _n_responses = r.array_len('FetchResponse.responses')
             f_responses = [FetchableTopicResponse._read(r, version) for _ in range(_n_responses)]
             return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, session_id=f_session_id, responses=f_responses)
         elif version >= 1:  # v1-6
             f_throttle_time_ms = r.int32()
-            _n_responses = r.array_len()
+            _n_responses = r.array_len('FetchResponse.responses')
             f_responses = [FetchableTopicResponse._read(r, version) for _ in range(_n_responses)]
             return cls(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
         else:  # v0
-            _n_responses = r.array_len()
+            _n_responses = r.array_len('FetchResponse.responses')
             f_responses = [FetchableTopicResponse._read(r, version) for _ in range(_n_responses)]
             return cls(responses=f_responses)
 
@@ -597,21 +597,21 @@ class FetchTopic(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 13:  # v13-17
             f_topic_id = r.uuid()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('FetchTopic.partitions')
             f_partitions = [FetchPartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(topic_id=f_topic_id, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 12:  # v12
             f_topic = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('FetchTopic.partitions')
             f_partitions = [FetchPartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(topic=f_topic, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-11
             f_topic = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('FetchTopic.partitions')
             f_partitions = [FetchPartition._read(r, version) for _ in range(_n_partitions)]
             return cls(topic=f_topic, partitions=f_partitions)
 
@@ -791,9 +791,9 @@ class FetchRequest(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 15:  # v15-17
             f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = r.fixed(_S_iiibii)
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('FetchRequest.topics')
             f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
-            _n_forgotten_topics_data = r.compact_array_len()
+            _n_forgotten_topics_data = r.compact_array_len('FetchRequest.forgotten_topics_data')
             f_forgotten_topics_data = [ForgottenTopic._read(r, version) for _ in range(_n_forgotten_topics_data)]
             f_rack_id = r.compact_string()
             obj = cls(max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, isolation_level=f_isolation_level, session_id=f_session_id, session_epoch=f_session_epoch, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data, rack_id=f_rack_id)
@@ -808,9 +808,9 @@ class FetchRequest(ApiMessage):
             return obj
         elif version >= 12:  # v12-14
             f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = r.fixed(_S_iiiibii)
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('FetchRequest.topics')
             f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
-            _n_forgotten_topics_data = r.compact_array_len()
+            _n_forgotten_topics_data = r.compact_array_len('FetchRequest.forgotten_topics_data')
             f_forgotten_topics_data = [ForgottenTopic._read(r, version) for _ in range(_n_forgotten_topics_data)]
             f_rack_id = r.compact_string()
             obj = cls(replica_id=f_replica_id, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, isolation_level=f_isolation_level, session_id=f_session_id, session_epoch=f_session_epoch, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data, rack_id=f_rack_id)
@@ -823,31 +823,31 @@ class FetchRequest(ApiMessage):
             return obj
         elif version >= 11:  # v11
             f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = r.fixed(_S_iiiibii)
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('FetchRequest.topics')
             f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
-            _n_forgotten_topics_data = r.array_len()
+            _n_forgotten_topics_data = r.array_len('FetchRequest.forgotten_topics_data')
             f_forgotten_topics_data = [ForgottenTopic._read(r, version) for _ in range(_n_forgotten_topics_data)]
             f_rack_id = r.string()
             return cls(replica_id=f_replica_id, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, isolation_level=f_isolation_level, session_id=f_session_id, session_epoch=f_session_epoch, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data, rack_id=f_rack_id)
         elif version >= 7:  # v7-10
             f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = r.fixed(_S_iiiibii)
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('FetchRequest.topics')
             f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
-            _n_forgotten_topics_data = r.array_len()
+            _n_forgotten_topics_data = r.array_len('FetchRequest.forgotten_topics_data')
             f_forgotten_topics_data = [ForgottenTopic._read(r, version) for _ in range(_n_forgotten_topics_data)]
             return cls(replica_id=f_replica_id, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, isolation_level=f_isolation_level, session_id=f_session_id, session_epoch=f_session_epoch, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data)
         elif version >= 4:  # v4-6
             f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level = r.fixed(_S_iiiib)
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('FetchRequest.topics')
             f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
             return cls(replica_id=f_replica_id, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, isolation_level=f_isolation_level, topics=f_topics)
         elif version >= 3:  # v3
             f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes = r.fixed(_S_iiii)
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('FetchRequest.topics')
             f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
             return cls(replica_id=f_replica_id, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, topics=f_topics)
         else:  # v0-2
             f_replica_id, f_max_wait_ms, f_min_bytes = r.fixed(_S_iii)
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('FetchRequest.topics')
             f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
             return cls(replica_id=f_replica_id, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, topics=f_topics)

@@ -122,7 +122,7 @@ class FindCoordinatorResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4-6
             f_throttle_time_ms = r.int32()
-            _n_coordinators = r.compact_array_len()
+            _n_coordinators = r.compact_array_len('FindCoordinatorResponse.coordinators')
             f_coordinators = [Coordinator._read(r, version) for _ in range(_n_coordinators)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, coordinators=f_coordinators)
             r.unknown_tags(obj.unknown_tagged_fields)

@@ -74,7 +74,7 @@ class InitializeStateResult(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('InitializeStateResult.partitions')
         f_partitions = [PartitionResult._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -104,7 +104,7 @@ class InitializeShareGroupStateResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_results = r.compact_array_len()
+        _n_results = r.compact_array_len('InitializeShareGroupStateResponse.results')
         f_results = [InitializeStateResult._read(r, version) for _ in range(_n_results)]
         obj = cls(results=f_results)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -158,7 +158,7 @@ class InitializeStateData(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('InitializeStateData.partitions')
         f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -193,7 +193,7 @@ class InitializeShareGroupStateRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_group_id = r.compact_string()
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('InitializeShareGroupStateRequest.topics')
         f_topics = [InitializeStateData._read(r, version) for _ in range(_n_topics)]
         obj = cls(group_id=f_group_id, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -176,7 +176,7 @@ class JoinGroupResponse(ApiMessage):
             f_leader = r.compact_string()
             f_skip_assignment = r.boolean()
             f_member_id = r.compact_string()
-            _n_members = r.compact_array_len()
+            _n_members = r.compact_array_len('JoinGroupResponse.members')
             f_members = [JoinGroupResponseMember._read(r, version) for _ in range(_n_members)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, generation_id=f_generation_id, protocol_type=f_protocol_type, protocol_name=f_protocol_name, leader=f_leader, skip_assignment=f_skip_assignment, member_id=f_member_id, members=f_members)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -187,7 +187,7 @@ class JoinGroupResponse(ApiMessage):
             f_protocol_name = r.compact_nullable_string()
             f_leader = r.compact_string()
             f_member_id = r.compact_string()
-            _n_members = r.compact_array_len()
+            _n_members = r.compact_array_len('JoinGroupResponse.members')
             f_members = [JoinGroupResponseMember._read(r, version) for _ in range(_n_members)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, generation_id=f_generation_id, protocol_type=f_protocol_type, protocol_name=f_protocol_name, leader=f_leader, member_id=f_member_id, members=f_members)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -197,7 +197,7 @@ class JoinGroupResponse(ApiMessage):
             f_protocol_name = r.compact_string()
             f_leader = r.compact_string()
             f_member_id = r.compact_string()
-            _n_members = r.compact_array_len()
+            _n_members = r.compact_array_len('JoinGroupResponse.members')
             f_members = [JoinGroupResponseMember._read(r, version) for _ in range(_n_members)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, generation_id=f_generation_id, protocol_name=f_protocol_name, leader=f_leader, member_id=f_member_id, members=f_members)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -207,7 +207,7 @@ class JoinGroupResponse(ApiMessage):
             f_protocol_name = r.string()
             f_leader = r.string()
             f_member_id = r.string()
-            _n_members = r.array_len()
+            _n_members = r.array_len('JoinGroupResponse.members')
             f_members = [JoinGroupResponseMember._read(r, version) for _ in range(_n_members)]
             return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, generation_id=f_generation_id, protocol_name=f_protocol_name, leader=f_leader, member_id=f_member_id, members=f_members)
         else:  # v0-1
@@ -215,7 +215,7 @@ class JoinGroupResponse(ApiMessage):
             f_protocol_name = r.string()
             f_leader = r.string()
             f_member_id = r.string()
-            _n_members = r.array_len()
+            _n_members = r.array_len('JoinGroupResponse.members')
             f_members = [JoinGroupResponseMember._read(r, version) for _ in range(_n_members)]
             return cls(error_code=f_error_code, generation_id=f_generation_id, protocol_name=f_protocol_name, leader=f_leader, member_id=f_member_id, members=f_members)
 
@@ -344,7 +344,7 @@ class JoinGroupRequest(ApiMessage):
             f_member_id = r.compact_string()
             f_group_instance_id = r.compact_nullable_string()
             f_protocol_type = r.compact_string()
-            _n_protocols = r.compact_array_len()
+            _n_protocols = r.compact_array_len('JoinGroupRequest.protocols')
             f_protocols = [JoinGroupRequestProtocol._read(r, version) for _ in range(_n_protocols)]
             f_reason = r.compact_nullable_string()
             obj = cls(group_id=f_group_id, session_timeout_ms=f_session_timeout_ms, rebalance_timeout_ms=f_rebalance_timeout_ms, member_id=f_member_id, group_instance_id=f_group_instance_id, protocol_type=f_protocol_type, protocols=f_protocols, reason=f_reason)
@@ -356,7 +356,7 @@ class JoinGroupRequest(ApiMessage):
             f_member_id = r.compact_string()
             f_group_instance_id = r.compact_nullable_string()
             f_protocol_type = r.compact_string()
-            _n_protocols = r.compact_array_len()
+            _n_protocols = r.compact_array_len('JoinGroupRequest.protocols')
             f_protocols = [JoinGroupRequestProtocol._read(r, version) for _ in range(_n_protocols)]
             obj = cls(group_id=f_group_id, session_timeout_ms=f_session_timeout_ms, rebalance_timeout_ms=f_rebalance_timeout_ms, member_id=f_member_id, group_instance_id=f_group_instance_id, protocol_type=f_protocol_type, protocols=f_protocols)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -367,7 +367,7 @@ class JoinGroupRequest(ApiMessage):
             f_member_id = r.string()
             f_group_instance_id = r.nullable_string()
             f_protocol_type = r.string()
-            _n_protocols = r.array_len()
+            _n_protocols = r.array_len('JoinGroupRequest.protocols')
             f_protocols = [JoinGroupRequestProtocol._read(r, version) for _ in range(_n_protocols)]
             return cls(group_id=f_group_id, session_timeout_ms=f_session_timeout_ms, rebalance_timeout_ms=f_rebalance_timeout_ms, member_id=f_member_id, group_instance_id=f_group_instance_id, protocol_type=f_protocol_type, protocols=f_protocols)
         elif version >= 1:  # v1-4
@@ -375,7 +375,7 @@ class JoinGroupRequest(ApiMessage):
             f_session_timeout_ms, f_rebalance_timeout_ms = r.fixed(_S_ii)
             f_member_id = r.string()
             f_protocol_type = r.string()
-            _n_protocols = r.array_len()
+            _n_protocols = r.array_len('JoinGroupRequest.protocols')
             f_protocols = [JoinGroupRequestProtocol._read(r, version) for _ in range(_n_protocols)]
             return cls(group_id=f_group_id, session_timeout_ms=f_session_timeout_ms, rebalance_timeout_ms=f_rebalance_timeout_ms, member_id=f_member_id, protocol_type=f_protocol_type, protocols=f_protocols)
         else:  # v0
@@ -383,6 +383,6 @@ class JoinGroupRequest(ApiMessage):
             f_session_timeout_ms = r.int32()
             f_member_id = r.string()
             f_protocol_type = r.string()
-            _n_protocols = r.array_len()
+            _n_protocols = r.array_len('JoinGroupRequest.protocols')
             f_protocols = [JoinGroupRequestProtocol._read(r, version) for _ in range(_n_protocols)]
             return cls(group_id=f_group_id, session_timeout_ms=f_session_timeout_ms, member_id=f_member_id, protocol_type=f_protocol_type, protocols=f_protocols)

@@ -106,14 +106,14 @@ class LeaveGroupResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4-5
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
-            _n_members = r.compact_array_len()
+            _n_members = r.compact_array_len('LeaveGroupResponse.members')
             f_members = [MemberResponse._read(r, version) for _ in range(_n_members)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, members=f_members)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 3:  # v3
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
-            _n_members = r.array_len()
+            _n_members = r.array_len('LeaveGroupResponse.members')
             f_members = [MemberResponse._read(r, version) for _ in range(_n_members)]
             return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, members=f_members)
         elif version >= 1:  # v1-2
@@ -213,14 +213,14 @@ class LeaveGroupRequest(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4-5
             f_group_id = r.compact_string()
-            _n_members = r.compact_array_len()
+            _n_members = r.compact_array_len('LeaveGroupRequest.members')
             f_members = [MemberIdentity._read(r, version) for _ in range(_n_members)]
             obj = cls(group_id=f_group_id, members=f_members)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 3:  # v3
             f_group_id = r.string()
-            _n_members = r.array_len()
+            _n_members = r.array_len('LeaveGroupRequest.members')
             f_members = [MemberIdentity._read(r, version) for _ in range(_n_members)]
             return cls(group_id=f_group_id, members=f_members)
         else:  # v0-2

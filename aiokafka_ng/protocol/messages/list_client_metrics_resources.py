@@ -74,7 +74,7 @@ class ListClientMetricsResourcesResponse(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
-        _n_client_metrics_resources = r.compact_array_len()
+        _n_client_metrics_resources = r.compact_array_len('ListClientMetricsResourcesResponse.client_metrics_resources')
         f_client_metrics_resources = [ClientMetricsResource._read(r, version) for _ in range(_n_client_metrics_resources)]
         obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, client_metrics_resources=f_client_metrics_resources)
         r.unknown_tags(obj.unknown_tagged_fields)

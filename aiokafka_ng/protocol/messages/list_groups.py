@@ -132,19 +132,19 @@ class ListGroupsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 3:  # v3-5
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
-            _n_groups = r.compact_array_len()
+            _n_groups = r.compact_array_len('ListGroupsResponse.groups')
             f_groups = [ListedGroup._read(r, version) for _ in range(_n_groups)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, groups=f_groups)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 1:  # v1-2
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
-            _n_groups = r.array_len()
+            _n_groups = r.array_len('ListGroupsResponse.groups')
             f_groups = [ListedGroup._read(r, version) for _ in range(_n_groups)]
             return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, groups=f_groups)
         else:  # v0
             f_error_code = r.int16()
-            _n_groups = r.array_len()
+            _n_groups = r.array_len('ListGroupsResponse.groups')
             f_groups = [ListedGroup._read(r, version) for _ in range(_n_groups)]
             return cls(error_code=f_error_code, groups=f_groups)
 

@@ -114,14 +114,14 @@ class ListOffsetsTopicResponse(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 6:  # v6-10
             f_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('ListOffsetsTopicResponse.partitions')
             f_partitions = [ListOffsetsPartitionResponse._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-5
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('ListOffsetsTopicResponse.partitions')
             f_partitions = [ListOffsetsPartitionResponse._read(r, version) for _ in range(_n_partitions)]
             return cls(name=f_name, partitions=f_partitions)
 
@@ -166,18 +166,18 @@ class ListOffsetsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 6:  # v6-10
             f_throttle_time_ms = r.int32()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('ListOffsetsResponse.topics')
             f_topics = [ListOffsetsTopicResponse._read(r, version) for _ in range(_n_topics)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 2:  # v2-5
             f_throttle_time_ms = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('ListOffsetsResponse.topics')
             f_topics = [ListOffsetsTopicResponse._read(r, version) for _ in range(_n_topics)]
             return cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
         else:  # v0-1
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('ListOffsetsResponse.topics')
             f_topics = [ListOffsetsTopicResponse._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)
 
@@ -256,14 +256,14 @@ class ListOffsetsTopic(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 6:  # v6-10
             f_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('ListOffsetsTopic.partitions')
             f_partitions = [ListOffsetsPartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-5
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('ListOffsetsTopic.partitions')
             f_partitions = [ListOffsetsPartition._read(r, version) for _ in range(_n_partitions)]
             return cls(name=f_name, partitions=f_partitions)
 
@@ -322,7 +322,7 @@ class ListOffsetsRequest(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 10:  # v10
             f_replica_id, f_isolation_level = r.fixed(_S_ib)
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('ListOffsetsRequest.topics')
             f_topics = [ListOffsetsTopic._read(r, version) for _ in range(_n_topics)]
             f_timeout_ms = r.int32()
             obj = cls(replica_id=f_replica_id, isolation_level=f_isolation_level, topics=f_topics, timeout_ms=f_timeout_ms)
@@ -330,18 +330,18 @@ class ListOffsetsRequest(ApiMessage):
             return obj
         elif version >= 6:  # v6-9
             f_replica_id, f_isolation_level = r.fixed(_S_ib)
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('ListOffsetsRequest.topics')
             f_topics = [ListOffsetsTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(replica_id=f_replica_id, isolation_level=f_isolation_level, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 2:  # v2-5
             f_replica_id, f_isolation_level = r.fixed(_S_ib)
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('ListOffsetsRequest.topics')
             f_topics = [ListOffsetsTopic._read(r, version) for _ in range(_n_topics)]
             return cls(replica_id=f_replica_id, isolation_level=f_isolation_level, topics=f_topics)
         else:  # v0-1
             f_replica_id = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('ListOffsetsRequest.topics')
             f_topics = [ListOffsetsTopic._read(r, version) for _ in range(_n_topics)]
             return cls(replica_id=f_replica_id, topics=f_topics)

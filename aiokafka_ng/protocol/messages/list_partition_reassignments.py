@@ -89,7 +89,7 @@ class OngoingTopicReassignment(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_name = r.compact_string()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('OngoingTopicReassignment.partitions')
         f_partitions = [OngoingPartitionReassignment._read(r, version) for _ in range(_n_partitions)]
         obj = cls(name=f_name, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -129,7 +129,7 @@ class ListPartitionReassignmentsResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
         f_error_message = r.compact_nullable_string()
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('ListPartitionReassignmentsResponse.topics')
         f_topics = [OngoingTopicReassignment._read(r, version) for _ in range(_n_topics)]
         obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -195,7 +195,7 @@ class ListPartitionReassignmentsRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_timeout_ms = r.int32()
-        _n_topics = r.compact_nullable_array_len()
+        _n_topics = r.compact_nullable_array_len('ListPartitionReassignmentsRequest.topics')
         f_topics = None if _n_topics < 0 else [ListPartitionReassignmentsTopics._read(r, version) for _ in range(_n_topics)]
         obj = cls(timeout_ms=f_timeout_ms, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)

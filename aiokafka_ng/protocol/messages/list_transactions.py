@@ -91,7 +91,7 @@ class ListTransactionsResponse(ApiMessage):
         f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
         _n_unknown_state_filters = r.compact_array_len()
         f_unknown_state_filters = [r.compact_string() for _ in range(_n_unknown_state_filters)]
-        _n_transaction_states = r.compact_array_len()
+        _n_transaction_states = r.compact_array_len('ListTransactionsResponse.transaction_states')
         f_transaction_states = [TransactionState._read(r, version) for _ in range(_n_transaction_states)]
         obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, unknown_state_filters=f_unknown_state_filters, transaction_states=f_transaction_states)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -289,7 +289,7 @@ class MetadataResponseTopic(Struct):
             f_name = r.compact_nullable_string()
             f_topic_id = r.uuid()
             f_is_internal = r.boolean()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('MetadataResponseTopic.partitions')
             f_partitions = [MetadataResponsePartition._read(r, version) for _ in range(_n_partitions)]
             f_topic_authorized_operations = r.int32()
             obj = cls(error_code=f_error_code, name=f_name, topic_id=f_topic_id, is_internal=f_is_internal, partitions=f_partitions, topic_authorized_operations=f_topic_authorized_operations)
@@ -300,7 +300,7 @@ class MetadataResponseTopic(Struct):
             f_name = r.compact_string()
             f_topic_id = r.uuid()
             f_is_internal = r.boolean()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('MetadataResponseTopic.partitions')
             f_partitions = [MetadataResponsePartition._read(r, version) for _ in range(_n_partitions)]
             f_topic_authorized_operations = r.int32()
             obj = cls(error_code=f_error_code, name=f_name, topic_id=f_topic_id, is_internal=f_is_internal, partitions=f_partitions, topic_authorized_operations=f_topic_authorized_operations)
@@ -310,7 +310,7 @@ class MetadataResponseTopic(Struct):
             f_error_code = r.int16()
             f_name = r.compact_string()
             f_is_internal = r.boolean()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('MetadataResponseTopic.partitions')
             f_partitions = [MetadataResponsePartition._read(r, version) for _ in range(_n_partitions)]
             f_topic_authorized_operations = r.int32()
             obj = cls(error_code=f_error_code, name=f_name, is_internal=f_is_internal, partitions=f_partitions, topic_authorized_operations=f_topic_authorized_operations)
@@ -320,7 +320,7 @@ class MetadataResponseTopic(Struct):
             f_error_code = r.int16()
             f_name = r.string()
             f_is_internal = r.boolean()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('MetadataResponseTopic.partitions')
             f_partitions = [MetadataResponsePartition._read(r, version) for _ in range(_n_partitions)]
             f_topic_authorized_operations = r.int32()
             return cls(error_code=f_error_code, name=f_name, is_internal=f_is_internal, partitions=f_partitions, topic_authorized_operations=f_topic_authorized_operations)
@@ -328,13 +328,13 @@ class MetadataResponseTopic(Struct):
             f_error_code = r.int16()
             f_name = r.string()
             f_is_internal = r.boolean()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('MetadataResponseTopic.partitions')
             f_partitions = [MetadataResponsePartition._read(r, version) for _ in range(_n_partitions)]
             return cls(error_code=f_error_code, name=f_name, is_internal=f_is_internal, partitions=f_partitions)
         else:  # v0
             f_error_code = r.int16()
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('MetadataResponseTopic.partitions')
             f_partitions = [MetadataResponsePartition._read(r, version) for _ in range(_n_partitions)]
             return cls(error_code=f_error_code, name=f_name, partitions=f_partitions)
 
@@ -451,22 +451,22 @@ class MetadataResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 11:  # v11-12
             f_throttle_time_ms = r.int32()
-            _n_brokers = r.compact_array_len()
+            _n_brokers = r.compact_array_len('MetadataResponse.brokers')
             f_brokers = [MetadataResponseBroker._read(r, version) for _ in range(_n_brokers)]
             f_cluster_id = r.compact_nullable_string()
             f_controller_id = r.int32()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('MetadataResponse.topics')
             f_topics = [MetadataResponseTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, brokers=f_brokers, cluster_id=f_cluster_id, controller_id=f_controller_id, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 9:  # v9-10
             f_throttle_time_ms = r.int32()
-            _n_brokers = r.compact_array_len()
+            _n_brokers = r.compact_array_len('MetadataResponse.brokers')
             f_brokers = [MetadataResponseBroker._read(r, version) for _ in range(_n_brokers)]
             f_cluster_id = r.compact_nullable_string()
             f_controller_id = r.int32()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('MetadataResponse.topics')
             f_topics = [MetadataResponseTopic._read(r, version) for _ in range(_n_topics)]
             f_cluster_authorized_operations = r.int32()
             obj = cls(throttle_time_ms=f_throttle_time_ms, brokers=f_brokers, cluster_id=f_cluster_id, controller_id=f_controller_id, topics=f_topics, cluster_authorized_operations=f_cluster_authorized_operations)
@@ -474,42 +474,42 @@ class MetadataResponse(ApiMessage):
             return obj
         elif version >= 8:  # v8
             f_throttle_time_ms = r.int32()
-            _n_brokers = r.array_len()
+            _n_brokers = r.array_len('MetadataResponse.brokers')
             f_brokers = [MetadataResponseBroker._read(r, version) for _ in range(_n_brokers)]
             f_cluster_id = r.nullable_string()
             f_controller_id = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('MetadataResponse.topics')
             f_topics = [MetadataResponseTopic._read(r, version) for _ in range(_n_topics)]
             f_cluster_authorized_operations = r.int32()
             return cls(throttle_time_ms=f_throttle_time_ms, brokers=f_brokers, cluster_id=f_cluster_id, controller_id=f_controller_id, topics=f_topics, cluster_authorized_operations=f_cluster_authorized_operations)
         elif version >= 3:  # v3-7
             f_throttle_time_ms = r.int32()
-            _n_brokers = r.array_len()
+            _n_brokers = r.array_len('MetadataResponse.brokers')
             f_brokers = [MetadataResponseBroker._read(r, version) for _ in range(_n_brokers)]
             f_cluster_id = r.nullable_string()
             f_controller_id = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('MetadataResponse.topics')
             f_topics = [MetadataResponseTopic._read(r, version) for _ in range(_n_topics)]
             return cls(throttle_time_ms=f_throttle_time_ms, brokers=f_brokers, cluster_id=f_cluster_id, controller_id=f_controller_id, topics=f_topics)
         elif version >= 2:  # v2
-            _n_brokers = r.array_len()
+            _n_brokers = r.array_len('MetadataResponse.brokers')
             f_brokers = [MetadataResponseBroker._read(r, version) for _ in range(_n_brokers)]
             f_cluster_id = r.nullable_string()
             f_controller_id = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('MetadataResponse.topics')
             f_topics = [MetadataResponseTopic._read(r, version) for _ in range(_n_topics)]
             return cls(brokers=f_brokers, cluster_id=f_cluster_id, controller_id=f_controller_id, topics=f_topics)
         elif version >= 1:  # v1
-            _n_brokers = r.array_len()
+            _n_brokers = r.array_len('MetadataResponse.brokers')
             f_brokers = [MetadataResponseBroker._read(r, version) for _ in range(_n_brokers)]
             f_controller_id = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('MetadataResponse.topics')
             f_topics = [MetadataResponseTopic._read(r, version) for _ in range(_n_topics)]
             return cls(brokers=f_brokers, controller_id=f_controller_id, topics=f_topics)
         else:  # v0
-            _n_brokers = r.array_len()
+            _n_brokers = r.array_len('MetadataResponse.brokers')
             f_brokers = [MetadataResponseBroker._read(r, version) for _ in range(_n_brokers)]
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('MetadataResponse.topics')
             f_topics = [MetadataResponseTopic._read(r, version) for _ in range(_n_topics)]
             return cls(brokers=f_brokers, topics=f_topics)
 
@@ -640,34 +640,34 @@ class MetadataRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 11:  # v11-12
-            _n_topics = r.compact_nullable_array_len()
+            _n_topics = r.compact_nullable_array_len('MetadataRequest.topics')
             f_topics = None if _n_topics < 0 else [MetadataRequestTopic._read(r, version) for _ in range(_n_topics)]
             f_allow_auto_topic_creation, f_include_topic_authorized_operations = r.fixed(_S_xx)
             obj = cls(topics=f_topics, allow_auto_topic_creation=f_allow_auto_topic_creation, include_topic_authorized_operations=f_include_topic_authorized_operations)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 9:  # v9-10
-            _n_topics = r.compact_nullable_array_len()
+            _n_topics = r.compact_nullable_array_len('MetadataRequest.topics')
             f_topics = None if _n_topics < 0 else [MetadataRequestTopic._read(r, version) for _ in range(_n_topics)]
             f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = r.fixed(_S_xxx)
             obj = cls(topics=f_topics, allow_auto_topic_creation=f_allow_auto_topic_creation, include_cluster_authorized_operations=f_include_cluster_authorized_operations, include_topic_authorized_operations=f_include_topic_authorized_operations)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 8:  # v8
-            _n_topics = r.nullable_array_len()
+            _n_topics = r.nullable_array_len('MetadataRequest.topics')
             f_topics = None if _n_topics < 0 else [MetadataRequestTopic._read(r, version) for _ in range(_n_topics)]
             f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations = r.fixed(_S_xxx)
             return cls(topics=f_topics, allow_auto_topic_creation=f_allow_auto_topic_creation, include_cluster_authorized_operations=f_include_cluster_authorized_operations, include_topic_authorized_operations=f_include_topic_authorized_operations)
         elif version >= 4:  # v4-7
-            _n_topics = r.nullable_array_len()
+            _n_topics = r.nullable_array_len('MetadataRequest.topics')
             f_topics = None if _n_topics < 0 else [MetadataRequestTopic._read(r, version) for _ in range(_n_topics)]
             f_allow_auto_topic_creation = r.boolean()
             return cls(topics=f_topics, allow_auto_topic_creation=f_allow_auto_topic_creation)
         elif version >= 1:  # v1-3
-            _n_topics = r.nullable_array_len()
+            _n_topics = r.nullable_array_len('MetadataRequest.topics')
             f_topics = None if _n_topics < 0 else [MetadataRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)
         else:  # v0
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('MetadataRequest.topics')
             f_topics = [MetadataRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)

@@ -89,14 +89,14 @@ class OffsetCommitResponseTopic(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 8:  # v8-9
             f_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('OffsetCommitResponseTopic.partitions')
             f_partitions = [OffsetCommitResponsePartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-7
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('OffsetCommitResponseTopic.partitions')
             f_partitions = [OffsetCommitResponsePartition._read(r, version) for _ in range(_n_partitions)]
             return cls(name=f_name, partitions=f_partitions)
 
@@ -141,18 +141,18 @@ class OffsetCommitResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 8:  # v8-9
             f_throttle_time_ms = r.int32()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('OffsetCommitResponse.topics')
             f_topics = [OffsetCommitResponseTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 3:  # v3-7
             f_throttle_time_ms = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetCommitResponse.topics')
             f_topics = [OffsetCommitResponseTopic._read(r, version) for _ in range(_n_topics)]
             return cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
         else:  # v0-2
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetCommitResponse.topics')
             f_topics = [OffsetCommitResponseTopic._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)
 
@@ -248,14 +248,14 @@ class OffsetCommitRequestTopic(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 8:  # v8-9
             f_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('OffsetCommitRequestTopic.partitions')
             f_partitions = [OffsetCommitRequestPartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-7
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('OffsetCommitRequestTopic.partitions')
             f_partitions = [OffsetCommitRequestPartition._read(r, version) for _ in range(_n_partitions)]
             return cls(name=f_name, partitions=f_partitions)
 
@@ -344,7 +344,7 @@ class OffsetCommitRequest(ApiMessage):
             f_generation_id_or_member_epoch = r.int32()
             f_member_id = r.compact_string()
             f_group_instance_id = r.compact_nullable_string()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('OffsetCommitRequest.topics')
             f_topics = [OffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(group_id=f_group_id, generation_id_or_member_epoch=f_generation_id_or_member_epoch, member_id=f_member_id, group_instance_id=f_group_instance_id, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -354,14 +354,14 @@ class OffsetCommitRequest(ApiMessage):
             f_generation_id_or_member_epoch = r.int32()
             f_member_id = r.string()
             f_group_instance_id = r.nullable_string()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetCommitRequest.topics')
             f_topics = [OffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(group_id=f_group_id, generation_id_or_member_epoch=f_generation_id_or_member_epoch, member_id=f_member_id, group_instance_id=f_group_instance_id, topics=f_topics)
         elif version >= 5:  # v5-6
             f_group_id = r.string()
             f_generation_id_or_member_epoch = r.int32()
             f_member_id = r.string()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetCommitRequest.topics')
             f_topics = [OffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(group_id=f_group_id, generation_id_or_member_epoch=f_generation_id_or_member_epoch, member_id=f_member_id, topics=f_topics)
         elif version >= 2:  # v2-4
@@ -369,18 +369,18 @@ class OffsetCommitRequest(ApiMessage):
             f_generation_id_or_member_epoch = r.int32()
             f_member_id = r.string()
             f_retention_time_ms = r.int64()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetCommitRequest.topics')
             f_topics = [OffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(group_id=f_group_id, generation_id_or_member_epoch=f_generation_id_or_member_epoch, member_id=f_member_id, retention_time_ms=f_retention_time_ms, topics=f_topics)
         elif version >= 1:  # v1
             f_group_id = r.string()
             f_generation_id_or_member_epoch = r.int32()
             f_member_id = r.string()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetCommitRequest.topics')
             f_topics = [OffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(group_id=f_group_id, generation_id_or_member_epoch=f_generation_id_or_member_epoch, member_id=f_member_id, topics=f_topics)
         else:  # v0
             f_group_id = r.string()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetCommitRequest.topics')
             f_topics = [OffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(group_id=f_group_id, topics=f_topics)

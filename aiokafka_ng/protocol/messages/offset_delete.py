@@ -67,7 +67,7 @@ class OffsetDeleteResponseTopic(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_name = r.string()
-        _n_partitions = r.array_len()
+        _n_partitions = r.array_len('OffsetDeleteResponseTopic.partitions')
         f_partitions = [OffsetDeleteResponsePartition._read(r, version) for _ in range(_n_partitions)]
         return cls(name=f_name, partitions=f_partitions)
 
@@ -100,7 +100,7 @@ class OffsetDeleteResponse(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_error_code, f_throttle_time_ms = r.fixed(_S_hi)
-        _n_topics = r.array_len()
+        _n_topics = r.array_len('OffsetDeleteResponse.topics')
         f_topics = [OffsetDeleteResponseTopic._read(r, version) for _ in range(_n_topics)]
         return cls(error_code=f_error_code, throttle_time_ms=f_throttle_time_ms, topics=f_topics)
 
@@ -144,7 +144,7 @@ class OffsetDeleteRequestTopic(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_name = r.string()
-        _n_partitions = r.array_len()
+        _n_partitions = r.array_len('OffsetDeleteRequestTopic.partitions')
         f_partitions = [OffsetDeleteRequestPartition._read(r, version) for _ in range(_n_partitions)]
         return cls(name=f_name, partitions=f_partitions)
 
@@ -176,6 +176,6 @@ class OffsetDeleteRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_group_id = r.string()
-        _n_topics = r.array_len()
+        _n_topics = r.array_len('OffsetDeleteRequest.topics')
         f_topics = [OffsetDeleteRequestTopic._read(r, version) for _ in range(_n_topics)]
         return cls(group_id=f_group_id, topics=f_topics)

@@ -111,14 +111,14 @@ class OffsetFetchResponseTopic(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 6:  # v6-7
             f_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('OffsetFetchResponseTopic.partitions')
             f_partitions = [OffsetFetchResponsePartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-5
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('OffsetFetchResponseTopic.partitions')
             f_partitions = [OffsetFetchResponsePartition._read(r, version) for _ in range(_n_partitions)]
             return cls(name=f_name, partitions=f_partitions)
 
@@ -178,7 +178,7 @@ class OffsetFetchResponseTopics(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_name = r.compact_string()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('OffsetFetchResponseTopics.partitions')
         f_partitions = [OffsetFetchResponsePartitions._read(r, version) for _ in range(_n_partitions)]
         obj = cls(name=f_name, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -210,7 +210,7 @@ class OffsetFetchResponseGroup(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_group_id = r.compact_string()
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('OffsetFetchResponseGroup.topics')
         f_topics = [OffsetFetchResponseTopics._read(r, version) for _ in range(_n_topics)]
         f_error_code = r.int16()
         obj = cls(group_id=f_group_id, topics=f_topics, error_code=f_error_code)
@@ -277,14 +277,14 @@ class OffsetFetchResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 8:  # v8-9
             f_throttle_time_ms = r.int32()
-            _n_groups = r.compact_array_len()
+            _n_groups = r.compact_array_len('OffsetFetchResponse.groups')
             f_groups = [OffsetFetchResponseGroup._read(r, version) for _ in range(_n_groups)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, groups=f_groups)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 6:  # v6-7
             f_throttle_time_ms = r.int32()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('OffsetFetchResponse.topics')
             f_topics = [OffsetFetchResponseTopic._read(r, version) for _ in range(_n_topics)]
             f_error_code = r.int16()
             obj = cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics, error_code=f_error_code)
@@ -292,17 +292,17 @@ class OffsetFetchResponse(ApiMessage):
             return obj
         elif version >= 3:  # v3-5
             f_throttle_time_ms = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetFetchResponse.topics')
             f_topics = [OffsetFetchResponseTopic._read(r, version) for _ in range(_n_topics)]
             f_error_code = r.int16()
             return cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics, error_code=f_error_code)
         elif version >= 2:  # v2
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetFetchResponse.topics')
             f_topics = [OffsetFetchResponseTopic._read(r, version) for _ in range(_n_topics)]
             f_error_code = r.int16()
             return cls(topics=f_topics, error_code=f_error_code)
         else:  # v0-1
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetFetchResponse.topics')
             f_topics = [OffsetFetchResponseTopic._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)
 
@@ -420,14 +420,14 @@ class OffsetFetchRequestGroup(Struct):
             f_group_id = r.compact_string()
             f_member_id = r.compact_nullable_string()
             f_member_epoch = r.int32()
-            _n_topics = r.compact_nullable_array_len()
+            _n_topics = r.compact_nullable_array_len('OffsetFetchRequestGroup.topics')
             f_topics = None if _n_topics < 0 else [OffsetFetchRequestTopics._read(r, version) for _ in range(_n_topics)]
             obj = cls(group_id=f_group_id, member_id=f_member_id, member_epoch=f_member_epoch, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v8
             f_group_id = r.compact_string()
-            _n_topics = r.compact_nullable_array_len()
+            _n_topics = r.compact_nullable_array_len('OffsetFetchRequestGroup.topics')
             f_topics = None if _n_topics < 0 else [OffsetFetchRequestTopics._read(r, version) for _ in range(_n_topics)]
             obj = cls(group_id=f_group_id, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -506,7 +506,7 @@ class OffsetFetchRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 8:  # v8-9
-            _n_groups = r.compact_array_len()
+            _n_groups = r.compact_array_len('OffsetFetchRequest.groups')
             f_groups = [OffsetFetchRequestGroup._read(r, version) for _ in range(_n_groups)]
             f_require_stable = r.boolean()
             obj = cls(groups=f_groups, require_stable=f_require_stable)
@@ -514,7 +514,7 @@ class OffsetFetchRequest(ApiMessage):
             return obj
         elif version >= 7:  # v7
             f_group_id = r.compact_string()
-            _n_topics = r.compact_nullable_array_len()
+            _n_topics = r.compact_nullable_array_len('OffsetFetchRequest.topics')
             f_topics = None if _n_topics < 0 else [OffsetFetchRequestTopic._read(r, version) for _ in range(_n_topics)]
             f_require_stable = r.boolean()
             obj = cls(group_id=f_group_id, topics=f_topics, require_stable=f_require_stable)
@@ -522,18 +522,18 @@ class OffsetFetchRequest(ApiMessage):
             return obj
         elif version >= 6:  # v6
             f_group_id = r.compact_string()
-            _n_topics = r.compact_nullable_array_len()
+            _n_topics = r.compact_nullable_array_len('OffsetFetchRequest.topics')
             f_topics = None if _n_topics < 0 else [OffsetFetchRequestTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(group_id=f_group_id, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 2:  # v2-5
             f_group_id = r.string()
-            _n_topics = r.nullable_array_len()
+            _n_topics = r.nullable_array_len('OffsetFetchRequest.topics')
             f_topics = None if _n_topics < 0 else [OffsetFetchRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(group_id=f_group_id, topics=f_topics)
         else:  # v0-1
             f_group_id = r.string()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetFetchRequest.topics')
             f_topics = [OffsetFetchRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(group_id=f_group_id, topics=f_topics)

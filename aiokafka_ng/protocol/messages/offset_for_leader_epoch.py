@@ -97,14 +97,14 @@ class OffsetForLeaderTopicResult(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4
             f_topic = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('OffsetForLeaderTopicResult.partitions')
             f_partitions = [EpochEndOffset._read(r, version) for _ in range(_n_partitions)]
             obj = cls(topic=f_topic, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-3
             f_topic = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('OffsetForLeaderTopicResult.partitions')
             f_partitions = [EpochEndOffset._read(r, version) for _ in range(_n_partitions)]
             return cls(topic=f_topic, partitions=f_partitions)
 
@@ -149,18 +149,18 @@ class OffsetForLeaderEpochResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4
             f_throttle_time_ms = r.int32()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('OffsetForLeaderEpochResponse.topics')
             f_topics = [OffsetForLeaderTopicResult._read(r, version) for _ in range(_n_topics)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 2:  # v2-3
             f_throttle_time_ms = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetForLeaderEpochResponse.topics')
             f_topics = [OffsetForLeaderTopicResult._read(r, version) for _ in range(_n_topics)]
             return cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
         else:  # v0-1
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetForLeaderEpochResponse.topics')
             f_topics = [OffsetForLeaderTopicResult._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)
 
@@ -232,14 +232,14 @@ class OffsetForLeaderTopic(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4
             f_topic = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('OffsetForLeaderTopic.partitions')
             f_partitions = [OffsetForLeaderPartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(topic=f_topic, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-3
             f_topic = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('OffsetForLeaderTopic.partitions')
             f_partitions = [OffsetForLeaderPartition._read(r, version) for _ in range(_n_partitions)]
             return cls(topic=f_topic, partitions=f_partitions)
 
@@ -285,17 +285,17 @@ class OffsetForLeaderEpochRequest(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 4:  # v4
             f_replica_id = r.int32()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('OffsetForLeaderEpochRequest.topics')
             f_topics = [OffsetForLeaderTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(replica_id=f_replica_id, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 3:  # v3
             f_replica_id = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetForLeaderEpochRequest.topics')
             f_topics = [OffsetForLeaderTopic._read(r, version) for _ in range(_n_topics)]
             return cls(replica_id=f_replica_id, topics=f_topics)
         else:  # v0-2
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('OffsetForLeaderEpochRequest.topics')
             f_topics = [OffsetForLeaderTopic._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)

@@ -149,7 +149,7 @@ class PartitionProduceResponse(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 10:  # v10-11
             f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = r.fixed(_S_ihqqq)
-            _n_record_errors = r.compact_array_len()
+            _n_record_errors = r.compact_array_len('PartitionProduceResponse.record_errors')
             f_record_errors = [BatchIndexAndErrorMessage._read(r, version) for _ in range(_n_record_errors)]
             f_error_message = r.compact_nullable_string()
             obj = cls(index=f_index, error_code=f_error_code, base_offset=f_base_offset, log_append_time_ms=f_log_append_time_ms, log_start_offset=f_log_start_offset, record_errors=f_record_errors, error_message=f_error_message)
@@ -162,7 +162,7 @@ class PartitionProduceResponse(Struct):
             return obj
         elif version >= 9:  # v9
             f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = r.fixed(_S_ihqqq)
-            _n_record_errors = r.compact_array_len()
+            _n_record_errors = r.compact_array_len('PartitionProduceResponse.record_errors')
             f_record_errors = [BatchIndexAndErrorMessage._read(r, version) for _ in range(_n_record_errors)]
             f_error_message = r.compact_nullable_string()
             obj = cls(index=f_index, error_code=f_error_code, base_offset=f_base_offset, log_append_time_ms=f_log_append_time_ms, log_start_offset=f_log_start_offset, record_errors=f_record_errors, error_message=f_error_message)
@@ -170,7 +170,7 @@ class PartitionProduceResponse(Struct):
             return obj
         elif version >= 8:  # v8
             f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = r.fixed(_S_ihqqq)
-            _n_record_errors = r.array_len()
+            _n_record_errors = r.array_len('PartitionProduceResponse.record_errors')
             f_record_errors = [BatchIndexAndErrorMessage._read(r, version) for _ in range(_n_record_errors)]
             f_error_message = r.nullable_string()
             return cls(index=f_index, error_code=f_error_code, base_offset=f_base_offset, log_append_time_ms=f_log_append_time_ms, log_start_offset=f_log_start_offset, record_errors=f_record_errors, error_message=f_error_message)
@@ -215,14 +215,14 @@ class TopicProduceResponse(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 9:  # v9-11
             f_name = r.compact_string()
-            _n_partition_responses = r.compact_array_len()
+            _n_partition_responses = r.compact_array_len('TopicProduceResponse.partition_responses')
             f_partition_responses = [PartitionProduceResponse._read(r, version) for _ in range(_n_partition_responses)]
             obj = cls(name=f_name, partition_responses=f_partition_responses)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-8
             f_name = r.string()
-            _n_partition_responses = r.array_len()
+            _n_partition_responses = r.array_len('TopicProduceResponse.partition_responses')
             f_partition_responses = [PartitionProduceResponse._read(r, version) for _ in range(_n_partition_responses)]
             return cls(name=f_name, partition_responses=f_partition_responses)
 
@@ -316,32 +316,32 @@ class ProduceResponse(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 10:  # v10-11
-            _n_responses = r.compact_array_len()
+            _n_responses = r.compact_array_len('ProduceResponse.responses')
             f_responses = [TopicProduceResponse._read(r, version) for _ in range(_n_responses)]
             f_throttle_time_ms = r.int32()
             obj = cls(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
             for _ in range(r.tag_count()):
                 _tag, _tr = r.tagged_field()
                 if _tag == 0:
-                    _n_node_endpoints = _tr.compact_array_len()
+                    _n_node_endpoints = _tr.compact_array_len('ProduceResponse.node_endpoints')
                     obj.node_endpoints = [NodeEndpoint._read(_tr, version) for _ in range(_n_node_endpoints)]
                 else:
                     obj.unknown_tagged_fields[_tag] = _tr.rest()
             return obj
         elif version >= 9:  # v9
-            _n_responses = r.compact_array_len()
+            _n_responses = r.compact_array_len('ProduceResponse.responses')
             f_responses = [TopicProduceResponse._read(r, version) for _ in range(_n_responses)]
             f_throttle_time_ms = r.int32()
             obj = cls(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         elif version >= 1:  # v1-8
-            _n_responses = r.array_len()
+            _n_responses = r.array_len('ProduceResponse.responses')
             f_responses = [TopicProduceResponse._read(r, version) for _ in range(_n_responses)]
             f_throttle_time_ms = r.int32()
             return cls(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
         else:  # v0
-            _n_responses = r.array_len()
+            _n_responses = r.array_len('ProduceResponse.responses')
             f_responses = [TopicProduceResponse._read(r, version) for _ in range(_n_responses)]
             return cls(responses=f_responses)
 
@@ -410,14 +410,14 @@ class TopicProduceData(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 9:  # v9-11
             f_name = r.compact_string()
-            _n_partition_data = r.compact_array_len()
+            _n_partition_data = r.compact_array_len('TopicProduceData.partition_data')
             f_partition_data = [PartitionProduceData._read(r, version) for _ in range(_n_partition_data)]
             obj = cls(name=f_name, partition_data=f_partition_data)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-8
             f_name = r.string()
-            _n_partition_data = r.array_len()
+            _n_partition_data = r.array_len('TopicProduceData.partition_data')
             f_partition_data = [PartitionProduceData._read(r, version) for _ in range(_n_partition_data)]
             return cls(name=f_name, partition_data=f_partition_data)
 
@@ -471,7 +471,7 @@ class ProduceRequest(ApiMessage):
         if version >= 9:  # v9-11
             f_transactional_id = r.compact_nullable_string()
             f_acks, f_timeout_ms = r.fixed(_S_hi)
-            _n_topic_data = r.compact_array_len()
+            _n_topic_data = r.compact_array_len('ProduceRequest.topic_data')
             f_topic_data = [TopicProduceData._read(r, version) for _ in range(_n_topic_data)]
             obj = cls(transactional_id=f_transactional_id, acks=f_acks, timeout_ms=f_timeout_ms, topic_data=f_topic_data)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -479,11 +479,11 @@ class ProduceRequest(ApiMessage):
         elif version >= 3:  # v3-8
             f_transactional_id = r.nullable_string()
             f_acks, f_timeout_ms = r.fixed(_S_hi)
-            _n_topic_data = r.array_len()
+            _n_topic_data = r.array_len('ProduceRequest.topic_data')
             f_topic_data = [TopicProduceData._read(r, version) for _ in range(_n_topic_data)]
             return cls(transactional_id=f_transactional_id, acks=f_acks, timeout_ms=f_timeout_ms, topic_data=f_topic_data)
         else:  # v0-2
             f_acks, f_timeout_ms = r.fixed(_S_hi)
-            _n_topic_data = r.array_len()
+            _n_topic_data = r.array_len('ProduceRequest.topic_data')
             f_topic_data = [TopicProduceData._read(r, version) for _ in range(_n_topic_data)]
             return cls(acks=f_acks, timeout_ms=f_timeout_ms, topic_data=f_topic_data)

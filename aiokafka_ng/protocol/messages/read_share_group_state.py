@@ -88,7 +88,7 @@ class PartitionResult(Struct):
         f_partition, f_error_code = r.fixed(_S_ih)
         f_error_message = r.compact_nullable_string()
         f_state_epoch, f_start_offset = r.fixed(_S_iq)
-        _n_state_batches = r.compact_array_len()
+        _n_state_batches = r.compact_array_len('PartitionResult.state_batches')
         f_state_batches = [StateBatch._read(r, version) for _ in range(_n_state_batches)]
         obj = cls(partition=f_partition, error_code=f_error_code, error_message=f_error_message, state_epoch=f_state_epoch, start_offset=f_start_offset, state_batches=f_state_batches)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -117,7 +117,7 @@ class ReadStateResult(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('ReadStateResult.partitions')
         f_partitions = [PartitionResult._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -147,7 +147,7 @@ class ReadShareGroupStateResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_results = r.compact_array_len()
+        _n_results = r.compact_array_len('ReadShareGroupStateResponse.results')
         f_results = [ReadStateResult._read(r, version) for _ in range(_n_results)]
         obj = cls(results=f_results)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -199,7 +199,7 @@ class ReadStateData(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('ReadStateData.partitions')
         f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -234,7 +234,7 @@ class ReadShareGroupStateRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_group_id = r.compact_string()
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('ReadShareGroupStateRequest.topics')
         f_topics = [ReadStateData._read(r, version) for _ in range(_n_topics)]
         obj = cls(group_id=f_group_id, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -81,7 +81,7 @@ class ReadStateSummaryResult(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('ReadStateSummaryResult.partitions')
         f_partitions = [PartitionResult._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -111,7 +111,7 @@ class ReadShareGroupStateSummaryResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_results = r.compact_array_len()
+        _n_results = r.compact_array_len('ReadShareGroupStateSummaryResponse.results')
         f_results = [ReadStateSummaryResult._read(r, version) for _ in range(_n_results)]
         obj = cls(results=f_results)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -163,7 +163,7 @@ class ReadStateSummaryData(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('ReadStateSummaryData.partitions')
         f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -198,7 +198,7 @@ class ReadShareGroupStateSummaryRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_group_id = r.compact_string()
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('ReadShareGroupStateSummaryRequest.topics')
         f_topics = [ReadStateSummaryData._read(r, version) for _ in range(_n_topics)]
         obj = cls(group_id=f_group_id, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -103,7 +103,7 @@ class ShareAcknowledgeTopicResponse(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('ShareAcknowledgeTopicResponse.partitions')
         f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -182,9 +182,9 @@ class ShareAcknowledgeResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
         f_error_message = r.compact_nullable_string()
-        _n_responses = r.compact_array_len()
+        _n_responses = r.compact_array_len('ShareAcknowledgeResponse.responses')
         f_responses = [ShareAcknowledgeTopicResponse._read(r, version) for _ in range(_n_responses)]
-        _n_node_endpoints = r.compact_array_len()
+        _n_node_endpoints = r.compact_array_len('ShareAcknowledgeResponse.node_endpoints')
         f_node_endpoints = [NodeEndpoint._read(r, version) for _ in range(_n_node_endpoints)]
         obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, responses=f_responses, node_endpoints=f_node_endpoints)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -243,7 +243,7 @@ class AcknowledgePartition(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_partition_index = r.int32()
-        _n_acknowledgement_batches = r.compact_array_len()
+        _n_acknowledgement_batches = r.compact_array_len('AcknowledgePartition.acknowledgement_batches')
         f_acknowledgement_batches = [AcknowledgementBatch._read(r, version) for _ in range(_n_acknowledgement_batches)]
         obj = cls(partition_index=f_partition_index, acknowledgement_batches=f_acknowledgement_batches)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -272,7 +272,7 @@ class AcknowledgeTopic(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('AcknowledgeTopic.partitions')
         f_partitions = [AcknowledgePartition._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -315,7 +315,7 @@ class ShareAcknowledgeRequest(ApiMessage):
         f_group_id = r.compact_nullable_string()
         f_member_id = r.compact_nullable_string()
         f_share_session_epoch = r.int32()
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('ShareAcknowledgeRequest.topics')
         f_topics = [AcknowledgeTopic._read(r, version) for _ in range(_n_topics)]
         obj = cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -122,7 +122,7 @@ class PartitionData(Struct):
         f_acknowledge_error_message = r.compact_nullable_string()
         f_current_leader = LeaderIdAndEpoch._read(r, version)
         f_records = r.compact_nullable_bytes()
-        _n_acquired_records = r.compact_array_len()
+        _n_acquired_records = r.compact_array_len('PartitionData.acquired_records')
         f_acquired_records = [AcquiredRecords._read(r, version) for _ in range(_n_acquired_records)]
         obj = cls(partition_index=f_partition_index, error_code=f_error_code, error_message=f_error_message, acknowledge_error_code=f_acknowledge_error_code, acknowledge_error_message=f_acknowledge_error_message, current_leader=f_current_leader, records=f_records, acquired_records=f_acquired_records)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -151,7 +151,7 @@ class ShareFetchableTopicResponse(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('ShareFetchableTopicResponse.partitions')
         f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -230,9 +230,9 @@ class ShareFetchResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
         f_error_message = r.compact_nullable_string()
-        _n_responses = r.compact_array_len()
+        _n_responses = r.compact_array_len('ShareFetchResponse.responses')
         f_responses = [ShareFetchableTopicResponse._read(r, version) for _ in range(_n_responses)]
-        _n_node_endpoints = r.compact_array_len()
+        _n_node_endpoints = r.compact_array_len('ShareFetchResponse.node_endpoints')
         f_node_endpoints = [NodeEndpoint._read(r, version) for _ in range(_n_node_endpoints)]
         obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, responses=f_responses, node_endpoints=f_node_endpoints)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -293,7 +293,7 @@ class FetchPartition(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_partition_index, f_partition_max_bytes = r.fixed(_S_ii)
-        _n_acknowledgement_batches = r.compact_array_len()
+        _n_acknowledgement_batches = r.compact_array_len('FetchPartition.acknowledgement_batches')
         f_acknowledgement_batches = [AcknowledgementBatch._read(r, version) for _ in range(_n_acknowledgement_batches)]
         obj = cls(partition_index=f_partition_index, partition_max_bytes=f_partition_max_bytes, acknowledgement_batches=f_acknowledgement_batches)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -322,7 +322,7 @@ class FetchTopic(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('FetchTopic.partitions')
         f_partitions = [FetchPartition._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -405,9 +405,9 @@ class ShareFetchRequest(ApiMessage):
         f_group_id = r.compact_nullable_string()
         f_member_id = r.compact_nullable_string()
         f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes = r.fixed(_S_iiii)
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('ShareFetchRequest.topics')
         f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
-        _n_forgotten_topics_data = r.compact_array_len()
+        _n_forgotten_topics_data = r.compact_array_len('ShareFetchRequest.forgotten_topics_data')
         f_forgotten_topics_data = [ForgottenTopic._read(r, version) for _ in range(_n_forgotten_topics_data)]
         obj = cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data)
         r.unknown_tags(obj.unknown_tagged_fields)

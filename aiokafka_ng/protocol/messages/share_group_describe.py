@@ -77,7 +77,7 @@ class Assignment(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_topic_partitions = r.compact_array_len()
+        _n_topic_partitions = r.compact_array_len('Assignment.topic_partitions')
         f_topic_partitions = [TopicPartitions._read(r, version) for _ in range(_n_topic_partitions)]
         obj = cls(topic_partitions=f_topic_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -180,7 +180,7 @@ class DescribedGroup(Struct):
         f_group_state = r.compact_string()
         f_group_epoch, f_assignment_epoch = r.fixed(_S_ii)
         f_assignor_name = r.compact_string()
-        _n_members = r.compact_array_len()
+        _n_members = r.compact_array_len('DescribedGroup.members')
         f_members = [Member._read(r, version) for _ in range(_n_members)]
         f_authorized_operations = r.int32()
         obj = cls(error_code=f_error_code, error_message=f_error_message, group_id=f_group_id, group_state=f_group_state, group_epoch=f_group_epoch, assignment_epoch=f_assignment_epoch, assignor_name=f_assignor_name, members=f_members, authorized_operations=f_authorized_operations)
@@ -215,7 +215,7 @@ class ShareGroupDescribeResponse(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms = r.int32()
-        _n_groups = r.compact_array_len()
+        _n_groups = r.compact_array_len('ShareGroupDescribeResponse.groups')
         f_groups = [DescribedGroup._read(r, version) for _ in range(_n_groups)]
         obj = cls(throttle_time_ms=f_throttle_time_ms, groups=f_groups)
         r.unknown_tags(obj.unknown_tagged_fields)

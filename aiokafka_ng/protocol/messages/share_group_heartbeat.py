@@ -72,7 +72,7 @@ class Assignment(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_topic_partitions = r.compact_array_len()
+        _n_topic_partitions = r.compact_array_len('Assignment.topic_partitions')
         f_topic_partitions = [TopicPartitions._read(r, version) for _ in range(_n_topic_partitions)]
         obj = cls(topic_partitions=f_topic_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -203,7 +203,7 @@ class SyncGroupRequest(ApiMessage):
             f_group_instance_id = r.compact_nullable_string()
             f_protocol_type = r.compact_nullable_string()
             f_protocol_name = r.compact_nullable_string()
-            _n_assignments = r.compact_array_len()
+            _n_assignments = r.compact_array_len('SyncGroupRequest.assignments')
             f_assignments = [SyncGroupRequestAssignment._read(r, version) for _ in range(_n_assignments)]
             obj = cls(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id, protocol_type=f_protocol_type, protocol_name=f_protocol_name, assignments=f_assignments)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -213,7 +213,7 @@ class SyncGroupRequest(ApiMessage):
             f_generation_id = r.int32()
             f_member_id = r.compact_string()
             f_group_instance_id = r.compact_nullable_string()
-            _n_assignments = r.compact_array_len()
+            _n_assignments = r.compact_array_len('SyncGroupRequest.assignments')
             f_assignments = [SyncGroupRequestAssignment._read(r, version) for _ in range(_n_assignments)]
             obj = cls(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id, assignments=f_assignments)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -223,13 +223,13 @@ class SyncGroupRequest(ApiMessage):
             f_generation_id = r.int32()
             f_member_id = r.string()
             f_group_instance_id = r.nullable_string()
-            _n_assignments = r.array_len()
+            _n_assignments = r.array_len('SyncGroupRequest.assignments')
             f_assignments = [SyncGroupRequestAssignment._read(r, version) for _ in range(_n_assignments)]
             return cls(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id, assignments=f_assignments)
         else:  # v0-2
             f_group_id = r.string()
             f_generation_id = r.int32()
             f_member_id = r.string()
-            _n_assignments = r.array_len()
+            _n_assignments = r.array_len('SyncGroupRequest.assignments')
             f_assignments = [SyncGroupRequestAssignment._read(r, version) for _ in range(_n_assignments)]
             return cls(group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id, assignments=f_assignments)

@@ -89,14 +89,14 @@ class TxnOffsetCommitResponseTopic(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 3:  # v3-4
             f_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('TxnOffsetCommitResponseTopic.partitions')
             f_partitions = [TxnOffsetCommitResponsePartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-2
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('TxnOffsetCommitResponseTopic.partitions')
             f_partitions = [TxnOffsetCommitResponsePartition._read(r, version) for _ in range(_n_partitions)]
             return cls(name=f_name, partitions=f_partitions)
 
@@ -136,14 +136,14 @@ class TxnOffsetCommitResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 3:  # v3-4
             f_throttle_time_ms = r.int32()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('TxnOffsetCommitResponse.topics')
             f_topics = [TxnOffsetCommitResponseTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-2
             f_throttle_time_ms = r.int32()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('TxnOffsetCommitResponse.topics')
             f_topics = [TxnOffsetCommitResponseTopic._read(r, version) for _ in range(_n_topics)]
             return cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
 
@@ -223,14 +223,14 @@ class TxnOffsetCommitRequestTopic(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 3:  # v3-4
             f_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('TxnOffsetCommitRequestTopic.partitions')
             f_partitions = [TxnOffsetCommitRequestPartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-2
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('TxnOffsetCommitRequestTopic.partitions')
             f_partitions = [TxnOffsetCommitRequestPartition._read(r, version) for _ in range(_n_partitions)]
             return cls(name=f_name, partitions=f_partitions)
 
@@ -293,7 +293,7 @@ class TxnOffsetCommitRequest(ApiMessage):
             f_producer_id, f_producer_epoch, f_generation_id = r.fixed(_S_qhi)
             f_member_id = r.compact_string()
             f_group_instance_id = r.compact_nullable_string()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('TxnOffsetCommitRequest.topics')
             f_topics = [TxnOffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(transactional_id=f_transactional_id, group_id=f_group_id, producer_id=f_producer_id, producer_epoch=f_producer_epoch, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -302,6 +302,6 @@ class TxnOffsetCommitRequest(ApiMessage):
             f_transactional_id = r.string()
             f_group_id = r.string()
             f_producer_id, f_producer_epoch = r.fixed(_S_qh)
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('TxnOffsetCommitRequest.topics')
             f_topics = [TxnOffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(transactional_id=f_transactional_id, group_id=f_group_id, producer_id=f_producer_id, producer_epoch=f_producer_epoch, topics=f_topics)

@@ -103,7 +103,7 @@ class UpdateFeaturesResponse(ApiMessage):
         else:  # v0-1
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
             f_error_message = r.compact_nullable_string()
-            _n_results = r.compact_array_len()
+            _n_results = r.compact_array_len('UpdateFeaturesResponse.results')
             f_results = [UpdatableFeatureResult._read(r, version) for _ in range(_n_results)]
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -191,7 +191,7 @@ class UpdateFeaturesRequest(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 1:  # v1-2
             f_timeout_ms = r.int32()
-            _n_feature_updates = r.compact_array_len()
+            _n_feature_updates = r.compact_array_len('UpdateFeaturesRequest.feature_updates')
             f_feature_updates = [FeatureUpdateKey._read(r, version) for _ in range(_n_feature_updates)]
             f_validate_only = r.boolean()
             obj = cls(timeout_ms=f_timeout_ms, feature_updates=f_feature_updates, validate_only=f_validate_only)
@@ -199,7 +199,7 @@ class UpdateFeaturesRequest(ApiMessage):
             return obj
         else:  # v0
             f_timeout_ms = r.int32()
-            _n_feature_updates = r.compact_array_len()
+            _n_feature_updates = r.compact_array_len('UpdateFeaturesRequest.feature_updates')
             f_feature_updates = [FeatureUpdateKey._read(r, version) for _ in range(_n_feature_updates)]
             obj = cls(timeout_ms=f_timeout_ms, feature_updates=f_feature_updates)
             r.unknown_tags(obj.unknown_tagged_fields)

@@ -75,7 +75,7 @@ class WriteStateResult(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('WriteStateResult.partitions')
         f_partitions = [PartitionResult._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -105,7 +105,7 @@ class WriteShareGroupStateResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        _n_results = r.compact_array_len()
+        _n_results = r.compact_array_len('WriteShareGroupStateResponse.results')
         f_results = [WriteStateResult._read(r, version) for _ in range(_n_results)]
         obj = cls(results=f_results)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -167,7 +167,7 @@ class PartitionData(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_partition, f_state_epoch, f_leader_epoch, f_start_offset = r.fixed(_S_iiiq)
-        _n_state_batches = r.compact_array_len()
+        _n_state_batches = r.compact_array_len('PartitionData.state_batches')
         f_state_batches = [StateBatch._read(r, version) for _ in range(_n_state_batches)]
         obj = cls(partition=f_partition, state_epoch=f_state_epoch, leader_epoch=f_leader_epoch, start_offset=f_start_offset, state_batches=f_state_batches)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -196,7 +196,7 @@ class WriteStateData(Struct):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_topic_id = r.uuid()
-        _n_partitions = r.compact_array_len()
+        _n_partitions = r.compact_array_len('WriteStateData.partitions')
         f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
         obj = cls(topic_id=f_topic_id, partitions=f_partitions)
         r.unknown_tags(obj.unknown_tagged_fields)
@@ -231,7 +231,7 @@ class WriteShareGroupStateRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         f_group_id = r.compact_string()
-        _n_topics = r.compact_array_len()
+        _n_topics = r.compact_array_len('WriteShareGroupStateRequest.topics')
         f_topics = [WriteStateData._read(r, version) for _ in range(_n_topics)]
         obj = cls(group_id=f_group_id, topics=f_topics)
         r.unknown_tags(obj.unknown_tagged_fields)

@@ -87,14 +87,14 @@ class WritableTxnMarkerTopicResult(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 1:  # v1
             f_name = r.compact_string()
-            _n_partitions = r.compact_array_len()
+            _n_partitions = r.compact_array_len('WritableTxnMarkerTopicResult.partitions')
             f_partitions = [WritableTxnMarkerPartitionResult._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0
             f_name = r.string()
-            _n_partitions = r.array_len()
+            _n_partitions = r.array_len('WritableTxnMarkerTopicResult.partitions')
             f_partitions = [WritableTxnMarkerPartitionResult._read(r, version) for _ in range(_n_partitions)]
             return cls(name=f_name, partitions=f_partitions)
 
@@ -129,14 +129,14 @@ class WritableTxnMarkerResult(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 1:  # v1
             f_producer_id = r.int64()
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('WritableTxnMarkerResult.topics')
             f_topics = [WritableTxnMarkerTopicResult._read(r, version) for _ in range(_n_topics)]
             obj = cls(producer_id=f_producer_id, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0
             f_producer_id = r.int64()
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('WritableTxnMarkerResult.topics')
             f_topics = [WritableTxnMarkerTopicResult._read(r, version) for _ in range(_n_topics)]
             return cls(producer_id=f_producer_id, topics=f_topics)
 
@@ -171,13 +171,13 @@ class WriteTxnMarkersResponse(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 1:  # v1
-            _n_markers = r.compact_array_len()
+            _n_markers = r.compact_array_len('WriteTxnMarkersResponse.markers')
             f_markers = [WritableTxnMarkerResult._read(r, version) for _ in range(_n_markers)]
             obj = cls(markers=f_markers)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0
-            _n_markers = r.array_len()
+            _n_markers = r.array_len('WriteTxnMarkersResponse.markers')
             f_markers = [WritableTxnMarkerResult._read(r, version) for _ in range(_n_markers)]
             return cls(markers=f_markers)
 
@@ -260,7 +260,7 @@ class WritableTxnMarker(Struct):
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 1:  # v1
             f_producer_id, f_producer_epoch, f_transaction_result = r.fixed(_S_qhx)
-            _n_topics = r.compact_array_len()
+            _n_topics = r.compact_array_len('WritableTxnMarker.topics')
             f_topics = [WritableTxnMarkerTopic._read(r, version) for _ in range(_n_topics)]
             f_coordinator_epoch = r.int32()
             obj = cls(producer_id=f_producer_id, producer_epoch=f_producer_epoch, transaction_result=f_transaction_result, topics=f_topics, coordinator_epoch=f_coordinator_epoch)
@@ -268,7 +268,7 @@ class WritableTxnMarker(Struct):
             return obj
         else:  # v0
             f_producer_id, f_producer_epoch, f_transaction_result = r.fixed(_S_qhx)
-            _n_topics = r.array_len()
+            _n_topics = r.array_len('WritableTxnMarker.topics')
             f_topics = [WritableTxnMarkerTopic._read(r, version) for _ in range(_n_topics)]
             f_coordinator_epoch = r.int32()
             return cls(producer_id=f_producer_id, producer_epoch=f_producer_epoch, transaction_result=f_transaction_result, topics=f_topics, coordinator_epoch=f_coordinator_epoch)
@@ -305,12 +305,12 @@ class WriteTxnMarkersRequest(ApiMessage):
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
         if version >= 1:  # v1
-            _n_markers = r.compact_array_len()
+            _n_markers = r.compact_array_len('WriteTxnMarkersRequest.markers')
             f_markers = [WritableTxnMarker._read(r, version) for _ in range(_n_markers)]
             obj = cls(markers=f_markers)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0
-            _n_markers = r.array_len()
+            _n_markers = r.array_len('WriteTxnMarkersRequest.markers')
             f_markers = [WritableTxnMarker._read(r, version) for _ in range(_n_markers)]
             return cls(markers=f_markers)
