@@ -209,7 +209,8 @@ class SimConnection:
             if cut is not None and not cut:
                 sim._cut_node(node, "cut_after (request dropped)")
                 return
-            plan = sim._plan(node, header, frame)
+            decoded = await sim._prepare_produce(frame) if header.api_key == 0 else None
+            plan = sim._plan(node, header, frame, decoded)
             if plan.close:
                 self.close_reason = "closed by the broker (acks=0 request failed)"
                 return
