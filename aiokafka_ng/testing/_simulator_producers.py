@@ -36,7 +36,8 @@ import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 from crc32c import crc32c
 
-from aiokafka_ng.protocol.framing import decode_response, encode_request
+from aiokafka_ng.protocol.errors import ProtocolError
+from aiokafka_ng.protocol.framing import decode_request, decode_response, encode_request
 from aiokafka_ng.protocol.messages.init_producer_id import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -97,6 +98,18 @@ class ProducerEpochs:
         if granted is None:  # a producer id from before the simulator: its first epoch is
             self.granted[pid] = granted = epoch  # the one the broker knows
         return epoch > granted
+
+    async def prepare_frame(self, frame: bytes) -> ProduceRequest | None:
+        """Decode a Produce frame (size prefix included) and :meth:`prepare` it; None if it
+        does not decode or no fresh id could be had (then the broker judges it as it came)."""
+        try:
+            request = decode_request(memoryview(frame)[4:])[1]
+            if not isinstance(request, ProduceRequest):
+                return None
+            await self.prepare(request)
+        except (ProtocolError, OSError, TimeoutError, RuntimeError):
+            return None
+        return request
 
     async def prepare(self, request: ProduceRequest) -> None:
         """Obtain a fresh producer id for every client-bumped epoch in ``request``."""

@@ -69,9 +69,7 @@ from uuid import UUID
 import anyio
 import anyio.abc
 
-from aiokafka_ng.protocol.errors import ProtocolError
-from aiokafka_ng.protocol.framing import RequestHeader, decode_request
-from aiokafka_ng.protocol.messages.produce import ProduceRequest
+from aiokafka_ng.protocol.framing import RequestHeader
 from aiokafka_ng.protocol.primitives import ApiMessage
 from aiokafka_ng.testing._simulator_codec import PARTITIONED_APIS, TP, can_answer_with_error
 from aiokafka_ng.testing._simulator_conn import Cut, Node, Plan, SimConnection
@@ -608,16 +606,6 @@ class ClusterSimulator:
         node.garbage.popleft()
         # Correlation id, then one byte: too short for any response header+body to decode.
         return struct.pack(">ii", 5, header.correlation_id) + b"\xff"
-
-    async def _prepare_produce(self, frame: bytes) -> ApiMessage | None:
-        """Decode a Produce request and get fresh producer ids for client-bumped epochs."""
-        try:
-            request = decode_request(memoryview(frame)[4:])[1]
-            if isinstance(request, ProduceRequest):
-                await self.producer_epochs.prepare(request)
-        except (ProtocolError, OSError, TimeoutError, RuntimeError):
-            return None  # forwarded as it came: the broker judges it
-        return request
 
     def _plan(
         self, node: Node, header: RequestHeader, frame: bytes, decoded: ApiMessage | None
