@@ -209,7 +209,10 @@ class SimConnection:
             if cut is not None and not cut:
                 sim._cut_node(node, "cut_after (request dropped)")
                 return
-            plan = sim._plan(node, header, frame)
+            decoded = None
+            if header.api_key == 0:  # Produce: fresh producer ids for client-bumped epochs
+                decoded = await sim.producer_epochs.prepare_frame(frame)
+            plan = sim._plan(node, header, frame, decoded)
             if plan.close:
                 self.close_reason = "closed by the broker (acks=0 request failed)"
                 return

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,7 @@ from aiokafka_ng.protocol.framing import (
     encode_response,
 )
 from aiokafka_ng.protocol.messages import RESPONSE_TYPES
+from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdResponse
 from aiokafka_ng.protocol.messages.produce import ProduceRequest
 from aiokafka_ng.protocol.primitives import ApiMessage
 from aiokafka_ng.testing._simulator_codec import (
@@ -57,6 +59,7 @@ __all__ = ["Injection", "Match", "plan_request"]
 NOT_LEADER_OR_FOLLOWER = NotLeaderOrFollowerError.errno
 NOT_CONTROLLER = NotControllerError.errno
 NOT_COORDINATOR = NotCoordinatorError.errno
+INIT_PRODUCER_ID = 22
 
 Match = int | Callable[[str, int], bool] | None
 
@@ -97,11 +100,18 @@ class Injection:
             self.remaining -= 1
 
 
-def plan_request(sim: ClusterSimulator, node: Node, header: RequestHeader, frame: bytes) -> Plan:
-    """Decide what ``node`` does with one request (``frame`` includes the size prefix)."""
+def plan_request(
+    sim: ClusterSimulator,
+    node: Node,
+    header: RequestHeader,
+    frame: bytes,
+    decoded: ApiMessage | None = None,
+) -> Plan:
+    """Decide what ``node`` does with one request (``frame`` includes the size prefix;
+    ``decoded``: the request, if the caller decoded it already)."""
     api = header.api_key
     if api in PARTITIONED_APIS:
-        return _plan_partitioned(sim, node, header, frame)
+        return _plan_partitioned(sim, node, header, frame, decoded)
     if api in sim.controller_apis and node.node_id != sim.controller:
         planned = _answer_all(sim, node, header, frame, NOT_CONTROLLER)
         if planned is not None:
@@ -116,6 +126,8 @@ def plan_request(sim: ClusterSimulator, node: Node, header: RequestHeader, frame
         if planned is not None:
             rules[0].consume()
             return planned
+    if api == INIT_PRODUCER_ID:
+        return Plan(forward=frame, transform=_init_watcher(sim, header))
     if api not in REWRITTEN_APIS:
         return Plan(forward=frame)
     request: ApiMessage | None = None
@@ -181,15 +193,32 @@ def _rewriter(
     return transform
 
 
+def _init_watcher(sim: ClusterSimulator, header: RequestHeader) -> Callable[[bytes], bytes]:
+    version = header.api_version
+
+    def watch(payload: bytes) -> bytes:
+        _, response = decode_response(InitProducerIdResponse, version, payload)
+        sim.producer_epochs.learn_init(response)
+        return struct.pack(">i", len(payload)) + payload  # relayed as it came
+
+    return watch
+
+
 def _plan_partitioned(
-    sim: ClusterSimulator, node: Node, header: RequestHeader, frame: bytes
+    sim: ClusterSimulator,
+    node: Node,
+    header: RequestHeader,
+    frame: bytes,
+    decoded: ApiMessage | None,
 ) -> Plan:
     adapter = PARTITIONED_APIS[header.api_key]
     version = header.api_version
-    try:
-        request = decode_request(memoryview(frame)[4:])[1]
-    except ProtocolError:
-        return Plan(forward=frame)  # let the real broker judge it
+    request = decoded
+    if request is None:
+        try:
+            request = decode_request(memoryview(frame)[4:])[1]
+        except ProtocolError:
+            return Plan(forward=frame)  # let the real broker judge it
     acks0 = isinstance(request, ProduceRequest) and request.acks == 0
     parts = adapter.partitions(sim, request, version)
     sim._count_partitions(header.api_key, parts)
@@ -204,7 +233,10 @@ def _plan_partitioned(
                 hit = True
         if hit:
             rule.consume()
+    rewritten = isinstance(request, ProduceRequest) and _apply_epoch_rules(sim, request, errors)
     if not errors:
+        if rewritten:
+            frame = encode_request(request, version, header.correlation_id, header.client_id)
         return Plan(forward=frame, expects_response=not acks0)
     for code in errors.values():
         sim.errors_answered[(node.node_id, header.api_key, code)] += 1
@@ -223,6 +255,26 @@ def _plan_partitioned(
 
     forward = encode_request(reduced, version, header.correlation_id, header.client_id)
     return Plan(forward=forward, transform=merge)
+
+
+def _apply_epoch_rules(
+    sim: ClusterSimulator, request: ProduceRequest, errors: dict[TP, int]
+) -> bool:
+    """Kafka's producer-epoch checks (and the bumped-epoch mapping) for every partition that
+    is about to be forwarded; True if a partition's records were rewritten."""
+    rewritten = False
+    for t in request.topic_data:
+        for p in t.partition_data:
+            tp = (t.name, p.index)
+            if tp in errors or not p.records:
+                continue
+            verdict = sim.producer_epochs.admit(tp, p.records)
+            if isinstance(verdict, int):
+                errors[tp] = verdict
+            elif verdict is not None:
+                p.records = verdict
+                rewritten = True
+    return rewritten
 
 
 def _is_empty(request: ApiMessage) -> bool:

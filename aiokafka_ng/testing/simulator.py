@@ -38,6 +38,10 @@ Requests are forwarded as raw bytes unless the simulator has a reason to look at
   does (there is no response to carry the error). Tansu 0.6.0 answers ``acks=0`` Produce
   requests, unlike Kafka; the simulator swallows those answers, so clients see Kafka's
   behaviour.
+* Idempotent producers: Produce batches get Kafka's per-partition producer-epoch checks, and
+  an epoch the client bumped itself (KIP-360) is accepted as Kafka accepts it, by mapping it
+  onto a fresh producer id from the real broker (Tansu 0.6.0 fences such a bump); see
+  :mod:`aiokafka_ng.testing._simulator_producers`. InitProducerId answers are watched.
 * Controller-bound admin requests (CreateTopics, DeleteTopics, CreatePartitions,
   ElectLeaders, Alter/ListPartitionReassignments by default) sent to a node that is not the
   controller get NOT_CONTROLLER for every item; group and transaction requests sent to a
@@ -66,8 +70,10 @@ import anyio
 import anyio.abc
 
 from aiokafka_ng.protocol.framing import RequestHeader
+from aiokafka_ng.protocol.primitives import ApiMessage
 from aiokafka_ng.testing._simulator_codec import PARTITIONED_APIS, TP, can_answer_with_error
 from aiokafka_ng.testing._simulator_conn import Cut, Node, Plan, SimConnection
+from aiokafka_ng.testing._simulator_producers import ProducerEpochs
 from aiokafka_ng.testing._simulator_routing import Injection, Match, plan_request
 
 __all__ = ["BrokerAddress", "ClusterSimulator", "Injection", "SimConnection"]
@@ -139,6 +145,9 @@ class ClusterSimulator:
         self._topic_ids: dict[UUID, str] = {}
         self._partition_counts: dict[str, int] = {}
         self._injections: list[Injection] = []
+        #: Kafka's producer-epoch rules; ``.bumps`` counts client-side epoch bumps mapped
+        #: onto a fresh producer id (Tansu fences them, see _simulator_producers).
+        self.producer_epochs = ProducerEpochs(self.upstream)
         self._changed = anyio.Event()
         self._next_conn_id = 0
         self._serving = 0  # connections past the limit check, until their sockets close
@@ -598,5 +607,7 @@ class ClusterSimulator:
         # Correlation id, then one byte: too short for any response header+body to decode.
         return struct.pack(">ii", 5, header.correlation_id) + b"\xff"
 
-    def _plan(self, node: Node, header: RequestHeader, frame: bytes) -> Plan:
-        return plan_request(self, node, header, frame)
+    def _plan(
+        self, node: Node, header: RequestHeader, frame: bytes, decoded: ApiMessage | None
+    ) -> Plan:
+        return plan_request(self, node, header, frame, decoded)

@@ -3,6 +3,7 @@ anyio TCP, and end to end by confluent-kafka (librdkafka) as an independent real
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 import uuid
@@ -581,6 +582,71 @@ async def test_rejects_non_loopback_upstream() -> None:
         ClusterSimulator(Remote())
 
 
+def idempotent_batch(pid: int, epoch: int, sequence: int, *values: bytes) -> bytes:
+    builder = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=sequence)
+    for value in values:
+        builder.append(int(time.time() * 1000), None, value)
+    return builder.build()
+
+
+async def test_client_side_epoch_bump_is_accepted_as_kafka_does(
+    kafka_broker: LocalBroker, sim: ClusterSimulator
+) -> None:
+    """KIP-360: a producer bumps its own epoch and restarts at sequence 0. Tansu fences that
+    (shown first, straight at the broker); through the simulator it gets Kafka's answers:
+    accepted, older epoch rejected, a new epoch must start at 0 -- per partition."""
+    from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
+
+    topic = new_topic()
+    init = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000)
+    async with await anyio.connect_tcp("127.0.0.1", kafka_broker.port) as stream:
+        direct = RawClient(stream)
+        await metadata(direct, topic)
+        got = await direct.call(init, 4)
+        pid, epoch = got.producer_id, got.producer_epoch
+        first = await direct.call(produce(topic, {1: idempotent_batch(pid, epoch, 0, b"a")}), 11)
+        assert results(first)[1].error_code == 0
+        bumped = await direct.call(
+            produce(topic, {1: idempotent_batch(pid, epoch + 1, 0, b"b")}), 11
+        )
+        assert results(bumped)[1].error_code == 90  # PRODUCER_FENCED: Kafka would accept it
+
+    async with connect(sim, 0) as c0:  # node 0 leads partitions 0 and 3
+        await metadata(c0, topic)
+        got = await c0.call(init, 4)
+        pid, epoch = got.producer_id, got.producer_epoch
+
+        async def send(partition: int, e: int, sequence: int, *values: bytes) -> Any:
+            batch = idempotent_batch(pid, e, sequence, *values)
+            return results(await c0.call(produce(topic, {partition: batch}), 11))[partition]
+
+        assert (await send(0, epoch, 0, b"a", b"b")).error_code == 0
+        assert sim.producer_epochs.bumps == 0
+        answer = await send(0, epoch + 1, 0, b"c")
+        assert (answer.error_code, answer.base_offset) == (0, 2)
+        assert sim.producer_epochs.bumps == 1
+        assert (await send(0, epoch + 1, 1, b"d")).base_offset == 3  # the bumped epoch goes on
+        assert (await send(0, epoch, 2, b"x")).error_code == 47  # INVALID_PRODUCER_EPOCH
+        assert (await send(0, epoch + 2, 5, b"y")).error_code == 45  # new epoch, not at 0
+        assert (await send(3, epoch + 1, 0, b"z")).error_code == 0  # same bump, other partition
+        assert sim.producer_epochs.bumps == 1 and sim.producer_epochs.rejected == 2
+        part = FetchPartition(partition=0, partition_max_bytes=1 << 20)
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=10,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            topics=[FetchTopic(topic=topic, partitions=[part])],
+        )
+        records = (await c0.call(request, 11)).responses[0].partitions[0].records or b""
+        assert [r.value for b in iter_batches(records) for r in b.records()] == [
+            b"a",
+            b"b",
+            b"c",
+            b"d",
+        ]
+
+
 def _confluent_idempotent_produce(bootstrap: str, topic: str, count: int) -> list[Any]:
     import confluent_kafka
 
@@ -612,7 +678,16 @@ def _confluent_idempotent_produce(bootstrap: str, topic: str, count: int) -> lis
 async def test_confluent_kafka_idempotent_through_moves_and_cuts(sim: ClusterSimulator) -> None:
     """librdkafka (idempotent, 5 in flight) through leader moves every 20 ms and random
     connection cuts: proves the simulator forwards, splits and cuts without corrupting a
-    stream that a correct client keeps exactly-once and in order."""
+    stream, and lets librdkafka recover the way Kafka lets it.
+
+    What librdkafka promises here is no loss and order, not exactly-once: when a partition
+    moves, its new broker thread can send the next batch before the one answered
+    NOT_LEADER is queued again; the broker answers OUT_OF_ORDER_SEQUENCE_NUMBER, librdkafka
+    bumps its epoch itself (KIP-360) and re-sends every unconfirmed batch under it, so a
+    batch that was written but whose answer a cut lost is written twice. Kafka accepts the
+    bump; Tansu fences it (PRODUCER_FENCED, what failed this test under load in CI), so the
+    simulator maps it as Kafka would (see _simulator_producers).
+    """
     topic = new_topic()
     count = 5000
     async with connect(sim, 0) as client:
@@ -632,36 +707,63 @@ async def test_confluent_kafka_idempotent_through_moves_and_cuts(sim: ClusterSim
             _confluent_idempotent_produce, sim.bootstrap_servers, topic, count
         )
         tg.cancel_scope.cancel()
-    # librdkafka's own words for any failure (a flake in one CI run: 600 of 5000 failed).
+    # librdkafka's own words for any failure (CI flake: PRODUCER_FENCED for 4,400 of 5,000).
     assert not failed, f"{len(failed)} failed: {sorted({str(e) for e in failed})[:3]}"
     assert sim.leader_moves > 0 and sim.errors(PRODUCE, NOT_LEADER) > 0
     sim.clear_faults()
     seen = await anyio.to_thread.run_sync(_confluent_consume, sim.bootstrap_servers, topic, count)
     for p, values in seen.items():
-        assert values == list(range(p, count, 4)), f"partition {p}"
+        assert_no_loss_in_order(values, list(range(p, count, 4)), sim.producer_epochs.bumps)
+
+
+def assert_no_loss_in_order(values: list[int], expected: list[int], bumps: int) -> None:
+    """``values`` (one partition, log order) holds every expected value, in order of first
+    appearance, and any repeat is a re-send after an epoch bump: at most one jump back per
+    bump, each less than 5 requests x 50 records (what can be unconfirmed at the bump)."""
+    assert list(dict.fromkeys(values)) == expected, "lost or reordered records"
+    assert len(values) == len(expected) or bumps > 0, "duplicates without an epoch bump"
+    position = {v: i for i, v in enumerate(expected)}
+    jumps = [
+        position[before] - position[after]
+        for before, after in itertools.pairwise(values)
+        if position[after] <= position[before]
+    ]
+    assert len(jumps) <= bumps and all(back < 5 * 50 for back in jumps), jumps
 
 
 def _confluent_consume(bootstrap: str, topic: str, count: int) -> dict[int, list[int]]:
+    """Every record of the 4 partitions, up to each one's high watermark (so duplicates
+    are read too), in log order. The watermark is the one Fetch answers carry (Tansu's
+    ListOffsets LATEST is wrong, see TANSU.md)."""
     import confluent_kafka
 
     consumer = confluent_kafka.Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "enable.auto.commit": False}
     )
     try:
-        consumer.assign(
-            [
-                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
-                for p in range(4)
-            ]
-        )
+        parts = [
+            confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+            for p in range(4)
+        ]
+        consumer.assign(parts)
         seen: dict[int, list[int]] = {p: [] for p in range(4)}
+        next_offset = dict.fromkeys(range(4), 0)
+
+        def behind() -> bool:
+            for tp in parts:
+                high = consumer.get_watermark_offsets(tp, cached=True)
+                if high is None or high[1] < 0 or next_offset[tp.partition] < high[1]:
+                    return True
+            return False
+
         deadline = time.monotonic() + 30
-        while sum(map(len, seen.values())) < count and time.monotonic() < deadline:
+        while (sum(map(len, seen.values())) < count or behind()) and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.2):
-                partition, value = msg.partition(), msg.value()
-                if msg.error() or partition is None or value is None:
+                partition, value, offset = msg.partition(), msg.value(), msg.offset()
+                if msg.error() or partition is None or value is None or offset is None:
                     continue
                 seen[partition].append(int(value))
+                next_offset[partition] = offset + 1
         return seen
     finally:
         consumer.close()
