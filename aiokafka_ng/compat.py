@@ -18,9 +18,11 @@ How the keywords map:
 
 Defaults are aiokafka_ng's, not aiokafka's, for every keyword the caller does not pass. The
 notable differences: the producer is idempotent with ``acks="all"`` and ``linger_ms=5`` (aiokafka:
-``acks=1``, no idempotence, ``linger_ms=0``), and the consumer's assignors are
-``range`` + ``cooperative-sticky`` (aiokafka: ``roundrobin``). One exception: the consumer's
-``session_timeout_ms`` defaults to aiokafka's 10 s (Java's is 45 s).
+``acks=1``, no idempotence, ``linger_ms=0``). Two exceptions: the consumer's
+``session_timeout_ms`` defaults to aiokafka's 10 s (Java's is 45 s), and its assignors are
+``roundrobin`` (aiokafka's only default, first, so a group of aiokafka and compat members
+keeps using it), then ``range`` and ``cooperative-sticky`` (so the same consumer also joins
+a group of Java, librdkafka or native members).
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ _UNSUPPORTED = {
     "sasl_oauth_token_provider": "SASL OAUTHBEARER is not supported by aiokafka_ng yet",
 }
 _AIOKAFKA_SESSION_TIMEOUT_MS = 10000
+_AIOKAFKA_ASSIGNORS = ("roundrobin", "range", "cooperative-sticky")
 # aiokafka's defaults for these mean "not set": dropping them lets ours apply.
 _NONE_MEANS_DEFAULT = frozenset({"max_poll_records", "client_rack", "client_id", "acks"})
 
@@ -149,6 +152,7 @@ class AIOKafkaConsumer(Consumer):
         # aiokafka's group timing, not Java's 45 s: a session timeout is what a group waits
         # for a dead member, and code written for aiokafka was tuned with its 10 s.
         config.setdefault("session_timeout_ms", _AIOKAFKA_SESSION_TIMEOUT_MS)
+        config.setdefault("partition_assignment_strategy", _AIOKAFKA_ASSIGNORS)
         super().__init__(*topics, **config)
 
 

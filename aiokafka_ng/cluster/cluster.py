@@ -669,7 +669,10 @@ class Cluster:
             # answer's worth of topics (up to the decode limits) on every refresh.
             asked = set(topics)
             kept = {n: t for n, t in update.topics.items() if n in asked}
-            log.warning(
+            # Tansu answers a request for no topics with all of them: routine there, so only
+            # an answer that adds to a non-empty list is worth a warning.
+            log.log(
+                logging.WARNING if topics else logging.DEBUG,
                 "metadata answer from node %s named %d topic(s) not asked for; ignored",
                 node_id, len(update.topics) - len(kept),
             )  # fmt: skip

@@ -57,8 +57,12 @@ class ConsumerConfig(ClientConfig):
     fetch_buffer_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
     check_crcs: bool = True
-    #: Assignor names (or objects with ``name``/``assign``) in order of preference.
-    partition_assignment_strategy: tuple[Any, ...] = ("range", "cooperative-sticky")
+    #: Assignor names (or objects with ``name``/``assign``) in order of preference. The
+    #: default joins a group with any other client's default: Java's (range,
+    #: cooperative-sticky), librdkafka's (range, roundrobin) and aiokafka's (roundrobin), so
+    #: a rolling migration runs old and new members side by side (the coordinator picks the
+    #: assignor every member offers, by the members' preference).
+    partition_assignment_strategy: tuple[Any, ...] = ("range", "cooperative-sticky", "roundrobin")
     exclude_internal_topics: bool = True
     allow_auto_create_topics: bool = True
     key_deserializer: Callable[[bytes | None], Any] | None = None

@@ -63,6 +63,7 @@ from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import (
     FencedInstanceIdError,
     IllegalGenerationError,
+    InconsistentGroupProtocolError,
     KafkaError,
     MemberIdRequiredError,
     RebalanceInProgressError,
@@ -70,6 +71,7 @@ from aiokafka_ng.errors import (
     error_for_code,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.messages.describe_groups import DescribeGroupsRequest
 from aiokafka_ng.protocol.messages.heartbeat import HeartbeatRequest
 from aiokafka_ng.protocol.messages.join_group import JoinGroupRequest, JoinGroupRequestProtocol
 from aiokafka_ng.protocol.messages.leave_group import LeaveGroupRequest, MemberIdentity
@@ -321,6 +323,34 @@ class GroupCoordinator:
         conn = await self._cluster.connection(node)
         return await conn.send(request, version=conn.version_for(type(request)), timeout=timeout)
 
+    async def _no_common_assignor(self) -> str:
+        """INCONSISTENT_GROUP_PROTOCOL's message: what this member offered and, as far as
+        DescribeGroups tells, what the group's members use. The error code alone names
+        neither side, and the fix is to make the lists meet (a rolling migration from
+        aiokafka, whose only default is roundrobin, is the usual way to get here)."""
+        ours = [a.name for a in self._assignors]
+        text = (
+            f"JoinGroup {self._group_id}: no assignor in common with the group's members; "
+            f"this member offered {ours} (protocol type {_PROTOCOL_TYPE!r})"
+        )
+        try:
+            with anyio.fail_after(self._config.request_timeout_ms / 1000):
+                answer = await self._send(DescribeGroupsRequest(groups=[self._group_id]))
+            group = answer.groups[0]
+        except (KafkaError, OSError, TimeoutError, IndexError):
+            return text + "; the group's own could not be described"
+        if group.error_code or not group.protocol_data:
+            # Rebalancing, or a broker that leaves it out (Tansu's DescribeGroups does).
+            return text + (
+                f"; the group ({group.group_state or 'state unknown'}, "
+                f"{len(group.members)} members) does not say which assignor its members use"
+            )
+        return text + (
+            f"; the group's {len(group.members)} members use {group.protocol_data!r} "
+            f"(protocol type {group.protocol_type!r}): add it to partition_assignment_strategy "
+            "or have them offer one of this member's"
+        )
+
     def _subscription_bytes(self) -> bytes:
         owned = set(self._subs.assignment) if self.cooperative else set()
         return encode_subscription(
@@ -352,6 +382,8 @@ class GroupCoordinator:
         if response.error_code:
             if response.error_code == MemberIdRequiredError.errno:
                 self.member_id = response.member_id  # KIP-394: join again with this id
+            if response.error_code == InconsistentGroupProtocolError.errno:
+                raise InconsistentGroupProtocolError(await self._no_common_assignor())
             raise error_for_code(response.error_code)(f"JoinGroup {self._group_id}")
         self.member_id = response.member_id
         self.generation = response.generation_id

@@ -25,7 +25,7 @@ def test_defaults_match_the_java_client() -> None:
     assert (c.fetch_max_wait_ms, c.max_partition_fetch_bytes) == (500, 1048576)
     assert (c.isolation_level, c.check_crcs) == ("read_uncommitted", True)
     assert c.fetch_buffer_bytes == 64 * 1024 * 1024
-    assert c.partition_assignment_strategy == ("range", "cooperative-sticky")
+    assert c.partition_assignment_strategy == ("range", "cooperative-sticky", "roundrobin")
     assert c.effective_rebalance_timeout_ms == 300000
 
 
