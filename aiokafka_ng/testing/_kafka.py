@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
 import shutil
 import signal
 import socket
@@ -187,8 +186,7 @@ class KafkaNode:
         except TimeoutError:
             self.kill()
             raise KafkaClusterError(
-                f"node {self.node_id} did not rejoin within "
-                f"{self._cluster.startup_timeout:g} s",
+                f"node {self.node_id} did not rejoin within {self._cluster.startup_timeout:g} s",
                 self.log_tail(),
             ) from None
         except BaseException:
@@ -492,50 +490,47 @@ class KafkaCluster:
         """Format every node's storage at once (one short JVM each)."""
         procs: list[tuple[KafkaNode, subprocess.Popen[bytes]]] = []
         try:
-            for node in self.brokers:
-                command = [
-                    self.java,
-                    *_TOOL_OPTIONS,
-                    f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
-                    "-cp",
-                    f"{self.libs}/*",
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "--cluster-id",
-                    self.cluster_id,
-                    "--config",
-                    str(node.properties_path),
-                    *scram_arguments(self.users),
-                ]
-                with open(node.log_path, "ab") as log:
-                    procs.append(
-                        (
-                            node,
-                            subprocess.Popen(
-                                command,
-                                stdin=subprocess.DEVNULL,
-                                stdout=log,
-                                stderr=subprocess.STDOUT,
-                                preexec_fn=_die_with_parent,
-                            ),
-                        )
-                    )
+            procs.extend((node, self._spawn_format(node)) for node in self.brokers)
             for node, proc in procs:
-                while proc.poll() is None:
-                    await anyio.sleep(_POLL_INTERVAL)
+                await anyio.to_thread.run_sync(proc.wait)
                 if proc.returncode != 0:
                     raise KafkaClusterError(
                         f"formatting node {node.node_id}'s storage failed "
                         f"(exit code {proc.returncode}): {_last_error(node.log_tail())}",
                         node.log_tail(),
                     )
-        except OSError as exc:
-            raise KafkaClusterError(f"cannot run {self.java}: {exc}") from exc
         finally:
             for _, proc in procs:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
+
+    def _spawn_format(self, node: KafkaNode) -> subprocess.Popen[bytes]:
+        command = [
+            self.java,
+            *_TOOL_OPTIONS,
+            f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
+            "-cp",
+            f"{self.libs}/*",
+            "kafka.tools.StorageTool",
+            "format",
+            "--cluster-id",
+            self.cluster_id,
+            "--config",
+            str(node.properties_path),
+            *scram_arguments(self.users),
+        ]
+        with open(node.log_path, "ab") as log:
+            try:
+                return subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=_die_with_parent,
+                )
+            except OSError as exc:
+                raise KafkaClusterError(f"cannot run {self.java}: {exc}") from exc
 
 
 async def _listed_brokers(port: int) -> set[int]:

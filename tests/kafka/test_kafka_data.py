@@ -133,9 +133,7 @@ async def test_read_committed_hides_an_aborted_transaction(kafka_cluster: KafkaC
                     await producer.commit_transaction()
                 else:
                     await producer.abort_transaction()
-        committed = await consume_all(
-            kafka_cluster, topic, 1, 3, isolation_level="read_committed"
-        )
+        committed = await consume_all(kafka_cluster, topic, 1, 3, isolation_level="read_committed")
         assert [value for *_, value, _ in committed] == [b"a", b"b", b"c"]
         everything = await consume_all(kafka_cluster, topic, 1, 5)
         assert [value for *_, value, _ in everything] == [b"a", b"b", b"x", b"y", b"c"]
