@@ -120,6 +120,9 @@ def node_properties(
         "share.coordinator.state.topic.replication.factor": replicas,
         "share.coordinator.state.topic.min.isr": min_isr,
         "group.initial.rebalance.delay.ms": "0",
+        # A killed broker is fenced (and its partitions' leaders moved) after 6 s, not 9.
+        "broker.heartbeat.interval.ms": "1000",
+        "broker.session.timeout.ms": "6000",
         "num.network.threads": "2",
         "num.io.threads": "4",
         "log.cleaner.threads": "1",

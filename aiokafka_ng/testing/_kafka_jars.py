@@ -92,7 +92,7 @@ def find_java(env: Mapping[str, str] | None = None) -> str:
     ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    found = shutil.which("java")
+    found = shutil.which("java", path=env.get("PATH"))
     if found is None:
         raise KafkaSetupError("no Java found (install a JDK 17+, or set JAVA_HOME)")
     return found
@@ -108,7 +108,7 @@ def missing_tools(env: Mapping[str, str] | None = None) -> str | None:
         find_java(env)
     except KafkaSetupError as exc:
         return str(exc)
-    if not jars_present(env) and shutil.which("mvn") is None:
+    if not jars_present(env) and shutil.which("mvn", path=env.get("PATH")) is None:
         return "no Maven (mvn) to fetch the Kafka jars, and they are not cached"
     return None
 
@@ -120,7 +120,7 @@ def ensure_jars(env: Mapping[str, str] | None = None) -> Path:
     libs = home / "libs"
     if libs.is_dir():
         return libs
-    mvn = shutil.which("mvn")
+    mvn = shutil.which("mvn", path=env.get("PATH"))
     if mvn is None:
         raise KafkaSetupError(f"no Maven (mvn) to fetch the Kafka jars into {libs}")
     home.mkdir(parents=True, exist_ok=True)
