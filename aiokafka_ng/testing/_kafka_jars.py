@@ -104,6 +104,7 @@ def jars_present(env: Mapping[str, str] | None = None) -> bool:
 
 def missing_tools(env: Mapping[str, str] | None = None) -> str | None:
     """Why a Kafka cluster cannot be started here, in one line, or None if it can."""
+    env = os.environ if env is None else env
     try:
         find_java(env)
     except KafkaSetupError as exc:

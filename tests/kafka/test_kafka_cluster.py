@@ -83,7 +83,8 @@ async def test_pause_and_resume(kafka_cluster: KafkaCluster) -> None:
     )
 
 
-def test_bad_broker_property_fails_fast_with_the_reason(tmp_path: Path) -> None:
+def test_bad_broker_property_fails_fast_with_the_reason(kafka_cluster: KafkaCluster) -> None:
+    # kafka_cluster: only for its checks (Java present, jars fetched, or a skip with reason).
     cluster = KafkaCluster(brokers=1, tls=False, broker_properties={"num.io.threads": "many"})
     with pytest.raises(KafkaClusterError) as info:
         cluster.start_sync()
@@ -127,3 +128,18 @@ def test_missing_java_and_maven_are_one_line_reasons(tmp_path: Path) -> None:
 def test_users_are_checked() -> None:
     with pytest.raises(ValueError, match="letters, digits"):
         KafkaCluster(users={"bob": 'pass"word'})
+
+
+def test_missing_tools_reads_the_process_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fixture's call, missing_tools() without arguments, on a machine with Java but
+    neither the jars nor Maven (the case a fresh laptop with a JDK is in)."""
+    java = tmp_path / "java"
+    java.write_text("#!/bin/sh\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.delenv("AIOKAFKA_NG_JAVA", raising=False)
+    monkeypatch.setenv(HOME_ENV_VAR, str(tmp_path / "empty-cache"))
+    assert missing_tools() == "no Maven (mvn) to fetch the Kafka jars, and they are not cached"
