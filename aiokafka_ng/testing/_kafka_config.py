@@ -123,6 +123,9 @@ def node_properties(
         # A killed broker is fenced (and its partitions' leaders moved) after 6 s, not 9.
         "broker.heartbeat.interval.ms": "1000",
         "broker.session.timeout.ms": "6000",
+        # The active controller writes a no-op record this often when idle (default 500 ms),
+        # and every node replicates it: the bulk of an idle cluster's CPU.
+        "metadata.max.idle.interval.ms": "5000",
         "num.network.threads": "2",
         "num.io.threads": "4",
         "log.cleaner.threads": "1",
