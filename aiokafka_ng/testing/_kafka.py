@@ -16,6 +16,8 @@ when each node answers a Metadata request, over our own :func:`aiokafka_ng.net.c
 that lists every node: a broker is listed only once the controller has unfenced it. All of
 it runs under one deadline (``startup_timeout``); a start that fails raises
 :class:`KafkaClusterError` whose first line says why and whose rest is the last log lines.
+Ports are picked free but bound by the JVMs seconds later, so a start that lost one to
+another process in between is tried once more on new ports.
 
 Processes. Each node is a :class:`subprocess.Popen` (not bound to an event loop, so a
 cluster started by a sync fixture can be driven from asyncio or trio tests), spawned from
@@ -382,6 +384,19 @@ class KafkaCluster:
         except KafkaSetupError as exc:
             raise KafkaClusterError(str(exc)) from exc
         started = time.monotonic()
+        for attempt in (1, 2):
+            try:
+                await self._start_once()
+                break
+            except KafkaClusterError as exc:
+                # Free ports are picked, then bound by the JVMs seconds later: another
+                # process may take one in between. Once, pick new ports and start again.
+                if attempt == 2 or not _port_clash(exc):
+                    raise
+        self.start_seconds = time.monotonic() - started
+
+    async def _start_once(self) -> None:
+        """Prepare, format and start every node in a fresh directory, or clean up and raise."""
         self._directory = Path(tempfile.mkdtemp(prefix="aiokafka-ng-kafka-"))
         try:
             with anyio.fail_after(self.startup_timeout):
@@ -409,7 +424,6 @@ class KafkaCluster:
                 if isinstance(first, KafkaClusterError):
                     raise KafkaClusterError(first.reason, tail) from None
             raise
-        self.start_seconds = time.monotonic() - started
 
     async def stop(self) -> None:
         """SIGKILL every node and delete the cluster's directory; no-op if not started."""
@@ -557,6 +571,10 @@ def _last_error(log_tail: str) -> str:
             if marker in line:
                 return line[:300]
     return lines[-1][:300] if lines else "(no log output)"
+
+
+def _port_clash(exc: KafkaClusterError) -> bool:
+    return "is taken" in exc.reason or "Address already in use" in exc.log_tail
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

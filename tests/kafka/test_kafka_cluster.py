@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from aiokafka_ng.testing import KafkaCluster, KafkaClusterError, KafkaNode
+from aiokafka_ng.testing import _kafka as kafka_module
 from aiokafka_ng.testing._kafka import _free_ports, _listed_brokers
 from aiokafka_ng.testing._kafka_config import NodePorts
 from aiokafka_ng.testing._kafka_jars import (
@@ -108,6 +109,32 @@ def test_taken_port_is_named(kafka_cluster: KafkaCluster) -> None:
         clone = KafkaNode(kafka_cluster, 9, ports, node.directory)
         with pytest.raises(KafkaClusterError, match=f"port {taken} of node 9 is taken"):
             clone._check_ports_free()
+
+
+def test_a_port_taken_before_the_spawn_is_retried_on_new_ports(
+    kafka_cluster: KafkaCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process binds one of the picked ports between the pick and the spawn: the
+    start is tried again on fresh ports instead of failing."""
+    # kafka_cluster: only for its checks (Java present, jars fetched, or a skip with reason).
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        picks: list[list[int]] = []
+
+        def pick(count: int) -> list[int]:
+            ports = _free_ports(count)
+            if not picks:
+                ports[0] = taken  # node 1's PLAINTEXT port, as if stolen
+            picks.append(ports)
+            return ports
+
+        monkeypatch.setattr(kafka_module, "_free_ports", pick)
+        with KafkaCluster(brokers=1, tls=False) as cluster:
+            assert len(picks) == 2
+            assert cluster.node(1).port == picks[1][0] != taken
+            assert cluster.node(1).running
 
 
 def test_missing_java_and_maven_are_one_line_reasons(tmp_path: Path) -> None:
