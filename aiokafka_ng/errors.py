@@ -8,7 +8,9 @@ re-exported here. This module adds the errors that arise in the client itself:
 
 - :class:`ConfigError` -- bad configuration; names every bad key.
 - :class:`KafkaConnectionError` -- a connection failed or dropped (retriable);
-  :class:`CorrelationIdMismatchError` is one way a connection goes bad.
+  :class:`CorrelationIdMismatchError` is one way a connection goes bad;
+  :class:`SslAuthenticationError` (the broker's certificate failed verification) is not
+  retriable.
 - :class:`KafkaTimeoutError` -- a client-side deadline passed (retriable);
   :class:`RequestTimeoutError` (no response in time) and :class:`BufferExhaustedError`
   (producer memory stayed full) are the specific cases.
@@ -38,6 +40,7 @@ __all__ = [
     "NoBrokersAvailableError",
     "ProducerClosedError",
     "RequestTimeoutError",
+    "SslAuthenticationError",
 ]
 __all__ += _protocol_errors.__all__
 
@@ -78,6 +81,18 @@ class CorrelationIdMismatchError(KafkaConnectionError):
     """A response's correlation id matched no request in flight; the connection is closed."""
 
     message = "A response's correlation id did not match the request sent; connection closed."
+
+
+class SslAuthenticationError(KafkaConnectionError):
+    """The broker's TLS certificate failed verification (unknown CA, wrong host name, expired).
+
+    Not retriable, like Java's ``SslAuthenticationException``: the same certificate fails
+    the same way on every try, so the client raises it at once instead of retrying until
+    its bootstrap or request deadline.
+    """
+
+    retriable = False
+    message = "The broker's TLS certificate failed verification."
 
 
 class KafkaTimeoutError(KafkaError):

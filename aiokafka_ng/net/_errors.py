@@ -2,8 +2,10 @@
 
 Everything below ``net`` speaks ``OSError``, ``ssl.SSLError`` and anyio's stream exceptions;
 everything above it sees :class:`~aiokafka_ng.errors.KafkaConnectionError` (retriable) with
-the original chained as ``__cause__``. Connection code wraps each I/O call site in
-:func:`translate_io_errors` instead of catching foreign exceptions ad hoc.
+the original chained as ``__cause__``; a certificate that fails verification becomes its
+non-retriable subclass :class:`~aiokafka_ng.errors.SslAuthenticationError`. Connection code
+wraps each I/O call site in :func:`translate_io_errors` instead of catching foreign exceptions
+ad hoc.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from contextlib import contextmanager
 
 import anyio
 
-from aiokafka_ng.errors import KafkaConnectionError
+from aiokafka_ng.errors import KafkaConnectionError, SslAuthenticationError
 
 # TimeoutError (from anyio.fail_after) and ssl.SSLError are OSError subclasses.
 IO_ERRORS: tuple[type[BaseException], ...] = (
@@ -46,6 +48,9 @@ def describe(exc: BaseException) -> str:
 
 def connection_error(where: str, exc: BaseException) -> KafkaConnectionError:
     """The translated error for ``exc`` (the caller raises it ``from exc``)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        # Retrying cannot help: a wrong CA or host name fails the same way every time.
+        return SslAuthenticationError(f"{where}: {describe(exc)}")
     return KafkaConnectionError(f"{where}: {describe(exc)}")
 
 

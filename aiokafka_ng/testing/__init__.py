@@ -5,9 +5,22 @@ named by ``AIOKAFKA_NG_TANSU_BIN``). The pytest plugin (:mod:`aiokafka_ng.testin
 provides the ``kafka_broker``, ``kafka_broker_factory`` and ``fresh_kafka_broker`` fixtures, and
 ``python -m aiokafka_ng.testing`` runs a broker in the foreground. :class:`ClusterSimulator`
 presents one real broker as an N-node cluster with leader moves and injected faults.
+:class:`KafkaCluster` runs real Apache Kafka (KRaft, 3 nodes by default) from jars that Maven
+fetches once; it needs Java 17+ and, for the first fetch, ``mvn``.
 """
 
 from aiokafka_ng.testing._broker import BINARY_ENV_VAR, LocalBroker, LocalBrokerError
+from aiokafka_ng.testing._kafka import KafkaCluster, KafkaClusterError, KafkaNode
+from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION
 from aiokafka_ng.testing.simulator import ClusterSimulator
 
-__all__ = ["BINARY_ENV_VAR", "ClusterSimulator", "LocalBroker", "LocalBrokerError"]
+__all__ = [
+    "BINARY_ENV_VAR",
+    "KAFKA_VERSION",
+    "ClusterSimulator",
+    "KafkaCluster",
+    "KafkaClusterError",
+    "KafkaNode",
+    "LocalBroker",
+    "LocalBrokerError",
+]

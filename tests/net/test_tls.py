@@ -14,7 +14,7 @@ import anyio
 import pytest
 from net_tls_front import tls_front, write_certificate
 
-from aiokafka_ng.errors import KafkaConnectionError
+from aiokafka_ng.errors import KafkaConnectionError, SslAuthenticationError
 from aiokafka_ng.net.connection import ConnectionConfig, connect
 from aiokafka_ng.protocol.messages.metadata import (
     MetadataRequest,
@@ -63,6 +63,8 @@ async def test_untrusted_certificate_is_refused_with_a_clear_error(
                 pass
     assert "certificate verification failed" in str(info.value)
     assert isinstance(info.value.__cause__, ssl.SSLCertVerificationError)
+    # Not retriable: the cluster raises it at once instead of retrying until its deadline.
+    assert isinstance(info.value, SslAuthenticationError) and not info.value.retriable
 
 
 async def test_plaintext_client_against_tls_port_fails_not_hangs(

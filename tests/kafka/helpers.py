@@ -1,0 +1,64 @@
+"""Helpers for the tests that run against the real Apache Kafka cluster (``kafka_cluster``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+
+from aiokafka_ng.admin import AdminClient, NewTopic
+from aiokafka_ng.testing import KafkaCluster
+
+T = TypeVar("T")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def admin_for(cluster: KafkaCluster, **config: Any) -> AdminClient:
+    config.setdefault("bootstrap_servers", cluster.bootstrap_servers)
+    return AdminClient(default_api_timeout_ms=30000, **config)
+
+
+@asynccontextmanager
+async def new_topic(
+    cluster: KafkaCluster, partitions: int = 1, replicas: int = 3, **configs: str
+) -> AsyncIterator[str]:
+    """A fresh topic (deleted afterwards); ``configs`` use ``_`` for ``.``."""
+    name = unique("k")
+    topic_configs = {key.replace("_", "."): value for key, value in configs.items()}
+    async with admin_for(cluster) as admin:
+        (
+            await admin.create_topics(
+                [NewTopic(name, partitions, replicas, topic_configs=topic_configs)]
+            )
+        ).raise_on_error()
+        # Known to the broker that answers (see eventually) before the test uses it.
+        await eventually(lambda: admin.describe_topics([name]), lambda r: name in r.succeeded)
+        try:
+            yield name
+        finally:
+            await admin.delete_topics([name])
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], attempts: int = 200
+) -> T:
+    """``probe()`` until ``ok`` holds (bounded); the last value either way, for the asserts.
+
+    KRaft: the controller acknowledges a change (CreatePartitions, IncrementalAlterConfigs)
+    once it is in the metadata log, and each broker applies it a moment later, so a read
+    served by another broker may briefly show the old state -- Kafka promises no
+    read-your-writes across brokers, for the Java AdminClient either.
+    """
+    value = await probe()
+    for _ in range(attempts):  # 50 ms apart: 10 s by default
+        if ok(value):
+            break
+        await anyio.sleep(0.05)
+        value = await probe()
+    return value

@@ -1,0 +1,172 @@
+"""KafkaCluster itself: node control on the shared cluster, and starts that must fail fast.
+
+The node-control tests run on the session's ``kafka_cluster`` and leave it whole (every node
+running and listed) when they end, as the other Kafka tests expect.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aiokafka_ng.testing import KafkaCluster, KafkaClusterError, KafkaNode
+from aiokafka_ng.testing import _kafka as kafka_module
+from aiokafka_ng.testing._kafka import _free_ports, _listed_brokers
+from aiokafka_ng.testing._kafka_config import NodePorts
+from aiokafka_ng.testing._kafka_jars import (
+    HOME_ENV_VAR,
+    KafkaSetupError,
+    find_java,
+    kafka_home,
+    missing_tools,
+)
+from tests.kafka.helpers import eventually
+
+pytestmark = pytest.mark.kafka
+
+ALL = {1, 2, 3}
+
+
+async def listed_by_others(cluster: KafkaCluster, node_id: int) -> set[int]:
+    other = next(n for n in cluster.brokers if n.node_id != node_id)
+    return await _listed_brokers(other.port)
+
+
+@pytest.mark.anyio
+async def test_kill_then_restart_a_node(kafka_cluster: KafkaCluster, anyio_backend: str) -> None:
+    """SIGKILL: the node is gone at once; the controller fences it after the broker session
+    timeout; restart brings it back into every node's metadata."""
+    node = kafka_cluster.node(3 if anyio_backend == "asyncio" else 2)
+    pid = node.pid
+    node.kill()
+    assert not node.running and node.pid is None
+    assert await _listed_brokers(node.port) == set()  # nothing listens there any more
+    listed = await eventually(
+        lambda: listed_by_others(kafka_cluster, node.node_id), lambda ids: node.node_id not in ids
+    )
+    assert listed == ALL - {node.node_id}  # fenced after broker.session.timeout.ms
+    await node.restart()
+    assert node.running and node.pid != pid
+    assert await _listed_brokers(node.port) >= ALL - {node.node_id} | {node.node_id}
+    assert "=== start" in node.log_tail(10_000)
+
+
+@pytest.mark.anyio
+async def test_controlled_stop_and_start(kafka_cluster: KafkaCluster) -> None:
+    node = kafka_cluster.node(1)
+    await node.stop()
+    assert not node.running
+    # A controlled shutdown deregisters at once: no waiting for a session timeout.
+    assert node.node_id not in await listed_by_others(kafka_cluster, node.node_id)
+    await node.start()
+    assert node.node_id in await _listed_brokers(node.port)
+    with pytest.raises(KafkaClusterError, match="already running"):
+        await node.start()
+
+
+@pytest.mark.anyio
+async def test_pause_and_resume(kafka_cluster: KafkaCluster) -> None:
+    node = kafka_cluster.node(2)
+    node.pause()
+    try:
+        assert node.paused
+        with anyio.move_on_after(1.0) as scope:
+            await _listed_brokers(node.port)  # connects, then never hears back
+        assert scope.cancelled_caught
+    finally:
+        node.resume()
+    assert not node.paused
+    assert node.node_id in await eventually(
+        lambda: _listed_brokers(node.port), lambda ids: node.node_id in ids
+    )
+
+
+def test_bad_broker_property_fails_fast_with_the_reason(kafka_cluster: KafkaCluster) -> None:
+    # kafka_cluster: only for its checks (Java present, jars fetched, or a skip with reason).
+    cluster = KafkaCluster(brokers=1, tls=False, broker_properties={"num.io.threads": "many"})
+    with pytest.raises(KafkaClusterError) as info:
+        cluster.start_sync()
+    first_line = str(info.value).splitlines()[0]
+    # The storage format step already reads the properties and says what is wrong.
+    assert first_line.startswith("formatting node 1's storage failed")
+    assert "Invalid value many for configuration num.io.threads" in first_line
+    assert "num.io.threads" in info.value.log_tail
+    assert not any(node.running for node in cluster.brokers)
+    with pytest.raises(KafkaClusterError, match="not started"):
+        _ = cluster.directory  # the temporary directory is gone
+
+
+def test_taken_port_is_named(kafka_cluster: KafkaCluster) -> None:
+    node = kafka_cluster.node(1)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        taken = sock.getsockname()[1]
+        ports = NodePorts(*_free_ports(4), taken)  # CONTROLLER is the one taken
+        clone = KafkaNode(kafka_cluster, 9, ports, node.directory)
+        with pytest.raises(KafkaClusterError, match=f"port {taken} of node 9 is taken"):
+            clone._check_ports_free()
+
+
+def test_a_port_taken_before_the_spawn_is_retried_on_new_ports(
+    kafka_cluster: KafkaCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process binds one of the picked ports between the pick and the spawn: the
+    start is tried again on fresh ports instead of failing."""
+    # kafka_cluster: only for its checks (Java present, jars fetched, or a skip with reason).
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        picks: list[list[int]] = []
+
+        def pick(count: int) -> list[int]:
+            ports = _free_ports(count)
+            if not picks:
+                ports[0] = taken  # node 1's PLAINTEXT port, as if stolen
+            picks.append(ports)
+            return ports
+
+        monkeypatch.setattr(kafka_module, "_free_ports", pick)
+        with KafkaCluster(brokers=1, tls=False) as cluster:
+            assert len(picks) == 2
+            assert cluster.node(1).port == picks[1][0] != taken
+            assert cluster.node(1).running
+
+
+def test_missing_java_and_maven_are_one_line_reasons(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path), HOME_ENV_VAR: str(tmp_path / "kafka")}
+    with pytest.raises(KafkaSetupError, match="no Java found"):
+        find_java(env)
+    assert missing_tools(env) == "no Java found (install a JDK 17+, or set JAVA_HOME)"
+    java = tmp_path / "java"
+    java.write_text("#!/bin/sh\n")
+    java.chmod(0o755)
+    assert find_java(env) == str(java)
+    assert missing_tools(env) == "no Maven (mvn) to fetch the Kafka jars, and they are not cached"
+    (tmp_path / "kafka" / "libs").mkdir(parents=True)
+    assert missing_tools(env) is None  # cached jars need no Maven
+    assert kafka_home(env) == tmp_path / "kafka"
+
+
+def test_users_are_checked() -> None:
+    with pytest.raises(ValueError, match="letters, digits"):
+        KafkaCluster(users={"bob": 'pass"word'})
+
+
+def test_missing_tools_reads_the_process_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fixture's call, missing_tools() without arguments, on a machine with Java but
+    neither the jars nor Maven (the case a fresh laptop with a JDK is in)."""
+    java = tmp_path / "java"
+    java.write_text("#!/bin/sh\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.delenv("AIOKAFKA_NG_JAVA", raising=False)
+    monkeypatch.setenv(HOME_ENV_VAR, str(tmp_path / "empty-cache"))
+    assert missing_tools() == "no Maven (mvn) to fetch the Kafka jars, and they are not cached"
