@@ -16,6 +16,7 @@ from aiokafka_ng.cluster.cluster import (
     client_status,
     parse_bootstrap_servers,
 )
+from aiokafka_ng.cluster.host import TaskHost, enter_task_group
 from aiokafka_ng.cluster.metadata import (
     BrokerMetadata,
     ClusterMetadata,
@@ -44,8 +45,10 @@ __all__ = [
     "NodeStatistics",
     "PartitionMetadata",
     "PoolStatistics",
+    "TaskHost",
     "TopicMetadata",
     "client_status",
+    "enter_task_group",
     "parse_bootstrap_servers",
     "parse_metadata_response",
 ]
