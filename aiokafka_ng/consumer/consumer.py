@@ -255,8 +255,8 @@ class Consumer:
     ) -> None:
         """Run a background task (the fetcher, the group member). An exception it does not
         handle is a bug of ours: it stops the consumer loudly -- every waiting and later
-        call raises it -- instead of cancelling the task group, whose scope also covers
-        the code that called ``start()``."""
+        call raises it -- instead of cancelling the task group and with it the other
+        tasks under the application's feet; ``stop()`` cleans up."""
         status = _Started(task_status)
         try:
             await run(task_status=status)

@@ -645,8 +645,8 @@ class Producer:
             return
         self._failure = exc
         self._running = False
-        # The other tasks stay until close(): the task group's scope also covers the code
-        # of whoever called start(), so cancelling it here would cancel the caller.
+        # The other tasks stay until close(), which stops them; every call meanwhile raises
+        # the failure (see _not_running).
         self._acc.abort_all(self._stopped_error(), in_flight=True)
 
     def _check_topic(self, topic: Any) -> None:
