@@ -166,7 +166,7 @@ async def test_broker_loss_logged_once_at_warning_and_return_at_info(
 
     def connect_failed(r: logging.LogRecord) -> bool:
         return r.name == "aiokafka_ng.cluster.pool" and r.getMessage().startswith(
-            "connect to node 111 "
+            f"connect to node 111 at 127.0.0.1:{broker.port} failed"
         )
 
     with anyio.fail_after(60):
