@@ -1,7 +1,9 @@
-"""Clients started in one task and closed in another, as web frameworks' hooks, sync code
-behind a blocking portal and ``await asyncio.create_task(client.start())`` do. Before the
-clients ran their task groups in a task of their own (cluster/host.py), each of these
-failed with anyio's "Attempted to exit cancel scope in a different task". Real broker."""
+"""Clients started in one task and closed in another, as startup/cleanup hooks run in
+separate tasks, sync code behind a blocking portal, ``loop.run_until_complete(p.start())``
+... ``loop.run_until_complete(p.stop())`` (aiokafka's old examples; pytest-asyncio's async
+fixtures too) and ``await asyncio.create_task(client.start())`` do. Before the clients ran
+their task groups in a task of their own (cluster/host.py), each of these failed with
+anyio's "Attempted to exit cancel scope in a different task". Real broker."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import pytest
 from aiokafka_ng import AdminClient, Consumer, Producer
 from aiokafka_ng.compat import AIOKafkaAdminClient, AIOKafkaConsumer, AIOKafkaProducer
 
-# aiohttp is not installed here: FakeApp below runs hooks the way its runner does.
+# aiohttp is not installed here: FakeApp below runs each hook signal in a task of its own,
+# the pattern reported for aiohttp's on_startup/on_cleanup (not checked against aiohttp).
 
 
 @dataclass
@@ -115,8 +118,8 @@ async def test_create_task_start_then_close(
 
 
 class FakeApp:
-    """Hooks run as aiohttp's runner and Starlette's old startup/shutdown events may run
-    them: every signal in a task of its own, requests in tasks of their own."""
+    """A web app's hook registry: every signal (startup, cleanup) runs in a task of its
+    own, requests in tasks of their own."""
 
     def __init__(self) -> None:
         self.state: dict[str, Any] = {}
@@ -190,3 +193,20 @@ def test_sync_code_through_a_blocking_portal(backend: str, kafka_broker: Any) ->
         portal.call(consumer.stop)
         portal.call(producer.close)
     assert producer.status().state == "closed" and consumer.status().state == "closed"
+
+
+@pytest.mark.parametrize("kind", ["AIOKafkaProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient"])
+def test_run_until_complete_per_call(kafka_broker: Any, kind: str) -> None:
+    # Each run_until_complete wraps its coroutine in a new asyncio Task.
+    k = KINDS[kind]
+    bootstrap = kafka_broker.bootstrap_servers
+    loop = asyncio.new_event_loop()
+    try:
+        topic = loop.run_until_complete(ensure_topic(bootstrap))
+        client = k.make(bootstrap)
+        loop.run_until_complete(asyncio.wait_for(getattr(client, k.start)(), 30))
+        check_used(loop.run_until_complete(asyncio.wait_for(k.use(client, topic), 30)))
+        loop.run_until_complete(asyncio.wait_for(getattr(client, k.close)(), 30))
+        assert client.status().state == "closed"
+    finally:
+        loop.close()
