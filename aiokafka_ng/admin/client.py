@@ -91,7 +91,7 @@ class AdminClient(
             raise IllegalStateError("this AdminClient is already open")
         # Admin calls must not create topics as a side effect of looking up leaders.
         cluster_config = dataclasses.replace(
-            self._config.cluster_config(), allow_auto_topic_creation=False
+            self._config.cluster_config(), allow_auto_topic_creation=False, role="admin"
         )
         cluster = Cluster(cluster_config)
 

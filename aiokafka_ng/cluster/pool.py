@@ -29,10 +29,11 @@ with its monotonic timestamps in :meth:`statistics` so the growth is observable.
 to retry -- the pool never resends anything.
 
 *Logging an outage.* A broker that was reachable and stops being so (its connection drops,
-or a connect to it fails) is logged once at WARNING, naming the client id, the node id and
-the address; the reconnect attempts that follow log at DEBUG only, and the first connect
-that succeeds again is logged once at INFO with how long the broker was away. A node never
-reached yet logs at DEBUG (bootstrap failures are the cluster's to report).
+or a connect to it fails) is logged once at WARNING, naming the client (``log_name``: its
+kind and client id), the node id and the address; the reconnect attempts that follow log
+at DEBUG only, and the first connect that succeeds again is logged once at INFO with how
+long the broker was away. A node never reached yet logs at DEBUG (bootstrap failures are
+the cluster's to report).
 
 *Idle close.* A connection not handed out by :meth:`get` for ``connections_max_idle_ms``
 and with nothing in flight is closed (a long-poll Fetch keeps it alive).
@@ -162,6 +163,7 @@ class ConnectionPool:
         connections_max_idle_ms: float | None = 540_000,
         connector: Connector | None = None,
         on_node_failure: Callable[[int], None] | None = None,
+        log_name: str | None = None,
     ) -> None:
         self._config = config
         # Called with the node id when a connect attempt fails or an open connection drops
@@ -177,7 +179,8 @@ class ConnectionPool:
         self._nodes: dict[int, _Node] = {}
         self._tg: TaskGroup | None = None
         self._rng = random.Random()
-        self._client = config.client_id or "aiokafka-ng"  # names the client in logs
+        # Names the client in the outage log lines ("producer web-1: lost broker ...").
+        self._client = log_name or config.client_id or "aiokafka-ng"
         self._closing = False
 
     def _default_connector(self, host: str, port: int) -> AbstractAsyncContextManager[Connection]:

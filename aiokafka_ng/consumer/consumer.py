@@ -138,7 +138,9 @@ class Consumer:
             raise IllegalStateError("a consumer can be started only once")
         c = self._config
         cluster_config = dataclasses.replace(
-            c.cluster_config(), allow_auto_topic_creation=c.allow_auto_create_topics
+            c.cluster_config(),
+            allow_auto_topic_creation=c.allow_auto_create_topics,
+            role="consumer",
         )
         cluster = Cluster(cluster_config)
         self._host = TaskHost(f"consumer {c.client_id}")

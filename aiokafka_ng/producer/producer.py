@@ -19,6 +19,7 @@ outage must not hold an application's shutdown for ``delivery_timeout_ms``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import re
@@ -267,8 +268,9 @@ class Producer:
     async def _open(self, stack: AsyncExitStack) -> None:
         """Enter the cluster and the task group (run by the host task; see TaskHost)."""
         cfg = self.config
+        config = cfg.cluster_config(max_in_flight=cfg.max_in_flight_requests_per_connection)
         cluster = await stack.enter_async_context(
-            Cluster(cfg.cluster_config(max_in_flight=cfg.max_in_flight_requests_per_connection))
+            Cluster(dataclasses.replace(config, role="producer"))
         )
         self._cluster = cluster
         self._tg = await enter_task_group(stack)

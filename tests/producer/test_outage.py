@@ -150,7 +150,7 @@ def pool_record(client_id: str, level: int) -> Any:
         return (
             r.name == "aiokafka_ng.cluster.pool"
             and r.levelno == level
-            and r.getMessage().startswith(f"{client_id}: ")
+            and r.getMessage().startswith(f"producer {client_id}: ")
         )
 
     return match
