@@ -321,6 +321,11 @@ class ProducerConfig(ClientConfig):
     buffer_memory: int = Field(default=32 * 1024 * 1024, gt=0)
     max_block_ms: int = Field(default=60000, ge=0)
     delivery_timeout_ms: int = Field(default=120000, gt=0)
+    #: How long ``close()`` (and leaving ``async with``) waits for records still queued or
+    #: in flight; what is left then fails with ``ClosedBeforeDeliveryError``. Not a Java
+    #: setting (its ``close()`` waits forever): a web app's shutdown must end before its
+    #: orchestrator kills it (Kubernetes: 30 s after SIGTERM), so 10 s by default.
+    close_timeout_ms: int = Field(default=10000, ge=0)
     max_in_flight_requests_per_connection: int = Field(default=5, ge=1)
     max_request_size: int = Field(default=1024 * 1024, gt=0)
     retries: int = Field(default=_MAX_INT32, ge=0)

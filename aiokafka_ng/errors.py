@@ -12,8 +12,10 @@ re-exported here. This module adds the errors that arise in the client itself:
   :class:`SslAuthenticationError` (the broker's certificate failed verification) is not
   retriable.
 - :class:`KafkaTimeoutError` -- a client-side deadline passed (retriable);
-  :class:`RequestTimeoutError` (no response in time) and :class:`BufferExhaustedError`
-  (producer memory stayed full) are the specific cases.
+  :class:`RequestTimeoutError` (no response in time), :class:`BufferExhaustedError`
+  (producer memory stayed full), :class:`SendTimeoutError` (``send_and_wait``'s own
+  timeout) and :class:`ClosedBeforeDeliveryError` (the producer's close timeout passed
+  with the record undelivered) are the specific cases.
 - :class:`IllegalStateError` -- a call the object's state does not allow;
   :class:`ProducerClosedError` is ``send()`` after ``close()``.
 - :class:`NoBrokersAvailableError` -- no bootstrap server could be reached (retriable).
@@ -32,6 +34,7 @@ from aiokafka_ng.protocol.errors import KafkaError
 
 __all__ = [
     "BufferExhaustedError",
+    "ClosedBeforeDeliveryError",
     "ConfigError",
     "CorrelationIdMismatchError",
     "IllegalStateError",
@@ -40,6 +43,7 @@ __all__ = [
     "NoBrokersAvailableError",
     "ProducerClosedError",
     "RequestTimeoutError",
+    "SendTimeoutError",
     "SslAuthenticationError",
 ]
 __all__ += _protocol_errors.__all__
@@ -112,6 +116,26 @@ class BufferExhaustedError(KafkaTimeoutError):
     """The producer's record buffer stayed full for longer than the caller may block."""
 
     message = "The producer's buffer stayed full for longer than the caller may block."
+
+
+class SendTimeoutError(KafkaTimeoutError):
+    """``send_and_wait(..., timeout=...)`` passed its timeout before the record's outcome.
+
+    The record is *not* taken back: if it was queued, it may still be delivered (or fail at
+    ``delivery_timeout_ms``). A caller that retries may therefore write it twice.
+    """
+
+    message = "The record's delivery was not confirmed within the caller's timeout."
+
+
+class ClosedBeforeDeliveryError(KafkaTimeoutError):
+    """The producer closed with this record undelivered: ``close()`` (or leaving
+    ``async with``) waited ``close_timeout_ms`` (or its ``timeout``) and gave up.
+
+    If the record was in flight, the broker may have written it anyway.
+    """
+
+    message = "The producer closed before the record was delivered."
 
 
 class IllegalStateError(KafkaError):

@@ -7,13 +7,15 @@ the quorum, ``txn_admin`` for fencing and aborts, ``tokens`` for delegation toke
 ``share_groups`` for KIP-932 share groups, and ``offset_reset`` for lag and offset resets);
 routing and the retry driver in ``_core``.
 This module owns the lifecycle: validating the config once, entering and leaving the
-:class:`Cluster`.
+:class:`Cluster` -- in a task of its own (a :class:`~aiokafka_ng.cluster.TaskHost`), so the
+client may be opened in one task and closed in another.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Self
 
@@ -32,7 +34,7 @@ from aiokafka_ng.admin.replica_dirs import ReplicaDirOps
 from aiokafka_ng.admin.share_groups import ShareGroupOps
 from aiokafka_ng.admin.tokens import TokenOps
 from aiokafka_ng.admin.txn_admin import TxnAdminOps
-from aiokafka_ng.cluster import ClientStatus, Cluster, client_status, describe_servers
+from aiokafka_ng.cluster import ClientStatus, Cluster, TaskHost, client_status, describe_servers
 from aiokafka_ng.errors import IllegalStateError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
@@ -71,6 +73,7 @@ class AdminClient(
             self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
         )
         self._open_cluster: Cluster | None = None
+        self._host: TaskHost | None = None
         self._next_any = 0
 
     @classmethod
@@ -88,10 +91,16 @@ class AdminClient(
             raise IllegalStateError("this AdminClient is already open")
         # Admin calls must not create topics as a side effect of looking up leaders.
         cluster_config = dataclasses.replace(
-            self._config.cluster_config(), allow_auto_topic_creation=False
+            self._config.cluster_config(), allow_auto_topic_creation=False, role="admin"
         )
         cluster = Cluster(cluster_config)
-        await cluster.__aenter__()
+
+        async def open_(stack: AsyncExitStack) -> None:
+            await stack.enter_async_context(cluster)
+
+        host = TaskHost(f"admin {self._config.client_id}")
+        await host.start(open_)
+        self._host = host
         self._open_cluster = cluster
         return self
 
@@ -104,10 +113,11 @@ class AdminClient(
         await self.close()
 
     async def close(self) -> None:
-        """Close every connection; idempotent."""
-        cluster, self._open_cluster = self._open_cluster, None
-        if cluster is not None:
-            await cluster.__aexit__(None, None, None)
+        """Close every connection; idempotent. May run in another task than the opening."""
+        host, self._host = self._host, None
+        self._open_cluster = None
+        if host is not None:
+            await host.stop()
 
     async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until a broker answered (the client opens without the cluster). For

@@ -17,6 +17,7 @@ from aiokafka_ng.cluster.cluster import (
     describe_servers,
     parse_bootstrap_servers,
 )
+from aiokafka_ng.cluster.host import TaskHost, enter_task_group
 from aiokafka_ng.cluster.metadata import (
     BrokerMetadata,
     ClusterMetadata,
@@ -45,9 +46,11 @@ __all__ = [
     "NodeStatistics",
     "PartitionMetadata",
     "PoolStatistics",
+    "TaskHost",
     "TopicMetadata",
     "client_status",
     "describe_servers",
+    "enter_task_group",
     "parse_bootstrap_servers",
     "parse_metadata_response",
 ]

@@ -139,6 +139,7 @@ class Cluster:
             connections_max_idle_ms=config.connections_max_idle_ms,
             connector=connector,
             on_node_failure=self._on_node_failure,
+            log_name=f"{config.role} {config.client_id or config.connection.client_id}",
         )
         self._retry = ExponentialBackoff.retry(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self._bootstrap_ids = [-(i + 1) for i in range(len(config.bootstrap_servers))]

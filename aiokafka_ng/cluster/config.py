@@ -74,6 +74,9 @@ class ClusterConfig:
     bootstrap_servers: list[tuple[str, int]]
     #: For logs and users' reference; the id sent on the wire is ``connection.client_id``.
     client_id: str | None = "aiokafka-ng"
+    #: What kind of client this cluster serves, for logs: ``"producer web-1: lost broker
+    #: 111 at ..."`` tells a producer from a consumer sharing the default client id.
+    role: str = "client"
     connection: ConnectionConfig = field(default_factory=ConnectionConfig)
     retry_backoff_ms: float = 100
     retry_backoff_max_ms: float = 1000

@@ -28,6 +28,13 @@ with its monotonic timestamps in :meth:`statistics` so the growth is observable.
 :meth:`get` opens a new one. Requests already failed by the connection are the callers'
 to retry -- the pool never resends anything.
 
+*Logging an outage.* A broker that was reachable and stops being so (its connection drops,
+or a connect to it fails) is logged once at WARNING, naming the client (``log_name``: its
+kind and client id), the node id and the address; the reconnect attempts that follow log
+at DEBUG only, and the first connect that succeeds again is logged once at INFO with how
+long the broker was away. A node never reached yet logs at DEBUG (bootstrap failures are
+the cluster's to report).
+
 *Idle close.* A connection not handed out by :meth:`get` for ``connections_max_idle_ms``
 and with nothing in flight is closed (a long-poll Fetch keeps it alive).
 """
@@ -113,6 +120,7 @@ class _Node:
         "conn",
         "connect_failures",
         "connects",
+        "down_since",
         "failures",
         "host",
         "last_used",
@@ -136,6 +144,8 @@ class _Node:
         self.attempts: deque[ConnectAttempt] = deque(maxlen=_ATTEMPT_HISTORY)
         self.retired = False
         self.closed_by_us = False
+        #: When the node, reachable before, became unreachable (None: not down, or never up).
+        self.down_since: float | None = None
 
     def live(self) -> Connection | None:
         conn = self.conn
@@ -153,6 +163,7 @@ class ConnectionPool:
         connections_max_idle_ms: float | None = 540_000,
         connector: Connector | None = None,
         on_node_failure: Callable[[int], None] | None = None,
+        log_name: str | None = None,
     ) -> None:
         self._config = config
         # Called with the node id when a connect attempt fails or an open connection drops
@@ -168,6 +179,9 @@ class ConnectionPool:
         self._nodes: dict[int, _Node] = {}
         self._tg: TaskGroup | None = None
         self._rng = random.Random()
+        # Names the client in the outage log lines ("producer web-1: lost broker ...").
+        self._client = log_name or config.client_id or "aiokafka-ng"
+        self._closing = False
 
     def _default_connector(self, host: str, port: int) -> AbstractAsyncContextManager[Connection]:
         from aiokafka_ng.net.connection import connect
@@ -189,6 +203,7 @@ class ConnectionPool:
         tg, self._tg = self._tg, None
         if tg is None:
             return
+        self._closing = True  # connections ending now are not outages
         # Connection tasks run until their connection closes: cancel them. Each closes its
         # socket on the way out (net shields that cleanup). The body's exception is not
         # passed in: anyio would wrap it in an ExceptionGroup; it propagates as itself.
@@ -327,6 +342,12 @@ class ConnectionPool:
                     node.attempt = None
                     attempt.done.set()
                     log.debug("connected to node %d at %s:%d", node.node_id, host, port)
+                    if node.down_since is not None:
+                        log.info(
+                            "%s: %s is reachable again (away %.1f s)",
+                            self._client, _describe(node), now - node.down_since,
+                        )  # fmt: skip
+                        node.down_since = None
                     await self._hold(node, conn)
             except Exception as exc:
                 if established is None:
@@ -339,6 +360,8 @@ class ConnectionPool:
                     log.debug(
                         "connect to node %d at %s:%d failed: %r", node.node_id, host, port, exc
                     )
+                    if node.connects and node.down_since is None and not self._closing:
+                        self._went_down(node, f"cannot connect: {exc}")
                     self._node_failed(node.node_id)
                 else:
                     # The connection broke while held; its pending requests already failed.
@@ -362,11 +385,20 @@ class ConnectionPool:
             return
         node.conn = None
         if not node.closed_by_us:
+            if node.down_since is None and not self._closing:
+                self._went_down(node, conn.close_reason or "connection closed")
             # KIP-144: a dropped connection is retried after the initial backoff (growing
             # if the reconnects fail too), so a restarting broker is not hammered.
             node.failures = 1
             node.next_attempt_at = anyio.current_time() + self._backoff.backoff_s(1)
             self._node_failed(node.node_id)
+
+    def _went_down(self, node: _Node, reason: str) -> None:
+        node.down_since = anyio.current_time()
+        log.warning(
+            "%s: lost %s: %s; reconnecting in the background (logged again once it is back)",
+            self._client, _describe(node), reason,
+        )  # fmt: skip
 
     def _node_failed(self, node_id: int) -> None:
         if self._on_node_failure is not None:
@@ -451,6 +483,12 @@ class ConnectionPool:
                 attempts=tuple(node.attempts),
             )
         return PoolStatistics(nodes, sum(1 for s in nodes.values() if s.connected))
+
+
+def _describe(node: _Node) -> str:
+    if node.node_id < 0:
+        return f"bootstrap server {node.host}:{node.port}"
+    return f"broker {node.node_id} at {node.host}:{node.port}"
 
 
 def _in_flight(conn: Connection) -> int:

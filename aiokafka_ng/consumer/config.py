@@ -43,6 +43,10 @@ class ConsumerConfig(ClientConfig):
     auto_offset_reset: Literal["earliest", "latest", "none"] = "latest"
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = Field(default=5000, gt=0)
+    #: How long ``stop()`` (and leaving ``async with``) may spend on the final commit and
+    #: LeaveGroup before giving up on them. Not a Java setting; 10 s fits a web app's
+    #: shutdown inside Kubernetes' 30 s grace period (see docs/fastapi.md).
+    close_timeout_ms: int = Field(default=10000, ge=0)
     session_timeout_ms: int = Field(default=45000, gt=0)
     heartbeat_interval_ms: int = Field(default=3000, gt=0)
     max_poll_interval_ms: int = Field(default=300000, gt=0)

@@ -4,6 +4,9 @@
 :class:`~aiokafka_ng.cluster.Cluster`, the :class:`~.fetcher.Fetcher` task and, with a
 ``group_id``, the :class:`~.group.GroupCoordinator` task, all in one task group owned by the
 consumer. Leaving the block commits (with auto-commit), leaves the group and stops them.
+The task group and the cluster live in a task of their own (a
+:class:`~aiokafka_ng.cluster.TaskHost`), so ``start()`` and ``stop()`` may run in different
+tasks; committing and leaving the group on ``stop()`` take at most ``close_timeout_ms``.
 
 Without a ``group_id``, ``subscribe(topics)`` reads every partition of the topics (kept up to
 date from metadata) and nothing is committed; ``assign()`` works with or without a group.
@@ -20,6 +23,7 @@ import dataclasses
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -27,7 +31,14 @@ from typing import Any, Self
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from aiokafka_ng.cluster import ClientStatus, Cluster, ClusterMetadata, client_status
+from aiokafka_ng.cluster import (
+    ClientStatus,
+    Cluster,
+    ClusterMetadata,
+    TaskHost,
+    client_status,
+    enter_task_group,
+)
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError
 from aiokafka_ng.consumer.fetcher import Fetcher, FetcherStatistics, FetchSettings
@@ -83,6 +94,7 @@ class Consumer:
         self._subs = SubscriptionState(self._on_subscription_change)
         self._cluster: Cluster | None = None
         self._tg: TaskGroup | None = None
+        self._host: TaskHost | None = None
         self._fetcher: Fetcher | None = None
         self._group: GroupCoordinator | None = None
         self._offsets: OffsetsClient | None = None
@@ -120,17 +132,18 @@ class Consumer:
     async def start(self) -> None:
         """Connect and start the background tasks (``async with`` does this).
 
-        ``start()`` and ``stop()`` must be called from the same task.
+        ``start()`` and ``stop()`` may be called from different tasks.
         """
-        if self._tg is not None or self._closed:
+        if self._host is not None or self._closed:
             raise IllegalStateError("a consumer can be started only once")
         c = self._config
         cluster_config = dataclasses.replace(
-            c.cluster_config(), allow_auto_topic_creation=c.allow_auto_create_topics
+            c.cluster_config(),
+            allow_auto_topic_creation=c.allow_auto_create_topics,
+            role="consumer",
         )
         cluster = Cluster(cluster_config)
-        await cluster.__aenter__()
-        self._cluster = cluster
+        self._host = TaskHost(f"consumer {c.client_id}")
         try:
             backoff = ExponentialBackoff.retry(c.retry_backoff_ms, c.retry_backoff_max_ms)
             isolation = 1 if c.isolation_level == "read_committed" else 0
@@ -164,17 +177,24 @@ class Consumer:
                 key_deserializer=c.key_deserializer,
                 value_deserializer=c.value_deserializer,
             )
-            tg = anyio.create_task_group()
-            await tg.__aenter__()
-            self._tg = tg
-            await tg.start(self._supervised, self._fetcher.run)
             if c.group_id is not None:
                 self._group = GroupCoordinator(
                     cluster, c, self._subs, self._offsets, on_assignment=self._fetcher.wake
                 )
-                await tg.start(self._supervised, self._group.run)
-            else:
-                cluster.add_listener(self._assign_from_metadata)
+
+            async def open_(stack: AsyncExitStack) -> None:
+                # Run by the host task (see TaskHost): the cluster and the task group are
+                # entered and left there, whichever tasks call start() and stop().
+                self._cluster = await stack.enter_async_context(cluster)
+                tg = self._tg = await enter_task_group(stack)
+                assert self._fetcher is not None
+                await tg.start(self._supervised, self._fetcher.run)
+                if self._group is not None:
+                    await tg.start(self._supervised, self._group.run)
+                else:
+                    cluster.add_listener(self._assign_from_metadata)
+
+            await self._host.start(open_)
         except BaseException:
             await self._shutdown()
             raise
@@ -182,7 +202,10 @@ class Consumer:
             self.subscribe(self._initial_topics)
 
     async def stop(self) -> None:
-        """Commit (auto-commit), leave the group, stop the tasks, close the connections."""
+        """Commit (auto-commit), leave the group, stop the tasks, close the connections.
+
+        Committing and leaving take at most ``close_timeout_ms``: an unreachable coordinator
+        must not hold an application's shutdown."""
         if self._closed:
             return
         self._closed = True
@@ -192,9 +215,15 @@ class Consumer:
             if self._group is not None and self._tg is not None:
                 # Shielded (a cancelled owner still leaves the group cleanly), but bounded:
                 # an unreachable coordinator must not hold the shutdown forever.
-                limit = 2 * self._config.request_timeout_ms / 1000
-                with anyio.move_on_after(limit, shield=True):
+                limit = self._config.close_timeout_ms / 1000
+                with anyio.move_on_after(limit, shield=True) as scope:
                     await self._group.close()
+                if scope.cancelled_caught:
+                    log.warning(
+                        "consumer %s: group %s not left cleanly within %g s (close_timeout_ms);"
+                        " its final commit may be lost",
+                        self._config.client_id, self._config.group_id, limit,
+                    )  # fmt: skip
         finally:
             await self._shutdown()
 
@@ -214,15 +243,11 @@ class Consumer:
 
     async def _shutdown(self) -> None:
         self._closed = True
-        tg, self._tg = self._tg, None
-        cluster, self._cluster = self._cluster, None
-        try:
-            if tg is not None:
-                tg.cancel_scope.cancel()
-                await tg.__aexit__(None, None, None)
-        finally:
-            if cluster is not None:
-                await cluster.__aexit__(None, None, None)
+        self._tg = None
+        self._cluster = None
+        if self._host is not None:
+            # The host leaves the task group (cancelling its tasks) and the cluster.
+            await self._host.stop()
 
     async def _supervised(
         self,
@@ -232,8 +257,8 @@ class Consumer:
     ) -> None:
         """Run a background task (the fetcher, the group member). An exception it does not
         handle is a bug of ours: it stops the consumer loudly -- every waiting and later
-        call raises it -- instead of cancelling the task group, whose scope also covers
-        the code that called ``start()``."""
+        call raises it -- instead of cancelling the task group and with it the other
+        tasks under the application's feet; ``stop()`` cleans up."""
         status = _Started(task_status)
         try:
             await run(task_status=status)

@@ -7,16 +7,21 @@ only for memory (``max_block_ms``). Everything else happens in tasks owned by th
 producer's task group: one :class:`~aiokafka_ng.producer.sender.NodeSender` per broker that
 leads a partition we write to, the producer-id task (idempotence) and the expiry timer.
 
-``start()``/``close()`` enter and leave that task group, so call them from the same task
-(``async with Producer(...)`` does).
+That task group and the cluster live in a task of their own (a
+:class:`~aiokafka_ng.cluster.TaskHost`), so ``start()`` and ``close()`` may run in different
+tasks, as web frameworks' startup and shutdown hooks do.
+
+``close()`` waits for what was sent at most ``close_timeout_ms`` (or its ``timeout``), then
+fails what is left with :class:`~aiokafka_ng.errors.ClosedBeforeDeliveryError`: a broker
+outage must not hold an application's shutdown for ``delivery_timeout_ms``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
-import math
 import re
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -29,15 +34,17 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from aiokafka_ng.cluster import ClientStatus, Cluster, client_status
+from aiokafka_ng.cluster import ClientStatus, Cluster, TaskHost, client_status, enter_task_group
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import (
+    ClosedBeforeDeliveryError,
     IllegalStateError,
     InvalidTopicError,
     KafkaError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
     ProducerClosedError,
+    SendTimeoutError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.accumulator import Accumulator
@@ -155,7 +162,7 @@ class Producer:
     Settings are :class:`~aiokafka_ng.config.ProducerConfig` fields as keywords (or a
     ``ProducerConfig``, or :meth:`from_properties` with Kafka's dotted names); defaults are
     the Java client's: acks=all, idempotence on, linger 5 ms, 16 KiB batches, 32 MiB buffer.
-    ``start()``/``close()`` must run in the same task (``async with`` does that).
+    ``start()`` and ``close()`` may run in different tasks (``async with`` does both).
     """
 
     def __init__(self, config: ProducerConfig | None = None, **kwargs: Any) -> None:
@@ -214,7 +221,7 @@ class Producer:
         self._tg: anyio.abc.TaskGroup | None = None
         self._tasks: Supervised | None = None  # start_soon for our background tasks
         self._failure: Exception | None = None  # what stopped a background task, if any
-        self._stack: AsyncExitStack | None = None
+        self._host: TaskHost | None = None
         self._reset_event: anyio.Event | None = None
         self._idle_event: anyio.Event | None = None
 
@@ -232,27 +239,18 @@ class Producer:
         """Connect (bootstrap) and start the background tasks."""
         if self._state is not _State.NEW:
             raise IllegalStateError(f"producer is {self._state.value}; start() runs once")
-        cfg = self.config
-        stack = AsyncExitStack()
-        await stack.__aenter__()
-        try:
-            self._cluster = await stack.enter_async_context(
-                Cluster(cfg.cluster_config(max_in_flight=cfg.max_in_flight_requests_per_connection))
-            )
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            self._tasks = Supervised(self._tg, self._crashed)
-        except BaseException as exc:
-            await stack.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        self._stack = stack
+        host = TaskHost(f"producer {self.config.client_id}")
+        await host.start(self._open)
+        self._host = host
         self._state = _State.RUNNING
         self._running = True
         # Under asyncio, delivery futures are asyncio futures of this loop (see future.py).
         self._loop = self._acc.loop = _asyncio_loop()
         cluster = self._cluster
-        stack.callback(cluster.add_listener(self._on_metadata))
+        assert cluster is not None
         self._acc.update_metadata(cluster.metadata)
         tasks = self._tasks
+        assert tasks is not None
         tasks.start_soon(self._expiry_loop)
         if self._txn is not None:
             # spawn: a transaction whose task was cancelled is aborted by a task of ours.
@@ -266,6 +264,18 @@ class Producer:
         elif self._idem is not None:
             self._reset_event = anyio.Event()
             tasks.start_soon(self._producer_id_loop)
+
+    async def _open(self, stack: AsyncExitStack) -> None:
+        """Enter the cluster and the task group (run by the host task; see TaskHost)."""
+        cfg = self.config
+        config = cfg.cluster_config(max_in_flight=cfg.max_in_flight_requests_per_connection)
+        cluster = await stack.enter_async_context(
+            Cluster(dataclasses.replace(config, role="producer"))
+        )
+        self._cluster = cluster
+        self._tg = await enter_task_group(stack)
+        self._tasks = Supervised(self._tg, self._crashed)
+        stack.callback(cluster.add_listener(self._on_metadata))
 
     async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until a broker answered. ``start()`` does not wait for the cluster (records
@@ -292,9 +302,12 @@ class Producer:
         await self.close()
 
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
-        """Deliver what was sent (at most ``timeout`` seconds), fail what is left, stop.
+        """Deliver what was sent (at most ``timeout`` seconds; default ``close_timeout_ms``,
+        ``math.inf`` waits for ever), fail what is left, stop.
 
-        Records still undelivered when the deadline passes fail with ``KafkaTimeoutError``.
+        Records still undelivered when the deadline passes fail with
+        :class:`~aiokafka_ng.errors.ClosedBeforeDeliveryError`. May run in another task than
+        ``start()``.
         """
         if self._state is _State.NEW:
             self._state = _State.CLOSED
@@ -304,8 +317,10 @@ class Producer:
         self._state = _State.CLOSING
         self._running = False
         acc = self._acc
+        if timeout is None:
+            timeout = self.config.close_timeout_ms / 1000
         try:
-            deadline = math.inf if timeout is None else anyio.current_time() + timeout
+            deadline = anyio.current_time() + timeout
             if self._txn is not None and self._txn.in_transaction:
                 # Records of an open transaction must not be committed by accident; the
                 # broker would abort it after transaction_timeout_ms anyway. The abort counts
@@ -319,15 +334,25 @@ class Producer:
                     await fut.wait_done()
                 await callbacks_run(self._loop)
         finally:
-            assert self._tg is not None and self._stack is not None
+            assert self._tg is not None and self._host is not None
             self._tg.cancel_scope.cancel()
-            left = KafkaTimeoutError("the producer was closed before the record was delivered")
-            acc.abort_all(left, in_flight=True)
-            stack, self._stack = self._stack, None
+            failed_before = acc.records_failed
+            acc.abort_all(
+                ClosedBeforeDeliveryError(
+                    f"the producer closed before the record was delivered "
+                    f"(waited {timeout:g} s; close_timeout_ms={self.config.close_timeout_ms})"
+                ),
+                in_flight=True,
+            )
+            if acc.records_failed > failed_before:
+                log.warning(
+                    "producer %s: closed with %d record(s) undelivered after %g s "
+                    "(close_timeout_ms); they fail with ClosedBeforeDeliveryError",
+                    self.config.client_id, acc.records_failed - failed_before, timeout,
+                )  # fmt: skip
             self._state = _State.CLOSED
-            # Not under a shielded scope: the stack holds the task group's and the
-            # cluster's cancel scopes, which must be left from the scope they were entered in.
-            await stack.aclose()
+            # The host leaves the task group and the cluster in its own task (see TaskHost).
+            await self._host.stop()
 
     # ------------------------------------------------------------------ sending
 
@@ -426,10 +451,36 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Iterable[tuple[str, bytes | None]] | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (public API)
     ) -> RecordMetadata:
-        """``send()`` and wait for the outcome."""
-        fut = await self.send(topic, value, key, partition, timestamp_ms, headers)
-        return await fut
+        """``send()`` and wait for the outcome.
+
+        ``timeout`` (seconds) bounds the whole call, a wait for buffer memory included:
+        :class:`~aiokafka_ng.errors.SendTimeoutError` when it passes. The record is not
+        taken back: once queued it may still be delivered (until ``delivery_timeout_ms``).
+        Without ``timeout`` the call ends at ``delivery_timeout_ms`` at the latest.
+        """
+        if timeout is None:
+            fut = await self.send(topic, value, key, partition, timestamp_ms, headers)
+            return await fut
+        queued: DeliveryFuture | None = None
+        with anyio.move_on_after(timeout):
+            queued = await self.send(topic, value, key, partition, timestamp_ms, headers)
+            # wait_done, not awaiting the future: a timeout must not cancel the future
+            # (asyncio would), which others may hold through callbacks.
+            await queued.wait_done()
+        if queued is None:
+            raise SendTimeoutError(
+                f"send_and_wait to {topic!r}: no buffer memory within {timeout:g} s; "
+                "the record was not queued"
+            )
+        if not queued.done():
+            raise SendTimeoutError(
+                f"send_and_wait to {topic!r}: not acknowledged within {timeout:g} s; "
+                "the record stays queued and may still be delivered"
+            )
+        return queued.result()
 
     async def send_batch(
         self,
@@ -603,8 +654,8 @@ class Producer:
             return
         self._failure = exc
         self._running = False
-        # The other tasks stay until close(): the task group's scope also covers the code
-        # of whoever called start(), so cancelling it here would cancel the caller.
+        # The other tasks stay until close(), which stops them; every call meanwhile raises
+        # the failure (see _not_running).
         self._acc.abort_all(self._stopped_error(), in_flight=True)
 
     def _check_topic(self, topic: Any) -> None:

@@ -158,7 +158,9 @@ class NodeSender:
                     except KafkaError as exc:
                         # The pool paces reconnects; leaders may have moved: ask metadata.
                         failures += 1
-                        log.info("producer: node %s unreachable: %s", self.node_id, exc)
+                        # DEBUG: the pool logs a broker going away (WARNING) and coming
+                        # back (INFO) once each; this repeats at every backoff.
+                        log.debug("producer: node %s unreachable: %s", self.node_id, exc)
                         self._cluster.request_update(acc.topics)
                         await anyio.sleep(acc.retry_backoff.backoff_s(failures))
                         continue

@@ -7,7 +7,9 @@ Run it (``pip install fastapi uvicorn``)::
 Endpoints:
 
 * ``POST /events`` -- publish and wait for the broker's acknowledgement; answers 201 with
-  the record's partition and offset (503 if it could not be delivered).
+  the record's partition and offset (503 if it could not be delivered, or not confirmed
+  within ``KAFKA_PUBLISH_TIMEOUT`` seconds, default 5: a request must not hang for the
+  producer's ``delivery_timeout_ms`` while Kafka is down).
 * ``POST /events/fire-and-forget`` -- queue the record and answer 202 at once. ``await
   producer.send()`` returns as soon as the record is in the producer's buffer; delivery
   happens in the background, and shutting the app down delivers whatever is still queued
@@ -58,6 +60,7 @@ def create_app(
     """The app; settings default to ``KAFKA_BOOTSTRAP_SERVERS`` and ``KAFKA_TOPIC``."""
     servers = bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
     events_topic = topic or os.environ.get("KAFKA_TOPIC", "events")
+    publish_timeout = float(os.environ.get("KAFKA_PUBLISH_TIMEOUT", "5"))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -82,7 +85,10 @@ def create_app(
     async def publish(event: Event, request: Request) -> dict[str, Any]:
         producer: Producer = request.app.state.producer
         meta = await producer.send_and_wait(
-            events_topic, event.value.encode(), key=event.key.encode() if event.key else None
+            events_topic,
+            event.value.encode(),
+            key=event.key.encode() if event.key else None,
+            timeout=publish_timeout,  # SendTimeoutError -> 503 (the record stays queued)
         )
         return {"topic": meta.topic, "partition": meta.partition, "offset": meta.offset}
 

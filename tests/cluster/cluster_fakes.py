@@ -78,6 +78,7 @@ class FakeConnection:
         self.api_versions = dict(broker.api_versions)
         self._closed = anyio.Event()
         self.in_flight = 0
+        self.close_reason = ""  # Connection.close_reason: the pool logs it on a drop
 
     @property
     def closed(self) -> bool:

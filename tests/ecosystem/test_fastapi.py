@@ -124,3 +124,31 @@ async def test_app_starts_without_kafka_and_health_says_so() -> None:
         resp = await client.get("/health")
         assert resp.status_code == 503
         assert f"127.0.0.1:{port}" in resp.json()["detail"]
+
+
+@pytest.mark.anyio
+async def test_outage_answers_503_in_time_and_shutdown_is_bounded(
+    fresh_kafka_broker: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before close_timeout_ms and send_and_wait(timeout=), POST /events hung for
+    # delivery_timeout_ms (120 s) and the lifespan's exit (uvicorn's SIGINT) for ~118 s.
+    broker = fresh_kafka_broker
+    monkeypatch.setenv("KAFKA_PUBLISH_TIMEOUT", "0.5")
+    app = make_app(broker.bootstrap_servers, f"api-{uuid.uuid4().hex[:8]}", close_timeout_ms=1000)
+    transport = httpx.ASGITransport(app=app)
+    client = httpx.AsyncClient(transport=transport, base_url="http://app")
+    with anyio.fail_after(30):
+        async with app.router.lifespan_context(app), client:
+            assert (await client.post("/events", json={"value": "up"})).status_code == 201
+            await broker.stop()
+            resp = await client.post("/events/fire-and-forget", json={"value": "queued"})
+            assert resp.status_code == 202
+            t0 = time.monotonic()
+            resp = await client.post("/events", json={"value": "down"})
+            assert time.monotonic() - t0 < 0.5 + 2
+            assert resp.status_code == 503 and "SendTimeoutError" in resp.json()["detail"]
+            started = time.monotonic()
+    shutdown_s = time.monotonic() - started
+    assert shutdown_s < 1 + 2, shutdown_s
+    failures = [r.getMessage() for r in caplog.records if "fire-and-forget" in r.getMessage()]
+    assert len(failures) == 1 and "closed before the record was delivered" in failures[0]
