@@ -450,6 +450,8 @@ class Producer:
         run. Semantics are ``send()``'s record by record (no wait for metadata, ordered per
         partition, an oversize record fails alone); if ``max_block_ms`` passes while
         waiting for memory, the records not yet queued fail with ``BufferExhaustedError``.
+        Cancelled, the records already queued are still delivered and the rest are not
+        sent (see ``aiokafka_ng.producer.bulk``, Cancellation).
         """
         # bulk.py builds on this module's helpers, so it is imported here, not at the top.
         from aiokafka_ng.producer.bulk import send_batch
@@ -472,7 +474,9 @@ class Producer:
         per partition, memory-bounded, an oversize record fails alone). The result is done
         when every record is decided; awaited it gives the records' ``RecordMetadata`` in
         order (built when read) or raises the first error; ``errors()`` and
-        ``metadata(i)`` tell each record's own outcome.
+        ``metadata(i)`` tell each record's own outcome. Cancelled, the records already
+        queued are still delivered (in a transaction, they are part of it) and the rest
+        are not sent; ``flush()`` and a commit do not wait for them.
         """
         from aiokafka_ng.producer.bulk import send_many
 
