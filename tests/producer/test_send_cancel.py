@@ -165,6 +165,34 @@ async def test_send_many_cancelled_while_its_topic_has_no_metadata(kafka_broker:
     assert [v for _, _, v in log.data] == vals[:q] and log.high_watermark == q
 
 
+async def test_send_many_and_send_batch_cancelled_at_the_checkpoint_after_a_chunk(
+    kafka_broker: Any,
+) -> None:
+    # Called in a scope already cancelled, with memory free: the first chunk is queued
+    # without a wait, and the cancellation lands at the checkpoint after it -- exactly one
+    # chunk (a quarter of the buffer) is sent, the rest is not.
+    topic, vals = name("ck"), values()
+    async with producer(kafka_broker) as p:
+        await p.partitions_for(topic)
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await p.send_many(topic, vals, partition=0)
+        assert scope.cancelled_caught
+        runs = [f for f in p._acc.incomplete() if isinstance(f, BatchDelivery)]
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await p.send_batch(topic, values(N, b"w"), partition=0)
+        assert scope.cancelled_caught
+        with anyio.fail_after(20):
+            await p.flush()
+        q = check_withdrawn(runs[0], N)
+        assert q == BUFFER // 4 // (len(vals[0]) + 192)  # one chunk
+        memory_back(p)
+    log = await read_log(kafka_broker.bootstrap_servers, topic)
+    assert [v for _, _, v in log.data] == vals[:q] + values(q, b"w")
+    assert log.high_watermark == 2 * q
+
+
 async def test_send_many_cancelled_before_its_first_chunk(kafka_broker: Any) -> None:
     # A first run fills the buffer (its topic's metadata held back); the second blocks
     # on its first chunk and is cancelled there: none of it is sent, flush and the first
