@@ -16,6 +16,33 @@ the run goes beside it (``ProducerBatch.positions``), so failures and offsets ar
 known per record. A chunk that must wait for its topic's metadata waits as one entry of the
 topic's queue and takes this same path when the metadata arrives. Where records go one by one
 (a custom partitioner) each gets a member future that counts into the run.
+
+Cancellation
+------------
+A run is queued chunk by chunk, and a chunk is queued whole or not at all: its memory is
+reserved first (the only wait, besides the checkpoint after each chunk) and then it is
+placed in one synchronous step. So wherever the caller is cancelled -- waiting for memory
+before the first chunk or between two, or at a checkpoint -- the run splits cleanly into
+the chunks already queued and the records not yet queued:
+
+* the records queued go on and are delivered (or fail) as usual: they may already be on
+  the wire, and the Java client does not take an appended record back either. In a
+  transaction they are part of it;
+* the records not queued were never sent. With ``send_many`` they are still counted by the
+  run's :class:`BatchDelivery` -- which the accumulator holds for the records it did queue,
+  and ``flush()`` and a transaction's commit wait for -- so they are *withdrawn* from it
+  (:meth:`BatchDelivery._withdraw`): decided at once with an error saying they were not
+  queued, without which the run, and every ``flush()`` after it, would wait forever. A
+  commit does not count them (``queued_error``): as in the Java client, a record whose send
+  was interrupted before it was appended is simply not part of the transaction -- abort it
+  if the run must be all or nothing. With ``send_batch`` they have futures of their own
+  that nothing else holds; they are dropped with the call.
+* memory: a wait for memory that is cancelled gives back what it had gathered
+  (``MemoryPool.reserve``), and a queued chunk's memory comes back with its batches.
+
+The same holds when the producer is closed while a chunk waits for memory (the call
+raises; the rest of the run is withdrawn). ``send()`` is the one-record case: cancelled
+while it waits for memory, the record is not queued; at its checkpoint, it is.
 """
 
 from __future__ import annotations
@@ -28,7 +55,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio.lowlevel
 
-from aiokafka_ng.errors import BufferExhaustedError
+from aiokafka_ng.errors import BufferExhaustedError, KafkaError
 from aiokafka_ng.producer.accumulator import PendingRun, no_partition_error
 from aiokafka_ng.producer.future import BatchDelivery, Delivery, DeliveryFuture, _RunMember
 from aiokafka_ng.producer.producer import (
@@ -213,36 +240,56 @@ async def send_run(
     # loop over its records. Built only once a chunk of _CHUNK records would be too large
     # (a sum costs no int object per record; the prefix sums do).
     ends: list[int] | None = None
-    while lo < count:
-        hi = min(count, lo + _CHUNK)
-        if ends is not None or sum(run_sizes[lo:hi]) > limit:
-            if ends is None:
-                ends = [0, *accumulate(run_sizes)]
-            hi = chunk_end(ends, lo, limit)
-        c_futs = run_futs[lo:hi]
-        # Positions in the caller's run of this chunk's records (a BatchDelivery keeps them).
-        c_pos: list[int] | None = None
-        if shared is not None:
-            c_pos = list(range(lo, hi)) if positions is None else positions[lo:hi]
-        try:
-            await _queue_chunk(
-                producer, topic, part, timestamp_ms,
-                None if run_keys is None else run_keys[lo:hi],
-                run_vals[lo:hi], run_sizes[lo:hi], c_futs, shared, c_pos,
-            )  # fmt: skip
-        except BufferExhaustedError as exc:
-            rest = range(lo, count) if positions is None else positions[lo:]
-            for fut, pos in zip(run_futs[lo:], rest, strict=True):
-                producer._acc.records_failed += 1
-                _fail_alone(fut, pos, exc)
-            break
-        if producer._txn is not None and shared is None:
-            for fut in c_futs:
-                producer._txn.track(fut)
-        lo = hi
-        # Let the senders take what filled up before queueing more (as send() does).
-        await anyio.lowlevel.checkpoint()
+    try:
+        while lo < count:
+            hi = min(count, lo + _CHUNK)
+            if ends is not None or sum(run_sizes[lo:hi]) > limit:
+                if ends is None:
+                    ends = [0, *accumulate(run_sizes)]
+                hi = chunk_end(ends, lo, limit)
+            c_futs = run_futs[lo:hi]
+            # Positions in the caller's run of this chunk's records (a BatchDelivery keeps
+            # them).
+            c_pos: list[int] | None = None
+            if shared is not None:
+                c_pos = list(range(lo, hi)) if positions is None else positions[lo:hi]
+            try:
+                await _queue_chunk(
+                    producer, topic, part, timestamp_ms,
+                    None if run_keys is None else run_keys[lo:hi],
+                    run_vals[lo:hi], run_sizes[lo:hi], c_futs, shared, c_pos,
+                )  # fmt: skip
+            except BufferExhaustedError as exc:
+                rest = range(lo, count) if positions is None else positions[lo:]
+                for fut, pos in zip(run_futs[lo:], rest, strict=True):
+                    producer._acc.records_failed += 1
+                    _fail_alone(fut, pos, exc)
+                break
+            # Queued: no await between placing the chunk and these lines (see Cancellation).
+            if producer._txn is not None and shared is None:
+                for fut in c_futs:
+                    producer._txn.track(fut)
+            lo = hi
+            # Let the senders take what filled up before queueing more (as send() does).
+            await anyio.lowlevel.checkpoint()
+    except BaseException as exc:
+        # Cancelled (or the producer closed) with records [lo, count) not queued: see
+        # Cancellation above. Only a run's BatchDelivery counts them.
+        if shared is not None and lo < count:
+            shared._withdraw(
+                range(lo, count) if positions is None else positions[lo:], _not_queued(exc)
+            )
+        raise
     return futures
+
+
+def _not_queued(exc: BaseException) -> KafkaError:
+    """The error of a run's records that were not queued because ``exc`` ended the call."""
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return KafkaError("send_many was cancelled before the record was queued; it was not sent")
+    err = KafkaError(f"send_many stopped before the record was queued ({exc!r}); it was not sent")
+    err.__cause__ = exc
+    return err
 
 
 def chunk_end(ends: list[int], lo: int, limit: int) -> int:

@@ -36,6 +36,16 @@ per ``place_run`` call; a batch may hold several runs and single records between
 each in one step and keeps the batch's outcome with its positions -- each record's offset
 or error is still there to read, with no object and no interpreted step per record.
 
+A run is decided only when every one of its records is, so a record the run counts but
+that never reaches the accumulator would leave it pending for good -- and ``flush()``, which
+waits for the run as the last entry of each batch holding some of it, with it. That is what
+a ``send_many`` cancelled (or stopped) between its chunks would leave behind: the records
+it had not queued are *withdrawn* (:meth:`BatchDelivery._withdraw`, called by the bulk
+path), decided at once with an error of their own. They were never sent, so they are not
+part of a transaction either: :meth:`Delivery.queued_error`, what a commit checks, leaves
+them out (in the Java client a record whose ``send()`` was interrupted before it was
+appended is not part of the transaction).
+
 The cyclic GC: every tracked object a ``send()`` leaves alive counts toward a collection,
 and thousands of records in flight outlive the young collections and end in full ones
 (20-30% of the per-record patterns' time, measured). So the per-record containers are kept
@@ -300,6 +310,11 @@ class Delivery(Generic[T]):
             raise FutureNotDoneError("delivery is not decided yet")
         return self._exc
 
+    def queued_error(self) -> BaseException | None:
+        """The outcome of what was queued (what a transaction's commit checks):
+        ``delivery_error()``, except that a run leaves out its withdrawn records."""
+        return self.delivery_error()
+
     def _finish(self, exc: BaseException | None) -> None:
         finish_all((self,), exc, self._loop)
 
@@ -358,10 +373,14 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
     waited for their topic's metadata: they wait as one queue entry per chunk). Records a
     custom partitioner places one by one get a per-record future of their own
     (``_RunMember``) that counts into the run when decided.
+
+    ``withdrawn``: records of the run that were never queued, because its ``send_many``
+    was cancelled first (see the module's docstring); they count as failed.
     """
 
     __slots__ = (
-        "_errors", "_final", "_first_exc", "_members", "_placed", "_remaining", "count", "failed",
+        "_errors", "_final", "_first_exc", "_members", "_placed", "_remaining",
+        "_withdrawn_exc", "count", "failed", "withdrawn",
     )  # fmt: skip
 
     def __init__(
@@ -374,8 +393,10 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
         super().__init__(topic, timestamp_ms, loop)
         self.count = count
         self.failed = 0
+        self.withdrawn = 0
         self._remaining = count
-        self._first_exc: BaseException | None = None
+        self._first_exc: BaseException | None = None  # of a record that was queued
+        self._withdrawn_exc: BaseException | None = None
         # Where the records went: (positions, first entry, partition, base offset,
         # log-append time, error) per stretch of a batch; records failed on their own;
         # member futures.
@@ -394,7 +415,39 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
             if self._first_exc is None:
                 self._first_exc = exc
         self._remaining -= records
-        return _PENDING if self._remaining > 0 else self._first_exc
+        if self._remaining > 0:
+            return _PENDING
+        return self._first_exc if self._first_exc is not None else self._withdrawn_exc
+
+    def _withdraw(self, positions: Sequence[int], exc: BaseException) -> None:
+        """Records ``positions`` of the run were never queued (its ``send_many`` was
+        cancelled or stopped first): decide them now with ``exc``. The run is then decided
+        as soon as the records it did queue are."""
+        if not positions or self._exc is not _PENDING:
+            return
+        errors = self._errors
+        for pos in positions:
+            errors[pos] = exc
+        n = len(positions)
+        self.withdrawn += n
+        self.failed += n
+        if self._withdrawn_exc is None:
+            self._withdrawn_exc = exc
+        self._remaining -= n
+        if self._remaining > 0:
+            return
+        self._exc = self._first_exc if self._first_exc is not None else exc
+        waiters = _take_waiters(self)
+        if waiters is not None:
+            _dispatch(self._loop, [self, waiters])
+
+    def queued_error(self) -> BaseException | None:
+        """The first error of a record that was queued (None: all of them delivered);
+        withdrawn records -- never sent -- do not count. ``FutureNotDoneError`` while
+        undecided."""
+        if self._exc is _PENDING:
+            raise FutureNotDoneError("delivery is not decided yet")
+        return self._first_exc
 
     def _landed(self, batch: Any, start: int, stop: int, exc: BaseException | None) -> None:
         """A batch holding records of this run is decided: its entries ``start:stop`` are

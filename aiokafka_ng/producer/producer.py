@@ -501,6 +501,8 @@ class Producer:
         run. Semantics are ``send()``'s record by record (no wait for metadata, ordered per
         partition, an oversize record fails alone); if ``max_block_ms`` passes while
         waiting for memory, the records not yet queued fail with ``BufferExhaustedError``.
+        Cancelled, the records already queued are still delivered and the rest are not
+        sent (see ``aiokafka_ng.producer.bulk``, Cancellation).
         """
         # bulk.py builds on this module's helpers, so it is imported here, not at the top.
         from aiokafka_ng.producer.bulk import send_batch
@@ -531,6 +533,10 @@ class Producer:
         ``bytes`` or ``None`` (a ``bytearray`` or ``memoryview`` item is copied);
         ``values`` and ``keys`` may also be a ``BinaryColumn`` (the C kernel's view of
         an Arrow binary array), whose data buffer is read until this returns.
+
+        Cancelled, the records already queued are still delivered (in a transaction, they
+        are part of it) and the rest are not sent; ``flush()`` and a commit do not wait
+        for them.
         """
         from aiokafka_ng.producer.bulk import send_many
 

@@ -466,7 +466,9 @@ class TransactionManager:
         if self.state is not S.COMMITTING:  # an error arrived while flushing
             self._to(S.COMMITTING, "commit_transaction()")  # raises the right error
         for fut in self._futures:
-            exc = fut.delivery_error()  # the record's outcome, even if its future was cancelled
+            # The records' outcome, even if a future was cancelled; a run's records that its
+            # cancelled send_many never queued are not part of the transaction (bulk.py).
+            exc = fut.queued_error()
             if exc is not None:
                 err = exc if isinstance(exc, KafkaError) else KafkaError(str(exc))
                 self._fail_abortable(err)

@@ -115,6 +115,35 @@ def test_finish_all_counts_a_runs_entries_in_one_step_or_one_by_one() -> None:
         assert run.failed == 2 and seen == [boom]
 
 
+def test_withdrawn_records_decide_a_run_without_counting_for_a_commit() -> None:
+    from aiokafka_ng.errors import KafkaError
+    from aiokafka_ng.producer.future import BatchDelivery, FutureNotDoneError, finish_all
+
+    # What a cancelled send_many leaves: records 2-4 never queued. The run is decided once
+    # the queued ones are -- or at once if they already were -- and its callbacks run once.
+    gone = KafkaError("not queued")
+    boom = KafkaTimeoutError("batch failed")
+    for queued_outcome in (None, boom):
+        run = BatchDelivery("t", 1, None, 5)
+        seen: list[BaseException | None] = []
+        run.add_done_callback(lambda f, seen=seen: seen.append(f.exception()))
+        run._withdraw(range(2, 5), gone)
+        assert not run.done() and (run.withdrawn, run.failed) == (3, 3) and seen == []
+        with pytest.raises(FutureNotDoneError):
+            run.queued_error()
+        finish_all([run, run], queued_outcome, None)
+        first = gone if queued_outcome is None else boom  # a queued record's error first
+        assert run.done() and run.exception() is first and seen == [first]
+        assert run.queued_error() is queued_outcome  # what a transaction's commit checks
+        assert {i: e for i, e in run.errors().items() if i >= 2} == {2: gone, 3: gone, 4: gone}
+    late = BatchDelivery("t", 1, None, 3)
+    finish_all([late], None, None)
+    seen = []
+    late.add_done_callback(lambda f: seen.append(f.exception()))
+    late._withdraw([1, 2], gone)  # the queued record was already delivered: decided now
+    assert late.done() and seen == [gone] and late.queued_error() is None
+
+
 @pytest.mark.anyio
 async def test_one_waiter_is_kept_as_is_and_several_as_a_list() -> None:
     # _waiters holds one waiter without a list (no list per future for the GC to count);
