@@ -139,6 +139,13 @@ Producer(linger_ms=5, acks="all")
 Producer.from_properties({"linger.ms": "5", "acks": "all"})
 ```
 
+The keyword settings are typed (`ProducerSettings`, `ConsumerSettings` and `AdminSettings` in
+`aiokafka_ng._settings`, generated from the same models), so editors complete them and mypy
+rejects `Producer(lingr_ms=5)` before it runs. mypy cannot see into setuptools' default
+editable install (an import hook): install a checkout for type checking with
+`pip install -e . --config-settings editable_mode=compat` (a plain path entry), or
+`editable_mode=strict`.
+
 Defaults are the Java client's (Kafka 4.0) unless a note says otherwise. Where two settings
 conflict, a conflict with a default you did not set is resolved the Java way (for example
 `enable_idempotence` is switched off when you set `acks=1`); a conflict between settings you

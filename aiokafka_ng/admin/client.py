@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 
 from aiokafka_ng.admin._acls import AclOps
 from aiokafka_ng.admin._configs import ConfigOps
@@ -37,6 +37,9 @@ from aiokafka_ng.admin.txn_admin import TxnAdminOps
 from aiokafka_ng.cluster import ClientStatus, Cluster, TaskHost, client_status, describe_servers
 from aiokafka_ng.errors import IllegalStateError
 from aiokafka_ng.net.backoff import ExponentialBackoff
+
+if TYPE_CHECKING:
+    from aiokafka_ng._settings import AdminSettings
 
 __all__ = ["AdminClient"]
 
@@ -67,8 +70,9 @@ class AdminClient(
     naming the operation.
     """
 
-    def __init__(self, **config: Any) -> None:
-        self._config = AdminConfig(**config)
+    def __init__(self, **config: Unpack[AdminSettings]) -> None:
+        # The validators take more than the fields' types (the TypedDict's).
+        self._config = AdminConfig(**cast("dict[str, Any]", config))
         self._backoff = ExponentialBackoff.retry(
             self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
         )

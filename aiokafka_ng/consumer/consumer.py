@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -55,6 +55,9 @@ from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.records import RecordBatch
+
+if TYPE_CHECKING:
+    from aiokafka_ng._settings import ConsumerSettings
 
 __all__ = ["Consumer", "ConsumerStatistics"]
 
@@ -88,8 +91,9 @@ class ConsumerStatistics:
 class Consumer:
     """A Kafka consumer. See the module docstring; config names follow the Java client."""
 
-    def __init__(self, *topics: str, **config: Any) -> None:
-        self._config = ConsumerConfig(**config)
+    def __init__(self, *topics: str, **config: Unpack[ConsumerSettings]) -> None:
+        # The validators take more than the fields' types (the TypedDict's).
+        self._config = ConsumerConfig(**cast("dict[str, Any]", config))
         self._initial_topics = topics
         self._subs = SubscriptionState(self._on_subscription_change)
         self._cluster: Cluster | None = None

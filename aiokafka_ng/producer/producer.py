@@ -28,7 +28,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from time import time_ns as _time_ns
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import anyio
 import anyio.abc
@@ -62,6 +62,9 @@ from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
 from aiokafka_ng.protocol.records import BATCH_OVERHEAD
+
+if TYPE_CHECKING:
+    from aiokafka_ng._settings import ProducerSettings
 
 __all__ = ["Producer", "ProducerRecord"]
 
@@ -165,9 +168,12 @@ class Producer:
     ``start()`` and ``close()`` may run in different tasks (``async with`` does both).
     """
 
-    def __init__(self, config: ProducerConfig | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, config: ProducerConfig | None = None, **kwargs: Unpack[ProducerSettings]
+    ) -> None:
         if config is None:
-            config = ProducerConfig(**kwargs)
+            # The validators take more than the fields' types (the TypedDict's).
+            config = ProducerConfig(**cast("dict[str, Any]", kwargs))
         elif kwargs:
             raise TypeError("pass either a ProducerConfig or keyword settings, not both")
         self.config = config
