@@ -24,7 +24,7 @@ from aiokafka_ng.producer import runs as runs_compiled
 from aiokafka_ng.protocol import record_columns as columns_compiled
 from aiokafka_ng.protocol import record_reader as reader_compiled
 from aiokafka_ng.protocol import speedups
-from tests.fuzz.fuzz_budget import budget, mutate
+from tests.fuzz.fuzz_budget import INPUTS, budget, mutate
 from tests.protocol.malformed import HUGE, INT64_MAX, OVERFLOW_RECORDS, batch, record, varint
 from tests.protocol.test_compiled_twins import _decode, reader_pure, runs_pure
 from tests.protocol.test_record_columns import _columns, _raw, columns_pure
@@ -39,6 +39,7 @@ _WINDOWS = ((0, 2**70), (-(2**70), 2**70), (INT64_MAX - 1, 2**64), (0, 1), (5, 5
 
 def _agree(buf: bytes) -> Any:
     """Every decoder of ``buf``, compiled against pure (CRC checked and not); the outcome."""
+    INPUTS["int64-edge batches"] += 1
     for verify in (True, False):
         ours = _decode(reader_compiled, buf, verify)
         assert ours == _decode(reader_pure, buf, verify)
