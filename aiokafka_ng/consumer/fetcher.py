@@ -662,7 +662,10 @@ class Fetcher:
         except ProtocolError as exc:  # CorruptRecordError, malformed batch
             # Batches before the bad one are kept; it is fetched again once they are taken.
             if not kept:
-                state.error = batch_error(exc, state.tp.topic, state.tp.partition, position)
+                # The bad batch starts where the skipped ones end: name its base offset.
+                at = int.from_bytes(data[begin : begin + 8], "big", signed=True)
+                offset = at if len(data) >= begin + 8 else position
+                state.error = batch_error(exc, state.tp.topic, state.tp.partition, offset)
                 self._data.set()
                 return 0
         self._dropped += len(data) - size

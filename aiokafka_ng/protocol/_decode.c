@@ -311,21 +311,10 @@ decode_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         grow(key_valid, added, &kv) < 0 || grow(value_valid, added, &vv) < 0) {
         goto done;
     }
+    /* The copy loop calls no Python API: nothing can run that might move the buffers. */
     Py_ssize_t kend = key_base, vend = value_base, key_nulls = 0, value_nulls = 0;
     for (Py_ssize_t k = 0; k < added; k++) {
         const Rec *r = &recs[k];
-        if (r->offset != next_offset) {
-            PyObject *at = PyLong_FromSsize_t(index + k);
-            PyObject *off = PyLong_FromLongLong(r->offset);
-            int failed = !at || !off || PyList_Append(offset_runs, at) < 0 ||
-                         PyList_Append(offset_runs, off) < 0;
-            Py_XDECREF(at);
-            Py_XDECREF(off);
-            if (failed) {
-                goto done;
-            }
-        }
-        next_offset = r->offset + 1;
         deltas[k] = log_append ? 0 : r->ts_delta;
         if (r->key_len >= 0) {
             memcpy(kw, d + r->key_at, (size_t)r->key_len);
@@ -345,6 +334,21 @@ decode_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         vv[k] = r->value_len >= 0;
         value_ends[k] = (int32_t)vend;
+    }
+    for (Py_ssize_t k = 0; k < added; k++) {
+        const Rec *r = &recs[k];
+        if (r->offset != next_offset) {
+            PyObject *at = PyLong_FromSsize_t(index + k);
+            PyObject *off = PyLong_FromLongLong(r->offset);
+            int failed = !at || !off || PyList_Append(offset_runs, at) < 0 ||
+                         PyList_Append(offset_runs, off) < 0;
+            Py_XDECREF(at);
+            Py_XDECREF(off);
+            if (failed) {
+                goto done;
+            }
+        }
+        next_offset = r->offset + 1; /* < INT64_MAX: checked in pass 1 */
     }
     if (append_array(PyTuple_GET_ITEM(buffers, 4), key_ends, added * 4) < 0 ||
         append_array(PyTuple_GET_ITEM(buffers, 5), value_ends, added * 4) < 0 ||
