@@ -224,11 +224,11 @@ class Fetcher:
             if only is not None and state.tp not in only:
                 continue
             if state.error is not None:
-                error, state.error = state.error, None
+                pending, state.error = state.error, None
                 if out:  # hand out what we have; the error comes next time
-                    state.error = error
+                    state.error = pending
                     return out
-                raise error
+                raise pending
             buf = state.buffer
             if buf is None or state.paused:
                 continue
@@ -254,8 +254,8 @@ class Fetcher:
             raise error
         state = self._subs.state(tp)
         if state.error is not None:
-            error, state.error = state.error, None
-            raise error
+            pending, state.error = state.error, None
+            raise pending
         buf = state.buffer
         if buf is None or state.paused:
             return [], state.position or 0
@@ -286,8 +286,8 @@ class Fetcher:
             if only is not None and state.tp not in only:
                 continue
             if state.error is not None:
-                error, state.error = state.error, None
-                raise error
+                pending, state.error = state.error, None
+                raise pending
             buf = state.buffer
             if buf is None or state.paused:
                 continue
