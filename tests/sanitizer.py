@@ -170,6 +170,9 @@ def main(argv: list[str]) -> int:
         cut = argv.index("--")
         tests, extra = argv[:cut], argv[cut + 1 :]
     profile = os.environ.get("HYPOTHESIS_PROFILE")  # the CI budgets unless one is named
+    if profile == "fuzz":
+        # Fuzz budgets under ASan take longer than pytest-timeout's 300 s per test.
+        extra = ["--timeout=0", *extra]
     done = run(tests or KERNEL_TESTS, extra, profile=profile)
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
