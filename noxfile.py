@@ -1,4 +1,4 @@
-"""Developer sessions: tests, lint, typecheck, codegen, bench, fuzz.
+"""Developer sessions: tests, lint, typecheck, codegen, bench, fuzz, sanitize.
 
 Each session installs the project with its `dev` extra into its own virtualenv, so
 `nox -s <name>` works on a fresh machine with only Python and pip.
@@ -63,6 +63,18 @@ def fuzz(session: nox.Session) -> None:
         "python", "-m", "pytest", "-m", "not slow", "-s",
         "tests/protocol", "tests/fuzz", *session.posargs,
     )  # fmt: skip
+
+
+@nox.session(python=PYTHON)
+def sanitize(session: nox.Session) -> None:
+    """The C kernel's tests with the kernel built under ASan and UBSan (gcc), CI budgets.
+
+    `nox -s sanitize -- tests/protocol/test_x.py -- -k name` picks the test files (default:
+    tests.sanitizer.KERNEL_TESTS) and pytest options; `HYPOTHESIS_PROFILE=fuzz` runs the
+    fuzz budgets. Any sanitizer report fails the session (see tests/sanitizer.py).
+    """
+    _install(session)
+    session.run("python", "-m", "tests.sanitizer", *session.posargs)
 
 
 @nox.session(python=PYTHON)

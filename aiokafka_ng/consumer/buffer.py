@@ -18,10 +18,11 @@ from typing import Any
 from aiokafka_ng.consumer.errors import RecordDeserializationError
 from aiokafka_ng.consumer.models import ConsumerRecord
 from aiokafka_ng.consumer.state import PartitionState
+from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.messages.fetch import AbortedTransaction
 from aiokafka_ng.protocol.records import RecordBatch
 
-__all__ = ["BufferedFetch"]
+__all__ = ["BufferedFetch", "batch_error"]
 
 
 class BufferedFetch:
@@ -77,7 +78,13 @@ class BufferedFetch:
             if batch is None:
                 return None
             tp = state.tp
-            records: list[ConsumerRecord[Any, Any]] = batch.consumer_records(tp.topic, tp.partition)
+            try:
+                records: list[ConsumerRecord[Any, Any]] = batch.consumer_records(
+                    tp.topic, tp.partition
+                )
+            except ProtocolError as exc:
+                # The position stays at this batch; the caller keeps what came before.
+                raise batch_error(exc, tp.topic, tp.partition, batch.base_offset) from exc
             position = state.position or 0
             if records and records[0].offset < position:
                 records = [r for r in records if r.offset >= position]
@@ -135,7 +142,11 @@ class BufferedFetch:
                 while self._aborted and self._aborted[0].first_offset <= batch.last_offset:
                     self._aborted_pids.add(self._aborted.popleft().producer_id)
                 if batch.is_control:
-                    marker = batch.control_record()
+                    try:
+                        marker = batch.control_record()
+                    except ProtocolError as exc:
+                        tp = state.tp
+                        raise batch_error(exc, tp.topic, tp.partition, batch.base_offset) from exc
                     if marker is not None and marker.is_abort:
                         self._aborted_pids.discard(batch.producer_id)
                     state.position = batch.next_offset
@@ -215,3 +226,9 @@ class BufferedFetch:
             n -= len(records)
             state.position = batch.next_offset if ends else records[-1].offset + 1
             state.leader_epoch = batch.partition_leader_epoch
+
+
+def batch_error(exc: ProtocolError, topic: str, partition: int, offset: int) -> ProtocolError:
+    """``exc`` (a batch's decoding error, CorruptRecordError included) again, of its class,
+    naming the partition and the batch's offset: where the application has to ``seek`` past."""
+    return type(exc)(f"record batch of {topic}-{partition} at offset {offset}: {exc}")

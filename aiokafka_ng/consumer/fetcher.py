@@ -65,13 +65,14 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from aiokafka_ng.cluster import BrokerMetadata, Cluster, ClusterMetadata
-from aiokafka_ng.consumer.buffer import BufferedFetch
+from aiokafka_ng.consumer.buffer import BufferedFetch, batch_error
 from aiokafka_ng.consumer.models import ConsumerRecord, TopicPartition
 from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
 from aiokafka_ng.consumer.state import PartitionState, SubscriptionState
 from aiokafka_ng.errors import KafkaError, OffsetOutOfRangeError, error_for_code
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.latency import LatencyRecorder
+from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.messages.fetch import (
     FetchPartition,
     FetchRequest,
@@ -223,11 +224,11 @@ class Fetcher:
             if only is not None and state.tp not in only:
                 continue
             if state.error is not None:
-                error, state.error = state.error, None
+                pending, state.error = state.error, None
                 if out:  # hand out what we have; the error comes next time
-                    state.error = error
+                    state.error = pending
                     return out
-                raise error
+                raise pending
             buf = state.buffer
             if buf is None or state.paused:
                 continue
@@ -253,8 +254,8 @@ class Fetcher:
             raise error
         state = self._subs.state(tp)
         if state.error is not None:
-            error, state.error = state.error, None
-            raise error
+            pending, state.error = state.error, None
+            raise pending
         buf = state.buffer
         if buf is None or state.paused:
             return [], state.position or 0
@@ -285,8 +286,8 @@ class Fetcher:
             if only is not None and state.tp not in only:
                 continue
             if state.error is not None:
-                error, state.error = state.error, None
-                raise error
+                pending, state.error = state.error, None
+                raise pending
             buf = state.buffer
             if buf is None or state.paused:
                 continue
@@ -295,7 +296,7 @@ class Fetcher:
                 continue
             try:
                 record = buf.take_one(self._key_de, self._value_de)
-            except KafkaError:
+            except Exception:
                 state.epoch += 1  # as in _take: drop the buffer, position stays put
                 raise
             if buf.exhausted:
@@ -311,9 +312,14 @@ class Fetcher:
         out: list[ConsumerRecord[Any, Any]] = []
         try:
             buf.take_into(out, n, self._key_de, self._value_de)
-        except KafkaError as exc:
-            # A batch that does not decode: drop the buffer, keep the position at the batch
-            # (it is fetched again and fails again: the application decides, e.g. seeks).
+        except Exception as exc:
+            # A batch that does not decode (ProtocolError naming the partition and offset,
+            # see buffer.batch_error) or a record that does not deserialize: drop the buffer,
+            # keep the position at the batch (it is fetched again and fails again: the
+            # application decides, e.g. seeks). The records taken before it are handed out
+            # now -- their position is already past them -- and the error on the next call.
+            # Any exception, not only KafkaError: whatever stops the decoding, the records
+            # already taken must not be lost.
             state.epoch += 1
             if not out:
                 raise
@@ -653,9 +659,13 @@ class Fetcher:
                     break
                 kept.append(batch)
                 size += n
-        except KafkaError as exc:  # CorruptRecordError, malformed batch
+        except ProtocolError as exc:  # CorruptRecordError, malformed batch
+            # Batches before the bad one are kept; it is fetched again once they are taken.
             if not kept:
-                state.error = exc
+                # The bad batch starts where the skipped ones end: name its base offset.
+                at = int.from_bytes(data[begin : begin + 8], "big", signed=True)
+                offset = at if len(data) >= begin + 8 else position
+                state.error = batch_error(exc, state.tp.topic, state.tp.partition, offset)
                 self._data.set()
                 return 0
         self._dropped += len(data) - size

@@ -26,7 +26,6 @@ from aiokafka_ng.errors import IllegalStateError
 
 if TYPE_CHECKING:
     from aiokafka_ng.consumer.buffer import BufferedFetch
-    from aiokafka_ng.errors import KafkaError
 
 __all__ = ["PartitionState", "SubscriptionMode", "SubscriptionState"]
 
@@ -81,7 +80,7 @@ class PartitionState:
         # KIP-392: the replica the leader told us to fetch from (rack-aware), and until when.
         self.preferred_replica = -1
         self.preferred_until = 0.0
-        self.error: KafkaError | None = None  # raised to the application on its next poll
+        self.error: Exception | None = None  # raised to the application on its next poll
 
     def __repr__(self) -> str:
         return (

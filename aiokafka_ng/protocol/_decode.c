@@ -18,6 +18,13 @@
  *    the running ends and timestamp deltas are written to scratch memory and appended to
  *    their ``array`` objects with one ``frombytes`` call each.
  *
+ * The write pointers point into the caller's bytearrays, so those must not move between
+ * one ``grow`` and the last memcpy: a batch whose buffers are not seven distinct objects
+ * (growing one would move the memory of its alias) or whose bytearrays are exported (a
+ * resize would fail half-way) goes to the Python loop too. All arithmetic on values from
+ * the input is checked (no signed overflow: the sanitizer tests build this file with
+ * -fsanitize=undefined).
+ *
  * Headers are checked and skipped (the caller keeps headers only through the Python loop).
  * tests/protocol/test_record_columns.py runs generated, mutated and random batches through
  * both and compares every buffer, run and error.
@@ -62,7 +69,7 @@ skip_headers(const unsigned char *d, Py_ssize_t len, Py_ssize_t *pos, Py_ssize_t
         return -1;
     }
     for (int64_t i = 0; i < count; i++) {
-        if (read_varint(d, len, &p, &n) < 0 || n < 0 || p + n > rec_end) {
+        if (read_varint(d, len, &p, &n) < 0 || n < 0 || n > rec_end - p) {
             return -1;
         }
         PyObject *key = PyUnicode_DecodeUTF8((const char *)d + p, (Py_ssize_t)n, NULL);
@@ -76,7 +83,7 @@ skip_headers(const unsigned char *d, Py_ssize_t len, Py_ssize_t *pos, Py_ssize_t
             return -1;
         }
         if (n >= 0) {
-            if (p + n > rec_end) {
+            if (n > rec_end - p) {
                 return -1;
             }
             p += (Py_ssize_t)n;
@@ -146,12 +153,35 @@ append_array(PyObject *arr, const void *data, Py_ssize_t size)
 static int
 grow(PyObject *buf, Py_ssize_t more, char **at)
 {
-    Py_ssize_t used = PyByteArray_GET_SIZE(buf);
-    if (PyByteArray_Resize(buf, used + more) < 0) {
+    Py_ssize_t used = PyByteArray_GET_SIZE(buf), size;
+    if (__builtin_add_overflow(used, more, &size)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (PyByteArray_Resize(buf, size) < 0) {
         return -1;
     }
     *at = PyByteArray_AS_STRING(buf) + used;
     return 0;
+}
+
+/* Whether the buffers can be written as pass 2 does: seven distinct objects, none of them
+ * the input, no bytearray exported (see the theory of operation). */
+static int
+writable(PyObject *data, PyObject *buffers)
+{
+    for (int i = 0; i < 7; i++) {
+        PyObject *b = PyTuple_GET_ITEM(buffers, i);
+        if (b == data || (i < 4 && ((PyByteArrayObject *)b)->ob_exports > 0)) {
+            return 0;
+        }
+        for (int j = 0; j < i; j++) {
+            if (PyTuple_GET_ITEM(buffers, j) == b) {
+                return 0;
+            }
+        }
+    }
+    return 1;
 }
 
 PyObject *
@@ -173,12 +203,12 @@ decode_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t len = view.len;
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     Py_ssize_t end = PyLong_AsSsize_t(args[2]);
-    long long count = PyLong_AsLongLong(args[3]);
-    long long base_offset = PyLong_AsLongLong(args[4]);
+    int over, count_over, base_over;
+    long long count = PyLong_AsLongLongAndOverflow(args[3], &count_over);
+    long long base_offset = PyLong_AsLongLongAndOverflow(args[4], &base_over);
     int log_append = PyObject_IsTrue(args[5]);
     Window w;
     Py_ssize_t index = PyLong_AsSsize_t(args[8]);
-    int over;
     long long next_offset = PyLong_AsLongLongAndOverflow(args[9], &over);
     PyObject *offset_runs = args[10];
     PyObject *buffers = args[11];
@@ -199,7 +229,8 @@ decode_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     /* A record takes at least 7 bytes (a length of at least 6, and its varint): a count
      * the region cannot hold is malformed, and is not allocated for. */
-    if (over || count < 0 || pos < 0 || end > len || pos > end || count > (end - pos) / 7) {
+    if (over || count_over || base_over || count < 0 || pos < 0 || end > len || pos > end ||
+        count > (end - pos) / 7 || !writable(args[0], buffers)) {
         goto fallback;
     }
     /* Pass 1: check and measure (see the theory of operation). */
@@ -252,6 +283,10 @@ decode_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (!in_window(&w, r->offset)) {
             continue;
         }
+        if (r->offset == INT64_MAX) {
+            goto fallback; /* the next offset, 2**63, is past int64: Python's to keep */
+        }
+        /* Each key and value lies inside the buffer, so the sums cannot pass ``len``. */
         key_bytes += r->key_len > 0 ? r->key_len : 0;
         value_bytes += r->value_len > 0 ? r->value_len : 0;
         added++;
@@ -260,7 +295,7 @@ decode_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto fallback;
     }
     Py_ssize_t key_base = PyByteArray_GET_SIZE(keys), value_base = PyByteArray_GET_SIZE(values);
-    if (key_base + key_bytes > INT32_MAX || value_base + value_bytes > INT32_MAX) {
+    if (key_bytes > INT32_MAX - key_base || value_bytes > INT32_MAX - value_base) {
         goto fallback; /* the int32 ends would overflow: the Python loop raises */
     }
     /* Pass 2: write. */
@@ -276,21 +311,10 @@ decode_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         grow(key_valid, added, &kv) < 0 || grow(value_valid, added, &vv) < 0) {
         goto done;
     }
+    /* The copy loop calls no Python API: nothing can run that might move the buffers. */
     Py_ssize_t kend = key_base, vend = value_base, key_nulls = 0, value_nulls = 0;
     for (Py_ssize_t k = 0; k < added; k++) {
         const Rec *r = &recs[k];
-        if (r->offset != next_offset) {
-            PyObject *at = PyLong_FromSsize_t(index + k);
-            PyObject *off = PyLong_FromLongLong(r->offset);
-            int failed = !at || !off || PyList_Append(offset_runs, at) < 0 ||
-                         PyList_Append(offset_runs, off) < 0;
-            Py_XDECREF(at);
-            Py_XDECREF(off);
-            if (failed) {
-                goto done;
-            }
-        }
-        next_offset = r->offset + 1;
         deltas[k] = log_append ? 0 : r->ts_delta;
         if (r->key_len >= 0) {
             memcpy(kw, d + r->key_at, (size_t)r->key_len);
@@ -310,6 +334,21 @@ decode_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         vv[k] = r->value_len >= 0;
         value_ends[k] = (int32_t)vend;
+    }
+    for (Py_ssize_t k = 0; k < added; k++) {
+        const Rec *r = &recs[k];
+        if (r->offset != next_offset) {
+            PyObject *at = PyLong_FromSsize_t(index + k);
+            PyObject *off = PyLong_FromLongLong(r->offset);
+            int failed = !at || !off || PyList_Append(offset_runs, at) < 0 ||
+                         PyList_Append(offset_runs, off) < 0;
+            Py_XDECREF(at);
+            Py_XDECREF(off);
+            if (failed) {
+                goto done;
+            }
+        }
+        next_offset = r->offset + 1; /* < INT64_MAX: checked in pass 1 */
     }
     if (append_array(PyTuple_GET_ITEM(buffers, 4), key_ends, added * 4) < 0 ||
         append_array(PyTuple_GET_ITEM(buffers, 5), value_ends, added * 4) < 0 ||

@@ -318,8 +318,27 @@ append_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+/* size + n (n >= 0) by Python's +, stealing ``size``; NULL with an error set. */
+static PyObject *
+add_length(PyObject *size, Py_ssize_t n)
+{
+    if (size == NULL || n < 0) {
+        return size;
+    }
+    PyObject *len = PyLong_FromSsize_t(n);
+    PyObject *sum = len == NULL ? NULL : PyNumber_Add(size, len);
+    Py_XDECREF(len);
+    Py_DECREF(size);
+    return sum;
+}
+
 /* record_sizes(values, keys, overhead) -> list[int] | None: ``overhead`` plus each record's
- * key and value lengths; None when a list item is neither bytes nor None. */
+ * key and value lengths; None when a list item is neither bytes nor None.
+ *
+ * The sum is computed in int64 when ``overhead`` is an int that fits and no sum overflows
+ * (checked: no signed overflow); otherwise by Python's ``+`` on the objects, in the pure
+ * loop's order (``overhead``, then + the value's length, then + the key's), so that any
+ * ``overhead`` gives what runs.record_sizes gives, errors included. */
 static PyObject *
 record_sizes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -331,9 +350,13 @@ record_sizes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (items_init(&values, args[0], "values", 0) < 0 || items_init(&keys, args[1], "keys", 1) < 0) {
         return NULL;
     }
-    Py_ssize_t overhead = PyLong_AsSsize_t(args[2]);
-    if (overhead == -1 && PyErr_Occurred()) {
-        return NULL;
+    int generic = 1; /* overhead is not an int64: sums by Python's + */
+    long long overhead = 0;
+    if (PyLong_CheckExact(args[2])) {
+        overhead = PyLong_AsLongLongAndOverflow(args[2], &generic);
+        if (overhead == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
     }
     Py_ssize_t n = values.len;
     if ((keys.list || keys.col) && keys.len < n) {
@@ -347,17 +370,41 @@ record_sizes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *p;
         Py_ssize_t vn, kn;
-        if (items_get(&values, i, &p, &vn, "value") < 0 || items_get(&keys, i, &p, &kn, "key") < 0) {
-            PyErr_Clear();
-            Py_DECREF(out);
-            Py_RETURN_NONE;
+        PyObject *size = NULL;
+        if (items_get(&values, i, &p, &vn, "value") < 0) {
+            goto not_bytes;
         }
-        PyObject *size = PyLong_FromSsize_t(overhead + (vn > 0 ? vn : 0) + (kn > 0 ? kn : 0));
+        if (generic) { /* the pure loop adds the value's length before it checks the key */
+            Py_INCREF(args[2]);
+            if ((size = add_length(args[2], vn)) == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        if (items_get(&keys, i, &p, &kn, "key") < 0) {
+            goto not_bytes;
+        }
+        long long total;
+        if (size != NULL) {
+            size = add_length(size, kn);
+        } else if (!__builtin_add_overflow(overhead, vn > 0 ? vn : 0, &total) &&
+                   !__builtin_add_overflow(total, kn > 0 ? kn : 0, &total)) {
+            size = PyLong_FromLongLong(total);
+        } else {
+            Py_INCREF(args[2]);
+            size = add_length(add_length(args[2], vn), kn);
+        }
         if (size == NULL) {
             Py_DECREF(out);
             return NULL;
         }
         PyList_SET_ITEM(out, i, size);
+        continue;
+    not_bytes:
+        Py_XDECREF(size);
+        PyErr_Clear();
+        Py_DECREF(out);
+        Py_RETURN_NONE;
     }
     return out;
 }

@@ -245,6 +245,10 @@ class RecordColumns:
                     key_len, pos = _read_varint(data, pos)
                 key_at = pos
                 if key_len >= 0:
+                    # Bounded before it moves ``pos``: as in record_reader, an index beyond
+                    # int64 raises ValueError compiled (the interpreter's IndexError).
+                    if key_len > rec_end - pos:
+                        raise ProtocolError(f"bad key length {key_len}")
                     pos += key_len
                 elif key_len != -1:
                     raise ProtocolError(f"bad key length {key_len}")
@@ -256,6 +260,8 @@ class RecordColumns:
                     value_len, pos = _read_varint(data, pos)
                 value_at = pos
                 if value_len >= 0:
+                    if value_len > rec_end - pos:
+                        raise ProtocolError(f"bad value length {value_len}")
                     pos += value_len
                 elif value_len != -1:
                     raise ProtocolError(f"bad value length {value_len}")

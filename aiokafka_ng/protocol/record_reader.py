@@ -106,7 +106,11 @@ _UNZZ: Final[tuple[int, ...]] = tuple((z >> 1) ^ -(z & 1) for z in range(128))
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """Decode a zigzag varint of up to 10 bytes at ``pos``; return (value, new pos)."""
+    """Decode a zigzag varint of up to 10 bytes at ``pos``; return (value, new pos).
+
+    The value is a 64-bit integer (Kafka's varlong): a tenth byte above 1 would carry bits
+    past the 64th, and is rejected. So every decoded length, delta and count fits int64,
+    which the compiled twins (mypyc and the C kernel) rely on."""
     result = 0
     shift = 0
     while True:
@@ -114,6 +118,8 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            if shift == 63 and b > 1:
+                raise ProtocolError("varint beyond 64 bits")
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
         if shift > 63:
@@ -602,6 +608,10 @@ def _parse_records(
         else:
             key_len, pos = _read_varint(data, pos)
         if key_len >= 0:
+            # Checked before slicing: mypyc slices with int64 indices, so a length beyond
+            # them would raise ValueError compiled where the interpreter clips the slice.
+            if key_len > rec_end - pos:
+                raise ProtocolError(f"bad key length {key_len}")
             key: bytes | None = data[pos : pos + key_len]
             pos += key_len
         elif key_len == -1:
@@ -619,6 +629,8 @@ def _parse_records(
         else:
             value_len, pos = _read_varint(data, pos)
         if value_len >= 0:
+            if value_len > rec_end - pos:
+                raise ProtocolError(f"bad value length {value_len}")
             value: bytes | None = data[pos : pos + value_len]
             pos += value_len
         elif value_len == -1:
