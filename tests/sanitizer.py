@@ -43,6 +43,7 @@ KERNEL_TESTS = (
     "tests/protocol/test_decode_overflow.py",
     "tests/protocol/test_record_columns.py",
     "tests/protocol/test_speedups.py",
+    "tests/protocol/test_binary_column_mutation.py",
 )
 
 _FLAGS = (
