@@ -292,6 +292,15 @@ class GroupCoordinator:
     async def _join_and_sync(self) -> None:
         self.state = MemberState.JOINING
         self._rejoin = False
+        if self.generation < 0:
+            # A first join can take a while with nothing else to show for it: brokers hold a
+            # new group's first join open so more members can arrive (Kafka's
+            # group.initial.rebalance.delay.ms, 3 s; Tansu waits half the session timeout).
+            log.info(
+                "group %s: joining (a broker may hold a new group's first join for a few "
+                "seconds; Tansu for half of session_timeout_ms=%d)",
+                self._group_id, self._config.session_timeout_ms,
+            )  # fmt: skip
         if not self.cooperative:
             await self._revoke(set(self._subs.assignment), commit=True)
         failures = 0
