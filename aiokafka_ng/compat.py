@@ -14,7 +14,11 @@ How the keywords map:
 * Accepted and ignored (nothing to do here): ``loop``, ``api_version``,
   ``consumer_timeout_ms``, the Kerberos names, and aiokafka's ``DefaultPartitioner``.
 * Refused with :class:`~aiokafka_ng.errors.ConfigError` (not supported yet):
-  ``transactional_id``, ``sasl_oauth_token_provider``.
+  ``sasl_oauth_token_provider``.
+
+Transactions take aiokafka's calls (``await begin_transaction()``, ``commit_transaction()``,
+``abort_transaction()``, ``send_offsets_to_transaction(offsets, group_id)``, ``async with
+producer.transaction()``) over the native producer's transactions.
 
 Defaults are aiokafka_ng's, not aiokafka's, for every keyword the caller does not pass. The
 notable differences: the producer is idempotent with ``acks="all"`` and ``linger_ms=5`` (aiokafka:
@@ -77,13 +81,14 @@ _IGNORED = frozenset(
 )
 _RENAMED = {"max_batch_size": "batch_size"}
 _UNSUPPORTED = {
-    "transactional_id": "transactions are not supported by aiokafka_ng yet",
     "sasl_oauth_token_provider": "SASL OAUTHBEARER is not supported by aiokafka_ng yet",
 }
 _AIOKAFKA_SESSION_TIMEOUT_MS = 10000
 _AIOKAFKA_ASSIGNORS = ("roundrobin", "range", "cooperative-sticky")
 # aiokafka's defaults for these mean "not set": dropping them lets ours apply.
-_NONE_MEANS_DEFAULT = frozenset({"max_poll_records", "client_rack", "client_id", "acks"})
+_NONE_MEANS_DEFAULT = frozenset(
+    {"max_poll_records", "client_rack", "client_id", "acks", "transactional_id"}
+)
 
 
 def _assignor_name(item: Any) -> Any:
@@ -142,6 +147,21 @@ class AIOKafkaProducer(Producer):
     async def stop(self) -> None:
         """Deliver what was sent, then close (aiokafka's name for :meth:`close`)."""
         await self.close()
+
+    # aiokafka's begin_transaction is a coroutine (it waits for the producer id, which our
+    # start() already has); code written for it awaits the call, so this one is awaitable.
+    async def begin_transaction(self) -> None:  # type: ignore[override]
+        """Open a transaction (aiokafka: ``await producer.begin_transaction()``)."""
+        super().begin_transaction()
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[Any, Any], group_metadata_or_id: Any
+    ) -> None:
+        """aiokafka's ``send_offsets_to_transaction(offsets, group_id)``: the group is
+        a non-empty group id string there (a ``ConsumerGroupMetadata`` is accepted too)."""
+        if isinstance(group_metadata_or_id, str) and not group_metadata_or_id:
+            raise ValueError(group_metadata_or_id)
+        await super().send_offsets_to_transaction(offsets, group_metadata_or_id)
 
 
 class AIOKafkaConsumer(Consumer):
