@@ -259,8 +259,10 @@ async def test_node_paused_longer_than_request_timeout(
 async def test_group_commits_while_nodes_are_killed(kafka_cluster: KafkaCluster) -> None:
     """Two members of one group, each processing then committing what it processed, while
     a producer sends and two nodes (the group's coordinator among them) are SIGKILLed and
-    restarted in turn. Every acknowledged record is handed out at least once; a record is
-    handed out again only at or above the partition's last successful commit."""
+    restarted in turn; between the kills one member dies with a batch processed but not
+    committed, and a new member joins. Every acknowledged record is handed out at least
+    once; a record is handed out again only at or above the partition's last successful
+    commit."""
     partitions = 6
     try:
         async with new_topic(kafka_cluster, partitions, 3, min_insync_replicas="2") as topic:
@@ -272,12 +274,15 @@ async def test_group_commits_while_nodes_are_killed(kafka_cluster: KafkaCluster)
             done_sending = anyio.Event()
             acked: dict[tuple[int, int], bool] = {}
             caught_up = anyio.Event()
+            crash, crashed = anyio.Event(), anyio.Event()
 
             def caught_up_check() -> None:
                 if done_sending.is_set() and acked and acked.keys() <= handed.keys():
                     caught_up.set()
 
-            async def member(name: str, stop: anyio.Event) -> None:
+            async def member(
+                name: str, stop: anyio.Event, crash: anyio.Event | None = None
+            ) -> None:
                 class Listener(ConsumerRebalanceListener):
                     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
                         pass  # every poll's records are committed before the next poll
@@ -310,6 +315,9 @@ async def test_group_commits_while_nodes_are_killed(kafka_cluster: KafkaCluster)
                             if records:
                                 ends[tp] = records[-1].offset + 1
                         caught_up_check()
+                        if crash is not None and crash.is_set() and ends:
+                            crashed.set()  # processed, not committed: at-least-once
+                            return  # redelivers these to whoever gets the partitions
                         if ends:  # processed: commit (at-least-once)
                             try:
                                 await consumer.commit(ends)
@@ -334,7 +342,7 @@ async def test_group_commits_while_nodes_are_killed(kafka_cluster: KafkaCluster)
                 with anyio.fail_after(150):
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(member, "m0", stop)
-                        tg.start_soon(member, "m1", stop)
+                        tg.start_soon(member, "m1", stop, crash)
                         tg.start_soon(send)
                         async with admin_for(kafka_cluster) as admin:
                             coordinator = (
@@ -345,6 +353,13 @@ async def test_group_commits_while_nodes_are_killed(kafka_cluster: KafkaCluster)
                         first = coordinator.node_id if coordinator else 1
                         for node_id in (first, first % 3 + 1):
                             await anyio.sleep(2)  # traffic between faults, not synchronisation
+                            if node_id != first:
+                                # Between the kills m1 dies with a batch processed but not
+                                # committed; m2 takes its place for the second kill.
+                                crash.set()
+                                await crashed.wait()
+                                tg.start_soon(member, "m2", stop)
+                                await anyio.sleep(2)
                             node = kafka_cluster.node(node_id)
                             node.kill()
                             await anyio.sleep(3)  # the outage (< the 6 s session timeout)
@@ -367,5 +382,6 @@ async def test_group_commits_while_nodes_are_killed(kafka_cluster: KafkaCluster)
             )
             assert lost == 0
             assert violations == []
+            assert duplicates > 0  # m1's uncommitted batch came again: the check was exercised
     finally:
         await whole_again(kafka_cluster)
