@@ -248,6 +248,8 @@ async def test_node_paused_longer_than_request_timeout(
             assert read == acked
             crashed = [r for r in caplog.records if r.exc_info or r.levelno >= logging.CRITICAL]
             assert not crashed, [r.getMessage() for r in crashed]
+            # It noticed: a request to the paused node timed out and said which node.
+            assert any(f"broker {victim.node_id} " in r.getMessage() for r in caplog.records)
     finally:
         await whole_again(kafka_cluster)
 
