@@ -26,8 +26,7 @@ import anyio.lowlevel
 import pytest
 
 from aiokafka_ng import Consumer, Producer
-from aiokafka_ng.admin import TopicPartition
-from aiokafka_ng.consumer import ConsumerRebalanceListener
+from aiokafka_ng.consumer import ConsumerRebalanceListener, TopicPartition
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.testing import KafkaCluster
 from tests.kafka.helpers import admin_for, new_topic, whole_again
