@@ -14,6 +14,11 @@ asyncio tasks, records produced and consumed. At the end: lost / duplicated / re
 (each must be 0), the RSS slope over the run, and fds/tasks after everything closed against
 before. ``python bench/soak.py [--minutes 10] [--rate 2000]`` or ``nox -s soak``; a 30-second
 version runs in the test suite (tests/reliability/test_soak.py). Loopback only, bounded.
+
+``--kafka``: the same on a real 3-node Apache Kafka cluster (``KafkaCluster``; the topic has
+replication factor 3 and min.insync.replicas=2); the faults are then, in turn, a SIGKILL of
+a node (started again 2 s later) and a 7 s SIGSTOP of one (past the client's request
+timeout and the brokers' session timeout, so leadership moves).
 """
 
 from __future__ import annotations
@@ -25,14 +30,16 @@ import random
 import struct
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiokafka_ng.admin import AdminClient, NewTopic
 from aiokafka_ng.consumer import Consumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.producer import Producer
-from aiokafka_ng.testing import ClusterSimulator, LocalBroker
+from aiokafka_ng.testing import ClusterSimulator, KafkaCluster, LocalBroker
 
 PARTITIONS = 4
 _PACK = struct.Struct(">iq")
@@ -172,20 +179,66 @@ async def _chaos(sim: ClusterSimulator, topic: str, every: float, result: SoakRe
         sim.restart(node)
 
 
+async def _kafka_chaos(cluster: KafkaCluster, every: float, result: SoakResult) -> None:
+    """The real cluster's faults, in turn: SIGKILL a node and start it again 2 s later
+    (``start`` waits until it is back in the metadata), or SIGSTOP a node for 7 s -- past
+    the client's 5 s request timeout and the brokers' 6 s session timeout, so its
+    partitions' leadership moves -- then SIGCONT."""
+    rng = random.Random(7)
+    while True:
+        await asyncio.sleep(every)
+        result.faults += 1
+        node = rng.choice(cluster.brokers)
+        if result.faults % 2:
+            node.kill()
+            await asyncio.sleep(min(every / 6, 2.0))
+            await node.start()
+        else:
+            node.pause()
+            try:
+                await asyncio.sleep(7.0)
+            finally:
+                node.resume()
+
+
+async def _kafka_heal(cluster: KafkaCluster) -> None:
+    for node in cluster.brokers:
+        if node.paused:
+            node.resume()
+        if not node.running:
+            await node.start()
+
+
 async def soak(
     seconds: float,
     rate: int = 2000,
     fault_every: float = 60.0,
     report_every: float = 10.0,
     out: Callable[[str], None] = print,
+    kafka: bool = False,
 ) -> SoakResult:
+    """``kafka``: a 3-node Apache Kafka cluster (KafkaCluster, replication factor 3,
+    min.insync.replicas=2) with node kills and pauses, instead of Tansu behind the
+    simulator with its leader moves, connection cuts and simulated kills."""
     result = SoakResult()
     topic = f"soak-{os.getpid()}-{int(time.time())}"
-    async with LocalBroker() as broker, ClusterSimulator(broker, 3, seed=3) as sim:
+    async with AsyncExitStack() as stack:
+        sim: ClusterSimulator | None = None
+        cluster: KafkaCluster | None = None
+        if kafka:
+            cluster = await stack.enter_async_context(KafkaCluster(brokers=3))
+            bootstrap = cluster.bootstrap_servers
+            async with AdminClient(bootstrap_servers=bootstrap) as admin:
+                new = NewTopic(topic, PARTITIONS, 3, topic_configs={"min.insync.replicas": "2"})
+                (await admin.create_topics([new])).raise_on_error()
+        else:
+            broker = await stack.enter_async_context(LocalBroker())
+            sim = await stack.enter_async_context(ClusterSimulator(broker, 3, seed=3))
+            bootstrap = sim.bootstrap_servers
         result.fds_before, result.tasks_before = open_fds(), live_tasks()
         seen = {p: _Partition() for p in range(PARTITIONS)}
         common = {
-            "bootstrap_servers": sim.bootstrap_servers,
+            "bootstrap_servers": bootstrap,
             "retry_backoff_ms": 20,
             "retry_backoff_max_ms": 500,
             "reconnect_backoff_ms": 20,
@@ -197,7 +250,10 @@ async def soak(
             "group_id": f"g-{topic}",
             "auto_offset_reset": "earliest",
             "enable_auto_commit": False,
-            "session_timeout_ms": 6000,  # Tansu holds a first join for half of it
+            # Tansu holds a first join for half of it. On Kafka the 7 s pause of a node must
+            # not outlast the group's session when that node is the coordinator: expelled
+            # members redeliver what they could not commit (at-least-once, not a fault).
+            "session_timeout_ms": 10000 if kafka else 6000,
             "heartbeat_interval_ms": 500,
             "fetch_max_wait_ms": 100,
         }
@@ -227,7 +283,12 @@ async def soak(
                 asyncio.create_task(m.run(topic, {**group, "client_id": f"m{i}"}, stop))
                 for i, m in enumerate(members)
             ]
-            chaos = asyncio.create_task(_chaos(sim, topic, fault_every, result))
+            if sim is not None:
+                faults = _chaos(sim, topic, fault_every, result)
+            else:
+                assert cluster is not None
+                faults = _kafka_chaos(cluster, fault_every, result)
+            chaos = asyncio.create_task(faults)
             next_seq = dict.fromkeys(range(PARTITIONS), 0)
 
             def on_done(fut: Any, part: int, seq: int) -> None:
@@ -255,10 +316,14 @@ async def soak(
                 await asyncio.sleep(tick)
             chaos.cancel()
             await asyncio.gather(chaos, return_exceptions=True)
-            sim.clear_faults()
-            for node in sim.nodes:
-                if not sim.alive(node):
-                    sim.restart(node)
+            if sim is not None:
+                sim.clear_faults()
+                for node in sim.nodes:
+                    if not sim.alive(node):
+                        sim.restart(node)
+            else:
+                assert cluster is not None
+                await _kafka_heal(cluster)
             await producer.flush(timeout=120)
             # Drain: the group catches up with everything acknowledged (bounded).
             target.append(result.produced)
@@ -270,7 +335,8 @@ async def soak(
             stop.set()
             await asyncio.gather(*consumers)
         report("end")
-        await asyncio.sleep(sim.upstream_linger)  # the simulator's upstream sockets close
+        if sim is not None:
+            await asyncio.sleep(sim.upstream_linger)  # the simulator's upstream sockets close
         result.fds_after, result.tasks_after = open_fds(), live_tasks()
     for part, t in seen.items():
         result.lost += t.lost(next_seq[part])
@@ -292,8 +358,21 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--fault-every", type=float, default=60.0)
     parser.add_argument("--report-every", type=float, default=10.0)
+    parser.add_argument(
+        "--kafka",
+        action="store_true",
+        help="run on a 3-node Apache Kafka cluster (KafkaCluster) with node kills and pauses",
+    )
     args = parser.parse_args()
-    result = asyncio.run(soak(args.minutes * 60, args.rate, args.fault_every, args.report_every))
+    result = asyncio.run(
+        soak(
+            args.minutes * 60,
+            args.rate,
+            args.fault_every,
+            args.report_every,
+            kafka=args.kafka,
+        )
+    )
     bad = result.lost or result.duplicated or result.reordered
     raise SystemExit(1 if bad else 0)
 

@@ -62,3 +62,34 @@ async def eventually(
         await anyio.sleep(0.05)
         value = await probe()
     return value
+
+
+async def whole_again(cluster: KafkaCluster, within: float = 90) -> None:
+    """Every node running and resumed, listed in the metadata, and no partition of any
+    topic under-replicated: the shared cluster is as a destructive test found it.
+
+    Each broker must have caught up (ISR == replicas everywhere), or the next test's
+    acks=all writes with min.insync.replicas=2 could meet a second fault with one copy.
+    """
+    for node in cluster.brokers:
+        if node.paused:
+            node.resume()
+        if not node.running:
+            await node.start()
+    wanted = {node.node_id for node in cluster.brokers}
+    async with admin_for(cluster) as admin:
+        with anyio.fail_after(within):
+            while True:
+                listed = {b.node_id for b in (await admin.describe_cluster()).brokers}
+                if listed == wanted:
+                    names = list(await admin.list_topics(include_internal=True))
+                    described = (await admin.describe_topics(names)).succeeded
+                    lagging = [
+                        (name, p.partition)
+                        for name, topic in described.items()
+                        for p in topic.partitions
+                        if len(p.isr) < len(p.replicas)
+                    ]
+                    if len(described) == len(names) and not lagging:
+                        return
+                await anyio.sleep(0.2)
