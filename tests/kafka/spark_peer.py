@@ -59,7 +59,8 @@ def peer_session(app_name: str) -> Any:
             _PROVIDER, True, session._jvm.Thread.currentThread().getContextClassLoader()
         )
     except Exception as exc:
-        session.stop()
+        if not started_before:  # a session this call did not start is someone else's
+            session.stop()
         why = (
             "a Spark JVM was already running in this process without it (spark.jars.packages "
             "is read only at JVM start): run this first, or in its own process"

@@ -113,11 +113,13 @@ def test_overwrite_is_refused_as_by_sparks_connector(spark: Any, kafka_broker: A
     df = spark.createDataFrame([("v",)], "value string")
     _fails_at_planning(
         spark,
-        lambda: df.write.format("aiokafka_ng")
-        .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
-        .option("topic", "never-written")
-        .mode("overwrite")
-        .save(),
+        lambda: (
+            df.write.format("aiokafka_ng")
+            .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+            .option("topic", "never-written")
+            .mode("overwrite")
+            .save()
+        ),
         "save mode Overwrite is not allowed for Kafka",
     )
 
