@@ -100,7 +100,9 @@ def topics(kafka_cluster: KafkaCluster) -> Iterator[Topics]:
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+def spark(topics: Topics) -> Iterator[Any]:
+    # After the cluster (``topics``): where --kafka=auto skips the Kafka tests, no JVM or Ivy
+    # download is started for nothing.
     session = peer_session("aiokafka_ng vs Spark's Kafka connector")
     try:
         yield session
@@ -188,7 +190,7 @@ def _cases(t: Topics) -> list[tuple[str, dict[str, str], int]]:
     ]
 
 
-def test_batch_reads_match_sparks_connector(spark: Any, topics: Topics) -> None:
+def test_batch_reads_match_sparks_connector(topics: Topics, spark: Any) -> None:
     for name, options, count in _cases(topics):
         try:
             _assert_same(spark, topics, options, count)
@@ -196,7 +198,7 @@ def test_batch_reads_match_sparks_connector(spark: Any, topics: Topics) -> None:
             raise AssertionError(f"{name}: {exc}") from exc
 
 
-def test_timestamps_headers_and_types_as_spark_reads_them(spark: Any, topics: Topics) -> None:
+def test_timestamps_headers_and_types_as_spark_reads_them(topics: Topics, spark: Any) -> None:
     """The diff above, pinned on values: CreateTime and LogAppendTime, null headers where a
     record has none (ours gave an empty array before), duplicate and null-valued headers."""
     rows = _assert_same(spark, topics, {"subscribe": topics.main, "includeHeaders": "true"}, N)
@@ -217,7 +219,7 @@ def test_timestamps_headers_and_types_as_spark_reads_them(spark: Any, topics: To
     assert {r.timestampType for r in other} == {1}
 
 
-def test_fail_on_data_loss_both_refuse_a_deleted_start(spark: Any, topics: Topics) -> None:
+def test_fail_on_data_loss_both_refuse_a_deleted_start(topics: Topics, spark: Any) -> None:
     """failOnDataLoss=true (the default) and a JSON start below the log start offset: both
     connectors fail the query rather than read on."""
     options = {
@@ -264,7 +266,7 @@ def _written(spark: Any, t: Topics, topic: str) -> list[tuple[Any, ...]]:
     return [(r.partition, r.offset, r.key, r.value, r.timestampType, r.headers) for r in rows]
 
 
-def test_writes_land_as_sparks_do(spark: Any, topics: Topics) -> None:
+def test_writes_land_as_sparks_do(topics: Topics, spark: Any) -> None:
     """The same DataFrame (null keys and values, headers with a null value and null headers,
     an explicit partition column, a topic column) written by each connector to its own topic,
     read back by one reader: same partitions, offsets, keys, values, headers, timestamp type.
@@ -287,7 +289,7 @@ def test_writes_land_as_sparks_do(spark: Any, topics: Topics) -> None:
     assert all(started - 1 <= r.timestamp.timestamp() <= time.time() + 1 for r in rows)
 
 
-def test_keyed_rows_go_to_the_partitions_spark_picks(spark: Any, topics: Topics) -> None:
+def test_keyed_rows_go_to_the_partitions_spark_picks(topics: Topics, spark: Any) -> None:
     """No partition column: each connector's producer picks a partition per key (Java's
     murmur2 for Spark's); every keyed row lands on the same partition with both, and the
     ``topic`` option wins over the rows' topic column in both."""
@@ -311,7 +313,7 @@ def test_keyed_rows_go_to_the_partitions_spark_picks(spark: Any, topics: Topics)
     assert o == j
 
 
-def test_save_modes_against_sparks(spark: Any, topics: Topics) -> None:
+def test_save_modes_against_sparks(topics: Topics, spark: Any) -> None:
     """Overwrite and Ignore are refused by both; ErrorIfExists, Spark's default (an append on
     Kafka), is refused for ours by Spark itself, which allows a Python data source only Append
     and Overwrite: the documented difference (docs/spark.md)."""
