@@ -36,8 +36,12 @@ while the first large queries run (a 1M-row write went 0.6M -> 0.9-1.1M rows/s o
 first three runs in one session), so a single run would time Spark's warm-up for whichever
 query came first rather than the data source.
 
+``--peer`` instead times Spark's own JVM Kafka connector (``format("kafka")``) beside ours
+in one Spark session on a 3-node Apache Kafka cluster (``KafkaCluster``), as ratios; see
+:func:`peer_runs` and tests/kafka/spark_peer.py for the connector's version.
+
 Run: ``cd /work/main && PYTHONPATH=. python bench/bench_spark.py [--rows N] [--repeat R]
-[--bootstrap H:P]``
+[--bootstrap H:P] [--peer]``
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from cpu_time import machine_cpu, process_cpu
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.producer import Producer
-from aiokafka_ng.testing import LocalBroker
+from aiokafka_ng.testing import KafkaCluster, LocalBroker
 
 VALUE = b"v" * 100
 
@@ -273,12 +277,103 @@ def spark_runs(
         spark.stop()
 
 
+def peer_runs(bootstrap: str, rows: int, repeat: int) -> dict[str, float]:
+    """``--peer``: rows/s of Spark's own connector (``kafka``) and ours (``aiokafka_ng``) in
+    one session, same options (bootstrap and topic only: each producer's own defaults), each
+    write to a fresh 3-partition topic, each read a ``count()`` of the same topic. The order
+    alternates between runs so neither source always runs on a warmer JVM; best of
+    ``repeat``. Keys: ``write kafka``, ``write aiokafka_ng``, ``read kafka``, ...."""
+    from aiokafka_ng.admin import AdminClient, NewTopic
+    from tests.kafka.spark_peer import peer_session
+
+    async def create(names: list[str]) -> None:
+        async with AdminClient(bootstrap_servers=bootstrap) as admin:
+            replicas = min(3, len((await admin.describe_cluster()).brokers))
+            topics = [NewTopic(n, 3, replicas) for n in names]
+            (await admin.create_topics(topics)).raise_on_error()
+
+    spark = peer_session("bench_spark --peer")
+    fmts = ("kafka", "aiokafka_ng")
+
+    def write(n: int, fmt: str) -> tuple[str, float]:
+        topic = f"bench-peer-{uuid.uuid4().hex[:8]}"
+        anyio.run(create, [topic])
+        df = spark.range(n, numPartitions=2).selectExpr(
+            "cast(lpad(cast(id as string), 100, 'v') as binary) as value"
+        )
+        writer = df.write.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+        writer = writer.option("topic", topic).mode("append")
+        started = time.perf_counter()
+        writer.save()
+        return topic, time.perf_counter() - started
+
+    def read(topic: str, fmt: str) -> float:
+        df = spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+        started = time.perf_counter()
+        count = df.option("subscribe", topic).load().count()
+        took = time.perf_counter() - started
+        assert count == rows, f"{fmt} read {count} of {rows} rows"
+        return took
+
+    best: dict[str, float] = {}
+    try:
+        for fmt in fmts:  # warm-up: Python workers, imports, the JVM's first queries
+            warm, _ = write(10_000, fmt)
+            df = spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+            df.option("subscribe", warm).load().count()
+        topic = ""
+        for run in range(repeat):
+            for fmt in fmts if run % 2 == 0 else fmts[::-1]:
+                topic, took = write(rows, fmt)
+                best[f"write {fmt}"] = min(best.get(f"write {fmt}", float("inf")), took)
+            for fmt in fmts if run % 2 == 0 else fmts[::-1]:
+                took = read(topic, fmt)
+                best[f"read {fmt}"] = min(best.get(f"read {fmt}", float("inf")), took)
+    finally:
+        spark.stop()
+    return best
+
+
+def peer_main(args: argparse.Namespace) -> None:
+    cluster = None
+    if args.bootstrap is None:
+        cluster = KafkaCluster(brokers=3, tls=False)
+        cluster.start_sync()
+        bootstrap = cluster.bootstrap_servers
+    else:
+        bootstrap = args.bootstrap
+    try:
+        repeat = max(1, args.repeat)
+        best = peer_runs(bootstrap, args.rows, repeat)
+    finally:
+        if cluster is not None:
+            cluster.stop_sync()
+    n = args.rows
+    where = "3-node Apache Kafka" if cluster is not None else bootstrap
+    print(f"rows: {n} x 100 B values, {where}, Spark local[2], best of {repeat} runs")
+    for what in ("write", "read"):
+        theirs, ours = best[f"{what} kafka"], best[f"{what} aiokafka_ng"]
+        print(
+            f"{what:5}: Spark's connector {n / theirs:>10,.0f} rows/s, aiokafka_ng"
+            f" {n / ours:>10,.0f} rows/s = {theirs / ours:.2f}x"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     parser.add_argument("--bootstrap", default=None, help="broker (default: start a LocalBroker)")
+    parser.add_argument(
+        "--peer",
+        action="store_true",
+        help="Spark's own Kafka connector vs ours in one session, on a 3-node Apache Kafka"
+        " cluster unless --bootstrap is given",
+    )
     args = parser.parse_args()
+    if args.peer:
+        peer_main(args)
+        return
     broker = None
     if args.bootstrap is None:
         broker = LocalBroker()

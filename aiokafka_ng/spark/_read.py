@@ -413,5 +413,7 @@ def _to_arrow(pa: Any, part: KafkaRange, c: RecordColumns) -> pa.RecordBatch:
     header_type = pa.list_(
         pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
     )
-    columns.append(pa.array(c.headers, header_type))
+    # A record without headers has a null `headers`, as Spark's own connector gives (its
+    # converter returns null when the record's header iterator is empty), not an empty array.
+    columns.append(pa.array([h or None for h in c.headers], header_type))
     return pa.RecordBatch.from_arrays(columns, names=[*_NAMES, "headers"])

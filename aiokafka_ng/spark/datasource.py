@@ -65,6 +65,13 @@ class KafkaDataSource(DataSource):  # type: ignore[misc,unused-ignore]
         return KafkaStreamReader(plan)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            # A topic cannot be truncated by a write; Spark's own connector refuses Overwrite
+            # too rather than append under that name.
+            raise SparkOptionError(
+                "save mode Overwrite is not allowed for Kafka; use mode('append') "
+                "(Spark's own connector allows only Append and ErrorIfExists)"
+            )
         return KafkaBatchWriter(plan_write(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:

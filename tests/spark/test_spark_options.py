@@ -106,6 +106,24 @@ def test_bad_options_fail_at_planning_naming_the_option(spark: Any, kafka_broker
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9"}
 
 
+def test_overwrite_is_refused_as_by_sparks_connector(spark: Any, kafka_broker: Any) -> None:
+    """Spark's own connector refuses save mode Overwrite (a topic cannot be truncated); ours
+    did append under that name. Checked against Spark's connector on a real cluster (docs/
+    spark.md, "Compared with Spark's own connector")."""
+    df = spark.createDataFrame([("v",)], "value string")
+    _fails_at_planning(
+        spark,
+        lambda: (
+            df.write.format("aiokafka_ng")
+            .option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers)
+            .option("topic", "never-written")
+            .mode("overwrite")
+            .save()
+        ),
+        "save mode Overwrite is not allowed for Kafka",
+    )
+
+
 def test_offsets_option_parsing() -> None:
     assert parse_offsets({}, "startingOffsets", "earliest").offset_for("t", 0) == EARLIEST
     latest = parse_offsets({"startingOffsets": "LATEST"}, "startingOffsets", "earliest")

@@ -39,8 +39,11 @@ def _collected(df: Any) -> dict[tuple[int, int], tuple[Any, ...]]:
         pos = (r["partition"], r["offset"])
         assert pos not in out, f"{pos} read twice"
         assert r["timestampType"] == 0
+        # A record without headers reads as null, as with Spark's own connector.
+        assert r["headers"] is None or len(r["headers"]) > 0
         headers = [
-            (h["key"], None if h["value"] is None else bytes(h["value"])) for h in r["headers"]
+            (h["key"], None if h["value"] is None else bytes(h["value"]))
+            for h in r["headers"] or ()
         ]
         key = None if r["key"] is None else bytes(r["key"])
         value = None if r["value"] is None else bytes(r["value"])
