@@ -259,3 +259,29 @@ async def test_producer_transactions_as_aiokafka_writes_them(kafka_broker: Any) 
     async with AdminClient(bootstrap_servers=kafka_broker.bootstrap_servers) as admin:
         committed = await admin.list_consumer_group_offsets(group)
     assert {tp: o.offset for tp, o in committed.items()} == {TP(topic, 0): 1}
+
+
+@pytest.mark.anyio
+async def test_record_metadata_and_last_poll_timestamp_as_aiokafka(kafka_broker: Any) -> None:
+    # Were missing: RecordMetadata.topic_partition and the consumer's last_poll_timestamp
+    # (aiokafka: wall-clock ms of the last fetch answer that updated highwater()).
+    topic = f"compat-{uuid.uuid4().hex[:8]}"
+    async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as producer:
+        meta = await producer.send_and_wait(topic, b"x", partition=1)
+    assert meta.topic_partition == TopicPartition(topic, 1)
+    tp = TopicPartition(topic, 1)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        assert consumer.last_poll_timestamp(tp) is None
+        before = int(time.time() * 1000)
+        await consumer.getone()
+        after = int(time.time() * 1000)
+        stamp = consumer.last_poll_timestamp(tp)
+        assert stamp is not None and before <= stamp <= after
+        assert consumer.highwater(tp) == 1
+    finally:
+        await consumer.stop()
