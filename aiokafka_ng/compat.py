@@ -41,6 +41,7 @@ from aiokafka_ng._compat_admin import (
     NewPartitions,
     RecordsToDelete,
 )
+from aiokafka_ng._compat_producer import BatchBuilder, BatchFuture
 from aiokafka_ng.admin import NewTopic as _NewTopic
 from aiokafka_ng.consumer import (
     Consumer,
@@ -50,12 +51,13 @@ from aiokafka_ng.consumer import (
     TopicPartition,
 )
 from aiokafka_ng.errors import ConfigError, KafkaError
-from aiokafka_ng.producer import Producer, RecordMetadata
+from aiokafka_ng.producer import DeliveryFuture, Producer, RecordMetadata
 
 __all__ = [
     "AIOKafkaAdminClient",
     "AIOKafkaConsumer",
     "AIOKafkaProducer",
+    "BatchBuilder",
     "ConfigResource",
     "ConfigResourceType",
     "ConsumerRebalanceListener",
@@ -162,6 +164,35 @@ class AIOKafkaProducer(Producer):
         if isinstance(group_metadata_or_id, str) and not group_metadata_or_id:
             raise ValueError(group_metadata_or_id)
         await super().send_offsets_to_transaction(offsets, group_metadata_or_id)
+
+    def create_batch(self) -> BatchBuilder:
+        """An empty :class:`BatchBuilder` (aiokafka's); nothing is sent until
+        :meth:`send_batch` gets it."""
+        return BatchBuilder(self.config.batch_size, self._key_ser, self._value_ser)
+
+    # Two methods under one name: aiokafka's send_batch(batch, topic, *, partition) and the
+    # native send_batch(topic, records, ...). The first argument's type tells them apart.
+    async def send_batch(  # type: ignore[override]
+        self, batch_or_topic: Any, *args: Any, **kwargs: Any
+    ) -> BatchFuture | list[DeliveryFuture]:
+        """With a :class:`BatchBuilder` first, aiokafka's ``send_batch(batch, topic, *,
+        partition)``: the batch's records go to that one partition, in append order, and
+        the returned future, awaited, gives the batch's ``RecordMetadata`` (its first
+        record's offset). Anything else first: the native
+        ``Producer.send_batch(topic, records, *, keys, partition, timestamp_ms)``."""
+        if not isinstance(batch_or_topic, BatchBuilder):
+            return await super().send_batch(batch_or_topic, *args, **kwargs)
+        return await self._send_builder(batch_or_topic, *args, **kwargs)
+
+    async def _send_builder(
+        self, batch: BatchBuilder, topic: str, *, partition: int
+    ) -> BatchFuture:
+        if partition.__class__ is not int or partition < 0:
+            raise TypeError(f"send_batch: partition must be a non-negative int (got {partition!r})")
+        records = batch._take(partition)
+        if not records:
+            raise ValueError("send_batch: the batch holds no records")
+        return BatchFuture(await super().send_batch(topic, records, partition=partition))
 
 
 class AIOKafkaConsumer(Consumer):
