@@ -140,6 +140,28 @@ def translate_config(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _checked_offsets(offsets: Any) -> dict[TopicPartition, OffsetAndMetadata]:
+    # aiokafka's checks on send_offsets_to_transaction's offsets, with its errors: a
+    # non-empty dict of TopicPartition -> offset, (offset, metadata) or OffsetAndMetadata.
+    if not offsets or not isinstance(offsets, dict):
+        raise ValueError(offsets)
+    out: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, value in offsets.items():
+        if not isinstance(tp, TopicPartition):
+            raise TypeError("Key should be TopicPartition instance")
+        if isinstance(value, int):
+            out[tp] = OffsetAndMetadata(value)
+            continue
+        try:
+            offset, metadata = value[0], value[1]
+        except Exception as exc:
+            raise ValueError(offsets) from exc
+        if not isinstance(metadata, str):
+            raise TypeError("Metadata should be a string")
+        out[tp] = OffsetAndMetadata(offset, metadata, getattr(value, "leader_epoch", -1))
+    return out
+
+
 class AIOKafkaProducer(Producer):
     """:class:`~aiokafka_ng.producer.Producer` with aiokafka's keywords and ``stop()``."""
 
@@ -163,7 +185,7 @@ class AIOKafkaProducer(Producer):
         a non-empty group id string there (a ``ConsumerGroupMetadata`` is accepted too)."""
         if isinstance(group_metadata_or_id, str) and not group_metadata_or_id:
             raise ValueError(group_metadata_or_id)
-        await super().send_offsets_to_transaction(offsets, group_metadata_or_id)
+        await super().send_offsets_to_transaction(_checked_offsets(offsets), group_metadata_or_id)
 
     def create_batch(self) -> BatchBuilder:
         """An empty :class:`BatchBuilder` (aiokafka's); nothing is sent until

@@ -249,7 +249,14 @@ async def test_producer_transactions_as_aiokafka_writes_them(kafka_broker: Any) 
             await producer.send(topic, b"in a context", partition=0)
         await producer.begin_transaction()
         await producer.send(topic, b"aborted", partition=0)
-        await producer.send_offsets_to_transaction({TP(topic, 0): 3}, group)
+        # aiokafka's checks on the offsets, with its errors (nothing reaches the broker).
+        with pytest.raises(ValueError):
+            await producer.send_offsets_to_transaction({}, group)
+        with pytest.raises(TypeError, match="TopicPartition"):
+            await producer.send_offsets_to_transaction({(topic, 0): 1}, group)
+        with pytest.raises(TypeError, match="Metadata"):
+            await producer.send_offsets_to_transaction({TP(topic, 0): (3, 2)}, group)
+        await producer.send_offsets_to_transaction({TP(topic, 0): (3, "m")}, group)
         await producer.abort_transaction()
         with pytest.raises(ValueError):
             await producer.send_offsets_to_transaction({TP(topic, 0): 1}, "")
