@@ -18,7 +18,11 @@ How the keywords map:
 
 Transactions take aiokafka's calls (``await begin_transaction()``, ``commit_transaction()``,
 ``abort_transaction()``, ``send_offsets_to_transaction(offsets, group_id)``, ``async with
-producer.transaction()``) over the native producer's transactions.
+producer.transaction()``) over the native producer's transactions. ``create_batch()`` and
+``send_batch(batch, topic, partition=p)`` are aiokafka's (see :mod:`aiokafka_ng._compat_producer`);
+``send_batch`` with anything but a ``BatchBuilder`` first is the native one.
+``RecordMetadata`` has aiokafka's ``topic_partition`` but not yet its ``timestamp_type`` or
+``log_start_offset``; consumers have ``last_poll_timestamp(tp)``.
 
 Defaults are aiokafka_ng's, not aiokafka's, for every keyword the caller does not pass. The
 notable differences: the producer is idempotent with ``acks="all"`` and ``linger_ms=5`` (aiokafka:
@@ -41,6 +45,7 @@ from aiokafka_ng._compat_admin import (
     NewPartitions,
     RecordsToDelete,
 )
+from aiokafka_ng._compat_producer import BatchBuilder, BatchFuture
 from aiokafka_ng.admin import NewTopic as _NewTopic
 from aiokafka_ng.consumer import (
     Consumer,
@@ -50,12 +55,13 @@ from aiokafka_ng.consumer import (
     TopicPartition,
 )
 from aiokafka_ng.errors import ConfigError, KafkaError
-from aiokafka_ng.producer import Producer, RecordMetadata
+from aiokafka_ng.producer import DeliveryFuture, Producer, RecordMetadata
 
 __all__ = [
     "AIOKafkaAdminClient",
     "AIOKafkaConsumer",
     "AIOKafkaProducer",
+    "BatchBuilder",
     "ConfigResource",
     "ConfigResourceType",
     "ConsumerRebalanceListener",
@@ -138,6 +144,28 @@ def translate_config(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _checked_offsets(offsets: Any) -> dict[TopicPartition, OffsetAndMetadata]:
+    # aiokafka's checks on send_offsets_to_transaction's offsets, with its errors: a
+    # non-empty dict of TopicPartition -> offset, (offset, metadata) or OffsetAndMetadata.
+    if not offsets or not isinstance(offsets, dict):
+        raise ValueError(offsets)
+    out: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, value in offsets.items():
+        if not isinstance(tp, TopicPartition):
+            raise TypeError("Key should be TopicPartition instance")
+        if isinstance(value, int):
+            out[tp] = OffsetAndMetadata(value)
+            continue
+        try:
+            offset, metadata = value[0], value[1]
+        except Exception as exc:
+            raise ValueError(offsets) from exc
+        if not isinstance(metadata, str):
+            raise TypeError("Metadata should be a string")
+        out[tp] = OffsetAndMetadata(offset, metadata, getattr(value, "leader_epoch", -1))
+    return out
+
+
 class AIOKafkaProducer(Producer):
     """:class:`~aiokafka_ng.producer.Producer` with aiokafka's keywords and ``stop()``."""
 
@@ -161,7 +189,36 @@ class AIOKafkaProducer(Producer):
         a non-empty group id string there (a ``ConsumerGroupMetadata`` is accepted too)."""
         if isinstance(group_metadata_or_id, str) and not group_metadata_or_id:
             raise ValueError(group_metadata_or_id)
-        await super().send_offsets_to_transaction(offsets, group_metadata_or_id)
+        await super().send_offsets_to_transaction(_checked_offsets(offsets), group_metadata_or_id)
+
+    def create_batch(self) -> BatchBuilder:
+        """An empty :class:`BatchBuilder` (aiokafka's); nothing is sent until
+        :meth:`send_batch` gets it."""
+        return BatchBuilder(self.config.batch_size, self._key_ser, self._value_ser)
+
+    # Two methods under one name: aiokafka's send_batch(batch, topic, *, partition) and the
+    # native send_batch(topic, records, ...). The first argument's type tells them apart.
+    async def send_batch(  # type: ignore[override]
+        self, batch_or_topic: Any, *args: Any, **kwargs: Any
+    ) -> BatchFuture | list[DeliveryFuture]:
+        """With a :class:`BatchBuilder` first, aiokafka's ``send_batch(batch, topic, *,
+        partition)``: the batch's records go to that one partition, in append order, and
+        the returned future, awaited, gives the batch's ``RecordMetadata`` (its first
+        record's offset). Anything else first: the native
+        ``Producer.send_batch(topic, records, *, keys, partition, timestamp_ms)``."""
+        if not isinstance(batch_or_topic, BatchBuilder):
+            return await super().send_batch(batch_or_topic, *args, **kwargs)
+        return await self._send_builder(batch_or_topic, *args, **kwargs)
+
+    async def _send_builder(
+        self, batch: BatchBuilder, topic: str, *, partition: int
+    ) -> BatchFuture:
+        if partition.__class__ is not int or partition < 0:
+            raise TypeError(f"send_batch: partition must be a non-negative int (got {partition!r})")
+        records = batch._take(partition)
+        if not records:
+            raise ValueError("send_batch: the batch holds no records")
+        return BatchFuture(await super().send_batch(topic, records, partition=partition))
 
 
 class AIOKafkaConsumer(Consumer):

@@ -519,6 +519,12 @@ class Consumer:
     def last_stable_offset(self, partition: TopicPartition) -> int | None:
         return self._subs.state(partition).last_stable_offset
 
+    def last_poll_timestamp(self, partition: TopicPartition) -> int | None:
+        """When :meth:`highwater` was last updated from a fetch answer for the partition
+        (wall-clock ms since the epoch; None before one). It says the broker answered, not
+        that records came."""
+        return self._subs.state(partition).polled_at_ms
+
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop fetching and returning records of ``partitions`` (buffered data is kept)."""
         for tp in partitions:

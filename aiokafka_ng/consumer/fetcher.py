@@ -55,6 +55,7 @@ anything else is raised to the application on its next poll.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
@@ -633,6 +634,7 @@ class Fetcher:
                 )
                 self._wake.set()
             state.highwater = p.high_watermark
+            state.polled_at_ms = int(time.time() * 1000)
             if p.last_stable_offset >= 0:
                 state.last_stable_offset = p.last_stable_offset
             if p.log_start_offset >= 0:

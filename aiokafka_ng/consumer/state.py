@@ -52,6 +52,7 @@ class PartitionState:
         "log_start_offset",
         "needs_committed",
         "paused",
+        "polled_at_ms",
         "position",
         "preferred_replica",
         "preferred_until",
@@ -71,6 +72,8 @@ class PartitionState:
         self.highwater: int | None = None
         self.last_stable_offset: int | None = None
         self.log_start_offset: int | None = None
+        # Wall-clock ms of the last fetch answer for it (aiokafka's last_poll_timestamp).
+        self.polled_at_ms: int | None = None
         self.epoch = 0
         self.in_flight = False
         self.buffer: BufferedFetch | None = None

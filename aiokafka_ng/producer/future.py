@@ -71,6 +71,7 @@ import anyio
 from aiokafka_ng.errors import IllegalStateError
 from aiokafka_ng.producer.runs import run_stretches
 from aiokafka_ng.protocol import speedups
+from aiokafka_ng.protocol.record_reader import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,12 @@ class RecordMetadata(NamedTuple):
     partition: int
     offset: int
     timestamp: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """``TopicPartition(topic, partition)`` (aiokafka's field; a property here so the
+        hot path still builds a 4-tuple)."""
+        return TopicPartition(self.topic, self.partition)
 
 
 #: Builds a RecordMetadata without the generated ``__new__``'s argument handling.

@@ -249,7 +249,14 @@ async def test_producer_transactions_as_aiokafka_writes_them(kafka_broker: Any) 
             await producer.send(topic, b"in a context", partition=0)
         await producer.begin_transaction()
         await producer.send(topic, b"aborted", partition=0)
-        await producer.send_offsets_to_transaction({TP(topic, 0): 3}, group)
+        # aiokafka's checks on the offsets, with its errors (nothing reaches the broker).
+        with pytest.raises(ValueError):
+            await producer.send_offsets_to_transaction({}, group)
+        with pytest.raises(TypeError, match="TopicPartition"):
+            await producer.send_offsets_to_transaction({(topic, 0): 1}, group)
+        with pytest.raises(TypeError, match="Metadata"):
+            await producer.send_offsets_to_transaction({TP(topic, 0): (3, 2)}, group)
+        await producer.send_offsets_to_transaction({TP(topic, 0): (3, "m")}, group)
         await producer.abort_transaction()
         with pytest.raises(ValueError):
             await producer.send_offsets_to_transaction({TP(topic, 0): 1}, "")
@@ -259,3 +266,76 @@ async def test_producer_transactions_as_aiokafka_writes_them(kafka_broker: Any) 
     async with AdminClient(bootstrap_servers=kafka_broker.bootstrap_servers) as admin:
         committed = await admin.list_consumer_group_offsets(group)
     assert {tp: o.offset for tp, o in committed.items()} == {TP(topic, 0): 1}
+
+
+@pytest.mark.anyio
+async def test_record_metadata_and_last_poll_timestamp_as_aiokafka(kafka_broker: Any) -> None:
+    # Were missing: RecordMetadata.topic_partition and the consumer's last_poll_timestamp
+    # (aiokafka: wall-clock ms of the last fetch answer that updated highwater()).
+    topic = f"compat-{uuid.uuid4().hex[:8]}"
+    async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as producer:
+        meta = await producer.send_and_wait(topic, b"x", partition=1)
+    assert meta.topic_partition == TopicPartition(topic, 1)
+    tp = TopicPartition(topic, 1)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        assert consumer.last_poll_timestamp(tp) is None
+        before = int(time.time() * 1000)
+        await consumer.getone()
+        after = int(time.time() * 1000)
+        stamp = consumer.last_poll_timestamp(tp)
+        assert stamp is not None and before <= stamp <= after
+        assert consumer.highwater(tp) == 1
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.anyio
+async def test_create_batch_and_send_batch_as_aiokafka(kafka_broker: Any) -> None:
+    # Were missing: aiokafka's create_batch() and send_batch(batch, topic, partition=...).
+    # The batch lands on the one partition given, in append order, with each record's
+    # headers and timestamp; the native send_batch(topic, records) still works beside it.
+    topic = f"compat-{uuid.uuid4().hex[:8]}"
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka_broker.bootstrap_servers,
+        max_batch_size=400,
+        value_serializer=lambda v: v.encode(),
+    )
+    await producer.start()
+    try:
+        batch = producer.create_batch()
+        appended = []
+        for i in range(100):
+            meta = batch.append(
+                timestamp=1_700_000_000_000 + i, key=None, value=f"v{i}", headers=[("h", b"%d" % i)]
+            )
+            if meta is None:
+                break
+            appended.append(meta)
+        assert 1 < len(appended) < 100  # the 400-byte batch filled up
+        assert batch.record_count() == len(appended) and batch.size() <= 400
+        assert [m.offset for m in appended] == list(range(len(appended)))
+        assert batch.append(timestamp=None, key=None, value="late") is None  # closed
+        fut = await producer.send_batch(batch, topic, partition=2)
+        batch_meta = await fut
+        native = await producer.send_batch(topic, ["native"], partition=2)
+        native_meta = await native[0]
+    finally:
+        await producer.stop()
+    assert batch_meta.topic_partition == TopicPartition(topic, 2) and batch_meta.offset == 0
+    assert native_meta.offset == len(appended)
+    consumer = Consumer(bootstrap_servers=kafka_broker.bootstrap_servers)
+    async with consumer:
+        tp = TopicPartition(topic, 2)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        got: list[Any] = []
+        while len(got) < len(appended) + 1:
+            got.extend((await consumer.getmany(timeout_ms=5000)).get(tp, []))
+    assert [r.value for r in got] == [f"v{i}".encode() for i in range(len(appended))] + [b"native"]
+    assert [r.timestamp for r in got[:-1]] == [1_700_000_000_000 + i for i in range(len(appended))]
+    assert [list(r.headers) for r in got[:-1]] == [[("h", b"%d" % i)] for i in range(len(appended))]
