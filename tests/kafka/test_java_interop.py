@@ -23,7 +23,7 @@ from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.admin import NewTopic, TopicPartition
 from aiokafka_ng.testing import KafkaCluster
 from aiokafka_ng.testing._kafka_jars import ensure_jars, find_java
-from tests.kafka.helpers import admin_for, new_topic, unique
+from tests.kafka.helpers import admin_for, eventually, new_topic, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.anyio]
 
@@ -222,3 +222,167 @@ async def test_java_producer_to_our_consumer(kafka_cluster: KafkaCluster) -> Non
         assert got_committed == want, case
         got_all = await read_ours(kafka_cluster, topic, len(everything), "read_uncommitted")
         assert got_all == everything, case
+
+
+async def test_our_producer_to_java_consumer_and_partitioner(kafka_cluster: KafkaCluster) -> None:
+    """We produce with each codec, idempotently, and transactionally (an aborted transaction,
+    then a committed one); Java's read_committed consumer sees exactly the committed records.
+    Our keyed records without a partition land where Java's partitioner (murmur2) puts the
+    same keys."""
+    cases = [*CODECS, "idempotent", "transactional"]
+    topics = {case: unique(f"p-{case}") for case in cases}
+    records = {case: make_records(case) for case in cases}
+    aborted = make_records("aborted", 6)
+    async with admin_for(kafka_cluster) as admin:
+        (
+            await admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in topics.values()])
+        ).raise_on_error()
+    want: dict[str, list[Row]] = {}
+    for case in cases:
+        config: dict[str, Any] = {"compression_type": case if case in CODECS else "zstd"}
+        if case == "idempotent":
+            config["enable_idempotence"] = True
+        if case == "transactional":
+            config["transactional_id"] = unique("ptx")
+        async with Producer(
+            bootstrap_servers=kafka_cluster.bootstrap_servers, acks="all", linger_ms=20, **config
+        ) as producer:
+
+            async def send_all(batch: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+                futures = [
+                    await producer.send(
+                        topics[case],  # noqa: B023 -- awaited before the loop moves on
+                        r["value"],
+                        key=r["key"],
+                        partition=r["partition"],
+                        timestamp_ms=r["timestamp"],
+                        headers=r["headers"],
+                    )
+                    for r in batch
+                ]
+                metas = [await f for f in futures]
+                return [(m.partition, m.offset, m.timestamp) for m in metas]
+
+            if case == "transactional":
+                producer.begin_transaction()
+                await send_all(aborted)
+                await producer.abort_transaction()
+                producer.begin_transaction()
+                acks = await send_all(records[case])
+                await producer.commit_transaction()
+            else:
+                acks = await send_all(records[case])
+        want[case] = expected_rows(records[case], acks)
+    keyed = [r for case in cases for r in records[case] if r["partition"] is None]
+    ops: list[dict[str, Any]] = [
+        {"op": "consume", "topic": topics[case], "isolation": "read_committed"} for case in cases
+    ]
+    ops.append(
+        {"op": "partition", "partitions": PARTITIONS, "keys": [b64(r["key"]) for r in keyed]}
+    )
+    lines = await run_java(kafka_cluster, ops)
+    for case in cases:
+        got = sorted(
+            java_row(line)
+            for line in lines
+            if line["op"] == "record" and line["topic"] == topics[case]
+        )
+        assert got == want[case], case
+        assert all(
+            line["timestamp_type"] == "CreateTime"
+            for line in lines
+            if line["op"] == "record" and line["topic"] == topics[case]
+        )
+    (picked,) = [line["picked"] for line in lines if line["op"] == "partitions"]
+    assert len(keyed) > 20
+    # Keys are unique across the cases (the case name is in them).
+    ours = {row[3]: row[0] for case in cases for row in want[case] if row[3] is not None}
+    assert [ours[r["key"]] for r in keyed] == picked
+    assert len(set(picked)) == PARTITIONS  # the keys spread, so the check can tell
+
+
+async def test_classic_group_java_member_and_ours(kafka_cluster: KafkaCluster) -> None:
+    """A classic group with a Java member and one of ours, both on their default assignors
+    (Java 4.x: range then cooperative-sticky; ours the same): the group settles on range,
+    each member owns 3 of the 6 partitions, each reads exactly the records of its own
+    partitions and commits them, and the group's committed offsets cover every record."""
+    partitions = 6
+    group_id = unique("jg")
+    async with new_topic(kafka_cluster, partitions) as topic:
+        peer = await start_java(
+            kafka_cluster, [{"op": "group", "topic": topic, "group_id": group_id}]
+        )
+        ours_rows: list[tuple[int, bytes | None]] = []
+        ours_assigned: list[frozenset[int]] = []
+        async with peer.process, anyio.create_task_group() as tg:
+            consumer = Consumer(
+                bootstrap_servers=kafka_cluster.bootstrap_servers,
+                group_id=group_id,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                session_timeout_ms=10000,
+            )
+            with anyio.fail_after(90):
+                # Java alone first: it owns every partition.
+                while not (
+                    (line := await peer.next_line())["op"] == "assigned"
+                    and len(line["partitions"]) == partitions
+                ):
+                    pass
+                stop = anyio.Event()
+
+                async def ours() -> None:
+                    async with consumer:
+                        consumer.subscribe([topic])
+                        while not stop.is_set():
+                            batches = await consumer.getmany(timeout_ms=200)
+                            mine = frozenset(tp.partition for tp in consumer.assignment())
+                            if not ours_assigned or ours_assigned[-1] != mine:
+                                ours_assigned.append(mine)
+                            for tp, records in batches.items():
+                                ours_rows.extend((tp.partition, r.value) for r in records)
+                            if batches:
+                                await consumer.commit()
+
+                tg.start_soon(ours)
+                # The rebalance that lets ours in: Java is left with half.
+                while not (
+                    (line := await peer.next_line())["op"] == "assigned"
+                    and len(line["partitions"]) == partitions // 2
+                ):
+                    pass
+                java_partitions = frozenset(line["partitions"])
+                async with Producer(
+                    bootstrap_servers=kafka_cluster.bootstrap_servers, acks="all"
+                ) as producer:
+                    for i in range(60):
+                        await producer.send(topic, b"r%d" % i, partition=i % partitions)
+                    await producer.flush()
+                java_rows: list[tuple[int, bytes | None]] = []
+                while len(java_rows) < 30:
+                    line = await peer.next_line()
+                    assert line["op"] in ("record", "committed"), line
+                    if line["op"] == "record":
+                        java_rows.append((line["partition"], unb64(line["value"])))
+                while (await peer.next_line())["op"] != "committed":
+                    pass
+                async with admin_for(kafka_cluster) as admin:
+                    # Ours commits after each batch it reads; wait for its last commit.
+                    offsets = await eventually(
+                        lambda: admin.list_consumer_group_offsets(group_id),
+                        lambda got: [o.offset for o in got.values()] == [10] * partitions,
+                    )
+                assert {tp.partition: o.offset for tp, o in offsets.items()} == dict.fromkeys(
+                    range(partitions), 10
+                )
+                stop.set()
+                assert peer.process.stdin is not None
+                await peer.process.stdin.send(b"leave\n")
+                while (await peer.next_line())["op"] != "left":
+                    pass
+    # Range, not cooperative-sticky: each member owns a contiguous half.
+    assert java_partitions in ({0, 1, 2}, {3, 4, 5})
+    assert ours_assigned[-1] == frozenset(range(partitions)) - java_partitions
+    expected = {(i % partitions, b"r%d" % i) for i in range(60)}
+    assert sorted(java_rows) == sorted(r for r in expected if r[0] in java_partitions)
+    assert sorted(ours_rows) == sorted(r for r in expected if r[0] not in java_partitions)
