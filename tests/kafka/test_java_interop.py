@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,18 @@ async def run_java(cluster: KafkaCluster, ops: list[dict[str, Any]]) -> list[dic
     return [json.loads(raw) for raw in peer._buffer.split(b"\n") if raw.startswith(b"{")]
 
 
+@asynccontextmanager
+async def new_topics(cluster: KafkaCluster, names: Iterable[str]) -> AsyncIterator[None]:
+    """Fresh topics of PARTITIONS partitions, replicated 3 times, deleted afterwards."""
+    names = list(names)
+    async with admin_for(cluster) as admin:
+        (await admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in names])).raise_on_error()
+        try:
+            yield
+        finally:
+            await admin.delete_topics(names)
+
+
 async def read_ours(cluster: KafkaCluster, topic: str, count: int, isolation: str) -> list[Row]:
     """``count`` records of every partition of ``topic`` from offset 0, with our consumer."""
     rows: list[Row] = []
@@ -204,24 +217,24 @@ async def test_java_producer_to_our_consumer(kafka_cluster: KafkaCluster) -> Non
                 ],
             }
         ops.append(op)
-    async with admin_for(kafka_cluster) as admin:
-        (
-            await admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in topics.values()])
-        ).raise_on_error()
-    lines = await run_java(kafka_cluster, ops)
-    acks = {line["topic"]: line["acks"] for line in lines if line["op"] == "produced"}
-    for case in cases:
-        topic = topics[case]
-        if case == "transactional":
-            aborted_acks, committed_acks = acks[topic][: len(aborted)], acks[topic][len(aborted) :]
-            want = expected_rows(records[case], committed_acks)
-            everything = sorted(want + expected_rows(aborted, aborted_acks))
-        else:
-            want = everything = expected_rows(records[case], acks[topic])
-        got_committed = await read_ours(kafka_cluster, topic, len(want), "read_committed")
-        assert got_committed == want, case
-        got_all = await read_ours(kafka_cluster, topic, len(everything), "read_uncommitted")
-        assert got_all == everything, case
+    async with new_topics(kafka_cluster, topics.values()):
+        lines = await run_java(kafka_cluster, ops)
+        acks = {line["topic"]: line["acks"] for line in lines if line["op"] == "produced"}
+        for case in cases:
+            topic = topics[case]
+            if case == "transactional":
+                aborted_acks, committed_acks = (
+                    acks[topic][: len(aborted)],
+                    acks[topic][len(aborted) :],
+                )
+                want = expected_rows(records[case], committed_acks)
+                everything = sorted(want + expected_rows(aborted, aborted_acks))
+            else:
+                want = everything = expected_rows(records[case], acks[topic])
+            got_committed = await read_ours(kafka_cluster, topic, len(want), "read_committed")
+            assert got_committed == want, case
+            got_all = await read_ours(kafka_cluster, topic, len(everything), "read_uncommitted")
+            assert got_all == everything, case
 
 
 async def test_our_producer_to_java_consumer_and_partitioner(kafka_cluster: KafkaCluster) -> None:
@@ -233,72 +246,73 @@ async def test_our_producer_to_java_consumer_and_partitioner(kafka_cluster: Kafk
     topics = {case: unique(f"p-{case}") for case in cases}
     records = {case: make_records(case) for case in cases}
     aborted = make_records("aborted", 6)
-    async with admin_for(kafka_cluster) as admin:
-        (
-            await admin.create_topics([NewTopic(t, PARTITIONS, 3) for t in topics.values()])
-        ).raise_on_error()
-    want: dict[str, list[Row]] = {}
-    for case in cases:
-        config: dict[str, Any] = {"compression_type": case if case in CODECS else "zstd"}
-        if case == "idempotent":
-            config["enable_idempotence"] = True
-        if case == "transactional":
-            config["transactional_id"] = unique("ptx")
-        async with Producer(
-            bootstrap_servers=kafka_cluster.bootstrap_servers, acks="all", linger_ms=20, **config
-        ) as producer:
-
-            async def send_all(batch: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
-                futures = [
-                    await producer.send(
-                        topics[case],  # noqa: B023 -- awaited before the loop moves on
-                        r["value"],
-                        key=r["key"],
-                        partition=r["partition"],
-                        timestamp_ms=r["timestamp"],
-                        headers=r["headers"],
-                    )
-                    for r in batch
-                ]
-                metas = [await f for f in futures]
-                return [(m.partition, m.offset, m.timestamp) for m in metas]
-
+    async with new_topics(kafka_cluster, topics.values()):
+        want: dict[str, list[Row]] = {}
+        for case in cases:
+            config: dict[str, Any] = {"compression_type": case if case in CODECS else "zstd"}
+            if case == "idempotent":
+                config["enable_idempotence"] = True
             if case == "transactional":
-                producer.begin_transaction()
-                await send_all(aborted)
-                await producer.abort_transaction()
-                producer.begin_transaction()
-                acks = await send_all(records[case])
-                await producer.commit_transaction()
-            else:
-                acks = await send_all(records[case])
-        want[case] = expected_rows(records[case], acks)
-    keyed = [r for case in cases for r in records[case] if r["partition"] is None]
-    ops: list[dict[str, Any]] = [
-        {"op": "consume", "topic": topics[case], "isolation": "read_committed"} for case in cases
-    ]
-    ops.append(
-        {"op": "partition", "partitions": PARTITIONS, "keys": [b64(r["key"]) for r in keyed]}
-    )
-    lines = await run_java(kafka_cluster, ops)
-    for case in cases:
-        got = sorted(
-            java_row(line)
-            for line in lines
-            if line["op"] == "record" and line["topic"] == topics[case]
+                config["transactional_id"] = unique("ptx")
+            async with Producer(
+                bootstrap_servers=kafka_cluster.bootstrap_servers,
+                acks="all",
+                linger_ms=20,
+                **config,
+            ) as producer:
+
+                async def send_all(batch: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+                    futures = [
+                        await producer.send(
+                            topics[case],  # noqa: B023 -- awaited before the loop moves on
+                            r["value"],
+                            key=r["key"],
+                            partition=r["partition"],
+                            timestamp_ms=r["timestamp"],
+                            headers=r["headers"],
+                        )
+                        for r in batch
+                    ]
+                    metas = [await f for f in futures]
+                    return [(m.partition, m.offset, m.timestamp) for m in metas]
+
+                if case == "transactional":
+                    producer.begin_transaction()
+                    await send_all(aborted)
+                    await producer.abort_transaction()
+                    producer.begin_transaction()
+                    acks = await send_all(records[case])
+                    await producer.commit_transaction()
+                else:
+                    acks = await send_all(records[case])
+            want[case] = expected_rows(records[case], acks)
+        keyed = [r for case in cases for r in records[case] if r["partition"] is None]
+        ops: list[dict[str, Any]] = [
+            {"op": "consume", "topic": topics[case], "isolation": "read_committed"}
+            for case in cases
+        ]
+        ops.append(
+            {"op": "partition", "partitions": PARTITIONS, "keys": [b64(r["key"]) for r in keyed]}
         )
-        assert got == want[case], case
-        assert all(
-            line["timestamp_type"] == "CreateTime"
-            for line in lines
-            if line["op"] == "record" and line["topic"] == topics[case]
-        )
-    (picked,) = [line["picked"] for line in lines if line["op"] == "partitions"]
-    assert len(keyed) > 20
-    # Keys are unique across the cases (the case name is in them).
-    ours = {row[3]: row[0] for case in cases for row in want[case] if row[3] is not None}
-    assert [ours[r["key"]] for r in keyed] == picked
-    assert len(set(picked)) == PARTITIONS  # the keys spread, so the check can tell
+        lines = await run_java(kafka_cluster, ops)
+        for case in cases:
+            got = sorted(
+                java_row(line)
+                for line in lines
+                if line["op"] == "record" and line["topic"] == topics[case]
+            )
+            assert got == want[case], case
+            assert all(
+                line["timestamp_type"] == "CreateTime"
+                for line in lines
+                if line["op"] == "record" and line["topic"] == topics[case]
+            )
+        (picked,) = [line["picked"] for line in lines if line["op"] == "partitions"]
+        assert len(keyed) > 20
+        # Keys are unique across the cases (the case name is in them).
+        ours = {row[3]: row[0] for case in cases for row in want[case] if row[3] is not None}
+        assert [ours[r["key"]] for r in keyed] == picked
+        assert len(set(picked)) == PARTITIONS  # the keys spread, so the check can tell
 
 
 async def test_classic_group_java_member_and_ours(kafka_cluster: KafkaCluster) -> None:
