@@ -20,8 +20,8 @@ import anyio
 import pytest
 from anyio.abc import Process
 
-from aiokafka_ng import Consumer, Producer
-from aiokafka_ng.admin import NewTopic, TopicPartition
+from aiokafka_ng import Consumer, Producer, TopicPartition
+from aiokafka_ng.admin import NewTopic
 from aiokafka_ng.testing import KafkaCluster
 from aiokafka_ng.testing._kafka_jars import ensure_jars, find_java
 from tests.kafka.helpers import admin_for, eventually, new_topic, unique
