@@ -70,6 +70,7 @@ from aiokafka_ng.errors import (
     error_for_code,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.messages.describe_groups import DescribeGroupsRequest
 from aiokafka_ng.protocol.messages.heartbeat import HeartbeatRequest
 from aiokafka_ng.protocol.messages.join_group import JoinGroupRequest, JoinGroupRequestProtocol
 from aiokafka_ng.protocol.messages.leave_group import LeaveGroupRequest, MemberIdentity
@@ -82,6 +83,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ConsumerRebalanceListener", "GroupCoordinator", "MemberState"]
 
+#: INCONSISTENT_GROUP_PROTOCOL: no assignor is offered by every member.
+_INCONSISTENT_GROUP_PROTOCOL = 23
 log = logging.getLogger(__name__)
 
 _PROTOCOL_TYPE = "consumer"
@@ -316,6 +319,25 @@ class GroupCoordinator:
             break
         await self._install(assignment)
 
+    async def _no_common_assignor(self) -> str:
+        """The message for INCONSISTENT_GROUP_PROTOCOL, naming both sides' assignors: ours,
+        and the one the group's current members agreed on (from DescribeGroups; the broker
+        says nothing else about them). Java's classic consumer offers range and
+        cooperative-sticky by default."""
+        ours = ", ".join(a.name for a in self._assignors)
+        theirs = "unknown (DescribeGroups failed)"
+        try:
+            answer = await self._send(DescribeGroupsRequest(groups=[self._group_id]))
+            (group,) = answer.groups
+            if not group.error_code:
+                theirs = f"{group.protocol_data or 'none yet'!r} ({group.protocol_type or '?'})"
+        except (KafkaError, OSError, ValueError) as exc:
+            log.debug("group %s: DescribeGroups for the error message: %r", self._group_id, exc)
+        return (
+            f"JoinGroup {self._group_id}: the group's members share none of this member's "
+            f"assignors [{ours}]; the group uses assignor {theirs}"
+        )
+
     async def _send(self, request: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         node = await self._cluster.coordinator(self._group_id)
         conn = await self._cluster.connection(node)
@@ -352,6 +374,8 @@ class GroupCoordinator:
         if response.error_code:
             if response.error_code == MemberIdRequiredError.errno:
                 self.member_id = response.member_id  # KIP-394: join again with this id
+            if response.error_code == _INCONSISTENT_GROUP_PROTOCOL:
+                raise error_for_code(response.error_code)(await self._no_common_assignor())
             raise error_for_code(response.error_code)(f"JoinGroup {self._group_id}")
         self.member_id = response.member_id
         self.generation = response.generation_id

@@ -20,7 +20,7 @@ import anyio
 import pytest
 from anyio.abc import Process
 
-from aiokafka_ng import Consumer, Producer, TopicPartition
+from aiokafka_ng import Consumer, KafkaError, Producer, TopicPartition
 from aiokafka_ng.admin import NewTopic
 from aiokafka_ng.testing import KafkaCluster
 from aiokafka_ng.testing._kafka_jars import ensure_jars, find_java
@@ -400,3 +400,35 @@ async def test_classic_group_java_member_and_ours(kafka_cluster: KafkaCluster) -
     expected = {(i % partitions, b"r%d" % i) for i in range(60)}
     assert sorted(java_rows) == sorted(r for r in expected if r[0] in java_partitions)
     assert sorted(ours_rows) == sorted(r for r in expected if r[0] not in java_partitions)
+
+
+async def test_group_without_a_common_assignor_names_both_sides(
+    kafka_cluster: KafkaCluster,
+) -> None:
+    """Ours offering only roundrobin cannot join a group whose Java member offers its
+    defaults (range, cooperative-sticky): the error names our assignors and the group's."""
+    group_id = unique("jg")
+    async with new_topic(kafka_cluster, 2) as topic:
+        peer = await start_java(
+            kafka_cluster, [{"op": "group", "topic": topic, "group_id": group_id}]
+        )
+        async with peer.process:
+            with anyio.fail_after(60):
+                while (await peer.next_line())["op"] != "assigned":
+                    pass
+                async with Consumer(
+                    bootstrap_servers=kafka_cluster.bootstrap_servers,
+                    group_id=group_id,
+                    partition_assignment_strategy=["roundrobin"],
+                ) as consumer:
+                    consumer.subscribe([topic])
+                    with pytest.raises(KafkaError) as caught:
+                        while True:
+                            await consumer.getmany(timeout_ms=200)
+                assert peer.process.stdin is not None
+                await peer.process.stdin.send(b"leave\n")
+                while (await peer.next_line())["op"] != "left":
+                    pass
+    message = str(caught.value)
+    assert "INCONSISTENT_GROUP_PROTOCOL" in message or "Inconsistent" in type(caught.value).__name__
+    assert "[roundrobin]" in message and "'range'" in message, message
