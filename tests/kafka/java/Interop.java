@@ -1,0 +1,215 @@
+// The Java client (kafka-clients 4.x) as an interop peer for tests/kafka/test_java_interop.py.
+//
+// Run as a single source file: java -cp <kafka libs>/* Interop.java < spec.json
+// The first stdin line is a JSON spec {"bootstrap": ..., "ops": [...]}; the ops run in order
+// in this one JVM (a JVM start costs seconds, so the test batches its cases). Every result is
+// one JSON line on stdout; bytes (keys, values, header values) are base64, null stays null.
+// Ops:
+//   produce   {topic, compression, idempotent, transactional_id?, records? | transactions?}
+//             transactions: [{"commit": bool, "records": [...]}]; a record is
+//             {partition?, key, value, timestamp?, headers: [[name, value], ...]}
+//             -> {"op":"produced", "topic", "acks": [[partition, offset, timestamp], ...]}
+//   consume   {topic, isolation} reads every partition from the beginning up to its end
+//             offset (the LSO under read_committed) -> {"op":"record", ...} per record, then
+//             {"op":"consumed", "topic", "count"}
+//   group     {topic, group_id} a classic group member with the default assignors: prints
+//             {"op":"assigned", "partitions"} on every assignment, each record, commits
+//             synchronously after each poll, and leaves when stdin yields a line or closes
+//   partition {keys, partitions} -> {"op":"partitions", "picked": [...]} by Java's default
+//             partitioner (murmur2 of the key bytes)
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.*;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.clients.producer.internals.BuiltInPartitioner;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public class Interop {
+    static final ObjectMapper JSON = new ObjectMapper();
+    static final Base64.Encoder B64E = Base64.getEncoder();
+    static final Base64.Decoder B64D = Base64.getDecoder();
+
+    public static void main(String[] args) throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        JsonNode spec = JSON.readTree(in.readLine());
+        String bootstrap = spec.get("bootstrap").asText();
+        for (JsonNode op : spec.get("ops")) {
+            switch (op.get("op").asText()) {
+                case "produce" -> produce(bootstrap, op);
+                case "consume" -> consume(bootstrap, op);
+                case "group" -> group(bootstrap, op, in);
+                case "partition" -> partition(op);
+                default -> throw new IllegalArgumentException("unknown op " + op.get("op"));
+            }
+        }
+    }
+
+    static void emit(ObjectNode node) {
+        System.out.println(node.toString());
+        System.out.flush();
+    }
+
+    static byte[] bytes(JsonNode node) {
+        return node == null || node.isNull() ? null : B64D.decode(node.asText());
+    }
+
+    static String b64(byte[] b) {
+        return b == null ? null : B64E.encodeToString(b);
+    }
+
+    static ProducerRecord<byte[], byte[]> record(String topic, JsonNode r) {
+        List<Header> headers = new ArrayList<>();
+        for (JsonNode h : r.withArray("headers")) headers.add(new RecordHeader(h.get(0).asText(), bytes(h.get(1))));
+        Integer partition = r.hasNonNull("partition") ? r.get("partition").asInt() : null;
+        Long ts = r.hasNonNull("timestamp") ? r.get("timestamp").asLong() : null;
+        return new ProducerRecord<>(topic, partition, ts, bytes(r.get("key")), bytes(r.get("value")), headers);
+    }
+
+    static void produce(String bootstrap, JsonNode op) throws Exception {
+        String topic = op.get("topic").asText();
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, op.path("compression").asText("none"));
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, String.valueOf(op.path("idempotent").asBoolean(false)));
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "20"); // several records per batch: the codec matters
+        String txid = op.path("transactional_id").asText(null);
+        if (txid != null) p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txid);
+        ArrayNode acks = JSON.createArrayNode();
+        try (KafkaProducer<byte[], byte[]> producer =
+                new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            if (txid != null) {
+                producer.initTransactions();
+                for (JsonNode txn : op.get("transactions")) {
+                    producer.beginTransaction();
+                    List<Future<RecordMetadata>> futures = new ArrayList<>();
+                    for (JsonNode r : txn.get("records")) futures.add(producer.send(record(topic, r)));
+                    producer.flush();
+                    for (Future<RecordMetadata> f : futures) acks.add(ack(f.get()));
+                    if (txn.get("commit").asBoolean()) producer.commitTransaction();
+                    else producer.abortTransaction();
+                }
+            } else {
+                List<Future<RecordMetadata>> futures = new ArrayList<>();
+                for (JsonNode r : op.get("records")) futures.add(producer.send(record(topic, r)));
+                producer.flush();
+                for (Future<RecordMetadata> f : futures) acks.add(ack(f.get()));
+            }
+        }
+        ObjectNode out = JSON.createObjectNode().put("op", "produced").put("topic", topic);
+        out.set("acks", acks);
+        emit(out);
+    }
+
+    static ArrayNode ack(RecordMetadata m) {
+        return JSON.createArrayNode().add(m.partition()).add(m.offset()).add(m.timestamp());
+    }
+
+    static Properties consumerProps(String bootstrap, String isolation) {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        return p;
+    }
+
+    static ObjectNode recordJson(ConsumerRecord<byte[], byte[]> r) {
+        ObjectNode o = JSON.createObjectNode().put("op", "record").put("topic", r.topic())
+                .put("partition", r.partition()).put("offset", r.offset())
+                .put("timestamp", r.timestamp()).put("timestamp_type", r.timestampType().name)
+                .put("key", b64(r.key())).put("value", b64(r.value()));
+        ArrayNode headers = o.putArray("headers");
+        for (Header h : r.headers()) headers.add(JSON.createArrayNode().add(h.key()).add(b64(h.value())));
+        return o;
+    }
+
+    static void consume(String bootstrap, JsonNode op) {
+        String topic = op.get("topic").asText();
+        Properties p = consumerProps(bootstrap, op.path("isolation").asText("read_committed"));
+        int count = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (PartitionInfo info : consumer.partitionsFor(topic)) tps.add(new TopicPartition(topic, info.partition()));
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            // endOffsets follows isolation.level: the LSO under read_committed.
+            Map<TopicPartition, Long> end = consumer.endOffsets(tps);
+            long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
+            while (tps.stream().anyMatch(tp -> consumer.position(tp) < end.get(tp))) {
+                if (System.nanoTime() > deadline) throw new IllegalStateException("not caught up in 30 s: " + end);
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    emit(recordJson(r));
+                    count++;
+                }
+            }
+        }
+        emit(JSON.createObjectNode().put("op", "consumed").put("topic", topic).put("count", count));
+    }
+
+    static void group(String bootstrap, JsonNode op, BufferedReader in) {
+        String topic = op.get("topic").asText();
+        Properties p = consumerProps(bootstrap, "read_committed");
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, op.get("group_id").asText());
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+        p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
+        AtomicBoolean stop = new AtomicBoolean();
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            Thread stopper = new Thread(() -> {
+                try { in.readLine(); } catch (Exception e) { /* EOF or error: leave either way */ }
+                stop.set(true);
+                consumer.wakeup();
+            });
+            stopper.setDaemon(true);
+            stopper.start();
+            consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                public void onPartitionsRevoked(Collection<TopicPartition> parts) {}
+                public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+                    ObjectNode o = JSON.createObjectNode().put("op", "assigned");
+                    ArrayNode a = o.putArray("partitions");
+                    consumer.assignment().stream().map(TopicPartition::partition).sorted().forEach(a::add);
+                    o.put("member_id", consumer.groupMetadata().memberId());
+                    emit(o);
+                }
+            });
+            while (!stop.get()) {
+                try {
+                    ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
+                    for (ConsumerRecord<byte[], byte[]> r : records) emit(recordJson(r));
+                    if (!records.isEmpty()) {
+                        consumer.commitSync();
+                        emit(JSON.createObjectNode().put("op", "committed"));
+                    }
+                } catch (org.apache.kafka.common.errors.WakeupException e) {
+                    break;
+                }
+            }
+        }
+        emit(JSON.createObjectNode().put("op", "left"));
+    }
+
+    static void partition(JsonNode op) {
+        int n = op.get("partitions").asInt();
+        ArrayNode picked = JSON.createArrayNode();
+        for (JsonNode k : op.get("keys")) picked.add(BuiltInPartitioner.partitionForKey(bytes(k), n));
+        ObjectNode o = JSON.createObjectNode().put("op", "partitions");
+        o.set("picked", picked);
+        emit(o);
+    }
+}
