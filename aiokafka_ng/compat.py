@@ -21,8 +21,9 @@ Transactions take aiokafka's calls (``await begin_transaction()``, ``commit_tran
 producer.transaction()``) over the native producer's transactions. ``create_batch()`` and
 ``send_batch(batch, topic, partition=p)`` are aiokafka's (see :mod:`aiokafka_ng._compat_producer`);
 ``send_batch`` with anything but a ``BatchBuilder`` first is the native one.
-``RecordMetadata`` has aiokafka's ``topic_partition`` but not yet its ``timestamp_type`` or
-``log_start_offset``; consumers have ``last_poll_timestamp(tp)``.
+``RecordMetadata`` has every field name of aiokafka's (``topic_partition``, ``timestamp_type``,
+``log_start_offset`` included; read them by name: the order differs); consumers have
+``last_poll_timestamp(tp)``.
 
 Defaults are aiokafka_ng's, not aiokafka's, for every keyword the caller does not pass. The
 notable differences: the producer is idempotent with ``acks="all"`` and ``linger_ms=5`` (aiokafka:

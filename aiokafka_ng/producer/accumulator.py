@@ -490,7 +490,13 @@ class Accumulator:
             # drain, or the partition's next batch waits forever.
             self.wake_node(pq.leader)
 
-    def complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+    def complete(
+        self,
+        batch: ProducerBatch,
+        base_offset: int,
+        log_append_time: int,
+        log_start_offset: int = -1,
+    ) -> None:
         """The batch was written (or is a known duplicate): resolve its futures."""
         if batch.done:
             return
@@ -499,6 +505,7 @@ class Accumulator:
         self._leave_flight(batch)
         batch.base_offset = base_offset
         batch.log_append_time = log_append_time
+        batch.log_start_offset = log_start_offset
         self._finish(batch, None)
 
     def fail(self, batch: ProducerBatch, exc: BaseException) -> None:

@@ -31,6 +31,7 @@ class ProducerBatch:
         "futures",
         "in_flight",
         "log_append_time",
+        "log_start_offset",
         "memory",
         "partition",
         "positions",
@@ -55,6 +56,7 @@ class ProducerBatch:
         self.done = False
         self.base_offset = -1
         self.log_append_time = -1
+        self.log_start_offset = -1
         #: Once a BatchDelivery's records are in the batch: per entry of ``futures``, that
         #: record's position in its run (-1 for an entry that is a future of its own).
         self.positions: list[int] | None = None

@@ -92,6 +92,8 @@ T = TypeVar("T")
 
 class RecordMetadata(NamedTuple):
     """Where a record landed. ``offset`` is -1 when the broker did not say (acks=0).
+    Attribute names as aiokafka's (``topic_partition`` included); the field order is ours
+    (aiokafka's has ``topic_partition`` third, so positional code ported from it needs a look).
 
     A named tuple, as aiokafka's is: immutable, hashable, compared by value. (It was a
     frozen dataclass; building one of those costs ~370 ns, a tuple ~100 ns, and every
@@ -101,6 +103,13 @@ class RecordMetadata(NamedTuple):
     partition: int
     offset: int
     timestamp: int
+    #: 0: ``timestamp`` is the record's create time (the producer's clock or the caller's);
+    #: 1: the topic has ``message.timestamp.type=LogAppendTime`` and ``timestamp`` is the
+    #: broker's append time. The consumer's ``ConsumerRecord.timestamp_type`` means the same.
+    timestamp_type: int = 0
+    #: The partition's log start offset when the broker wrote the batch (Produce v5+), or
+    #: -1 when the broker did not say (acks=0, older brokers). aiokafka's field.
+    log_start_offset: int = -1
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -359,6 +368,8 @@ class DeliveryFuture(Delivery[RecordMetadata]):
                 batch.partition,
                 base + self._delta if base >= 0 else -1,
                 ts if ts >= 0 else self._timestamp,
+                1 if ts >= 0 else 0,
+                batch.log_start_offset,
             ),
         )
 
@@ -463,21 +474,24 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
         if start or stop != len(positions):
             positions = positions[start:stop]
         base, partition, ts = batch.base_offset, batch.partition, batch.log_append_time
-        self._placed.append((positions, start, partition, base, ts, exc))
+        self._placed.append((positions, start, partition, base, ts, batch.log_start_offset, exc))
 
     def _outcomes(self) -> list[Any]:
-        """Per position: an error, a (partition, offset, timestamp) tuple, a member future,
-        or None while undecided. Built once the run is decided, before that on each call."""
+        """Per position: an error, a (partition, offset, timestamp, timestamp type, log
+        start offset) tuple, a member future, or None while undecided. Built once the run
+        is decided, before that on each call."""
         if self._final is not None:
             return self._final
         out: list[Any] = [None] * self.count
-        for positions, first, partition, base, ts, exc in self._placed:
+        for positions, first, partition, base, ts, lso, exc in self._placed:
             stamp = ts if ts >= 0 else self._timestamp
+            kind = 1 if ts >= 0 else 0
             for k, pos in enumerate(positions):
                 if exc is not None:
                     out[pos] = exc
                 else:
-                    out[pos] = (partition, base + first + k if base >= 0 else -1, stamp)
+                    offset = base + first + k if base >= 0 else -1
+                    out[pos] = (partition, offset, stamp, kind, lso)
         for member in self._members:
             out[member.position] = member
         for pos, exc in self._errors.items():
@@ -499,8 +513,7 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
             return outcome.result()
         if isinstance(outcome, BaseException):
             raise outcome
-        partition, offset, ts = outcome
-        return _tuple_new(RecordMetadata, (self.topic, partition, offset, ts))
+        return _tuple_new(RecordMetadata, (self.topic, *outcome))
 
     def errors(self) -> dict[int, BaseException]:
         """The records that failed so far: position in the run -> error."""

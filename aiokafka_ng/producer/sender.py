@@ -280,12 +280,16 @@ class NodeSender:
                     continue
                 code = part.error_code
                 if code == 0:
-                    acc.complete(batch, part.base_offset, part.log_append_time_ms)
+                    acc.complete(
+                        batch, part.base_offset, part.log_append_time_ms, part.log_start_offset
+                    )
                     continue
                 if code == _DUPLICATE_SEQUENCE:
                     # Already written by an earlier attempt: delivered. Kafka repeats the
                     # original offset; Tansu answers -1 (offsets then reported as -1).
-                    acc.complete(batch, part.base_offset, part.log_append_time_ms)
+                    acc.complete(
+                        batch, part.base_offset, part.log_append_time_ms, part.log_start_offset
+                    )
                     continue
                 if code in _TOO_LARGE and acc.split(batch):
                     continue

@@ -145,3 +145,41 @@ async def test_read_committed_hides_an_aborted_transaction(kafka_cluster: KafkaC
             ).result(tp)
         # 5 records and 3 transaction markers.
         assert latest.offset == 8
+
+
+async def test_record_metadata_timestamp_type_and_log_start_offset(
+    kafka_cluster: KafkaCluster,
+) -> None:
+    """aiokafka's RecordMetadata fields, as the broker reports them: on a LogAppendTime topic
+    the timestamp is the broker's and ``timestamp_type`` is 1; ``log_start_offset`` follows
+    DeleteRecords. Through the compat producer, as code ported from aiokafka reads them."""
+    from aiokafka_ng.compat import AIOKafkaProducer
+
+    async with new_topic(kafka_cluster, 1, 3, message_timestamp_type="LogAppendTime") as topic:
+        tp = TopicPartition(topic, 0)
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_cluster.bootstrap_servers)
+        await producer.start()
+        try:
+            first = await producer.send_and_wait(topic, b"a", partition=0, timestamp_ms=1_000)
+            assert (first.timestamp_type, first.log_start_offset) == (1, 0)
+            assert first.timestamp > 1_600_000_000_000  # the broker's clock, not ours
+            assert first.topic_partition == tp
+            for i in range(4):
+                await producer.send_and_wait(topic, b"%d" % i, partition=0)
+            async with admin_for(kafka_cluster) as admin:
+                assert (await admin.delete_records({tp: 3})).result(tp).low_watermark == 3
+            after = await producer.send_and_wait(topic, b"b", partition=0)
+            assert (after.offset, after.log_start_offset, after.timestamp_type) == (5, 3, 1)
+        finally:
+            await producer.stop()
+    async with new_topic(kafka_cluster, 1, 3) as topic:  # CreateTime, Kafka's default
+        async with Producer(bootstrap_servers=kafka_cluster.bootstrap_servers) as native:
+            metas = await (
+                await native.send_many(topic, [b"x", b"y"], partition=0, timestamp_ms=1_000)
+            )
+            single = await native.send_and_wait(topic, b"z", partition=0, timestamp_ms=2_000)
+        assert [(m.timestamp, m.timestamp_type, m.log_start_offset) for m in metas] == [
+            (1_000, 0, 0),
+            (1_000, 0, 0),
+        ]
+        assert (single.timestamp, single.timestamp_type, single.log_start_offset) == (2_000, 0, 0)

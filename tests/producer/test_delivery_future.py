@@ -15,6 +15,7 @@ class FakeBatch:
     partition = 3
     base_offset = 100
     log_append_time = -1
+    log_start_offset = -1
 
 
 def test_pending_state_raises() -> None:
@@ -62,14 +63,26 @@ def test_result_is_an_immutable_record_metadata() -> None:
     assert meta == RecordMetadata(topic="t", partition=3, offset=105, timestamp=7)
     assert (meta.topic, meta.partition, meta.offset, meta.timestamp) == ("t", 3, 105, 7)
     assert hash(meta) == hash(RecordMetadata("t", 3, 105, 7))
-    assert repr(meta) == "RecordMetadata(topic='t', partition=3, offset=105, timestamp=7)"
-    assert meta._asdict() == {"topic": "t", "partition": 3, "offset": 105, "timestamp": 7}
+    assert repr(meta) == (
+        "RecordMetadata(topic='t', partition=3, offset=105, timestamp=7, timestamp_type=0,"
+        " log_start_offset=-1)"
+    )
+    assert meta._asdict() == {
+        "topic": "t",
+        "partition": 3,
+        "offset": 105,
+        "timestamp": 7,
+        "timestamp_type": 0,
+        "log_start_offset": -1,
+    }
     with pytest.raises(AttributeError):
         meta.offset = 1  # type: ignore[misc]
     unknown = DeliveryFuture("t", 7)
-    unknown._batch = type("B", (), {"partition": 1, "base_offset": -1, "log_append_time": 9})()  # type: ignore[assignment]
-    unknown._finish(None)  # acks=0: no offset from the broker; log-append time wins
-    assert unknown.result() == RecordMetadata("t", 1, -1, 9)
+    unknown._batch = type(  # type: ignore[assignment]
+        "B", (), {"partition": 1, "base_offset": -1, "log_append_time": 9, "log_start_offset": 4}
+    )()
+    unknown._finish(None)  # no offset from the broker; log-append time wins, and says so
+    assert unknown.result() == RecordMetadata("t", 1, -1, 9, timestamp_type=1, log_start_offset=4)
 
 
 @pytest.mark.anyio

@@ -130,9 +130,11 @@ def response(partition: int, code: int, base_offset: int = 0, **kw: Any) -> Prod
 def test_success_resolves_offsets_and_log_append_time() -> None:
     acc, sender, _, clock = setup()
     b, futs = batch_for(acc, clock, 0)
-    sender._handle_response(response(0, 0, 40, log_append_time_ms=777), [b])
+    sender._handle_response(response(0, 0, 40, log_append_time_ms=777, log_start_offset=12), [b])
     assert [f.result().offset for f in futs] == [40, 41, 42]
     assert futs[0].result().timestamp == 777
+    assert futs[0].result().timestamp_type == 1  # LogAppendTime
+    assert [f.result().log_start_offset for f in futs] == [12, 12, 12]
     assert acc.pool.available == acc.pool.total
 
 
