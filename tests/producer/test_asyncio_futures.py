@@ -221,7 +221,9 @@ async def test_callbacks_run_waits_for_queued_callbacks() -> None:
 
     loop = asyncio.get_running_loop()
     fut = DeliveryFuture("t", 1, loop)
-    fut._batch = type("B", (), {"partition": 0, "base_offset": 5, "log_append_time": -1, "log_start_offset": -1})()  # type: ignore[assignment]
+    fut._batch = type(  # type: ignore[assignment]
+        "B", (), {"partition": 0, "base_offset": 5, "log_append_time": -1, "log_start_offset": -1}
+    )()
     ran: list[int] = []
     fut.add_done_callback(lambda f: ran.append(f.result().offset))
     finish_all([fut], None, loop)
