@@ -416,9 +416,9 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
         self._first_exc: BaseException | None = None  # of a record that was queued
         self._withdrawn_exc: BaseException | None = None
         # Where the records went: (positions, first entry, partition, base offset,
-        # log-append time, error) per stretch of a batch; records failed on their own;
-        # member futures.
-        self._placed: list[tuple[list[int], int, int, int, int, Any]] = []
+        # log-append time, log start offset, error) per stretch of a batch; records failed
+        # on their own; member futures.
+        self._placed: list[tuple[list[int], int, int, int, int, int, Any]] = []
         self._errors: dict[int, BaseException] = {}
         self._members: list[_RunMember] = []
         self._final: list[Any] | None = None  # _outcomes() once the run is decided
