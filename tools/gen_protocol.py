@@ -7,9 +7,11 @@ relative to the repository root. ``--check`` regenerates in memory and exits 1 (
 files) if the committed output differs.
 
 Output: one module per API a client may send (request ``listeners`` include ``broker``) with
-its request, response and their structs; ``headers.py`` (request/response headers);
+its request, response and their structs, the request typed by its response
+(``FooRequest(ApiRequest[FooResponse])``); ``headers.py`` (request/response headers);
 ``consumer_protocol.py`` (the consumer group protocol's embedded "data" schemas); and
-``__init__.py`` with ``REQUEST_TYPES``/``RESPONSE_TYPES``.
+``__init__.py`` with ``REQUEST_TYPES``/``RESPONSE_TYPES`` and every class name, all resolved
+lazily (an API's module is imported when first asked for).
 
 How the code is shaped (for speed): each struct's versions are partitioned into runs of
 consecutive versions with an identical wire layout, and each run gets one straight-line
