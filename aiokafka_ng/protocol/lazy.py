@@ -1,7 +1,7 @@
 """Generated message classes by API key, each module imported the first time it is needed.
 
 The generated package :mod:`aiokafka_ng.protocol.messages` holds one module per Kafka API
-(75 of them, ~200 ms to import all). A producer uses a handful, so nothing is imported up
+(72 of them, ~200 ms to import all). A producer uses a handful, so nothing is imported up
 front: the package resolves its class names on first access (PEP 562 ``__getattr__``) and
 its ``REQUEST_TYPES``/``RESPONSE_TYPES`` are :class:`ApiTable` objects, which import an
 API's module when its key is first looked up. Keys, ``len`` and ``in`` need no import;
