@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -82,7 +83,7 @@ class ListClientMetricsResourcesResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class ListClientMetricsResourcesRequest(ApiMessage):
+class ListClientMetricsResourcesRequest(ApiRequest[ListClientMetricsResourcesResponse]):
     API_KEY: ClassVar[int] = 74
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

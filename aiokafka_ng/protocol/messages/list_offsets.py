@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -269,7 +270,7 @@ class ListOffsetsTopic(Struct):
 
 
 @dataclass(slots=True)
-class ListOffsetsRequest(ApiMessage):
+class ListOffsetsRequest(ApiRequest[ListOffsetsResponse]):
     API_KEY: ClassVar[int] = 2
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 10
