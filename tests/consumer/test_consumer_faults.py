@@ -14,7 +14,8 @@ from fault_proxy import proxied_broker
 
 from aiokafka_ng.consumer import Consumer, ConsumerStoppedError, TopicPartition
 from aiokafka_ng.errors import IllegalStateError
-from tests.consumer.helpers import Row, confluent_produce_async, topic_name
+from tests.consumer.helpers import Row, confluent_produce_async
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 

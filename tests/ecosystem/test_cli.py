@@ -22,6 +22,7 @@ import pytest
 
 import aiokafka_ng
 from aiokafka_ng.cli import main
+from tests.helpers import topic_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,10 +57,6 @@ def assert_one_line_error(done: subprocess.CompletedProcess[str], *needles: str)
     assert "Traceback" not in done.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
-
-
-def topic_name() -> str:
-    return f"cli-{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ import pytest
 
 from aiokafka_ng.admin import AdminClient
 from aiokafka_ng.admin.models import NewTopic
-from tests.reliability.helpers import Stopwatch, simulated_cluster, topic_name
+from tests.helpers import topic_name
+from tests.reliability.helpers import Stopwatch, simulated_cluster
 
 pytestmark = pytest.mark.anyio
 

@@ -16,6 +16,7 @@ import pytest
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import ClusterSimulator
+from tests.helpers import topic_name
 from tests.reliability.helpers import (
     FETCH,
     METADATA,
@@ -23,7 +24,6 @@ from tests.reliability.helpers import (
     record_count,
     simulated_cluster,
     tally,
-    topic_name,
     unpack,
     value,
 )

@@ -14,7 +14,8 @@ import anyio
 import pytest
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
-from tests.reliability.helpers import simulated_cluster, topic_name, unpack
+from tests.helpers import topic_name
+from tests.reliability.helpers import simulated_cluster, unpack
 from tests.reliability.test_consumer_reliability import PARTITIONS, produce
 
 pytestmark = pytest.mark.anyio

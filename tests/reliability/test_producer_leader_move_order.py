@@ -18,13 +18,13 @@ import pytest
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.producer.partitioner import default_partition
 from aiokafka_ng.testing import ClusterSimulator
+from tests.helpers import topic_name
 from tests.reliability.helpers import (
     PRODUCE,
     read_back,
     record_count,
     simulated_cluster,
     tally,
-    topic_name,
     value,
 )
 

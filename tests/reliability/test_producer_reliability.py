@@ -26,6 +26,7 @@ from aiokafka_ng.producer import Producer
 from aiokafka_ng.producer.future import DeliveryFuture
 from aiokafka_ng.testing import ClusterSimulator
 from aiokafka_ng.testing.simulator import Injection
+from tests.helpers import topic_name
 from tests.reliability.helpers import (
     PRODUCE,
     Stopwatch,
@@ -35,7 +36,6 @@ from tests.reliability.helpers import (
     record_count,
     simulated_cluster,
     tally,
-    topic_name,
     value,
 )
 
