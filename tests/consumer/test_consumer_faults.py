@@ -17,7 +17,8 @@ from aiokafka_ng.errors import IllegalStateError
 from tests.consumer.helpers import Row, confluent_produce_async
 from tests.helpers import topic_name
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 FETCH = 1
 

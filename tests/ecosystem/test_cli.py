@@ -129,6 +129,7 @@ def test_spark_without_pyspark_names_the_extra() -> None:
     assert "pip install 'aiokafka-ng[spark]'" in done.stdout
 
 
+@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
 def test_broker_prints_its_address_and_stops_on_ctrl_c() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "aiokafka_ng.cli", "broker"],
@@ -152,6 +153,7 @@ def test_broker_prints_its_address_and_stops_on_ctrl_c() -> None:
         proc.communicate(timeout=20)
 
 
+@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
 def test_broker_on_a_taken_port_fails_in_one_line() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -349,6 +351,7 @@ def test_unreachable_broker_is_one_line_and_exit_1(dead_address: str) -> None:
         assert_one_line_error(done, "cannot reach a Kafka broker", dead_address)
 
 
+@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
 def test_demo_main_job_as_the_readme_runs_it() -> None:
     # The README's main command: default settings (200k records, its own broker).
     started = time.monotonic()

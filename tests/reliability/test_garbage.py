@@ -25,7 +25,8 @@ from tests.reliability.helpers import (
 from tests.reliability.test_consumer_reliability import produce
 from tests.reliability.test_producer_reliability import PARTITIONS, send_numbered
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 
 async def garbage_every(sim: ClusterSimulator, api_key: int, interval: float) -> None:

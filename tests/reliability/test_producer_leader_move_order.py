@@ -28,7 +28,8 @@ from tests.reliability.helpers import (
     value,
 )
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 PARTITIONS = 4  # Tansu auto-creates topics with 4 partitions
 NOT_LEADER = 6

@@ -39,7 +39,8 @@ from tests.reliability.helpers import (
     value,
 )
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 REPO = Path(__file__).resolve().parents[2]
 
