@@ -154,6 +154,31 @@ def test_broker_prints_its_address_and_stops_on_ctrl_c() -> None:
 
 
 @pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
+def test_broker_that_dies_under_the_command_is_one_line_and_exit_1() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiokafka_ng.cli", "broker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline().decode().strip()
+        assert first.startswith("bootstrap_servers=127.0.0.1:"), first
+        # The command's one child is the broker process: kill it behind the command's back.
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 1, children
+        os.kill(int(children[0]), signal.SIGKILL)
+        assert proc.wait(timeout=20) == 1
+        err = proc.communicate(timeout=20)[1].decode()
+        assert err.strip().splitlines()[-1] == "aiokafka-ng: error: the broker exited on its own"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=20)
+
+
+@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
 def test_broker_on_a_taken_port_fails_in_one_line() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
