@@ -10,7 +10,9 @@ as input) and, against Tansu, only to run end to end without asserting Tansu's o
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 import pytest
@@ -151,6 +153,19 @@ async def test_anything_else_is_a_type_error_before_any_request(spec: object, ma
     admin = AdminClient(bootstrap_servers="127.0.0.1:1")
     with pytest.raises(TypeError, match=match):
         await admin.reset_consumer_group_offsets("g", spec)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["orders", b"orders"])
+@pytest.mark.anyio
+async def test_a_lone_name_is_a_type_error_not_one_letter_names(name: Any) -> None:
+    # Iterating "orders" used to ask for the lag of groups 'o', 'r', 'd', 'e', 's'. Refused
+    # before any request (this client never starts, so a request would fail differently).
+    admin = AdminClient(bootstrap_servers="127.0.0.1:1")
+    pass_as_list = re.escape(f"got {name!r}: pass [{name!r}]")
+    with pytest.raises(TypeError, match=f"group_ids takes a collection of names, {pass_as_list}"):
+        await admin.describe_consumer_group_lag(name)
+    with pytest.raises(TypeError, match=f"topics takes a collection of names, {pass_as_list}"):
+        await admin.reset_consumer_group_offsets("g", "earliest", topics=name, dry_run=True)
 
 
 # --------------------------------------------------------------------------- the broker
