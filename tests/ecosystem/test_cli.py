@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +130,10 @@ def test_spark_without_pyspark_names_the_extra() -> None:
     assert "pip install 'aiokafka-ng[spark]'" in done.stdout
 
 
-@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
-def test_broker_prints_its_address_and_stops_on_ctrl_c() -> None:
+@contextmanager
+def broker_command() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``aiokafka-ng broker`` in a subprocess, and the address it printed; killed on the
+    way out if the test left it running."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "aiokafka_ng.cli", "broker"],
         stdout=subprocess.PIPE,
@@ -141,12 +144,7 @@ def test_broker_prints_its_address_and_stops_on_ctrl_c() -> None:
         assert proc.stdout is not None
         first = proc.stdout.readline().decode().strip()
         assert first.startswith("bootstrap_servers=127.0.0.1:"), first
-        address = first.split("=", 1)[1]
-        name = topic_name()
-        assert cli("topics", "create", name, "-b", address).returncode == 0
-        assert name in cli("topics", "list", "-b", address).stdout.split()
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 130  # docs/cli.md: interrupted, after a clean stop
+        yield proc, first.split("=", 1)[1]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -154,28 +152,26 @@ def test_broker_prints_its_address_and_stops_on_ctrl_c() -> None:
 
 
 @pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
+def test_broker_prints_its_address_and_stops_on_ctrl_c() -> None:
+    with broker_command() as (proc, address):
+        name = topic_name()
+        assert cli("topics", "create", name, "-b", address).returncode == 0
+        assert name in cli("topics", "list", "-b", address).stdout.split()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130  # docs/cli.md: interrupted, after a clean stop
+
+
+@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
 def test_broker_that_dies_under_the_command_is_one_line_and_exit_1() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aiokafka_ng.cli", "broker"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(),
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline().decode().strip()
-        assert first.startswith("bootstrap_servers=127.0.0.1:"), first
+    with broker_command() as (proc, _):
         # The command's one child is the broker process: kill it behind the command's back.
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         assert len(children) == 1, children
         os.kill(int(children[0]), signal.SIGKILL)
         assert proc.wait(timeout=20) == 1
-        err = proc.communicate(timeout=20)[1].decode()
-        assert err.strip().splitlines()[-1] == "aiokafka-ng: error: the broker exited on its own"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=20)
+        assert proc.stderr is not None
+        last = proc.stderr.read().decode().strip().splitlines()[-1]
+        assert last == "aiokafka-ng: error: the broker exited on its own"
 
 
 @pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
