@@ -88,6 +88,11 @@ def _parse_one(entry: str) -> tuple[str, int]:
 
 
 def _is_ipv6(text: str) -> bool:
+    # ipaddress takes any text after "%" as the zone (scope id), spaces and NULs too; a
+    # zone names an interface, so it is held to the host-name characters.
+    _, _, zone = text.partition("%")
+    if not all(c.isalnum() or c in "-._" for c in zone):
+        return False
     try:
         ipaddress.IPv6Address(text)
     except ValueError:

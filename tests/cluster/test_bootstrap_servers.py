@@ -104,6 +104,8 @@ def test_a_port_out_of_range_is_named(host: str, port: int) -> None:
 @example("h:" + "9" * 5000)  # beyond int()'s digit limit: still a ConfigError
 @example("h:²")  # str.isdigit() but not a number int() reads
 @example("h:٣")  # a non-ASCII decimal digit
+@example("[fe80::1%a b]:1")  # ipaddress takes any zone text, spaces included
+@example("fe80::1%\x00")
 def test_any_input_parses_or_raises_config_error(servers: str | list[str]) -> None:
     try:
         parsed = parse_bootstrap_servers(servers)
@@ -113,7 +115,8 @@ def test_any_input_parses_or_raises_config_error(servers: str | list[str]) -> No
         return
     assert parsed
     for host, port in parsed:
-        assert host and not any(c.isspace() for c in host)
+        # Letters, digits, "-._" -- and ":%" of an IPv6 address and its zone.
+        assert host and all(c.isalnum() or c in "-._:%" for c in host), host
         assert 0 < port < 65536
 
 
@@ -142,6 +145,8 @@ def test_edges(text: str, expected: list[tuple[str, int]]) -> None:
         ("http://h:9092", "bad host"),
         ("h/x:1", "bad host"),
         ("[1.2.3.4]:1", "bad IPv6 address"),
+        ("[fe80::1%a b]:1", "bad IPv6 address"),
+        ("fe80::1%a/b", "bad host"),
         ("h:65536", "out of range"),
         ("h:0", "out of range"),
     ],
