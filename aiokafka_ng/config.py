@@ -36,6 +36,9 @@ from pydantic import (
     field_validator,
 )
 
+# The one bootstrap parser (re-exported: ``aiokafka_ng.config.parse_bootstrap_servers`` is
+# public). The cluster layer owns it; the clients validate their setting with it.
+from aiokafka_ng.cluster.config import parse_bootstrap_servers
 from aiokafka_ng.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -50,35 +53,6 @@ CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 
 _MAX_INT32 = 2**31 - 1
 _MIB = 1024 * 1024
-
-
-def parse_bootstrap_servers(value: str | list[str] | tuple[str, ...]) -> list[tuple[str, int]]:
-    """Split ``"h1:9092,h2:9093"`` (or a list of ``"host:port"``) into ``(host, port)`` pairs.
-
-    A missing port means 9092. Raises ``ValueError`` on an empty list or a bad port.
-    """
-    items = value.split(",") if isinstance(value, str) else list(value)
-    out: list[tuple[str, int]] = []
-    for raw in items:
-        item = raw.strip()
-        if not item:
-            continue
-        host, sep, port_s = item.rpartition(":")
-        if not sep:
-            host, port_s = item, "9092"
-        host = host.strip("[]")  # IPv6 literal "[::1]:9092"
-        if not host:
-            raise ValueError(f"no host in {item!r}")
-        try:
-            port = int(port_s)
-        except ValueError:
-            raise ValueError(f"bad port in {item!r}") from None
-        if not 0 < port < 65536:
-            raise ValueError(f"port out of range in {item!r}")
-        out.append((host, port))
-    if not out:
-        raise ValueError("at least one host:port is required")
-    return out
 
 
 def _describe(err: Mapping[str, Any]) -> tuple[str, str]:
@@ -170,7 +144,11 @@ class ClientConfig(BaseModel):
     @field_validator("bootstrap_servers")
     @classmethod
     def _check_servers(cls, v: str | list[str]) -> str | list[str]:
-        parse_bootstrap_servers(v)
+        try:
+            parse_bootstrap_servers(v)
+        except ConfigError as exc:
+            # The problem alone: __init__ files it under this key with the others.
+            raise ValueError(exc.errors["bootstrap_servers"]) from None
         return v
 
     def _cross_check(self) -> dict[str, str]:

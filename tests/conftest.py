@@ -1,9 +1,27 @@
+"""Suite-wide fixtures and the ``unit`` / ``broker`` markers.
+
+Every test is exactly one of:
+
+* ``broker``: needs a running broker -- it uses a ``kafka_broker*`` or ``kafka_cluster``
+  fixture (directly or through another fixture), is marked ``kafka``, or its module says so with
+  ``pytestmark = pytest.mark.broker`` because it starts brokers itself (``LocalBroker()``,
+  ``ClusterSimulator`` over one, a ``broker`` subprocess);
+* ``unit``: everything else. ``pytest -m unit`` runs them without starting any broker.
+
+The split is kept honest at run time: a ``unit`` test that starts a :class:`LocalBroker`
+fails, naming the marker it is missing.
+"""
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import settings
+
+from aiokafka_ng.testing import LocalBroker
 
 # No per-example deadline: on a loaded 2-core machine (CI, or helpers sharing it) an example
 # of a property test can take over Hypothesis's default 200 ms, and DeadlineExceeded then
@@ -14,6 +32,53 @@ settings.register_profile(
 )
 if not os.environ.get("HYPOTHESIS_PROFILE"):
     settings.load_profile("suite")
+
+#: Fixtures that start a broker: a test whose fixture closure holds one is a broker test.
+BROKER_FIXTURES = ("kafka_broker", "kafka_cluster")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "unit: needs no broker (marked by tests/conftest.py)")
+    config.addinivalue_line(
+        "markers",
+        "broker: needs a running broker (kafka_broker*/kafka_cluster fixtures, or the module "
+        "starts its own)",
+    )
+
+
+def uses_a_broker(item: pytest.Item) -> bool:
+    if item.get_closest_marker("broker") or item.get_closest_marker("kafka"):
+        return True
+    names = getattr(item, "fixturenames", ())
+    return any(name.startswith(BROKER_FIXTURES) for name in names)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.broker if uses_a_broker(item) else pytest.mark.unit)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_broker(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    problem = (
+        f"{request.node.nodeid} starts a LocalBroker but is marked 'unit': give its module "
+        "pytestmark = pytest.mark.broker (or use the kafka_broker fixture)"
+    )
+
+    async def guarded_start(self: LocalBroker, *args: Any, **kwargs: Any) -> None:
+        pytest.fail(problem)
+
+    def guarded_start_sync(self: LocalBroker, *args: Any, **kwargs: Any) -> None:
+        pytest.fail(problem)
+
+    monkeypatch.setattr(LocalBroker, "start", guarded_start)
+    monkeypatch.setattr(LocalBroker, "start_sync", guarded_start_sync)
+    yield
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -5,7 +5,6 @@ not advertise CreatePartitions, so the valid item's broker answer is not asserte
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -19,12 +18,9 @@ from aiokafka_ng.errors import (
     InvalidTopicError,
 )
 from aiokafka_ng.producer import Producer
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
-
-
-def name() -> str:
-    return f"in-{uuid.uuid4().hex[:10]}"
 
 
 SEND_CASES: list[tuple[str, dict[str, Any], type[BaseException], str]] = [
@@ -45,7 +41,7 @@ SEND_CASES: list[tuple[str, dict[str, Any], type[BaseException], str]] = [
 async def test_send_rejects(
     kafka_broker: Any, case: str, kwargs: dict[str, Any], error: type[BaseException], match: str
 ) -> None:
-    topic = name()
+    topic = topic_name("in")
     async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as producer:
         good = await producer.send(topic, b"before", partition=0)
         args = {"topic": topic, "value": b"v", **kwargs}
@@ -105,8 +101,8 @@ TOPIC_CASES: list[tuple[str, Callable[[str], NewTopic], type[BaseException]]] = 
 async def test_create_topics_rejects(
     kafka_broker: Any, case: str, make: Callable[[str], NewTopic], error: type[BaseException]
 ) -> None:
-    bad_topic = make(name())
-    ok = name()
+    bad_topic = make(topic_name("in"))
+    ok = topic_name("in")
     async with AdminClient(bootstrap_servers=kafka_broker.bootstrap_servers) as admin:
         results = await admin.create_topics([bad_topic, NewTopic(ok, 2)])
         with pytest.raises(error):
@@ -116,7 +112,7 @@ async def test_create_topics_rejects(
 
 
 async def test_create_partitions_rejects_counts_that_do_not_grow(kafka_broker: Any) -> None:
-    topic = name()
+    topic = topic_name("in")
     async with AdminClient(bootstrap_servers=kafka_broker.bootstrap_servers) as admin:
         (await admin.create_topics([NewTopic(topic, 3)])).raise_on_error()
         for count, match in ((3, "already has 3 partitions"), (2, "only grows"), (0, "positive")):

@@ -40,7 +40,8 @@ PYTHON_ONLY = frozenset({"ssl_context"})
 #: here and in the source just has an empty "notes" cell; the drift check still covers it.
 DESCRIPTIONS = {
     "bootstrap_servers": "`host:port` list (comma-separated string or list) for the first "
-    "connection; the cluster's own metadata names the rest.",
+    "connection; the cluster's own metadata names the rest. Port 9092 when left out; an IPv6 "
+    "address with a port in brackets (`[::1]:9092`).",
     "client_id": "Sent with every request; shows up in broker logs and quotas.",
     "request_timeout_ms": "How long to wait for a broker's answer before the connection is "
     "considered broken and the request retried.",

@@ -239,6 +239,14 @@ def plan_targets(
     return out
 
 
+def _names(value: Iterable[str], argument: str) -> list[str]:
+    """``value`` as a list, repeats dropped. A lone str is a TypeError before any request:
+    iterating it would ask about one-character names (``"orders"`` -> ``o``, ``r``, ...)."""
+    if isinstance(value, str | bytes):
+        raise TypeError(f"{argument} takes a collection of names, got {value!r}: pass [{value!r}]")
+    return list(dict.fromkeys(value))
+
+
 class OffsetToolOps(TopicOps, PartitionOps, GroupOps):
     """Lag and offset resets of :class:`AdminClient`."""
 
@@ -262,8 +270,9 @@ class OffsetToolOps(TopicOps, PartitionOps, GroupOps):
         self, group_ids: Iterable[str], timeout_ms: int | None = None
     ) -> ItemResults[str, GroupLag]:
         """Committed offset, log start/end and lag of every partition each group has
-        committed, for several groups in one call (log bounds asked once, per leader)."""
-        ids = list(dict.fromkeys(group_ids))
+        committed, for several groups in one call (log bounds asked once, per leader).
+        ``group_ids`` is a collection (``["g"]`` for one group); a lone str is a TypeError."""
+        ids = _names(group_ids, "group_ids")
         described = await self.describe_consumer_groups(ids, timeout_ms=timeout_ms)
         items: dict[str, GroupLag | BaseException] = {}
         committed: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
@@ -322,6 +331,7 @@ class OffsetToolOps(TopicOps, PartitionOps, GroupOps):
         run returns the plan (with the group's state) and changes nothing.
         """
         reset = OffsetReset.parse(reset)
+        wanted_topics = None if topics is None else _names(topics, "topics")
         desc = (await self.describe_consumer_groups([group_id], timeout_ms=timeout_ms)).result(
             group_id
         )
@@ -331,7 +341,9 @@ class OffsetToolOps(TopicOps, PartitionOps, GroupOps):
         elif partitions is not None:
             scope = [TopicPartition(*tp) for tp in partitions]
         else:
-            names = sorted(set(topics) if topics is not None else {tp.topic for tp in committed})
+            names = sorted(
+                wanted_topics if wanted_topics is not None else {tp.topic for tp in committed}
+            )
             described = (await self.describe_topics(names, timeout_ms=timeout_ms)).raise_on_error()
             scope = [
                 TopicPartition(name, p.partition)

@@ -17,11 +17,15 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
+from typing import TypeVar
 
 from aiokafka_ng.cli._common import EXIT_OK, CliError, exit_code_for_signal, first_line
 
 _WATCH_INTERVAL = 0.5
+
+_B = TypeVar("_B")  # what runs in the foreground: a LocalBroker or a KafkaCluster
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,6 +62,34 @@ def _stop_on_signals() -> tuple[threading.Event, list[int]]:
     return stop, received
 
 
+def _run_in_foreground(
+    what: str,
+    start: Callable[[], _B],
+    errors: tuple[type[Exception], ...],
+    announce: Callable[[_B], None],
+    dead: Callable[[_B], str | None],
+    stop: Callable[[_B], None],
+) -> int:
+    """The foreground life of a broker (Tansu) or a cluster (Apache Kafka): ``start()`` it
+    (``errors`` become one line naming ``what``), ``announce`` its addresses, then wait for
+    SIGINT or SIGTERM, checking every half second that ``dead`` has nothing to report; stop
+    it on every way out. Returns the exit code of the signal that ended it."""
+    signalled, received = _stop_on_signals()
+    try:
+        running = start()
+    except errors as exc:
+        raise CliError(f"{what} could not start: {first_line(exc)}") from None
+    try:
+        announce(running)
+        while not signalled.wait(_WATCH_INTERVAL):
+            problem = dead(running)
+            if problem is not None:
+                raise CliError(problem)
+    finally:
+        stop(running)
+    return exit_code_for_signal(received[0])
+
+
 def cmd_kafka(args: argparse.Namespace) -> int:
     from aiokafka_ng.testing import KafkaCluster, KafkaClusterError
     from aiokafka_ng.testing._kafka_jars import KafkaSetupError, ensure_jars
@@ -70,13 +102,13 @@ def cmd_kafka(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
         print(f"kafka_libs={libs} ({time.monotonic() - started:.1f} s)", flush=True)
         return EXIT_OK
-    stop, received = _stop_on_signals()
-    try:
+
+    def start() -> KafkaCluster:
         cluster = KafkaCluster(brokers=args.brokers)
         cluster.start_sync()
-    except (KafkaClusterError, ValueError) as exc:
-        raise CliError(f"the Kafka cluster could not start: {first_line(exc)}") from None
-    try:
+        return cluster
+
+    def announce(cluster: KafkaCluster) -> None:
         print(f"bootstrap_servers={cluster.bootstrap_servers}", flush=True)
         for listener in ("SASL_PLAINTEXT", "SSL", "SASL_SSL"):
             print(f"{listener.lower()}={cluster.bootstrap_for(listener)}", flush=True)
@@ -89,14 +121,21 @@ def cmd_kafka(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-        while not stop.wait(_WATCH_INTERVAL):
-            for node in cluster.brokers:
-                if not node.running:
-                    tail = node.log_tail(1)
-                    raise CliError(f"Kafka node {node.node_id} exited on its own: {tail}")
-    finally:
-        cluster.stop_sync()
-    return exit_code_for_signal(received[0])
+
+    def dead(cluster: KafkaCluster) -> str | None:
+        for node in cluster.brokers:
+            if not node.running:
+                return f"Kafka node {node.node_id} exited on its own: {node.log_tail(1)}"
+        return None
+
+    return _run_in_foreground(
+        "the Kafka cluster",
+        start,
+        (KafkaClusterError, ValueError),
+        announce,
+        dead,
+        KafkaCluster.stop_sync,
+    )
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
@@ -106,21 +145,24 @@ def cmd_broker(args: argparse.Namespace) -> int:
         return cmd_kafka(args)
     if args.fetch_only:
         raise CliError("--fetch-only goes with --kafka")
-    stop, received = _stop_on_signals()
-    try:
+
+    def start() -> LocalBroker:
         broker = LocalBroker(port=args.port)
         broker.start_sync()
-    except (LocalBrokerError, ValueError) as exc:
-        raise CliError(f"the local broker could not start: {first_line(exc)}") from None
-    try:
+        return broker
+
+    def announce(broker: LocalBroker) -> None:
         print(f"bootstrap_servers={broker.bootstrap_servers}", flush=True)
         print("broker running; press Ctrl-C to stop", file=sys.stderr, flush=True)
-        while not stop.wait(_WATCH_INTERVAL):
-            if not broker.running:
-                raise CliError("the broker exited on its own")
-    finally:
-        broker.stop_sync()
-    return exit_code_for_signal(received[0])
+
+    return _run_in_foreground(
+        "the local broker",
+        start,
+        (LocalBrokerError, ValueError),
+        announce,
+        lambda broker: None if broker.running else "the broker exited on its own",
+        LocalBroker.stop_sync,
+    )
 
 
 __all__ = ["register"]

@@ -102,15 +102,23 @@ def resolve_connection(args: argparse.Namespace) -> None:
         servers = servers or os.environ.get(name) or None
     servers = servers or props.get("bootstrap.servers") or DEFAULT_BOOTSTRAP
     props.pop("bootstrap.servers", None)
-    from aiokafka_ng.config import parse_bootstrap_servers
-
-    try:
-        parse_bootstrap_servers(servers)
-    except ValueError as exc:
-        raise CliError(f"bad bootstrap servers: {exc}", EXIT_USAGE) from None  # exc names the item
+    parse_servers(servers)
     args.bootstrap_servers = servers
     args.client_properties = props
     args.ssl_context = ssl_context
+
+
+def parse_servers(servers: str) -> list[tuple[str, int]]:
+    """The bootstrap list as (host, port) pairs, by the clients' own parser; a bad one is a
+    usage error naming the entry."""
+    from aiokafka_ng.cluster.config import parse_bootstrap_servers
+    from aiokafka_ng.errors import ConfigError
+
+    try:
+        return parse_bootstrap_servers(servers)
+    except ConfigError as exc:
+        problem = exc.errors["bootstrap_servers"]
+        raise CliError(f"bad bootstrap servers: {problem}", EXIT_USAGE) from None
 
 
 def _check_keys(props: dict[str, Any]) -> None:
@@ -166,12 +174,8 @@ async def probe(bootstrap_servers: str, wait_s: float) -> None:
     import socket
 
     from aiokafka_ng.cluster import describe_servers
-    from aiokafka_ng.config import parse_bootstrap_servers
 
-    try:
-        servers = parse_bootstrap_servers(bootstrap_servers)
-    except ValueError as exc:
-        raise CliError(f"bad bootstrap servers: {exc}", EXIT_USAGE) from None  # exc names the item
+    servers = parse_servers(bootstrap_servers)
     deadline = anyio.current_time() + wait_s
     while True:
         unresolved: dict[str, str] = {}

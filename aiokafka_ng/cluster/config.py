@@ -20,11 +20,15 @@ def _bad(problem: str) -> ConfigError:
 
 
 def parse_bootstrap_servers(servers: str | Iterable[str]) -> list[tuple[str, int]]:
-    """``"h1:9092,h2:9093"`` or ``["h1:9092", "[::1]:9093"]`` -> ``[(host, port), ...]``.
+    """``"h1:9092, h2:9093"`` or ``["h1:9092", "[::1]:9093"]`` -> ``[(host, port), ...]``.
 
-    The port defaults to 9092. IPv6 literals must be bracketed when a port follows
-    (``[::1]:9092``); a bare ``::1`` is taken as a host without port. Raises
-    :class:`ConfigError` on an empty list, a bad port or a malformed entry.
+    The one parser of bootstrap lists: every client's config, the CLI and the cluster layer
+    use it. The port defaults to 9092. An IPv6 literal takes a port only in brackets
+    (``[fe80::1]:9092``, RFC 3986 and Kafka's own listener syntax). A bare literal is the
+    address alone (``::1`` is ``("::1", 9092)``); where a bare literal could also be read
+    as address plus port (``fe80::1:9092``: the address ``fe80::1:9092`` or ``fe80::1`` at
+    port 9092) it is refused rather than guessed. Raises :class:`ConfigError` (key
+    ``bootstrap_servers``) on an empty list, a bad host, a bad port or a malformed entry.
     """
     items = servers.split(",") if isinstance(servers, str) else list(servers)
     out: list[tuple[str, int]] = []
@@ -32,30 +36,78 @@ def parse_bootstrap_servers(servers: str | Iterable[str]) -> list[tuple[str, int
         if not isinstance(raw, str):
             raise _bad(f"bootstrap server must be a 'host:port' string, got {raw!r}")
         item = raw.strip()
-        if not item:
-            continue
-        if item.startswith("["):
-            host, sep, rest = item[1:].partition("]")
-            if not sep or (rest and not rest.startswith(":")):
-                raise _bad(f"malformed bootstrap server {item!r}")
-            port_s = rest[1:] if rest else "9092"
-            try:
-                ipaddress.IPv6Address(host)
-            except ValueError:
-                raise _bad(f"bad IPv6 address in bootstrap server {item!r}") from None
-        elif item.count(":") > 1:
-            host, port_s = item, "9092"  # bare IPv6 literal, no port
-        else:
-            host, _, port_s = item.partition(":")
-            port_s = port_s or ("9092" if ":" not in item else "")
-        if not host or any(c.isspace() for c in host):
-            raise _bad(f"bad host in bootstrap server {item!r}")
-        if not port_s.isdigit() or not 0 < int(port_s) < 65536:
-            raise _bad(f"bad port in bootstrap server {item!r}")
-        out.append((host, int(port_s)))
+        if item:
+            out.append(_parse_one(item))
     if not out:
         raise _bad("at least one 'host:port' is required")
     return out
+
+
+def _parse_one(entry: str) -> tuple[str, int]:
+    # Messages quote the entry cut to 80 characters: a pasted blob stays readable.
+    item = entry if len(entry) <= 80 else entry[:77] + "..."
+    port_s = "9092"
+    if entry.startswith("["):
+        host, sep, rest = entry[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise _bad(f"malformed bootstrap server {item!r}")
+        if rest:
+            port_s = rest[1:]
+        if not _is_ipv6(host):
+            raise _bad(f"bad IPv6 address in bootstrap server {item!r}")
+    elif entry.count(":") > 1:
+        host = entry
+        if not _is_ipv6(host):
+            raise _bad(
+                f"bad host in bootstrap server {item!r} "
+                "(an IPv6 address with a port is written [address]:port)"
+            )
+        address, _, last = host.rpartition(":")
+        if 0 < (_port(last) or 0) < 65536 and _is_ipv6(address):
+            hint = (
+                f"write [{address}]:{last} for port {last}, or [{host}] for the address alone"
+                if item is entry
+                else "bracket the address: [address]:port"
+            )
+            raise _bad(f"ambiguous bootstrap server {item!r}: {hint}")
+    else:
+        host, sep, rest = entry.partition(":")
+        if sep:
+            port_s = rest
+        # Letters (IDN names too), digits, '-', '.', '_': what a host name or an IPv4
+        # address is made of; "http://h" or "h/1" is a mistake to name now, not a
+        # name-resolution failure to puzzle over later.
+        if not host or not all(c.isalnum() or c in "-._" for c in host):
+            raise _bad(f"bad host in bootstrap server {item!r}")
+    port = _port(port_s)
+    if port is None:
+        raise _bad(f"bad port in bootstrap server {item!r}")
+    if not 0 < port < 65536:
+        raise _bad(f"port out of range (1-65535) in bootstrap server {item!r}")
+    return host, port
+
+
+def _is_ipv6(text: str) -> bool:
+    # ipaddress takes any text after "%" as the zone (scope id), spaces and NULs too; a
+    # zone names an interface, so it is held to the host-name characters.
+    _, _, zone = text.partition("%")
+    if not all(c.isalnum() or c in "-._" for c in zone):
+        return False
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _port(text: str) -> int | None:
+    """The number ``text`` spells in ASCII digits, else None. Leading zeros are allowed
+    (as Java allows them); longer numbers are capped at 65536, out of range, so a
+    5000-digit "port" costs nothing and never meets ``int``'s digit limit."""
+    if not text.isascii() or not text.isdigit():
+        return None
+    digits = text.lstrip("0")
+    return int(digits or "0") if len(digits) <= 5 else 65536
 
 
 def describe_servers(servers: Sequence[tuple[str, int]], shown: int = SHOWN_SERVERS) -> str:

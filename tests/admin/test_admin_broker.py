@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import anyio
@@ -45,14 +44,11 @@ from aiokafka_ng.errors import (
     UnsupportedVersionError,
 )
 from aiokafka_ng.testing import LocalBroker
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def admin_for(broker: LocalBroker) -> AdminClient:
@@ -65,7 +61,7 @@ def confluent_admin(broker: LocalBroker) -> CAdmin:
 
 async def test_topic_lifecycle_cross_checked(kafka_broker: LocalBroker) -> None:
     """create (with configs) -> describe -> incremental alter -> describe -> delete."""
-    name = unique("life")
+    name = topic_name("life")
     resource = ConfigResource.topic(name)
     theirs = confluent_admin(kafka_broker)
     async with admin_for(kafka_broker) as admin:
@@ -139,7 +135,7 @@ async def test_describe_cluster_cross_checked(kafka_broker: LocalBroker) -> None
 
 
 async def test_list_offsets_earliest_cross_checked(kafka_broker: LocalBroker) -> None:
-    name = unique("offsets")
+    name = topic_name("offsets")
     async with admin_for(kafka_broker) as admin:
         (await admin.create_topics([NewTopic(name, 2, 1)])).raise_on_error()
         producer = CProducer({"bootstrap.servers": kafka_broker.bootstrap_servers})
@@ -167,7 +163,7 @@ async def test_list_offsets_earliest_cross_checked(kafka_broker: LocalBroker) ->
 
 async def test_create_topics_per_item_errors(kafka_broker: LocalBroker) -> None:
     """[valid, existing, invalid-name]: one success and two distinct, named errors."""
-    valid, existing, invalid = unique("ok"), unique("exists"), "bad name/with*chars"
+    valid, existing, invalid = topic_name("ok"), topic_name("exists"), "bad name/with*chars"
     async with admin_for(kafka_broker) as admin:
         (await admin.create_topics([NewTopic(existing, 1, 1)])).raise_on_error()
         results = await admin.create_topics(
@@ -190,7 +186,7 @@ async def test_create_topics_per_item_errors(kafka_broker: LocalBroker) -> None:
 
 async def test_unsupported_apis_name_the_operation(kafka_broker: LocalBroker) -> None:
     """Tansu does not advertise CreatePartitions or DescribeProducers."""
-    name = unique("unsupported")
+    name = topic_name("unsupported")
     async with admin_for(kafka_broker) as admin:
         (await admin.create_topics([NewTopic(name, 1, 1)])).raise_on_error()
         with pytest.raises(UnsupportedVersionError, match="create_partitions"):
@@ -225,7 +221,7 @@ def _consume(bootstrap: str, topic: str, group: str, count: int) -> CConsumer:
 
 
 async def test_consumer_group_lifecycle_cross_checked(kafka_broker: LocalBroker) -> None:
-    topic, group = unique("grp-topic"), unique("grp")
+    topic, group = topic_name("grp-topic"), topic_name("grp")
     bootstrap = kafka_broker.bootstrap_servers
     theirs = confluent_admin(kafka_broker)
     async with admin_for(kafka_broker) as admin:
@@ -311,7 +307,7 @@ async def test_operations_need_an_open_client() -> None:
 
 
 def test_example_script_runs(kafka_broker: LocalBroker) -> None:
-    prefix = unique("example")
+    prefix = topic_name("example")
     proc = subprocess.run(
         [
             sys.executable,

@@ -25,7 +25,8 @@ from aiokafka_ng.errors import InvalidUpdateVersionError, UnsupportedVersionErro
 from aiokafka_ng.protocol.messages import list_groups as lgr
 from aiokafka_ng.protocol.messages import update_features as uf
 from aiokafka_ng.testing import LocalBroker
-from tests.admin.test_admin_broker import _consume, admin_for, unique
+from tests.admin.test_admin_broker import _consume, admin_for
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +40,7 @@ def fake_admin(fake: FakeCluster) -> AdminClient:
 
 
 async def test_list_groups_of_every_type_against_the_broker(kafka_broker: LocalBroker) -> None:
-    topic, group = unique("lg-topic"), unique("lg")
+    topic, group = topic_name("lg-topic"), topic_name("lg")
     bootstrap = kafka_broker.bootstrap_servers
     async with admin_for(kafka_broker) as admin:
         (await admin.create_topics([NewTopic(topic, 1, 1)])).raise_on_error()

@@ -16,7 +16,8 @@ from aiokafka_ng.errors import UnknownMemberIdError, UnsupportedVersionError
 from aiokafka_ng.protocol.messages import find_coordinator as fc
 from aiokafka_ng.protocol.messages import leave_group as lg
 from aiokafka_ng.testing import LocalBroker
-from tests.admin.test_admin_broker import _consume, admin_for, unique
+from tests.admin.test_admin_broker import _consume, admin_for
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
@@ -24,7 +25,7 @@ LEAVE_GROUP, FIND_COORDINATOR = 13, 10
 
 
 async def test_remove_every_member_against_the_broker(kafka_broker: LocalBroker) -> None:
-    topic, group = unique("rm-topic"), unique("rm")
+    topic, group = topic_name("rm-topic"), topic_name("rm")
     bootstrap = kafka_broker.bootstrap_servers
     async with admin_for(kafka_broker) as admin:
         (await admin.create_topics([NewTopic(topic, 1, 1)])).raise_on_error()

@@ -28,7 +28,8 @@ from aiokafka_ng.protocol.messages import find_coordinator as fc
 from aiokafka_ng.protocol.messages import list_groups as lgr
 from aiokafka_ng.protocol.messages import share_group_describe as sgd
 from aiokafka_ng.testing import LocalBroker
-from tests.admin.test_admin_broker import _consume, admin_for, unique
+from tests.admin.test_admin_broker import _consume, admin_for
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +57,7 @@ def _coordinators(fake: FakeCluster, node_of: dict[str, int]) -> Any:
 
 
 async def test_a_classic_group_is_not_a_share_group(kafka_broker: LocalBroker) -> None:
-    topic, group = unique("sg-topic"), unique("sg")
+    topic, group = topic_name("sg-topic"), topic_name("sg")
     bootstrap = kafka_broker.bootstrap_servers
     async with admin_for(kafka_broker) as admin:
         (await admin.create_topics([NewTopic(topic, 1, 1)])).raise_on_error()

@@ -25,7 +25,8 @@ from aiokafka_ng.protocol.messages import init_producer_id as ipi
 from aiokafka_ng.protocol.messages import remove_raft_voter as rrv
 from aiokafka_ng.protocol.messages import write_txn_markers as wtm
 from aiokafka_ng.testing import LocalBroker
-from tests.admin.test_admin_broker import admin_for, unique
+from tests.admin.test_admin_broker import admin_for
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +44,7 @@ async def test_fencing_bumps_the_epoch_and_close_stays_bounded(kafka_broker: Loc
     # fenced producer's EndTxn instead of answering PRODUCER_FENCED (seen while writing this
     # test), so its abort is never answered. That is the case close(timeout) must bound: it
     # used to wait out request_timeout_ms (30 s) in the abort first.
-    tid, topic = unique("fence-tx"), unique("fence")
+    tid, topic = topic_name("fence-tx"), topic_name("fence")
     async with admin_for(kafka_broker) as admin:
         # start() and close() in one cancel scope (anyio's rule for the producer's task
         # group); 20 s is well under the 30 s the unbounded abort took.

@@ -10,7 +10,9 @@ as input) and, against Tansu, only to run end to end without asserting Tansu's o
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 import pytest
@@ -30,7 +32,8 @@ from aiokafka_ng.admin import (
 from aiokafka_ng.admin.offset_reset import _Kind
 from aiokafka_ng.errors import NonEmptyGroupError
 from aiokafka_ng.testing import LocalBroker
-from tests.admin.test_admin_broker import _consume, admin_for, unique
+from tests.admin.test_admin_broker import _consume, admin_for
+from tests.helpers import topic_name
 
 # --------------------------------------------------------------------------- the planner
 
@@ -152,13 +155,26 @@ async def test_anything_else_is_a_type_error_before_any_request(spec: object, ma
         await admin.reset_consumer_group_offsets("g", spec)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("name", ["orders", b"orders"])
+@pytest.mark.anyio
+async def test_a_lone_name_is_a_type_error_not_one_letter_names(name: Any) -> None:
+    # Iterating "orders" used to ask for the lag of groups 'o', 'r', 'd', 'e', 's'. Refused
+    # before any request (this client never starts, so a request would fail differently).
+    admin = AdminClient(bootstrap_servers="127.0.0.1:1")
+    pass_as_list = re.escape(f"got {name!r}: pass [{name!r}]")
+    with pytest.raises(TypeError, match=f"group_ids takes a collection of names, {pass_as_list}"):
+        await admin.describe_consumer_group_lag(name)
+    with pytest.raises(TypeError, match=f"topics takes a collection of names, {pass_as_list}"):
+        await admin.reset_consumer_group_offsets("g", "earliest", topics=name, dry_run=True)
+
+
 # --------------------------------------------------------------------------- the broker
 
 PER_PARTITION = 6
 
 
 async def _topic_with_records(admin: AdminClient, broker: LocalBroker) -> str:
-    topic = unique("reset")
+    topic = topic_name("reset")
     (await admin.create_topics([NewTopic(topic, 2, 1)])).raise_on_error()
     async with Producer(bootstrap_servers=broker.bootstrap_servers) as producer:
         for i in range(PER_PARTITION * 2):
@@ -169,7 +185,7 @@ async def _topic_with_records(admin: AdminClient, broker: LocalBroker) -> str:
 
 @pytest.mark.anyio
 async def test_lag_and_resets_against_the_broker(kafka_broker: LocalBroker) -> None:
-    group, other = unique("lag"), unique("lag-other")
+    group, other = topic_name("lag"), topic_name("lag-other")
     async with admin_for(kafka_broker) as admin:
         topic = await _topic_with_records(admin, kafka_broker)
         p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
@@ -215,7 +231,7 @@ async def test_lag_and_resets_against_the_broker(kafka_broker: LocalBroker) -> N
         assert {tp: o.offset for tp, o in committed.items()} == {p0: 4, p1: PER_PARTITION}
 
         # By topic: every partition of it, including one the group never committed.
-        fresh = unique("fresh")
+        fresh = topic_name("fresh")
         plan = await admin.reset_consumer_group_offsets(
             fresh, OffsetReset.to_latest(), topics=[topic]
         )
@@ -233,7 +249,7 @@ async def test_lag_and_resets_against_the_broker(kafka_broker: LocalBroker) -> N
 
 @pytest.mark.anyio
 async def test_reset_refuses_while_the_group_has_members(kafka_broker: LocalBroker) -> None:
-    group = unique("busy")
+    group = topic_name("busy")
     async with admin_for(kafka_broker) as admin:
         topic = await _topic_with_records(admin, kafka_broker)
         member = await anyio.to_thread.run_sync(
@@ -267,7 +283,7 @@ async def test_reset_refuses_while_the_group_has_members(kafka_broker: LocalBrok
 
 @pytest.mark.anyio
 async def test_reset_by_string_spec_against_the_broker(kafka_broker: LocalBroker) -> None:
-    group = unique("by-name")
+    group = topic_name("by-name")
     async with admin_for(kafka_broker) as admin:
         topic = await _topic_with_records(admin, kafka_broker)
         p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)

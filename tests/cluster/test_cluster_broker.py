@@ -15,6 +15,7 @@ from aiokafka_ng.cluster import Cluster, ClusterConfig, ClusterMetadata, parse_b
 from aiokafka_ng.protocol.messages.api_versions import ApiVersionsRequest
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 from aiokafka_ng.testing import LocalBroker
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
@@ -42,10 +43,6 @@ async def broker_cluster(broker: LocalBroker, **overrides: Any) -> AsyncIterator
         yield cluster
 
 
-def _topic() -> str:
-    return f"cluster-{uuid.uuid4().hex[:12]}"
-
-
 async def test_bootstrap_with_one_bad_and_one_good_server(kafka_broker: LocalBroker) -> None:
     servers = [("127.0.0.1", _closed_port()), (kafka_broker.host, kafka_broker.port)]
     async with broker_cluster(kafka_broker, bootstrap_servers=servers) as c:
@@ -61,7 +58,7 @@ async def test_bootstrap_with_one_bad_and_one_good_server(kafka_broker: LocalBro
 
 
 async def test_auto_created_topic_metadata(kafka_broker: LocalBroker) -> None:
-    name = _topic()
+    name = topic_name("cluster")
     async with broker_cluster(kafka_broker) as c:
         t = (await c.wait_for_topics([name], timeout=20))[name]
         assert t.error is None and not t.is_internal
@@ -78,8 +75,8 @@ async def test_auto_created_topic_metadata(kafka_broker: LocalBroker) -> None:
 async def test_fifty_concurrent_waiters_cost_one_metadata_request(
     kafka_broker: LocalBroker,
 ) -> None:
-    same = _topic()
-    distinct = [_topic() for _ in range(50)]
+    same = topic_name("cluster")
+    distinct = [topic_name("cluster") for _ in range(50)]
     async with broker_cluster(kafka_broker) as c:
         before = c.statistics().metadata_requests
         async with anyio.create_task_group() as tg:

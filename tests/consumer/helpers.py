@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 import anyio
@@ -13,10 +12,6 @@ from confluent_kafka import Producer as ConfluentProducer
 from aiokafka_ng.consumer import Consumer, ConsumerRecord, TopicPartition
 
 Row = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
-
-
-def topic_name(prefix: str = "c") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def confluent_produce(

@@ -21,8 +21,8 @@ from tests.consumer.helpers import (
     by_partition,
     confluent_produce_async,
     consume_n,
-    topic_name,
 )
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 

@@ -14,9 +14,11 @@ from fault_proxy import proxied_broker
 
 from aiokafka_ng.consumer import Consumer, ConsumerStoppedError, TopicPartition
 from aiokafka_ng.errors import IllegalStateError
-from tests.consumer.helpers import Row, confluent_produce_async, topic_name
+from tests.consumer.helpers import Row, confluent_produce_async
+from tests.helpers import topic_name
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 FETCH = 1
 

@@ -12,7 +12,8 @@ import anyio
 import pytest
 
 from aiokafka_ng.consumer import Consumer, ConsumerRebalanceListener, TopicPartition
-from tests.consumer.helpers import Row, by_partition, confluent_produce_async, topic_name
+from tests.consumer.helpers import Row, by_partition, confluent_produce_async
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 

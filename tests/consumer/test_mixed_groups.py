@@ -21,7 +21,8 @@ from confluent_kafka import Consumer as ConfluentConsumer
 from aiokafka_ng.compat import AIOKafkaConsumer
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.errors import InconsistentGroupProtocolError
-from tests.consumer.helpers import Row, confluent_produce_async, topic_name
+from tests.consumer.helpers import Row, confluent_produce_async
+from tests.helpers import topic_name
 
 TIMING = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
 PARTITIONS = 4

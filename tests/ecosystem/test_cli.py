@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pytest
 
 import aiokafka_ng
 from aiokafka_ng.cli import main
+from tests.helpers import topic_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,10 +58,6 @@ def assert_one_line_error(done: subprocess.CompletedProcess[str], *needles: str)
     assert "Traceback" not in done.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
-
-
-def topic_name() -> str:
-    return f"cli-{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture
@@ -132,7 +130,10 @@ def test_spark_without_pyspark_names_the_extra() -> None:
     assert "pip install 'aiokafka-ng[spark]'" in done.stdout
 
 
-def test_broker_prints_its_address_and_stops_on_ctrl_c() -> None:
+@contextmanager
+def broker_command() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``aiokafka-ng broker`` in a subprocess, and the address it printed; killed on the
+    way out if the test left it running."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "aiokafka_ng.cli", "broker"],
         stdout=subprocess.PIPE,
@@ -143,18 +144,37 @@ def test_broker_prints_its_address_and_stops_on_ctrl_c() -> None:
         assert proc.stdout is not None
         first = proc.stdout.readline().decode().strip()
         assert first.startswith("bootstrap_servers=127.0.0.1:"), first
-        address = first.split("=", 1)[1]
-        name = topic_name()
-        assert cli("topics", "create", name, "-b", address).returncode == 0
-        assert name in cli("topics", "list", "-b", address).stdout.split()
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 130  # docs/cli.md: interrupted, after a clean stop
+        yield proc, first.split("=", 1)[1]
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=20)
 
 
+@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
+def test_broker_prints_its_address_and_stops_on_ctrl_c() -> None:
+    with broker_command() as (proc, address):
+        name = topic_name()
+        assert cli("topics", "create", name, "-b", address).returncode == 0
+        assert name in cli("topics", "list", "-b", address).stdout.split()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130  # docs/cli.md: interrupted, after a clean stop
+
+
+@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
+def test_broker_that_dies_under_the_command_is_one_line_and_exit_1() -> None:
+    with broker_command() as (proc, _):
+        # The command's one child is the broker process: kill it behind the command's back.
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 1, children
+        os.kill(int(children[0]), signal.SIGKILL)
+        assert proc.wait(timeout=20) == 1
+        assert proc.stderr is not None
+        last = proc.stderr.read().decode().strip().splitlines()[-1]
+        assert last == "aiokafka-ng: error: the broker exited on its own"
+
+
+@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
 def test_broker_on_a_taken_port_fails_in_one_line() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -352,6 +372,7 @@ def test_unreachable_broker_is_one_line_and_exit_1(dead_address: str) -> None:
         assert_one_line_error(done, "cannot reach a Kafka broker", dead_address)
 
 
+@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
 def test_demo_main_job_as_the_readme_runs_it() -> None:
     # The README's main command: default settings (200k records, its own broker).
     started = time.monotonic()

@@ -8,9 +8,9 @@ anyio's "Attempted to exit cancel scope in a different task". Real broker."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -19,9 +19,13 @@ import pytest
 
 from aiokafka_ng import AdminClient, Consumer, Producer
 from aiokafka_ng.compat import AIOKafkaAdminClient, AIOKafkaConsumer, AIOKafkaProducer
+from tests.helpers import topic_name
 
 # aiohttp is not installed here: FakeApp below runs each hook signal in a task of its own,
 # the pattern reported for aiohttp's on_startup/on_cleanup (not checked against aiohttp).
+
+
+Step = Callable[[], Coroutine[Any, Any, Any]]
 
 
 @dataclass
@@ -31,7 +35,16 @@ class Kind:
     make: Callable[[str], Any]
     start: str
     close: str
-    use: Callable[[Any, str], Awaitable[Any]]
+    use: Callable[[Any, str], Coroutine[Any, Any, Any]]
+
+    def steps(self, client: Any, topic: str) -> list[Step]:
+        """start, use, close: each test runs them in tasks of its own choosing, then
+        passes what they returned to :func:`check_lifecycle`."""
+        return [
+            getattr(client, self.start),
+            partial(self.use, client, topic),
+            getattr(client, self.close),
+        ]
 
 
 async def produce(client: Any, topic: str) -> int:
@@ -64,10 +77,17 @@ KINDS = {
 
 
 async def ensure_topic(bootstrap: str) -> str:
-    topic = f"life-{uuid.uuid4().hex[:8]}"
+    topic = topic_name("life")
     async with Producer(bootstrap_servers=bootstrap) as producer:
         await producer.send_and_wait(topic, b"first", partition=0)
     return topic
+
+
+async def new_client(kind: str, bootstrap: str) -> tuple[Kind, Any, str]:
+    """The kind, a client of it not started yet, and a topic with one record."""
+    topic = await ensure_topic(bootstrap)
+    k = KINDS[kind]
+    return k, k.make(bootstrap), topic
 
 
 def check_used(result: Any) -> None:
@@ -75,29 +95,31 @@ def check_used(result: Any) -> None:
     assert result == 1 or result is True or (isinstance(result, frozenset) and result), result
 
 
+def check_lifecycle(client: Any, results: list[Any]) -> None:
+    """What :meth:`Kind.steps` returned: the use step worked, and the client is closed."""
+    check_used(results[1])
+    assert client.status().state == "closed"
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("kind", list(KINDS))
 async def test_start_use_and_close_in_three_tasks(
     anyio_backend: str, kafka_broker: Any, kind: str
 ) -> None:
-    k = KINDS[kind]
-    bootstrap = kafka_broker.bootstrap_servers
-    topic = await ensure_topic(bootstrap)
-    client = k.make(bootstrap)
+    k, client, topic = await new_client(kind, kafka_broker.bootstrap_servers)
     results: list[Any] = []
 
-    async def use() -> None:
-        results.append(await k.use(client, topic))
+    async def in_a_task_of_its_own(step: Step) -> None:
+        async def run() -> None:
+            results.append(await step())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
 
     with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(getattr(client, k.start))  # task A
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(use)  # task C
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(getattr(client, k.close))  # task B
-    check_used(results[0])
-    assert client.status().state == "closed"
+        for step in k.steps(client, topic):  # start in task A, use in B, close in C
+            await in_a_task_of_its_own(step)
+    check_lifecycle(client, results)
 
 
 @pytest.mark.anyio
@@ -106,15 +128,11 @@ async def test_start_use_and_close_in_three_tasks(
 async def test_create_task_start_then_close(
     anyio_backend: str, kafka_broker: Any, kind: str
 ) -> None:
-    k = KINDS[kind]
-    bootstrap = kafka_broker.bootstrap_servers
-    topic = await ensure_topic(bootstrap)
-    client = k.make(bootstrap)
+    k, client, topic = await new_client(kind, kafka_broker.bootstrap_servers)
+    start, use, close = k.steps(client, topic)
     with anyio.fail_after(30):
-        await asyncio.create_task(getattr(client, k.start)())
-        check_used(await k.use(client, topic))
-        await getattr(client, k.close)()
-    assert client.status().state == "closed"
+        results = [await asyncio.create_task(start()), await use(), await close()]
+    check_lifecycle(client, results)
 
 
 class FakeApp:
@@ -204,9 +222,9 @@ def test_run_until_complete_per_call(kafka_broker: Any, kind: str) -> None:
     try:
         topic = loop.run_until_complete(ensure_topic(bootstrap))
         client = k.make(bootstrap)
-        loop.run_until_complete(asyncio.wait_for(getattr(client, k.start)(), 30))
-        check_used(loop.run_until_complete(asyncio.wait_for(k.use(client, topic), 30)))
-        loop.run_until_complete(asyncio.wait_for(getattr(client, k.close)(), 30))
-        assert client.status().state == "closed"
+        results = [
+            loop.run_until_complete(asyncio.wait_for(step(), 30)) for step in k.steps(client, topic)
+        ]
+        check_lifecycle(client, results)
     finally:
         loop.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from functools import partial
 from typing import Any
 
 import anyio
@@ -29,6 +30,7 @@ from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.consumer import ConsumerRebalanceListener, TopicPartition
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.testing import KafkaCluster
+from tests.helpers import acked_numbers, send_numbered_until
 from tests.kafka.helpers import admin_for, new_topic, whole_again
 
 pytestmark = [pytest.mark.kafka, pytest.mark.anyio]
@@ -133,34 +135,21 @@ async def test_rolling_restart_while_a_producer_sends(kafka_cluster: KafkaCluste
     under-replicated (what an operator's rolling restart does), while ``send()`` runs."""
     try:
         async with new_topic(kafka_cluster, PARTITIONS, 3, min_insync_replicas="2") as topic:
-            acked: dict[int, list[int]] = {}
             futures: list[Any] = []
             async with idempotent_producer(
                 kafka_cluster, request_timeout_ms=10000, linger_ms=5
             ) as producer:
                 done = anyio.Event()
 
-                async def send() -> None:
-                    i = 0
-                    while not done.is_set():
-                        futures.append(
-                            await producer.send(topic, b"%06d" % i, key=b"k%d" % (i % 30))
-                        )
-                        i += 1
-                        if i % 20 == 0:
-                            await anyio.sleep(0.01)  # pacing, not synchronisation
-
                 with anyio.fail_after(150):
                     async with anyio.create_task_group() as tg:
-                        tg.start_soon(send)
+                        tg.start_soon(send_numbered_until, producer, topic, done, futures)
                         for node in kafka_cluster.brokers:
                             await node.stop()
                             await node.start()
                             await whole_again(kafka_cluster)
                         done.set()
-                    for i, future in enumerate(futures):
-                        meta = await future
-                        acked.setdefault(meta.partition, []).append(i)
+                    acked = await acked_numbers(futures)
             total = len(futures)
             read = await read_back(kafka_cluster, topic, total)
             print(f"\n[faults] rolling restart, {total} records: {counts(acked, read)}")
@@ -204,16 +193,6 @@ async def test_node_paused_longer_than_request_timeout(
                 consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
                 done = anyio.Event()
 
-                async def send() -> None:
-                    i = 0
-                    while not done.is_set():
-                        futures.append(
-                            await producer.send(topic, b"%06d" % i, key=b"k%d" % (i % 30))
-                        )
-                        i += 1
-                        if i % 20 == 0:
-                            await anyio.sleep(0.01)  # pacing, not synchronisation
-
                 async def consume(until: anyio.Event) -> None:
                     while not (until.is_set() and sum(map(len, read.values())) >= len(futures)):
                         for tp, records in (await consumer.getmany(timeout_ms=200)).items():
@@ -224,7 +203,7 @@ async def test_node_paused_longer_than_request_timeout(
                 all_sent = anyio.Event()
                 with anyio.fail_after(90):  # no hang
                     async with anyio.create_task_group() as tg:
-                        tg.start_soon(send)
+                        tg.start_soon(send_numbered_until, producer, topic, done, futures)
                         tg.start_soon(consume, all_sent)
                         await anyio.sleep(1)  # let traffic flow before the fault
                         victim.pause()
@@ -234,10 +213,7 @@ async def test_node_paused_longer_than_request_timeout(
                         done.set()
                         await producer.flush()
                         all_sent.set()
-                acked: dict[int, list[int]] = {}
-                for i, future in enumerate(futures):
-                    meta = await future  # raises if a send failed: none may
-                    acked.setdefault(meta.partition, []).append(i)
+                acked = await acked_numbers(futures)  # raises if a send failed: none may
             print(
                 f"\n[faults] SIGSTOP node {victim.node_id} 10 s, {len(futures)} records: "
                 f"{counts(acked, read)}; client log: "
@@ -330,21 +306,18 @@ async def test_group_commits_while_nodes_are_killed(kafka_cluster: KafkaCluster)
             async with idempotent_producer(
                 kafka_cluster, request_timeout_ms=10000, linger_ms=5
             ) as producer:
-
-                async def send() -> None:
-                    i = 0
-                    while not done_sending.is_set():
-                        futures.append(await producer.send(topic, b"%06d" % i, key=b"%d" % i))
-                        i += 1
-                        if i % 20 == 0:
-                            await anyio.sleep(0.01)  # pacing, not synchronisation
-
                 stop = anyio.Event()
                 with anyio.fail_after(150):
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(member, "m0", stop)
                         tg.start_soon(member, "m1", stop, crash)
-                        tg.start_soon(send)
+                        tg.start_soon(
+                            partial(send_numbered_until, distinct_keys=None),
+                            producer,
+                            topic,
+                            done_sending,
+                            futures,
+                        )
                         async with admin_for(kafka_cluster) as admin:
                             coordinator = (
                                 (await admin.describe_consumer_groups([group]))

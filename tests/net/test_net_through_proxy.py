@@ -129,6 +129,7 @@ async def test_reconnect_attempts_follow_the_backoff_curve(kafka_broker: Any) ->
     assert gaps[-1] >= 0.8 * max_ms / 1000
 
 
+@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
 async def test_broker_restart_is_reconnected_without_user_action() -> None:
     port = free_port()
     broker = LocalBroker(port=port)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import uuid
 from typing import Any
 
 import anyio
@@ -16,13 +15,10 @@ import pytest
 from aiokafka_ng.errors import KafkaTimeoutError, MessageSizeTooLargeError
 from aiokafka_ng.producer import Producer, RecordMetadata
 from aiokafka_ng.producer.future import DeliveryFuture, FutureNotDoneError
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
-
-
-def topic_name() -> str:
-    return f"af-{uuid.uuid4().hex[:10]}"
 
 
 class TaskCounter:

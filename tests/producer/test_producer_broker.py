@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 import anyio
@@ -18,12 +17,9 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.producer import Producer, ProducerRecord, RecordMetadata
 from aiokafka_ng.producer.partitioner import default_partition
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
-
-
-def topic_name(prefix: str = "p") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 async def test_send_and_await_metadata(kafka_broker: Any) -> None:

@@ -18,7 +18,8 @@ from fault_proxy import FaultProxy, proxied_broker
 from aiokafka_ng.errors import BufferExhaustedError, IllegalStateError, KafkaTimeoutError
 from aiokafka_ng.producer import Producer
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 METADATA = 3
 

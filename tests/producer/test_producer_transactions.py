@@ -4,7 +4,6 @@ tested in tests/transactions)."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
@@ -15,18 +14,15 @@ from aiokafka_ng.producer.transactions import (
     TransactionAbortedError,
     TransactionNotStartedError,
 )
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
 
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
 async def test_commit_abort_and_context(kafka_broker: Any) -> None:
-    topic = name("txn")
+    topic = topic_name("txn")
     async with Producer(
-        bootstrap_servers=kafka_broker.bootstrap_servers, transactional_id=name("tid")
+        bootstrap_servers=kafka_broker.bootstrap_servers, transactional_id=topic_name("tid")
     ) as producer:
         assert producer.statistics()["transaction_state"] == "ready"
         with pytest.raises(TransactionNotStartedError):
@@ -59,8 +55,8 @@ async def test_commit_abort_and_context(kafka_broker: Any) -> None:
 async def test_second_producer_fences_the_first(kafka_broker: Any) -> None:
     # Tansu drops the connection on an EndTxn with a fenced epoch (Kafka answers
     # PRODUCER_FENCED), so the fence is observed where Tansu does answer: on Produce.
-    topic = name("fence")
-    tid = name("tid")
+    topic = topic_name("fence")
+    tid = topic_name("tid")
     async with Producer(
         bootstrap_servers=kafka_broker.bootstrap_servers, transactional_id=tid, max_block_ms=5000
     ) as first:

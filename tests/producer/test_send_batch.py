@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import anyio
@@ -17,12 +16,9 @@ from aiokafka_ng.producer import Producer, ProducerRecord
 from aiokafka_ng.producer.partitioner import default_partition
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import RecordBatchBuilder
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
-
-
-def topic_name() -> str:
-    return f"sb-{uuid.uuid4().hex[:10]}"
 
 
 async def read_all(bootstrap: str, topic: str, n: int) -> list[Any]:

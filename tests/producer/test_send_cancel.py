@@ -13,7 +13,6 @@ the log must end there (no duplicate, nothing of the withdrawn tail).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 from aiokafka_ng.errors import KafkaError, ProducerClosedError
 from aiokafka_ng.producer import BatchDelivery, Producer
 from aiokafka_ng.producer.transactions import TransactionAbortedError
+from tests.helpers import topic_name
 from tests.transactions.test_txn_broker import _ABORT, _COMMIT, read_log
 
 pytestmark = pytest.mark.anyio
@@ -32,10 +32,6 @@ pytestmark = pytest.mark.anyio
 #: at most a quarter of it.
 BUFFER = 64 * 1024
 N = 2000
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def values(n: int = N, tag: bytes = b"v") -> list[bytes]:
@@ -126,7 +122,7 @@ def check_withdrawn(run: BatchDelivery, n: int) -> int:
 
 
 async def test_send_many_cancelled_between_chunks(kafka_broker: Any) -> None:
-    topic, vals = name("cm"), values()
+    topic, vals = topic_name("cm"), values()
     async with producer(kafka_broker) as p:
         await p.partitions_for(topic)
         with cancel_when_blocked(p) as seen:
@@ -145,7 +141,7 @@ async def test_send_many_cancelled_while_its_topic_has_no_metadata(kafka_broker:
     # The chunks wait for the topic's metadata as queue entries; nothing can free memory
     # meanwhile, so the run blocks exactly when the buffer is full and the cancellation
     # is delivered at that wait: what it had queued is what held the memory then.
-    topic, vals = name("cu"), values()
+    topic, vals = topic_name("cu"), values()
     async with producer(kafka_broker) as p:
         request = p._acc.request_metadata
         p._acc.request_metadata = lambda topic: None  # keep the topic unknown for now
@@ -171,7 +167,7 @@ async def test_send_many_and_send_batch_cancelled_at_the_checkpoint_after_a_chun
     # Called in a scope already cancelled, with memory free: the first chunk is queued
     # without a wait, and the cancellation lands at the checkpoint after it -- exactly one
     # chunk (a quarter of the buffer) is sent, the rest is not.
-    topic, vals = name("ck"), values()
+    topic, vals = topic_name("ck"), values()
     async with producer(kafka_broker) as p:
         await p.partitions_for(topic)
         with anyio.CancelScope() as scope:
@@ -197,7 +193,7 @@ async def test_send_many_cancelled_before_its_first_chunk(kafka_broker: Any) -> 
     # A first run fills the buffer (its topic's metadata held back); the second blocks
     # on its first chunk and is cancelled there: none of it is sent, flush and the first
     # run are unaffected.
-    topic = name("cf")
+    topic = topic_name("cf")
     first_vals, second_vals = values(120, b"a"), values(500, b"b")
     async with producer(kafka_broker) as p:
         request = p._acc.request_metadata
@@ -219,7 +215,7 @@ async def test_send_many_cancelled_before_its_first_chunk(kafka_broker: Any) -> 
 async def test_send_batch_cancelled_between_chunks(kafka_broker: Any) -> None:
     # send_batch hands out no future once cancelled, so what it queued is found on the log:
     # a prefix of the run, each record once, at least what was queued before it blocked.
-    topic, vals = name("cb"), values()
+    topic, vals = topic_name("cb"), values()
     async with producer(kafka_broker) as p:
         await p.partitions_for(topic)
         with cancel_when_blocked(p):
@@ -237,7 +233,7 @@ async def test_send_batch_cancelled_between_chunks(kafka_broker: Any) -> None:
 async def test_send_cancelled_waiting_for_memory(kafka_broker: Any) -> None:
     # The buffer is full of records waiting for their topic's metadata; a send() that
     # must wait for memory is cancelled there (also through send_and_wait): not queued.
-    topic = name("cs")
+    topic = topic_name("cs")
     async with producer(kafka_broker) as p:
         request = p._acc.request_metadata
         p._acc.request_metadata = lambda topic: None
@@ -267,8 +263,8 @@ async def test_send_many_cancelled_in_a_transaction_commits_what_was_queued(
 ) -> None:
     # As in the Java client, a record whose send was interrupted before it was appended is
     # not part of the transaction: the commit goes through with what was queued.
-    topic, vals = name("ct"), values()
-    async with producer(kafka_broker, transactional_id=name("tid")) as p:
+    topic, vals = topic_name("ct"), values()
+    async with producer(kafka_broker, transactional_id=topic_name("tid")) as p:
         await p.partitions_for(topic)
         p.begin_transaction()
         with cancel_when_blocked(p) as seen:
@@ -280,7 +276,7 @@ async def test_send_many_cancelled_in_a_transaction_commits_what_was_queued(
         memory_back(p)
         # Cancelled before its first chunk (the buffer full of the first run, whose topic
         # has no metadata yet): nothing of the second run is in the transaction.
-        other = name("ct")
+        other = topic_name("ct")
         request = p._acc.request_metadata
         p._acc.request_metadata = lambda topic: None
         p.begin_transaction()
@@ -307,8 +303,8 @@ async def test_cancelled_transaction_with_a_cancelled_send_many_is_aborted(
     # The cancellation leaves the transaction() block too: the producer's own task aborts
     # the transaction (it waits for what the run had in flight; what was still queued
     # fails), and the next transaction commits.
-    topic, vals = name("ca"), values()
-    async with producer(kafka_broker, transactional_id=name("tid")) as p:
+    topic, vals = topic_name("ca"), values()
+    async with producer(kafka_broker, transactional_id=topic_name("tid")) as p:
         await p.partitions_for(topic)
         with cancel_when_blocked(p) as seen:
             async with p.transaction():
@@ -336,7 +332,7 @@ async def test_closed_while_send_many_waits_for_memory(kafka_broker: Any) -> Non
     # close() while a run waits for memory between chunks: the call raises
     # ProducerClosedError, close() delivers what the run had queued and returns (it waits
     # for the run, which must therefore be decided), the rest was never sent.
-    topic, vals = name("cc"), values()
+    topic, vals = topic_name("cc"), values()
     p = Producer(bootstrap_servers=kafka_broker.bootstrap_servers, buffer_memory=BUFFER)
     blocked = anyio.Event()
 

@@ -12,7 +12,6 @@ Arrow buffers (how the Spark sink hands them over): the ``as_run`` fixture.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ from aiokafka_ng.producer import future as future_module
 from aiokafka_ng.producer.future import FutureNotDoneError
 from aiokafka_ng.producer.partitioner import default_partition
 from aiokafka_ng.producer.runs import run_stretches
+from tests.helpers import topic_name
 from tests.producer.test_send_batch import read_all
 from tests.protocol.arrow_columns import column
 
@@ -38,10 +38,6 @@ def as_run(request: pytest.FixtureRequest) -> Callable[[list[bytes]], Any]:
     if request.param == "list":
         return lambda items: items
     return lambda items: column(list(items), pad=3)
-
-
-def topic_name() -> str:
-    return f"sm-{uuid.uuid4().hex[:10]}"
 
 
 def landed(records: list[Any]) -> dict[bytes, tuple[int, int]]:

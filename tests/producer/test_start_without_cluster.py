@@ -21,6 +21,7 @@ from aiokafka_ng.testing import LocalBroker
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
 async def test_producer_queues_until_the_broker_appears(anyio_backend: str) -> None:
     port = free_port()
     n = 10_000

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import struct
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,10 +24,6 @@ from aiokafka_ng.testing import ClusterSimulator, LocalBroker
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 _VALUE = struct.Struct(">QQ")
 MISPLACED = 2**62  # stands for a record read from a partition it was not sent to
-
-
-def topic_name(prefix: str) -> str:
-    return f"rel-{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def value(partition: int, seq: int) -> bytes:

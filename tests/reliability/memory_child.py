@@ -17,7 +17,8 @@ import anyio
 from aiokafka_ng.errors import BufferExhaustedError, KafkaTimeoutError
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.producer.future import DeliveryFuture
-from tests.reliability.helpers import rss_bytes, simulated_cluster, topic_name, value
+from tests.helpers import topic_name
+from tests.reliability.helpers import rss_bytes, simulated_cluster, value
 
 BUFFER_MEMORY = int(sys.argv[2]) if len(sys.argv) > 2 else 8 * 1024 * 1024
 

@@ -9,9 +9,11 @@ import pytest
 
 from aiokafka_ng.admin import AdminClient
 from aiokafka_ng.admin.models import NewTopic
-from tests.reliability.helpers import Stopwatch, simulated_cluster, topic_name
+from tests.helpers import topic_name
+from tests.reliability.helpers import Stopwatch, simulated_cluster
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 CREATE_TOPICS, DELETE_TOPICS = 19, 20
 NOT_CONTROLLER = 41

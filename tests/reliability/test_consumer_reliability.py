@@ -16,6 +16,7 @@ import pytest
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import ClusterSimulator
+from tests.helpers import topic_name
 from tests.reliability.helpers import (
     FETCH,
     METADATA,
@@ -23,12 +24,12 @@ from tests.reliability.helpers import (
     record_count,
     simulated_cluster,
     tally,
-    topic_name,
     unpack,
     value,
 )
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 PARTITIONS = 4
 

@@ -14,10 +14,12 @@ import anyio
 import pytest
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
-from tests.reliability.helpers import simulated_cluster, topic_name, unpack
+from tests.helpers import topic_name
+from tests.reliability.helpers import simulated_cluster, unpack
 from tests.reliability.test_consumer_reliability import PARTITIONS, produce
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 
 async def test_a_stalled_broker_does_not_starve_the_others() -> None:

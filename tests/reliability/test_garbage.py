@@ -11,6 +11,7 @@ import pytest
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import ClusterSimulator
+from tests.helpers import topic_name
 from tests.reliability.helpers import (
     FETCH,
     PRODUCE,
@@ -19,13 +20,13 @@ from tests.reliability.helpers import (
     record_count,
     simulated_cluster,
     tally,
-    topic_name,
     unpack,
 )
 from tests.reliability.test_consumer_reliability import produce
 from tests.reliability.test_producer_reliability import PARTITIONS, send_numbered
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 
 async def garbage_every(sim: ClusterSimulator, api_key: int, interval: float) -> None:

@@ -18,17 +18,18 @@ import pytest
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.producer.partitioner import default_partition
 from aiokafka_ng.testing import ClusterSimulator
+from tests.helpers import topic_name
 from tests.reliability.helpers import (
     PRODUCE,
     read_back,
     record_count,
     simulated_cluster,
     tally,
-    topic_name,
     value,
 )
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 PARTITIONS = 4  # Tansu auto-creates topics with 4 partitions
 NOT_LEADER = 6

@@ -26,6 +26,7 @@ from aiokafka_ng.producer import Producer
 from aiokafka_ng.producer.future import DeliveryFuture
 from aiokafka_ng.testing import ClusterSimulator
 from aiokafka_ng.testing.simulator import Injection
+from tests.helpers import topic_name
 from tests.reliability.helpers import (
     PRODUCE,
     Stopwatch,
@@ -35,11 +36,11 @@ from tests.reliability.helpers import (
     record_count,
     simulated_cluster,
     tally,
-    topic_name,
     value,
 )
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 REPO = Path(__file__).resolve().parents[2]
 

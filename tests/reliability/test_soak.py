@@ -14,7 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from soak import soak
 
-pytestmark = pytest.mark.anyio
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = [pytest.mark.anyio, pytest.mark.broker]
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import anyio
@@ -11,10 +10,6 @@ from aiokafka_ng.producer import Producer
 from aiokafka_ng.spark._offsets import partition_bounds
 
 Record = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def total_records(bootstrap: str, topic: str) -> int:

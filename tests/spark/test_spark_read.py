@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.spark.helpers import Record, produce, topic_name
+from tests.helpers import topic_name
+from tests.spark.helpers import Record, produce
 
 
 def _rows(n_per_partition: int, partitions: int, tag: str = "") -> list[Any]:

@@ -11,7 +11,8 @@ import pytest
 from aiokafka_ng.errors import MessageTooLargeError
 from aiokafka_ng.spark._read import KafkaRange, plan_read, read_range
 from aiokafka_ng.spark._write import plan_write, write_batches
-from tests.spark.helpers import produce, read_confluent, topic_name
+from tests.helpers import topic_name
+from tests.spark.helpers import produce, read_confluent
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 

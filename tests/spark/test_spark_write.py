@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.spark.helpers import read_confluent, topic_name, total_records
+from tests.helpers import topic_name
+from tests.spark.helpers import read_confluent, total_records
 
 
 def _expected_value(i: int) -> bytes:

@@ -19,6 +19,9 @@ import pytest
 
 from aiokafka_ng.testing import BINARY_ENV_VAR, LocalBroker, LocalBrokerError
 
+# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
+pytestmark = pytest.mark.broker
+
 # The kafka_broker* fixtures come from aiokafka_ng.testing.pytest_plugin, which the pytest11
 # entry point registers (aiokafka-ng is installed in editable mode in the dev venv).
 REPO_ROOT = Path(__file__).resolve().parents[2]

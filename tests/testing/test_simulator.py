@@ -43,6 +43,7 @@ from aiokafka_ng.protocol.primitives import ApiMessage
 from aiokafka_ng.protocol.records import RecordBatchBuilder, iter_batches
 from aiokafka_ng.testing import LocalBroker
 from aiokafka_ng.testing.simulator import ClusterSimulator
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
@@ -85,10 +86,6 @@ class RawClient:
 async def connect(sim: ClusterSimulator, node: int) -> AsyncIterator[RawClient]:
     async with await anyio.connect_tcp("127.0.0.1", sim.ports[node]) as stream:
         yield RawClient(stream)
-
-
-def new_topic() -> str:
-    return f"sim-{uuid.uuid4().hex[:12]}"
 
 
 def batch(*values: bytes) -> bytes:
@@ -135,7 +132,7 @@ async def sim(kafka_broker: LocalBroker) -> AsyncIterator[ClusterSimulator]:
 
 @pytest.mark.parametrize("version", [1, 7, 9, 12])
 async def test_metadata_presents_the_simulated_cluster(sim: ClusterSimulator, version: int) -> None:
-    topic = new_topic()
+    topic = topic_name("sim")
     async with connect(sim, 1) as client:
         resp = await metadata(client, topic, version)
     assert [(b.node_id, b.host, b.port) for b in resp.brokers] == [
@@ -176,7 +173,7 @@ async def test_describe_cluster_and_find_coordinator_name_simulated_nodes(
 async def test_produce_only_at_the_leader_and_mixed_requests_are_split(
     sim: ClusterSimulator,
 ) -> None:
-    topic = new_topic()
+    topic = topic_name("sim")
     async with connect(sim, 0) as c0, connect(sim, 1) as c1:
         await metadata(c0, topic)
         # Partition 1 is led by node 1: node 0 refuses it with the KIP-951 hint (v11).
@@ -201,7 +198,7 @@ async def test_produce_only_at_the_leader_and_mixed_requests_are_split(
 async def test_move_leader_makes_the_old_node_refuse_and_metadata_follow(
     sim: ClusterSimulator,
 ) -> None:
-    topic = new_topic()
+    topic = topic_name("sim")
     async with connect(sim, 0) as c0, connect(sim, 2) as c2:
         (t,) = (await metadata(c0, topic)).topics
         assert results(await c0.call(produce(topic, {0: batch(b"one")}), 11))[0].error_code == 0
@@ -264,7 +261,7 @@ async def test_move_leader_makes_the_old_node_refuse_and_metadata_follow(
 async def test_acks0_produce_to_a_non_leader_closes_the_connection(
     sim: ClusterSimulator,
 ) -> None:
-    topic = new_topic()
+    topic = topic_name("sim")
     async with connect(sim, 0) as c0:
         await metadata(c0, topic)
         await c0.send(produce(topic, {1: batch(b"lost")}, acks=0), 9)
@@ -276,7 +273,7 @@ async def test_acks0_produce_to_a_non_leader_closes_the_connection(
 
 
 async def test_inject_answers_n_times_then_forwards(sim: ClusterSimulator) -> None:
-    topic = new_topic()
+    topic = topic_name("sim")
     async with connect(sim, 0) as c0:
         await metadata(c0, topic)
         rule = sim.inject(PRODUCE, NOT_ENOUGH_REPLICAS, times=2)
@@ -306,7 +303,7 @@ async def test_inject_answers_n_times_then_forwards(sim: ClusterSimulator) -> No
 
 
 async def test_controller_bound_requests_get_not_controller(sim: ClusterSimulator) -> None:
-    name = new_topic()
+    name = topic_name("sim")
     create = CreateTopicsRequest(
         topics=[CreatableTopic(name=name, num_partitions=2, replication_factor=1)],
         timeout_ms=5000,
@@ -325,7 +322,7 @@ async def test_controller_bound_requests_get_not_controller(sim: ClusterSimulato
 
 async def test_kill_closes_and_refuses_until_restart(sim: ClusterSimulator) -> None:
     async with connect(sim, 1) as c1:
-        await metadata(c1, new_topic())
+        await metadata(c1, topic_name("sim"))
         sim.kill(1)
         with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
             await c1.receive_frame()
@@ -409,7 +406,7 @@ def _confluent_roundtrip(
 
 
 async def test_confluent_kafka_end_to_end_with_leader_moves(sim: ClusterSimulator) -> None:
-    topic = new_topic()
+    topic = topic_name("sim")
     async with connect(sim, 0) as client:
         await metadata(client, topic)  # auto-create: 4 partitions, leaders on nodes 0,1,2,0
 
@@ -456,7 +453,7 @@ async def high_watermark(sim: ClusterSimulator, topic: str, partition: int) -> i
 
 
 async def test_fetch_split_merges_forwarded_and_refused_partitions(sim: ClusterSimulator) -> None:
-    topic = new_topic()
+    topic = topic_name("sim")
     async with connect(sim, 0) as c0:
         await metadata(c0, topic)
         await c0.call(produce(topic, {0: batch(b"a", b"b")}), 9)
@@ -471,7 +468,7 @@ async def test_fetch_split_merges_forwarded_and_refused_partitions(sim: ClusterS
 async def test_cut_after_forwards_the_last_request_or_drops_it(
     sim: ClusterSimulator, forward_last: bool
 ) -> None:
-    topic = new_topic()
+    topic = topic_name("sim")
     async with connect(sim, 0) as c0:
         await metadata(c0, topic)
         sim.cut_after(0, requests=1, forward_last=forward_last)
@@ -500,7 +497,7 @@ async def test_cut_after_repeat_and_clear_faults(sim: ClusterSimulator) -> None:
 
 
 async def test_acks0_to_the_leader_is_forwarded_without_a_response(sim: ClusterSimulator) -> None:
-    topic = new_topic()
+    topic = topic_name("sim")
     async with connect(sim, 0) as c0:
         await metadata(c0, topic)
         await c0.send(produce(topic, {0: batch(b"fire-and-forget")}, acks=0), 9)
@@ -527,7 +524,7 @@ async def test_inject_on_whole_request_apis_and_bad_rules(sim: ClusterSimulator)
 
 
 async def test_kill_with_failover_moves_leaders_and_controller(sim: ClusterSimulator) -> None:
-    topic = new_topic()
+    topic = topic_name("sim")
     group = next(f"g{i}" for i in range(100) if sim.coordinator_for(f"g{i}") == 0)
     async with connect(sim, 1) as c1:
         await metadata(c1, topic)
@@ -548,7 +545,7 @@ async def test_describe_topic_partitions_is_rewritten(sim: ClusterSimulator) -> 
         TopicRequest,
     )
 
-    topic = new_topic()
+    topic = topic_name("sim")
     async with connect(sim, 0) as c0:
         await metadata(c0, topic)
         sim.move_leader(topic, 2, to_node=0)
@@ -597,7 +594,7 @@ async def test_client_side_epoch_bump_is_accepted_as_kafka_does(
     accepted, older epoch rejected, a new epoch must start at 0 -- per partition."""
     from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
 
-    topic = new_topic()
+    topic = topic_name("sim")
     init = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000)
     async with await anyio.connect_tcp("127.0.0.1", kafka_broker.port) as stream:
         direct = RawClient(stream)
@@ -688,7 +685,7 @@ async def test_confluent_kafka_idempotent_through_moves_and_cuts(sim: ClusterSim
     bump; Tansu fences it (PRODUCER_FENCED, what failed this test under load in CI), so the
     simulator maps it as Kafka would (see _simulator_producers).
     """
-    topic = new_topic()
+    topic = topic_name("sim")
     count = 5000
     async with connect(sim, 0) as client:
         await metadata(client, topic)
@@ -770,7 +767,7 @@ def _confluent_consume(bootstrap: str, topic: str, count: int) -> dict[int, list
 
 
 async def test_random_moves_wait_until_and_reset(sim: ClusterSimulator) -> None:
-    topic = new_topic()
+    topic = topic_name("sim")
     assert sim.move_random_leader() is None  # no topic seen yet
     async with connect(sim, 0) as c0:
         await metadata(c0, topic)
@@ -921,7 +918,7 @@ async def test_our_cluster_layer_routes_through_the_simulated_cluster(
     simulated nodes, sees three brokers, routes to leaders and follows a move."""
     from aiokafka_ng.cluster import Cluster, ClusterConfig
 
-    topic = new_topic()
+    topic = topic_name("sim")
     config = ClusterConfig(
         bootstrap_servers=[("127.0.0.1", port) for port in sim.ports], retry_backoff_ms=10
     )

@@ -12,7 +12,6 @@ ABORT markers in that log).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
@@ -53,14 +52,11 @@ from aiokafka_ng.protocol.messages.fetch import (
 )
 from aiokafka_ng.protocol.records import iter_batches
 from aiokafka_ng.testing import ClusterSimulator
+from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
 _ABORT, _COMMIT = 0, 1
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def txn_producer(broker: Any, tid: str, **kw: Any) -> Producer:
@@ -138,7 +134,7 @@ async def read_log(bootstrap: str, topic: str, partition: int = 0) -> Log:
 
 
 async def test_commit_and_abort_markers_take_offsets(kafka_broker: Any) -> None:
-    topic, tid = name("t"), name("txn")
+    topic, tid = topic_name("t"), topic_name("txn")
     async with txn_producer(kafka_broker, tid) as producer:
         async with producer.transaction():
             futs = [await producer.send(topic, b"c%d" % i, partition=0) for i in range(3)]
@@ -178,7 +174,7 @@ async def test_commit_and_abort_markers_take_offsets(kafka_broker: Any) -> None:
 
 
 async def test_second_producer_fences_the_first(kafka_broker: Any) -> None:
-    topic, tid = name("t"), name("txn")
+    topic, tid = topic_name("t"), topic_name("txn")
     async with txn_producer(kafka_broker, tid) as first:
         async with first.transaction():
             await first.send(topic, b"one", partition=0)
@@ -203,7 +199,7 @@ async def test_second_producer_fences_the_first(kafka_broker: Any) -> None:
 async def test_fenced_in_the_middle_of_a_transaction(kafka_broker: Any) -> None:
     """The partition is already in the transaction when the successor starts: the first
     producer learns it from its next Produce (PRODUCER_FENCED), not from the coordinator."""
-    topic, tid = name("t"), name("txn")
+    topic, tid = topic_name("t"), topic_name("txn")
     async with txn_producer(kafka_broker, tid) as first:
         first.begin_transaction()
         await (await first.send(topic, b"open", partition=0))
@@ -224,7 +220,7 @@ async def test_fenced_in_the_middle_of_a_transaction(kafka_broker: Any) -> None:
 async def test_moved_coordinator_is_found_again(kafka_broker: Any) -> None:
     """NOT_COORDINATOR (Tansu never sends it; the simulator does once the transactional id's
     coordinator moves): the producer looks the coordinator up again and carries on."""
-    topic, tid = name("t"), name("txn")
+    topic, tid = topic_name("t"), topic_name("txn")
     async with (
         ClusterSimulator(kafka_broker, brokers=3, seed=3) as sim,
         Producer(
@@ -245,7 +241,7 @@ async def test_moved_coordinator_is_found_again(kafka_broker: Any) -> None:
 
 
 async def test_abortable_errors_leave_the_producer_usable(kafka_broker: Any) -> None:
-    topic, tid = name("t"), name("txn")
+    topic, tid = topic_name("t"), topic_name("txn")
     async with txn_producer(kafka_broker, tid) as producer:
         # The body raises: aborted, the exception propagates.
         with pytest.raises(RuntimeError, match="boom"):
@@ -272,7 +268,7 @@ async def test_cancelled_transaction_is_aborted_and_the_producer_goes_on(
 ) -> None:
     """Only the task's work is cancelled, not the producer: a task of the producer aborts
     the transaction, and the next ``transaction()`` waits for that abort."""
-    topic, tid = name("t"), name("txn")
+    topic, tid = topic_name("t"), topic_name("txn")
     async with txn_producer(kafka_broker, tid) as producer:
         await producer.init_transactions()  # already done by start(): a no-op
         with anyio.move_on_after(0.2) as scope:
@@ -288,8 +284,8 @@ async def test_cancelled_transaction_is_aborted_and_the_producer_goes_on(
 
 
 async def test_illegal_call_sequences_raise_named_errors(kafka_broker: Any) -> None:
-    topic = name("t")
-    async with txn_producer(kafka_broker, name("txn")) as producer:
+    topic = topic_name("t")
+    async with txn_producer(kafka_broker, topic_name("txn")) as producer:
         with pytest.raises(TransactionNotStartedError):
             await producer.send(topic, b"outside")  # send outside a transaction
         with pytest.raises(IllegalTransactionStateError, match="begin_transaction"):
@@ -466,7 +462,12 @@ async def read_committed_values(topic: str, log: Log) -> list[bytes | None]:
 
 async def test_consume_transform_produce_exactly_once_after_a_crash(kafka_broker: Any) -> None:
     n = 20
-    in_topic, out_topic, group, tid = name("in"), name("out"), name("g"), name("txn")
+    in_topic, out_topic, group, tid = (
+        topic_name("in"),
+        topic_name("out"),
+        topic_name("g"),
+        topic_name("txn"),
+    )
     await fill_input(kafka_broker, in_topic, n)
 
     crashed = anyio.Event()

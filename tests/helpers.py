@@ -1,0 +1,55 @@
+"""Helpers every part of the suite shares (``from tests.helpers import topic_name``).
+
+Per-area helpers stay beside their tests (``tests/consumer/helpers.py``,
+``tests/reliability/helpers.py``, ``tests/kafka/helpers.py``); what two areas need lives here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+
+if TYPE_CHECKING:
+    from aiokafka_ng.producer import DeliveryFuture, Producer
+
+
+def topic_name(prefix: str = "t") -> str:
+    """A name no other test (nor an earlier run against the same broker) uses:
+    ``prefix-<10 hex digits>``. For topics, and for group and transactional ids too."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+async def send_numbered_until(
+    producer: Producer,
+    topic: str,
+    stop: anyio.Event,
+    sent: list[DeliveryFuture],
+    *,
+    distinct_keys: int | None = 30,
+) -> None:
+    """Send ``b"%06d" % i`` for i = 0, 1, 2, ... until ``stop`` is set, appending each
+    delivery future to ``sent`` (record i's future is ``sent[i]``). Keys ``k<i % distinct_keys>``
+    (every record its own key when None) spread the records over the partitions. A short
+    pause every 20 sends is pacing, not synchronisation: it leaves the fault under test,
+    and the consumers, time to run."""
+    i = 0
+    while not stop.is_set():
+        key = b"k%d" % (i if distinct_keys is None else i % distinct_keys)
+        sent.append(await producer.send(topic, b"%06d" % i, key=key))
+        i += 1
+        if i % 20 == 0:
+            await anyio.sleep(0.01)
+
+
+async def acked_numbers(sent: Sequence[DeliveryFuture]) -> dict[int, list[int]]:
+    """partition -> the numbers of the records acknowledged there, in send order: what a
+    partition's log must hold, in that order, for "lost 0, duplicated 0, reordered 0".
+    Raises what a failed send raised: a test that allows none needs no other check."""
+    acked: dict[int, list[int]] = {}
+    for i, future in enumerate(sent):
+        meta = await future
+        acked.setdefault(meta.partition, []).append(i)
+    return acked
