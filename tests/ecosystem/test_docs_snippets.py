@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 import anyio
+import pytest
 import trustme
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -159,6 +160,7 @@ def _shell_line(line: str, address: str) -> str:
     return command.replace("127.0.0.1:PORT", address).replace("aiokafka-ng", cli)
 
 
+@pytest.mark.broker  # the page's own `aiokafka-ng broker &`, in a subprocess
 def test_cli_examples_in_order(tmp_path: Path) -> None:
     lines = block("cli", "sh", "aiokafka-ng broker &").splitlines()
     assert lines[0].startswith("aiokafka-ng broker &")
