@@ -11,6 +11,7 @@ from aiokafka_ng.protocol.messages.alter_client_quotas import AlterClientQuotasR
 from aiokafka_ng.protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from aiokafka_ng.protocol.messages.alter_partition_reassignments import AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse
 from aiokafka_ng.protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse
+from aiokafka_ng.protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse
 from aiokafka_ng.protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
 from aiokafka_ng.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from aiokafka_ng.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
@@ -22,6 +23,7 @@ from aiokafka_ng.protocol.messages.create_topics import CreateTopicsRequest, Cre
 from aiokafka_ng.protocol.messages.delete_acls import DeleteAclsRequest, DeleteAclsResponse
 from aiokafka_ng.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from aiokafka_ng.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
+from aiokafka_ng.protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse
 from aiokafka_ng.protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest, DeleteShareGroupStateResponse
 from aiokafka_ng.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
 from aiokafka_ng.protocol.messages.describe_acls import DescribeAclsRequest, DescribeAclsResponse
@@ -33,6 +35,7 @@ from aiokafka_ng.protocol.messages.describe_groups import DescribeGroupsRequest,
 from aiokafka_ng.protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
 from aiokafka_ng.protocol.messages.describe_producers import DescribeProducersRequest, DescribeProducersResponse
 from aiokafka_ng.protocol.messages.describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
+from aiokafka_ng.protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse
 from aiokafka_ng.protocol.messages.describe_topic_partitions import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 from aiokafka_ng.protocol.messages.describe_transactions import DescribeTransactionsRequest, DescribeTransactionsResponse
 from aiokafka_ng.protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
@@ -48,7 +51,7 @@ from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
 from aiokafka_ng.protocol.messages.initialize_share_group_state import InitializeShareGroupStateRequest, InitializeShareGroupStateResponse
 from aiokafka_ng.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
 from aiokafka_ng.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
-from aiokafka_ng.protocol.messages.list_client_metrics_resources import ListClientMetricsResourcesRequest, ListClientMetricsResourcesResponse
+from aiokafka_ng.protocol.messages.list_config_resources import ListConfigResourcesRequest, ListConfigResourcesResponse
 from aiokafka_ng.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from aiokafka_ng.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from aiokafka_ng.protocol.messages.list_partition_reassignments import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
@@ -70,9 +73,13 @@ from aiokafka_ng.protocol.messages.share_acknowledge import ShareAcknowledgeRequ
 from aiokafka_ng.protocol.messages.share_fetch import ShareFetchRequest, ShareFetchResponse
 from aiokafka_ng.protocol.messages.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
 from aiokafka_ng.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
+from aiokafka_ng.protocol.messages.streams_group_describe import StreamsGroupDescribeRequest, StreamsGroupDescribeResponse
+from aiokafka_ng.protocol.messages.streams_group_heartbeat import StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse
+from aiokafka_ng.protocol.messages.streams_group_topology_description_update import StreamsGroupTopologyDescriptionUpdateRequest, StreamsGroupTopologyDescriptionUpdateResponse
 from aiokafka_ng.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from aiokafka_ng.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from aiokafka_ng.protocol.messages.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
+from aiokafka_ng.protocol.messages.unregister_controller import UnregisterControllerRequest, UnregisterControllerResponse
 from aiokafka_ng.protocol.messages.update_features import UpdateFeaturesRequest, UpdateFeaturesResponse
 from aiokafka_ng.protocol.messages.write_share_group_state import WriteShareGroupStateRequest, WriteShareGroupStateResponse
 from aiokafka_ng.protocol.messages.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
@@ -95,6 +102,8 @@ __all__ = [
     'AlterPartitionReassignmentsResponse',
     'AlterReplicaLogDirsRequest',
     'AlterReplicaLogDirsResponse',
+    'AlterShareGroupOffsetsRequest',
+    'AlterShareGroupOffsetsResponse',
     'AlterUserScramCredentialsRequest',
     'AlterUserScramCredentialsResponse',
     'ApiVersionsRequest',
@@ -117,6 +126,8 @@ __all__ = [
     'DeleteGroupsResponse',
     'DeleteRecordsRequest',
     'DeleteRecordsResponse',
+    'DeleteShareGroupOffsetsRequest',
+    'DeleteShareGroupOffsetsResponse',
     'DeleteShareGroupStateRequest',
     'DeleteShareGroupStateResponse',
     'DeleteTopicsRequest',
@@ -139,6 +150,8 @@ __all__ = [
     'DescribeProducersResponse',
     'DescribeQuorumRequest',
     'DescribeQuorumResponse',
+    'DescribeShareGroupOffsetsRequest',
+    'DescribeShareGroupOffsetsResponse',
     'DescribeTopicPartitionsRequest',
     'DescribeTopicPartitionsResponse',
     'DescribeTransactionsRequest',
@@ -169,8 +182,8 @@ __all__ = [
     'JoinGroupResponse',
     'LeaveGroupRequest',
     'LeaveGroupResponse',
-    'ListClientMetricsResourcesRequest',
-    'ListClientMetricsResourcesResponse',
+    'ListConfigResourcesRequest',
+    'ListConfigResourcesResponse',
     'ListGroupsRequest',
     'ListGroupsResponse',
     'ListOffsetsRequest',
@@ -213,12 +226,20 @@ __all__ = [
     'ShareGroupDescribeResponse',
     'ShareGroupHeartbeatRequest',
     'ShareGroupHeartbeatResponse',
+    'StreamsGroupDescribeRequest',
+    'StreamsGroupDescribeResponse',
+    'StreamsGroupHeartbeatRequest',
+    'StreamsGroupHeartbeatResponse',
+    'StreamsGroupTopologyDescriptionUpdateRequest',
+    'StreamsGroupTopologyDescriptionUpdateResponse',
     'SyncGroupRequest',
     'SyncGroupResponse',
     'TxnOffsetCommitRequest',
     'TxnOffsetCommitResponse',
     'UnregisterBrokerRequest',
     'UnregisterBrokerResponse',
+    'UnregisterControllerRequest',
+    'UnregisterControllerResponse',
     'UpdateFeaturesRequest',
     'UpdateFeaturesResponse',
     'WriteShareGroupStateRequest',
@@ -287,7 +308,7 @@ REQUEST_TYPES: dict[int, type[ApiMessage]] = {
     69: ConsumerGroupDescribeRequest,
     71: GetTelemetrySubscriptionsRequest,
     72: PushTelemetryRequest,
-    74: ListClientMetricsResourcesRequest,
+    74: ListConfigResourcesRequest,
     75: DescribeTopicPartitionsRequest,
     76: ShareGroupHeartbeatRequest,
     77: ShareGroupDescribeRequest,
@@ -300,6 +321,13 @@ REQUEST_TYPES: dict[int, type[ApiMessage]] = {
     85: WriteShareGroupStateRequest,
     86: DeleteShareGroupStateRequest,
     87: ReadShareGroupStateSummaryRequest,
+    88: StreamsGroupHeartbeatRequest,
+    89: StreamsGroupDescribeRequest,
+    90: DescribeShareGroupOffsetsRequest,
+    91: AlterShareGroupOffsetsRequest,
+    92: DeleteShareGroupOffsetsRequest,
+    93: StreamsGroupTopologyDescriptionUpdateRequest,
+    94: UnregisterControllerRequest,
 }
 RESPONSE_TYPES: dict[int, type[ApiMessage]] = {
     0: ProduceResponse,
@@ -361,7 +389,7 @@ RESPONSE_TYPES: dict[int, type[ApiMessage]] = {
     69: ConsumerGroupDescribeResponse,
     71: GetTelemetrySubscriptionsResponse,
     72: PushTelemetryResponse,
-    74: ListClientMetricsResourcesResponse,
+    74: ListConfigResourcesResponse,
     75: DescribeTopicPartitionsResponse,
     76: ShareGroupHeartbeatResponse,
     77: ShareGroupDescribeResponse,
@@ -374,4 +402,11 @@ RESPONSE_TYPES: dict[int, type[ApiMessage]] = {
     85: WriteShareGroupStateResponse,
     86: DeleteShareGroupStateResponse,
     87: ReadShareGroupStateSummaryResponse,
+    88: StreamsGroupHeartbeatResponse,
+    89: StreamsGroupDescribeResponse,
+    90: DescribeShareGroupOffsetsResponse,
+    91: AlterShareGroupOffsetsResponse,
+    92: DeleteShareGroupOffsetsResponse,
+    93: StreamsGroupTopologyDescriptionUpdateResponse,
+    94: UnregisterControllerResponse,
 }
