@@ -574,7 +574,15 @@ def default_schemas() -> Path:
     if chosen:
         return Path(chosen)
     jar = pinned_clients_jar()
-    return jar if jar.is_file() else REPO.parent / "shared" / "kafka-protocol"
+    if jar.is_file():
+        return jar
+    print(
+        f"note: {jar} is not there (`aiokafka-ng broker --kafka --fetch-only` fetches it); "
+        "falling back to ../shared/kafka-protocol, Kafka's schemas of October 2024, whose "
+        "output differs from the committed files",
+        file=sys.stderr,
+    )
+    return REPO.parent / "shared" / "kafka-protocol"
 
 
 def pinned_clients_jar() -> Path:
