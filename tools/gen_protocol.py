@@ -10,9 +10,11 @@ memory and exits 1 (listing the files) if the committed output differs. Requests
 already sends stay at the versions its code is written for (``protocol_caps.py``).
 
 Output: one module per API a client may send (request ``listeners`` include ``broker``) with
-its request, response and their structs; ``headers.py`` (request/response headers);
+its request, response and their structs, the request typed by its response
+(``FooRequest(ApiRequest[FooResponse])``); ``headers.py`` (request/response headers);
 ``consumer_protocol.py`` (the consumer group protocol's embedded "data" schemas); and
-``__init__.py`` with ``REQUEST_TYPES``/``RESPONSE_TYPES``.
+``__init__.py`` with ``REQUEST_TYPES``/``RESPONSE_TYPES`` and every class name, all resolved
+lazily (an API's module is imported when first asked for).
 
 How the code is shaped (for speed): each struct's versions are partitioned into runs of
 consecutive versions with an identical wire layout, and each run gets one straight-line
@@ -386,6 +388,9 @@ class ModuleGen:
         base = "Struct"
         if p.root:
             base = "ApiMessage" if m.api_key is not None else "Message"
+            if self._is_api_request(m):
+                # The response in the base types what sending the request returns.
+                base = f"ApiRequest[{_response_name(m)}]"
         out = ["", "", "@dataclass(slots=True)", f"class {p.name}({base}):"]
         if p.root:
             lo, hi = m.valid
@@ -402,7 +407,7 @@ class ModuleGen:
                 f"    FLEXIBLE_MIN_VERSION: ClassVar[int | None] = {flex}",
             ]
             if m.kind == "request":
-                resp = m.name[: -len("Request")] + "Response"
+                resp = _response_name(m)
                 out.append(f"    RESPONSE_TYPE: ClassVar[type[{resp}]] = {resp}")
         out.append("    _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (")
         for f in p.sdef.fields:
@@ -470,6 +475,7 @@ class ModuleGen:
             "",
             "from aiokafka_ng.protocol.primitives import (",
             "    ApiMessage,",
+            *(["    ApiRequest,"] if any(self._is_api_request(m) for m in self.msgs) else []),
             "    FieldSpec,",
             "    Message,",
             "    Reader,",
@@ -484,6 +490,10 @@ class ModuleGen:
         src += [f'{n} = struct.Struct("{f}")' for n, f in sorted(self.structs.items())]
         return "\n".join(src + body) + "\n"
 
+    @staticmethod
+    def _is_api_request(m: MessageDef) -> bool:
+        return m.api_key is not None and m.kind == "request"
+
     def _ordered(self) -> Iterator[ClassPlan]:
         """Classes children-first; responses before requests (RESPONSE_TYPE refers to them)."""
         done: set[str] = set()
@@ -494,6 +504,10 @@ class ModuleGen:
                 if plan.name not in done:
                     done.add(plan.name)
                     yield plan
+
+
+def _response_name(m: MessageDef) -> str:
+    return m.name[: -len("Request")] + "Response"
 
 
 def _walk(s: StructDef) -> Iterator[StructDef]:
@@ -545,24 +559,62 @@ def generate(schema_dir: Path) -> dict[str, str]:
 
 
 def _render_init(apis: list[tuple[int, str, str, str]]) -> str:
+    """The package ``__init__``: names and tables that import an API's module on first use.
+
+    Type checkers see ordinary imports (under ``TYPE_CHECKING``); at run time nothing is
+    imported until a name or an API key is asked for (see :mod:`aiokafka_ng.protocol.lazy`).
+    """
+    by_module = sorted(apis, key=lambda a: a[1])
     lines = [
         HEADER,
-        '"""Generated Kafka messages: one module per API; lookup tables by API key."""',
+        '"""Generated Kafka messages: one module per API; lookup tables by API key.',
+        "",
+        "Nothing is imported up front: ``from aiokafka_ng.protocol.messages import FooRequest``",
+        "imports only foo's module, and ``REQUEST_TYPES``/``RESPONSE_TYPES`` import an API's",
+        "module when its key is first looked up (see :mod:`aiokafka_ng.protocol.lazy`).",
+        '"""',
         "",
         "from __future__ import annotations",
         "",
+        "from typing import TYPE_CHECKING",
+        "",
+        "from aiokafka_ng.protocol.lazy import ApiTable, load",
+        "from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest",
+        "",
+        "if TYPE_CHECKING:",
     ]
-    for _key, module, req, resp in sorted(apis, key=lambda a: a[1]):
-        lines.append(f"from aiokafka_ng.protocol.messages.{module} import {req}, {resp}")
-    lines += ["from aiokafka_ng.protocol.primitives import ApiMessage", ""]
+    for _key, module, req, resp in by_module:
+        lines.append(f"    from aiokafka_ng.protocol.messages.{module} import {req}, {resp}")
     names = sorted([a[2] for a in apis] + [a[3] for a in apis])
-    lines.append("__all__ = [")
+    lines += ["", "__all__ = ["]
     lines += [f"    {n!r}," for n in ["REQUEST_TYPES", "RESPONSE_TYPES", *names]]
-    lines += ["]", "", "REQUEST_TYPES: dict[int, type[ApiMessage]] = {"]
-    lines += [f"    {k}: {req}," for k, _, req, _ in apis]
-    lines += ["}", "RESPONSE_TYPES: dict[int, type[ApiMessage]] = {"]
-    lines += [f"    {k}: {resp}," for k, _, _, resp in apis]
-    lines.append("}")
+    lines += ["]", "", "# API key: (module, request class, response class)"]
+    lines.append("_APIS: dict[int, tuple[str, str, str]] = {")
+    lines += [f"    {k}: ({module!r}, {req!r}, {resp!r})," for k, module, req, resp in apis]
+    lines += [
+        "}",
+        "_MODULE_OF = {name: m for m, req, resp in _APIS.values() for name in (req, resp)}",
+        "",
+        "REQUEST_TYPES: ApiTable[ApiRequest[ApiMessage]] = ApiTable(",
+        "    __name__, {k: (m, req) for k, (m, req, _) in _APIS.items()}, ApiRequest",
+        ")",
+        "RESPONSE_TYPES: ApiTable[ApiMessage] = ApiTable(",
+        "    __name__, {k: (m, resp) for k, (m, _, resp) in _APIS.items()}, ApiMessage",
+        ")",
+        "",
+        "if not TYPE_CHECKING:  # hidden from type checkers, which then flag misspelt names",
+        "",
+        "    def __getattr__(name: str) -> type[ApiMessage]:",
+        "        module = _MODULE_OF.get(name)",
+        "        if module is None:",
+        "            # Submodules (``from ... import fetch``) are found by the import system then.",
+        "            raise AttributeError(f'module {__name__!r} has no attribute {name!r}')",
+        "        cls = globals()[name] = load(__name__, module, name, ApiMessage)",
+        "        return cls",
+        "",
+        "    def __dir__() -> list[str]:",
+        "        return sorted({*globals(), *__all__})",
+    ]
     return "\n".join(lines) + "\n"
 
 

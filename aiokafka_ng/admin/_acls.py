@@ -29,14 +29,8 @@ from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.protocol.messages import create_acls as ca
 from aiokafka_ng.protocol.messages import delete_acls as da
 from aiokafka_ng.protocol.messages import describe_acls as dsc
-from aiokafka_ng.protocol.messages.describe_transactions import (
-    DescribeTransactionsRequest,
-    DescribeTransactionsResponse,
-)
-from aiokafka_ng.protocol.messages.list_transactions import (
-    ListTransactionsRequest,
-    ListTransactionsResponse,
-)
+from aiokafka_ng.protocol.messages.describe_transactions import DescribeTransactionsRequest
+from aiokafka_ng.protocol.messages.list_transactions import ListTransactionsRequest
 
 E = TypeVar("E", bound=enum.IntEnum)
 
@@ -100,7 +94,7 @@ class AclOps(_AdminCore):
         async def attempt(deadline: float) -> list[AclBinding]:
             req = dsc.DescribeAclsRequest(**_filter_fields(f))
             node = await self._any_node()
-            resp: dsc.DescribeAclsResponse = await self._send(
+            resp = await self._send(
                 "describe_acls", node, req, deadline, min_version=_needs_v1(f.pattern_type)
             )
             err = broker_error(resp.error_code, resp.error_message)
@@ -146,9 +140,7 @@ class AclOps(_AdminCore):
             )
             need = max((_needs_v1(a.pattern_type) or 0 for a in pending), default=0)
             node = await self._any_node()
-            resp: ca.CreateAclsResponse = await self._send(
-                "create_acls", node, req, deadline, min_version=need or None
-            )
+            resp = await self._send("create_acls", node, req, deadline, min_version=need or None)
             return {
                 a: broker_error(r.error_code, r.error_message)
                 for a, r in zip(pending, resp.results, strict=False)
@@ -169,9 +161,7 @@ class AclOps(_AdminCore):
             )
             need = max((_needs_v1(f.pattern_type) or 0 for f in pending), default=0)
             node = await self._any_node()
-            resp: da.DeleteAclsResponse = await self._send(
-                "delete_acls", node, req, deadline, min_version=need or None
-            )
+            resp = await self._send("delete_acls", node, req, deadline, min_version=need or None)
             out: dict[AclBindingFilter, list[AclBinding] | BaseException] = {}
             for f, r in zip(pending, resp.filter_results, strict=False):
                 err = broker_error(r.error_code, r.error_message)
@@ -214,9 +204,7 @@ class AclOps(_AdminCore):
             req = ListTransactionsRequest(
                 state_filters=state_filters, producer_id_filters=pid_filters
             )
-            resp: ListTransactionsResponse = await self._send(
-                "list_transactions", node, req, deadline
-            )
+            resp = await self._send("list_transactions", node, req, deadline)
             err = broker_error(resp.error_code)
             if err is not None:
                 return err
@@ -237,7 +225,7 @@ class AclOps(_AdminCore):
         async def on_coordinator(
             node: int, batch: list[str], deadline: float
         ) -> dict[str, TransactionDescription | BaseException]:
-            resp: DescribeTransactionsResponse = await self._send(
+            resp = await self._send(
                 "describe_transactions",
                 node,
                 DescribeTransactionsRequest(transactional_ids=batch),

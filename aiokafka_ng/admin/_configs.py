@@ -29,7 +29,6 @@ from aiokafka_ng.protocol.messages.describe_configs import (
     DescribeConfigsRequest,
     DescribeConfigsResource,
     DescribeConfigsResourceResult,
-    DescribeConfigsResponse,
 )
 
 _PER_BROKER = (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER)
@@ -111,9 +110,7 @@ class ConfigOps(_AdminCore):
                 include_synonyms=include_synonyms,
                 include_documentation=include_documentation,
             )
-            resp: DescribeConfigsResponse = await self._send(
-                "describe_configs", node, req, deadline
-            )
+            resp = await self._send("describe_configs", node, req, deadline)
             keys = {(int(r.type), r.name): r for r in batch}
             out: dict[ConfigResource, ConfigsResult | BaseException] = {}
             for res in resp.results:

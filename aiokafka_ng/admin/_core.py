@@ -32,7 +32,7 @@ not a version that can express the request) fails the whole operation, naming it
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 
@@ -59,10 +59,12 @@ from aiokafka_ng.protocol.messages.metadata import (
     MetadataRequestTopic,
     MetadataResponse,
 )
+from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 R = TypeVar("R")
+Resp = TypeVar("Resp", bound=ApiMessage)  # a request's response
 
 
 #: Errors after which a cached group/transaction coordinator must be looked up again.
@@ -227,12 +229,12 @@ class _AdminCore:
         self,
         operation: str,
         node_id: int,
-        request: Any,
+        request: ApiRequest[Resp],
         deadline: float,
         *,
         min_version: int | None = None,
         pinned_version: int | None = None,
-    ) -> Any:
+    ) -> Resp:
         """Send ``request`` to ``node_id`` at the highest common version; return the response.
 
         Requests carry the fields of every version (the codec writes only those of the
@@ -275,7 +277,7 @@ class _AdminCore:
         )
         node = await self._any_node()
         # v1+: v0 cannot ask for "all topics" (an empty list means all there).
-        resp: MetadataResponse = await self._send(operation, node, req, deadline, min_version=1)
+        resp = await self._send(operation, node, req, deadline, min_version=1)
         return resp, parse_metadata_response(resp)
 
     async def _per_node(
@@ -319,7 +321,9 @@ class _AdminCore:
             await self._any_node()  # makes sure metadata has the broker list
             brokers = sorted(self._cluster.metadata.brokers)
 
-        async def on_node(node: int, _items: list[int], deadline: float) -> dict[int, Any]:
+        async def on_node(
+            node: int, _items: list[int], deadline: float
+        ) -> dict[int, V | BaseException]:
             return {node: await call(node, deadline)}
 
         async def attempt(pending: list[int], deadline: float) -> dict[int, V | BaseException]:

@@ -33,12 +33,9 @@ from aiokafka_ng.protocol.messages import offset_commit as oc
 from aiokafka_ng.protocol.messages import offset_delete as od
 from aiokafka_ng.protocol.messages import offset_fetch as of
 from aiokafka_ng.protocol.messages.consumer_protocol import ConsumerProtocolAssignment
-from aiokafka_ng.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
-from aiokafka_ng.protocol.messages.describe_groups import (
-    DescribeGroupsRequest,
-    DescribeGroupsResponse,
-)
-from aiokafka_ng.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+from aiokafka_ng.protocol.messages.delete_groups import DeleteGroupsRequest
+from aiokafka_ng.protocol.messages.describe_groups import DescribeGroupsRequest
+from aiokafka_ng.protocol.messages.list_groups import ListGroupsRequest
 
 V = TypeVar("V")
 
@@ -106,7 +103,7 @@ class GroupOps(_AdminCore):
         async def on_broker(
             node: int, deadline: float
         ) -> list[ConsumerGroupListing] | BaseException:
-            resp: ListGroupsResponse = await self._send(
+            resp = await self._send(
                 "list_consumer_groups",
                 node,
                 ListGroupsRequest(states_filter=state_filter),
@@ -146,9 +143,7 @@ class GroupOps(_AdminCore):
             req = DescribeGroupsRequest(
                 groups=batch, include_authorized_operations=include_authorized_operations
             )
-            resp: DescribeGroupsResponse = await self._send(
-                "describe_consumer_groups", node, req, deadline
-            )
+            resp = await self._send("describe_consumer_groups", node, req, deadline)
             coordinator = self._node(node)
             out: dict[str, ConsumerGroupDescription | BaseException] = {}
             for g in resp.groups:
@@ -192,7 +187,7 @@ class GroupOps(_AdminCore):
         async def on_coordinator(
             node: int, batch: list[str], deadline: float
         ) -> dict[str, KafkaError | None]:
-            resp: DeleteGroupsResponse = await self._send(
+            resp = await self._send(
                 "delete_consumer_groups", node, DeleteGroupsRequest(groups_names=batch), deadline
             )
             return {r.group_id: broker_error(r.error_code) for r in resp.results}
@@ -238,7 +233,7 @@ class GroupOps(_AdminCore):
                 require_stable=require_stable,
             )
             # v2+: v0/v1 cannot ask for "all partitions".
-            resp: of.OffsetFetchResponse = await self._send(
+            resp = await self._send(
                 "list_consumer_group_offsets", node, req, deadline, min_version=2
             )
             # The same fields, per group from v8 on, at the top level before.
@@ -295,9 +290,7 @@ class GroupOps(_AdminCore):
                     for t, ps in by_topic(pending).items()
                 ],
             )
-            resp: oc.OffsetCommitResponse = await self._send(
-                "alter_consumer_group_offsets", node, req, deadline
-            )
+            resp = await self._send("alter_consumer_group_offsets", node, req, deadline)
             return _partition_errors(resp.topics)
 
         return await self._partition_op(
@@ -326,9 +319,7 @@ class GroupOps(_AdminCore):
                     for t, ps in by_topic(pending).items()
                 ],
             )
-            resp: od.OffsetDeleteResponse = await self._send(
-                "delete_consumer_group_offsets", node, req, deadline
-            )
+            resp = await self._send("delete_consumer_group_offsets", node, req, deadline)
             top = broker_error(resp.error_code)
             if top is not None:
                 # The group-level error (e.g. GROUP_ID_NOT_FOUND) is every partition's.
@@ -375,7 +366,7 @@ class GroupOps(_AdminCore):
                     for m in pending
                 ],
             )
-            resp: lg.LeaveGroupResponse = await self._send(
+            resp = await self._send(
                 "remove_members_from_consumer_group", node, req, deadline, min_version=3
             )
             top = broker_error(resp.error_code)

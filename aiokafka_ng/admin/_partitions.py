@@ -29,10 +29,7 @@ from aiokafka_ng.protocol.messages import delete_records as dr
 from aiokafka_ng.protocol.messages import describe_producers as dp
 from aiokafka_ng.protocol.messages import elect_leaders as el
 from aiokafka_ng.protocol.messages import list_offsets as lo
-from aiokafka_ng.protocol.messages.describe_log_dirs import (
-    DescribeLogDirsRequest,
-    DescribeLogDirsResponse,
-)
+from aiokafka_ng.protocol.messages.describe_log_dirs import DescribeLogDirsRequest
 
 V = TypeVar("V")
 
@@ -126,9 +123,7 @@ class PartitionOps(_AdminCore):
                 ],
                 timeout_ms=self._server_timeout_ms(deadline),
             )
-            resp: lo.ListOffsetsResponse = await self._send(
-                "list_offsets", node, req, deadline, min_version=need
-            )
+            resp = await self._send("list_offsets", node, req, deadline, min_version=need)
             out: dict[TopicPartition, ListOffsetsResultInfo | BaseException] = {}
             for t in resp.topics:
                 for p in t.partitions:
@@ -168,7 +163,7 @@ class PartitionOps(_AdminCore):
                 ],
                 timeout_ms=self._server_timeout_ms(deadline),
             )
-            resp: dr.DeleteRecordsResponse = await self._send("delete_records", node, req, deadline)
+            resp = await self._send("delete_records", node, req, deadline)
             out: dict[TopicPartition, DeletedRecords | BaseException] = {}
             for t in resp.topics:
                 for p in t.partitions:
@@ -195,9 +190,7 @@ class PartitionOps(_AdminCore):
                     for t, ps in by_topic(batch).items()
                 ]
             )
-            resp: dp.DescribeProducersResponse = await self._send(
-                "describe_producers", node, req, deadline
-            )
+            resp = await self._send("describe_producers", node, req, deadline)
             out: dict[TopicPartition, list[ProducerState] | BaseException] = {}
             for t in resp.topics:
                 for p in t.partitions:
@@ -244,7 +237,7 @@ class PartitionOps(_AdminCore):
                 timeout_ms=self._server_timeout_ms(deadline),
             )
             node = await self._controller()
-            resp: el.ElectLeadersResponse = await self._send(
+            resp = await self._send(
                 "elect_leaders", node, req, deadline, min_version=1 if election_type else None
             )
             top = broker_error(resp.error_code)
@@ -286,7 +279,7 @@ class PartitionOps(_AdminCore):
         async def on_broker(
             node: int, deadline: float
         ) -> dict[str, LogDirDescription] | BaseException:
-            resp: DescribeLogDirsResponse = await self._send(
+            resp = await self._send(
                 "describe_log_dirs", node, DescribeLogDirsRequest(topics=None), deadline
             )
             top = broker_error(resp.error_code)

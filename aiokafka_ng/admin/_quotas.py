@@ -46,9 +46,7 @@ class QuotaOps(_AdminCore):
 
         async def attempt(deadline: float) -> dict[ClientQuotaEntity, dict[str, float]]:
             node = await self._any_node()
-            resp: describe.DescribeClientQuotasResponse = await self._send(
-                "describe_client_quotas", node, req, deadline
-            )
+            resp = await self._send("describe_client_quotas", node, req, deadline)
             err = broker_error(resp.error_code, resp.error_message)
             if err is not None:
                 raise err
@@ -90,9 +88,7 @@ class QuotaOps(_AdminCore):
                 validate_only=validate_only,
             )
             node = await self._controller()
-            resp: alter.AlterClientQuotasResponse = await self._send(
-                "alter_client_quotas", node, req, deadline
-            )
+            resp = await self._send("alter_client_quotas", node, req, deadline)
             return {
                 _entity(e.entity): broker_error(e.error_code, e.error_message) for e in resp.entries
             }

@@ -68,9 +68,7 @@ class ScramOps(_AdminCore):
                 users=None if wanted is None else [describe.UserName(name=u) for u in wanted]
             )
             node = await self._any_node()
-            resp: describe.DescribeUserScramCredentialsResponse = await self._send(
-                "describe_user_scram_credentials", node, req, deadline
-            )
+            resp = await self._send("describe_user_scram_credentials", node, req, deadline)
             top = broker_error(resp.error_code, resp.error_message)
             if top is not None:
                 return {0: top}
@@ -124,9 +122,7 @@ class ScramOps(_AdminCore):
                 upsertions=[u for u in upserts if u.name in keep],
             )
             node = await self._controller()
-            resp: alter.AlterUserScramCredentialsResponse = await self._send(
-                "alter_user_scram_credentials", node, req, deadline
-            )
+            resp = await self._send("alter_user_scram_credentials", node, req, deadline)
             return {r.user: broker_error(r.error_code, r.error_message) for r in resp.results}
 
         return await self._run("alter_user_scram_credentials", users, attempt, timeout_ms)

@@ -41,7 +41,6 @@ from aiokafka_ng.errors import (
 from aiokafka_ng.protocol.messages.create_partitions import (
     CreatePartitionsAssignment,
     CreatePartitionsRequest,
-    CreatePartitionsResponse,
     CreatePartitionsTopic,
 )
 from aiokafka_ng.protocol.messages.create_topics import (
@@ -49,17 +48,12 @@ from aiokafka_ng.protocol.messages.create_topics import (
     CreatableTopic,
     CreatableTopicConfig,
     CreateTopicsRequest,
-    CreateTopicsResponse,
 )
 from aiokafka_ng.protocol.messages.delete_topics import (
     DeleteTopicsRequest,
-    DeleteTopicsResponse,
     DeleteTopicState,
 )
-from aiokafka_ng.protocol.messages.describe_cluster import (
-    DescribeClusterRequest,
-    DescribeClusterResponse,
-)
+from aiokafka_ng.protocol.messages.describe_cluster import DescribeClusterRequest
 
 __all__ = ["validate_topic_name"]
 
@@ -162,7 +156,7 @@ class TopicOps(_AdminCore):
                 validate_only=validate_only,
             )
             node = await self._controller()
-            resp: CreateTopicsResponse = await self._send(
+            resp = await self._send(
                 "create_topics", node, req, deadline, min_version=1 if validate_only else None
             )
             for t in resp.topics:
@@ -202,7 +196,7 @@ class TopicOps(_AdminCore):
                 timeout_ms=self._server_timeout_ms(deadline),
             )
             node = await self._controller()
-            resp: DeleteTopicsResponse = await self._send("delete_topics", node, req, deadline)
+            resp = await self._send("delete_topics", node, req, deadline)
             out: dict[str, BaseException | None] = {}
             for r in resp.responses:
                 if r.name is None:
@@ -248,9 +242,7 @@ class TopicOps(_AdminCore):
                 validate_only=validate_only,
             )
             node = await self._controller()
-            resp: CreatePartitionsResponse = await self._send(
-                "create_partitions", node, req, deadline
-            )
+            resp = await self._send("create_partitions", node, req, deadline)
             return {r.name: broker_error(r.error_code, r.error_message) for r in resp.results}
 
         valid = [n for n in wanted if n not in invalid]
@@ -370,9 +362,7 @@ class TopicOps(_AdminCore):
                 include_cluster_authorized_operations=include_authorized_operations
             )
             try:
-                resp: DescribeClusterResponse = await self._send(
-                    "describe_cluster", node, req, deadline
-                )
+                resp = await self._send("describe_cluster", node, req, deadline)
             except UnsupportedVersionError:
                 return await self._cluster_from_metadata(deadline)
             err = broker_error(resp.error_code, resp.error_message)

@@ -104,9 +104,7 @@ class ClusterAdminOps(_AdminCore):
                 ],
             )
             node = await self._controller()
-            resp: lpr.ListPartitionReassignmentsResponse = await self._send(
-                "list_partition_reassignments", node, req, deadline
-            )
+            resp = await self._send("list_partition_reassignments", node, req, deadline)
             err = broker_error(resp.error_code, resp.error_message)
             if err is not None:
                 raise err
@@ -152,9 +150,7 @@ class ClusterAdminOps(_AdminCore):
                 ],
             )
             node = await self._controller()
-            resp: apr.AlterPartitionReassignmentsResponse = await self._send(
-                "alter_partition_reassignments", node, req, deadline
-            )
+            resp = await self._send("alter_partition_reassignments", node, req, deadline)
             top = broker_error(resp.error_code, resp.error_message)
             if top is not None:
                 return dict.fromkeys(pending, top)
@@ -181,9 +177,7 @@ class ClusterAdminOps(_AdminCore):
                 ]
             )
             node = await self._any_node()
-            resp: dq.DescribeQuorumResponse = await self._send(
-                "describe_metadata_quorum", node, req, deadline
-            )
+            resp = await self._send("describe_metadata_quorum", node, req, deadline)
             err = broker_error(resp.error_code, resp.error_message)
             if err is not None:
                 raise err
@@ -214,7 +208,7 @@ class ClusterAdminOps(_AdminCore):
             node = await self._any_node()
             # Kafka 4.1 renamed the API (key 74) ListConfigResources; its v0, the version
             # negotiated (tools/protocol_caps.py), is ListClientMetricsResources unchanged.
-            resp: lcr.ListConfigResourcesResponse = await self._send(
+            resp = await self._send(
                 "list_client_metrics_resources",
                 node,
                 lcr.ListConfigResourcesRequest(),
@@ -232,7 +226,7 @@ class ClusterAdminOps(_AdminCore):
 
         async def attempt(deadline: float) -> None:
             node = await self._any_node()
-            resp: ub.UnregisterBrokerResponse = await self._send(
+            resp = await self._send(
                 "unregister_broker", node, ub.UnregisterBrokerRequest(broker_id=broker_id), deadline
             )
             err = broker_error(resp.error_code, resp.error_message)
@@ -262,7 +256,7 @@ class ClusterAdminOps(_AdminCore):
                 voter_directory_id=voter_directory_id,
                 listeners=listeners,
             )
-            resp: arv.AddRaftVoterResponse = await self._send("add_raft_voter", node, req, deadline)
+            resp = await self._send("add_raft_voter", node, req, deadline)
             err = broker_error(resp.error_code, resp.error_message)
             if err is not None:
                 raise err
@@ -283,9 +277,7 @@ class ClusterAdminOps(_AdminCore):
             req = rrv.RemoveRaftVoterRequest(
                 cluster_id=cluster_id, voter_id=voter_id, voter_directory_id=voter_directory_id
             )
-            resp: rrv.RemoveRaftVoterResponse = await self._send(
-                "remove_raft_voter", node, req, deadline
-            )
+            resp = await self._send("remove_raft_voter", node, req, deadline)
             err = broker_error(resp.error_code, resp.error_message)
             if err is not None:
                 raise err

@@ -82,7 +82,7 @@ class FeatureOps(_AdminCore):
 
         async def attempt(deadline: float) -> FeatureMetadata:
             node = await self._any_node()
-            resp: av.ApiVersionsResponse = await self._send(
+            resp = await self._send(
                 "describe_features",
                 node,
                 av.ApiVersionsRequest(
@@ -130,7 +130,7 @@ class FeatureOps(_AdminCore):
                 validate_only=validate_only,
             )
             node = await self._controller()
-            resp: uf.UpdateFeaturesResponse = await self._send(
+            resp = await self._send(
                 "update_features", node, req, deadline, min_version=1 if validate_only else None
             )
             top = broker_error(resp.error_code, resp.error_message)
@@ -158,7 +158,7 @@ class FeatureOps(_AdminCore):
         need = 5 if type_filter else 4 if state_filter else None
 
         async def on_broker(node: int, deadline: float) -> list[GroupListing] | BaseException:
-            resp: lgr.ListGroupsResponse = await self._send(
+            resp = await self._send(
                 "list_groups",
                 node,
                 lgr.ListGroupsRequest(states_filter=state_filter, types_filter=type_filter),

@@ -98,9 +98,7 @@ class ReplicaDirOps(PartitionOps):
                     for path, topics in by_dir.items()
                 ]
             )
-            resp: arl.AlterReplicaLogDirsResponse = await self._send(
-                "alter_replica_log_dirs", node, req, deadline
-            )
+            resp = await self._send("alter_replica_log_dirs", node, req, deadline)
             answered = {
                 (t.topic_name, p.partition_index): broker_error(p.error_code)
                 for t in resp.results

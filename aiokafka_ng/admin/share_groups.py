@@ -98,7 +98,7 @@ class ShareGroupOps(_AdminCore):
         state_filter = [str(s) for s in states or ()]
 
         async def on_broker(node: int, deadline: float) -> list[ShareGroupListing] | BaseException:
-            resp: lgr.ListGroupsResponse = await self._send(
+            resp = await self._send(
                 "list_share_groups",
                 node,
                 lgr.ListGroupsRequest(states_filter=state_filter, types_filter=["share"]),
@@ -136,9 +136,7 @@ class ShareGroupOps(_AdminCore):
             req = sgd.ShareGroupDescribeRequest(
                 group_ids=batch, include_authorized_operations=include_authorized_operations
             )
-            resp: sgd.ShareGroupDescribeResponse = await self._send(
-                "describe_share_groups", node, req, deadline
-            )
+            resp = await self._send("describe_share_groups", node, req, deadline)
             coordinator = self._node(node)
             out: dict[str, ShareGroupDescription | BaseException] = {}
             for g in resp.groups:

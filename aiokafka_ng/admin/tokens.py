@@ -79,7 +79,7 @@ class TokenOps(_AdminCore):
 
         async def attempt(deadline: float) -> DelegationToken:
             node = await self._any_node()
-            resp: cdt.CreateDelegationTokenResponse = await self._send(
+            resp = await self._send(
                 "create_delegation_token", node, req, deadline, min_version=need
             )
             err = broker_error(resp.error_code)
@@ -111,7 +111,7 @@ class TokenOps(_AdminCore):
 
         async def attempt(deadline: float) -> int:
             node = await self._any_node()
-            resp: rdt.RenewDelegationTokenResponse = await self._send(
+            resp = await self._send(
                 "renew_delegation_token",
                 node,
                 rdt.RenewDelegationTokenRequest(hmac=hmac, renew_period_ms=renew_period_ms),
@@ -132,7 +132,7 @@ class TokenOps(_AdminCore):
 
         async def attempt(deadline: float) -> int:
             node = await self._any_node()
-            resp: edt.ExpireDelegationTokenResponse = await self._send(
+            resp = await self._send(
                 "expire_delegation_token",
                 node,
                 edt.ExpireDelegationTokenRequest(
@@ -163,9 +163,7 @@ class TokenOps(_AdminCore):
                     for k, n in wanted
                 ]
             )
-            resp: ddt.DescribeDelegationTokenResponse = await self._send(
-                "describe_delegation_token", node, req, deadline
-            )
+            resp = await self._send("describe_delegation_token", node, req, deadline)
             err = broker_error(resp.error_code)
             if err is not None:
                 raise err

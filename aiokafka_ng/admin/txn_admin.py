@@ -63,7 +63,7 @@ class TxnAdminOps(PartitionOps):
         ) -> dict[str, FencedProducer | BaseException]:
             out: dict[str, FencedProducer | BaseException] = {}
             for tid in batch:  # InitProducerId takes one transactional id
-                resp: ipi.InitProducerIdResponse = await self._send(
+                resp = await self._send(
                     "fence_producers",
                     node,
                     ipi.InitProducerIdRequest(
@@ -106,9 +106,7 @@ class TxnAdminOps(PartitionOps):
                     )
                 ]
             )
-            resp: wtm.WriteTxnMarkersResponse = await self._send(
-                "abort_transaction", node, req, deadline
-            )
+            resp = await self._send("abort_transaction", node, req, deadline)
             for marker in resp.markers:
                 for t in marker.topics:
                     for p in t.partitions:

@@ -49,7 +49,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 import anyio
 from anyio.abc import TaskGroup
@@ -73,6 +73,7 @@ from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.limits import DecodeLimits
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
+from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 if TYPE_CHECKING:
     from aiokafka_ng.net.connection import Connection
@@ -88,6 +89,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=ApiMessage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,15 +260,35 @@ class Cluster:
         """A ready connection to ``node_id`` (lazy connect, reconnect after backoff)."""
         return await self._pool.get(node_id)
 
+    @overload
     async def request(
         self,
         node_id: int,
-        request: Any,
+        request: ApiRequest[R],
+        *,
+        version: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+        expect_response: Literal[True] = True,
+    ) -> R: ...
+    @overload
+    async def request(
+        self,
+        node_id: int,
+        request: ApiRequest[R],
+        *,
+        version: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+        expect_response: bool,
+    ) -> R | None: ...
+    async def request(
+        self,
+        node_id: int,
+        request: ApiRequest[R],
         *,
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109
         expect_response: bool = True,
-    ) -> Any:
+    ) -> R | None:
         """Send ``request`` to ``node_id``. Errors as ``Connection.send``; never resent."""
         conn = await self._pool.get(node_id)
         return await conn.send(
@@ -274,11 +297,11 @@ class Cluster:
 
     async def request_any(
         self,
-        request: Any,
+        request: ApiRequest[R],
         *,
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109
-    ) -> Any:
+    ) -> R:
         """Send ``request`` to the least loaded broker.
 
         Brokers that cannot be connected to are skipped (the request was never written);

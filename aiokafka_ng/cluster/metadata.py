@@ -25,6 +25,7 @@ from typing import Any
 
 from aiokafka_ng.protocol.errors import KafkaError, error_for_code
 from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
+from aiokafka_ng.protocol.messages.metadata import MetadataResponse
 
 __all__ = [
     "BrokerMetadata",
@@ -222,7 +223,7 @@ def _merge_topic(old: TopicMetadata, new: TopicMetadata) -> TopicMetadata:
     return replace(new, partitions=MappingProxyType(parts))
 
 
-def parse_metadata_response(response: Any) -> ClusterMetadata:
+def parse_metadata_response(response: MetadataResponse) -> ClusterMetadata:
     """Build a snapshot (generation 0) from a decoded ``MetadataResponse`` of any version.
 
     Fields absent in old versions carry the codec's defaults (rack None, controller -1,

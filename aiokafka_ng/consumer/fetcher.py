@@ -77,7 +77,10 @@ from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.messages.fetch import (
     FetchPartition,
     FetchRequest,
+    FetchResponse,
     FetchTopic,
+    NodeEndpoint,
+    PartitionData,
 )
 from aiokafka_ng.protocol.records import RecordBatch, iter_batches
 
@@ -537,7 +540,7 @@ class Fetcher:
 
     async def _send_fetch(
         self, node: int, parts: list[PartitionState], reserve: int
-    ) -> tuple[Any, int]:
+    ) -> tuple[FetchResponse, int]:
         settings = self._settings
         conn = await self._cluster.connection(node)
         version = conn.version_for(FetchRequest)
@@ -589,7 +592,7 @@ class Fetcher:
         node: int,
         parts: list[PartitionState],
         epochs: list[int],
-        response: Any,
+        response: FetchResponse,
         version: int,
         reserve: int,
     ) -> None:
@@ -608,11 +611,11 @@ class Fetcher:
         names_by_id = {}
         if version > _MAX_NAMED_FETCH_VERSION:
             names_by_id = {t.topic_id: t.name for t in self._cluster.metadata.topics.values()}
-        answers: dict[TopicPartition, Any] = {}
+        answers: dict[TopicPartition, PartitionData] = {}
         for t in response.responses:
             name = names_by_id.get(t.topic_id, t.topic) if names_by_id else t.topic
-            for p in t.partitions:
-                answers[TopicPartition(name, p.partition_index)] = p
+            for part in t.partitions:
+                answers[TopicPartition(name, part.partition_index)] = part
         endpoints = {e.node_id: e for e in response.node_endpoints}
         budget = reserve
         for state, epoch in zip(parts, epochs, strict=True):
@@ -643,9 +646,9 @@ class Fetcher:
                 continue
             budget -= self._keep(state, p, budget)
 
-    def _keep(self, state: PartitionState, p: Any, budget: int) -> int:
+    def _keep(self, state: PartitionState, p: PartitionData, budget: int) -> int:
         """Buffer the batches of ``p`` that fit in ``budget``; return the bytes kept."""
-        data: bytes = p.records
+        data = p.records or b""  # never empty here: the caller skips those
         position = state.position or 0
         kept: list[RecordBatch] = []
         size = 0
@@ -690,7 +693,9 @@ class Fetcher:
         self._data.set()
         return size
 
-    def _partition_error(self, state: PartitionState, p: Any, endpoints: dict[int, Any]) -> None:
+    def _partition_error(
+        self, state: PartitionState, p: PartitionData, endpoints: dict[int, NodeEndpoint]
+    ) -> None:
         error = error_for_code(p.error_code)
         tp = state.tp
         if error is OffsetOutOfRangeError:

@@ -58,7 +58,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Generic, Literal, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -81,8 +81,7 @@ from aiokafka_ng.protocol.framing import (
     peek_correlation_id,
 )
 from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
-from aiokafka_ng.protocol.messages import RESPONSE_TYPES
-from aiokafka_ng.protocol.primitives import ApiMessage
+from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 __all__ = [
     "Connection",
@@ -94,6 +93,9 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=ApiMessage)
+T_co = TypeVar("T_co", covariant=True)
 
 _UNANSWERED_IDS = 1024  # acks=0 correlation ids remembered per connection
 
@@ -151,15 +153,15 @@ class ConnectionState(enum.Enum):
 
 
 @dataclass(slots=True, eq=False)
-class _InFlight:
+class _InFlight(Generic[T_co]):
     """One request on the wire; it owns one permit until settled."""
 
     api_name: str
-    response_type: type[Any]
+    response_type: type[T_co]
     version: int
     correlation_id: int = -1  # -1 until registered (then the permit is the entry's)
     done: anyio.Event = field(default_factory=anyio.Event)
-    response: Any = None
+    response: T_co = field(init=False)  # set when settled without error
     error: KafkaError | None = None
     abandoned: bool = False  # the caller stopped waiting; the response is discarded
     limits: DecodeLimits | None = None  # None: the connection's decode_limits
@@ -188,7 +190,7 @@ class Connection:
             config.max_in_flight, max_value=config.max_in_flight, fast_acquire=True
         )
         self._write_lock = anyio.Lock(fast_acquire=True)
-        self._in_flight: deque[_InFlight] = deque()
+        self._in_flight: deque[_InFlight[ApiMessage]] = deque()
         # Correlation ids of requests sent without expecting a response (Produce acks=0).
         # Kafka never answers them; Tansu does. An answer to one of these ids is dropped
         # instead of poisoning the connection; ids older than the oldest answered request
@@ -331,9 +333,14 @@ class Connection:
         self._reader_scope.cancel()
 
     def _settle(
-        self, entry: _InFlight, *, response: Any = None, error: KafkaError | None = None
+        self,
+        entry: _InFlight[ApiMessage],
+        *,
+        response: ApiMessage | None = None,
+        error: KafkaError | None = None,
     ) -> None:
-        entry.response = response
+        if response is not None:
+            entry.response = response
         entry.error = error
         if entry.abandoned and error is None:
             self._responses_discarded += 1
@@ -386,15 +393,35 @@ class Connection:
 
     # -- requests ----------------------------------------------------------------------------
 
+    @overload
     async def send(
         self,
-        request: ApiMessage,
+        request: ApiRequest[R],
+        *,
+        version: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+        expect_response: Literal[True] = True,
+        limits: DecodeLimits | None = None,
+    ) -> R: ...
+    @overload
+    async def send(
+        self,
+        request: ApiRequest[R],
+        *,
+        version: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+        expect_response: bool,
+        limits: DecodeLimits | None = None,
+    ) -> R | None: ...
+    async def send(
+        self,
+        request: ApiRequest[R],
         *,
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (a deadline per request, by contract)
         expect_response: bool = True,
         limits: DecodeLimits | None = None,
-    ) -> Any:
+    ) -> R | None:
         """Send ``request`` and return its decoded response (``None`` without a response).
 
         Raises KafkaConnectionError (retriable) when the connection is or becomes closed,
@@ -412,15 +439,35 @@ class Connection:
         )
         return await pending.wait()
 
+    @overload
     async def submit(
         self,
-        request: ApiMessage,
+        request: ApiRequest[R],
+        *,
+        version: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+        expect_response: Literal[True] = True,
+        limits: DecodeLimits | None = None,
+    ) -> PendingResponse[R]: ...
+    @overload
+    async def submit(
+        self,
+        request: ApiRequest[R],
+        *,
+        version: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+        expect_response: bool,
+        limits: DecodeLimits | None = None,
+    ) -> PendingResponse[R | None]: ...
+    async def submit(
+        self,
+        request: ApiRequest[R],
         *,
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (a deadline per request, by contract)
         expect_response: bool = True,
         limits: DecodeLimits | None = None,
-    ) -> PendingResponse:
+    ) -> PendingResponse[R | None]:
         """Write ``request`` and return once it is on the wire; ``await .wait()`` the answer.
 
         Two calls to ``submit`` made one after the other from one task are written in that
@@ -439,7 +486,7 @@ class Connection:
         self._raise_if_closed()
         if not expect_response:
             await self._write(request, version, deadline, None)
-            return PendingResponse(self, None, deadline, limit)
+            return _NO_RESPONSE
 
         acquired = False
         with anyio.move_on_at(deadline):
@@ -452,7 +499,7 @@ class Connection:
             )
         entry = _InFlight(
             _handshake.api_name(request_type),
-            RESPONSE_TYPES[request.API_KEY],
+            request.RESPONSE_TYPE,
             version,
             limits=limits,
         )
@@ -481,7 +528,11 @@ class Connection:
         return correlation_id
 
     async def _write(
-        self, request: ApiMessage, version: int, deadline: float, entry: _InFlight | None
+        self,
+        request: ApiMessage,
+        version: int,
+        deadline: float,
+        entry: _InFlight[ApiMessage] | None,
     ) -> None:
         acquired = False
         with anyio.move_on_at(deadline):
@@ -619,28 +670,26 @@ def _detached(exc: ProtocolError) -> ProtocolError:
     return type(exc)(str(exc))
 
 
-class PendingResponse:
+class PendingResponse(Generic[T_co]):
     """A request already written to its connection; :meth:`wait` returns its response."""
 
     __slots__ = ("_conn", "_deadline", "_entry", "_limit")
 
     def __init__(
-        self, conn: Connection, entry: _InFlight | None, deadline: float, limit: float
+        self, conn: Connection, entry: _InFlight[T_co], deadline: float, limit: float
     ) -> None:
         self._conn = conn
         self._entry = entry
         self._deadline = deadline
         self._limit = limit
 
-    async def wait(self) -> Any:
+    async def wait(self) -> T_co:
         """The decoded response (``None`` for a request that expects none).
 
         A caller cancelled here leaves the request on the wire with its permit: the reader
         releases it and discards the response when it arrives (see the module docstring).
         """
         entry = self._entry
-        if entry is None:
-            return None
         try:
             with anyio.move_on_at(self._deadline):
                 await entry.done.wait()
@@ -660,6 +709,21 @@ class PendingResponse:
         if entry.error is not None:
             raise entry.error
         return entry.response
+
+
+class _NoResponse(PendingResponse[None]):
+    """What ``submit(expect_response=False)`` returns: nothing to wait for (acks=0)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
+
+    async def wait(self) -> None:
+        return None
+
+
+_NO_RESPONSE = _NoResponse()
 
 
 @asynccontextmanager

@@ -230,7 +230,7 @@ class NodeSender:
 
     async def _await_response(
         self,
-        pending: PendingResponse,
+        pending: PendingResponse[ProduceResponse | None],
         batches: list[ProducerBatch],
         prev: anyio.Event,
         handled: anyio.Event,

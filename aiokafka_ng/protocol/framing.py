@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -58,7 +59,7 @@ R = TypeVar("R", bound=ApiMessage)
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024
 
 
-def _is_flexible(table: dict[int, type[ApiMessage]], api_key: int, api_version: int) -> bool:
+def _is_flexible(table: Mapping[int, type[ApiMessage]], api_key: int, api_version: int) -> bool:
     cls = table.get(api_key)
     if cls is None:
         raise ValueError(f"unknown API key {api_key}")
@@ -79,6 +80,13 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return 1 if _is_flexible(RESPONSE_TYPES, api_key, api_version) else 0
 
 
+def _response_header_version(response_type: type[ApiMessage], api_version: int) -> int:
+    # As response_header_version, from the class at hand instead of a RESPONSE_TYPES lookup.
+    if response_type.API_KEY == _API_VERSIONS:
+        return 0
+    return 1 if response_type.is_flexible(api_version) else 0
+
+
 def _finish(w: Writer) -> bytes:
     _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)
     return bytes(w.buf)
@@ -88,7 +96,11 @@ def encode_request(
     request: ApiMessage, api_version: int, correlation_id: int, client_id: str | None
 ) -> bytes:
     """Full request frame, including the 4-byte size prefix."""
-    hv = request_header_version(request.API_KEY, api_version)
+    # From the request's own class, not REQUEST_TYPES (the same answer, without a lookup).
+    if request.API_KEY == _CONTROLLED_SHUTDOWN and api_version == 0:
+        hv = 0
+    else:
+        hv = 2 if request.is_flexible(api_version) else 1
     header = _headers.RequestHeader(
         request_api_key=request.API_KEY,
         request_api_version=api_version,
@@ -104,7 +116,7 @@ def encode_request(
 
 def encode_response(response: ApiMessage, api_version: int, correlation_id: int) -> bytes:
     """Full response frame, including the 4-byte size prefix (for brokers/simulators)."""
-    hv = response_header_version(response.API_KEY, api_version)
+    hv = _response_header_version(type(response), api_version)
     w = Writer()
     w.raw(_PLACEHOLDER)
     _headers.ResponseHeader(correlation_id=correlation_id).write_to(w, hv)
@@ -130,7 +142,7 @@ def decode_response(
 
     ``limits`` (default: ``DEFAULT_LIMITS``) bounds the struct elements the answer may
     hold; going over raises ResponseLimitError before the array is allocated."""
-    hv = response_header_version(response_type.API_KEY, api_version)
+    hv = _response_header_version(response_type, api_version)
     r = Reader(frame, limits=limits)
     header = _headers.ResponseHeader.read_from(r, hv)
     return header.correlation_id, response_type.read_from(r, api_version)

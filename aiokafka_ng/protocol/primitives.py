@@ -26,17 +26,20 @@ Generated code groups runs of consecutive fixed-width fields into one precompile
 ``struct.Struct`` and calls :meth:`Reader.fixed` / appends ``Struct.pack`` output directly;
 that keeps the hot paths (Produce encode, Fetch decode) free of per-field dispatch.
 
-:class:`Struct`, :class:`Message` and :class:`ApiMessage` are the (slot-free) bases of the
-generated dataclasses. They own the public ``encode``/``decode`` entry points, which translate
-low-level failures: decoding raises only :class:`ProtocolError`, encoding raises ``ValueError``
-for values that cannot be represented (None where not nullable, out-of-range integers, ...).
+:class:`Struct`, :class:`Message`, :class:`ApiMessage` and :class:`ApiRequest` are the
+(slot-free) bases of the generated dataclasses. A generated request names its response in its
+base, ``FooRequest(ApiRequest[FooResponse])``, so code that sends one is typed by the response
+it gets back (``Connection.send(req: ApiRequest[R]) -> R``). The bases own the public
+``encode``/``decode`` entry points, which translate low-level failures: decoding raises only
+:class:`ProtocolError`, encoding raises ``ValueError`` for values that cannot be represented
+(None where not nullable, out-of-range integers, ...).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, NamedTuple, Self
+from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar
 from uuid import UUID
 
 from aiokafka_ng.protocol.errors import ProtocolError
@@ -50,6 +53,7 @@ from aiokafka_ng.protocol.limits import (
 
 __all__ = [
     "ApiMessage",
+    "ApiRequest",
     "FieldSpec",
     "Message",
     "Reader",
@@ -597,3 +601,13 @@ class ApiMessage(Message):
 
     __slots__ = ()
     API_KEY: ClassVar[int]
+
+
+R_co = TypeVar("R_co", bound=ApiMessage, covariant=True)  # so any request: ApiRequest[ApiMessage]
+
+
+class ApiRequest(ApiMessage, Generic[R_co]):
+    """A request of one Kafka API, typed by the response it is answered with."""
+
+    __slots__ = ()
+    RESPONSE_TYPE: ClassVar[type[R_co]]

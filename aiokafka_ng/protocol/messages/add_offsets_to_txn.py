@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -61,7 +62,7 @@ class AddOffsetsToTxnResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class AddOffsetsToTxnRequest(ApiMessage):
+class AddOffsetsToTxnRequest(ApiRequest[AddOffsetsToTxnResponse]):
     API_KEY: ClassVar[int] = 25
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4

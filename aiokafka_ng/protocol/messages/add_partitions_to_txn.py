@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -271,7 +272,7 @@ class AddPartitionsToTxnTransaction(Struct):
 
 
 @dataclass(slots=True)
-class AddPartitionsToTxnRequest(ApiMessage):
+class AddPartitionsToTxnRequest(ApiRequest[AddPartitionsToTxnResponse]):
     API_KEY: ClassVar[int] = 24
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -89,7 +90,7 @@ class Listener(Struct):
 
 
 @dataclass(slots=True)
-class AddRaftVoterRequest(ApiMessage):
+class AddRaftVoterRequest(ApiRequest[AddRaftVoterResponse]):
     API_KEY: ClassVar[int] = 80
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -243,7 +244,7 @@ class AlterClientQuotasRequestEntryData(Struct):
 
 
 @dataclass(slots=True)
-class AlterClientQuotasRequest(ApiMessage):
+class AlterClientQuotasRequest(ApiRequest[AlterClientQuotasResponse]):
     API_KEY: ClassVar[int] = 49
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -203,7 +204,7 @@ class AlterConfigsResource(Struct):
 
 
 @dataclass(slots=True)
-class AlterConfigsRequest(ApiMessage):
+class AlterConfigsRequest(ApiRequest[AlterConfigsResponse]):
     API_KEY: ClassVar[int] = 33
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -204,7 +205,7 @@ class ReassignableTopic(Struct):
 
 
 @dataclass(slots=True)
-class AlterPartitionReassignmentsRequest(ApiMessage):
+class AlterPartitionReassignmentsRequest(ApiRequest[AlterPartitionReassignmentsResponse]):
     API_KEY: ClassVar[int] = 45
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -227,7 +228,7 @@ class AlterReplicaLogDir(Struct):
 
 
 @dataclass(slots=True)
-class AlterReplicaLogDirsRequest(ApiMessage):
+class AlterReplicaLogDirsRequest(ApiRequest[AlterReplicaLogDirsResponse]):
     API_KEY: ClassVar[int] = 34
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -178,7 +179,7 @@ class AlterShareGroupOffsetsRequestTopic(Struct):
 
 
 @dataclass(slots=True)
-class AlterShareGroupOffsetsRequest(ApiMessage):
+class AlterShareGroupOffsetsRequest(ApiRequest[AlterShareGroupOffsetsResponse]):
     API_KEY: ClassVar[int] = 91
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -151,7 +152,7 @@ class ScramCredentialUpsertion(Struct):
 
 
 @dataclass(slots=True)
-class AlterUserScramCredentialsRequest(ApiMessage):
+class AlterUserScramCredentialsRequest(ApiRequest[AlterUserScramCredentialsResponse]):
     API_KEY: ClassVar[int] = 51
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -222,7 +223,7 @@ class ApiVersionsResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class ApiVersionsRequest(ApiMessage):
+class ApiVersionsRequest(ApiRequest[ApiVersionsResponse]):
     API_KEY: ClassVar[int] = 18
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5

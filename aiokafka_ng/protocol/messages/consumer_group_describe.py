@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -272,7 +273,7 @@ class ConsumerGroupDescribeResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class ConsumerGroupDescribeRequest(ApiMessage):
+class ConsumerGroupDescribeRequest(ApiRequest[ConsumerGroupDescribeResponse]):
     API_KEY: ClassVar[int] = 69
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

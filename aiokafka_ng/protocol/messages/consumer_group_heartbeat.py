@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -130,7 +131,7 @@ class ConsumerGroupHeartbeatResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class ConsumerGroupHeartbeatRequest(ApiMessage):
+class ConsumerGroupHeartbeatRequest(ApiRequest[ConsumerGroupHeartbeatResponse]):
     API_KEY: ClassVar[int] = 68
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -169,7 +170,7 @@ class AclCreation(Struct):
 
 
 @dataclass(slots=True)
-class CreateAclsRequest(ApiMessage):
+class CreateAclsRequest(ApiRequest[CreateAclsResponse]):
     API_KEY: ClassVar[int] = 30
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3

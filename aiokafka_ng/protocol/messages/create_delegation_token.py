@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -163,7 +164,7 @@ class CreatableRenewers(Struct):
 
 
 @dataclass(slots=True)
-class CreateDelegationTokenRequest(ApiMessage):
+class CreateDelegationTokenRequest(ApiRequest[CreateDelegationTokenResponse]):
     API_KEY: ClassVar[int] = 38
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -202,7 +203,7 @@ class CreatePartitionsTopic(Struct):
 
 
 @dataclass(slots=True)
-class CreatePartitionsRequest(ApiMessage):
+class CreatePartitionsRequest(ApiRequest[CreatePartitionsResponse]):
     API_KEY: ClassVar[int] = 37
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3

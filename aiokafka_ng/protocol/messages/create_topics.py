@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -353,7 +354,7 @@ class CreatableTopic(Struct):
 
 
 @dataclass(slots=True)
-class CreateTopicsRequest(ApiMessage):
+class CreateTopicsRequest(ApiRequest[CreateTopicsResponse]):
     API_KEY: ClassVar[int] = 19
     MIN_VERSION: ClassVar[int] = 2
     MAX_VERSION: ClassVar[int] = 7

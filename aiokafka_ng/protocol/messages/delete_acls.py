@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -255,7 +256,7 @@ class DeleteAclsFilter(Struct):
 
 
 @dataclass(slots=True)
-class DeleteAclsRequest(ApiMessage):
+class DeleteAclsRequest(ApiRequest[DeleteAclsResponse]):
     API_KEY: ClassVar[int] = 31
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -121,7 +122,7 @@ class DeleteGroupsResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class DeleteGroupsRequest(ApiMessage):
+class DeleteGroupsRequest(ApiRequest[DeleteGroupsResponse]):
     API_KEY: ClassVar[int] = 42
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 3

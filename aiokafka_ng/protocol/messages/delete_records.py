@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -220,7 +221,7 @@ class DeleteRecordsTopic(Struct):
 
 
 @dataclass(slots=True)
-class DeleteRecordsRequest(ApiMessage):
+class DeleteRecordsRequest(ApiRequest[DeleteRecordsResponse]):
     API_KEY: ClassVar[int] = 21
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -120,7 +121,7 @@ class DeleteShareGroupOffsetsRequestTopic(Struct):
 
 
 @dataclass(slots=True)
-class DeleteShareGroupOffsetsRequest(ApiMessage):
+class DeleteShareGroupOffsetsRequest(ApiRequest[DeleteShareGroupOffsetsResponse]):
     API_KEY: ClassVar[int] = 92
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

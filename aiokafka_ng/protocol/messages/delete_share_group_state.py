@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -162,7 +163,7 @@ class DeleteStateData(Struct):
 
 
 @dataclass(slots=True)
-class DeleteShareGroupStateRequest(ApiMessage):
+class DeleteShareGroupStateRequest(ApiRequest[DeleteShareGroupStateResponse]):
     API_KEY: ClassVar[int] = 86
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -171,7 +172,7 @@ class DeleteTopicState(Struct):
 
 
 @dataclass(slots=True)
-class DeleteTopicsRequest(ApiMessage):
+class DeleteTopicsRequest(ApiRequest[DeleteTopicsResponse]):
     API_KEY: ClassVar[int] = 20
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 6

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -178,7 +179,7 @@ class DescribeAclsResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class DescribeAclsRequest(ApiMessage):
+class DescribeAclsRequest(ApiRequest[DescribeAclsResponse]):
     API_KEY: ClassVar[int] = 29
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -247,7 +248,7 @@ class ComponentData(Struct):
 
 
 @dataclass(slots=True)
-class DescribeClientQuotasRequest(ApiMessage):
+class DescribeClientQuotasRequest(ApiRequest[DescribeClientQuotasResponse]):
     API_KEY: ClassVar[int] = 48
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -163,7 +164,7 @@ class DescribeClusterResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class DescribeClusterRequest(ApiMessage):
+class DescribeClusterRequest(ApiRequest[DescribeClusterResponse]):
     API_KEY: ClassVar[int] = 60
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -316,7 +317,7 @@ class DescribeConfigsResource(Struct):
 
 
 @dataclass(slots=True)
-class DescribeConfigsRequest(ApiMessage):
+class DescribeConfigsRequest(ApiRequest[DescribeConfigsResponse]):
     API_KEY: ClassVar[int] = 32
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 4

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -248,7 +249,7 @@ class DescribeDelegationTokenOwner(Struct):
 
 
 @dataclass(slots=True)
-class DescribeDelegationTokenRequest(ApiMessage):
+class DescribeDelegationTokenRequest(ApiRequest[DescribeDelegationTokenResponse]):
     API_KEY: ClassVar[int] = 41
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -273,7 +274,7 @@ class DescribeGroupsResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class DescribeGroupsRequest(ApiMessage):
+class DescribeGroupsRequest(ApiRequest[DescribeGroupsResponse]):
     API_KEY: ClassVar[int] = 15
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 6

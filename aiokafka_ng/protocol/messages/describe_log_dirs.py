@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -299,7 +300,7 @@ class DescribableLogDirTopic(Struct):
 
 
 @dataclass(slots=True)
-class DescribeLogDirsRequest(ApiMessage):
+class DescribeLogDirsRequest(ApiRequest[DescribeLogDirsResponse]):
     API_KEY: ClassVar[int] = 35
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 5

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -184,7 +185,7 @@ class TopicRequest(Struct):
 
 
 @dataclass(slots=True)
-class DescribeProducersRequest(ApiMessage):
+class DescribeProducersRequest(ApiRequest[DescribeProducersResponse]):
     API_KEY: ClassVar[int] = 61
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -356,7 +357,7 @@ class DescribeQuorumRequestTopicData(Struct):
 
 
 @dataclass(slots=True)
-class DescribeQuorumRequest(ApiMessage):
+class DescribeQuorumRequest(ApiRequest[DescribeQuorumResponse]):
     API_KEY: ClassVar[int] = 55
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -237,7 +238,7 @@ class DescribeShareGroupOffsetsRequestGroup(Struct):
 
 
 @dataclass(slots=True)
-class DescribeShareGroupOffsetsRequest(ApiMessage):
+class DescribeShareGroupOffsetsRequest(ApiRequest[DescribeShareGroupOffsetsResponse]):
     API_KEY: ClassVar[int] = 90
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

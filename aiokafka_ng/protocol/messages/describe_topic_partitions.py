@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -229,7 +230,7 @@ class TopicRequest(Struct):
 
 
 @dataclass(slots=True)
-class DescribeTopicPartitionsRequest(ApiMessage):
+class DescribeTopicPartitionsRequest(ApiRequest[DescribeTopicPartitionsResponse]):
     API_KEY: ClassVar[int] = 75
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

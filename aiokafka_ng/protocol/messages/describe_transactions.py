@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -136,7 +137,7 @@ class DescribeTransactionsResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class DescribeTransactionsRequest(ApiMessage):
+class DescribeTransactionsRequest(ApiRequest[DescribeTransactionsResponse]):
     API_KEY: ClassVar[int] = 65
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

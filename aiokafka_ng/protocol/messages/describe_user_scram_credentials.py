@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -148,7 +149,7 @@ class UserName(Struct):
 
 
 @dataclass(slots=True)
-class DescribeUserScramCredentialsRequest(ApiMessage):
+class DescribeUserScramCredentialsRequest(ApiRequest[DescribeUserScramCredentialsResponse]):
     API_KEY: ClassVar[int] = 50
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

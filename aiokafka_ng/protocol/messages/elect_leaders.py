@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -205,7 +206,7 @@ class TopicPartitions(Struct):
 
 
 @dataclass(slots=True)
-class ElectLeadersRequest(ApiMessage):
+class ElectLeadersRequest(ApiRequest[ElectLeadersResponse]):
     API_KEY: ClassVar[int] = 43
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -74,7 +75,7 @@ class EndTxnResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class EndTxnRequest(ApiMessage):
+class EndTxnRequest(ApiRequest[EndTxnResponse]):
     API_KEY: ClassVar[int] = 26
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5

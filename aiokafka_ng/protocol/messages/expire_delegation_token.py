@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -63,7 +64,7 @@ class ExpireDelegationTokenResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class ExpireDelegationTokenRequest(ApiMessage):
+class ExpireDelegationTokenRequest(ApiRequest[ExpireDelegationTokenResponse]):
     API_KEY: ClassVar[int] = 40
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2

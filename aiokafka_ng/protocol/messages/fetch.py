@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -679,7 +680,7 @@ class ForgottenTopic(Struct):
 
 
 @dataclass(slots=True)
-class FetchRequest(ApiMessage):
+class FetchRequest(ApiRequest[FetchResponse]):
     API_KEY: ClassVar[int] = 1
     MIN_VERSION: ClassVar[int] = 4
     MAX_VERSION: ClassVar[int] = 18

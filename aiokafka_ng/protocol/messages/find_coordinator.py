@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -151,7 +152,7 @@ class FindCoordinatorResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class FindCoordinatorRequest(ApiMessage):
+class FindCoordinatorRequest(ApiRequest[FindCoordinatorResponse]):
     API_KEY: ClassVar[int] = 10
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 6

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -86,7 +87,7 @@ class GetTelemetrySubscriptionsResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class GetTelemetrySubscriptionsRequest(ApiMessage):
+class GetTelemetrySubscriptionsRequest(ApiRequest[GetTelemetrySubscriptionsResponse]):
     API_KEY: ClassVar[int] = 71
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

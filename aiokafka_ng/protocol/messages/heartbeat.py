@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -67,7 +68,7 @@ class HeartbeatResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class HeartbeatRequest(ApiMessage):
+class HeartbeatRequest(ApiRequest[HeartbeatResponse]):
     API_KEY: ClassVar[int] = 12
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 4

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -209,7 +210,7 @@ class AlterConfigsResource(Struct):
 
 
 @dataclass(slots=True)
-class IncrementalAlterConfigsRequest(ApiMessage):
+class IncrementalAlterConfigsRequest(ApiRequest[IncrementalAlterConfigsResponse]):
     API_KEY: ClassVar[int] = 44
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -80,7 +81,7 @@ class InitProducerIdResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class InitProducerIdRequest(ApiMessage):
+class InitProducerIdRequest(ApiRequest[InitProducerIdResponse]):
     API_KEY: ClassVar[int] = 22
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 6

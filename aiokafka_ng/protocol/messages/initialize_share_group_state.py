@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -166,7 +167,7 @@ class InitializeStateData(Struct):
 
 
 @dataclass(slots=True)
-class InitializeShareGroupStateRequest(ApiMessage):
+class InitializeShareGroupStateRequest(ApiRequest[InitializeShareGroupStateResponse]):
     API_KEY: ClassVar[int] = 83
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -255,7 +256,7 @@ class JoinGroupRequestProtocol(Struct):
 
 
 @dataclass(slots=True)
-class JoinGroupRequest(ApiMessage):
+class JoinGroupRequest(ApiRequest[JoinGroupResponse]):
     API_KEY: ClassVar[int] = 11
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 9

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -173,7 +174,7 @@ class MemberIdentity(Struct):
 
 
 @dataclass(slots=True)
-class LeaveGroupRequest(ApiMessage):
+class LeaveGroupRequest(ApiRequest[LeaveGroupResponse]):
     API_KEY: ClassVar[int] = 13
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -97,7 +98,7 @@ class ListConfigResourcesResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class ListConfigResourcesRequest(ApiMessage):
+class ListConfigResourcesRequest(ApiRequest[ListConfigResourcesResponse]):
     API_KEY: ClassVar[int] = 74
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

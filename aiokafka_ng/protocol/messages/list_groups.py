@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -150,7 +151,7 @@ class ListGroupsResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class ListGroupsRequest(ApiMessage):
+class ListGroupsRequest(ApiRequest[ListGroupsResponse]):
     API_KEY: ClassVar[int] = 16
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -248,7 +249,7 @@ class ListOffsetsTopic(Struct):
 
 
 @dataclass(slots=True)
-class ListOffsetsRequest(ApiMessage):
+class ListOffsetsRequest(ApiRequest[ListOffsetsResponse]):
     API_KEY: ClassVar[int] = 2
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 11

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -165,7 +166,7 @@ class ListPartitionReassignmentsTopics(Struct):
 
 
 @dataclass(slots=True)
-class ListPartitionReassignmentsRequest(ApiMessage):
+class ListPartitionReassignmentsRequest(ApiRequest[ListPartitionReassignmentsResponse]):
     API_KEY: ClassVar[int] = 46
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

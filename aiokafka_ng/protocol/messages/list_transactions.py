@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -99,7 +100,7 @@ class ListTransactionsResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class ListTransactionsRequest(ApiMessage):
+class ListTransactionsRequest(ApiRequest[ListTransactionsResponse]):
     API_KEY: ClassVar[int] = 66
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2

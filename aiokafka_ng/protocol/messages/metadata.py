@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -589,7 +590,7 @@ class MetadataRequestTopic(Struct):
 
 
 @dataclass(slots=True)
-class MetadataRequest(ApiMessage):
+class MetadataRequest(ApiRequest[MetadataResponse]):
     API_KEY: ClassVar[int] = 3
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 13

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -276,7 +277,7 @@ class OffsetCommitRequestTopic(Struct):
 
 
 @dataclass(slots=True)
-class OffsetCommitRequest(ApiMessage):
+class OffsetCommitRequest(ApiRequest[OffsetCommitResponse]):
     API_KEY: ClassVar[int] = 8
     MIN_VERSION: ClassVar[int] = 2
     MAX_VERSION: ClassVar[int] = 10

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -150,7 +151,7 @@ class OffsetDeleteRequestTopic(Struct):
 
 
 @dataclass(slots=True)
-class OffsetDeleteRequest(ApiMessage):
+class OffsetDeleteRequest(ApiRequest[OffsetDeleteResponse]):
     API_KEY: ClassVar[int] = 47
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

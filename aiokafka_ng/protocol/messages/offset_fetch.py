@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -470,7 +471,7 @@ class OffsetFetchRequestGroup(Struct):
 
 
 @dataclass(slots=True)
-class OffsetFetchRequest(ApiMessage):
+class OffsetFetchRequest(ApiRequest[OffsetFetchResponse]):
     API_KEY: ClassVar[int] = 9
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 10

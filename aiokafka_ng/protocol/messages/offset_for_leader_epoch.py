@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -224,7 +225,7 @@ class OffsetForLeaderTopic(Struct):
 
 
 @dataclass(slots=True)
-class OffsetForLeaderEpochRequest(ApiMessage):
+class OffsetForLeaderEpochRequest(ApiRequest[OffsetForLeaderEpochResponse]):
     API_KEY: ClassVar[int] = 23
     MIN_VERSION: ClassVar[int] = 2
     MAX_VERSION: ClassVar[int] = 4

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -440,7 +441,7 @@ class TopicProduceData(Struct):
 
 
 @dataclass(slots=True)
-class ProduceRequest(ApiMessage):
+class ProduceRequest(ApiRequest[ProduceResponse]):
     API_KEY: ClassVar[int] = 0
     MIN_VERSION: ClassVar[int] = 3
     MAX_VERSION: ClassVar[int] = 13

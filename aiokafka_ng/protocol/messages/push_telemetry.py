@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -54,7 +55,7 @@ class PushTelemetryResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class PushTelemetryRequest(ApiMessage):
+class PushTelemetryRequest(ApiRequest[PushTelemetryResponse]):
     API_KEY: ClassVar[int] = 72
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

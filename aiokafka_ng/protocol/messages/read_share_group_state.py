@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -207,7 +208,7 @@ class ReadStateData(Struct):
 
 
 @dataclass(slots=True)
-class ReadShareGroupStateRequest(ApiMessage):
+class ReadShareGroupStateRequest(ApiRequest[ReadShareGroupStateResponse]):
     API_KEY: ClassVar[int] = 84
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -190,7 +191,7 @@ class ReadStateSummaryData(Struct):
 
 
 @dataclass(slots=True)
-class ReadShareGroupStateSummaryRequest(ApiMessage):
+class ReadShareGroupStateSummaryRequest(ApiRequest[ReadShareGroupStateSummaryResponse]):
     API_KEY: ClassVar[int] = 87
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

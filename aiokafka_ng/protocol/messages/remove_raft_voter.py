@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -58,7 +59,7 @@ class RemoveRaftVoterResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class RemoveRaftVoterRequest(ApiMessage):
+class RemoveRaftVoterRequest(ApiRequest[RemoveRaftVoterResponse]):
     API_KEY: ClassVar[int] = 81
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

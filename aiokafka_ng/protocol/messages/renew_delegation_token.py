@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -63,7 +64,7 @@ class RenewDelegationTokenResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class RenewDelegationTokenRequest(ApiMessage):
+class RenewDelegationTokenRequest(ApiRequest[RenewDelegationTokenResponse]):
     API_KEY: ClassVar[int] = 39
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -56,7 +57,7 @@ class SaslHandshakeResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class SaslHandshakeRequest(ApiMessage):
+class SaslHandshakeRequest(ApiRequest[SaslHandshakeResponse]):
     API_KEY: ClassVar[int] = 17
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -309,7 +310,7 @@ class AcknowledgeTopic(Struct):
 
 
 @dataclass(slots=True)
-class ShareAcknowledgeRequest(ApiMessage):
+class ShareAcknowledgeRequest(ApiRequest[ShareAcknowledgeResponse]):
     API_KEY: ClassVar[int] = 79
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2

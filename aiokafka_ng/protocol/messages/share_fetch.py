@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -366,7 +367,7 @@ class ForgottenTopic(Struct):
 
 
 @dataclass(slots=True)
-class ShareFetchRequest(ApiMessage):
+class ShareFetchRequest(ApiRequest[ShareFetchResponse]):
     API_KEY: ClassVar[int] = 78
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -223,7 +224,7 @@ class ShareGroupDescribeResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class ShareGroupDescribeRequest(ApiMessage):
+class ShareGroupDescribeRequest(ApiRequest[ShareGroupDescribeResponse]):
     API_KEY: ClassVar[int] = 77
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 1

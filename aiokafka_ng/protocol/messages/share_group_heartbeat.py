@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -130,7 +131,7 @@ class ShareGroupHeartbeatResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class ShareGroupHeartbeatRequest(ApiMessage):
+class ShareGroupHeartbeatRequest(ApiRequest[ShareGroupHeartbeatResponse]):
     API_KEY: ClassVar[int] = 76
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 1

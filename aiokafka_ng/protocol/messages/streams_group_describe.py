@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -673,7 +674,7 @@ class StreamsGroupDescribeResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class StreamsGroupDescribeRequest(ApiMessage):
+class StreamsGroupDescribeRequest(ApiRequest[StreamsGroupDescribeResponse]):
     API_KEY: ClassVar[int] = 89
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -572,7 +573,7 @@ class TaskOffset(Struct):
 
 
 @dataclass(slots=True)
-class StreamsGroupHeartbeatRequest(ApiMessage):
+class StreamsGroupHeartbeatRequest(ApiRequest[StreamsGroupHeartbeatResponse]):
     API_KEY: ClassVar[int] = 88
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -199,7 +200,7 @@ class TopologyDescription(Struct):
 
 
 @dataclass(slots=True)
-class StreamsGroupTopologyDescriptionUpdateRequest(ApiMessage):
+class StreamsGroupTopologyDescriptionUpdateRequest(ApiRequest[StreamsGroupTopologyDescriptionUpdateResponse]):
     API_KEY: ClassVar[int] = 93
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -127,7 +128,7 @@ class SyncGroupRequestAssignment(Struct):
 
 
 @dataclass(slots=True)
-class SyncGroupRequest(ApiMessage):
+class SyncGroupRequest(ApiRequest[SyncGroupResponse]):
     API_KEY: ClassVar[int] = 14
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5

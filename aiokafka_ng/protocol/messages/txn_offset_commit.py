@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -268,7 +269,7 @@ class TxnOffsetCommitRequestTopic(Struct):
 
 
 @dataclass(slots=True)
-class TxnOffsetCommitRequest(ApiMessage):
+class TxnOffsetCommitRequest(ApiRequest[TxnOffsetCommitResponse]):
     API_KEY: ClassVar[int] = 28
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 6

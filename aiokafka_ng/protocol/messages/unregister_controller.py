@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -58,7 +59,7 @@ class UnregisterControllerResponse(ApiMessage):
 
 
 @dataclass(slots=True)
-class UnregisterControllerRequest(ApiMessage):
+class UnregisterControllerRequest(ApiRequest[UnregisterControllerResponse]):
     API_KEY: ClassVar[int] = 94
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -152,7 +153,7 @@ class FeatureUpdateKey(Struct):
 
 
 @dataclass(slots=True)
-class UpdateFeaturesRequest(ApiMessage):
+class UpdateFeaturesRequest(ApiRequest[UpdateFeaturesResponse]):
     API_KEY: ClassVar[int] = 57
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 2

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -223,7 +224,7 @@ class WriteStateData(Struct):
 
 
 @dataclass(slots=True)
-class WriteShareGroupStateRequest(ApiMessage):
+class WriteShareGroupStateRequest(ApiRequest[WriteShareGroupStateResponse]):
     API_KEY: ClassVar[int] = 85
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1

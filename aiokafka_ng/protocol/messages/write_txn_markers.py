@@ -11,6 +11,7 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.primitives import (
     ApiMessage,
+    ApiRequest,
     FieldSpec,
     Message,
     Reader,
@@ -225,7 +226,7 @@ class WritableTxnMarker(Struct):
 
 
 @dataclass(slots=True)
-class WriteTxnMarkersRequest(ApiMessage):
+class WriteTxnMarkersRequest(ApiRequest[WriteTxnMarkersResponse]):
     API_KEY: ClassVar[int] = 27
     MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2
