@@ -2,9 +2,12 @@
 
     python tools/gen_protocol.py [--schemas DIR] [--check]
 
-Schemas come from ``--schemas``, else ``$AIOKAFKA_NG_SCHEMAS``, else ``../shared/kafka-protocol``
-relative to the repository root. ``--check`` regenerates in memory and exits 1 (listing the
-files) if the committed output differs.
+Schemas come from ``--schemas`` (a directory of JSON files or a kafka-clients jar), else
+``$AIOKAFKA_NG_SCHEMAS``, else the kafka-clients jar of the pinned Kafka release
+(``aiokafka_ng.testing._kafka_jars.KAFKA_VERSION``) in the jar cache the tests share, else
+``../shared/kafka-protocol`` relative to the repository root. ``--check`` regenerates in
+memory and exits 1 (listing the files) if the committed output differs. Requests the client
+already sends stay at the versions its code is written for (``protocol_caps.py``).
 
 Output: one module per API a client may send (request ``listeners`` include ``broker``) with
 its request, response and their structs, the request typed by its response
@@ -22,17 +25,20 @@ precompiled ``struct.Struct`` pack/unpack, so there is no per-field dispatch at 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from protocol_caps import CAPS
 from protocol_schema import (
     FIXED,
     Field,
     MessageDef,
     StructDef,
+    has_schemas,
     in_range,
     load_all,
     snake,
@@ -389,6 +395,8 @@ class ModuleGen:
         if p.root:
             lo, hi = m.valid
             stable = hi - 1 if m.unstable_latest else hi
+            if m.kind == "request":
+                stable = min(stable, CAPS.get(m.name.removesuffix("Request"), (stable, ""))[0])
             flex = m.flexible[0] if m.flexible else None
             if m.api_key is not None:
                 out.append(f"    API_KEY: ClassVar[int] = {m.api_key}")
@@ -610,17 +618,52 @@ def _render_init(apis: list[tuple[int, str, str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def default_schemas() -> Path:
+    """``$AIOKAFKA_NG_SCHEMAS``; else the kafka-clients jar of the pinned Kafka release in
+    the jar cache the tests share (``aiokafka-ng broker --kafka --fetch-only`` puts it
+    there); else ``../shared/kafka-protocol`` (Kafka's schemas of October 2024)."""
+    chosen = os.environ.get("AIOKAFKA_NG_SCHEMAS")
+    if chosen:
+        return Path(chosen)
+    jar = pinned_clients_jar()
+    if jar.is_file():
+        return jar
+    print(
+        f"note: {jar} is not there (`aiokafka-ng broker --kafka --fetch-only` fetches it); "
+        "falling back to ../shared/kafka-protocol, Kafka's schemas of October 2024, whose "
+        "output differs from the committed files",
+        file=sys.stderr,
+    )
+    return REPO.parent / "shared" / "kafka-protocol"
+
+
+def pinned_clients_jar() -> Path:
+    """Where the kafka-clients jar of the pinned release is (whether or not it is there)."""
+    # The module by its file (standard library only): importing the package would load
+    # the very messages this script may be regenerating.
+    spec = importlib.util.spec_from_file_location(
+        "_kafka_jars", REPO / "aiokafka_ng" / "testing" / "_kafka_jars.py"
+    )
+    assert spec is not None and spec.loader is not None
+    jars = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(jars)
+    # The pinned release, even where AIOKAFKA_NG_KAFKA_VERSION runs the tests on another.
+    env = {k: v for k, v in os.environ.items() if k != jars.VERSION_ENV_VAR}
+    home: Path = jars.kafka_home(env)
+    return home / "libs" / f"kafka-clients-{jars.KAFKA_VERSION}.jar"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default = os.environ.get("AIOKAFKA_NG_SCHEMAS") or str(
-        REPO.parent / "shared" / "kafka-protocol"
-    )
-    ap.add_argument("--schemas", type=Path, default=Path(default))
+    ap.add_argument("--schemas", type=Path, default=default_schemas())
     ap.add_argument("--out", type=Path, default=OUT_DIR)
     ap.add_argument("--check", action="store_true", help="exit 1 if the output would change")
     args = ap.parse_args(argv)
-    if not any(args.schemas.glob("*.json")):
-        ap.error(f"no Kafka JSON schemas in {args.schemas} (use --schemas or AIOKAFKA_NG_SCHEMAS)")
+    if not has_schemas(args.schemas):
+        ap.error(
+            f"no Kafka JSON schemas in {args.schemas} (fetch the Kafka jars with "
+            "`aiokafka-ng broker --kafka --fetch-only`, or use --schemas or AIOKAFKA_NG_SCHEMAS)"
+        )
     files = generate(args.schemas)
     existing = {p.name for p in args.out.glob("*.py")} if args.out.is_dir() else set()
     changed = sorted(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import keyword
 import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,8 +170,13 @@ def _parse_fields(raw: list[dict[str, Any]], commons: dict[str, StructDef]) -> l
     return fields
 
 
-def load_message(path: Path) -> MessageDef:
-    d = json.loads(strip_comments(path.read_text()))
+def load_message(path: Path, text: str | None = None) -> MessageDef | None:
+    """The message in ``path`` (or ``text``, read from ``path`` in a jar); None for one Kafka
+    has retired (``validVersions: none``: the inter-broker RPCs KRaft replaced, kept in the
+    jar as tombstones)."""
+    d = json.loads(strip_comments(path.read_text() if text is None else text))
+    if d.get("validVersions") == "none":
+        return None
     commons: dict[str, StructDef] = {}
     # Common structs may refer to each other in any order: create them all, then fill in.
     raw_commons = d.get("commonStructs", [])
@@ -194,5 +200,31 @@ def load_message(path: Path) -> MessageDef:
     )
 
 
-def load_all(schema_dir: Path) -> list[MessageDef]:
-    return [load_message(p) for p in sorted(schema_dir.glob("*.json"))]
+#: Where a kafka-clients jar keeps the message schemas.
+JAR_SCHEMAS = "common/message/"
+
+
+def has_schemas(source: Path) -> bool:
+    """Whether ``source`` is a directory of schemas or a jar that carries them."""
+    if source.is_dir():
+        return any(source.glob("*.json"))
+    if source.is_file() and zipfile.is_zipfile(source):
+        with zipfile.ZipFile(source) as jar:
+            return any(_is_schema(n) for n in jar.namelist())
+    return False
+
+
+def _is_schema(name: str) -> bool:
+    return name.startswith(JAR_SCHEMAS) and name.endswith(".json") and name.count("/") == 2
+
+
+def load_all(source: Path) -> list[MessageDef]:
+    """Every live message of ``source``: a directory of Kafka's JSON schemas, or a
+    kafka-clients jar (they are under ``common/message/`` there)."""
+    if source.is_dir():
+        loaded = [load_message(p) for p in sorted(source.glob("*.json"))]
+    else:
+        with zipfile.ZipFile(source) as jar:
+            names = sorted(n for n in jar.namelist() if _is_schema(n))
+            loaded = [load_message(Path(n), jar.read(n).decode()) for n in names]
+    return [m for m in loaded if m is not None]

@@ -44,7 +44,7 @@ def _config_type(value: int) -> ConfigType:
 
 
 def _entry(c: DescribeConfigsResourceResult) -> ConfigEntry:
-    # v0 has is_default and no source; v1+ has the source and drops is_default.
+    # v1+ (all Kafka 4 speaks) carries the source; v0's is_default flag is gone with v0.
     source = ConfigSource.parse(c.config_source)
     return ConfigEntry(
         name=c.name,
@@ -52,7 +52,7 @@ def _entry(c: DescribeConfigsResourceResult) -> ConfigEntry:
         source=source,
         is_read_only=c.read_only,
         is_sensitive=c.is_sensitive,
-        is_default=c.is_default or source is ConfigSource.DEFAULT_CONFIG,
+        is_default=source is ConfigSource.DEFAULT_CONFIG,
         synonyms=[ConfigSynonym(s.name, s.value, ConfigSource.parse(s.source)) for s in c.synonyms],
         config_type=_config_type(c.config_type),
         documentation=c.documentation or None,

@@ -20,7 +20,7 @@ from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.protocol.messages import add_raft_voter as arv
 from aiokafka_ng.protocol.messages import alter_partition_reassignments as apr
 from aiokafka_ng.protocol.messages import describe_quorum as dq
-from aiokafka_ng.protocol.messages import list_client_metrics_resources as lcm
+from aiokafka_ng.protocol.messages import list_config_resources as lcr
 from aiokafka_ng.protocol.messages import list_partition_reassignments as lpr
 from aiokafka_ng.protocol.messages import remove_raft_voter as rrv
 from aiokafka_ng.protocol.messages import unregister_broker as ub
@@ -206,16 +206,18 @@ class ClusterAdminOps(_AdminCore):
 
         async def attempt(deadline: float) -> list[str]:
             node = await self._any_node()
+            # Kafka 4.1 renamed the API (key 74) ListConfigResources; its v0, the version
+            # negotiated (tools/protocol_caps.py), is ListClientMetricsResources unchanged.
             resp = await self._send(
                 "list_client_metrics_resources",
                 node,
-                lcm.ListClientMetricsResourcesRequest(),
+                lcr.ListConfigResourcesRequest(),
                 deadline,
             )
             err = broker_error(resp.error_code)
             if err is not None:
                 raise err
-            return sorted(r.name for r in resp.client_metrics_resources)
+            return sorted(r.resource_name for r in resp.config_resources)
 
         return await self._run_one("list_client_metrics_resources", attempt, timeout_ms)
 

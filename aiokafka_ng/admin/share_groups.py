@@ -5,11 +5,10 @@ the answer is filtered here too, so a broker that ignores the filter cannot slip
 groups in. ``describe_share_groups`` sends ShareGroupDescribe to each group's coordinator
 (share groups live in the group coordinator, found with FindCoordinator key type 0).
 
-The schemas this client is generated from know only ShareGroupDescribe v0, and mark it
-unstable (``latestVersionUnstable``): negotiation never picks unstable versions, so the
-request is pinned to v0 and sent only to a broker that advertises v0 (Kafka 4.0 does when
-``unstable.api.versions.enable`` is set, as its share-group early access requires). Any
-other broker gets an ``UnsupportedVersionError`` naming the operation.
+ShareGroupDescribe is negotiated as any request: v1, the first stable version (Kafka 4.1,
+where share groups left early access). The early-access v0 of Kafka 4.0 is not in the
+schemas the client is generated from (Kafka 4.4's), so a 4.0 broker gets an
+``UnsupportedVersionError`` naming the operation.
 """
 
 from __future__ import annotations
@@ -35,8 +34,6 @@ __all__ = [
     "ShareGroupState",
     "ShareMemberDescription",
 ]
-
-_DESCRIBE_VERSION = 0  # the only one the schemas know, still marked unstable there
 
 
 class ShareGroupState(enum.StrEnum):
@@ -139,9 +136,7 @@ class ShareGroupOps(_AdminCore):
             req = sgd.ShareGroupDescribeRequest(
                 group_ids=batch, include_authorized_operations=include_authorized_operations
             )
-            resp = await self._send(
-                "describe_share_groups", node, req, deadline, pinned_version=_DESCRIBE_VERSION
-            )
+            resp = await self._send("describe_share_groups", node, req, deadline)
             coordinator = self._node(node)
             out: dict[str, ShareGroupDescription | BaseException] = {}
             for g in resp.groups:

@@ -129,7 +129,7 @@ class OffsetsClient:
         topics: dict[str, list[ListOffsetsPartition]] = defaultdict(list)
         for tp, ts in parts.items():
             topics[tp.topic].append(
-                ListOffsetsPartition(partition_index=tp.partition, timestamp=ts, max_num_offsets=1)
+                ListOffsetsPartition(partition_index=tp.partition, timestamp=ts)
             )
         request = ListOffsetsRequest(
             replica_id=-1,

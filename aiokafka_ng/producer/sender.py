@@ -200,7 +200,10 @@ class NodeSender:
             transactional_id=self._transactional_id,
             acks=self._acks,
             timeout_ms=self._timeout_ms,
-            topic_data=[TopicProduceData(name, parts) for name, parts in by_topic.items()],
+            topic_data=[
+                TopicProduceData(name=name, partition_data=parts)
+                for name, parts in by_topic.items()
+            ],
         )
         self.in_flight += 1
         self.requests += 1

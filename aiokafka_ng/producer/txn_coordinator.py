@@ -247,7 +247,7 @@ class TxnCoordinatorClient:
                 group_id=group.group_id,
                 producer_id=producer_id,
                 producer_epoch=epoch,
-                generation_id=group.generation_id,
+                generation_id_or_member_epoch=group.generation_id,
                 member_id=group.member_id,
                 group_instance_id=group.group_instance_id,
                 topics=topics,

@@ -26,7 +26,7 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.protocol.messages import alter_partition_reassignments as apr
 from aiokafka_ng.protocol.messages import describe_quorum as dq
-from aiokafka_ng.protocol.messages import list_client_metrics_resources as lcm
+from aiokafka_ng.protocol.messages import list_config_resources as lcr
 from aiokafka_ng.protocol.messages import list_partition_reassignments as lpr
 from aiokafka_ng.protocol.messages import unregister_broker as ub
 
@@ -175,10 +175,10 @@ async def test_describe_metadata_quorum() -> None:
 
 async def test_client_metrics_resources_and_unregister_broker() -> None:
     fake = FakeCluster()
-    fake.handlers[LIST_METRICS] = lambda n, r, v: lcm.ListClientMetricsResourcesResponse(
-        client_metrics_resources=[
-            lcm.ClientMetricsResource(name="slow-apps"),
-            lcm.ClientMetricsResource(name="all"),
+    fake.handlers[LIST_METRICS] = lambda n, r, v: lcr.ListConfigResourcesResponse(
+        config_resources=[
+            lcr.ConfigResource(resource_name="slow-apps"),
+            lcr.ConfigResource(resource_name="all"),
         ]
     )
     unregistered: list[int] = []

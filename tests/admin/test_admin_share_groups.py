@@ -99,12 +99,12 @@ async def test_list_share_groups_filters_by_type_on_both_sides() -> None:
 
 
 async def test_describe_share_groups_at_their_coordinators() -> None:
-    fake = FakeCluster(node_ids=(1, 2), max_versions={SHARE_GROUP_DESCRIBE: 0})
+    fake = FakeCluster(node_ids=(1, 2))
     tid = uuid.uuid4()
     asked: dict[int, sgd.ShareGroupDescribeRequest] = {}
 
     def describe(node: int, req: sgd.ShareGroupDescribeRequest, version: int) -> Any:
-        assert version == 0
+        assert version == 1  # the first stable version (Kafka 4.1+)
         asked[node] = req
         groups = []
         for gid in req.group_ids:
@@ -174,10 +174,10 @@ async def test_describe_share_groups_at_their_coordinators() -> None:
     assert asked[1].include_authorized_operations
 
 
-async def test_describe_needs_a_broker_offering_the_unstable_v0() -> None:
-    # The fake advertises what a broker without unstable.api.versions.enable would: the
-    # codec's highest *stable* version, and ShareGroupDescribe has none.
-    fake = FakeCluster()
+async def test_describe_needs_a_broker_offering_the_stable_v1() -> None:
+    # Kafka 4.0 advertises only the early-access v0 (with unstable.api.versions.enable),
+    # which the client does not speak.
+    fake = FakeCluster(max_versions={SHARE_GROUP_DESCRIBE: 0})
     fake.handlers[FIND_COORDINATOR] = _coordinators(fake, {"a": 1})
     async with fake.running(), fake_admin(fake) as admin:
         with pytest.raises(UnsupportedVersionError, match="describe_share_groups"):

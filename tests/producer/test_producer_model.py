@@ -91,8 +91,8 @@ class Broker:
                 log.extend(values)
             parts.append(
                 TopicProduceResponse(
-                    "t",
-                    [
+                    name="t",
+                    partition_responses=[
                         PartitionProduceResponse(
                             index=b.partition, error_code=code, base_offset=base
                         )

@@ -115,8 +115,8 @@ def response(partition: int, code: int, base_offset: int = 0, **kw: Any) -> Prod
     return ProduceResponse(
         responses=[
             TopicProduceResponse(
-                "t",
-                [
+                name="t",
+                partition_responses=[
                     PartitionProduceResponse(
                         index=partition, error_code=code, base_offset=base_offset, **kw
                     )
@@ -144,8 +144,8 @@ def test_not_leader_uses_kip951_hint_and_requeues() -> None:
     resp = ProduceResponse(
         responses=[
             TopicProduceResponse(
-                "t",
-                [
+                name="t",
+                partition_responses=[
                     PartitionProduceResponse(
                         index=1,
                         error_code=6,  # NOT_LEADER_OR_FOLLOWER

@@ -163,7 +163,12 @@ async def test_txn_offset_commit_goes_to_the_group_coordinator() -> None:
     assert len(cluster.sent) == 2
     _, req, version = cluster.sent[-1]
     assert version == 4
-    assert (req.group_id, req.generation_id, req.member_id, req.group_instance_id) == (
+    assert (
+        req.group_id,
+        req.generation_id_or_member_epoch,
+        req.member_id,
+        req.group_instance_id,
+    ) == (
         "grp",
         3,
         "m-1",

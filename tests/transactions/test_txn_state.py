@@ -246,7 +246,7 @@ async def test_send_offsets_adds_the_group_once_then_commits_offsets() -> None:
     ]
     assert s.cluster.sent[4][1].group_id == "other-group"
     first, second = s.cluster.sent[2][1], s.cluster.sent[3][1]
-    assert (first.generation_id, first.member_id) == (4, "member")
+    assert (first.generation_id_or_member_epoch, first.member_id) == (4, "member")
     p = second.topics[0].partitions[0]
     assert (p.committed_offset, p.committed_metadata, p.committed_leader_epoch) == (11, "m", 2)
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from aiokafka_ng.protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
     from aiokafka_ng.protocol.messages.alter_partition_reassignments import AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse
     from aiokafka_ng.protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse
+    from aiokafka_ng.protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse
     from aiokafka_ng.protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
     from aiokafka_ng.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
     from aiokafka_ng.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from aiokafka_ng.protocol.messages.delete_acls import DeleteAclsRequest, DeleteAclsResponse
     from aiokafka_ng.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
     from aiokafka_ng.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
+    from aiokafka_ng.protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse
     from aiokafka_ng.protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest, DeleteShareGroupStateResponse
     from aiokafka_ng.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
     from aiokafka_ng.protocol.messages.describe_acls import DescribeAclsRequest, DescribeAclsResponse
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from aiokafka_ng.protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
     from aiokafka_ng.protocol.messages.describe_producers import DescribeProducersRequest, DescribeProducersResponse
     from aiokafka_ng.protocol.messages.describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
+    from aiokafka_ng.protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse
     from aiokafka_ng.protocol.messages.describe_topic_partitions import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
     from aiokafka_ng.protocol.messages.describe_transactions import DescribeTransactionsRequest, DescribeTransactionsResponse
     from aiokafka_ng.protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
@@ -59,7 +62,7 @@ if TYPE_CHECKING:
     from aiokafka_ng.protocol.messages.initialize_share_group_state import InitializeShareGroupStateRequest, InitializeShareGroupStateResponse
     from aiokafka_ng.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
     from aiokafka_ng.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
-    from aiokafka_ng.protocol.messages.list_client_metrics_resources import ListClientMetricsResourcesRequest, ListClientMetricsResourcesResponse
+    from aiokafka_ng.protocol.messages.list_config_resources import ListConfigResourcesRequest, ListConfigResourcesResponse
     from aiokafka_ng.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
     from aiokafka_ng.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
     from aiokafka_ng.protocol.messages.list_partition_reassignments import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
@@ -81,9 +84,13 @@ if TYPE_CHECKING:
     from aiokafka_ng.protocol.messages.share_fetch import ShareFetchRequest, ShareFetchResponse
     from aiokafka_ng.protocol.messages.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
     from aiokafka_ng.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
+    from aiokafka_ng.protocol.messages.streams_group_describe import StreamsGroupDescribeRequest, StreamsGroupDescribeResponse
+    from aiokafka_ng.protocol.messages.streams_group_heartbeat import StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse
+    from aiokafka_ng.protocol.messages.streams_group_topology_description_update import StreamsGroupTopologyDescriptionUpdateRequest, StreamsGroupTopologyDescriptionUpdateResponse
     from aiokafka_ng.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
     from aiokafka_ng.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
     from aiokafka_ng.protocol.messages.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
+    from aiokafka_ng.protocol.messages.unregister_controller import UnregisterControllerRequest, UnregisterControllerResponse
     from aiokafka_ng.protocol.messages.update_features import UpdateFeaturesRequest, UpdateFeaturesResponse
     from aiokafka_ng.protocol.messages.write_share_group_state import WriteShareGroupStateRequest, WriteShareGroupStateResponse
     from aiokafka_ng.protocol.messages.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
@@ -105,6 +112,8 @@ __all__ = [
     'AlterPartitionReassignmentsResponse',
     'AlterReplicaLogDirsRequest',
     'AlterReplicaLogDirsResponse',
+    'AlterShareGroupOffsetsRequest',
+    'AlterShareGroupOffsetsResponse',
     'AlterUserScramCredentialsRequest',
     'AlterUserScramCredentialsResponse',
     'ApiVersionsRequest',
@@ -127,6 +136,8 @@ __all__ = [
     'DeleteGroupsResponse',
     'DeleteRecordsRequest',
     'DeleteRecordsResponse',
+    'DeleteShareGroupOffsetsRequest',
+    'DeleteShareGroupOffsetsResponse',
     'DeleteShareGroupStateRequest',
     'DeleteShareGroupStateResponse',
     'DeleteTopicsRequest',
@@ -149,6 +160,8 @@ __all__ = [
     'DescribeProducersResponse',
     'DescribeQuorumRequest',
     'DescribeQuorumResponse',
+    'DescribeShareGroupOffsetsRequest',
+    'DescribeShareGroupOffsetsResponse',
     'DescribeTopicPartitionsRequest',
     'DescribeTopicPartitionsResponse',
     'DescribeTransactionsRequest',
@@ -179,8 +192,8 @@ __all__ = [
     'JoinGroupResponse',
     'LeaveGroupRequest',
     'LeaveGroupResponse',
-    'ListClientMetricsResourcesRequest',
-    'ListClientMetricsResourcesResponse',
+    'ListConfigResourcesRequest',
+    'ListConfigResourcesResponse',
     'ListGroupsRequest',
     'ListGroupsResponse',
     'ListOffsetsRequest',
@@ -223,12 +236,20 @@ __all__ = [
     'ShareGroupDescribeResponse',
     'ShareGroupHeartbeatRequest',
     'ShareGroupHeartbeatResponse',
+    'StreamsGroupDescribeRequest',
+    'StreamsGroupDescribeResponse',
+    'StreamsGroupHeartbeatRequest',
+    'StreamsGroupHeartbeatResponse',
+    'StreamsGroupTopologyDescriptionUpdateRequest',
+    'StreamsGroupTopologyDescriptionUpdateResponse',
     'SyncGroupRequest',
     'SyncGroupResponse',
     'TxnOffsetCommitRequest',
     'TxnOffsetCommitResponse',
     'UnregisterBrokerRequest',
     'UnregisterBrokerResponse',
+    'UnregisterControllerRequest',
+    'UnregisterControllerResponse',
     'UpdateFeaturesRequest',
     'UpdateFeaturesResponse',
     'WriteShareGroupStateRequest',
@@ -298,7 +319,7 @@ _APIS: dict[int, tuple[str, str, str]] = {
     69: ('consumer_group_describe', 'ConsumerGroupDescribeRequest', 'ConsumerGroupDescribeResponse'),
     71: ('get_telemetry_subscriptions', 'GetTelemetrySubscriptionsRequest', 'GetTelemetrySubscriptionsResponse'),
     72: ('push_telemetry', 'PushTelemetryRequest', 'PushTelemetryResponse'),
-    74: ('list_client_metrics_resources', 'ListClientMetricsResourcesRequest', 'ListClientMetricsResourcesResponse'),
+    74: ('list_config_resources', 'ListConfigResourcesRequest', 'ListConfigResourcesResponse'),
     75: ('describe_topic_partitions', 'DescribeTopicPartitionsRequest', 'DescribeTopicPartitionsResponse'),
     76: ('share_group_heartbeat', 'ShareGroupHeartbeatRequest', 'ShareGroupHeartbeatResponse'),
     77: ('share_group_describe', 'ShareGroupDescribeRequest', 'ShareGroupDescribeResponse'),
@@ -311,6 +332,13 @@ _APIS: dict[int, tuple[str, str, str]] = {
     85: ('write_share_group_state', 'WriteShareGroupStateRequest', 'WriteShareGroupStateResponse'),
     86: ('delete_share_group_state', 'DeleteShareGroupStateRequest', 'DeleteShareGroupStateResponse'),
     87: ('read_share_group_state_summary', 'ReadShareGroupStateSummaryRequest', 'ReadShareGroupStateSummaryResponse'),
+    88: ('streams_group_heartbeat', 'StreamsGroupHeartbeatRequest', 'StreamsGroupHeartbeatResponse'),
+    89: ('streams_group_describe', 'StreamsGroupDescribeRequest', 'StreamsGroupDescribeResponse'),
+    90: ('describe_share_group_offsets', 'DescribeShareGroupOffsetsRequest', 'DescribeShareGroupOffsetsResponse'),
+    91: ('alter_share_group_offsets', 'AlterShareGroupOffsetsRequest', 'AlterShareGroupOffsetsResponse'),
+    92: ('delete_share_group_offsets', 'DeleteShareGroupOffsetsRequest', 'DeleteShareGroupOffsetsResponse'),
+    93: ('streams_group_topology_description_update', 'StreamsGroupTopologyDescriptionUpdateRequest', 'StreamsGroupTopologyDescriptionUpdateResponse'),
+    94: ('unregister_controller', 'UnregisterControllerRequest', 'UnregisterControllerResponse'),
 }
 _MODULE_OF = {name: m for m, req, resp in _APIS.values() for name in (req, resp)}
 

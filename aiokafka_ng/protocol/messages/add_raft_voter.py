@@ -25,14 +25,15 @@ _UUID_ZERO = UUID(int=0)
 _S_H = struct.Struct(">H")
 _S_ih = struct.Struct(">ih")
 _S_ii = struct.Struct(">ii")
+_S_x = struct.Struct(">?")
 
 
 @dataclass(slots=True)
 class AddRaftVoterResponse(ApiMessage):
     API_KEY: ClassVar[int] = 80
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
@@ -92,7 +93,7 @@ class Listener(Struct):
 class AddRaftVoterRequest(ApiRequest[AddRaftVoterResponse]):
     API_KEY: ClassVar[int] = 80
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     MAX_STABLE_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[AddRaftVoterResponse]] = AddRaftVoterResponse
@@ -102,6 +103,7 @@ class AddRaftVoterRequest(ApiRequest[AddRaftVoterResponse]):
         FieldSpec('voter_id', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('voter_directory_id', 'uuid', (0, 32767), None, None, None, None, _UUID_ZERO),
         FieldSpec('listeners', '[]struct', (0, 32767), None, None, None, Listener, None),
+        FieldSpec('ack_when_committed', 'bool', (1, 32767), None, None, None, None, True),
     )
 
     cluster_id: str | None = ''
@@ -109,25 +111,48 @@ class AddRaftVoterRequest(ApiRequest[AddRaftVoterResponse]):
     voter_id: int = 0
     voter_directory_id: UUID = _UUID_ZERO
     listeners: list[Listener] = field(default_factory=list)
+    ack_when_committed: bool = True
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.compact_nullable_string(self.cluster_id)
-        w.buf += _S_ii.pack(self.timeout_ms, self.voter_id)
-        w.uuid(self.voter_directory_id)
-        _a_listeners = self.listeners
-        w.compact_array_len(len(_a_listeners))
-        for _e_listeners in _a_listeners:
-            _e_listeners._write(w, version)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 1:  # v1
+            w.compact_nullable_string(self.cluster_id)
+            w.buf += _S_ii.pack(self.timeout_ms, self.voter_id)
+            w.uuid(self.voter_directory_id)
+            _a_listeners = self.listeners
+            w.compact_array_len(len(_a_listeners))
+            for _e_listeners in _a_listeners:
+                _e_listeners._write(w, version)
+            w.buf += _S_x.pack(self.ack_when_committed)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v0
+            w.compact_nullable_string(self.cluster_id)
+            w.buf += _S_ii.pack(self.timeout_ms, self.voter_id)
+            w.uuid(self.voter_directory_id)
+            _a_listeners = self.listeners
+            w.compact_array_len(len(_a_listeners))
+            for _e_listeners in _a_listeners:
+                _e_listeners._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_cluster_id = r.compact_nullable_string()
-        f_timeout_ms, f_voter_id = r.fixed(_S_ii)
-        f_voter_directory_id = r.uuid()
-        _n_listeners = r.compact_array_len('AddRaftVoterRequest.listeners')
-        f_listeners = [Listener._read(r, version) for _ in range(_n_listeners)]
-        obj = cls(cluster_id=f_cluster_id, timeout_ms=f_timeout_ms, voter_id=f_voter_id, voter_directory_id=f_voter_directory_id, listeners=f_listeners)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 1:  # v1
+            f_cluster_id = r.compact_nullable_string()
+            f_timeout_ms, f_voter_id = r.fixed(_S_ii)
+            f_voter_directory_id = r.uuid()
+            _n_listeners = r.compact_array_len('AddRaftVoterRequest.listeners')
+            f_listeners = [Listener._read(r, version) for _ in range(_n_listeners)]
+            f_ack_when_committed = r.boolean()
+            obj = cls(cluster_id=f_cluster_id, timeout_ms=f_timeout_ms, voter_id=f_voter_id, voter_directory_id=f_voter_directory_id, listeners=f_listeners, ack_when_committed=f_ack_when_committed)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v0
+            f_cluster_id = r.compact_nullable_string()
+            f_timeout_ms, f_voter_id = r.fixed(_S_ii)
+            f_voter_directory_id = r.uuid()
+            _n_listeners = r.compact_array_len('AddRaftVoterRequest.listeners')
+            f_listeners = [Listener._read(r, version) for _ in range(_n_listeners)]
+            obj = cls(cluster_id=f_cluster_id, timeout_ms=f_timeout_ms, voter_id=f_voter_id, voter_directory_id=f_voter_directory_id, listeners=f_listeners)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj

@@ -24,6 +24,8 @@ __all__ = ['AlterPartitionReassignmentsRequest', 'AlterPartitionReassignmentsRes
 _UUID_ZERO = UUID(int=0)
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
+_S_ix = struct.Struct(">i?")
+_S_ixh = struct.Struct(">i?h")
 
 
 @dataclass(slots=True)
@@ -86,40 +88,60 @@ class ReassignableTopicResponse(Struct):
 class AlterPartitionReassignmentsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 45
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
+        FieldSpec('allow_replication_factor_change', 'bool', (1, 32767), None, None, None, None, True),
         FieldSpec('error_code', 'int16', (0, 32767), None, None, None, None, 0),
         FieldSpec('error_message', 'string', (0, 32767), (0, 32767), None, None, None, ''),
         FieldSpec('responses', '[]struct', (0, 32767), None, None, None, ReassignableTopicResponse, None),
     )
 
     throttle_time_ms: int = 0
+    allow_replication_factor_change: bool = True
     error_code: int = 0
     error_message: str | None = ''
     responses: list[ReassignableTopicResponse] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _S_ih.pack(self.throttle_time_ms, self.error_code)
-        w.compact_nullable_string(self.error_message)
-        _a_responses = self.responses
-        w.compact_array_len(len(_a_responses))
-        for _e_responses in _a_responses:
-            _e_responses._write(w, version)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 1:  # v1
+            w.buf += _S_ixh.pack(self.throttle_time_ms, self.allow_replication_factor_change, self.error_code)
+            w.compact_nullable_string(self.error_message)
+            _a_responses = self.responses
+            w.compact_array_len(len(_a_responses))
+            for _e_responses in _a_responses:
+                _e_responses._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v0
+            w.buf += _S_ih.pack(self.throttle_time_ms, self.error_code)
+            w.compact_nullable_string(self.error_message)
+            _a_responses = self.responses
+            w.compact_array_len(len(_a_responses))
+            for _e_responses in _a_responses:
+                _e_responses._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
-        f_error_message = r.compact_nullable_string()
-        _n_responses = r.compact_array_len('AlterPartitionReassignmentsResponse.responses')
-        f_responses = [ReassignableTopicResponse._read(r, version) for _ in range(_n_responses)]
-        obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, responses=f_responses)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 1:  # v1
+            f_throttle_time_ms, f_allow_replication_factor_change, f_error_code = r.fixed(_S_ixh)
+            f_error_message = r.compact_nullable_string()
+            _n_responses = r.compact_array_len('AlterPartitionReassignmentsResponse.responses')
+            f_responses = [ReassignableTopicResponse._read(r, version) for _ in range(_n_responses)]
+            obj = cls(throttle_time_ms=f_throttle_time_ms, allow_replication_factor_change=f_allow_replication_factor_change, error_code=f_error_code, error_message=f_error_message, responses=f_responses)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v0
+            f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
+            f_error_message = r.compact_nullable_string()
+            _n_responses = r.compact_array_len('AlterPartitionReassignmentsResponse.responses')
+            f_responses = [ReassignableTopicResponse._read(r, version) for _ in range(_n_responses)]
+            obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, responses=f_responses)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
 
 
 @dataclass(slots=True)
@@ -186,32 +208,50 @@ class ReassignableTopic(Struct):
 class AlterPartitionReassignmentsRequest(ApiRequest[AlterPartitionReassignmentsResponse]):
     API_KEY: ClassVar[int] = 45
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     MAX_STABLE_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[AlterPartitionReassignmentsResponse]] = AlterPartitionReassignmentsResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('timeout_ms', 'int32', (0, 32767), None, None, None, None, 60000),
+        FieldSpec('allow_replication_factor_change', 'bool', (1, 32767), None, None, None, None, True),
         FieldSpec('topics', '[]struct', (0, 32767), None, None, None, ReassignableTopic, None),
     )
 
     timeout_ms: int = 60000
+    allow_replication_factor_change: bool = True
     topics: list[ReassignableTopic] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _S_i.pack(self.timeout_ms)
-        _a_topics = self.topics
-        w.compact_array_len(len(_a_topics))
-        for _e_topics in _a_topics:
-            _e_topics._write(w, version)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 1:  # v1
+            w.buf += _S_ix.pack(self.timeout_ms, self.allow_replication_factor_change)
+            _a_topics = self.topics
+            w.compact_array_len(len(_a_topics))
+            for _e_topics in _a_topics:
+                _e_topics._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v0
+            w.buf += _S_i.pack(self.timeout_ms)
+            _a_topics = self.topics
+            w.compact_array_len(len(_a_topics))
+            for _e_topics in _a_topics:
+                _e_topics._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_timeout_ms = r.int32()
-        _n_topics = r.compact_array_len('AlterPartitionReassignmentsRequest.topics')
-        f_topics = [ReassignableTopic._read(r, version) for _ in range(_n_topics)]
-        obj = cls(timeout_ms=f_timeout_ms, topics=f_topics)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 1:  # v1
+            f_timeout_ms, f_allow_replication_factor_change = r.fixed(_S_ix)
+            _n_topics = r.compact_array_len('AlterPartitionReassignmentsRequest.topics')
+            f_topics = [ReassignableTopic._read(r, version) for _ in range(_n_topics)]
+            obj = cls(timeout_ms=f_timeout_ms, allow_replication_factor_change=f_allow_replication_factor_change, topics=f_topics)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v0
+            f_timeout_ms = r.int32()
+            _n_topics = r.compact_array_len('AlterPartitionReassignmentsRequest.topics')
+            f_topics = [ReassignableTopic._read(r, version) for _ in range(_n_topics)]
+            obj = cls(timeout_ms=f_timeout_ms, topics=f_topics)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj

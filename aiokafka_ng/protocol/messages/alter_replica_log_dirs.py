@@ -41,7 +41,7 @@ class AlterReplicaLogDirPartitionResult(Struct):
         if version >= 2:  # v2
             w.buf += _S_ih.pack(self.partition_index, self.error_code)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_ih.pack(self.partition_index, self.error_code)
 
     @classmethod
@@ -51,7 +51,7 @@ class AlterReplicaLogDirPartitionResult(Struct):
             obj = cls(partition_index=f_partition_index, error_code=f_error_code)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_partition_index, f_error_code = r.fixed(_S_ih)
             return cls(partition_index=f_partition_index, error_code=f_error_code)
 
@@ -75,7 +75,7 @@ class AlterReplicaLogDirTopicResult(Struct):
             for _e_partitions in _a_partitions:
                 _e_partitions._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.string(self.topic_name)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -91,7 +91,7 @@ class AlterReplicaLogDirTopicResult(Struct):
             obj = cls(topic_name=f_topic_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_topic_name = r.string()
             _n_partitions = r.array_len('AlterReplicaLogDirTopicResult.partitions')
             f_partitions = [AlterReplicaLogDirPartitionResult._read(r, version) for _ in range(_n_partitions)]
@@ -101,7 +101,7 @@ class AlterReplicaLogDirTopicResult(Struct):
 @dataclass(slots=True)
 class AlterReplicaLogDirsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 34
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2
     MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -122,7 +122,7 @@ class AlterReplicaLogDirsResponse(ApiMessage):
             for _e_results in _a_results:
                 _e_results._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_results = self.results
             w.array_len(len(_a_results))
@@ -138,7 +138,7 @@ class AlterReplicaLogDirsResponse(ApiMessage):
             obj = cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_throttle_time_ms = r.int32()
             _n_results = r.array_len('AlterReplicaLogDirsResponse.results')
             f_results = [AlterReplicaLogDirTopicResult._read(r, version) for _ in range(_n_results)]
@@ -163,7 +163,7 @@ class AlterReplicaLogDirTopic(Struct):
             w.compact_array_len(len(_a_partitions))
             w.fixed_array('int32', _a_partitions)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.string(self.name)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -178,7 +178,7 @@ class AlterReplicaLogDirTopic(Struct):
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_name = r.string()
             _n_partitions = r.array_len()
             f_partitions = r.fixed_array('int32', _n_partitions)
@@ -204,7 +204,7 @@ class AlterReplicaLogDir(Struct):
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.string(self.path)
             _a_topics = self.topics
             w.array_len(len(_a_topics))
@@ -220,7 +220,7 @@ class AlterReplicaLogDir(Struct):
             obj = cls(path=f_path, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_path = r.string()
             _n_topics = r.array_len('AlterReplicaLogDir.topics')
             f_topics = [AlterReplicaLogDirTopic._read(r, version) for _ in range(_n_topics)]
@@ -230,7 +230,7 @@ class AlterReplicaLogDir(Struct):
 @dataclass(slots=True)
 class AlterReplicaLogDirsRequest(ApiRequest[AlterReplicaLogDirsResponse]):
     API_KEY: ClassVar[int] = 34
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2
     MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -249,7 +249,7 @@ class AlterReplicaLogDirsRequest(ApiRequest[AlterReplicaLogDirsResponse]):
             for _e_dirs in _a_dirs:
                 _e_dirs._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             _a_dirs = self.dirs
             w.array_len(len(_a_dirs))
             for _e_dirs in _a_dirs:
@@ -263,7 +263,7 @@ class AlterReplicaLogDirsRequest(ApiRequest[AlterReplicaLogDirsResponse]):
             obj = cls(dirs=f_dirs)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             _n_dirs = r.array_len('AlterReplicaLogDirsRequest.dirs')
             f_dirs = [AlterReplicaLogDir._read(r, version) for _ in range(_n_dirs)]
             return cls(dirs=f_dirs)

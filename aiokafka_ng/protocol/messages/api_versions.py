@@ -42,7 +42,7 @@ class ApiVersion(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-5
             w.buf += _S_hhh.pack(self.api_key, self.min_version, self.max_version)
             w.unknown_tags(self.unknown_tagged_fields)
         else:  # v0-2
@@ -50,7 +50,7 @@ class ApiVersion(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-5
             f_api_key, f_min_version, f_max_version = r.fixed(_S_hhh)
             obj = cls(api_key=f_api_key, min_version=f_min_version, max_version=f_max_version)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -118,8 +118,8 @@ class FinalizedFeatureKey(Struct):
 class ApiVersionsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 18
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    MAX_STABLE_VERSION: ClassVar[int] = 4
+    MAX_VERSION: ClassVar[int] = 5
+    MAX_STABLE_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('error_code', 'int16', (0, 32767), None, None, None, None, 0),
@@ -141,7 +141,7 @@ class ApiVersionsResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-5
             w.buf += _S_h.pack(self.error_code)
             _a_api_keys = self.api_keys
             w.compact_array_len(len(_a_api_keys))
@@ -188,7 +188,7 @@ class ApiVersionsResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-5
             f_error_code = r.int16()
             _n_api_keys = r.compact_array_len('ApiVersionsResponse.api_keys')
             f_api_keys = [ApiVersion._read(r, version) for _ in range(_n_api_keys)]
@@ -226,21 +226,31 @@ class ApiVersionsResponse(ApiMessage):
 class ApiVersionsRequest(ApiRequest[ApiVersionsResponse]):
     API_KEY: ClassVar[int] = 18
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
+    MAX_VERSION: ClassVar[int] = 5
     MAX_STABLE_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
     RESPONSE_TYPE: ClassVar[type[ApiVersionsResponse]] = ApiVersionsResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('client_software_name', 'string', (3, 32767), None, None, None, None, ''),
         FieldSpec('client_software_version', 'string', (3, 32767), None, None, None, None, ''),
+        FieldSpec('cluster_id', 'string', (5, 32767), (5, 32767), None, None, None, None),
+        FieldSpec('node_id', 'int32', (5, 32767), None, None, None, None, -1),
     )
 
     client_software_name: str = ''
     client_software_version: str = ''
+    cluster_id: str | None = None
+    node_id: int = -1
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:  # v3-4
+        if version >= 5:  # v5
+            w.compact_string(self.client_software_name)
+            w.compact_string(self.client_software_version)
+            w.compact_nullable_string(self.cluster_id)
+            w.buf += _S_i.pack(self.node_id)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 3:  # v3-4
             w.compact_string(self.client_software_name)
             w.compact_string(self.client_software_version)
             w.unknown_tags(self.unknown_tagged_fields)
@@ -249,7 +259,15 @@ class ApiVersionsRequest(ApiRequest[ApiVersionsResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 3:  # v3-4
+        if version >= 5:  # v5
+            f_client_software_name = r.compact_string()
+            f_client_software_version = r.compact_string()
+            f_cluster_id = r.compact_nullable_string()
+            f_node_id = r.int32()
+            obj = cls(client_software_name=f_client_software_name, client_software_version=f_client_software_version, cluster_id=f_cluster_id, node_id=f_node_id)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 3:  # v3-4
             f_client_software_name = r.compact_string()
             f_client_software_version = r.compact_string()
             obj = cls(client_software_name=f_client_software_name, client_software_version=f_client_software_version)

@@ -22,6 +22,7 @@ from aiokafka_ng.protocol.primitives import (
 __all__ = ['Assignment', 'ConsumerGroupDescribeRequest', 'ConsumerGroupDescribeResponse', 'DescribedGroup', 'Member', 'TopicPartitions']
 
 _UUID_ZERO = UUID(int=0)
+_S_b = struct.Struct(">b")
 _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_ii = struct.Struct(">ii")
@@ -98,6 +99,7 @@ class Member(Struct):
         FieldSpec('subscribed_topic_regex', 'string', (0, 32767), (0, 32767), None, None, None, None),
         FieldSpec('assignment', 'struct', (0, 32767), None, None, None, Assignment, None),
         FieldSpec('target_assignment', 'struct', (0, 32767), None, None, None, Assignment, None),
+        FieldSpec('member_type', 'int8', (1, 32767), None, None, None, None, -1),
     )
 
     member_id: str = ''
@@ -110,40 +112,75 @@ class Member(Struct):
     subscribed_topic_regex: str | None = None
     assignment: Assignment = field(default_factory=Assignment)
     target_assignment: Assignment = field(default_factory=Assignment)
+    member_type: int = -1
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.compact_string(self.member_id)
-        w.compact_nullable_string(self.instance_id)
-        w.compact_nullable_string(self.rack_id)
-        w.buf += _S_i.pack(self.member_epoch)
-        w.compact_string(self.client_id)
-        w.compact_string(self.client_host)
-        _a_subscribed_topic_names = self.subscribed_topic_names
-        w.compact_array_len(len(_a_subscribed_topic_names))
-        for _e_subscribed_topic_names in _a_subscribed_topic_names:
-            w.compact_string(_e_subscribed_topic_names)
-        w.compact_nullable_string(self.subscribed_topic_regex)
-        self.assignment._write(w, version)
-        self.target_assignment._write(w, version)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 1:  # v1
+            w.compact_string(self.member_id)
+            w.compact_nullable_string(self.instance_id)
+            w.compact_nullable_string(self.rack_id)
+            w.buf += _S_i.pack(self.member_epoch)
+            w.compact_string(self.client_id)
+            w.compact_string(self.client_host)
+            _a_subscribed_topic_names = self.subscribed_topic_names
+            w.compact_array_len(len(_a_subscribed_topic_names))
+            for _e_subscribed_topic_names in _a_subscribed_topic_names:
+                w.compact_string(_e_subscribed_topic_names)
+            w.compact_nullable_string(self.subscribed_topic_regex)
+            self.assignment._write(w, version)
+            self.target_assignment._write(w, version)
+            w.buf += _S_b.pack(self.member_type)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v0
+            w.compact_string(self.member_id)
+            w.compact_nullable_string(self.instance_id)
+            w.compact_nullable_string(self.rack_id)
+            w.buf += _S_i.pack(self.member_epoch)
+            w.compact_string(self.client_id)
+            w.compact_string(self.client_host)
+            _a_subscribed_topic_names = self.subscribed_topic_names
+            w.compact_array_len(len(_a_subscribed_topic_names))
+            for _e_subscribed_topic_names in _a_subscribed_topic_names:
+                w.compact_string(_e_subscribed_topic_names)
+            w.compact_nullable_string(self.subscribed_topic_regex)
+            self.assignment._write(w, version)
+            self.target_assignment._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_member_id = r.compact_string()
-        f_instance_id = r.compact_nullable_string()
-        f_rack_id = r.compact_nullable_string()
-        f_member_epoch = r.int32()
-        f_client_id = r.compact_string()
-        f_client_host = r.compact_string()
-        _n_subscribed_topic_names = r.compact_array_len()
-        f_subscribed_topic_names = [r.compact_string() for _ in range(_n_subscribed_topic_names)]
-        f_subscribed_topic_regex = r.compact_nullable_string()
-        f_assignment = Assignment._read(r, version)
-        f_target_assignment = Assignment._read(r, version)
-        obj = cls(member_id=f_member_id, instance_id=f_instance_id, rack_id=f_rack_id, member_epoch=f_member_epoch, client_id=f_client_id, client_host=f_client_host, subscribed_topic_names=f_subscribed_topic_names, subscribed_topic_regex=f_subscribed_topic_regex, assignment=f_assignment, target_assignment=f_target_assignment)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 1:  # v1
+            f_member_id = r.compact_string()
+            f_instance_id = r.compact_nullable_string()
+            f_rack_id = r.compact_nullable_string()
+            f_member_epoch = r.int32()
+            f_client_id = r.compact_string()
+            f_client_host = r.compact_string()
+            _n_subscribed_topic_names = r.compact_array_len()
+            f_subscribed_topic_names = [r.compact_string() for _ in range(_n_subscribed_topic_names)]
+            f_subscribed_topic_regex = r.compact_nullable_string()
+            f_assignment = Assignment._read(r, version)
+            f_target_assignment = Assignment._read(r, version)
+            f_member_type = r.int8()
+            obj = cls(member_id=f_member_id, instance_id=f_instance_id, rack_id=f_rack_id, member_epoch=f_member_epoch, client_id=f_client_id, client_host=f_client_host, subscribed_topic_names=f_subscribed_topic_names, subscribed_topic_regex=f_subscribed_topic_regex, assignment=f_assignment, target_assignment=f_target_assignment, member_type=f_member_type)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v0
+            f_member_id = r.compact_string()
+            f_instance_id = r.compact_nullable_string()
+            f_rack_id = r.compact_nullable_string()
+            f_member_epoch = r.int32()
+            f_client_id = r.compact_string()
+            f_client_host = r.compact_string()
+            _n_subscribed_topic_names = r.compact_array_len()
+            f_subscribed_topic_names = [r.compact_string() for _ in range(_n_subscribed_topic_names)]
+            f_subscribed_topic_regex = r.compact_nullable_string()
+            f_assignment = Assignment._read(r, version)
+            f_target_assignment = Assignment._read(r, version)
+            obj = cls(member_id=f_member_id, instance_id=f_instance_id, rack_id=f_rack_id, member_epoch=f_member_epoch, client_id=f_client_id, client_host=f_client_host, subscribed_topic_names=f_subscribed_topic_names, subscribed_topic_regex=f_subscribed_topic_regex, assignment=f_assignment, target_assignment=f_target_assignment)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
 
 
 @dataclass(slots=True)
@@ -205,8 +242,8 @@ class DescribedGroup(Struct):
 class ConsumerGroupDescribeResponse(ApiMessage):
     API_KEY: ClassVar[int] = 69
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
@@ -239,8 +276,8 @@ class ConsumerGroupDescribeResponse(ApiMessage):
 class ConsumerGroupDescribeRequest(ApiRequest[ConsumerGroupDescribeResponse]):
     API_KEY: ClassVar[int] = 69
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[ConsumerGroupDescribeResponse]] = ConsumerGroupDescribeResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

@@ -135,7 +135,7 @@ class ConsumerGroupHeartbeatRequest(ApiRequest[ConsumerGroupHeartbeatResponse]):
     API_KEY: ClassVar[int] = 68
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 1
-    MAX_STABLE_VERSION: ClassVar[int] = 0
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[ConsumerGroupHeartbeatResponse]] = ConsumerGroupHeartbeatResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

@@ -44,7 +44,7 @@ class AclCreationResult(Struct):
             w.buf += _S_h.pack(self.error_code)
             w.compact_nullable_string(self.error_message)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_h.pack(self.error_code)
             w.nullable_string(self.error_message)
 
@@ -56,7 +56,7 @@ class AclCreationResult(Struct):
             obj = cls(error_code=f_error_code, error_message=f_error_message)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_error_code = r.int16()
             f_error_message = r.nullable_string()
             return cls(error_code=f_error_code, error_message=f_error_message)
@@ -65,7 +65,7 @@ class AclCreationResult(Struct):
 @dataclass(slots=True)
 class CreateAclsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 30
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3
     MAX_STABLE_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -86,7 +86,7 @@ class CreateAclsResponse(ApiMessage):
             for _e_results in _a_results:
                 _e_results._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_results = self.results
             w.array_len(len(_a_results))
@@ -102,7 +102,7 @@ class CreateAclsResponse(ApiMessage):
             obj = cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_throttle_time_ms = r.int32()
             _n_results = r.array_len('CreateAclsResponse.results')
             f_results = [AclCreationResult._read(r, version) for _ in range(_n_results)]
@@ -139,16 +139,10 @@ class AclCreation(Struct):
             w.compact_string(self.host)
             w.buf += _S_bb.pack(self.operation, self.permission_type)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 1:  # v1
+        else:  # v1
             w.buf += _S_b.pack(self.resource_type)
             w.string(self.resource_name)
             w.buf += _S_b.pack(self.resource_pattern_type)
-            w.string(self.principal)
-            w.string(self.host)
-            w.buf += _S_bb.pack(self.operation, self.permission_type)
-        else:  # v0
-            w.buf += _S_b.pack(self.resource_type)
-            w.string(self.resource_name)
             w.string(self.principal)
             w.string(self.host)
             w.buf += _S_bb.pack(self.operation, self.permission_type)
@@ -165,7 +159,7 @@ class AclCreation(Struct):
             obj = cls(resource_type=f_resource_type, resource_name=f_resource_name, resource_pattern_type=f_resource_pattern_type, principal=f_principal, host=f_host, operation=f_operation, permission_type=f_permission_type)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 1:  # v1
+        else:  # v1
             f_resource_type = r.int8()
             f_resource_name = r.string()
             f_resource_pattern_type = r.int8()
@@ -173,19 +167,12 @@ class AclCreation(Struct):
             f_host = r.string()
             f_operation, f_permission_type = r.fixed(_S_bb)
             return cls(resource_type=f_resource_type, resource_name=f_resource_name, resource_pattern_type=f_resource_pattern_type, principal=f_principal, host=f_host, operation=f_operation, permission_type=f_permission_type)
-        else:  # v0
-            f_resource_type = r.int8()
-            f_resource_name = r.string()
-            f_principal = r.string()
-            f_host = r.string()
-            f_operation, f_permission_type = r.fixed(_S_bb)
-            return cls(resource_type=f_resource_type, resource_name=f_resource_name, principal=f_principal, host=f_host, operation=f_operation, permission_type=f_permission_type)
 
 
 @dataclass(slots=True)
 class CreateAclsRequest(ApiRequest[CreateAclsResponse]):
     API_KEY: ClassVar[int] = 30
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3
     MAX_STABLE_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -204,7 +191,7 @@ class CreateAclsRequest(ApiRequest[CreateAclsResponse]):
             for _e_creations in _a_creations:
                 _e_creations._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             _a_creations = self.creations
             w.array_len(len(_a_creations))
             for _e_creations in _a_creations:
@@ -218,7 +205,7 @@ class CreateAclsRequest(ApiRequest[CreateAclsResponse]):
             obj = cls(creations=f_creations)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             _n_creations = r.array_len('CreateAclsRequest.creations')
             f_creations = [AclCreation._read(r, version) for _ in range(_n_creations)]
             return cls(creations=f_creations)

@@ -31,7 +31,7 @@ _S_qqq = struct.Struct(">qqq")
 @dataclass(slots=True)
 class CreateDelegationTokenResponse(ApiMessage):
     API_KEY: ClassVar[int] = 38
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3
     MAX_STABLE_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -83,7 +83,7 @@ class CreateDelegationTokenResponse(ApiMessage):
             w.compact_bytes(self.hmac)
             w.buf += _S_i.pack(self.throttle_time_ms)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_h.pack(self.error_code)
             w.string(self.principal_type)
             w.string(self.principal_name)
@@ -118,7 +118,7 @@ class CreateDelegationTokenResponse(ApiMessage):
             obj = cls(error_code=f_error_code, principal_type=f_principal_type, principal_name=f_principal_name, issue_timestamp_ms=f_issue_timestamp_ms, expiry_timestamp_ms=f_expiry_timestamp_ms, max_timestamp_ms=f_max_timestamp_ms, token_id=f_token_id, hmac=f_hmac, throttle_time_ms=f_throttle_time_ms)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_error_code = r.int16()
             f_principal_type = r.string()
             f_principal_name = r.string()
@@ -145,7 +145,7 @@ class CreatableRenewers(Struct):
             w.compact_string(self.principal_type)
             w.compact_string(self.principal_name)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.string(self.principal_type)
             w.string(self.principal_name)
 
@@ -157,7 +157,7 @@ class CreatableRenewers(Struct):
             obj = cls(principal_type=f_principal_type, principal_name=f_principal_name)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_principal_type = r.string()
             f_principal_name = r.string()
             return cls(principal_type=f_principal_type, principal_name=f_principal_name)
@@ -166,7 +166,7 @@ class CreatableRenewers(Struct):
 @dataclass(slots=True)
 class CreateDelegationTokenRequest(ApiRequest[CreateDelegationTokenResponse]):
     API_KEY: ClassVar[int] = 38
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3
     MAX_STABLE_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -201,7 +201,7 @@ class CreateDelegationTokenRequest(ApiRequest[CreateDelegationTokenResponse]):
                 _e_renewers._write(w, version)
             w.buf += _S_q.pack(self.max_lifetime_ms)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             _a_renewers = self.renewers
             w.array_len(len(_a_renewers))
             for _e_renewers in _a_renewers:
@@ -226,7 +226,7 @@ class CreateDelegationTokenRequest(ApiRequest[CreateDelegationTokenResponse]):
             obj = cls(renewers=f_renewers, max_lifetime_ms=f_max_lifetime_ms)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             _n_renewers = r.array_len('CreateDelegationTokenRequest.renewers')
             f_renewers = [CreatableRenewers._read(r, version) for _ in range(_n_renewers)]
             f_max_lifetime_ms = r.int64()

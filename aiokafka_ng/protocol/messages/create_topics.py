@@ -123,13 +123,10 @@ class CreatableTopicResult(Struct):
                 _t.int16(self.topic_config_error_code)
                 _tags_v5.append((0, _t.getvalue()))
             w.tagged_fields(_tags_v5, self.unknown_tagged_fields)
-        elif version >= 1:  # v1-4
+        else:  # v2-4
             w.string(self.name)
             w.buf += _S_h.pack(self.error_code)
             w.nullable_string(self.error_message)
-        else:  # v0
-            w.string(self.name)
-            w.buf += _S_h.pack(self.error_code)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
@@ -164,21 +161,17 @@ class CreatableTopicResult(Struct):
                 else:
                     obj.unknown_tagged_fields[_tag] = _tr.rest()
             return obj
-        elif version >= 1:  # v1-4
+        else:  # v2-4
             f_name = r.string()
             f_error_code = r.int16()
             f_error_message = r.nullable_string()
             return cls(name=f_name, error_code=f_error_code, error_message=f_error_message)
-        else:  # v0
-            f_name = r.string()
-            f_error_code = r.int16()
-            return cls(name=f_name, error_code=f_error_code)
 
 
 @dataclass(slots=True)
 class CreateTopicsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 19
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 2
     MAX_VERSION: ClassVar[int] = 7
     MAX_STABLE_VERSION: ClassVar[int] = 7
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
@@ -199,13 +192,8 @@ class CreateTopicsResponse(ApiMessage):
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 2:  # v2-4
+        else:  # v2-4
             w.buf += _S_i.pack(self.throttle_time_ms)
-            _a_topics = self.topics
-            w.array_len(len(_a_topics))
-            for _e_topics in _a_topics:
-                _e_topics._write(w, version)
-        else:  # v0-1
             _a_topics = self.topics
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
@@ -220,15 +208,11 @@ class CreateTopicsResponse(ApiMessage):
             obj = cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 2:  # v2-4
+        else:  # v2-4
             f_throttle_time_ms = r.int32()
             _n_topics = r.array_len('CreateTopicsResponse.topics')
             f_topics = [CreatableTopicResult._read(r, version) for _ in range(_n_topics)]
             return cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-        else:  # v0-1
-            _n_topics = r.array_len('CreateTopicsResponse.topics')
-            f_topics = [CreatableTopicResult._read(r, version) for _ in range(_n_topics)]
-            return cls(topics=f_topics)
 
 
 @dataclass(slots=True)
@@ -249,7 +233,7 @@ class CreatableReplicaAssignment(Struct):
             w.compact_array_len(len(_a_broker_ids))
             w.fixed_array('int32', _a_broker_ids)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-4
+        else:  # v2-4
             w.buf += _S_i.pack(self.partition_index)
             _a_broker_ids = self.broker_ids
             w.array_len(len(_a_broker_ids))
@@ -264,7 +248,7 @@ class CreatableReplicaAssignment(Struct):
             obj = cls(partition_index=f_partition_index, broker_ids=f_broker_ids)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-4
+        else:  # v2-4
             f_partition_index = r.int32()
             _n_broker_ids = r.array_len()
             f_broker_ids = r.fixed_array('int32', _n_broker_ids)
@@ -287,7 +271,7 @@ class CreatableTopicConfig(Struct):
             w.compact_string(self.name)
             w.compact_nullable_string(self.value)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-4
+        else:  # v2-4
             w.string(self.name)
             w.nullable_string(self.value)
 
@@ -299,7 +283,7 @@ class CreatableTopicConfig(Struct):
             obj = cls(name=f_name, value=f_value)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-4
+        else:  # v2-4
             f_name = r.string()
             f_value = r.nullable_string()
             return cls(name=f_name, value=f_value)
@@ -335,7 +319,7 @@ class CreatableTopic(Struct):
             for _e_configs in _a_configs:
                 _e_configs._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-4
+        else:  # v2-4
             w.string(self.name)
             w.buf += _S_ih.pack(self.num_partitions, self.replication_factor)
             _a_assignments = self.assignments
@@ -359,7 +343,7 @@ class CreatableTopic(Struct):
             obj = cls(name=f_name, num_partitions=f_num_partitions, replication_factor=f_replication_factor, assignments=f_assignments, configs=f_configs)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-4
+        else:  # v2-4
             f_name = r.string()
             f_num_partitions, f_replication_factor = r.fixed(_S_ih)
             _n_assignments = r.array_len('CreatableTopic.assignments')
@@ -372,7 +356,7 @@ class CreatableTopic(Struct):
 @dataclass(slots=True)
 class CreateTopicsRequest(ApiRequest[CreateTopicsResponse]):
     API_KEY: ClassVar[int] = 19
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 2
     MAX_VERSION: ClassVar[int] = 7
     MAX_STABLE_VERSION: ClassVar[int] = 7
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
@@ -396,18 +380,12 @@ class CreateTopicsRequest(ApiRequest[CreateTopicsResponse]):
                 _e_topics._write(w, version)
             w.buf += _S_ix.pack(self.timeout_ms, self.validate_only)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 1:  # v1-4
+        else:  # v2-4
             _a_topics = self.topics
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
             w.buf += _S_ix.pack(self.timeout_ms, self.validate_only)
-        else:  # v0
-            _a_topics = self.topics
-            w.array_len(len(_a_topics))
-            for _e_topics in _a_topics:
-                _e_topics._write(w, version)
-            w.buf += _S_i.pack(self.timeout_ms)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
@@ -418,13 +396,8 @@ class CreateTopicsRequest(ApiRequest[CreateTopicsResponse]):
             obj = cls(topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 1:  # v1-4
+        else:  # v2-4
             _n_topics = r.array_len('CreateTopicsRequest.topics')
             f_topics = [CreatableTopic._read(r, version) for _ in range(_n_topics)]
             f_timeout_ms, f_validate_only = r.fixed(_S_ix)
             return cls(topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only)
-        else:  # v0
-            _n_topics = r.array_len('CreateTopicsRequest.topics')
-            f_topics = [CreatableTopic._read(r, version) for _ in range(_n_topics)]
-            f_timeout_ms = r.int32()
-            return cls(topics=f_topics, timeout_ms=f_timeout_ms)

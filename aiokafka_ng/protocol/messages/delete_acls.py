@@ -64,20 +64,12 @@ class DeleteAclsMatchingAcl(Struct):
             w.compact_string(self.host)
             w.buf += _S_bb.pack(self.operation, self.permission_type)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 1:  # v1
+        else:  # v1
             w.buf += _S_h.pack(self.error_code)
             w.nullable_string(self.error_message)
             w.buf += _S_b.pack(self.resource_type)
             w.string(self.resource_name)
             w.buf += _S_b.pack(self.pattern_type)
-            w.string(self.principal)
-            w.string(self.host)
-            w.buf += _S_bb.pack(self.operation, self.permission_type)
-        else:  # v0
-            w.buf += _S_h.pack(self.error_code)
-            w.nullable_string(self.error_message)
-            w.buf += _S_b.pack(self.resource_type)
-            w.string(self.resource_name)
             w.string(self.principal)
             w.string(self.host)
             w.buf += _S_bb.pack(self.operation, self.permission_type)
@@ -96,7 +88,7 @@ class DeleteAclsMatchingAcl(Struct):
             obj = cls(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name, pattern_type=f_pattern_type, principal=f_principal, host=f_host, operation=f_operation, permission_type=f_permission_type)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 1:  # v1
+        else:  # v1
             f_error_code = r.int16()
             f_error_message = r.nullable_string()
             f_resource_type = r.int8()
@@ -106,15 +98,6 @@ class DeleteAclsMatchingAcl(Struct):
             f_host = r.string()
             f_operation, f_permission_type = r.fixed(_S_bb)
             return cls(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name, pattern_type=f_pattern_type, principal=f_principal, host=f_host, operation=f_operation, permission_type=f_permission_type)
-        else:  # v0
-            f_error_code = r.int16()
-            f_error_message = r.nullable_string()
-            f_resource_type = r.int8()
-            f_resource_name = r.string()
-            f_principal = r.string()
-            f_host = r.string()
-            f_operation, f_permission_type = r.fixed(_S_bb)
-            return cls(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name, principal=f_principal, host=f_host, operation=f_operation, permission_type=f_permission_type)
 
 
 @dataclass(slots=True)
@@ -139,7 +122,7 @@ class DeleteAclsFilterResult(Struct):
             for _e_matching_acls in _a_matching_acls:
                 _e_matching_acls._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_h.pack(self.error_code)
             w.nullable_string(self.error_message)
             _a_matching_acls = self.matching_acls
@@ -157,7 +140,7 @@ class DeleteAclsFilterResult(Struct):
             obj = cls(error_code=f_error_code, error_message=f_error_message, matching_acls=f_matching_acls)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_error_code = r.int16()
             f_error_message = r.nullable_string()
             _n_matching_acls = r.array_len('DeleteAclsFilterResult.matching_acls')
@@ -168,7 +151,7 @@ class DeleteAclsFilterResult(Struct):
 @dataclass(slots=True)
 class DeleteAclsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 31
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3
     MAX_STABLE_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -189,7 +172,7 @@ class DeleteAclsResponse(ApiMessage):
             for _e_filter_results in _a_filter_results:
                 _e_filter_results._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_filter_results = self.filter_results
             w.array_len(len(_a_filter_results))
@@ -205,7 +188,7 @@ class DeleteAclsResponse(ApiMessage):
             obj = cls(throttle_time_ms=f_throttle_time_ms, filter_results=f_filter_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_throttle_time_ms = r.int32()
             _n_filter_results = r.array_len('DeleteAclsResponse.filter_results')
             f_filter_results = [DeleteAclsFilterResult._read(r, version) for _ in range(_n_filter_results)]
@@ -242,16 +225,10 @@ class DeleteAclsFilter(Struct):
             w.compact_nullable_string(self.host_filter)
             w.buf += _S_bb.pack(self.operation, self.permission_type)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 1:  # v1
+        else:  # v1
             w.buf += _S_b.pack(self.resource_type_filter)
             w.nullable_string(self.resource_name_filter)
             w.buf += _S_b.pack(self.pattern_type_filter)
-            w.nullable_string(self.principal_filter)
-            w.nullable_string(self.host_filter)
-            w.buf += _S_bb.pack(self.operation, self.permission_type)
-        else:  # v0
-            w.buf += _S_b.pack(self.resource_type_filter)
-            w.nullable_string(self.resource_name_filter)
             w.nullable_string(self.principal_filter)
             w.nullable_string(self.host_filter)
             w.buf += _S_bb.pack(self.operation, self.permission_type)
@@ -268,7 +245,7 @@ class DeleteAclsFilter(Struct):
             obj = cls(resource_type_filter=f_resource_type_filter, resource_name_filter=f_resource_name_filter, pattern_type_filter=f_pattern_type_filter, principal_filter=f_principal_filter, host_filter=f_host_filter, operation=f_operation, permission_type=f_permission_type)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 1:  # v1
+        else:  # v1
             f_resource_type_filter = r.int8()
             f_resource_name_filter = r.nullable_string()
             f_pattern_type_filter = r.int8()
@@ -276,19 +253,12 @@ class DeleteAclsFilter(Struct):
             f_host_filter = r.nullable_string()
             f_operation, f_permission_type = r.fixed(_S_bb)
             return cls(resource_type_filter=f_resource_type_filter, resource_name_filter=f_resource_name_filter, pattern_type_filter=f_pattern_type_filter, principal_filter=f_principal_filter, host_filter=f_host_filter, operation=f_operation, permission_type=f_permission_type)
-        else:  # v0
-            f_resource_type_filter = r.int8()
-            f_resource_name_filter = r.nullable_string()
-            f_principal_filter = r.nullable_string()
-            f_host_filter = r.nullable_string()
-            f_operation, f_permission_type = r.fixed(_S_bb)
-            return cls(resource_type_filter=f_resource_type_filter, resource_name_filter=f_resource_name_filter, principal_filter=f_principal_filter, host_filter=f_host_filter, operation=f_operation, permission_type=f_permission_type)
 
 
 @dataclass(slots=True)
 class DeleteAclsRequest(ApiRequest[DeleteAclsResponse]):
     API_KEY: ClassVar[int] = 31
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3
     MAX_STABLE_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -307,7 +277,7 @@ class DeleteAclsRequest(ApiRequest[DeleteAclsResponse]):
             for _e_filters in _a_filters:
                 _e_filters._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             _a_filters = self.filters
             w.array_len(len(_a_filters))
             for _e_filters in _a_filters:
@@ -321,7 +291,7 @@ class DeleteAclsRequest(ApiRequest[DeleteAclsResponse]):
             obj = cls(filters=f_filters)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             _n_filters = r.array_len('DeleteAclsRequest.filters')
             f_filters = [DeleteAclsFilter._read(r, version) for _ in range(_n_filters)]
             return cls(filters=f_filters)

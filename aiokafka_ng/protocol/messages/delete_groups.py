@@ -31,14 +31,21 @@ class DeletableGroupResult(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('group_id', 'string', (0, 32767), None, None, None, None, ''),
         FieldSpec('error_code', 'int16', (0, 32767), None, None, None, None, 0),
+        FieldSpec('error_message', 'string', (3, 32767), (3, 32767), None, None, None, None),
     )
 
     group_id: str = ''
     error_code: int = 0
+    error_message: str | None = None
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 2:  # v2
+        if version >= 3:  # v3
+            w.compact_string(self.group_id)
+            w.buf += _S_h.pack(self.error_code)
+            w.compact_nullable_string(self.error_message)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 2:  # v2
             w.compact_string(self.group_id)
             w.buf += _S_h.pack(self.error_code)
             w.unknown_tags(self.unknown_tagged_fields)
@@ -48,7 +55,14 @@ class DeletableGroupResult(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 2:  # v2
+        if version >= 3:  # v3
+            f_group_id = r.compact_string()
+            f_error_code = r.int16()
+            f_error_message = r.compact_nullable_string()
+            obj = cls(group_id=f_group_id, error_code=f_error_code, error_message=f_error_message)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 2:  # v2
             f_group_id = r.compact_string()
             f_error_code = r.int16()
             obj = cls(group_id=f_group_id, error_code=f_error_code)
@@ -64,8 +78,8 @@ class DeletableGroupResult(Struct):
 class DeleteGroupsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 42
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
-    MAX_STABLE_VERSION: ClassVar[int] = 2
+    MAX_VERSION: ClassVar[int] = 3
+    MAX_STABLE_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
@@ -77,7 +91,7 @@ class DeleteGroupsResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 2:  # v2
+        if version >= 2:  # v2-3
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_results = self.results
             w.compact_array_len(len(_a_results))
@@ -93,7 +107,7 @@ class DeleteGroupsResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 2:  # v2
+        if version >= 2:  # v2-3
             f_throttle_time_ms = r.int32()
             _n_results = r.compact_array_len('DeleteGroupsResponse.results')
             f_results = [DeletableGroupResult._read(r, version) for _ in range(_n_results)]
@@ -111,7 +125,7 @@ class DeleteGroupsResponse(ApiMessage):
 class DeleteGroupsRequest(ApiRequest[DeleteGroupsResponse]):
     API_KEY: ClassVar[int] = 42
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 2
+    MAX_VERSION: ClassVar[int] = 3
     MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
     RESPONSE_TYPE: ClassVar[type[DeleteGroupsResponse]] = DeleteGroupsResponse
@@ -123,7 +137,7 @@ class DeleteGroupsRequest(ApiRequest[DeleteGroupsResponse]):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 2:  # v2
+        if version >= 2:  # v2-3
             _a_groups_names = self.groups_names
             w.compact_array_len(len(_a_groups_names))
             for _e_groups_names in _a_groups_names:
@@ -137,7 +151,7 @@ class DeleteGroupsRequest(ApiRequest[DeleteGroupsResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 2:  # v2
+        if version >= 2:  # v2-3
             _n_groups_names = r.compact_array_len()
             f_groups_names = [r.compact_string() for _ in range(_n_groups_names)]
             obj = cls(groups_names=f_groups_names)

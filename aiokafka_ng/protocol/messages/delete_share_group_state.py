@@ -167,7 +167,7 @@ class DeleteShareGroupStateRequest(ApiRequest[DeleteShareGroupStateResponse]):
     API_KEY: ClassVar[int] = 86
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = -1
+    MAX_STABLE_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[DeleteShareGroupStateResponse]] = DeleteShareGroupStateResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

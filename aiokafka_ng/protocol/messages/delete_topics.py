@@ -63,7 +63,7 @@ class DeletableTopicResult(Struct):
             w.compact_string(_v_name)
             w.buf += _S_h.pack(self.error_code)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-3
+        else:  # v1-3
             _v_name = self.name
             if _v_name is None:
                 raise ValueError('name is not nullable in this version')
@@ -93,7 +93,7 @@ class DeletableTopicResult(Struct):
             obj = cls(name=f_name, error_code=f_error_code)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-3
+        else:  # v1-3
             f_name = r.string()
             f_error_code = r.int16()
             return cls(name=f_name, error_code=f_error_code)
@@ -102,7 +102,7 @@ class DeletableTopicResult(Struct):
 @dataclass(slots=True)
 class DeleteTopicsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 20
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 6
     MAX_STABLE_VERSION: ClassVar[int] = 6
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
@@ -123,13 +123,8 @@ class DeleteTopicsResponse(ApiMessage):
             for _e_responses in _a_responses:
                 _e_responses._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 1:  # v1-3
+        else:  # v1-3
             w.buf += _S_i.pack(self.throttle_time_ms)
-            _a_responses = self.responses
-            w.array_len(len(_a_responses))
-            for _e_responses in _a_responses:
-                _e_responses._write(w, version)
-        else:  # v0
             _a_responses = self.responses
             w.array_len(len(_a_responses))
             for _e_responses in _a_responses:
@@ -144,15 +139,11 @@ class DeleteTopicsResponse(ApiMessage):
             obj = cls(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 1:  # v1-3
+        else:  # v1-3
             f_throttle_time_ms = r.int32()
             _n_responses = r.array_len('DeleteTopicsResponse.responses')
             f_responses = [DeletableTopicResult._read(r, version) for _ in range(_n_responses)]
             return cls(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
-        else:  # v0
-            _n_responses = r.array_len('DeleteTopicsResponse.responses')
-            f_responses = [DeletableTopicResult._read(r, version) for _ in range(_n_responses)]
-            return cls(responses=f_responses)
 
 
 @dataclass(slots=True)
@@ -183,7 +174,7 @@ class DeleteTopicState(Struct):
 @dataclass(slots=True)
 class DeleteTopicsRequest(ApiRequest[DeleteTopicsResponse]):
     API_KEY: ClassVar[int] = 20
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 6
     MAX_STABLE_VERSION: ClassVar[int] = 6
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
@@ -214,7 +205,7 @@ class DeleteTopicsRequest(ApiRequest[DeleteTopicsResponse]):
                 w.compact_string(_e_topic_names)
             w.buf += _S_i.pack(self.timeout_ms)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-3
+        else:  # v1-3
             _a_topic_names = self.topic_names
             w.array_len(len(_a_topic_names))
             for _e_topic_names in _a_topic_names:
@@ -237,7 +228,7 @@ class DeleteTopicsRequest(ApiRequest[DeleteTopicsResponse]):
             obj = cls(topic_names=f_topic_names, timeout_ms=f_timeout_ms)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-3
+        else:  # v1-3
             _n_topic_names = r.array_len()
             f_topic_names = [r.string() for _ in range(_n_topic_names)]
             f_timeout_ms = r.int32()

@@ -48,7 +48,7 @@ class AclDescription(Struct):
             w.compact_string(self.host)
             w.buf += _S_bb.pack(self.operation, self.permission_type)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.string(self.principal)
             w.string(self.host)
             w.buf += _S_bb.pack(self.operation, self.permission_type)
@@ -62,7 +62,7 @@ class AclDescription(Struct):
             obj = cls(principal=f_principal, host=f_host, operation=f_operation, permission_type=f_permission_type)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_principal = r.string()
             f_host = r.string()
             f_operation, f_permission_type = r.fixed(_S_bb)
@@ -94,17 +94,10 @@ class DescribeAclsResource(Struct):
             for _e_acls in _a_acls:
                 _e_acls._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 1:  # v1
+        else:  # v1
             w.buf += _S_b.pack(self.resource_type)
             w.string(self.resource_name)
             w.buf += _S_b.pack(self.pattern_type)
-            _a_acls = self.acls
-            w.array_len(len(_a_acls))
-            for _e_acls in _a_acls:
-                _e_acls._write(w, version)
-        else:  # v0
-            w.buf += _S_b.pack(self.resource_type)
-            w.string(self.resource_name)
             _a_acls = self.acls
             w.array_len(len(_a_acls))
             for _e_acls in _a_acls:
@@ -121,25 +114,19 @@ class DescribeAclsResource(Struct):
             obj = cls(resource_type=f_resource_type, resource_name=f_resource_name, pattern_type=f_pattern_type, acls=f_acls)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 1:  # v1
+        else:  # v1
             f_resource_type = r.int8()
             f_resource_name = r.string()
             f_pattern_type = r.int8()
             _n_acls = r.array_len('DescribeAclsResource.acls')
             f_acls = [AclDescription._read(r, version) for _ in range(_n_acls)]
             return cls(resource_type=f_resource_type, resource_name=f_resource_name, pattern_type=f_pattern_type, acls=f_acls)
-        else:  # v0
-            f_resource_type = r.int8()
-            f_resource_name = r.string()
-            _n_acls = r.array_len('DescribeAclsResource.acls')
-            f_acls = [AclDescription._read(r, version) for _ in range(_n_acls)]
-            return cls(resource_type=f_resource_type, resource_name=f_resource_name, acls=f_acls)
 
 
 @dataclass(slots=True)
 class DescribeAclsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 29
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3
     MAX_STABLE_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -165,7 +152,7 @@ class DescribeAclsResponse(ApiMessage):
             for _e_resources in _a_resources:
                 _e_resources._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_ih.pack(self.throttle_time_ms, self.error_code)
             w.nullable_string(self.error_message)
             _a_resources = self.resources
@@ -183,7 +170,7 @@ class DescribeAclsResponse(ApiMessage):
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, resources=f_resources)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
             f_error_message = r.nullable_string()
             _n_resources = r.array_len('DescribeAclsResponse.resources')
@@ -194,7 +181,7 @@ class DescribeAclsResponse(ApiMessage):
 @dataclass(slots=True)
 class DescribeAclsRequest(ApiRequest[DescribeAclsResponse]):
     API_KEY: ClassVar[int] = 29
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3
     MAX_STABLE_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -227,16 +214,10 @@ class DescribeAclsRequest(ApiRequest[DescribeAclsResponse]):
             w.compact_nullable_string(self.host_filter)
             w.buf += _S_bb.pack(self.operation, self.permission_type)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 1:  # v1
+        else:  # v1
             w.buf += _S_b.pack(self.resource_type_filter)
             w.nullable_string(self.resource_name_filter)
             w.buf += _S_b.pack(self.pattern_type_filter)
-            w.nullable_string(self.principal_filter)
-            w.nullable_string(self.host_filter)
-            w.buf += _S_bb.pack(self.operation, self.permission_type)
-        else:  # v0
-            w.buf += _S_b.pack(self.resource_type_filter)
-            w.nullable_string(self.resource_name_filter)
             w.nullable_string(self.principal_filter)
             w.nullable_string(self.host_filter)
             w.buf += _S_bb.pack(self.operation, self.permission_type)
@@ -253,7 +234,7 @@ class DescribeAclsRequest(ApiRequest[DescribeAclsResponse]):
             obj = cls(resource_type_filter=f_resource_type_filter, resource_name_filter=f_resource_name_filter, pattern_type_filter=f_pattern_type_filter, principal_filter=f_principal_filter, host_filter=f_host_filter, operation=f_operation, permission_type=f_permission_type)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 1:  # v1
+        else:  # v1
             f_resource_type_filter = r.int8()
             f_resource_name_filter = r.nullable_string()
             f_pattern_type_filter = r.int8()
@@ -261,10 +242,3 @@ class DescribeAclsRequest(ApiRequest[DescribeAclsResponse]):
             f_host_filter = r.nullable_string()
             f_operation, f_permission_type = r.fixed(_S_bb)
             return cls(resource_type_filter=f_resource_type_filter, resource_name_filter=f_resource_name_filter, pattern_type_filter=f_pattern_type_filter, principal_filter=f_principal_filter, host_filter=f_host_filter, operation=f_operation, permission_type=f_permission_type)
-        else:  # v0
-            f_resource_type_filter = r.int8()
-            f_resource_name_filter = r.nullable_string()
-            f_principal_filter = r.nullable_string()
-            f_host_filter = r.nullable_string()
-            f_operation, f_permission_type = r.fixed(_S_bb)
-            return cls(resource_type_filter=f_resource_type_filter, resource_name_filter=f_resource_name_filter, principal_filter=f_principal_filter, host_filter=f_host_filter, operation=f_operation, permission_type=f_permission_type)

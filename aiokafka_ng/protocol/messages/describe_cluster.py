@@ -27,6 +27,7 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 _S_x = struct.Struct(">?")
 _S_xb = struct.Struct(">?b")
+_S_xbx = struct.Struct(">?b?")
 
 
 @dataclass(slots=True)
@@ -36,38 +37,58 @@ class DescribeClusterBroker(Struct):
         FieldSpec('host', 'string', (0, 32767), None, None, None, None, ''),
         FieldSpec('port', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('rack', 'string', (0, 32767), (0, 32767), None, None, None, None),
+        FieldSpec('is_fenced', 'bool', (2, 32767), None, None, None, None, False),
     )
 
     broker_id: int = 0
     host: str = ''
     port: int = 0
     rack: str | None = None
+    is_fenced: bool = False
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _S_i.pack(self.broker_id)
-        w.compact_string(self.host)
-        w.buf += _S_i.pack(self.port)
-        w.compact_nullable_string(self.rack)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 2:  # v2
+            w.buf += _S_i.pack(self.broker_id)
+            w.compact_string(self.host)
+            w.buf += _S_i.pack(self.port)
+            w.compact_nullable_string(self.rack)
+            w.buf += _S_x.pack(self.is_fenced)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v0-1
+            w.buf += _S_i.pack(self.broker_id)
+            w.compact_string(self.host)
+            w.buf += _S_i.pack(self.port)
+            w.compact_nullable_string(self.rack)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_broker_id = r.int32()
-        f_host = r.compact_string()
-        f_port = r.int32()
-        f_rack = r.compact_nullable_string()
-        obj = cls(broker_id=f_broker_id, host=f_host, port=f_port, rack=f_rack)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 2:  # v2
+            f_broker_id = r.int32()
+            f_host = r.compact_string()
+            f_port = r.int32()
+            f_rack = r.compact_nullable_string()
+            f_is_fenced = r.boolean()
+            obj = cls(broker_id=f_broker_id, host=f_host, port=f_port, rack=f_rack, is_fenced=f_is_fenced)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v0-1
+            f_broker_id = r.int32()
+            f_host = r.compact_string()
+            f_port = r.int32()
+            f_rack = r.compact_nullable_string()
+            obj = cls(broker_id=f_broker_id, host=f_host, port=f_port, rack=f_rack)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
 
 
 @dataclass(slots=True)
 class DescribeClusterResponse(ApiMessage):
     API_KEY: ClassVar[int] = 60
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    MAX_STABLE_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
+    MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
@@ -91,7 +112,7 @@ class DescribeClusterResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 1:  # v1
+        if version >= 1:  # v1-2
             w.buf += _S_ih.pack(self.throttle_time_ms, self.error_code)
             w.compact_nullable_string(self.error_message)
             w.buf += _S_b.pack(self.endpoint_type)
@@ -117,7 +138,7 @@ class DescribeClusterResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 1:  # v1
+        if version >= 1:  # v1-2
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
             f_error_message = r.compact_nullable_string()
             f_endpoint_type = r.int8()
@@ -146,21 +167,26 @@ class DescribeClusterResponse(ApiMessage):
 class DescribeClusterRequest(ApiRequest[DescribeClusterResponse]):
     API_KEY: ClassVar[int] = 60
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
     MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[DescribeClusterResponse]] = DescribeClusterResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('include_cluster_authorized_operations', 'bool', (0, 32767), None, None, None, None, False),
         FieldSpec('endpoint_type', 'int8', (1, 32767), None, None, None, None, 1),
+        FieldSpec('include_fenced_brokers', 'bool', (2, 32767), None, None, None, None, False),
     )
 
     include_cluster_authorized_operations: bool = False
     endpoint_type: int = 1
+    include_fenced_brokers: bool = False
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 1:  # v1
+        if version >= 2:  # v2
+            w.buf += _S_xbx.pack(self.include_cluster_authorized_operations, self.endpoint_type, self.include_fenced_brokers)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 1:  # v1
             w.buf += _S_xb.pack(self.include_cluster_authorized_operations, self.endpoint_type)
             w.unknown_tags(self.unknown_tagged_fields)
         else:  # v0
@@ -169,7 +195,12 @@ class DescribeClusterRequest(ApiRequest[DescribeClusterResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 1:  # v1
+        if version >= 2:  # v2
+            f_include_cluster_authorized_operations, f_endpoint_type, f_include_fenced_brokers = r.fixed(_S_xbx)
+            obj = cls(include_cluster_authorized_operations=f_include_cluster_authorized_operations, endpoint_type=f_endpoint_type, include_fenced_brokers=f_include_fenced_brokers)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 1:  # v1
             f_include_cluster_authorized_operations, f_endpoint_type = r.fixed(_S_xb)
             obj = cls(include_cluster_authorized_operations=f_include_cluster_authorized_operations, endpoint_type=f_endpoint_type)
             r.unknown_tags(obj.unknown_tagged_fields)

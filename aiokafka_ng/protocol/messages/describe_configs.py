@@ -28,7 +28,6 @@ _S_i = struct.Struct(">i")
 _S_x = struct.Struct(">?")
 _S_xbx = struct.Struct(">?b?")
 _S_xx = struct.Struct(">??")
-_S_xxx = struct.Struct(">???")
 
 
 @dataclass(slots=True)
@@ -77,7 +76,6 @@ class DescribeConfigsResourceResult(Struct):
         FieldSpec('name', 'string', (0, 32767), None, None, None, None, ''),
         FieldSpec('value', 'string', (0, 32767), (0, 32767), None, None, None, ''),
         FieldSpec('read_only', 'bool', (0, 32767), None, None, None, None, False),
-        FieldSpec('is_default', 'bool', (0, 0), None, None, None, None, False),
         FieldSpec('config_source', 'int8', (1, 32767), None, None, None, None, -1),
         FieldSpec('is_sensitive', 'bool', (0, 32767), None, None, None, None, False),
         FieldSpec('synonyms', '[]struct', (1, 32767), None, None, None, DescribeConfigsSynonym, None),
@@ -88,7 +86,6 @@ class DescribeConfigsResourceResult(Struct):
     name: str = ''
     value: str | None = ''
     read_only: bool = False
-    is_default: bool = False
     config_source: int = -1
     is_sensitive: bool = False
     synonyms: list[DescribeConfigsSynonym] = field(default_factory=list)
@@ -118,7 +115,7 @@ class DescribeConfigsResourceResult(Struct):
                 _e_synonyms._write(w, version)
             w.buf += _S_b.pack(self.config_type)
             w.nullable_string(self.documentation)
-        elif version >= 1:  # v1-2
+        else:  # v1-2
             w.string(self.name)
             w.nullable_string(self.value)
             w.buf += _S_xbx.pack(self.read_only, self.config_source, self.is_sensitive)
@@ -126,10 +123,6 @@ class DescribeConfigsResourceResult(Struct):
             w.array_len(len(_a_synonyms))
             for _e_synonyms in _a_synonyms:
                 _e_synonyms._write(w, version)
-        else:  # v0
-            w.string(self.name)
-            w.nullable_string(self.value)
-            w.buf += _S_xxx.pack(self.read_only, self.is_default, self.is_sensitive)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
@@ -153,18 +146,13 @@ class DescribeConfigsResourceResult(Struct):
             f_config_type = r.int8()
             f_documentation = r.nullable_string()
             return cls(name=f_name, value=f_value, read_only=f_read_only, config_source=f_config_source, is_sensitive=f_is_sensitive, synonyms=f_synonyms, config_type=f_config_type, documentation=f_documentation)
-        elif version >= 1:  # v1-2
+        else:  # v1-2
             f_name = r.string()
             f_value = r.nullable_string()
             f_read_only, f_config_source, f_is_sensitive = r.fixed(_S_xbx)
             _n_synonyms = r.array_len('DescribeConfigsResourceResult.synonyms')
             f_synonyms = [DescribeConfigsSynonym._read(r, version) for _ in range(_n_synonyms)]
             return cls(name=f_name, value=f_value, read_only=f_read_only, config_source=f_config_source, is_sensitive=f_is_sensitive, synonyms=f_synonyms)
-        else:  # v0
-            f_name = r.string()
-            f_value = r.nullable_string()
-            f_read_only, f_is_default, f_is_sensitive = r.fixed(_S_xxx)
-            return cls(name=f_name, value=f_value, read_only=f_read_only, is_default=f_is_default, is_sensitive=f_is_sensitive)
 
 
 @dataclass(slots=True)
@@ -195,7 +183,7 @@ class DescribeConfigsResult(Struct):
             for _e_configs in _a_configs:
                 _e_configs._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-3
+        else:  # v1-3
             w.buf += _S_h.pack(self.error_code)
             w.nullable_string(self.error_message)
             w.buf += _S_b.pack(self.resource_type)
@@ -217,7 +205,7 @@ class DescribeConfigsResult(Struct):
             obj = cls(error_code=f_error_code, error_message=f_error_message, resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-3
+        else:  # v1-3
             f_error_code = r.int16()
             f_error_message = r.nullable_string()
             f_resource_type = r.int8()
@@ -230,7 +218,7 @@ class DescribeConfigsResult(Struct):
 @dataclass(slots=True)
 class DescribeConfigsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 32
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 4
     MAX_STABLE_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
@@ -251,7 +239,7 @@ class DescribeConfigsResponse(ApiMessage):
             for _e_results in _a_results:
                 _e_results._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-3
+        else:  # v1-3
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_results = self.results
             w.array_len(len(_a_results))
@@ -267,7 +255,7 @@ class DescribeConfigsResponse(ApiMessage):
             obj = cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-3
+        else:  # v1-3
             f_throttle_time_ms = r.int32()
             _n_results = r.array_len('DescribeConfigsResponse.results')
             f_results = [DescribeConfigsResult._read(r, version) for _ in range(_n_results)]
@@ -299,7 +287,7 @@ class DescribeConfigsResource(Struct):
                 for _e_configuration_keys in _a_configuration_keys:
                     w.compact_string(_e_configuration_keys)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-3
+        else:  # v1-3
             w.buf += _S_b.pack(self.resource_type)
             w.string(self.resource_name)
             _a_configuration_keys = self.configuration_keys
@@ -320,7 +308,7 @@ class DescribeConfigsResource(Struct):
             obj = cls(resource_type=f_resource_type, resource_name=f_resource_name, configuration_keys=f_configuration_keys)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-3
+        else:  # v1-3
             f_resource_type = r.int8()
             f_resource_name = r.string()
             _n_configuration_keys = r.nullable_array_len()
@@ -331,7 +319,7 @@ class DescribeConfigsResource(Struct):
 @dataclass(slots=True)
 class DescribeConfigsRequest(ApiRequest[DescribeConfigsResponse]):
     API_KEY: ClassVar[int] = 32
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 4
     MAX_STABLE_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
@@ -361,17 +349,12 @@ class DescribeConfigsRequest(ApiRequest[DescribeConfigsResponse]):
             for _e_resources in _a_resources:
                 _e_resources._write(w, version)
             w.buf += _S_xx.pack(self.include_synonyms, self.include_documentation)
-        elif version >= 1:  # v1-2
+        else:  # v1-2
             _a_resources = self.resources
             w.array_len(len(_a_resources))
             for _e_resources in _a_resources:
                 _e_resources._write(w, version)
             w.buf += _S_x.pack(self.include_synonyms)
-        else:  # v0
-            _a_resources = self.resources
-            w.array_len(len(_a_resources))
-            for _e_resources in _a_resources:
-                _e_resources._write(w, version)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
@@ -387,12 +370,8 @@ class DescribeConfigsRequest(ApiRequest[DescribeConfigsResponse]):
             f_resources = [DescribeConfigsResource._read(r, version) for _ in range(_n_resources)]
             f_include_synonyms, f_include_documentation = r.fixed(_S_xx)
             return cls(resources=f_resources, include_synonyms=f_include_synonyms, include_documentation=f_include_documentation)
-        elif version >= 1:  # v1-2
+        else:  # v1-2
             _n_resources = r.array_len('DescribeConfigsRequest.resources')
             f_resources = [DescribeConfigsResource._read(r, version) for _ in range(_n_resources)]
             f_include_synonyms = r.boolean()
             return cls(resources=f_resources, include_synonyms=f_include_synonyms)
-        else:  # v0
-            _n_resources = r.array_len('DescribeConfigsRequest.resources')
-            f_resources = [DescribeConfigsResource._read(r, version) for _ in range(_n_resources)]
-            return cls(resources=f_resources)

@@ -43,7 +43,7 @@ class DescribedDelegationTokenRenewer(Struct):
             w.compact_string(self.principal_type)
             w.compact_string(self.principal_name)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.string(self.principal_type)
             w.string(self.principal_name)
 
@@ -55,7 +55,7 @@ class DescribedDelegationTokenRenewer(Struct):
             obj = cls(principal_type=f_principal_type, principal_name=f_principal_name)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_principal_type = r.string()
             f_principal_name = r.string()
             return cls(principal_type=f_principal_type, principal_name=f_principal_name)
@@ -113,7 +113,7 @@ class DescribedDelegationToken(Struct):
             for _e_renewers in _a_renewers:
                 _e_renewers._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.string(self.principal_type)
             w.string(self.principal_name)
             w.buf += _S_qqq.pack(self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
@@ -150,7 +150,7 @@ class DescribedDelegationToken(Struct):
             obj = cls(principal_type=f_principal_type, principal_name=f_principal_name, issue_timestamp=f_issue_timestamp, expiry_timestamp=f_expiry_timestamp, max_timestamp=f_max_timestamp, token_id=f_token_id, hmac=f_hmac, renewers=f_renewers)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_principal_type = r.string()
             f_principal_name = r.string()
             f_issue_timestamp, f_expiry_timestamp, f_max_timestamp = r.fixed(_S_qqq)
@@ -164,7 +164,7 @@ class DescribedDelegationToken(Struct):
 @dataclass(slots=True)
 class DescribeDelegationTokenResponse(ApiMessage):
     API_KEY: ClassVar[int] = 41
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3
     MAX_STABLE_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -188,7 +188,7 @@ class DescribeDelegationTokenResponse(ApiMessage):
                 _e_tokens._write(w, version)
             w.buf += _S_i.pack(self.throttle_time_ms)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_h.pack(self.error_code)
             _a_tokens = self.tokens
             w.array_len(len(_a_tokens))
@@ -206,7 +206,7 @@ class DescribeDelegationTokenResponse(ApiMessage):
             obj = cls(error_code=f_error_code, tokens=f_tokens, throttle_time_ms=f_throttle_time_ms)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_error_code = r.int16()
             _n_tokens = r.array_len('DescribeDelegationTokenResponse.tokens')
             f_tokens = [DescribedDelegationToken._read(r, version) for _ in range(_n_tokens)]
@@ -230,7 +230,7 @@ class DescribeDelegationTokenOwner(Struct):
             w.compact_string(self.principal_type)
             w.compact_string(self.principal_name)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.string(self.principal_type)
             w.string(self.principal_name)
 
@@ -242,7 +242,7 @@ class DescribeDelegationTokenOwner(Struct):
             obj = cls(principal_type=f_principal_type, principal_name=f_principal_name)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_principal_type = r.string()
             f_principal_name = r.string()
             return cls(principal_type=f_principal_type, principal_name=f_principal_name)
@@ -251,7 +251,7 @@ class DescribeDelegationTokenOwner(Struct):
 @dataclass(slots=True)
 class DescribeDelegationTokenRequest(ApiRequest[DescribeDelegationTokenResponse]):
     API_KEY: ClassVar[int] = 41
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 3
     MAX_STABLE_VERSION: ClassVar[int] = 3
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -273,7 +273,7 @@ class DescribeDelegationTokenRequest(ApiRequest[DescribeDelegationTokenResponse]
                 for _e_owners in _a_owners:
                     _e_owners._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             _a_owners = self.owners
             if _a_owners is None:
                 w.raw(b'\xff\xff\xff\xff')
@@ -290,7 +290,7 @@ class DescribeDelegationTokenRequest(ApiRequest[DescribeDelegationTokenResponse]
             obj = cls(owners=f_owners)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             _n_owners = r.nullable_array_len('DescribeDelegationTokenRequest.owners')
             f_owners = None if _n_owners < 0 else [DescribeDelegationTokenOwner._read(r, version) for _ in range(_n_owners)]
             return cls(owners=f_owners)

@@ -47,7 +47,7 @@ class DescribedGroupMember(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 5:  # v5
+        if version >= 5:  # v5-6
             w.compact_string(self.member_id)
             w.compact_nullable_string(self.group_instance_id)
             w.compact_string(self.client_id)
@@ -71,7 +71,7 @@ class DescribedGroupMember(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 5:  # v5
+        if version >= 5:  # v5-6
             f_member_id = r.compact_string()
             f_group_instance_id = r.compact_nullable_string()
             f_client_id = r.compact_string()
@@ -102,6 +102,7 @@ class DescribedGroupMember(Struct):
 class DescribedGroup(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('error_code', 'int16', (0, 32767), None, None, None, None, 0),
+        FieldSpec('error_message', 'string', (6, 32767), (6, 32767), None, None, None, None),
         FieldSpec('group_id', 'string', (0, 32767), None, None, None, None, ''),
         FieldSpec('group_state', 'string', (0, 32767), None, None, None, None, ''),
         FieldSpec('protocol_type', 'string', (0, 32767), None, None, None, None, ''),
@@ -111,6 +112,7 @@ class DescribedGroup(Struct):
     )
 
     error_code: int = 0
+    error_message: str | None = None
     group_id: str = ''
     group_state: str = ''
     protocol_type: str = ''
@@ -120,7 +122,20 @@ class DescribedGroup(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 5:  # v5
+        if version >= 6:  # v6
+            w.buf += _S_h.pack(self.error_code)
+            w.compact_nullable_string(self.error_message)
+            w.compact_string(self.group_id)
+            w.compact_string(self.group_state)
+            w.compact_string(self.protocol_type)
+            w.compact_string(self.protocol_data)
+            _a_members = self.members
+            w.compact_array_len(len(_a_members))
+            for _e_members in _a_members:
+                _e_members._write(w, version)
+            w.buf += _S_i.pack(self.authorized_operations)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 5:  # v5
             w.buf += _S_h.pack(self.error_code)
             w.compact_string(self.group_id)
             w.compact_string(self.group_state)
@@ -156,7 +171,20 @@ class DescribedGroup(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 5:  # v5
+        if version >= 6:  # v6
+            f_error_code = r.int16()
+            f_error_message = r.compact_nullable_string()
+            f_group_id = r.compact_string()
+            f_group_state = r.compact_string()
+            f_protocol_type = r.compact_string()
+            f_protocol_data = r.compact_string()
+            _n_members = r.compact_array_len('DescribedGroup.members')
+            f_members = [DescribedGroupMember._read(r, version) for _ in range(_n_members)]
+            f_authorized_operations = r.int32()
+            obj = cls(error_code=f_error_code, error_message=f_error_message, group_id=f_group_id, group_state=f_group_state, protocol_type=f_protocol_type, protocol_data=f_protocol_data, members=f_members, authorized_operations=f_authorized_operations)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 5:  # v5
             f_error_code = r.int16()
             f_group_id = r.compact_string()
             f_group_state = r.compact_string()
@@ -193,8 +221,8 @@ class DescribedGroup(Struct):
 class DescribeGroupsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 15
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    MAX_STABLE_VERSION: ClassVar[int] = 5
+    MAX_VERSION: ClassVar[int] = 6
+    MAX_STABLE_VERSION: ClassVar[int] = 6
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (1, 32767), None, None, None, None, 0),
@@ -206,7 +234,7 @@ class DescribeGroupsResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 5:  # v5
+        if version >= 5:  # v5-6
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_groups = self.groups
             w.compact_array_len(len(_a_groups))
@@ -227,7 +255,7 @@ class DescribeGroupsResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 5:  # v5
+        if version >= 5:  # v5-6
             f_throttle_time_ms = r.int32()
             _n_groups = r.compact_array_len('DescribeGroupsResponse.groups')
             f_groups = [DescribedGroup._read(r, version) for _ in range(_n_groups)]
@@ -249,7 +277,7 @@ class DescribeGroupsResponse(ApiMessage):
 class DescribeGroupsRequest(ApiRequest[DescribeGroupsResponse]):
     API_KEY: ClassVar[int] = 15
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
+    MAX_VERSION: ClassVar[int] = 6
     MAX_STABLE_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 5
     RESPONSE_TYPE: ClassVar[type[DescribeGroupsResponse]] = DescribeGroupsResponse
@@ -263,7 +291,7 @@ class DescribeGroupsRequest(ApiRequest[DescribeGroupsResponse]):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 5:  # v5
+        if version >= 5:  # v5-6
             _a_groups = self.groups
             w.compact_array_len(len(_a_groups))
             for _e_groups in _a_groups:
@@ -284,7 +312,7 @@ class DescribeGroupsRequest(ApiRequest[DescribeGroupsResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 5:  # v5
+        if version >= 5:  # v5-6
             _n_groups = r.compact_array_len()
             f_groups = [r.compact_string() for _ in range(_n_groups)]
             f_include_authorized_operations = r.boolean()

@@ -27,6 +27,7 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 _S_iqqx = struct.Struct(">iqq?")
 _S_qq = struct.Struct(">qq")
+_S_qqx = struct.Struct(">qq?")
 
 
 @dataclass(slots=True)
@@ -45,20 +46,20 @@ class DescribeLogDirsPartition(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 2:  # v2-4
+        if version >= 2:  # v2-5
             w.buf += _S_iqqx.pack(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_iqqx.pack(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 2:  # v2-4
+        if version >= 2:  # v2-5
             f_partition_index, f_partition_size, f_offset_lag, f_is_future_key = r.fixed(_S_iqqx)
             obj = cls(partition_index=f_partition_index, partition_size=f_partition_size, offset_lag=f_offset_lag, is_future_key=f_is_future_key)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_partition_index, f_partition_size, f_offset_lag, f_is_future_key = r.fixed(_S_iqqx)
             return cls(partition_index=f_partition_index, partition_size=f_partition_size, offset_lag=f_offset_lag, is_future_key=f_is_future_key)
 
@@ -75,14 +76,14 @@ class DescribeLogDirsTopic(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 2:  # v2-4
+        if version >= 2:  # v2-5
             w.compact_string(self.name)
             _a_partitions = self.partitions
             w.compact_array_len(len(_a_partitions))
             for _e_partitions in _a_partitions:
                 _e_partitions._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.string(self.name)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -91,14 +92,14 @@ class DescribeLogDirsTopic(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 2:  # v2-4
+        if version >= 2:  # v2-5
             f_name = r.compact_string()
             _n_partitions = r.compact_array_len('DescribeLogDirsTopic.partitions')
             f_partitions = [DescribeLogDirsPartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_name = r.string()
             _n_partitions = r.array_len('DescribeLogDirsTopic.partitions')
             f_partitions = [DescribeLogDirsPartition._read(r, version) for _ in range(_n_partitions)]
@@ -113,6 +114,7 @@ class DescribeLogDirsResult(Struct):
         FieldSpec('topics', '[]struct', (0, 32767), None, None, None, DescribeLogDirsTopic, None),
         FieldSpec('total_bytes', 'int64', (4, 32767), None, None, None, None, -1),
         FieldSpec('usable_bytes', 'int64', (4, 32767), None, None, None, None, -1),
+        FieldSpec('is_cordoned', 'bool', (5, 32767), None, None, None, None, False),
     )
 
     error_code: int = 0
@@ -120,10 +122,20 @@ class DescribeLogDirsResult(Struct):
     topics: list[DescribeLogDirsTopic] = field(default_factory=list)
     total_bytes: int = -1
     usable_bytes: int = -1
+    is_cordoned: bool = False
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 4:  # v4
+        if version >= 5:  # v5
+            w.buf += _S_h.pack(self.error_code)
+            w.compact_string(self.log_dir)
+            _a_topics = self.topics
+            w.compact_array_len(len(_a_topics))
+            for _e_topics in _a_topics:
+                _e_topics._write(w, version)
+            w.buf += _S_qqx.pack(self.total_bytes, self.usable_bytes, self.is_cordoned)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 4:  # v4
             w.buf += _S_h.pack(self.error_code)
             w.compact_string(self.log_dir)
             _a_topics = self.topics
@@ -140,7 +152,7 @@ class DescribeLogDirsResult(Struct):
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_h.pack(self.error_code)
             w.string(self.log_dir)
             _a_topics = self.topics
@@ -150,7 +162,16 @@ class DescribeLogDirsResult(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 4:  # v4
+        if version >= 5:  # v5
+            f_error_code = r.int16()
+            f_log_dir = r.compact_string()
+            _n_topics = r.compact_array_len('DescribeLogDirsResult.topics')
+            f_topics = [DescribeLogDirsTopic._read(r, version) for _ in range(_n_topics)]
+            f_total_bytes, f_usable_bytes, f_is_cordoned = r.fixed(_S_qqx)
+            obj = cls(error_code=f_error_code, log_dir=f_log_dir, topics=f_topics, total_bytes=f_total_bytes, usable_bytes=f_usable_bytes, is_cordoned=f_is_cordoned)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 4:  # v4
             f_error_code = r.int16()
             f_log_dir = r.compact_string()
             _n_topics = r.compact_array_len('DescribeLogDirsResult.topics')
@@ -167,7 +188,7 @@ class DescribeLogDirsResult(Struct):
             obj = cls(error_code=f_error_code, log_dir=f_log_dir, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_error_code = r.int16()
             f_log_dir = r.string()
             _n_topics = r.array_len('DescribeLogDirsResult.topics')
@@ -178,9 +199,9 @@ class DescribeLogDirsResult(Struct):
 @dataclass(slots=True)
 class DescribeLogDirsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 35
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    MAX_STABLE_VERSION: ClassVar[int] = 4
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 5
+    MAX_STABLE_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
@@ -194,7 +215,7 @@ class DescribeLogDirsResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-5
             w.buf += _S_ih.pack(self.throttle_time_ms, self.error_code)
             _a_results = self.results
             w.compact_array_len(len(_a_results))
@@ -208,7 +229,7 @@ class DescribeLogDirsResponse(ApiMessage):
             for _e_results in _a_results:
                 _e_results._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_results = self.results
             w.array_len(len(_a_results))
@@ -217,7 +238,7 @@ class DescribeLogDirsResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-5
             f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
             _n_results = r.compact_array_len('DescribeLogDirsResponse.results')
             f_results = [DescribeLogDirsResult._read(r, version) for _ in range(_n_results)]
@@ -231,7 +252,7 @@ class DescribeLogDirsResponse(ApiMessage):
             obj = cls(throttle_time_ms=f_throttle_time_ms, results=f_results)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_throttle_time_ms = r.int32()
             _n_results = r.array_len('DescribeLogDirsResponse.results')
             f_results = [DescribeLogDirsResult._read(r, version) for _ in range(_n_results)]
@@ -250,13 +271,13 @@ class DescribableLogDirTopic(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 2:  # v2-4
+        if version >= 2:  # v2-5
             w.compact_string(self.topic)
             _a_partitions = self.partitions
             w.compact_array_len(len(_a_partitions))
             w.fixed_array('int32', _a_partitions)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.string(self.topic)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -264,14 +285,14 @@ class DescribableLogDirTopic(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 2:  # v2-4
+        if version >= 2:  # v2-5
             f_topic = r.compact_string()
             _n_partitions = r.compact_array_len()
             f_partitions = r.fixed_array('int32', _n_partitions)
             obj = cls(topic=f_topic, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_topic = r.string()
             _n_partitions = r.array_len()
             f_partitions = r.fixed_array('int32', _n_partitions)
@@ -281,8 +302,8 @@ class DescribableLogDirTopic(Struct):
 @dataclass(slots=True)
 class DescribeLogDirsRequest(ApiRequest[DescribeLogDirsResponse]):
     API_KEY: ClassVar[int] = 35
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 5
     MAX_STABLE_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
     RESPONSE_TYPE: ClassVar[type[DescribeLogDirsResponse]] = DescribeLogDirsResponse
@@ -294,7 +315,7 @@ class DescribeLogDirsRequest(ApiRequest[DescribeLogDirsResponse]):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 2:  # v2-4
+        if version >= 2:  # v2-5
             _a_topics = self.topics
             if _a_topics is None:
                 w.raw(b'\x00')
@@ -303,7 +324,7 @@ class DescribeLogDirsRequest(ApiRequest[DescribeLogDirsResponse]):
                 for _e_topics in _a_topics:
                     _e_topics._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             _a_topics = self.topics
             if _a_topics is None:
                 w.raw(b'\xff\xff\xff\xff')
@@ -314,13 +335,13 @@ class DescribeLogDirsRequest(ApiRequest[DescribeLogDirsResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 2:  # v2-4
+        if version >= 2:  # v2-5
             _n_topics = r.compact_nullable_array_len('DescribeLogDirsRequest.topics')
             f_topics = None if _n_topics < 0 else [DescribableLogDirTopic._read(r, version) for _ in range(_n_topics)]
             obj = cls(topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             _n_topics = r.nullable_array_len('DescribeLogDirsRequest.topics')
             f_topics = None if _n_topics < 0 else [DescribableLogDirTopic._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)

@@ -29,7 +29,7 @@ _S_q = struct.Struct(">q")
 @dataclass(slots=True)
 class ExpireDelegationTokenResponse(ApiMessage):
     API_KEY: ClassVar[int] = 40
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2
     MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -48,7 +48,7 @@ class ExpireDelegationTokenResponse(ApiMessage):
         if version >= 2:  # v2
             w.buf += _S_hqi.pack(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_hqi.pack(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
 
     @classmethod
@@ -58,7 +58,7 @@ class ExpireDelegationTokenResponse(ApiMessage):
             obj = cls(error_code=f_error_code, expiry_timestamp_ms=f_expiry_timestamp_ms, throttle_time_ms=f_throttle_time_ms)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_error_code, f_expiry_timestamp_ms, f_throttle_time_ms = r.fixed(_S_hqi)
             return cls(error_code=f_error_code, expiry_timestamp_ms=f_expiry_timestamp_ms, throttle_time_ms=f_throttle_time_ms)
 
@@ -66,7 +66,7 @@ class ExpireDelegationTokenResponse(ApiMessage):
 @dataclass(slots=True)
 class ExpireDelegationTokenRequest(ApiRequest[ExpireDelegationTokenResponse]):
     API_KEY: ClassVar[int] = 40
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2
     MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -85,7 +85,7 @@ class ExpireDelegationTokenRequest(ApiRequest[ExpireDelegationTokenResponse]):
             w.compact_bytes(self.hmac)
             w.buf += _S_q.pack(self.expiry_time_period_ms)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-1
+        else:  # v1
             w.bytes_(self.hmac)
             w.buf += _S_q.pack(self.expiry_time_period_ms)
 
@@ -97,7 +97,7 @@ class ExpireDelegationTokenRequest(ApiRequest[ExpireDelegationTokenResponse]):
             obj = cls(hmac=f_hmac, expiry_time_period_ms=f_expiry_time_period_ms)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-1
+        else:  # v1
             f_hmac = r.bytes_()
             f_expiry_time_period_ms = r.int64()
             return cls(hmac=f_hmac, expiry_time_period_ms=f_expiry_time_period_ms)

@@ -24,13 +24,10 @@ __all__ = ['AbortedTransaction', 'EpochEndOffset', 'FetchPartition', 'FetchReque
 _UUID_ZERO = UUID(int=0)
 _S_i = struct.Struct(">i")
 _S_ihi = struct.Struct(">ihi")
-_S_ihq = struct.Struct(">ihq")
 _S_ihqq = struct.Struct(">ihqq")
 _S_ihqqq = struct.Struct(">ihqqq")
 _S_ii = struct.Struct(">ii")
-_S_iii = struct.Struct(">iii")
 _S_iiibii = struct.Struct(">iiibii")
-_S_iiii = struct.Struct(">iiii")
 _S_iiiib = struct.Struct(">iiiib")
 _S_iiiibii = struct.Struct(">iiiibii")
 _S_iiqiqi = struct.Struct(">iiqiqi")
@@ -123,7 +120,7 @@ class AbortedTransaction(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 12:  # v12-17
+        if version >= 12:  # v12-18
             w.buf += _S_qq.pack(self.producer_id, self.first_offset)
             w.unknown_tags(self.unknown_tagged_fields)
         else:  # v4-11
@@ -131,7 +128,7 @@ class AbortedTransaction(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 12:  # v12-17
+        if version >= 12:  # v12-18
             f_producer_id, f_first_offset = r.fixed(_S_qq)
             obj = cls(producer_id=f_producer_id, first_offset=f_first_offset)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -171,7 +168,7 @@ class PartitionData(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 12:  # v12-17
+        if version >= 12:  # v12-18
             w.buf += _S_ihqqq.pack(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset)
             _a_aborted_transactions = self.aborted_transactions
             if _a_aborted_transactions is None:
@@ -217,7 +214,7 @@ class PartitionData(Struct):
                 for _e_aborted_transactions in _a_aborted_transactions:
                     _e_aborted_transactions._write(w, version)
             w.nullable_bytes(self.records)
-        elif version >= 4:  # v4
+        else:  # v4
             w.buf += _S_ihqq.pack(self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset)
             _a_aborted_transactions = self.aborted_transactions
             if _a_aborted_transactions is None:
@@ -227,13 +224,10 @@ class PartitionData(Struct):
                 for _e_aborted_transactions in _a_aborted_transactions:
                     _e_aborted_transactions._write(w, version)
             w.nullable_bytes(self.records)
-        else:  # v0-3
-            w.buf += _S_ihq.pack(self.partition_index, self.error_code, self.high_watermark)
-            w.nullable_bytes(self.records)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 12:  # v12-17
+        if version >= 12:  # v12-18
             f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset = r.fixed(_S_ihqqq)
             _n_aborted_transactions = r.compact_nullable_array_len('PartitionData.aborted_transactions')
             f_aborted_transactions = None if _n_aborted_transactions < 0 else [AbortedTransaction._read(r, version) for _ in range(_n_aborted_transactions)]
@@ -264,16 +258,12 @@ class PartitionData(Struct):
             f_aborted_transactions = None if _n_aborted_transactions < 0 else [AbortedTransaction._read(r, version) for _ in range(_n_aborted_transactions)]
             f_records = r.nullable_bytes()
             return cls(partition_index=f_partition_index, error_code=f_error_code, high_watermark=f_high_watermark, last_stable_offset=f_last_stable_offset, log_start_offset=f_log_start_offset, aborted_transactions=f_aborted_transactions, records=f_records)
-        elif version >= 4:  # v4
+        else:  # v4
             f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset = r.fixed(_S_ihqq)
             _n_aborted_transactions = r.nullable_array_len('PartitionData.aborted_transactions')
             f_aborted_transactions = None if _n_aborted_transactions < 0 else [AbortedTransaction._read(r, version) for _ in range(_n_aborted_transactions)]
             f_records = r.nullable_bytes()
             return cls(partition_index=f_partition_index, error_code=f_error_code, high_watermark=f_high_watermark, last_stable_offset=f_last_stable_offset, aborted_transactions=f_aborted_transactions, records=f_records)
-        else:  # v0-3
-            f_partition_index, f_error_code, f_high_watermark = r.fixed(_S_ihq)
-            f_records = r.nullable_bytes()
-            return cls(partition_index=f_partition_index, error_code=f_error_code, high_watermark=f_high_watermark, records=f_records)
 
 
 @dataclass(slots=True)
@@ -290,7 +280,7 @@ class FetchableTopicResponse(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 13:  # v13-17
+        if version >= 13:  # v13-18
             w.uuid(self.topic_id)
             _a_partitions = self.partitions
             w.compact_array_len(len(_a_partitions))
@@ -304,7 +294,7 @@ class FetchableTopicResponse(Struct):
             for _e_partitions in _a_partitions:
                 _e_partitions._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-11
+        else:  # v4-11
             w.string(self.topic)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -313,7 +303,7 @@ class FetchableTopicResponse(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 13:  # v13-17
+        if version >= 13:  # v13-18
             f_topic_id = r.uuid()
             _n_partitions = r.compact_array_len('FetchableTopicResponse.partitions')
             f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
@@ -327,7 +317,7 @@ class FetchableTopicResponse(Struct):
             obj = cls(topic=f_topic, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-11
+        else:  # v4-11
             f_topic = r.string()
             _n_partitions = r.array_len('FetchableTopicResponse.partitions')
             f_partitions = [PartitionData._read(r, version) for _ in range(_n_partitions)]
@@ -370,9 +360,9 @@ class NodeEndpoint(Struct):
 @dataclass(slots=True)
 class FetchResponse(ApiMessage):
     API_KEY: ClassVar[int] = 1
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 17
-    MAX_STABLE_VERSION: ClassVar[int] = 17
+    MIN_VERSION: ClassVar[int] = 4
+    MAX_VERSION: ClassVar[int] = 18
+    MAX_STABLE_VERSION: ClassVar[int] = 18
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (1, 32767), None, None, None, None, 0),
@@ -390,7 +380,7 @@ class FetchResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 16:  # v16-17
+        if version >= 16:  # v16-18
             w.buf += _S_ihi.pack(self.throttle_time_ms, self.error_code, self.session_id)
             _a_responses = self.responses
             w.compact_array_len(len(_a_responses))
@@ -418,13 +408,8 @@ class FetchResponse(ApiMessage):
             w.array_len(len(_a_responses))
             for _e_responses in _a_responses:
                 _e_responses._write(w, version)
-        elif version >= 1:  # v1-6
+        else:  # v4-6
             w.buf += _S_i.pack(self.throttle_time_ms)
-            _a_responses = self.responses
-            w.array_len(len(_a_responses))
-            for _e_responses in _a_responses:
-                _e_responses._write(w, version)
-        else:  # v0
             _a_responses = self.responses
             w.array_len(len(_a_responses))
             for _e_responses in _a_responses:
@@ -432,7 +417,7 @@ class FetchResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 16:  # v16-17
+        if version >= 16:  # v16-18
             f_throttle_time_ms, f_error_code, f_session_id = r.fixed(_S_ihi)
             _n_responses = r.compact_array_len('FetchResponse.responses')
             f_responses = [FetchableTopicResponse._read(r, version) for _ in range(_n_responses)]
@@ -457,15 +442,11 @@ class FetchResponse(ApiMessage):
             _n_responses = r.array_len('FetchResponse.responses')
             f_responses = [FetchableTopicResponse._read(r, version) for _ in range(_n_responses)]
             return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, session_id=f_session_id, responses=f_responses)
-        elif version >= 1:  # v1-6
+        else:  # v4-6
             f_throttle_time_ms = r.int32()
             _n_responses = r.array_len('FetchResponse.responses')
             f_responses = [FetchableTopicResponse._read(r, version) for _ in range(_n_responses)]
             return cls(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
-        else:  # v0
-            _n_responses = r.array_len('FetchResponse.responses')
-            f_responses = [FetchableTopicResponse._read(r, version) for _ in range(_n_responses)]
-            return cls(responses=f_responses)
 
 
 @dataclass(slots=True)
@@ -501,6 +482,7 @@ class FetchPartition(Struct):
         FieldSpec('log_start_offset', 'int64', (5, 32767), None, None, None, None, -1),
         FieldSpec('partition_max_bytes', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('replica_directory_id', 'uuid', (17, 32767), None, 0, (17, 32767), None, _UUID_ZERO),
+        FieldSpec('high_watermark', 'int64', (18, 32767), None, 1, (18, 32767), None, 9223372036854775807),
     )
 
     partition: int = 0
@@ -510,10 +492,23 @@ class FetchPartition(Struct):
     log_start_offset: int = -1
     partition_max_bytes: int = 0
     replica_directory_id: UUID = _UUID_ZERO
+    high_watermark: int = 9223372036854775807
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 17:  # v17
+        if version >= 18:  # v18
+            w.buf += _S_iiqiqi.pack(self.partition, self.current_leader_epoch, self.fetch_offset, self.last_fetched_epoch, self.log_start_offset, self.partition_max_bytes)
+            _tags_v18: list[tuple[int, bytes]] = []
+            if self.replica_directory_id != _UUID_ZERO:
+                _t = Writer()
+                _t.uuid(self.replica_directory_id)
+                _tags_v18.append((0, _t.getvalue()))
+            if self.high_watermark != 9223372036854775807:
+                _t = Writer()
+                _t.int64(self.high_watermark)
+                _tags_v18.append((1, _t.getvalue()))
+            w.tagged_fields(_tags_v18, self.unknown_tagged_fields)
+        elif version >= 17:  # v17
             w.buf += _S_iiqiqi.pack(self.partition, self.current_leader_epoch, self.fetch_offset, self.last_fetched_epoch, self.log_start_offset, self.partition_max_bytes)
             _tags_v17: list[tuple[int, bytes]] = []
             if self.replica_directory_id != _UUID_ZERO:
@@ -528,12 +523,24 @@ class FetchPartition(Struct):
             w.buf += _S_iiqqi.pack(self.partition, self.current_leader_epoch, self.fetch_offset, self.log_start_offset, self.partition_max_bytes)
         elif version >= 5:  # v5-8
             w.buf += _S_iqqi.pack(self.partition, self.fetch_offset, self.log_start_offset, self.partition_max_bytes)
-        else:  # v0-4
+        else:  # v4
             w.buf += _S_iqi.pack(self.partition, self.fetch_offset, self.partition_max_bytes)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 17:  # v17
+        if version >= 18:  # v18
+            f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes = r.fixed(_S_iiqiqi)
+            obj = cls(partition=f_partition, current_leader_epoch=f_current_leader_epoch, fetch_offset=f_fetch_offset, last_fetched_epoch=f_last_fetched_epoch, log_start_offset=f_log_start_offset, partition_max_bytes=f_partition_max_bytes)
+            for _ in range(r.tag_count()):
+                _tag, _tr = r.tagged_field()
+                if _tag == 0:
+                    obj.replica_directory_id = _tr.uuid()
+                elif _tag == 1:
+                    obj.high_watermark = _tr.int64()
+                else:
+                    obj.unknown_tagged_fields[_tag] = _tr.rest()
+            return obj
+        elif version >= 17:  # v17
             f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes = r.fixed(_S_iiqiqi)
             obj = cls(partition=f_partition, current_leader_epoch=f_current_leader_epoch, fetch_offset=f_fetch_offset, last_fetched_epoch=f_last_fetched_epoch, log_start_offset=f_log_start_offset, partition_max_bytes=f_partition_max_bytes)
             for _ in range(r.tag_count()):
@@ -554,7 +561,7 @@ class FetchPartition(Struct):
         elif version >= 5:  # v5-8
             f_partition, f_fetch_offset, f_log_start_offset, f_partition_max_bytes = r.fixed(_S_iqqi)
             return cls(partition=f_partition, fetch_offset=f_fetch_offset, log_start_offset=f_log_start_offset, partition_max_bytes=f_partition_max_bytes)
-        else:  # v0-4
+        else:  # v4
             f_partition, f_fetch_offset, f_partition_max_bytes = r.fixed(_S_iqi)
             return cls(partition=f_partition, fetch_offset=f_fetch_offset, partition_max_bytes=f_partition_max_bytes)
 
@@ -573,7 +580,7 @@ class FetchTopic(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 13:  # v13-17
+        if version >= 13:  # v13-18
             w.uuid(self.topic_id)
             _a_partitions = self.partitions
             w.compact_array_len(len(_a_partitions))
@@ -587,7 +594,7 @@ class FetchTopic(Struct):
             for _e_partitions in _a_partitions:
                 _e_partitions._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-11
+        else:  # v4-11
             w.string(self.topic)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -596,7 +603,7 @@ class FetchTopic(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 13:  # v13-17
+        if version >= 13:  # v13-18
             f_topic_id = r.uuid()
             _n_partitions = r.compact_array_len('FetchTopic.partitions')
             f_partitions = [FetchPartition._read(r, version) for _ in range(_n_partitions)]
@@ -610,7 +617,7 @@ class FetchTopic(Struct):
             obj = cls(topic=f_topic, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-11
+        else:  # v4-11
             f_topic = r.string()
             _n_partitions = r.array_len('FetchTopic.partitions')
             f_partitions = [FetchPartition._read(r, version) for _ in range(_n_partitions)]
@@ -631,7 +638,7 @@ class ForgottenTopic(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 13:  # v13-17
+        if version >= 13:  # v13-18
             w.uuid(self.topic_id)
             _a_partitions = self.partitions
             w.compact_array_len(len(_a_partitions))
@@ -651,7 +658,7 @@ class ForgottenTopic(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 13:  # v13-17
+        if version >= 13:  # v13-18
             f_topic_id = r.uuid()
             _n_partitions = r.compact_array_len()
             f_partitions = r.fixed_array('int32', _n_partitions)
@@ -675,8 +682,8 @@ class ForgottenTopic(Struct):
 @dataclass(slots=True)
 class FetchRequest(ApiRequest[FetchResponse]):
     API_KEY: ClassVar[int] = 1
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 17
+    MIN_VERSION: ClassVar[int] = 4
+    MAX_VERSION: ClassVar[int] = 18
     MAX_STABLE_VERSION: ClassVar[int] = 17
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 12
     RESPONSE_TYPE: ClassVar[type[FetchResponse]] = FetchResponse
@@ -710,7 +717,7 @@ class FetchRequest(ApiRequest[FetchResponse]):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 15:  # v15-17
+        if version >= 15:  # v15-18
             w.buf += _S_iiibii.pack(self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch)
             _a_topics = self.topics
             w.compact_array_len(len(_a_topics))
@@ -769,20 +776,8 @@ class FetchRequest(ApiRequest[FetchResponse]):
             w.array_len(len(_a_forgotten_topics_data))
             for _e_forgotten_topics_data in _a_forgotten_topics_data:
                 _e_forgotten_topics_data._write(w, version)
-        elif version >= 4:  # v4-6
+        else:  # v4-6
             w.buf += _S_iiiib.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level)
-            _a_topics = self.topics
-            w.array_len(len(_a_topics))
-            for _e_topics in _a_topics:
-                _e_topics._write(w, version)
-        elif version >= 3:  # v3
-            w.buf += _S_iiii.pack(self.replica_id, self.max_wait_ms, self.min_bytes, self.max_bytes)
-            _a_topics = self.topics
-            w.array_len(len(_a_topics))
-            for _e_topics in _a_topics:
-                _e_topics._write(w, version)
-        else:  # v0-2
-            w.buf += _S_iii.pack(self.replica_id, self.max_wait_ms, self.min_bytes)
             _a_topics = self.topics
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
@@ -790,7 +785,7 @@ class FetchRequest(ApiRequest[FetchResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 15:  # v15-17
+        if version >= 15:  # v15-18
             f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch = r.fixed(_S_iiibii)
             _n_topics = r.compact_array_len('FetchRequest.topics')
             f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
@@ -837,18 +832,8 @@ class FetchRequest(ApiRequest[FetchResponse]):
             _n_forgotten_topics_data = r.array_len('FetchRequest.forgotten_topics_data')
             f_forgotten_topics_data = [ForgottenTopic._read(r, version) for _ in range(_n_forgotten_topics_data)]
             return cls(replica_id=f_replica_id, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, isolation_level=f_isolation_level, session_id=f_session_id, session_epoch=f_session_epoch, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data)
-        elif version >= 4:  # v4-6
+        else:  # v4-6
             f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level = r.fixed(_S_iiiib)
             _n_topics = r.array_len('FetchRequest.topics')
             f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
             return cls(replica_id=f_replica_id, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, isolation_level=f_isolation_level, topics=f_topics)
-        elif version >= 3:  # v3
-            f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes = r.fixed(_S_iiii)
-            _n_topics = r.array_len('FetchRequest.topics')
-            f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
-            return cls(replica_id=f_replica_id, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, topics=f_topics)
-        else:  # v0-2
-            f_replica_id, f_max_wait_ms, f_min_bytes = r.fixed(_S_iii)
-            _n_topics = r.array_len('FetchRequest.topics')
-            f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
-            return cls(replica_id=f_replica_id, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, topics=f_topics)

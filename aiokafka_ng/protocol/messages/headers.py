@@ -27,7 +27,7 @@ _S_i = struct.Struct(">i")
 
 @dataclass(slots=True)
 class RequestHeader(Message):
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
     MAX_VERSION: ClassVar[int] = 2
     MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
@@ -49,11 +49,9 @@ class RequestHeader(Message):
             w.buf += _S_hhi.pack(self.request_api_key, self.request_api_version, self.correlation_id)
             w.nullable_string(self.client_id)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 1:  # v1
+        else:  # v1
             w.buf += _S_hhi.pack(self.request_api_key, self.request_api_version, self.correlation_id)
             w.nullable_string(self.client_id)
-        else:  # v0
-            w.buf += _S_hhi.pack(self.request_api_key, self.request_api_version, self.correlation_id)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
@@ -63,13 +61,10 @@ class RequestHeader(Message):
             obj = cls(request_api_key=f_request_api_key, request_api_version=f_request_api_version, correlation_id=f_correlation_id, client_id=f_client_id)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 1:  # v1
+        else:  # v1
             f_request_api_key, f_request_api_version, f_correlation_id = r.fixed(_S_hhi)
             f_client_id = r.nullable_string()
             return cls(request_api_key=f_request_api_key, request_api_version=f_request_api_version, correlation_id=f_correlation_id, client_id=f_client_id)
-        else:  # v0
-            f_request_api_key, f_request_api_version, f_correlation_id = r.fixed(_S_hhi)
-            return cls(request_api_key=f_request_api_key, request_api_version=f_request_api_version, correlation_id=f_correlation_id)
 
 
 @dataclass(slots=True)

@@ -24,31 +24,40 @@ __all__ = ['InitProducerIdRequest', 'InitProducerIdResponse']
 _UUID_ZERO = UUID(int=0)
 _S_i = struct.Struct(">i")
 _S_ihqh = struct.Struct(">ihqh")
+_S_ihqhqh = struct.Struct(">ihqhqh")
 _S_iqh = struct.Struct(">iqh")
+_S_iqhxx = struct.Struct(">iqh??")
 
 
 @dataclass(slots=True)
 class InitProducerIdResponse(ApiMessage):
     API_KEY: ClassVar[int] = 22
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
-    MAX_STABLE_VERSION: ClassVar[int] = 5
+    MAX_VERSION: ClassVar[int] = 6
+    MAX_STABLE_VERSION: ClassVar[int] = 6
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('error_code', 'int16', (0, 32767), None, None, None, None, 0),
         FieldSpec('producer_id', 'int64', (0, 32767), None, None, None, None, -1),
         FieldSpec('producer_epoch', 'int16', (0, 32767), None, None, None, None, 0),
+        FieldSpec('ongoing_txn_producer_id', 'int64', (6, 32767), None, None, None, None, -1),
+        FieldSpec('ongoing_txn_producer_epoch', 'int16', (6, 32767), None, None, None, None, -1),
     )
 
     throttle_time_ms: int = 0
     error_code: int = 0
     producer_id: int = -1
     producer_epoch: int = 0
+    ongoing_txn_producer_id: int = -1
+    ongoing_txn_producer_epoch: int = -1
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 2:  # v2-5
+        if version >= 6:  # v6
+            w.buf += _S_ihqhqh.pack(self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch, self.ongoing_txn_producer_id, self.ongoing_txn_producer_epoch)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 2:  # v2-5
             w.buf += _S_ihqh.pack(self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch)
             w.unknown_tags(self.unknown_tagged_fields)
         else:  # v0-1
@@ -56,7 +65,12 @@ class InitProducerIdResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 2:  # v2-5
+        if version >= 6:  # v6
+            f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, f_ongoing_txn_producer_id, f_ongoing_txn_producer_epoch = r.fixed(_S_ihqhqh)
+            obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, producer_id=f_producer_id, producer_epoch=f_producer_epoch, ongoing_txn_producer_id=f_ongoing_txn_producer_id, ongoing_txn_producer_epoch=f_ongoing_txn_producer_epoch)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 2:  # v2-5
             f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch = r.fixed(_S_ihqh)
             obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, producer_id=f_producer_id, producer_epoch=f_producer_epoch)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -70,7 +84,7 @@ class InitProducerIdResponse(ApiMessage):
 class InitProducerIdRequest(ApiRequest[InitProducerIdResponse]):
     API_KEY: ClassVar[int] = 22
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 5
+    MAX_VERSION: ClassVar[int] = 6
     MAX_STABLE_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 2
     RESPONSE_TYPE: ClassVar[type[InitProducerIdResponse]] = InitProducerIdResponse
@@ -79,16 +93,24 @@ class InitProducerIdRequest(ApiRequest[InitProducerIdResponse]):
         FieldSpec('transaction_timeout_ms', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('producer_id', 'int64', (3, 32767), None, None, None, None, -1),
         FieldSpec('producer_epoch', 'int16', (3, 32767), None, None, None, None, -1),
+        FieldSpec('enable2_pc', 'bool', (6, 32767), None, None, None, None, False),
+        FieldSpec('keep_prepared_txn', 'bool', (6, 32767), None, None, None, None, False),
     )
 
     transactional_id: str | None = ''
     transaction_timeout_ms: int = 0
     producer_id: int = -1
     producer_epoch: int = -1
+    enable2_pc: bool = False
+    keep_prepared_txn: bool = False
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:  # v3-5
+        if version >= 6:  # v6
+            w.compact_nullable_string(self.transactional_id)
+            w.buf += _S_iqhxx.pack(self.transaction_timeout_ms, self.producer_id, self.producer_epoch, self.enable2_pc, self.keep_prepared_txn)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 3:  # v3-5
             w.compact_nullable_string(self.transactional_id)
             w.buf += _S_iqh.pack(self.transaction_timeout_ms, self.producer_id, self.producer_epoch)
             w.unknown_tags(self.unknown_tagged_fields)
@@ -102,7 +124,13 @@ class InitProducerIdRequest(ApiRequest[InitProducerIdResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 3:  # v3-5
+        if version >= 6:  # v6
+            f_transactional_id = r.compact_nullable_string()
+            f_transaction_timeout_ms, f_producer_id, f_producer_epoch, f_enable2_pc, f_keep_prepared_txn = r.fixed(_S_iqhxx)
+            obj = cls(transactional_id=f_transactional_id, transaction_timeout_ms=f_transaction_timeout_ms, producer_id=f_producer_id, producer_epoch=f_producer_epoch, enable2_pc=f_enable2_pc, keep_prepared_txn=f_keep_prepared_txn)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 3:  # v3-5
             f_transactional_id = r.compact_nullable_string()
             f_transaction_timeout_ms, f_producer_id, f_producer_epoch = r.fixed(_S_iqh)
             obj = cls(transactional_id=f_transactional_id, transaction_timeout_ms=f_transaction_timeout_ms, producer_id=f_producer_id, producer_epoch=f_producer_epoch)

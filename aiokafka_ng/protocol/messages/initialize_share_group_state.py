@@ -171,7 +171,7 @@ class InitializeShareGroupStateRequest(ApiRequest[InitializeShareGroupStateRespo
     API_KEY: ClassVar[int] = 83
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = -1
+    MAX_STABLE_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[InitializeShareGroupStateResponse]] = InitializeShareGroupStateResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

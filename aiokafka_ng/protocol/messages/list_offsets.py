@@ -24,12 +24,10 @@ __all__ = ['ListOffsetsPartition', 'ListOffsetsPartitionResponse', 'ListOffsetsR
 _UUID_ZERO = UUID(int=0)
 _S_i = struct.Struct(">i")
 _S_ib = struct.Struct(">ib")
-_S_ih = struct.Struct(">ih")
 _S_ihqq = struct.Struct(">ihqq")
 _S_ihqqi = struct.Struct(">ihqqi")
 _S_iiq = struct.Struct(">iiq")
 _S_iq = struct.Struct(">iq")
-_S_iqi = struct.Struct(">iqi")
 
 
 @dataclass(slots=True)
@@ -37,7 +35,6 @@ class ListOffsetsPartitionResponse(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('partition_index', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('error_code', 'int16', (0, 32767), None, None, None, None, 0),
-        FieldSpec('old_style_offsets', '[]int64', (0, 0), None, None, None, None, None),
         FieldSpec('timestamp', 'int64', (1, 32767), None, None, None, None, -1),
         FieldSpec('offset', 'int64', (1, 32767), None, None, None, None, -1),
         FieldSpec('leader_epoch', 'int32', (4, 32767), None, None, None, None, -1),
@@ -45,29 +42,23 @@ class ListOffsetsPartitionResponse(Struct):
 
     partition_index: int = 0
     error_code: int = 0
-    old_style_offsets: list[int] = field(default_factory=list)
     timestamp: int = -1
     offset: int = -1
     leader_epoch: int = -1
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 6:  # v6-10
+        if version >= 6:  # v6-11
             w.buf += _S_ihqqi.pack(self.partition_index, self.error_code, self.timestamp, self.offset, self.leader_epoch)
             w.unknown_tags(self.unknown_tagged_fields)
         elif version >= 4:  # v4-5
             w.buf += _S_ihqqi.pack(self.partition_index, self.error_code, self.timestamp, self.offset, self.leader_epoch)
-        elif version >= 1:  # v1-3
+        else:  # v1-3
             w.buf += _S_ihqq.pack(self.partition_index, self.error_code, self.timestamp, self.offset)
-        else:  # v0
-            w.buf += _S_ih.pack(self.partition_index, self.error_code)
-            _a_old_style_offsets = self.old_style_offsets
-            w.array_len(len(_a_old_style_offsets))
-            w.fixed_array('int64', _a_old_style_offsets)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 6:  # v6-10
+        if version >= 6:  # v6-11
             f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch = r.fixed(_S_ihqqi)
             obj = cls(partition_index=f_partition_index, error_code=f_error_code, timestamp=f_timestamp, offset=f_offset, leader_epoch=f_leader_epoch)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -75,14 +66,9 @@ class ListOffsetsPartitionResponse(Struct):
         elif version >= 4:  # v4-5
             f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch = r.fixed(_S_ihqqi)
             return cls(partition_index=f_partition_index, error_code=f_error_code, timestamp=f_timestamp, offset=f_offset, leader_epoch=f_leader_epoch)
-        elif version >= 1:  # v1-3
+        else:  # v1-3
             f_partition_index, f_error_code, f_timestamp, f_offset = r.fixed(_S_ihqq)
             return cls(partition_index=f_partition_index, error_code=f_error_code, timestamp=f_timestamp, offset=f_offset)
-        else:  # v0
-            f_partition_index, f_error_code = r.fixed(_S_ih)
-            _n_old_style_offsets = r.array_len()
-            f_old_style_offsets = r.fixed_array('int64', _n_old_style_offsets)
-            return cls(partition_index=f_partition_index, error_code=f_error_code, old_style_offsets=f_old_style_offsets)
 
 
 @dataclass(slots=True)
@@ -97,14 +83,14 @@ class ListOffsetsTopicResponse(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 6:  # v6-10
+        if version >= 6:  # v6-11
             w.compact_string(self.name)
             _a_partitions = self.partitions
             w.compact_array_len(len(_a_partitions))
             for _e_partitions in _a_partitions:
                 _e_partitions._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-5
+        else:  # v1-5
             w.string(self.name)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -113,14 +99,14 @@ class ListOffsetsTopicResponse(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 6:  # v6-10
+        if version >= 6:  # v6-11
             f_name = r.compact_string()
             _n_partitions = r.compact_array_len('ListOffsetsTopicResponse.partitions')
             f_partitions = [ListOffsetsPartitionResponse._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-5
+        else:  # v1-5
             f_name = r.string()
             _n_partitions = r.array_len('ListOffsetsTopicResponse.partitions')
             f_partitions = [ListOffsetsPartitionResponse._read(r, version) for _ in range(_n_partitions)]
@@ -130,9 +116,9 @@ class ListOffsetsTopicResponse(Struct):
 @dataclass(slots=True)
 class ListOffsetsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 2
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 10
-    MAX_STABLE_VERSION: ClassVar[int] = 10
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 11
+    MAX_STABLE_VERSION: ClassVar[int] = 11
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (2, 32767), None, None, None, None, 0),
@@ -144,7 +130,7 @@ class ListOffsetsResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 6:  # v6-10
+        if version >= 6:  # v6-11
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_topics = self.topics
             w.compact_array_len(len(_a_topics))
@@ -157,7 +143,7 @@ class ListOffsetsResponse(ApiMessage):
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
-        else:  # v0-1
+        else:  # v1
             _a_topics = self.topics
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
@@ -165,7 +151,7 @@ class ListOffsetsResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 6:  # v6-10
+        if version >= 6:  # v6-11
             f_throttle_time_ms = r.int32()
             _n_topics = r.compact_array_len('ListOffsetsResponse.topics')
             f_topics = [ListOffsetsTopicResponse._read(r, version) for _ in range(_n_topics)]
@@ -177,7 +163,7 @@ class ListOffsetsResponse(ApiMessage):
             _n_topics = r.array_len('ListOffsetsResponse.topics')
             f_topics = [ListOffsetsTopicResponse._read(r, version) for _ in range(_n_topics)]
             return cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-        else:  # v0-1
+        else:  # v1
             _n_topics = r.array_len('ListOffsetsResponse.topics')
             f_topics = [ListOffsetsTopicResponse._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)
@@ -189,29 +175,25 @@ class ListOffsetsPartition(Struct):
         FieldSpec('partition_index', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('current_leader_epoch', 'int32', (4, 32767), None, None, None, None, -1),
         FieldSpec('timestamp', 'int64', (0, 32767), None, None, None, None, 0),
-        FieldSpec('max_num_offsets', 'int32', (0, 0), None, None, None, None, 1),
     )
 
     partition_index: int = 0
     current_leader_epoch: int = -1
     timestamp: int = 0
-    max_num_offsets: int = 1
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 6:  # v6-10
+        if version >= 6:  # v6-11
             w.buf += _S_iiq.pack(self.partition_index, self.current_leader_epoch, self.timestamp)
             w.unknown_tags(self.unknown_tagged_fields)
         elif version >= 4:  # v4-5
             w.buf += _S_iiq.pack(self.partition_index, self.current_leader_epoch, self.timestamp)
-        elif version >= 1:  # v1-3
+        else:  # v1-3
             w.buf += _S_iq.pack(self.partition_index, self.timestamp)
-        else:  # v0
-            w.buf += _S_iqi.pack(self.partition_index, self.timestamp, self.max_num_offsets)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 6:  # v6-10
+        if version >= 6:  # v6-11
             f_partition_index, f_current_leader_epoch, f_timestamp = r.fixed(_S_iiq)
             obj = cls(partition_index=f_partition_index, current_leader_epoch=f_current_leader_epoch, timestamp=f_timestamp)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -219,12 +201,9 @@ class ListOffsetsPartition(Struct):
         elif version >= 4:  # v4-5
             f_partition_index, f_current_leader_epoch, f_timestamp = r.fixed(_S_iiq)
             return cls(partition_index=f_partition_index, current_leader_epoch=f_current_leader_epoch, timestamp=f_timestamp)
-        elif version >= 1:  # v1-3
+        else:  # v1-3
             f_partition_index, f_timestamp = r.fixed(_S_iq)
             return cls(partition_index=f_partition_index, timestamp=f_timestamp)
-        else:  # v0
-            f_partition_index, f_timestamp, f_max_num_offsets = r.fixed(_S_iqi)
-            return cls(partition_index=f_partition_index, timestamp=f_timestamp, max_num_offsets=f_max_num_offsets)
 
 
 @dataclass(slots=True)
@@ -239,14 +218,14 @@ class ListOffsetsTopic(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 6:  # v6-10
+        if version >= 6:  # v6-11
             w.compact_string(self.name)
             _a_partitions = self.partitions
             w.compact_array_len(len(_a_partitions))
             for _e_partitions in _a_partitions:
                 _e_partitions._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-5
+        else:  # v1-5
             w.string(self.name)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -255,14 +234,14 @@ class ListOffsetsTopic(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 6:  # v6-10
+        if version >= 6:  # v6-11
             f_name = r.compact_string()
             _n_partitions = r.compact_array_len('ListOffsetsTopic.partitions')
             f_partitions = [ListOffsetsPartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-5
+        else:  # v1-5
             f_name = r.string()
             _n_partitions = r.array_len('ListOffsetsTopic.partitions')
             f_partitions = [ListOffsetsPartition._read(r, version) for _ in range(_n_partitions)]
@@ -272,8 +251,8 @@ class ListOffsetsTopic(Struct):
 @dataclass(slots=True)
 class ListOffsetsRequest(ApiRequest[ListOffsetsResponse]):
     API_KEY: ClassVar[int] = 2
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 10
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 11
     MAX_STABLE_VERSION: ClassVar[int] = 10
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
     RESPONSE_TYPE: ClassVar[type[ListOffsetsResponse]] = ListOffsetsResponse
@@ -291,7 +270,7 @@ class ListOffsetsRequest(ApiRequest[ListOffsetsResponse]):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 10:  # v10
+        if version >= 10:  # v10-11
             w.buf += _S_ib.pack(self.replica_id, self.isolation_level)
             _a_topics = self.topics
             w.compact_array_len(len(_a_topics))
@@ -312,7 +291,7 @@ class ListOffsetsRequest(ApiRequest[ListOffsetsResponse]):
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
-        else:  # v0-1
+        else:  # v1
             w.buf += _S_i.pack(self.replica_id)
             _a_topics = self.topics
             w.array_len(len(_a_topics))
@@ -321,7 +300,7 @@ class ListOffsetsRequest(ApiRequest[ListOffsetsResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 10:  # v10
+        if version >= 10:  # v10-11
             f_replica_id, f_isolation_level = r.fixed(_S_ib)
             _n_topics = r.compact_array_len('ListOffsetsRequest.topics')
             f_topics = [ListOffsetsTopic._read(r, version) for _ in range(_n_topics)]
@@ -341,7 +320,7 @@ class ListOffsetsRequest(ApiRequest[ListOffsetsResponse]):
             _n_topics = r.array_len('ListOffsetsRequest.topics')
             f_topics = [ListOffsetsTopic._read(r, version) for _ in range(_n_topics)]
             return cls(replica_id=f_replica_id, isolation_level=f_isolation_level, topics=f_topics)
-        else:  # v0-1
+        else:  # v1
             f_replica_id = r.int32()
             _n_topics = r.array_len('ListOffsetsRequest.topics')
             f_topics = [ListOffsetsTopic._read(r, version) for _ in range(_n_topics)]

@@ -59,8 +59,8 @@ class TransactionState(Struct):
 class ListTransactionsResponse(ApiMessage):
     API_KEY: ClassVar[int] = 66
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    MAX_STABLE_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
+    MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
@@ -103,7 +103,7 @@ class ListTransactionsResponse(ApiMessage):
 class ListTransactionsRequest(ApiRequest[ListTransactionsResponse]):
     API_KEY: ClassVar[int] = 66
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
     MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[ListTransactionsResponse]] = ListTransactionsResponse
@@ -111,15 +111,28 @@ class ListTransactionsRequest(ApiRequest[ListTransactionsResponse]):
         FieldSpec('state_filters', '[]string', (0, 32767), None, None, None, None, None),
         FieldSpec('producer_id_filters', '[]int64', (0, 32767), None, None, None, None, None),
         FieldSpec('duration_filter', 'int64', (1, 32767), None, None, None, None, -1),
+        FieldSpec('transactional_id_pattern', 'string', (2, 32767), (2, 32767), None, None, None, None),
     )
 
     state_filters: list[str] = field(default_factory=list)
     producer_id_filters: list[int] = field(default_factory=list)
     duration_filter: int = -1
+    transactional_id_pattern: str | None = None
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 1:  # v1
+        if version >= 2:  # v2
+            _a_state_filters = self.state_filters
+            w.compact_array_len(len(_a_state_filters))
+            for _e_state_filters in _a_state_filters:
+                w.compact_string(_e_state_filters)
+            _a_producer_id_filters = self.producer_id_filters
+            w.compact_array_len(len(_a_producer_id_filters))
+            w.fixed_array('int64', _a_producer_id_filters)
+            w.buf += _S_q.pack(self.duration_filter)
+            w.compact_nullable_string(self.transactional_id_pattern)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 1:  # v1
             _a_state_filters = self.state_filters
             w.compact_array_len(len(_a_state_filters))
             for _e_state_filters in _a_state_filters:
@@ -141,7 +154,17 @@ class ListTransactionsRequest(ApiRequest[ListTransactionsResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 1:  # v1
+        if version >= 2:  # v2
+            _n_state_filters = r.compact_array_len()
+            f_state_filters = [r.compact_string() for _ in range(_n_state_filters)]
+            _n_producer_id_filters = r.compact_array_len()
+            f_producer_id_filters = r.fixed_array('int64', _n_producer_id_filters)
+            f_duration_filter = r.int64()
+            f_transactional_id_pattern = r.compact_nullable_string()
+            obj = cls(state_filters=f_state_filters, producer_id_filters=f_producer_id_filters, duration_filter=f_duration_filter, transactional_id_pattern=f_transactional_id_pattern)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 1:  # v1
             _n_state_filters = r.compact_array_len()
             f_state_filters = [r.compact_string() for _ in range(_n_state_filters)]
             _n_producer_id_filters = r.compact_array_len()

@@ -47,7 +47,7 @@ class MetadataResponseBroker(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 9:  # v9-12
+        if version >= 9:  # v9-13
             w.buf += _S_i.pack(self.node_id)
             w.compact_string(self.host)
             w.buf += _S_i.pack(self.port)
@@ -65,7 +65,7 @@ class MetadataResponseBroker(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 9:  # v9-12
+        if version >= 9:  # v9-13
             f_node_id = r.int32()
             f_host = r.compact_string()
             f_port = r.int32()
@@ -108,7 +108,7 @@ class MetadataResponsePartition(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 9:  # v9-12
+        if version >= 9:  # v9-13
             w.buf += _S_hiii.pack(self.error_code, self.partition_index, self.leader_id, self.leader_epoch)
             _a_replica_nodes = self.replica_nodes
             w.compact_array_len(len(_a_replica_nodes))
@@ -153,7 +153,7 @@ class MetadataResponsePartition(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 9:  # v9-12
+        if version >= 9:  # v9-13
             f_error_code, f_partition_index, f_leader_id, f_leader_epoch = r.fixed(_S_hiii)
             _n_replica_nodes = r.compact_array_len()
             f_replica_nodes = r.fixed_array('int32', _n_replica_nodes)
@@ -211,7 +211,7 @@ class MetadataResponseTopic(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 12:  # v12
+        if version >= 12:  # v12-13
             w.buf += _S_h.pack(self.error_code)
             w.compact_nullable_string(self.name)
             w.uuid(self.topic_id)
@@ -285,7 +285,7 @@ class MetadataResponseTopic(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 12:  # v12
+        if version >= 12:  # v12-13
             f_error_code = r.int16()
             f_name = r.compact_nullable_string()
             f_topic_id = r.uuid()
@@ -344,8 +344,8 @@ class MetadataResponseTopic(Struct):
 class MetadataResponse(ApiMessage):
     API_KEY: ClassVar[int] = 3
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 12
-    MAX_STABLE_VERSION: ClassVar[int] = 12
+    MAX_VERSION: ClassVar[int] = 13
+    MAX_STABLE_VERSION: ClassVar[int] = 13
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (3, 32767), None, None, None, None, 0),
@@ -354,6 +354,7 @@ class MetadataResponse(ApiMessage):
         FieldSpec('controller_id', 'int32', (1, 32767), None, None, None, None, -1),
         FieldSpec('topics', '[]struct', (0, 32767), None, None, None, MetadataResponseTopic, None),
         FieldSpec('cluster_authorized_operations', 'int32', (8, 10), None, None, None, None, -2147483648),
+        FieldSpec('error_code', 'int16', (13, 32767), None, None, None, None, 0),
     )
 
     throttle_time_ms: int = 0
@@ -362,10 +363,25 @@ class MetadataResponse(ApiMessage):
     controller_id: int = -1
     topics: list[MetadataResponseTopic] = field(default_factory=list)
     cluster_authorized_operations: int = -2147483648
+    error_code: int = 0
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 11:  # v11-12
+        if version >= 13:  # v13
+            w.buf += _S_i.pack(self.throttle_time_ms)
+            _a_brokers = self.brokers
+            w.compact_array_len(len(_a_brokers))
+            for _e_brokers in _a_brokers:
+                _e_brokers._write(w, version)
+            w.compact_nullable_string(self.cluster_id)
+            w.buf += _S_i.pack(self.controller_id)
+            _a_topics = self.topics
+            w.compact_array_len(len(_a_topics))
+            for _e_topics in _a_topics:
+                _e_topics._write(w, version)
+            w.buf += _S_h.pack(self.error_code)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 11:  # v11-12
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_brokers = self.brokers
             w.compact_array_len(len(_a_brokers))
@@ -450,7 +466,19 @@ class MetadataResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 11:  # v11-12
+        if version >= 13:  # v13
+            f_throttle_time_ms = r.int32()
+            _n_brokers = r.compact_array_len('MetadataResponse.brokers')
+            f_brokers = [MetadataResponseBroker._read(r, version) for _ in range(_n_brokers)]
+            f_cluster_id = r.compact_nullable_string()
+            f_controller_id = r.int32()
+            _n_topics = r.compact_array_len('MetadataResponse.topics')
+            f_topics = [MetadataResponseTopic._read(r, version) for _ in range(_n_topics)]
+            f_error_code = r.int16()
+            obj = cls(throttle_time_ms=f_throttle_time_ms, brokers=f_brokers, cluster_id=f_cluster_id, controller_id=f_controller_id, topics=f_topics, error_code=f_error_code)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 11:  # v11-12
             f_throttle_time_ms = r.int32()
             _n_brokers = r.compact_array_len('MetadataResponse.brokers')
             f_brokers = [MetadataResponseBroker._read(r, version) for _ in range(_n_brokers)]
@@ -527,7 +555,7 @@ class MetadataRequestTopic(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 10:  # v10-12
+        if version >= 10:  # v10-13
             w.uuid(self.topic_id)
             w.compact_nullable_string(self.name)
             w.unknown_tags(self.unknown_tagged_fields)
@@ -545,7 +573,7 @@ class MetadataRequestTopic(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 10:  # v10-12
+        if version >= 10:  # v10-13
             f_topic_id = r.uuid()
             f_name = r.compact_nullable_string()
             obj = cls(topic_id=f_topic_id, name=f_name)
@@ -565,7 +593,7 @@ class MetadataRequestTopic(Struct):
 class MetadataRequest(ApiRequest[MetadataResponse]):
     API_KEY: ClassVar[int] = 3
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 12
+    MAX_VERSION: ClassVar[int] = 13
     MAX_STABLE_VERSION: ClassVar[int] = 12
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
     RESPONSE_TYPE: ClassVar[type[MetadataResponse]] = MetadataResponse
@@ -583,7 +611,7 @@ class MetadataRequest(ApiRequest[MetadataResponse]):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 11:  # v11-12
+        if version >= 11:  # v11-13
             _a_topics = self.topics
             if _a_topics is None:
                 w.raw(b'\x00')
@@ -640,7 +668,7 @@ class MetadataRequest(ApiRequest[MetadataResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 11:  # v11-12
+        if version >= 11:  # v11-13
             _n_topics = r.compact_nullable_array_len('MetadataRequest.topics')
             f_topics = None if _n_topics < 0 else [MetadataRequestTopic._read(r, version) for _ in range(_n_topics)]
             f_allow_auto_topic_creation, f_include_topic_authorized_operations = r.fixed(_S_xx)

@@ -26,7 +26,6 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 _S_iq = struct.Struct(">iq")
 _S_iqi = struct.Struct(">iqi")
-_S_iqq = struct.Struct(">iqq")
 _S_q = struct.Struct(">q")
 
 
@@ -42,20 +41,20 @@ class OffsetCommitResponsePartition(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             w.buf += _S_ih.pack(self.partition_index, self.error_code)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-7
+        else:  # v2-7
             w.buf += _S_ih.pack(self.partition_index, self.error_code)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             f_partition_index, f_error_code = r.fixed(_S_ih)
             obj = cls(partition_index=f_partition_index, error_code=f_error_code)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-7
+        else:  # v2-7
             f_partition_index, f_error_code = r.fixed(_S_ih)
             return cls(partition_index=f_partition_index, error_code=f_error_code)
 
@@ -63,23 +62,32 @@ class OffsetCommitResponsePartition(Struct):
 @dataclass(slots=True)
 class OffsetCommitResponseTopic(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('name', 'string', (0, 32767), None, None, None, None, ''),
+        FieldSpec('name', 'string', (0, 9), None, None, None, None, ''),
+        FieldSpec('topic_id', 'uuid', (10, 32767), None, None, None, None, _UUID_ZERO),
         FieldSpec('partitions', '[]struct', (0, 32767), None, None, None, OffsetCommitResponsePartition, None),
     )
 
     name: str = ''
+    topic_id: UUID = _UUID_ZERO
     partitions: list[OffsetCommitResponsePartition] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 8:  # v8-9
+        if version >= 10:  # v10
+            w.uuid(self.topic_id)
+            _a_partitions = self.partitions
+            w.compact_array_len(len(_a_partitions))
+            for _e_partitions in _a_partitions:
+                _e_partitions._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 8:  # v8-9
             w.compact_string(self.name)
             _a_partitions = self.partitions
             w.compact_array_len(len(_a_partitions))
             for _e_partitions in _a_partitions:
                 _e_partitions._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-7
+        else:  # v2-7
             w.string(self.name)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -88,14 +96,21 @@ class OffsetCommitResponseTopic(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 8:  # v8-9
+        if version >= 10:  # v10
+            f_topic_id = r.uuid()
+            _n_partitions = r.compact_array_len('OffsetCommitResponseTopic.partitions')
+            f_partitions = [OffsetCommitResponsePartition._read(r, version) for _ in range(_n_partitions)]
+            obj = cls(topic_id=f_topic_id, partitions=f_partitions)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 8:  # v8-9
             f_name = r.compact_string()
             _n_partitions = r.compact_array_len('OffsetCommitResponseTopic.partitions')
             f_partitions = [OffsetCommitResponsePartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-7
+        else:  # v2-7
             f_name = r.string()
             _n_partitions = r.array_len('OffsetCommitResponseTopic.partitions')
             f_partitions = [OffsetCommitResponsePartition._read(r, version) for _ in range(_n_partitions)]
@@ -105,9 +120,9 @@ class OffsetCommitResponseTopic(Struct):
 @dataclass(slots=True)
 class OffsetCommitResponse(ApiMessage):
     API_KEY: ClassVar[int] = 8
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    MAX_STABLE_VERSION: ClassVar[int] = 9
+    MIN_VERSION: ClassVar[int] = 2
+    MAX_VERSION: ClassVar[int] = 10
+    MAX_STABLE_VERSION: ClassVar[int] = 10
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (3, 32767), None, None, None, None, 0),
@@ -119,7 +134,7 @@ class OffsetCommitResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_topics = self.topics
             w.compact_array_len(len(_a_topics))
@@ -132,7 +147,7 @@ class OffsetCommitResponse(ApiMessage):
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
-        else:  # v0-2
+        else:  # v2
             _a_topics = self.topics
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
@@ -140,7 +155,7 @@ class OffsetCommitResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             f_throttle_time_ms = r.int32()
             _n_topics = r.compact_array_len('OffsetCommitResponse.topics')
             f_topics = [OffsetCommitResponseTopic._read(r, version) for _ in range(_n_topics)]
@@ -152,7 +167,7 @@ class OffsetCommitResponse(ApiMessage):
             _n_topics = r.array_len('OffsetCommitResponse.topics')
             f_topics = [OffsetCommitResponseTopic._read(r, version) for _ in range(_n_topics)]
             return cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-        else:  # v0-2
+        else:  # v2
             _n_topics = r.array_len('OffsetCommitResponse.topics')
             f_topics = [OffsetCommitResponseTopic._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)
@@ -164,38 +179,30 @@ class OffsetCommitRequestPartition(Struct):
         FieldSpec('partition_index', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('committed_offset', 'int64', (0, 32767), None, None, None, None, 0),
         FieldSpec('committed_leader_epoch', 'int32', (6, 32767), None, None, None, None, -1),
-        FieldSpec('commit_timestamp', 'int64', (1, 1), None, None, None, None, -1),
         FieldSpec('committed_metadata', 'string', (0, 32767), (0, 32767), None, None, None, ''),
     )
 
     partition_index: int = 0
     committed_offset: int = 0
     committed_leader_epoch: int = -1
-    commit_timestamp: int = -1
     committed_metadata: str | None = ''
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             w.buf += _S_iqi.pack(self.partition_index, self.committed_offset, self.committed_leader_epoch)
             w.compact_nullable_string(self.committed_metadata)
             w.unknown_tags(self.unknown_tagged_fields)
         elif version >= 6:  # v6-7
             w.buf += _S_iqi.pack(self.partition_index, self.committed_offset, self.committed_leader_epoch)
             w.nullable_string(self.committed_metadata)
-        elif version >= 2:  # v2-5
-            w.buf += _S_iq.pack(self.partition_index, self.committed_offset)
-            w.nullable_string(self.committed_metadata)
-        elif version >= 1:  # v1
-            w.buf += _S_iqq.pack(self.partition_index, self.committed_offset, self.commit_timestamp)
-            w.nullable_string(self.committed_metadata)
-        else:  # v0
+        else:  # v2-5
             w.buf += _S_iq.pack(self.partition_index, self.committed_offset)
             w.nullable_string(self.committed_metadata)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             f_partition_index, f_committed_offset, f_committed_leader_epoch = r.fixed(_S_iqi)
             f_committed_metadata = r.compact_nullable_string()
             obj = cls(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_leader_epoch=f_committed_leader_epoch, committed_metadata=f_committed_metadata)
@@ -205,15 +212,7 @@ class OffsetCommitRequestPartition(Struct):
             f_partition_index, f_committed_offset, f_committed_leader_epoch = r.fixed(_S_iqi)
             f_committed_metadata = r.nullable_string()
             return cls(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_leader_epoch=f_committed_leader_epoch, committed_metadata=f_committed_metadata)
-        elif version >= 2:  # v2-5
-            f_partition_index, f_committed_offset = r.fixed(_S_iq)
-            f_committed_metadata = r.nullable_string()
-            return cls(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_metadata=f_committed_metadata)
-        elif version >= 1:  # v1
-            f_partition_index, f_committed_offset, f_commit_timestamp = r.fixed(_S_iqq)
-            f_committed_metadata = r.nullable_string()
-            return cls(partition_index=f_partition_index, committed_offset=f_committed_offset, commit_timestamp=f_commit_timestamp, committed_metadata=f_committed_metadata)
-        else:  # v0
+        else:  # v2-5
             f_partition_index, f_committed_offset = r.fixed(_S_iq)
             f_committed_metadata = r.nullable_string()
             return cls(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_metadata=f_committed_metadata)
@@ -222,23 +221,32 @@ class OffsetCommitRequestPartition(Struct):
 @dataclass(slots=True)
 class OffsetCommitRequestTopic(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('name', 'string', (0, 32767), None, None, None, None, ''),
+        FieldSpec('name', 'string', (0, 9), None, None, None, None, ''),
+        FieldSpec('topic_id', 'uuid', (10, 32767), None, None, None, None, _UUID_ZERO),
         FieldSpec('partitions', '[]struct', (0, 32767), None, None, None, OffsetCommitRequestPartition, None),
     )
 
     name: str = ''
+    topic_id: UUID = _UUID_ZERO
     partitions: list[OffsetCommitRequestPartition] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 8:  # v8-9
+        if version >= 10:  # v10
+            w.uuid(self.topic_id)
+            _a_partitions = self.partitions
+            w.compact_array_len(len(_a_partitions))
+            for _e_partitions in _a_partitions:
+                _e_partitions._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 8:  # v8-9
             w.compact_string(self.name)
             _a_partitions = self.partitions
             w.compact_array_len(len(_a_partitions))
             for _e_partitions in _a_partitions:
                 _e_partitions._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-7
+        else:  # v2-7
             w.string(self.name)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -247,14 +255,21 @@ class OffsetCommitRequestTopic(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 8:  # v8-9
+        if version >= 10:  # v10
+            f_topic_id = r.uuid()
+            _n_partitions = r.compact_array_len('OffsetCommitRequestTopic.partitions')
+            f_partitions = [OffsetCommitRequestPartition._read(r, version) for _ in range(_n_partitions)]
+            obj = cls(topic_id=f_topic_id, partitions=f_partitions)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 8:  # v8-9
             f_name = r.compact_string()
             _n_partitions = r.compact_array_len('OffsetCommitRequestTopic.partitions')
             f_partitions = [OffsetCommitRequestPartition._read(r, version) for _ in range(_n_partitions)]
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-7
+        else:  # v2-7
             f_name = r.string()
             _n_partitions = r.array_len('OffsetCommitRequestTopic.partitions')
             f_partitions = [OffsetCommitRequestPartition._read(r, version) for _ in range(_n_partitions)]
@@ -264,8 +279,8 @@ class OffsetCommitRequestTopic(Struct):
 @dataclass(slots=True)
 class OffsetCommitRequest(ApiRequest[OffsetCommitResponse]):
     API_KEY: ClassVar[int] = 8
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
+    MIN_VERSION: ClassVar[int] = 2
+    MAX_VERSION: ClassVar[int] = 10
     MAX_STABLE_VERSION: ClassVar[int] = 9
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 8
     RESPONSE_TYPE: ClassVar[type[OffsetCommitResponse]] = OffsetCommitResponse
@@ -287,7 +302,7 @@ class OffsetCommitRequest(ApiRequest[OffsetCommitResponse]):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             w.compact_string(self.group_id)
             w.buf += _S_i.pack(self.generation_id_or_member_epoch)
             w.compact_string(self.member_id)
@@ -314,7 +329,7 @@ class OffsetCommitRequest(ApiRequest[OffsetCommitResponse]):
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
-        elif version >= 2:  # v2-4
+        else:  # v2-4
             w.string(self.group_id)
             w.buf += _S_i.pack(self.generation_id_or_member_epoch)
             w.string(self.member_id)
@@ -323,24 +338,10 @@ class OffsetCommitRequest(ApiRequest[OffsetCommitResponse]):
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
-        elif version >= 1:  # v1
-            w.string(self.group_id)
-            w.buf += _S_i.pack(self.generation_id_or_member_epoch)
-            w.string(self.member_id)
-            _a_topics = self.topics
-            w.array_len(len(_a_topics))
-            for _e_topics in _a_topics:
-                _e_topics._write(w, version)
-        else:  # v0
-            w.string(self.group_id)
-            _a_topics = self.topics
-            w.array_len(len(_a_topics))
-            for _e_topics in _a_topics:
-                _e_topics._write(w, version)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             f_group_id = r.compact_string()
             f_generation_id_or_member_epoch = r.int32()
             f_member_id = r.compact_string()
@@ -365,7 +366,7 @@ class OffsetCommitRequest(ApiRequest[OffsetCommitResponse]):
             _n_topics = r.array_len('OffsetCommitRequest.topics')
             f_topics = [OffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(group_id=f_group_id, generation_id_or_member_epoch=f_generation_id_or_member_epoch, member_id=f_member_id, topics=f_topics)
-        elif version >= 2:  # v2-4
+        else:  # v2-4
             f_group_id = r.string()
             f_generation_id_or_member_epoch = r.int32()
             f_member_id = r.string()
@@ -373,15 +374,3 @@ class OffsetCommitRequest(ApiRequest[OffsetCommitResponse]):
             _n_topics = r.array_len('OffsetCommitRequest.topics')
             f_topics = [OffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(group_id=f_group_id, generation_id_or_member_epoch=f_generation_id_or_member_epoch, member_id=f_member_id, retention_time_ms=f_retention_time_ms, topics=f_topics)
-        elif version >= 1:  # v1
-            f_group_id = r.string()
-            f_generation_id_or_member_epoch = r.int32()
-            f_member_id = r.string()
-            _n_topics = r.array_len('OffsetCommitRequest.topics')
-            f_topics = [OffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
-            return cls(group_id=f_group_id, generation_id_or_member_epoch=f_generation_id_or_member_epoch, member_id=f_member_id, topics=f_topics)
-        else:  # v0
-            f_group_id = r.string()
-            _n_topics = r.array_len('OffsetCommitRequest.topics')
-            f_topics = [OffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
-            return cls(group_id=f_group_id, topics=f_topics)

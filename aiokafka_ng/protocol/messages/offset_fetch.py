@@ -56,7 +56,7 @@ class OffsetFetchResponsePartition(Struct):
             w.buf += _S_iqi.pack(self.partition_index, self.committed_offset, self.committed_leader_epoch)
             w.nullable_string(self.metadata)
             w.buf += _S_h.pack(self.error_code)
-        else:  # v0-4
+        else:  # v1-4
             w.buf += _S_iq.pack(self.partition_index, self.committed_offset)
             w.nullable_string(self.metadata)
             w.buf += _S_h.pack(self.error_code)
@@ -75,7 +75,7 @@ class OffsetFetchResponsePartition(Struct):
             f_metadata = r.nullable_string()
             f_error_code = r.int16()
             return cls(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_leader_epoch=f_committed_leader_epoch, metadata=f_metadata, error_code=f_error_code)
-        else:  # v0-4
+        else:  # v1-4
             f_partition_index, f_committed_offset = r.fixed(_S_iq)
             f_metadata = r.nullable_string()
             f_error_code = r.int16()
@@ -101,7 +101,7 @@ class OffsetFetchResponseTopic(Struct):
             for _e_partitions in _a_partitions:
                 _e_partitions._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-5
+        else:  # v1-5
             w.string(self.name)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -117,7 +117,7 @@ class OffsetFetchResponseTopic(Struct):
             obj = cls(name=f_name, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-5
+        else:  # v1-5
             f_name = r.string()
             _n_partitions = r.array_len('OffsetFetchResponseTopic.partitions')
             f_partitions = [OffsetFetchResponsePartition._read(r, version) for _ in range(_n_partitions)]
@@ -160,30 +160,48 @@ class OffsetFetchResponsePartitions(Struct):
 @dataclass(slots=True)
 class OffsetFetchResponseTopics(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('name', 'string', (8, 32767), None, None, None, None, ''),
+        FieldSpec('name', 'string', (8, 9), None, None, None, None, ''),
+        FieldSpec('topic_id', 'uuid', (10, 32767), None, None, None, None, _UUID_ZERO),
         FieldSpec('partitions', '[]struct', (8, 32767), None, None, None, OffsetFetchResponsePartitions, None),
     )
 
     name: str = ''
+    topic_id: UUID = _UUID_ZERO
     partitions: list[OffsetFetchResponsePartitions] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.compact_string(self.name)
-        _a_partitions = self.partitions
-        w.compact_array_len(len(_a_partitions))
-        for _e_partitions in _a_partitions:
-            _e_partitions._write(w, version)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 10:  # v10
+            w.uuid(self.topic_id)
+            _a_partitions = self.partitions
+            w.compact_array_len(len(_a_partitions))
+            for _e_partitions in _a_partitions:
+                _e_partitions._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v8-9
+            w.compact_string(self.name)
+            _a_partitions = self.partitions
+            w.compact_array_len(len(_a_partitions))
+            for _e_partitions in _a_partitions:
+                _e_partitions._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_name = r.compact_string()
-        _n_partitions = r.compact_array_len('OffsetFetchResponseTopics.partitions')
-        f_partitions = [OffsetFetchResponsePartitions._read(r, version) for _ in range(_n_partitions)]
-        obj = cls(name=f_name, partitions=f_partitions)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 10:  # v10
+            f_topic_id = r.uuid()
+            _n_partitions = r.compact_array_len('OffsetFetchResponseTopics.partitions')
+            f_partitions = [OffsetFetchResponsePartitions._read(r, version) for _ in range(_n_partitions)]
+            obj = cls(topic_id=f_topic_id, partitions=f_partitions)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v8-9
+            f_name = r.compact_string()
+            _n_partitions = r.compact_array_len('OffsetFetchResponseTopics.partitions')
+            f_partitions = [OffsetFetchResponsePartitions._read(r, version) for _ in range(_n_partitions)]
+            obj = cls(name=f_name, partitions=f_partitions)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
 
 
 @dataclass(slots=True)
@@ -222,9 +240,9 @@ class OffsetFetchResponseGroup(Struct):
 @dataclass(slots=True)
 class OffsetFetchResponse(ApiMessage):
     API_KEY: ClassVar[int] = 9
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
-    MAX_STABLE_VERSION: ClassVar[int] = 9
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 10
+    MAX_STABLE_VERSION: ClassVar[int] = 10
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (3, 32767), None, None, None, None, 0),
@@ -240,7 +258,7 @@ class OffsetFetchResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_groups = self.groups
             w.compact_array_len(len(_a_groups))
@@ -268,7 +286,7 @@ class OffsetFetchResponse(ApiMessage):
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
             w.buf += _S_h.pack(self.error_code)
-        else:  # v0-1
+        else:  # v1
             _a_topics = self.topics
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
@@ -276,7 +294,7 @@ class OffsetFetchResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             f_throttle_time_ms = r.int32()
             _n_groups = r.compact_array_len('OffsetFetchResponse.groups')
             f_groups = [OffsetFetchResponseGroup._read(r, version) for _ in range(_n_groups)]
@@ -302,7 +320,7 @@ class OffsetFetchResponse(ApiMessage):
             f_topics = [OffsetFetchResponseTopic._read(r, version) for _ in range(_n_topics)]
             f_error_code = r.int16()
             return cls(topics=f_topics, error_code=f_error_code)
-        else:  # v0-1
+        else:  # v1
             _n_topics = r.array_len('OffsetFetchResponse.topics')
             f_topics = [OffsetFetchResponseTopic._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)
@@ -326,7 +344,7 @@ class OffsetFetchRequestTopic(Struct):
             w.compact_array_len(len(_a_partition_indexes))
             w.fixed_array('int32', _a_partition_indexes)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-5
+        else:  # v1-5
             w.string(self.name)
             _a_partition_indexes = self.partition_indexes
             w.array_len(len(_a_partition_indexes))
@@ -341,7 +359,7 @@ class OffsetFetchRequestTopic(Struct):
             obj = cls(name=f_name, partition_indexes=f_partition_indexes)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-5
+        else:  # v1-5
             f_name = r.string()
             _n_partition_indexes = r.array_len()
             f_partition_indexes = r.fixed_array('int32', _n_partition_indexes)
@@ -351,29 +369,46 @@ class OffsetFetchRequestTopic(Struct):
 @dataclass(slots=True)
 class OffsetFetchRequestTopics(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('name', 'string', (8, 32767), None, None, None, None, ''),
+        FieldSpec('name', 'string', (8, 9), None, None, None, None, ''),
+        FieldSpec('topic_id', 'uuid', (10, 32767), None, None, None, None, _UUID_ZERO),
         FieldSpec('partition_indexes', '[]int32', (8, 32767), None, None, None, None, None),
     )
 
     name: str = ''
+    topic_id: UUID = _UUID_ZERO
     partition_indexes: list[int] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.compact_string(self.name)
-        _a_partition_indexes = self.partition_indexes
-        w.compact_array_len(len(_a_partition_indexes))
-        w.fixed_array('int32', _a_partition_indexes)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 10:  # v10
+            w.uuid(self.topic_id)
+            _a_partition_indexes = self.partition_indexes
+            w.compact_array_len(len(_a_partition_indexes))
+            w.fixed_array('int32', _a_partition_indexes)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v8-9
+            w.compact_string(self.name)
+            _a_partition_indexes = self.partition_indexes
+            w.compact_array_len(len(_a_partition_indexes))
+            w.fixed_array('int32', _a_partition_indexes)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_name = r.compact_string()
-        _n_partition_indexes = r.compact_array_len()
-        f_partition_indexes = r.fixed_array('int32', _n_partition_indexes)
-        obj = cls(name=f_name, partition_indexes=f_partition_indexes)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 10:  # v10
+            f_topic_id = r.uuid()
+            _n_partition_indexes = r.compact_array_len()
+            f_partition_indexes = r.fixed_array('int32', _n_partition_indexes)
+            obj = cls(topic_id=f_topic_id, partition_indexes=f_partition_indexes)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v8-9
+            f_name = r.compact_string()
+            _n_partition_indexes = r.compact_array_len()
+            f_partition_indexes = r.fixed_array('int32', _n_partition_indexes)
+            obj = cls(name=f_name, partition_indexes=f_partition_indexes)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
 
 
 @dataclass(slots=True)
@@ -392,7 +427,7 @@ class OffsetFetchRequestGroup(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 9:  # v9
+        if version >= 9:  # v9-10
             w.compact_string(self.group_id)
             w.compact_nullable_string(self.member_id)
             w.buf += _S_i.pack(self.member_epoch)
@@ -417,7 +452,7 @@ class OffsetFetchRequestGroup(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 9:  # v9
+        if version >= 9:  # v9-10
             f_group_id = r.compact_string()
             f_member_id = r.compact_nullable_string()
             f_member_epoch = r.int32()
@@ -438,8 +473,8 @@ class OffsetFetchRequestGroup(Struct):
 @dataclass(slots=True)
 class OffsetFetchRequest(ApiRequest[OffsetFetchResponse]):
     API_KEY: ClassVar[int] = 9
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 9
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 10
     MAX_STABLE_VERSION: ClassVar[int] = 9
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 6
     RESPONSE_TYPE: ClassVar[type[OffsetFetchResponse]] = OffsetFetchResponse
@@ -457,7 +492,7 @@ class OffsetFetchRequest(ApiRequest[OffsetFetchResponse]):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             _a_groups = self.groups
             w.compact_array_len(len(_a_groups))
             for _e_groups in _a_groups:
@@ -494,7 +529,7 @@ class OffsetFetchRequest(ApiRequest[OffsetFetchResponse]):
                 w.array_len(len(_a_topics))
                 for _e_topics in _a_topics:
                     _e_topics._write(w, version)
-        else:  # v0-1
+        else:  # v1
             w.string(self.group_id)
             _v_topics = self.topics
             if _v_topics is None:
@@ -506,7 +541,7 @@ class OffsetFetchRequest(ApiRequest[OffsetFetchResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 8:  # v8-9
+        if version >= 8:  # v8-10
             _n_groups = r.compact_array_len('OffsetFetchRequest.groups')
             f_groups = [OffsetFetchRequestGroup._read(r, version) for _ in range(_n_groups)]
             f_require_stable = r.boolean()
@@ -533,7 +568,7 @@ class OffsetFetchRequest(ApiRequest[OffsetFetchResponse]):
             _n_topics = r.nullable_array_len('OffsetFetchRequest.topics')
             f_topics = None if _n_topics < 0 else [OffsetFetchRequestTopic._read(r, version) for _ in range(_n_topics)]
             return cls(group_id=f_group_id, topics=f_topics)
-        else:  # v0-1
+        else:  # v1
             f_group_id = r.string()
             _n_topics = r.array_len('OffsetFetchRequest.topics')
             f_topics = [OffsetFetchRequestTopic._read(r, version) for _ in range(_n_topics)]

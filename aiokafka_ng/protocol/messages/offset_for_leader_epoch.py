@@ -23,9 +23,7 @@ __all__ = ['EpochEndOffset', 'OffsetForLeaderEpochRequest', 'OffsetForLeaderEpoc
 
 _UUID_ZERO = UUID(int=0)
 _S_hiiq = struct.Struct(">hiiq")
-_S_hiq = struct.Struct(">hiq")
 _S_i = struct.Struct(">i")
-_S_ii = struct.Struct(">ii")
 _S_iii = struct.Struct(">iii")
 
 
@@ -48,10 +46,8 @@ class EpochEndOffset(Struct):
         if version >= 4:  # v4
             w.buf += _S_hiiq.pack(self.error_code, self.partition, self.leader_epoch, self.end_offset)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 1:  # v1-3
+        else:  # v2-3
             w.buf += _S_hiiq.pack(self.error_code, self.partition, self.leader_epoch, self.end_offset)
-        else:  # v0
-            w.buf += _S_hiq.pack(self.error_code, self.partition, self.end_offset)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
@@ -60,12 +56,9 @@ class EpochEndOffset(Struct):
             obj = cls(error_code=f_error_code, partition=f_partition, leader_epoch=f_leader_epoch, end_offset=f_end_offset)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 1:  # v1-3
+        else:  # v2-3
             f_error_code, f_partition, f_leader_epoch, f_end_offset = r.fixed(_S_hiiq)
             return cls(error_code=f_error_code, partition=f_partition, leader_epoch=f_leader_epoch, end_offset=f_end_offset)
-        else:  # v0
-            f_error_code, f_partition, f_end_offset = r.fixed(_S_hiq)
-            return cls(error_code=f_error_code, partition=f_partition, end_offset=f_end_offset)
 
 
 @dataclass(slots=True)
@@ -87,7 +80,7 @@ class OffsetForLeaderTopicResult(Struct):
             for _e_partitions in _a_partitions:
                 _e_partitions._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-3
+        else:  # v2-3
             w.string(self.topic)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -103,7 +96,7 @@ class OffsetForLeaderTopicResult(Struct):
             obj = cls(topic=f_topic, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-3
+        else:  # v2-3
             f_topic = r.string()
             _n_partitions = r.array_len('OffsetForLeaderTopicResult.partitions')
             f_partitions = [EpochEndOffset._read(r, version) for _ in range(_n_partitions)]
@@ -113,7 +106,7 @@ class OffsetForLeaderTopicResult(Struct):
 @dataclass(slots=True)
 class OffsetForLeaderEpochResponse(ApiMessage):
     API_KEY: ClassVar[int] = 23
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 2
     MAX_VERSION: ClassVar[int] = 4
     MAX_STABLE_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
@@ -134,13 +127,8 @@ class OffsetForLeaderEpochResponse(ApiMessage):
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 2:  # v2-3
+        else:  # v2-3
             w.buf += _S_i.pack(self.throttle_time_ms)
-            _a_topics = self.topics
-            w.array_len(len(_a_topics))
-            for _e_topics in _a_topics:
-                _e_topics._write(w, version)
-        else:  # v0-1
             _a_topics = self.topics
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
@@ -155,15 +143,11 @@ class OffsetForLeaderEpochResponse(ApiMessage):
             obj = cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 2:  # v2-3
+        else:  # v2-3
             f_throttle_time_ms = r.int32()
             _n_topics = r.array_len('OffsetForLeaderEpochResponse.topics')
             f_topics = [OffsetForLeaderTopicResult._read(r, version) for _ in range(_n_topics)]
             return cls(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-        else:  # v0-1
-            _n_topics = r.array_len('OffsetForLeaderEpochResponse.topics')
-            f_topics = [OffsetForLeaderTopicResult._read(r, version) for _ in range(_n_topics)]
-            return cls(topics=f_topics)
 
 
 @dataclass(slots=True)
@@ -183,10 +167,8 @@ class OffsetForLeaderPartition(Struct):
         if version >= 4:  # v4
             w.buf += _S_iii.pack(self.partition, self.current_leader_epoch, self.leader_epoch)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 2:  # v2-3
+        else:  # v2-3
             w.buf += _S_iii.pack(self.partition, self.current_leader_epoch, self.leader_epoch)
-        else:  # v0-1
-            w.buf += _S_ii.pack(self.partition, self.leader_epoch)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
@@ -195,12 +177,9 @@ class OffsetForLeaderPartition(Struct):
             obj = cls(partition=f_partition, current_leader_epoch=f_current_leader_epoch, leader_epoch=f_leader_epoch)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 2:  # v2-3
+        else:  # v2-3
             f_partition, f_current_leader_epoch, f_leader_epoch = r.fixed(_S_iii)
             return cls(partition=f_partition, current_leader_epoch=f_current_leader_epoch, leader_epoch=f_leader_epoch)
-        else:  # v0-1
-            f_partition, f_leader_epoch = r.fixed(_S_ii)
-            return cls(partition=f_partition, leader_epoch=f_leader_epoch)
 
 
 @dataclass(slots=True)
@@ -222,7 +201,7 @@ class OffsetForLeaderTopic(Struct):
             for _e_partitions in _a_partitions:
                 _e_partitions._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-3
+        else:  # v2-3
             w.string(self.topic)
             _a_partitions = self.partitions
             w.array_len(len(_a_partitions))
@@ -238,7 +217,7 @@ class OffsetForLeaderTopic(Struct):
             obj = cls(topic=f_topic, partitions=f_partitions)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-3
+        else:  # v2-3
             f_topic = r.string()
             _n_partitions = r.array_len('OffsetForLeaderTopic.partitions')
             f_partitions = [OffsetForLeaderPartition._read(r, version) for _ in range(_n_partitions)]
@@ -248,7 +227,7 @@ class OffsetForLeaderTopic(Struct):
 @dataclass(slots=True)
 class OffsetForLeaderEpochRequest(ApiRequest[OffsetForLeaderEpochResponse]):
     API_KEY: ClassVar[int] = 23
-    MIN_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 2
     MAX_VERSION: ClassVar[int] = 4
     MAX_STABLE_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 4
@@ -276,7 +255,7 @@ class OffsetForLeaderEpochRequest(ApiRequest[OffsetForLeaderEpochResponse]):
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
                 _e_topics._write(w, version)
-        else:  # v0-2
+        else:  # v2
             _a_topics = self.topics
             w.array_len(len(_a_topics))
             for _e_topics in _a_topics:
@@ -296,7 +275,7 @@ class OffsetForLeaderEpochRequest(ApiRequest[OffsetForLeaderEpochResponse]):
             _n_topics = r.array_len('OffsetForLeaderEpochRequest.topics')
             f_topics = [OffsetForLeaderTopic._read(r, version) for _ in range(_n_topics)]
             return cls(replica_id=f_replica_id, topics=f_topics)
-        else:  # v0-2
+        else:  # v2
             _n_topics = r.array_len('OffsetForLeaderEpochRequest.topics')
             f_topics = [OffsetForLeaderTopic._read(r, version) for _ in range(_n_topics)]
             return cls(topics=f_topics)

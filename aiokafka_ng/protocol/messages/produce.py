@@ -24,7 +24,6 @@ __all__ = ['BatchIndexAndErrorMessage', 'LeaderIdAndEpoch', 'NodeEndpoint', 'Par
 _UUID_ZERO = UUID(int=0)
 _S_hi = struct.Struct(">hi")
 _S_i = struct.Struct(">i")
-_S_ihq = struct.Struct(">ihq")
 _S_ihqq = struct.Struct(">ihqq")
 _S_ihqqq = struct.Struct(">ihqqq")
 _S_ii = struct.Struct(">ii")
@@ -42,7 +41,7 @@ class BatchIndexAndErrorMessage(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 9:  # v9-11
+        if version >= 9:  # v9-13
             w.buf += _S_i.pack(self.batch_index)
             w.compact_nullable_string(self.batch_index_error_message)
             w.unknown_tags(self.unknown_tagged_fields)
@@ -52,7 +51,7 @@ class BatchIndexAndErrorMessage(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 9:  # v9-11
+        if version >= 9:  # v9-13
             f_batch_index = r.int32()
             f_batch_index_error_message = r.compact_nullable_string()
             obj = cls(batch_index=f_batch_index, batch_index_error_message=f_batch_index_error_message)
@@ -111,7 +110,7 @@ class PartitionProduceResponse(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 10:  # v10-11
+        if version >= 10:  # v10-13
             w.buf += _S_ihqqq.pack(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
             _a_record_errors = self.record_errors
             w.compact_array_len(len(_a_record_errors))
@@ -141,14 +140,12 @@ class PartitionProduceResponse(Struct):
             w.nullable_string(self.error_message)
         elif version >= 5:  # v5-7
             w.buf += _S_ihqqq.pack(self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset)
-        elif version >= 2:  # v2-4
+        else:  # v3-4
             w.buf += _S_ihqq.pack(self.index, self.error_code, self.base_offset, self.log_append_time_ms)
-        else:  # v0-1
-            w.buf += _S_ihq.pack(self.index, self.error_code, self.base_offset)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 10:  # v10-11
+        if version >= 10:  # v10-13
             f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = r.fixed(_S_ihqqq)
             _n_record_errors = r.compact_array_len('PartitionProduceResponse.record_errors')
             f_record_errors = [BatchIndexAndErrorMessage._read(r, version) for _ in range(_n_record_errors)]
@@ -178,34 +175,40 @@ class PartitionProduceResponse(Struct):
         elif version >= 5:  # v5-7
             f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset = r.fixed(_S_ihqqq)
             return cls(index=f_index, error_code=f_error_code, base_offset=f_base_offset, log_append_time_ms=f_log_append_time_ms, log_start_offset=f_log_start_offset)
-        elif version >= 2:  # v2-4
+        else:  # v3-4
             f_index, f_error_code, f_base_offset, f_log_append_time_ms = r.fixed(_S_ihqq)
             return cls(index=f_index, error_code=f_error_code, base_offset=f_base_offset, log_append_time_ms=f_log_append_time_ms)
-        else:  # v0-1
-            f_index, f_error_code, f_base_offset = r.fixed(_S_ihq)
-            return cls(index=f_index, error_code=f_error_code, base_offset=f_base_offset)
 
 
 @dataclass(slots=True)
 class TopicProduceResponse(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('name', 'string', (0, 32767), None, None, None, None, ''),
+        FieldSpec('name', 'string', (0, 12), None, None, None, None, ''),
+        FieldSpec('topic_id', 'uuid', (13, 32767), None, None, None, None, _UUID_ZERO),
         FieldSpec('partition_responses', '[]struct', (0, 32767), None, None, None, PartitionProduceResponse, None),
     )
 
     name: str = ''
+    topic_id: UUID = _UUID_ZERO
     partition_responses: list[PartitionProduceResponse] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 9:  # v9-11
+        if version >= 13:  # v13
+            w.uuid(self.topic_id)
+            _a_partition_responses = self.partition_responses
+            w.compact_array_len(len(_a_partition_responses))
+            for _e_partition_responses in _a_partition_responses:
+                _e_partition_responses._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 9:  # v9-12
             w.compact_string(self.name)
             _a_partition_responses = self.partition_responses
             w.compact_array_len(len(_a_partition_responses))
             for _e_partition_responses in _a_partition_responses:
                 _e_partition_responses._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-8
+        else:  # v3-8
             w.string(self.name)
             _a_partition_responses = self.partition_responses
             w.array_len(len(_a_partition_responses))
@@ -214,14 +217,21 @@ class TopicProduceResponse(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 9:  # v9-11
+        if version >= 13:  # v13
+            f_topic_id = r.uuid()
+            _n_partition_responses = r.compact_array_len('TopicProduceResponse.partition_responses')
+            f_partition_responses = [PartitionProduceResponse._read(r, version) for _ in range(_n_partition_responses)]
+            obj = cls(topic_id=f_topic_id, partition_responses=f_partition_responses)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 9:  # v9-12
             f_name = r.compact_string()
             _n_partition_responses = r.compact_array_len('TopicProduceResponse.partition_responses')
             f_partition_responses = [PartitionProduceResponse._read(r, version) for _ in range(_n_partition_responses)]
             obj = cls(name=f_name, partition_responses=f_partition_responses)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-8
+        else:  # v3-8
             f_name = r.string()
             _n_partition_responses = r.array_len('TopicProduceResponse.partition_responses')
             f_partition_responses = [PartitionProduceResponse._read(r, version) for _ in range(_n_partition_responses)]
@@ -264,9 +274,9 @@ class NodeEndpoint(Struct):
 @dataclass(slots=True)
 class ProduceResponse(ApiMessage):
     API_KEY: ClassVar[int] = 0
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
-    MAX_STABLE_VERSION: ClassVar[int] = 11
+    MIN_VERSION: ClassVar[int] = 3
+    MAX_VERSION: ClassVar[int] = 13
+    MAX_STABLE_VERSION: ClassVar[int] = 13
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('responses', '[]struct', (0, 32767), None, None, None, TopicProduceResponse, None),
@@ -280,7 +290,7 @@ class ProduceResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 10:  # v10-11
+        if version >= 10:  # v10-13
             _a_responses = self.responses
             w.compact_array_len(len(_a_responses))
             for _e_responses in _a_responses:
@@ -302,21 +312,16 @@ class ProduceResponse(ApiMessage):
                 _e_responses._write(w, version)
             w.buf += _S_i.pack(self.throttle_time_ms)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 1:  # v1-8
+        else:  # v3-8
             _a_responses = self.responses
             w.array_len(len(_a_responses))
             for _e_responses in _a_responses:
                 _e_responses._write(w, version)
             w.buf += _S_i.pack(self.throttle_time_ms)
-        else:  # v0
-            _a_responses = self.responses
-            w.array_len(len(_a_responses))
-            for _e_responses in _a_responses:
-                _e_responses._write(w, version)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 10:  # v10-11
+        if version >= 10:  # v10-13
             _n_responses = r.compact_array_len('ProduceResponse.responses')
             f_responses = [TopicProduceResponse._read(r, version) for _ in range(_n_responses)]
             f_throttle_time_ms = r.int32()
@@ -336,15 +341,11 @@ class ProduceResponse(ApiMessage):
             obj = cls(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 1:  # v1-8
+        else:  # v3-8
             _n_responses = r.array_len('ProduceResponse.responses')
             f_responses = [TopicProduceResponse._read(r, version) for _ in range(_n_responses)]
             f_throttle_time_ms = r.int32()
             return cls(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
-        else:  # v0
-            _n_responses = r.array_len('ProduceResponse.responses')
-            f_responses = [TopicProduceResponse._read(r, version) for _ in range(_n_responses)]
-            return cls(responses=f_responses)
 
 
 @dataclass(slots=True)
@@ -359,23 +360,23 @@ class PartitionProduceData(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 9:  # v9-11
+        if version >= 9:  # v9-13
             w.buf += _S_i.pack(self.index)
             w.compact_nullable_bytes(self.records)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-8
+        else:  # v3-8
             w.buf += _S_i.pack(self.index)
             w.nullable_bytes(self.records)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 9:  # v9-11
+        if version >= 9:  # v9-13
             f_index = r.int32()
             f_records = r.compact_nullable_bytes()
             obj = cls(index=f_index, records=f_records)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-8
+        else:  # v3-8
             f_index = r.int32()
             f_records = r.nullable_bytes()
             return cls(index=f_index, records=f_records)
@@ -384,23 +385,32 @@ class PartitionProduceData(Struct):
 @dataclass(slots=True)
 class TopicProduceData(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('name', 'string', (0, 32767), None, None, None, None, ''),
+        FieldSpec('name', 'string', (0, 12), None, None, None, None, ''),
+        FieldSpec('topic_id', 'uuid', (13, 32767), None, None, None, None, _UUID_ZERO),
         FieldSpec('partition_data', '[]struct', (0, 32767), None, None, None, PartitionProduceData, None),
     )
 
     name: str = ''
+    topic_id: UUID = _UUID_ZERO
     partition_data: list[PartitionProduceData] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 9:  # v9-11
+        if version >= 13:  # v13
+            w.uuid(self.topic_id)
+            _a_partition_data = self.partition_data
+            w.compact_array_len(len(_a_partition_data))
+            for _e_partition_data in _a_partition_data:
+                _e_partition_data._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 9:  # v9-12
             w.compact_string(self.name)
             _a_partition_data = self.partition_data
             w.compact_array_len(len(_a_partition_data))
             for _e_partition_data in _a_partition_data:
                 _e_partition_data._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0-8
+        else:  # v3-8
             w.string(self.name)
             _a_partition_data = self.partition_data
             w.array_len(len(_a_partition_data))
@@ -409,14 +419,21 @@ class TopicProduceData(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 9:  # v9-11
+        if version >= 13:  # v13
+            f_topic_id = r.uuid()
+            _n_partition_data = r.compact_array_len('TopicProduceData.partition_data')
+            f_partition_data = [PartitionProduceData._read(r, version) for _ in range(_n_partition_data)]
+            obj = cls(topic_id=f_topic_id, partition_data=f_partition_data)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 9:  # v9-12
             f_name = r.compact_string()
             _n_partition_data = r.compact_array_len('TopicProduceData.partition_data')
             f_partition_data = [PartitionProduceData._read(r, version) for _ in range(_n_partition_data)]
             obj = cls(name=f_name, partition_data=f_partition_data)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0-8
+        else:  # v3-8
             f_name = r.string()
             _n_partition_data = r.array_len('TopicProduceData.partition_data')
             f_partition_data = [PartitionProduceData._read(r, version) for _ in range(_n_partition_data)]
@@ -426,8 +443,8 @@ class TopicProduceData(Struct):
 @dataclass(slots=True)
 class ProduceRequest(ApiRequest[ProduceResponse]):
     API_KEY: ClassVar[int] = 0
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 11
+    MIN_VERSION: ClassVar[int] = 3
+    MAX_VERSION: ClassVar[int] = 13
     MAX_STABLE_VERSION: ClassVar[int] = 11
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
     RESPONSE_TYPE: ClassVar[type[ProduceResponse]] = ProduceResponse
@@ -445,7 +462,7 @@ class ProduceRequest(ApiRequest[ProduceResponse]):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 9:  # v9-11
+        if version >= 9:  # v9-13
             w.compact_nullable_string(self.transactional_id)
             w.buf += _S_hi.pack(self.acks, self.timeout_ms)
             _a_topic_data = self.topic_data
@@ -453,14 +470,8 @@ class ProduceRequest(ApiRequest[ProduceResponse]):
             for _e_topic_data in _a_topic_data:
                 _e_topic_data._write(w, version)
             w.unknown_tags(self.unknown_tagged_fields)
-        elif version >= 3:  # v3-8
+        else:  # v3-8
             w.nullable_string(self.transactional_id)
-            w.buf += _S_hi.pack(self.acks, self.timeout_ms)
-            _a_topic_data = self.topic_data
-            w.array_len(len(_a_topic_data))
-            for _e_topic_data in _a_topic_data:
-                _e_topic_data._write(w, version)
-        else:  # v0-2
             w.buf += _S_hi.pack(self.acks, self.timeout_ms)
             _a_topic_data = self.topic_data
             w.array_len(len(_a_topic_data))
@@ -469,7 +480,7 @@ class ProduceRequest(ApiRequest[ProduceResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 9:  # v9-11
+        if version >= 9:  # v9-13
             f_transactional_id = r.compact_nullable_string()
             f_acks, f_timeout_ms = r.fixed(_S_hi)
             _n_topic_data = r.compact_array_len('ProduceRequest.topic_data')
@@ -477,14 +488,9 @@ class ProduceRequest(ApiRequest[ProduceResponse]):
             obj = cls(transactional_id=f_transactional_id, acks=f_acks, timeout_ms=f_timeout_ms, topic_data=f_topic_data)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        elif version >= 3:  # v3-8
+        else:  # v3-8
             f_transactional_id = r.nullable_string()
             f_acks, f_timeout_ms = r.fixed(_S_hi)
             _n_topic_data = r.array_len('ProduceRequest.topic_data')
             f_topic_data = [TopicProduceData._read(r, version) for _ in range(_n_topic_data)]
             return cls(transactional_id=f_transactional_id, acks=f_acks, timeout_ms=f_timeout_ms, topic_data=f_topic_data)
-        else:  # v0-2
-            f_acks, f_timeout_ms = r.fixed(_S_hi)
-            _n_topic_data = r.array_len('ProduceRequest.topic_data')
-            f_topic_data = [TopicProduceData._read(r, version) for _ in range(_n_topic_data)]
-            return cls(acks=f_acks, timeout_ms=f_timeout_ms, topic_data=f_topic_data)

@@ -212,7 +212,7 @@ class ReadShareGroupStateRequest(ApiRequest[ReadShareGroupStateResponse]):
     API_KEY: ClassVar[int] = 84
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = -1
+    MAX_STABLE_VERSION: ClassVar[int] = 0
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[ReadShareGroupStateResponse]] = ReadShareGroupStateResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

@@ -24,7 +24,8 @@ __all__ = ['PartitionData', 'PartitionResult', 'ReadShareGroupStateSummaryReques
 _UUID_ZERO = UUID(int=0)
 _S_ih = struct.Struct(">ih")
 _S_ii = struct.Struct(">ii")
-_S_iq = struct.Struct(">iq")
+_S_iiq = struct.Struct(">iiq")
+_S_iiqi = struct.Struct(">iiqi")
 
 
 @dataclass(slots=True)
@@ -34,30 +35,48 @@ class PartitionResult(Struct):
         FieldSpec('error_code', 'int16', (0, 32767), None, None, None, None, 0),
         FieldSpec('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None),
         FieldSpec('state_epoch', 'int32', (0, 32767), None, None, None, None, 0),
+        FieldSpec('leader_epoch', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('start_offset', 'int64', (0, 32767), None, None, None, None, 0),
+        FieldSpec('delivery_complete_count', 'int32', (1, 32767), None, None, None, None, -1),
     )
 
     partition: int = 0
     error_code: int = 0
     error_message: str | None = None
     state_epoch: int = 0
+    leader_epoch: int = 0
     start_offset: int = 0
+    delivery_complete_count: int = -1
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _S_ih.pack(self.partition, self.error_code)
-        w.compact_nullable_string(self.error_message)
-        w.buf += _S_iq.pack(self.state_epoch, self.start_offset)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 1:  # v1
+            w.buf += _S_ih.pack(self.partition, self.error_code)
+            w.compact_nullable_string(self.error_message)
+            w.buf += _S_iiqi.pack(self.state_epoch, self.leader_epoch, self.start_offset, self.delivery_complete_count)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v0
+            w.buf += _S_ih.pack(self.partition, self.error_code)
+            w.compact_nullable_string(self.error_message)
+            w.buf += _S_iiq.pack(self.state_epoch, self.leader_epoch, self.start_offset)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_partition, f_error_code = r.fixed(_S_ih)
-        f_error_message = r.compact_nullable_string()
-        f_state_epoch, f_start_offset = r.fixed(_S_iq)
-        obj = cls(partition=f_partition, error_code=f_error_code, error_message=f_error_message, state_epoch=f_state_epoch, start_offset=f_start_offset)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 1:  # v1
+            f_partition, f_error_code = r.fixed(_S_ih)
+            f_error_message = r.compact_nullable_string()
+            f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count = r.fixed(_S_iiqi)
+            obj = cls(partition=f_partition, error_code=f_error_code, error_message=f_error_message, state_epoch=f_state_epoch, leader_epoch=f_leader_epoch, start_offset=f_start_offset, delivery_complete_count=f_delivery_complete_count)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v0
+            f_partition, f_error_code = r.fixed(_S_ih)
+            f_error_message = r.compact_nullable_string()
+            f_state_epoch, f_leader_epoch, f_start_offset = r.fixed(_S_iiq)
+            obj = cls(partition=f_partition, error_code=f_error_code, error_message=f_error_message, state_epoch=f_state_epoch, leader_epoch=f_leader_epoch, start_offset=f_start_offset)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
 
 
 @dataclass(slots=True)
@@ -93,8 +112,8 @@ class ReadStateSummaryResult(Struct):
 class ReadShareGroupStateSummaryResponse(ApiMessage):
     API_KEY: ClassVar[int] = 87
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('results', '[]struct', (0, 32767), None, None, None, ReadStateSummaryResult, None),
@@ -175,8 +194,8 @@ class ReadStateSummaryData(Struct):
 class ReadShareGroupStateSummaryRequest(ApiRequest[ReadShareGroupStateSummaryResponse]):
     API_KEY: ClassVar[int] = 87
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = -1
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[ReadShareGroupStateSummaryResponse]] = ReadShareGroupStateSummaryResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

@@ -25,6 +25,7 @@ _UUID_ZERO = UUID(int=0)
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 _S_ii = struct.Struct(">ii")
+_S_ix = struct.Struct(">i?")
 _S_qq = struct.Struct(">qq")
 
 
@@ -147,14 +148,15 @@ class NodeEndpoint(Struct):
 @dataclass(slots=True)
 class ShareAcknowledgeResponse(ApiMessage):
     API_KEY: ClassVar[int] = 79
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
+    MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('error_code', 'int16', (0, 32767), None, None, None, None, 0),
         FieldSpec('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None),
+        FieldSpec('acquisition_lock_timeout_ms', 'int32', (2, 32767), None, None, None, None, 0),
         FieldSpec('responses', '[]struct', (0, 32767), None, None, None, ShareAcknowledgeTopicResponse, None),
         FieldSpec('node_endpoints', '[]struct', (0, 32767), None, None, None, NodeEndpoint, None),
     )
@@ -162,34 +164,61 @@ class ShareAcknowledgeResponse(ApiMessage):
     throttle_time_ms: int = 0
     error_code: int = 0
     error_message: str | None = None
+    acquisition_lock_timeout_ms: int = 0
     responses: list[ShareAcknowledgeTopicResponse] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _S_ih.pack(self.throttle_time_ms, self.error_code)
-        w.compact_nullable_string(self.error_message)
-        _a_responses = self.responses
-        w.compact_array_len(len(_a_responses))
-        for _e_responses in _a_responses:
-            _e_responses._write(w, version)
-        _a_node_endpoints = self.node_endpoints
-        w.compact_array_len(len(_a_node_endpoints))
-        for _e_node_endpoints in _a_node_endpoints:
-            _e_node_endpoints._write(w, version)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 2:  # v2
+            w.buf += _S_ih.pack(self.throttle_time_ms, self.error_code)
+            w.compact_nullable_string(self.error_message)
+            w.buf += _S_i.pack(self.acquisition_lock_timeout_ms)
+            _a_responses = self.responses
+            w.compact_array_len(len(_a_responses))
+            for _e_responses in _a_responses:
+                _e_responses._write(w, version)
+            _a_node_endpoints = self.node_endpoints
+            w.compact_array_len(len(_a_node_endpoints))
+            for _e_node_endpoints in _a_node_endpoints:
+                _e_node_endpoints._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v1
+            w.buf += _S_ih.pack(self.throttle_time_ms, self.error_code)
+            w.compact_nullable_string(self.error_message)
+            _a_responses = self.responses
+            w.compact_array_len(len(_a_responses))
+            for _e_responses in _a_responses:
+                _e_responses._write(w, version)
+            _a_node_endpoints = self.node_endpoints
+            w.compact_array_len(len(_a_node_endpoints))
+            for _e_node_endpoints in _a_node_endpoints:
+                _e_node_endpoints._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
-        f_error_message = r.compact_nullable_string()
-        _n_responses = r.compact_array_len('ShareAcknowledgeResponse.responses')
-        f_responses = [ShareAcknowledgeTopicResponse._read(r, version) for _ in range(_n_responses)]
-        _n_node_endpoints = r.compact_array_len('ShareAcknowledgeResponse.node_endpoints')
-        f_node_endpoints = [NodeEndpoint._read(r, version) for _ in range(_n_node_endpoints)]
-        obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, responses=f_responses, node_endpoints=f_node_endpoints)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 2:  # v2
+            f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
+            f_error_message = r.compact_nullable_string()
+            f_acquisition_lock_timeout_ms = r.int32()
+            _n_responses = r.compact_array_len('ShareAcknowledgeResponse.responses')
+            f_responses = [ShareAcknowledgeTopicResponse._read(r, version) for _ in range(_n_responses)]
+            _n_node_endpoints = r.compact_array_len('ShareAcknowledgeResponse.node_endpoints')
+            f_node_endpoints = [NodeEndpoint._read(r, version) for _ in range(_n_node_endpoints)]
+            obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, acquisition_lock_timeout_ms=f_acquisition_lock_timeout_ms, responses=f_responses, node_endpoints=f_node_endpoints)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v1
+            f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
+            f_error_message = r.compact_nullable_string()
+            _n_responses = r.compact_array_len('ShareAcknowledgeResponse.responses')
+            f_responses = [ShareAcknowledgeTopicResponse._read(r, version) for _ in range(_n_responses)]
+            _n_node_endpoints = r.compact_array_len('ShareAcknowledgeResponse.node_endpoints')
+            f_node_endpoints = [NodeEndpoint._read(r, version) for _ in range(_n_node_endpoints)]
+            obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, responses=f_responses, node_endpoints=f_node_endpoints)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
 
 
 @dataclass(slots=True)
@@ -283,41 +312,63 @@ class AcknowledgeTopic(Struct):
 @dataclass(slots=True)
 class ShareAcknowledgeRequest(ApiRequest[ShareAcknowledgeResponse]):
     API_KEY: ClassVar[int] = 79
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = -1
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
+    MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[ShareAcknowledgeResponse]] = ShareAcknowledgeResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('group_id', 'string', (0, 32767), (0, 32767), None, None, None, None),
         FieldSpec('member_id', 'string', (0, 32767), (0, 32767), None, None, None, ''),
         FieldSpec('share_session_epoch', 'int32', (0, 32767), None, None, None, None, 0),
+        FieldSpec('is_renew_ack', 'bool', (2, 32767), None, None, None, None, False),
         FieldSpec('topics', '[]struct', (0, 32767), None, None, None, AcknowledgeTopic, None),
     )
 
     group_id: str | None = None
     member_id: str | None = ''
     share_session_epoch: int = 0
+    is_renew_ack: bool = False
     topics: list[AcknowledgeTopic] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.compact_nullable_string(self.group_id)
-        w.compact_nullable_string(self.member_id)
-        w.buf += _S_i.pack(self.share_session_epoch)
-        _a_topics = self.topics
-        w.compact_array_len(len(_a_topics))
-        for _e_topics in _a_topics:
-            _e_topics._write(w, version)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 2:  # v2
+            w.compact_nullable_string(self.group_id)
+            w.compact_nullable_string(self.member_id)
+            w.buf += _S_ix.pack(self.share_session_epoch, self.is_renew_ack)
+            _a_topics = self.topics
+            w.compact_array_len(len(_a_topics))
+            for _e_topics in _a_topics:
+                _e_topics._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v1
+            w.compact_nullable_string(self.group_id)
+            w.compact_nullable_string(self.member_id)
+            w.buf += _S_i.pack(self.share_session_epoch)
+            _a_topics = self.topics
+            w.compact_array_len(len(_a_topics))
+            for _e_topics in _a_topics:
+                _e_topics._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_group_id = r.compact_nullable_string()
-        f_member_id = r.compact_nullable_string()
-        f_share_session_epoch = r.int32()
-        _n_topics = r.compact_array_len('ShareAcknowledgeRequest.topics')
-        f_topics = [AcknowledgeTopic._read(r, version) for _ in range(_n_topics)]
-        obj = cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, topics=f_topics)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 2:  # v2
+            f_group_id = r.compact_nullable_string()
+            f_member_id = r.compact_nullable_string()
+            f_share_session_epoch, f_is_renew_ack = r.fixed(_S_ix)
+            _n_topics = r.compact_array_len('ShareAcknowledgeRequest.topics')
+            f_topics = [AcknowledgeTopic._read(r, version) for _ in range(_n_topics)]
+            obj = cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, is_renew_ack=f_is_renew_ack, topics=f_topics)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v1
+            f_group_id = r.compact_nullable_string()
+            f_member_id = r.compact_nullable_string()
+            f_share_session_epoch = r.int32()
+            _n_topics = r.compact_array_len('ShareAcknowledgeRequest.topics')
+            f_topics = [AcknowledgeTopic._read(r, version) for _ in range(_n_topics)]
+            obj = cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, topics=f_topics)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj

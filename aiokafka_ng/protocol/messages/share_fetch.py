@@ -26,7 +26,8 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 _S_ii = struct.Struct(">ii")
-_S_iiii = struct.Struct(">iiii")
+_S_iiiiii = struct.Struct(">iiiiii")
+_S_iiiiiibx = struct.Struct(">iiiiiib?")
 _S_qq = struct.Struct(">qq")
 _S_qqh = struct.Struct(">qqh")
 
@@ -88,7 +89,7 @@ class PartitionData(Struct):
         FieldSpec('acknowledge_error_code', 'int16', (0, 32767), None, None, None, None, 0),
         FieldSpec('acknowledge_error_message', 'string', (0, 32767), (0, 32767), None, None, None, None),
         FieldSpec('current_leader', 'struct', (0, 32767), None, None, None, LeaderIdAndEpoch, None),
-        FieldSpec('records', 'records', (0, 32767), (0, 32767), None, None, None, None),
+        FieldSpec('records', 'records', (0, 32767), (0, 0), None, None, None, None),
         FieldSpec('acquired_records', '[]struct', (0, 32767), None, None, None, AcquiredRecords, None),
     )
 
@@ -108,7 +109,10 @@ class PartitionData(Struct):
         w.buf += _S_h.pack(self.acknowledge_error_code)
         w.compact_nullable_string(self.acknowledge_error_message)
         self.current_leader._write(w, version)
-        w.compact_nullable_bytes(self.records)
+        _v_records = self.records
+        if _v_records is None:
+            raise ValueError('records is not nullable in this version')
+        w.compact_bytes(_v_records)
         _a_acquired_records = self.acquired_records
         w.compact_array_len(len(_a_acquired_records))
         for _e_acquired_records in _a_acquired_records:
@@ -122,7 +126,7 @@ class PartitionData(Struct):
         f_acknowledge_error_code = r.int16()
         f_acknowledge_error_message = r.compact_nullable_string()
         f_current_leader = LeaderIdAndEpoch._read(r, version)
-        f_records = r.compact_nullable_bytes()
+        f_records = r.compact_bytes()
         _n_acquired_records = r.compact_array_len('PartitionData.acquired_records')
         f_acquired_records = [AcquiredRecords._read(r, version) for _ in range(_n_acquired_records)]
         obj = cls(partition_index=f_partition_index, error_code=f_error_code, error_message=f_error_message, acknowledge_error_code=f_acknowledge_error_code, acknowledge_error_message=f_acknowledge_error_message, current_leader=f_current_leader, records=f_records, acquired_records=f_acquired_records)
@@ -195,14 +199,15 @@ class NodeEndpoint(Struct):
 @dataclass(slots=True)
 class ShareFetchResponse(ApiMessage):
     API_KEY: ClassVar[int] = 78
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
+    MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('error_code', 'int16', (0, 32767), None, None, None, None, 0),
         FieldSpec('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None),
+        FieldSpec('acquisition_lock_timeout_ms', 'int32', (1, 32767), None, None, None, None, 0),
         FieldSpec('responses', '[]struct', (0, 32767), None, None, None, ShareFetchableTopicResponse, None),
         FieldSpec('node_endpoints', '[]struct', (0, 32767), None, None, None, NodeEndpoint, None),
     )
@@ -210,6 +215,7 @@ class ShareFetchResponse(ApiMessage):
     throttle_time_ms: int = 0
     error_code: int = 0
     error_message: str | None = None
+    acquisition_lock_timeout_ms: int = 0
     responses: list[ShareFetchableTopicResponse] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
@@ -217,6 +223,7 @@ class ShareFetchResponse(ApiMessage):
     def _write(self, w: Writer, version: int) -> None:
         w.buf += _S_ih.pack(self.throttle_time_ms, self.error_code)
         w.compact_nullable_string(self.error_message)
+        w.buf += _S_i.pack(self.acquisition_lock_timeout_ms)
         _a_responses = self.responses
         w.compact_array_len(len(_a_responses))
         for _e_responses in _a_responses:
@@ -231,11 +238,12 @@ class ShareFetchResponse(ApiMessage):
     def _read(cls, r: Reader, version: int) -> Self:
         f_throttle_time_ms, f_error_code = r.fixed(_S_ih)
         f_error_message = r.compact_nullable_string()
+        f_acquisition_lock_timeout_ms = r.int32()
         _n_responses = r.compact_array_len('ShareFetchResponse.responses')
         f_responses = [ShareFetchableTopicResponse._read(r, version) for _ in range(_n_responses)]
         _n_node_endpoints = r.compact_array_len('ShareFetchResponse.node_endpoints')
         f_node_endpoints = [NodeEndpoint._read(r, version) for _ in range(_n_node_endpoints)]
-        obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, responses=f_responses, node_endpoints=f_node_endpoints)
+        obj = cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, acquisition_lock_timeout_ms=f_acquisition_lock_timeout_ms, responses=f_responses, node_endpoints=f_node_endpoints)
         r.unknown_tags(obj.unknown_tagged_fields)
         return obj
 
@@ -274,7 +282,7 @@ class AcknowledgementBatch(Struct):
 class FetchPartition(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('partition_index', 'int32', (0, 32767), None, None, None, None, 0),
-        FieldSpec('partition_max_bytes', 'int32', (0, 32767), None, None, None, None, 0),
+        FieldSpec('partition_max_bytes', 'int32', (0, 0), None, None, None, None, 0),
         FieldSpec('acknowledgement_batches', '[]struct', (0, 32767), None, None, None, AcknowledgementBatch, None),
     )
 
@@ -284,7 +292,7 @@ class FetchPartition(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _S_ii.pack(self.partition_index, self.partition_max_bytes)
+        w.buf += _S_i.pack(self.partition_index)
         _a_acknowledgement_batches = self.acknowledgement_batches
         w.compact_array_len(len(_a_acknowledgement_batches))
         for _e_acknowledgement_batches in _a_acknowledgement_batches:
@@ -293,10 +301,10 @@ class FetchPartition(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_partition_index, f_partition_max_bytes = r.fixed(_S_ii)
+        f_partition_index = r.int32()
         _n_acknowledgement_batches = r.compact_array_len('FetchPartition.acknowledgement_batches')
         f_acknowledgement_batches = [AcknowledgementBatch._read(r, version) for _ in range(_n_acknowledgement_batches)]
-        obj = cls(partition_index=f_partition_index, partition_max_bytes=f_partition_max_bytes, acknowledgement_batches=f_acknowledgement_batches)
+        obj = cls(partition_index=f_partition_index, acknowledgement_batches=f_acknowledgement_batches)
         r.unknown_tags(obj.unknown_tagged_fields)
         return obj
 
@@ -361,9 +369,9 @@ class ForgottenTopic(Struct):
 @dataclass(slots=True)
 class ShareFetchRequest(ApiRequest[ShareFetchResponse]):
     API_KEY: ClassVar[int] = 78
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = -1
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
+    MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[ShareFetchResponse]] = ShareFetchResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
@@ -373,6 +381,10 @@ class ShareFetchRequest(ApiRequest[ShareFetchResponse]):
         FieldSpec('max_wait_ms', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('min_bytes', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('max_bytes', 'int32', (0, 32767), None, None, None, None, 2147483647),
+        FieldSpec('max_records', 'int32', (1, 32767), None, None, None, None, 0),
+        FieldSpec('batch_size', 'int32', (1, 32767), None, None, None, None, 0),
+        FieldSpec('share_acquire_mode', 'int8', (2, 32767), None, None, None, None, 0),
+        FieldSpec('is_renew_ack', 'bool', (2, 32767), None, None, None, None, False),
         FieldSpec('topics', '[]struct', (0, 32767), None, None, None, FetchTopic, None),
         FieldSpec('forgotten_topics_data', '[]struct', (0, 32767), None, None, None, ForgottenTopic, None),
     )
@@ -383,33 +395,63 @@ class ShareFetchRequest(ApiRequest[ShareFetchResponse]):
     max_wait_ms: int = 0
     min_bytes: int = 0
     max_bytes: int = 2147483647
+    max_records: int = 0
+    batch_size: int = 0
+    share_acquire_mode: int = 0
+    is_renew_ack: bool = False
     topics: list[FetchTopic] = field(default_factory=list)
     forgotten_topics_data: list[ForgottenTopic] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.compact_nullable_string(self.group_id)
-        w.compact_nullable_string(self.member_id)
-        w.buf += _S_iiii.pack(self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes)
-        _a_topics = self.topics
-        w.compact_array_len(len(_a_topics))
-        for _e_topics in _a_topics:
-            _e_topics._write(w, version)
-        _a_forgotten_topics_data = self.forgotten_topics_data
-        w.compact_array_len(len(_a_forgotten_topics_data))
-        for _e_forgotten_topics_data in _a_forgotten_topics_data:
-            _e_forgotten_topics_data._write(w, version)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 2:  # v2
+            w.compact_nullable_string(self.group_id)
+            w.compact_nullable_string(self.member_id)
+            w.buf += _S_iiiiiibx.pack(self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes, self.max_records, self.batch_size, self.share_acquire_mode, self.is_renew_ack)
+            _a_topics = self.topics
+            w.compact_array_len(len(_a_topics))
+            for _e_topics in _a_topics:
+                _e_topics._write(w, version)
+            _a_forgotten_topics_data = self.forgotten_topics_data
+            w.compact_array_len(len(_a_forgotten_topics_data))
+            for _e_forgotten_topics_data in _a_forgotten_topics_data:
+                _e_forgotten_topics_data._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v1
+            w.compact_nullable_string(self.group_id)
+            w.compact_nullable_string(self.member_id)
+            w.buf += _S_iiiiii.pack(self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes, self.max_records, self.batch_size)
+            _a_topics = self.topics
+            w.compact_array_len(len(_a_topics))
+            for _e_topics in _a_topics:
+                _e_topics._write(w, version)
+            _a_forgotten_topics_data = self.forgotten_topics_data
+            w.compact_array_len(len(_a_forgotten_topics_data))
+            for _e_forgotten_topics_data in _a_forgotten_topics_data:
+                _e_forgotten_topics_data._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_group_id = r.compact_nullable_string()
-        f_member_id = r.compact_nullable_string()
-        f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes = r.fixed(_S_iiii)
-        _n_topics = r.compact_array_len('ShareFetchRequest.topics')
-        f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
-        _n_forgotten_topics_data = r.compact_array_len('ShareFetchRequest.forgotten_topics_data')
-        f_forgotten_topics_data = [ForgottenTopic._read(r, version) for _ in range(_n_forgotten_topics_data)]
-        obj = cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 2:  # v2
+            f_group_id = r.compact_nullable_string()
+            f_member_id = r.compact_nullable_string()
+            f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, f_is_renew_ack = r.fixed(_S_iiiiiibx)
+            _n_topics = r.compact_array_len('ShareFetchRequest.topics')
+            f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
+            _n_forgotten_topics_data = r.compact_array_len('ShareFetchRequest.forgotten_topics_data')
+            f_forgotten_topics_data = [ForgottenTopic._read(r, version) for _ in range(_n_forgotten_topics_data)]
+            obj = cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, max_records=f_max_records, batch_size=f_batch_size, share_acquire_mode=f_share_acquire_mode, is_renew_ack=f_is_renew_ack, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v1
+            f_group_id = r.compact_nullable_string()
+            f_member_id = r.compact_nullable_string()
+            f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size = r.fixed(_S_iiiiii)
+            _n_topics = r.compact_array_len('ShareFetchRequest.topics')
+            f_topics = [FetchTopic._read(r, version) for _ in range(_n_topics)]
+            _n_forgotten_topics_data = r.compact_array_len('ShareFetchRequest.forgotten_topics_data')
+            f_forgotten_topics_data = [ForgottenTopic._read(r, version) for _ in range(_n_forgotten_topics_data)]
+            obj = cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, max_records=f_max_records, batch_size=f_batch_size, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj

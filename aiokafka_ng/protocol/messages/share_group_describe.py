@@ -192,9 +192,9 @@ class DescribedGroup(Struct):
 @dataclass(slots=True)
 class ShareGroupDescribeResponse(ApiMessage):
     API_KEY: ClassVar[int] = 77
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
@@ -226,9 +226,9 @@ class ShareGroupDescribeResponse(ApiMessage):
 @dataclass(slots=True)
 class ShareGroupDescribeRequest(ApiRequest[ShareGroupDescribeResponse]):
     API_KEY: ClassVar[int] = 77
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = -1
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[ShareGroupDescribeResponse]] = ShareGroupDescribeResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

@@ -83,9 +83,9 @@ class Assignment(Struct):
 @dataclass(slots=True)
 class ShareGroupHeartbeatResponse(ApiMessage):
     API_KEY: ClassVar[int] = 76
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = 0
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
@@ -133,9 +133,9 @@ class ShareGroupHeartbeatResponse(ApiMessage):
 @dataclass(slots=True)
 class ShareGroupHeartbeatRequest(ApiRequest[ShareGroupHeartbeatResponse]):
     API_KEY: ClassVar[int] = 76
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = -1
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[ShareGroupHeartbeatResponse]] = ShareGroupHeartbeatResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

@@ -42,7 +42,7 @@ class TxnOffsetCommitResponsePartition(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-6
             w.buf += _S_ih.pack(self.partition_index, self.error_code)
             w.unknown_tags(self.unknown_tagged_fields)
         else:  # v0-2
@@ -50,7 +50,7 @@ class TxnOffsetCommitResponsePartition(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-6
             f_partition_index, f_error_code = r.fixed(_S_ih)
             obj = cls(partition_index=f_partition_index, error_code=f_error_code)
             r.unknown_tags(obj.unknown_tagged_fields)
@@ -63,16 +63,25 @@ class TxnOffsetCommitResponsePartition(Struct):
 @dataclass(slots=True)
 class TxnOffsetCommitResponseTopic(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('name', 'string', (0, 32767), None, None, None, None, ''),
+        FieldSpec('name', 'string', (0, 5), None, None, None, None, ''),
+        FieldSpec('topic_id', 'uuid', (6, 32767), None, None, None, None, _UUID_ZERO),
         FieldSpec('partitions', '[]struct', (0, 32767), None, None, None, TxnOffsetCommitResponsePartition, None),
     )
 
     name: str = ''
+    topic_id: UUID = _UUID_ZERO
     partitions: list[TxnOffsetCommitResponsePartition] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:  # v3-4
+        if version >= 6:  # v6
+            w.uuid(self.topic_id)
+            _a_partitions = self.partitions
+            w.compact_array_len(len(_a_partitions))
+            for _e_partitions in _a_partitions:
+                _e_partitions._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 3:  # v3-5
             w.compact_string(self.name)
             _a_partitions = self.partitions
             w.compact_array_len(len(_a_partitions))
@@ -88,7 +97,14 @@ class TxnOffsetCommitResponseTopic(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 3:  # v3-4
+        if version >= 6:  # v6
+            f_topic_id = r.uuid()
+            _n_partitions = r.compact_array_len('TxnOffsetCommitResponseTopic.partitions')
+            f_partitions = [TxnOffsetCommitResponsePartition._read(r, version) for _ in range(_n_partitions)]
+            obj = cls(topic_id=f_topic_id, partitions=f_partitions)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 3:  # v3-5
             f_name = r.compact_string()
             _n_partitions = r.compact_array_len('TxnOffsetCommitResponseTopic.partitions')
             f_partitions = [TxnOffsetCommitResponsePartition._read(r, version) for _ in range(_n_partitions)]
@@ -106,8 +122,8 @@ class TxnOffsetCommitResponseTopic(Struct):
 class TxnOffsetCommitResponse(ApiMessage):
     API_KEY: ClassVar[int] = 28
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
-    MAX_STABLE_VERSION: ClassVar[int] = 4
+    MAX_VERSION: ClassVar[int] = 6
+    MAX_STABLE_VERSION: ClassVar[int] = 6
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, 0),
@@ -119,7 +135,7 @@ class TxnOffsetCommitResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-6
             w.buf += _S_i.pack(self.throttle_time_ms)
             _a_topics = self.topics
             w.compact_array_len(len(_a_topics))
@@ -135,7 +151,7 @@ class TxnOffsetCommitResponse(ApiMessage):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-6
             f_throttle_time_ms = r.int32()
             _n_topics = r.compact_array_len('TxnOffsetCommitResponse.topics')
             f_topics = [TxnOffsetCommitResponseTopic._read(r, version) for _ in range(_n_topics)]
@@ -165,7 +181,7 @@ class TxnOffsetCommitRequestPartition(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-6
             w.buf += _S_iqi.pack(self.partition_index, self.committed_offset, self.committed_leader_epoch)
             w.compact_nullable_string(self.committed_metadata)
             w.unknown_tags(self.unknown_tagged_fields)
@@ -178,7 +194,7 @@ class TxnOffsetCommitRequestPartition(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-6
             f_partition_index, f_committed_offset, f_committed_leader_epoch = r.fixed(_S_iqi)
             f_committed_metadata = r.compact_nullable_string()
             obj = cls(partition_index=f_partition_index, committed_offset=f_committed_offset, committed_leader_epoch=f_committed_leader_epoch, committed_metadata=f_committed_metadata)
@@ -197,16 +213,25 @@ class TxnOffsetCommitRequestPartition(Struct):
 @dataclass(slots=True)
 class TxnOffsetCommitRequestTopic(Struct):
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('name', 'string', (0, 32767), None, None, None, None, ''),
+        FieldSpec('name', 'string', (0, 5), None, None, None, None, ''),
+        FieldSpec('topic_id', 'uuid', (6, 32767), None, None, None, None, _UUID_ZERO),
         FieldSpec('partitions', '[]struct', (0, 32767), None, None, None, TxnOffsetCommitRequestPartition, None),
     )
 
     name: str = ''
+    topic_id: UUID = _UUID_ZERO
     partitions: list[TxnOffsetCommitRequestPartition] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:  # v3-4
+        if version >= 6:  # v6
+            w.uuid(self.topic_id)
+            _a_partitions = self.partitions
+            w.compact_array_len(len(_a_partitions))
+            for _e_partitions in _a_partitions:
+                _e_partitions._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        elif version >= 3:  # v3-5
             w.compact_string(self.name)
             _a_partitions = self.partitions
             w.compact_array_len(len(_a_partitions))
@@ -222,7 +247,14 @@ class TxnOffsetCommitRequestTopic(Struct):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 3:  # v3-4
+        if version >= 6:  # v6
+            f_topic_id = r.uuid()
+            _n_partitions = r.compact_array_len('TxnOffsetCommitRequestTopic.partitions')
+            f_partitions = [TxnOffsetCommitRequestPartition._read(r, version) for _ in range(_n_partitions)]
+            obj = cls(topic_id=f_topic_id, partitions=f_partitions)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        elif version >= 3:  # v3-5
             f_name = r.compact_string()
             _n_partitions = r.compact_array_len('TxnOffsetCommitRequestTopic.partitions')
             f_partitions = [TxnOffsetCommitRequestPartition._read(r, version) for _ in range(_n_partitions)]
@@ -240,7 +272,7 @@ class TxnOffsetCommitRequestTopic(Struct):
 class TxnOffsetCommitRequest(ApiRequest[TxnOffsetCommitResponse]):
     API_KEY: ClassVar[int] = 28
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 4
+    MAX_VERSION: ClassVar[int] = 6
     MAX_STABLE_VERSION: ClassVar[int] = 4
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
     RESPONSE_TYPE: ClassVar[type[TxnOffsetCommitResponse]] = TxnOffsetCommitResponse
@@ -249,7 +281,7 @@ class TxnOffsetCommitRequest(ApiRequest[TxnOffsetCommitResponse]):
         FieldSpec('group_id', 'string', (0, 32767), None, None, None, None, ''),
         FieldSpec('producer_id', 'int64', (0, 32767), None, None, None, None, 0),
         FieldSpec('producer_epoch', 'int16', (0, 32767), None, None, None, None, 0),
-        FieldSpec('generation_id', 'int32', (3, 32767), None, None, None, None, -1),
+        FieldSpec('generation_id_or_member_epoch', 'int32', (3, 32767), None, None, None, None, -1),
         FieldSpec('member_id', 'string', (3, 32767), None, None, None, None, ''),
         FieldSpec('group_instance_id', 'string', (3, 32767), (3, 32767), None, None, None, None),
         FieldSpec('topics', '[]struct', (0, 32767), None, None, None, TxnOffsetCommitRequestTopic, None),
@@ -259,17 +291,17 @@ class TxnOffsetCommitRequest(ApiRequest[TxnOffsetCommitResponse]):
     group_id: str = ''
     producer_id: int = 0
     producer_epoch: int = 0
-    generation_id: int = -1
+    generation_id_or_member_epoch: int = -1
     member_id: str = ''
     group_instance_id: str | None = None
     topics: list[TxnOffsetCommitRequestTopic] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-6
             w.compact_string(self.transactional_id)
             w.compact_string(self.group_id)
-            w.buf += _S_qhi.pack(self.producer_id, self.producer_epoch, self.generation_id)
+            w.buf += _S_qhi.pack(self.producer_id, self.producer_epoch, self.generation_id_or_member_epoch)
             w.compact_string(self.member_id)
             w.compact_nullable_string(self.group_instance_id)
             _a_topics = self.topics
@@ -288,15 +320,15 @@ class TxnOffsetCommitRequest(ApiRequest[TxnOffsetCommitResponse]):
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 3:  # v3-4
+        if version >= 3:  # v3-6
             f_transactional_id = r.compact_string()
             f_group_id = r.compact_string()
-            f_producer_id, f_producer_epoch, f_generation_id = r.fixed(_S_qhi)
+            f_producer_id, f_producer_epoch, f_generation_id_or_member_epoch = r.fixed(_S_qhi)
             f_member_id = r.compact_string()
             f_group_instance_id = r.compact_nullable_string()
             _n_topics = r.compact_array_len('TxnOffsetCommitRequest.topics')
             f_topics = [TxnOffsetCommitRequestTopic._read(r, version) for _ in range(_n_topics)]
-            obj = cls(transactional_id=f_transactional_id, group_id=f_group_id, producer_id=f_producer_id, producer_epoch=f_producer_epoch, generation_id=f_generation_id, member_id=f_member_id, group_instance_id=f_group_instance_id, topics=f_topics)
+            obj = cls(transactional_id=f_transactional_id, group_id=f_group_id, producer_id=f_producer_id, producer_epoch=f_producer_epoch, generation_id_or_member_epoch=f_generation_id_or_member_epoch, member_id=f_member_id, group_instance_id=f_group_instance_id, topics=f_topics)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
         else:  # v0-2

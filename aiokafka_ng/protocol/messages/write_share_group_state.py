@@ -24,6 +24,7 @@ __all__ = ['PartitionData', 'PartitionResult', 'StateBatch', 'WriteShareGroupSta
 _UUID_ZERO = UUID(int=0)
 _S_ih = struct.Struct(">ih")
 _S_iiiq = struct.Struct(">iiiq")
+_S_iiiqi = struct.Struct(">iiiqi")
 _S_qqbh = struct.Struct(">qqbh")
 
 
@@ -87,8 +88,8 @@ class WriteStateResult(Struct):
 class WriteShareGroupStateResponse(ApiMessage):
     API_KEY: ClassVar[int] = 85
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('results', '[]struct', (0, 32767), None, None, None, WriteStateResult, None),
@@ -147,6 +148,7 @@ class PartitionData(Struct):
         FieldSpec('state_epoch', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('leader_epoch', 'int32', (0, 32767), None, None, None, None, 0),
         FieldSpec('start_offset', 'int64', (0, 32767), None, None, None, None, 0),
+        FieldSpec('delivery_complete_count', 'int32', (1, 32767), None, None, None, None, -1),
         FieldSpec('state_batches', '[]struct', (0, 32767), None, None, None, StateBatch, None),
     )
 
@@ -154,25 +156,42 @@ class PartitionData(Struct):
     state_epoch: int = 0
     leader_epoch: int = 0
     start_offset: int = 0
+    delivery_complete_count: int = -1
     state_batches: list[StateBatch] = field(default_factory=list)
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        w.buf += _S_iiiq.pack(self.partition, self.state_epoch, self.leader_epoch, self.start_offset)
-        _a_state_batches = self.state_batches
-        w.compact_array_len(len(_a_state_batches))
-        for _e_state_batches in _a_state_batches:
-            _e_state_batches._write(w, version)
-        w.unknown_tags(self.unknown_tagged_fields)
+        if version >= 1:  # v1
+            w.buf += _S_iiiqi.pack(self.partition, self.state_epoch, self.leader_epoch, self.start_offset, self.delivery_complete_count)
+            _a_state_batches = self.state_batches
+            w.compact_array_len(len(_a_state_batches))
+            for _e_state_batches in _a_state_batches:
+                _e_state_batches._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v0
+            w.buf += _S_iiiq.pack(self.partition, self.state_epoch, self.leader_epoch, self.start_offset)
+            _a_state_batches = self.state_batches
+            w.compact_array_len(len(_a_state_batches))
+            for _e_state_batches in _a_state_batches:
+                _e_state_batches._write(w, version)
+            w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        f_partition, f_state_epoch, f_leader_epoch, f_start_offset = r.fixed(_S_iiiq)
-        _n_state_batches = r.compact_array_len('PartitionData.state_batches')
-        f_state_batches = [StateBatch._read(r, version) for _ in range(_n_state_batches)]
-        obj = cls(partition=f_partition, state_epoch=f_state_epoch, leader_epoch=f_leader_epoch, start_offset=f_start_offset, state_batches=f_state_batches)
-        r.unknown_tags(obj.unknown_tagged_fields)
-        return obj
+        if version >= 1:  # v1
+            f_partition, f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count = r.fixed(_S_iiiqi)
+            _n_state_batches = r.compact_array_len('PartitionData.state_batches')
+            f_state_batches = [StateBatch._read(r, version) for _ in range(_n_state_batches)]
+            obj = cls(partition=f_partition, state_epoch=f_state_epoch, leader_epoch=f_leader_epoch, start_offset=f_start_offset, delivery_complete_count=f_delivery_complete_count, state_batches=f_state_batches)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v0
+            f_partition, f_state_epoch, f_leader_epoch, f_start_offset = r.fixed(_S_iiiq)
+            _n_state_batches = r.compact_array_len('PartitionData.state_batches')
+            f_state_batches = [StateBatch._read(r, version) for _ in range(_n_state_batches)]
+            obj = cls(partition=f_partition, state_epoch=f_state_epoch, leader_epoch=f_leader_epoch, start_offset=f_start_offset, state_batches=f_state_batches)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
 
 
 @dataclass(slots=True)
@@ -208,8 +227,8 @@ class WriteStateData(Struct):
 class WriteShareGroupStateRequest(ApiRequest[WriteShareGroupStateResponse]):
     API_KEY: ClassVar[int] = 85
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
-    MAX_STABLE_VERSION: ClassVar[int] = -1
+    MAX_VERSION: ClassVar[int] = 1
+    MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 0
     RESPONSE_TYPE: ClassVar[type[WriteShareGroupStateResponse]] = WriteShareGroupStateResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

@@ -23,6 +23,7 @@ __all__ = ['WritableTxnMarker', 'WritableTxnMarkerPartitionResult', 'WritableTxn
 
 _UUID_ZERO = UUID(int=0)
 _S_i = struct.Struct(">i")
+_S_ib = struct.Struct(">ib")
 _S_ih = struct.Struct(">ih")
 _S_q = struct.Struct(">q")
 _S_qhx = struct.Struct(">qh?")
@@ -40,22 +41,15 @@ class WritableTxnMarkerPartitionResult(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 1:  # v1
-            w.buf += _S_ih.pack(self.partition_index, self.error_code)
-            w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0
-            w.buf += _S_ih.pack(self.partition_index, self.error_code)
+        w.buf += _S_ih.pack(self.partition_index, self.error_code)
+        w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 1:  # v1
-            f_partition_index, f_error_code = r.fixed(_S_ih)
-            obj = cls(partition_index=f_partition_index, error_code=f_error_code)
-            r.unknown_tags(obj.unknown_tagged_fields)
-            return obj
-        else:  # v0
-            f_partition_index, f_error_code = r.fixed(_S_ih)
-            return cls(partition_index=f_partition_index, error_code=f_error_code)
+        f_partition_index, f_error_code = r.fixed(_S_ih)
+        obj = cls(partition_index=f_partition_index, error_code=f_error_code)
+        r.unknown_tags(obj.unknown_tagged_fields)
+        return obj
 
 
 @dataclass(slots=True)
@@ -70,34 +64,21 @@ class WritableTxnMarkerTopicResult(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 1:  # v1
-            w.compact_string(self.name)
-            _a_partitions = self.partitions
-            w.compact_array_len(len(_a_partitions))
-            for _e_partitions in _a_partitions:
-                _e_partitions._write(w, version)
-            w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0
-            w.string(self.name)
-            _a_partitions = self.partitions
-            w.array_len(len(_a_partitions))
-            for _e_partitions in _a_partitions:
-                _e_partitions._write(w, version)
+        w.compact_string(self.name)
+        _a_partitions = self.partitions
+        w.compact_array_len(len(_a_partitions))
+        for _e_partitions in _a_partitions:
+            _e_partitions._write(w, version)
+        w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 1:  # v1
-            f_name = r.compact_string()
-            _n_partitions = r.compact_array_len('WritableTxnMarkerTopicResult.partitions')
-            f_partitions = [WritableTxnMarkerPartitionResult._read(r, version) for _ in range(_n_partitions)]
-            obj = cls(name=f_name, partitions=f_partitions)
-            r.unknown_tags(obj.unknown_tagged_fields)
-            return obj
-        else:  # v0
-            f_name = r.string()
-            _n_partitions = r.array_len('WritableTxnMarkerTopicResult.partitions')
-            f_partitions = [WritableTxnMarkerPartitionResult._read(r, version) for _ in range(_n_partitions)]
-            return cls(name=f_name, partitions=f_partitions)
+        f_name = r.compact_string()
+        _n_partitions = r.compact_array_len('WritableTxnMarkerTopicResult.partitions')
+        f_partitions = [WritableTxnMarkerPartitionResult._read(r, version) for _ in range(_n_partitions)]
+        obj = cls(name=f_name, partitions=f_partitions)
+        r.unknown_tags(obj.unknown_tagged_fields)
+        return obj
 
 
 @dataclass(slots=True)
@@ -112,42 +93,29 @@ class WritableTxnMarkerResult(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 1:  # v1
-            w.buf += _S_q.pack(self.producer_id)
-            _a_topics = self.topics
-            w.compact_array_len(len(_a_topics))
-            for _e_topics in _a_topics:
-                _e_topics._write(w, version)
-            w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0
-            w.buf += _S_q.pack(self.producer_id)
-            _a_topics = self.topics
-            w.array_len(len(_a_topics))
-            for _e_topics in _a_topics:
-                _e_topics._write(w, version)
+        w.buf += _S_q.pack(self.producer_id)
+        _a_topics = self.topics
+        w.compact_array_len(len(_a_topics))
+        for _e_topics in _a_topics:
+            _e_topics._write(w, version)
+        w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 1:  # v1
-            f_producer_id = r.int64()
-            _n_topics = r.compact_array_len('WritableTxnMarkerResult.topics')
-            f_topics = [WritableTxnMarkerTopicResult._read(r, version) for _ in range(_n_topics)]
-            obj = cls(producer_id=f_producer_id, topics=f_topics)
-            r.unknown_tags(obj.unknown_tagged_fields)
-            return obj
-        else:  # v0
-            f_producer_id = r.int64()
-            _n_topics = r.array_len('WritableTxnMarkerResult.topics')
-            f_topics = [WritableTxnMarkerTopicResult._read(r, version) for _ in range(_n_topics)]
-            return cls(producer_id=f_producer_id, topics=f_topics)
+        f_producer_id = r.int64()
+        _n_topics = r.compact_array_len('WritableTxnMarkerResult.topics')
+        f_topics = [WritableTxnMarkerTopicResult._read(r, version) for _ in range(_n_topics)]
+        obj = cls(producer_id=f_producer_id, topics=f_topics)
+        r.unknown_tags(obj.unknown_tagged_fields)
+        return obj
 
 
 @dataclass(slots=True)
 class WriteTxnMarkersResponse(ApiMessage):
     API_KEY: ClassVar[int] = 27
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
-    MAX_STABLE_VERSION: ClassVar[int] = 1
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
+    MAX_STABLE_VERSION: ClassVar[int] = 2
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('markers', '[]struct', (0, 32767), None, None, None, WritableTxnMarkerResult, None),
@@ -157,30 +125,19 @@ class WriteTxnMarkersResponse(ApiMessage):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 1:  # v1
-            _a_markers = self.markers
-            w.compact_array_len(len(_a_markers))
-            for _e_markers in _a_markers:
-                _e_markers._write(w, version)
-            w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0
-            _a_markers = self.markers
-            w.array_len(len(_a_markers))
-            for _e_markers in _a_markers:
-                _e_markers._write(w, version)
+        _a_markers = self.markers
+        w.compact_array_len(len(_a_markers))
+        for _e_markers in _a_markers:
+            _e_markers._write(w, version)
+        w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 1:  # v1
-            _n_markers = r.compact_array_len('WriteTxnMarkersResponse.markers')
-            f_markers = [WritableTxnMarkerResult._read(r, version) for _ in range(_n_markers)]
-            obj = cls(markers=f_markers)
-            r.unknown_tags(obj.unknown_tagged_fields)
-            return obj
-        else:  # v0
-            _n_markers = r.array_len('WriteTxnMarkersResponse.markers')
-            f_markers = [WritableTxnMarkerResult._read(r, version) for _ in range(_n_markers)]
-            return cls(markers=f_markers)
+        _n_markers = r.compact_array_len('WriteTxnMarkersResponse.markers')
+        f_markers = [WritableTxnMarkerResult._read(r, version) for _ in range(_n_markers)]
+        obj = cls(markers=f_markers)
+        r.unknown_tags(obj.unknown_tagged_fields)
+        return obj
 
 
 @dataclass(slots=True)
@@ -195,32 +152,20 @@ class WritableTxnMarkerTopic(Struct):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 1:  # v1
-            w.compact_string(self.name)
-            _a_partition_indexes = self.partition_indexes
-            w.compact_array_len(len(_a_partition_indexes))
-            w.fixed_array('int32', _a_partition_indexes)
-            w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0
-            w.string(self.name)
-            _a_partition_indexes = self.partition_indexes
-            w.array_len(len(_a_partition_indexes))
-            w.fixed_array('int32', _a_partition_indexes)
+        w.compact_string(self.name)
+        _a_partition_indexes = self.partition_indexes
+        w.compact_array_len(len(_a_partition_indexes))
+        w.fixed_array('int32', _a_partition_indexes)
+        w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 1:  # v1
-            f_name = r.compact_string()
-            _n_partition_indexes = r.compact_array_len()
-            f_partition_indexes = r.fixed_array('int32', _n_partition_indexes)
-            obj = cls(name=f_name, partition_indexes=f_partition_indexes)
-            r.unknown_tags(obj.unknown_tagged_fields)
-            return obj
-        else:  # v0
-            f_name = r.string()
-            _n_partition_indexes = r.array_len()
-            f_partition_indexes = r.fixed_array('int32', _n_partition_indexes)
-            return cls(name=f_name, partition_indexes=f_partition_indexes)
+        f_name = r.compact_string()
+        _n_partition_indexes = r.compact_array_len()
+        f_partition_indexes = r.fixed_array('int32', _n_partition_indexes)
+        obj = cls(name=f_name, partition_indexes=f_partition_indexes)
+        r.unknown_tags(obj.unknown_tagged_fields)
+        return obj
 
 
 @dataclass(slots=True)
@@ -231,6 +176,7 @@ class WritableTxnMarker(Struct):
         FieldSpec('transaction_result', 'bool', (0, 32767), None, None, None, None, False),
         FieldSpec('topics', '[]struct', (0, 32767), None, None, None, WritableTxnMarkerTopic, None),
         FieldSpec('coordinator_epoch', 'int32', (0, 32767), None, None, None, None, 0),
+        FieldSpec('transaction_version', 'int8', (2, 32767), None, None, None, None, 0),
     )
 
     producer_id: int = 0
@@ -238,10 +184,19 @@ class WritableTxnMarker(Struct):
     transaction_result: bool = False
     topics: list[WritableTxnMarkerTopic] = field(default_factory=list)
     coordinator_epoch: int = 0
+    transaction_version: int = 0
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 1:  # v1
+        if version >= 2:  # v2
+            w.buf += _S_qhx.pack(self.producer_id, self.producer_epoch, self.transaction_result)
+            _a_topics = self.topics
+            w.compact_array_len(len(_a_topics))
+            for _e_topics in _a_topics:
+                _e_topics._write(w, version)
+            w.buf += _S_ib.pack(self.coordinator_epoch, self.transaction_version)
+            w.unknown_tags(self.unknown_tagged_fields)
+        else:  # v1
             w.buf += _S_qhx.pack(self.producer_id, self.producer_epoch, self.transaction_result)
             _a_topics = self.topics
             w.compact_array_len(len(_a_topics))
@@ -249,17 +204,18 @@ class WritableTxnMarker(Struct):
                 _e_topics._write(w, version)
             w.buf += _S_i.pack(self.coordinator_epoch)
             w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0
-            w.buf += _S_qhx.pack(self.producer_id, self.producer_epoch, self.transaction_result)
-            _a_topics = self.topics
-            w.array_len(len(_a_topics))
-            for _e_topics in _a_topics:
-                _e_topics._write(w, version)
-            w.buf += _S_i.pack(self.coordinator_epoch)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 1:  # v1
+        if version >= 2:  # v2
+            f_producer_id, f_producer_epoch, f_transaction_result = r.fixed(_S_qhx)
+            _n_topics = r.compact_array_len('WritableTxnMarker.topics')
+            f_topics = [WritableTxnMarkerTopic._read(r, version) for _ in range(_n_topics)]
+            f_coordinator_epoch, f_transaction_version = r.fixed(_S_ib)
+            obj = cls(producer_id=f_producer_id, producer_epoch=f_producer_epoch, transaction_result=f_transaction_result, topics=f_topics, coordinator_epoch=f_coordinator_epoch, transaction_version=f_transaction_version)
+            r.unknown_tags(obj.unknown_tagged_fields)
+            return obj
+        else:  # v1
             f_producer_id, f_producer_epoch, f_transaction_result = r.fixed(_S_qhx)
             _n_topics = r.compact_array_len('WritableTxnMarker.topics')
             f_topics = [WritableTxnMarkerTopic._read(r, version) for _ in range(_n_topics)]
@@ -267,19 +223,13 @@ class WritableTxnMarker(Struct):
             obj = cls(producer_id=f_producer_id, producer_epoch=f_producer_epoch, transaction_result=f_transaction_result, topics=f_topics, coordinator_epoch=f_coordinator_epoch)
             r.unknown_tags(obj.unknown_tagged_fields)
             return obj
-        else:  # v0
-            f_producer_id, f_producer_epoch, f_transaction_result = r.fixed(_S_qhx)
-            _n_topics = r.array_len('WritableTxnMarker.topics')
-            f_topics = [WritableTxnMarkerTopic._read(r, version) for _ in range(_n_topics)]
-            f_coordinator_epoch = r.int32()
-            return cls(producer_id=f_producer_id, producer_epoch=f_producer_epoch, transaction_result=f_transaction_result, topics=f_topics, coordinator_epoch=f_coordinator_epoch)
 
 
 @dataclass(slots=True)
 class WriteTxnMarkersRequest(ApiRequest[WriteTxnMarkersResponse]):
     API_KEY: ClassVar[int] = 27
-    MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
+    MIN_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
     MAX_STABLE_VERSION: ClassVar[int] = 1
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 1
     RESPONSE_TYPE: ClassVar[type[WriteTxnMarkersResponse]] = WriteTxnMarkersResponse
@@ -291,27 +241,16 @@ class WriteTxnMarkersRequest(ApiRequest[WriteTxnMarkersResponse]):
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
     def _write(self, w: Writer, version: int) -> None:
-        if version >= 1:  # v1
-            _a_markers = self.markers
-            w.compact_array_len(len(_a_markers))
-            for _e_markers in _a_markers:
-                _e_markers._write(w, version)
-            w.unknown_tags(self.unknown_tagged_fields)
-        else:  # v0
-            _a_markers = self.markers
-            w.array_len(len(_a_markers))
-            for _e_markers in _a_markers:
-                _e_markers._write(w, version)
+        _a_markers = self.markers
+        w.compact_array_len(len(_a_markers))
+        for _e_markers in _a_markers:
+            _e_markers._write(w, version)
+        w.unknown_tags(self.unknown_tagged_fields)
 
     @classmethod
     def _read(cls, r: Reader, version: int) -> Self:
-        if version >= 1:  # v1
-            _n_markers = r.compact_array_len('WriteTxnMarkersRequest.markers')
-            f_markers = [WritableTxnMarker._read(r, version) for _ in range(_n_markers)]
-            obj = cls(markers=f_markers)
-            r.unknown_tags(obj.unknown_tagged_fields)
-            return obj
-        else:  # v0
-            _n_markers = r.array_len('WriteTxnMarkersRequest.markers')
-            f_markers = [WritableTxnMarker._read(r, version) for _ in range(_n_markers)]
-            return cls(markers=f_markers)
+        _n_markers = r.compact_array_len('WriteTxnMarkersRequest.markers')
+        f_markers = [WritableTxnMarker._read(r, version) for _ in range(_n_markers)]
+        obj = cls(markers=f_markers)
+        r.unknown_tags(obj.unknown_tagged_fields)
+        return obj
