@@ -25,6 +25,8 @@ class ClientSettings(TypedDict, total=False):
     client_id: str | None
     connections_max_idle_ms: int
     metadata_max_age_ms: int
+    metadata_recovery_rebootstrap_trigger_ms: int
+    metadata_recovery_strategy: Literal["none", "rebootstrap"]
     reconnect_backoff_max_ms: int
     reconnect_backoff_ms: int
     request_timeout_ms: int

@@ -115,6 +115,10 @@ class ClientConfig(BaseModel):
     reconnect_backoff_ms: int = Field(default=50, ge=0)
     reconnect_backoff_max_ms: int = Field(default=1000, ge=0)
     metadata_max_age_ms: int = Field(default=300000, gt=0)
+    #: KIP-1102: "rebootstrap" (Java's default since 4.0) goes back to bootstrap_servers when
+    #: no known broker has answered for metadata_recovery_rebootstrap_trigger_ms.
+    metadata_recovery_strategy: Literal["none", "rebootstrap"] = "rebootstrap"
+    metadata_recovery_rebootstrap_trigger_ms: int = Field(default=300000, gt=0)
     connections_max_idle_ms: int = Field(default=540000, gt=0)
     security_protocol: SecurityProtocol = "PLAINTEXT"
     ssl_context: ssl.SSLContext | None = None
@@ -264,6 +268,8 @@ class ClientConfig(BaseModel):
             reconnect_backoff_ms=self.reconnect_backoff_ms,
             reconnect_backoff_max_ms=self.reconnect_backoff_max_ms,
             metadata_max_age_ms=self.metadata_max_age_ms,
+            metadata_recovery_strategy=self.metadata_recovery_strategy,
+            metadata_recovery_rebootstrap_trigger_ms=self.metadata_recovery_rebootstrap_trigger_ms,
             connections_max_idle_ms=self.connections_max_idle_ms,
             # Clients start without the cluster; bootstrap runs in the background.
             wait_for_bootstrap=False,

@@ -36,6 +36,17 @@ called, so the data it returns was asked for after the call.
   failing), so a newcomer does not inherit another topic's backoff;
 * with nothing to do, the metadata is refreshed every ``metadata_max_age_ms``.
 
+*Re-bootstrap* (KIP-899, KIP-1102; Java's ``metadata.recovery.strategy=rebootstrap``, its
+default since 4.0). Once bootstrapped, the refresher asks only brokers of the last answer.
+If all of them are gone for good -- the cluster was replaced, moved to new addresses behind
+the same DNS name or load balancer -- that list never heals by itself. So when Metadata
+requests have failed for ``metadata_recovery_rebootstrap_trigger_ms`` without one success,
+the cache is dropped and the refresher starts over from ``bootstrap_servers`` (re-resolving
+their names when it connects). The next answer is installed as a fresh start, not merged:
+a new cluster's leader epochs may be lower than the old one's, and merging would keep the
+stale leaders (the epoch rule of KIP-320). Tracked topics stay tracked; their waiters wait
+for the new answer.
+
 *Per-topic waiters.* Each topic has its own :class:`anyio.Event`, set whenever a snapshot
 brings news of that topic. A caller of ``wait_for_topics(["a"])`` wakes when "a" becomes
 usable in *any* response, however long topic "b" keeps failing next to it in the same
@@ -102,6 +113,7 @@ class ClusterStatistics:
     tracked_topics: tuple[str, ...]
     coordinator_requests: int  # FindCoordinator requests sent
     pool: PoolStatistics
+    rebootstraps: int = 0  # times the cluster went back to bootstrap_servers (KIP-1102)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +174,9 @@ class Cluster:
         self._stale_rounds = 0
         self._retry_at = 0.0
         self._last_ok_at: float | None = None
+        self._failing_since: float | None = None  # first failure since the last success
+        self._fresh_start = False  # re-bootstrapped: install the next answer, do not merge
+        self._rebootstraps = 0
         self._fatal: KafkaError | None = None  # non-retriable failure of request _fatal_seq
         self._fatal_seq = 0
         self._topic_events: dict[str, anyio.Event] = {}
@@ -252,6 +267,7 @@ class Cluster:
             tracked_topics=tuple(sorted(self._tracked)),
             coordinator_requests=self._coordinators.requests,
             pool=self._pool.statistics(),
+            rebootstraps=self._rebootstraps,
         )
 
     # ------------------------------------------------------------------ routing
@@ -620,6 +636,7 @@ class Cluster:
                     raise KafkaConnectionError("no broker address known")
                 await self._refresh_from(node_id, topics)
             except KafkaError as exc:
+                self._maybe_rebootstrap()
                 if not self.ready and self._failures in (1, 10, 100, 1000):
                     # Not bootstrapped yet: say so now and then, not at every retry.
                     log.warning(
@@ -628,6 +645,35 @@ class Cluster:
                     )  # fmt: skip
                 else:
                     log.debug("metadata refresh via node %s failed: %r", node_id, exc)
+
+    def _maybe_rebootstrap(self) -> None:
+        """After a failed refresh: go back to the bootstrap servers if the brokers of the
+        last answer have failed for the trigger time (module docstring, "Re-bootstrap")."""
+        now = anyio.current_time()
+        if self._failing_since is None:
+            self._failing_since = now
+        config = self._config
+        if (
+            config.metadata_recovery_strategy != "rebootstrap"
+            or not self._metadata.brokers  # still (or again) asking the bootstrap servers
+            or now - self._failing_since < config.metadata_recovery_rebootstrap_trigger_ms / 1000
+        ):
+            return
+        self._rebootstraps += 1
+        log.warning(
+            "%s %s: no broker of the last metadata answered for %.0f s (%s); re-bootstrapping "
+            "from %s (metadata_recovery_strategy=rebootstrap)",
+            config.role, config.client_id, now - self._failing_since, self._last_error,
+            self.bootstrap_summary,
+        )  # fmt: skip
+        self._failing_since = now
+        self._fresh_start = True
+        # Only the brokers go: the topics stay (their leaders answer the next request), so
+        # nothing that waits on the cache sees it empty in between.
+        self._metadata = replace(self._metadata, brokers=MappingProxyType({}))
+        self._set_bootstrap_addresses()
+        self._failures = 0  # a first try at the bootstrap servers goes out at once
+        self._retry_at = now
 
     async def _wait_until_due(self) -> None:
         while True:
@@ -683,6 +729,7 @@ class Cluster:
             raise
         now = anyio.current_time()
         self._failures = 0
+        self._failing_since = None
         self._fatal = None
         self._last_error = None
         self._last_ok_at = now
@@ -703,7 +750,11 @@ class Cluster:
             update = replace(update, topics=MappingProxyType(kept))
         for name in update.topics:
             self._answered[name] = seq
-        self._install(self._metadata.merge(update), update.topics)
+        base = self._metadata
+        if self._fresh_start:  # re-bootstrapped: the answer replaces what was known
+            self._fresh_start = False
+            base = ClusterMetadata(generation=base.generation)
+        self._install(base.merge(update), update.topics)
         self._after_refresh(topics)
         self._retry_at = now + self._retry.backoff_s(max(1, self._stale_rounds))
         self._finish_attempt(all_topics=False)

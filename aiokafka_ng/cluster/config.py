@@ -143,6 +143,11 @@ class ClusterConfig:
     #: background under the retry backoff (what the clients use: they start without the
     #: cluster, like the Java client); ``wait_ready()`` waits for it.
     wait_for_bootstrap: bool = True
+    #: KIP-899/KIP-1102 (Java's ``metadata.recovery.strategy``): "rebootstrap" goes back to
+    #: ``bootstrap_servers`` when no broker of the last metadata has answered a Metadata
+    #: request for ``metadata_recovery_rebootstrap_trigger_ms``; "none" keeps trying them.
+    metadata_recovery_strategy: str = "rebootstrap"
+    metadata_recovery_rebootstrap_trigger_ms: float = 300_000
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
