@@ -31,6 +31,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["ClientConfig", "ProducerConfig", "parse_bootstrap_servers"]
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 
 _MAX_INT32 = 2**31 - 1
@@ -131,6 +132,9 @@ class ClientConfig(BaseModel):
         "sasl.username": "sasl_plain_username",
         "sasl.password": "sasl_plain_password",
         "sasl.mechanisms": "sasl_mechanism",
+        # KIP-1139 names of the client credentials (the JAAS clientId/clientSecret also work).
+        "sasl.oauthbearer.client.credentials.client.id": "sasl_oauthbearer_client_id",
+        "sasl.oauthbearer.client.credentials.client.secret": "sasl_oauthbearer_client_secret",
     }
 
     bootstrap_servers: str | list[str] = "localhost:9092"
@@ -149,6 +153,19 @@ class ClientConfig(BaseModel):
     #: A secret: shown as ``'**********'`` by repr, str, model_dump and model_dump_json (as
     #: the Java client prints ``[hidden]``); pass a str, read it with ``.get_secret_value()``.
     sasl_plain_password: SecretStr | None = None
+    #: OAUTHBEARER: a token provider (see :mod:`aiokafka_ng.net.oauth`: a sync or async
+    #: callable returning a token, or aiokafka's ``AbstractTokenProvider`` shape) ...
+    sasl_oauth_token_provider: Any = None
+    #: ... or OIDC client credentials (KIP-768), fetched and refreshed by the client.
+    sasl_oauthbearer_token_endpoint_url: str | None = None
+    sasl_oauthbearer_client_id: str | None = None
+    sasl_oauthbearer_client_secret: SecretStr | None = None
+    sasl_oauthbearer_scope: str | None = None
+    #: SASL extensions (KIP-342) sent with every token, e.g. Confluent Cloud's logicalCluster.
+    sasl_oauthbearer_extensions: dict[str, str] = Field(default_factory=dict)
+    # The OIDC provider built from the fields above: one per client, so its connections share
+    # one cached token.
+    _token_provider: Any = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         # pydantic's ValidationError must never reach users: translate it here, once, and
@@ -181,11 +198,38 @@ class ClientConfig(BaseModel):
                 errors["sasl_mechanism"] = (
                     f"required with security_protocol={self.security_protocol}"
                 )
-            if not self.sasl_plain_username:
-                errors["sasl_plain_username"] = "required for SASL authentication"
-            if self.sasl_plain_password is None:
-                errors["sasl_plain_password"] = "required for SASL authentication"
+            if self.sasl_mechanism == "OAUTHBEARER":
+                errors.update(self._oauth_problems())
+            else:
+                if not self.sasl_plain_username:
+                    errors["sasl_plain_username"] = "required for SASL authentication"
+                if self.sasl_plain_password is None:
+                    errors["sasl_plain_password"] = "required for SASL authentication"
         return errors
+
+    def _oauth_problems(self) -> dict[str, str]:
+        oidc = {
+            "sasl_oauthbearer_token_endpoint_url": self.sasl_oauthbearer_token_endpoint_url,
+            "sasl_oauthbearer_client_id": self.sasl_oauthbearer_client_id,
+            "sasl_oauthbearer_client_secret": self.sasl_oauthbearer_client_secret,
+        }
+        given = {key for key, value in oidc.items() if value}
+        url = self.sasl_oauthbearer_token_endpoint_url or ""
+        if url and not url.startswith(("http://", "https://")):
+            return {"sasl_oauthbearer_token_endpoint_url": "must be an http:// or https:// URL"}
+        if self.sasl_oauth_token_provider is not None:
+            if given:
+                return {
+                    key: "not with sasl_oauth_token_provider (one source of tokens)"
+                    for key in given
+                }
+            return {}
+        if not given:
+            return {
+                "sasl_oauth_token_provider": "OAUTHBEARER needs a token provider or "
+                "sasl_oauthbearer_token_endpoint_url with client id and secret"
+            }
+        return {key: "required with the other OIDC settings" for key in oidc if key not in given}
 
     def _force(self, **values: Any) -> None:
         # Frozen model: adjusting a default the user did not set is the only mutation.
@@ -260,6 +304,8 @@ class ClientConfig(BaseModel):
                 password=(
                     self.sasl_plain_password.get_secret_value() if self.sasl_plain_password else ""
                 ),
+                token_provider=self.oauth_token_provider(),
+                extensions=dict(self.sasl_oauthbearer_extensions),
             )
         ctx = self.ssl_context
         if ctx is None and self.security_protocol in ("SSL", "SASL_SSL"):
@@ -272,6 +318,24 @@ class ClientConfig(BaseModel):
             sasl=sasl,
             max_response_bytes=self.max_response_bytes,
         )
+
+    def oauth_token_provider(self) -> Any:
+        """The OAUTHBEARER token provider: the one given, or the OIDC client-credentials one
+        built (once) from the ``sasl_oauthbearer_*`` settings; None without OAUTHBEARER."""
+        if self.sasl_mechanism != "OAUTHBEARER":
+            return None
+        if self.sasl_oauth_token_provider is not None:
+            return self.sasl_oauth_token_provider
+        if self._token_provider is None and self.sasl_oauthbearer_client_secret is not None:
+            from aiokafka_ng.net.oidc import ClientCredentialsTokenProvider
+
+            self._token_provider = ClientCredentialsTokenProvider(
+                self.sasl_oauthbearer_token_endpoint_url or "",
+                self.sasl_oauthbearer_client_id or "",
+                self.sasl_oauthbearer_client_secret.get_secret_value(),
+                scope=self.sasl_oauthbearer_scope,
+            )
+        return self._token_provider
 
     def cluster_config(self, *, max_in_flight: int = 5) -> ClusterConfig:
         """The settings for :class:`aiokafka_ng.cluster.Cluster`."""
