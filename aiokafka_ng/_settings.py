@@ -31,6 +31,12 @@ class ClientSettings(TypedDict, total=False):
     retry_backoff_max_ms: int
     retry_backoff_ms: int
     sasl_mechanism: SaslMechanism | str | None
+    sasl_oauth_token_provider: Any
+    sasl_oauthbearer_client_id: str | None
+    sasl_oauthbearer_client_secret: SecretStr | None
+    sasl_oauthbearer_extensions: dict[str, str]
+    sasl_oauthbearer_scope: str | None
+    sasl_oauthbearer_token_endpoint_url: str | None
     sasl_plain_password: str | SecretStr | None
     sasl_plain_username: str | None
     security_protocol: SecurityProtocol | str

@@ -153,16 +153,19 @@ class ClientConfig(BaseModel):
     #: A secret: shown as ``'**********'`` by repr, str, model_dump and model_dump_json (as
     #: the Java client prints ``[hidden]``); pass a str, read it with ``.get_secret_value()``.
     sasl_plain_password: SecretStr | None = None
-    #: OAUTHBEARER: a token provider (see :mod:`aiokafka_ng.net.oauth`: a sync or async
-    #: callable returning a token, or aiokafka's ``AbstractTokenProvider`` shape) ...
+    #: OAUTHBEARER token source: a sync or async callable returning a token (an
+    #: ``OAuthBearerToken`` or a JWT string), or aiokafka's ``AbstractTokenProvider``.
     sasl_oauth_token_provider: Any = None
-    #: ... or OIDC client credentials (KIP-768), fetched and refreshed by the client.
+    #: OAUTHBEARER via OIDC client credentials (KIP-768): the IdP's token endpoint.
     sasl_oauthbearer_token_endpoint_url: str | None = None
+    #: OIDC client id (JAAS ``clientId``).
     sasl_oauthbearer_client_id: str | None = None
+    #: OIDC client secret (JAAS ``clientSecret``); a secret, hidden like the password.
     sasl_oauthbearer_client_secret: SecretStr | None = None
+    #: OIDC scope to ask for (JAAS ``scope``).
     sasl_oauthbearer_scope: str | None = None
-    #: SASL extensions (KIP-342) sent with every token, e.g. Confluent Cloud's logicalCluster.
-    sasl_oauthbearer_extensions: dict[str, str] = Field(default_factory=dict)
+    #: SASL extensions (KIP-342) sent with every token (JAAS ``extension_NAME``).
+    sasl_oauthbearer_extensions: dict[str, str] = {}
     # The OIDC provider built from the fields above: one per client, so its connections share
     # one cached token.
     _token_provider: Any = PrivateAttr(default=None)
