@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -39,6 +40,18 @@ REAUTH_MS = 3000
 CLIENTS = {"app": "app-secret", "streamer": "streamer-secret"}
 
 
+def require_kafka(request: pytest.FixtureRequest) -> None:
+    """The same rules as the plugin's kafka_cluster fixture: skip only when told to."""
+    mode = _kafka_mode(request.config)
+    if mode == "off":
+        pytest.skip("Apache Kafka tests are off (--kafka=off)")
+    missing = missing_tools()
+    if missing is not None:
+        if mode == "auto":
+            pytest.skip(f"no Apache Kafka here: {missing}")
+        pytest.fail(f"Apache Kafka is required: {missing}")
+
+
 @pytest.fixture(scope="module")
 def idp() -> Iterator[IdentityProvider]:
     provider = IdentityProvider(CLIENTS)
@@ -49,15 +62,7 @@ def idp() -> Iterator[IdentityProvider]:
 
 @pytest.fixture(scope="module")
 def oauth_cluster(request: pytest.FixtureRequest, idp: IdentityProvider) -> Iterator[KafkaCluster]:
-    # The same rules as the plugin's kafka_cluster fixture: skip only when told to.
-    mode = _kafka_mode(request.config)
-    if mode == "off":
-        pytest.skip("Apache Kafka tests are off (--kafka=off)")
-    missing = missing_tools()
-    if missing is not None:
-        if mode == "auto":
-            pytest.skip(f"no Apache Kafka here: {missing}")
-        pytest.fail(f"Apache Kafka is required: {missing}")
+    require_kafka(request)
     cluster = KafkaCluster(
         brokers=1,
         broker_properties=oauth_properties(
@@ -236,3 +241,16 @@ async def test_token_expiring_mid_stream_is_refreshed_without_losing_records(
     assert idp.issued["streamer"] - issued_before >= 3  # the first token + two refreshes
     values = await read_all(config, topic, sent)
     assert values == [str(i).encode() for i in range(sent)]
+
+
+def test_the_docs_unsecured_example_runs_as_written(
+    request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/security.md's runnable OAUTHBEARER example, as written: its own one-node
+    cluster, a login with an unsigned token and one record delivered."""
+    require_kafka(request)
+    text = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    (block,) = [b for b in blocks if "anyio.run(main)" in b]
+    exec(block, {"__name__": "docs_example"})
+    assert capsys.readouterr().out.strip() == "delivered at offset 0"

@@ -412,3 +412,42 @@ def test_oauth_settings_are_checked_by_name() -> None:
         }
     )
     assert isinstance(unsecured.oauth_token_provider(), UnsecuredTokenProvider)
+
+
+# ------------------------------------------------------------------------ docs recipes
+
+
+def doc_block(containing: str) -> str:
+    """The Python code block of docs/security.md that contains ``containing``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    (block,) = [b for b in blocks if containing in b]
+    return block
+
+
+@pytest.mark.anyio
+async def test_msk_iam_recipe_token_reaches_the_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/security.md's MSK provider, run as written, with AWS's real signer on fake
+    credentials (no AWS call is made: the token is a locally presigned URL). The fake broker
+    stands in for MSK, which CI cannot reach."""
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ROLE_ARN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFAKEFORTESTS0001")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    namespace: dict[str, Any] = {}
+    exec(doc_block("class MSKTokenProvider"), namespace)
+    provider = namespace["MSKTokenProvider"]("eu-west-1")
+    async with oauth_broker().serve() as server:
+        async with connect("127.0.0.1", server.port, oauth_config(provider)) as conn:
+            assert not conn.closed
+        (message,) = server.connections[0].state["messages"]  # type: ignore[misc]
+    token = message["auth"].removeprefix("Bearer ")
+    url = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    assert url.startswith("https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect")
+    assert "X-Amz-Credential=AKIAFAKEFORTESTS0001" in url and "X-Amz-Signature=" in url
+    assert SECRET not in url
