@@ -254,3 +254,41 @@ def test_the_docs_unsecured_example_runs_as_written(
     (block,) = [b for b in blocks if "anyio.run(main)" in b]
     exec(block, {"__name__": "docs_example"})
     assert capsys.readouterr().out.strip() == "delivered at offset 0"
+
+
+def test_cli_command_config_with_java_oauth_properties(
+    oauth_cluster: KafkaCluster,
+    idp: IdentityProvider,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The CLI's --command-config takes the Java client's OIDC properties (KIP-768): the
+    OAuthBearerLoginModule line, the token endpoint and the Java login handler's name."""
+    from aiokafka_ng.cli import main
+
+    def properties(secret: str) -> str:
+        path = tmp_path / f"client-{secret}.properties"
+        path.write_text(
+            "security.protocol=SASL_SSL\n"
+            "sasl.mechanism=OAUTHBEARER\n"
+            f"sasl.oauthbearer.token.endpoint.url={idp.token_url}\n"
+            "sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer."
+            "OAuthBearerLoginCallbackHandler\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer."
+            f'OAuthBearerLoginModule required clientId="app" clientSecret="{secret}" '
+            'scope="kafka";\n'
+            f"ssl.truststore.location={oauth_cluster.ca_file}\n"
+            "ssl.truststore.type=PEM\n"
+        )
+        return str(path)
+
+    topic = unique("cli")
+    bootstrap = ["-b", oauth_cluster.bootstrap_for("SASL_SSL")]
+    good = ["--command-config", properties(CLIENTS["app"]), *bootstrap]
+    assert main(["topics", "create", topic, *good]) == 0
+    assert main(["topics", "list", *good]) == 0
+    assert topic in capsys.readouterr().out.split()
+    bad = ["--command-config", properties("wrong-secret-value"), *bootstrap]
+    assert main(["topics", "list", *bad]) != 0
+    err = capsys.readouterr().err
+    assert "invalid_client" in err and "wrong-secret-value" not in err
