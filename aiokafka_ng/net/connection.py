@@ -366,7 +366,7 @@ class Connection:
                 self._roundtrip, self._where
             )
             if self._config.sasl is not None:
-                mechanism = await self._config.sasl.create_mechanism()
+                mechanism = await self._config.sasl.create_mechanism(self.host)
                 lifetime_ms = await _handshake.authenticate(
                     self._setup_exchange,
                     mechanism,
@@ -413,7 +413,7 @@ class Connection:
         assert sasl is not None  # only scheduled after a SASL login
         self._reauth_at = None  # this task does it; others go on meanwhile
         try:
-            mechanism = await sasl.create_mechanism()
+            mechanism = await sasl.create_mechanism(self.host)
         except Exception as exc:
             self._poison(f"re-authentication failed: {exc}", cause=exc)
             raise

@@ -37,8 +37,14 @@ __all__ = [
     "ScramMechanism",
 ]
 
-SaslMechanismName = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
-SASL_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+SaslMechanismName = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
+SASL_MECHANISMS: tuple[str, ...] = (
+    "PLAIN",
+    "SCRAM-SHA-256",
+    "SCRAM-SHA-512",
+    "OAUTHBEARER",
+    "GSSAPI",
+)
 
 # Kafka's broker and Java client refuse fewer iterations (ScramMechanism.minIterations): a
 # server offering less is either misconfigured or trying to make the proof cheap to attack.
@@ -74,7 +80,8 @@ class SaslConfig:
 
     PLAIN and SCRAM take ``username``/``password``; OAUTHBEARER takes ``token_provider``
     (any shape :func:`aiokafka_ng.net.oauth.obtain_token` accepts) and optional SASL
-    ``extensions`` (KIP-342) sent with every token.
+    ``extensions`` (KIP-342) sent with every token; GSSAPI takes the ``kerberos_*`` settings
+    (:mod:`aiokafka_ng.net.kerberos`; ``kerberos_host`` None: the broker's host).
     """
 
     mechanism: SaslMechanismName
@@ -84,6 +91,11 @@ class SaslConfig:
     authzid: str = ""
     token_provider: Any = None
     extensions: Mapping[str, str] = field(default_factory=dict)
+    kerberos_service_name: str = "kafka"
+    kerberos_host: str | None = None
+    kerberos_principal: str | None = None
+    kerberos_keytab: str | None = None
+    kerberos_ccache: str | None = None
 
     def __post_init__(self) -> None:
         if self.mechanism not in SASL_MECHANISMS:
@@ -98,13 +110,25 @@ class SaslConfig:
         """A fresh state machine for one PLAIN or SCRAM exchange (no I/O needed)."""
         if self.mechanism == "PLAIN":
             return PlainMechanism(self.username, self.password, authzid=self.authzid)
-        if self.mechanism == "OAUTHBEARER":
-            raise TypeError("OAUTHBEARER needs a token first: use create_mechanism()")
+        if self.mechanism in ("OAUTHBEARER", "GSSAPI"):
+            raise TypeError(f"{self.mechanism} needs I/O first: use create_mechanism()")
         return ScramMechanism(self.mechanism, self.username, self.password)
 
-    async def create_mechanism(self) -> SaslMechanism:
-        """A fresh state machine for one exchange of any mechanism; for OAUTHBEARER this
-        asks the token provider for a (possibly cached) token first."""
+    async def create_mechanism(self, host: str = "") -> SaslMechanism:
+        """A fresh state machine for one exchange with broker ``host`` of any mechanism; for
+        OAUTHBEARER this asks the token provider for a (possibly cached) token first, for
+        GSSAPI it gets the service ticket (in a worker thread)."""
+        if self.mechanism == "GSSAPI":
+            from aiokafka_ng.net.kerberos import new_gssapi_mechanism
+
+            return await new_gssapi_mechanism(
+                self.kerberos_service_name,
+                self.kerberos_host or host,
+                principal=self.kerberos_principal,
+                keytab=self.kerberos_keytab,
+                ccache=self.kerberos_ccache,
+                authzid=self.authzid,
+            )
         if self.mechanism != "OAUTHBEARER":
             return self.new_mechanism()
         from aiokafka_ng.net.oauth import OAuthBearerMechanism, obtain_token
