@@ -30,6 +30,11 @@ class ClientSettings(TypedDict, total=False):
     request_timeout_ms: int
     retry_backoff_max_ms: int
     retry_backoff_ms: int
+    sasl_kerberos_ccache: str | None
+    sasl_kerberos_domain_name: str | None
+    sasl_kerberos_keytab: str | None
+    sasl_kerberos_principal: str | None
+    sasl_kerberos_service_name: str
     sasl_mechanism: SaslMechanism | str | None
     sasl_oauth_token_provider: Any
     sasl_oauthbearer_client_id: str | None

@@ -12,7 +12,9 @@ How the keywords map:
 * Renamed: ``max_batch_size`` -> ``batch_size``; ``compression_type=None`` -> ``"none"``;
   aiokafka assignor classes in ``partition_assignment_strategy`` -> their names.
 * Accepted and ignored (nothing to do here): ``loop``, ``api_version``,
-  ``consumer_timeout_ms``, the Kerberos names, and aiokafka's ``DefaultPartitioner``.
+  ``consumer_timeout_ms``, and aiokafka's ``DefaultPartitioner``. The Kerberos names
+  (``sasl_kerberos_service_name``, ``sasl_kerberos_domain_name``) are passed through for
+  ``sasl_mechanism="GSSAPI"``.
 * ``sasl_oauth_token_provider`` (aiokafka's ``AbstractTokenProvider``: ``async token()``
   and optional ``extensions()``) with ``sasl_mechanism="OAUTHBEARER"``: passed through; the
   connection asks it for a token at every (re-)authentication.
@@ -83,8 +85,6 @@ _IGNORED = frozenset(
         "loop",
         "api_version",
         "consumer_timeout_ms",
-        "sasl_kerberos_service_name",
-        "sasl_kerberos_domain_name",
     }
 )
 _RENAMED = {"max_batch_size": "batch_size"}

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["ClientConfig", "ProducerConfig", "parse_bootstrap_servers"]
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 
 _MAX_INT32 = 2**31 - 1
@@ -166,6 +166,17 @@ class ClientConfig(BaseModel):
     sasl_oauthbearer_scope: str | None = None
     #: SASL extensions (KIP-342) sent with every token (JAAS ``extension_NAME``).
     sasl_oauthbearer_extensions: dict[str, str] = {}
+    #: GSSAPI: the brokers' Kerberos service name (their principal's first part).
+    sasl_kerberos_service_name: str = "kafka"
+    #: GSSAPI: the host in the service principal, for every broker (None: each broker's
+    #: own host name, as Java does).
+    sasl_kerberos_domain_name: str | None = None
+    #: GSSAPI: the client principal to log in as (with a keytab; None: the ticket cache's).
+    sasl_kerberos_principal: str | None = None
+    #: GSSAPI: a keytab file for ``sasl_kerberos_principal`` (JAAS ``keyTab``).
+    sasl_kerberos_keytab: str | None = None
+    #: GSSAPI: a credential cache other than the default (JAAS ``ticketCache``).
+    sasl_kerberos_ccache: str | None = None
     # The OIDC provider built from the fields above: one per client, so its connections share
     # one cached token.
     _token_provider: Any = PrivateAttr(default=None)
@@ -203,6 +214,9 @@ class ClientConfig(BaseModel):
                 )
             if self.sasl_mechanism == "OAUTHBEARER":
                 errors.update(self._oauth_problems())
+            elif self.sasl_mechanism == "GSSAPI":
+                if self.sasl_kerberos_keytab and not self.sasl_kerberos_principal:
+                    errors["sasl_kerberos_principal"] = "required with sasl_kerberos_keytab"
             else:
                 if not self.sasl_plain_username:
                     errors["sasl_plain_username"] = "required for SASL authentication"
@@ -309,6 +323,11 @@ class ClientConfig(BaseModel):
                 ),
                 token_provider=self.oauth_token_provider(),
                 extensions=dict(self.sasl_oauthbearer_extensions),
+                kerberos_service_name=self.sasl_kerberos_service_name,
+                kerberos_host=self.sasl_kerberos_domain_name,
+                kerberos_principal=self.sasl_kerberos_principal,
+                kerberos_keytab=self.sasl_kerberos_keytab,
+                kerberos_ccache=self.sasl_kerberos_ccache,
             )
         ctx = self.ssl_context
         if ctx is None and self.security_protocol in ("SSL", "SASL_SSL"):

@@ -13,8 +13,9 @@ properties into what our configs take (``ClientConfig.from_properties`` calls it
   properties win), ``extension_NAME`` options as SASL extensions (KIP-342), and
   ``unsecuredLoginStringClaim_sub`` (+ ``unsecuredLoginLifetimeSeconds``) for an unsigned
   token (development brokers only). ``sasl.login.callback.handler.class`` may name Java's
-  own OAuth handler (what Java needs for OIDC); any other class is refused. Kerberos
-  (``Krb5LoginModule``) is refused -- GSSAPI is not supported;
+  own OAuth handler (what Java needs for OIDC); any other class is refused;
+* ``sasl.jaas.config`` with ``Krb5LoginModule`` (GSSAPI): ``principal``, ``keyTab`` (with
+  ``useKeyTab=true``) and ``ticketCache``; ``sasl.kerberos.service.name`` is a plain setting;
 * ``ssl.truststore.location`` / ``ssl.truststore.certificates`` (PEM),
   ``ssl.keystore.location`` (PEM certificate chain and key) or
   ``ssl.keystore.certificate.chain`` + ``ssl.keystore.key`` (PEM text),
@@ -39,7 +40,12 @@ from aiokafka_ng.errors import ConfigError
 
 __all__ = ["load_properties", "translate_security"]
 
-_JAAS_MODULES = ("plainloginmodule", "scramloginmodule", "oauthbearerloginmodule")
+_JAAS_MODULES = (
+    "plainloginmodule",
+    "scramloginmodule",
+    "oauthbearerloginmodule",
+    "krb5loginmodule",
+)
 _JAVA_OAUTH_HANDLERS = frozenset(
     {
         "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
@@ -156,6 +162,8 @@ def translate_security(props: Mapping[str, Any]) -> tuple[dict[str, Any], ssl.SS
         module, options = _jaas(str(props["sasl.jaas.config"]))
         if module == "oauthbearerloginmodule":
             plain.update({k: v for k, v in _oauth(options).items() if k not in plain})
+        elif module == "krb5loginmodule":
+            plain.update({k: v for k, v in _kerberos(options).items() if k not in plain})
         else:
             plain.setdefault("sasl.username", options["username"])
             plain.setdefault("sasl.password", options["password"])
@@ -173,20 +181,32 @@ def _jaas(value: str) -> tuple[str, dict[str, str]]:
     if module not in _JAAS_MODULES:
         raise ConfigError(
             {
-                "sasl.jaas.config": "only PlainLoginModule, ScramLoginModule and "
-                "OAuthBearerLoginModule are supported (Kerberos/GSSAPI is not)"
+                "sasl.jaas.config": "only PlainLoginModule, ScramLoginModule, "
+                "OAuthBearerLoginModule and Krb5LoginModule are supported"
             }
         )
     found = {
         m.group(1): m.group(2) or m.group(3) or m.group(4) or ""
         for m in _JAAS_VALUE.finditer(value)
     }
-    if module == "oauthbearerloginmodule":
+    if module in ("oauthbearerloginmodule", "krb5loginmodule"):
         return module, found
     missing = [k for k in ("username", "password") if k not in found]
     if missing:
         raise ConfigError({"sasl.jaas.config": f"no {' or '.join(missing)} in the JAAS line"})
     return module, {"username": found["username"], "password": found["password"]}
+
+
+def _kerberos(options: Mapping[str, str]) -> dict[str, Any]:
+    """Krb5LoginModule options -> our GSSAPI settings (keytab only with useKeyTab=true)."""
+    out: dict[str, Any] = {}
+    if options.get("principal"):
+        out["sasl_kerberos_principal"] = options["principal"]
+    if options.get("useKeyTab", "false").lower() == "true" and options.get("keyTab"):
+        out["sasl_kerberos_keytab"] = options["keyTab"]
+    if options.get("ticketCache"):
+        out["sasl_kerberos_ccache"] = options["ticketCache"]
+    return out
 
 
 def _oauth(options: Mapping[str, str]) -> dict[str, Any]:

@@ -143,3 +143,38 @@ async def test_unknown_service_principal_is_a_named_error(realm: Realm) -> None:
             async with connect("127.0.0.1", server.port, config):
                 pass
         assert not info.value.retriable
+
+
+def test_java_krb5_properties_and_aiokafka_keywords_reach_the_sasl_config() -> None:
+    from aiokafka_ng.compat import translate_config
+    from aiokafka_ng.config import ClientConfig
+
+    config = ClientConfig.from_properties(
+        {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "GSSAPI",
+            "sasl.kerberos.service.name": "kafka-prod",
+            "sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required "
+            'useKeyTab=true storeKey=true keyTab="/etc/security/app.keytab" '
+            'principal="app@EXAMPLE.COM";',
+        }
+    )
+    sasl = config.connection_config().sasl
+    assert sasl is not None and sasl.mechanism == "GSSAPI"
+    assert (sasl.kerberos_service_name, sasl.kerberos_principal, sasl.kerberos_keytab) == (
+        "kafka-prod",
+        "app@EXAMPLE.COM",
+        "/etc/security/app.keytab",
+    )
+    # aiokafka's names (ignored before GSSAPI existed) now mean what they say.
+    kwargs = translate_config(
+        {
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "GSSAPI",
+            "sasl_kerberos_service_name": "kafka2",
+            "sasl_kerberos_domain_name": "brokers.example.com",
+        }
+    )
+    sasl = ClientConfig(**kwargs).connection_config().sasl
+    assert sasl is not None
+    assert (sasl.kerberos_service_name, sasl.kerberos_host) == ("kafka2", "brokers.example.com")
