@@ -11,7 +11,11 @@ fetches once; it needs Java 17+ and, for the first fetch, ``mvn``.
 
 from aiokafka_ng.testing._broker import BINARY_ENV_VAR, LocalBroker, LocalBrokerError
 from aiokafka_ng.testing._kafka import KafkaCluster, KafkaClusterError, KafkaNode
-from aiokafka_ng.testing._kafka_config import OAUTH_ALLOWED_URLS, oauth_properties
+from aiokafka_ng.testing._kafka_config import (
+    OAUTH_ALLOWED_URLS,
+    kerberos_properties,
+    oauth_properties,
+)
 from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION
 from aiokafka_ng.testing.simulator import ClusterSimulator
 
@@ -25,5 +29,6 @@ __all__ = [
     "KafkaNode",
     "LocalBroker",
     "LocalBrokerError",
+    "kerberos_properties",
     "oauth_properties",
 ]

@@ -208,6 +208,26 @@ def oauth_properties(
     return props
 
 
+def kerberos_properties(
+    *, keytab: str, principal: str, service_name: str = "kafka"
+) -> dict[str, str]:
+    """``broker_properties`` adding SASL GSSAPI (Kerberos) to both SASL listeners: the
+    broker logs in as ``principal`` (``kafka/127.0.0.1@REALM``) from ``keytab``. The JVM also
+    needs the realm's krb5.conf: ``java_options=["-Djava.security.krb5.conf=PATH"]``, and
+    the KDC must be up before the cluster starts (the broker logs in at start)."""
+    jaas = (
+        "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
+        f'storeKey=true keyTab="{keytab}" principal="{principal}";'
+    )
+    props = {
+        "sasl.enabled.mechanisms": ",".join((*SASL_MECHANISMS, "GSSAPI")),
+        "sasl.kerberos.service.name": service_name,
+    }
+    for listener in ("sasl_plaintext", "sasl_ssl"):  # the mechanism list is for both
+        props[f"listener.name.{listener}.gssapi.sasl.jaas.config"] = jaas
+    return props
+
+
 def scram_arguments(users: Mapping[str, str]) -> list[str]:
     """StorageTool ``--add-scram`` arguments: every user for both SCRAM mechanisms."""
     args: list[str] = []

@@ -42,7 +42,7 @@ class Realm:
 @pytest.fixture(scope="module")
 def realm() -> Iterator[Realm]:
     krb = k5test.K5Realm(
-        portbase=62000 + os.getpid() % 500 * 10,
+        portbase=61000 + os.getpid() % 200 * 10,  # above the ephemeral range, < 65536
         krb5_conf={"libdefaults": {"rdns": "false", "dns_canonicalize_hostname": "false"}},
     )
     try:
