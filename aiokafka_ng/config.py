@@ -215,6 +215,12 @@ class ClientConfig(BaseModel):
             if self.sasl_mechanism == "OAUTHBEARER":
                 errors.update(self._oauth_problems())
             elif self.sasl_mechanism == "GSSAPI":
+                import importlib.util
+
+                if importlib.util.find_spec("gssapi") is None:
+                    errors["sasl_mechanism"] = (
+                        "GSSAPI needs the gssapi package: pip install 'aiokafka-ng[gssapi]'"
+                    )
                 if self.sasl_kerberos_keytab and not self.sasl_kerberos_principal:
                     errors["sasl_kerberos_principal"] = "required with sasl_kerberos_keytab"
             else:

@@ -292,3 +292,33 @@ def test_cli_command_config_with_java_oauth_properties(
     assert main(["topics", "list", *bad]) != 0
     err = capsys.readouterr().err
     assert "invalid_client" in err and "wrong-secret-value" not in err
+
+
+async def test_aiokafka_token_provider_through_compat(
+    oauth_cluster: KafkaCluster, idp: IdentityProvider
+) -> None:
+    """Code written for aiokafka -- an AbstractTokenProvider subclass passed as
+    sasl_oauth_token_provider -- logs in through aiokafka_ng.compat unchanged (JWKS listener)."""
+    from aiokafka.abc import AbstractTokenProvider
+
+    from aiokafka_ng.compat import AIOKafkaProducer
+
+    class IdpTokens(AbstractTokenProvider):
+        async def token(self) -> str:
+            return idp.token_for("aiokafka-user", 300)
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=oauth_cluster.bootstrap_for("SASL_SSL"),
+        security_protocol="SASL_SSL",
+        ssl_context=oauth_cluster.ssl_context(),
+        sasl_mechanism="OAUTHBEARER",
+        sasl_oauth_token_provider=IdpTokens(),
+    )
+    topic = unique("compat")
+    await producer.start()
+    try:
+        with anyio.fail_after(30):
+            metadata = await producer.send_and_wait(topic, b"from aiokafka code")
+    finally:
+        await producer.stop()
+    assert metadata.offset == 0

@@ -178,3 +178,22 @@ def test_java_krb5_properties_and_aiokafka_keywords_reach_the_sasl_config() -> N
     sasl = ClientConfig(**kwargs).connection_config().sasl
     assert sasl is not None
     assert (sasl.kerberos_service_name, sasl.kerberos_host) == ("kafka2", "brokers.example.com")
+
+
+def test_gssapi_without_the_package_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from aiokafka_ng.config import ClientConfig
+    from aiokafka_ng.errors import ConfigError
+
+    real = importlib.util.find_spec
+    # Simulates an install without the [gssapi] extra (this venv has it).
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "gssapi" else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"aiokafka-ng\[gssapi\]"):
+        ClientConfig(security_protocol="SASL_PLAINTEXT", sasl_mechanism="GSSAPI")
+    with pytest.raises(ConfigError, match="sasl_kerberos_principal"):
+        ClientConfig(
+            security_protocol="SASL_PLAINTEXT", sasl_mechanism="GSSAPI", sasl_kerberos_keytab="/k"
+        )
