@@ -32,7 +32,18 @@ class ClientSettings(TypedDict, total=False):
     request_timeout_ms: int
     retry_backoff_max_ms: int
     retry_backoff_ms: int
+    sasl_kerberos_ccache: str | None
+    sasl_kerberos_domain_name: str | None
+    sasl_kerberos_keytab: str | None
+    sasl_kerberos_principal: str | None
+    sasl_kerberos_service_name: str
     sasl_mechanism: SaslMechanism | str | None
+    sasl_oauth_token_provider: Any
+    sasl_oauthbearer_client_id: str | None
+    sasl_oauthbearer_client_secret: SecretStr | None
+    sasl_oauthbearer_extensions: dict[str, str]
+    sasl_oauthbearer_scope: str | None
+    sasl_oauthbearer_token_endpoint_url: str | None
     sasl_plain_password: str | SecretStr | None
     sasl_plain_username: str | None
     security_protocol: SecurityProtocol | str

@@ -12,9 +12,12 @@ How the keywords map:
 * Renamed: ``max_batch_size`` -> ``batch_size``; ``compression_type=None`` -> ``"none"``;
   aiokafka assignor classes in ``partition_assignment_strategy`` -> their names.
 * Accepted and ignored (nothing to do here): ``loop``, ``api_version``,
-  ``consumer_timeout_ms``, the Kerberos names, and aiokafka's ``DefaultPartitioner``.
-* Refused with :class:`~aiokafka_ng.errors.ConfigError` (not supported yet):
-  ``sasl_oauth_token_provider``.
+  ``consumer_timeout_ms``, and aiokafka's ``DefaultPartitioner``. The Kerberos names
+  (``sasl_kerberos_service_name``, ``sasl_kerberos_domain_name``) are passed through for
+  ``sasl_mechanism="GSSAPI"``.
+* ``sasl_oauth_token_provider`` (aiokafka's ``AbstractTokenProvider``: ``async token()``
+  and optional ``extensions()``) with ``sasl_mechanism="OAUTHBEARER"``: passed through; the
+  connection asks it for a token at every (re-)authentication.
 
 Transactions take aiokafka's calls (``await begin_transaction()``, ``commit_transaction()``,
 ``abort_transaction()``, ``send_offsets_to_transaction(offsets, group_id)``, ``async with
@@ -82,14 +85,10 @@ _IGNORED = frozenset(
         "loop",
         "api_version",
         "consumer_timeout_ms",
-        "sasl_kerberos_service_name",
-        "sasl_kerberos_domain_name",
     }
 )
 _RENAMED = {"max_batch_size": "batch_size"}
-_UNSUPPORTED = {
-    "sasl_oauth_token_provider": "SASL OAUTHBEARER is not supported by aiokafka_ng yet",
-}
+_UNSUPPORTED: dict[str, str] = {}
 _AIOKAFKA_SESSION_TIMEOUT_MS = 10000
 _AIOKAFKA_ASSIGNORS = ("roundrobin", "range", "cooperative-sticky")
 # aiokafka's defaults for these mean "not set": dropping them lets ours apply.

@@ -31,6 +31,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["ClientConfig", "ProducerConfig", "parse_bootstrap_servers"]
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 
 _MAX_INT32 = 2**31 - 1
@@ -105,6 +106,9 @@ class ClientConfig(BaseModel):
         "sasl.username": "sasl_plain_username",
         "sasl.password": "sasl_plain_password",
         "sasl.mechanisms": "sasl_mechanism",
+        # KIP-1139 names of the client credentials (the JAAS clientId/clientSecret also work).
+        "sasl.oauthbearer.client.credentials.client.id": "sasl_oauthbearer_client_id",
+        "sasl.oauthbearer.client.credentials.client.secret": "sasl_oauthbearer_client_secret",
     }
 
     bootstrap_servers: str | list[str] = "localhost:9092"
@@ -127,6 +131,33 @@ class ClientConfig(BaseModel):
     #: A secret: shown as ``'**********'`` by repr, str, model_dump and model_dump_json (as
     #: the Java client prints ``[hidden]``); pass a str, read it with ``.get_secret_value()``.
     sasl_plain_password: SecretStr | None = None
+    #: OAUTHBEARER token source: a sync or async callable returning a token (an
+    #: ``OAuthBearerToken`` or a JWT string), or aiokafka's ``AbstractTokenProvider``.
+    sasl_oauth_token_provider: Any = None
+    #: OAUTHBEARER via OIDC client credentials (KIP-768): the IdP's token endpoint.
+    sasl_oauthbearer_token_endpoint_url: str | None = None
+    #: OIDC client id (JAAS ``clientId``).
+    sasl_oauthbearer_client_id: str | None = None
+    #: OIDC client secret (JAAS ``clientSecret``); a secret, hidden like the password.
+    sasl_oauthbearer_client_secret: SecretStr | None = None
+    #: OIDC scope to ask for (JAAS ``scope``).
+    sasl_oauthbearer_scope: str | None = None
+    #: SASL extensions (KIP-342) sent with every token (JAAS ``extension_NAME``).
+    sasl_oauthbearer_extensions: dict[str, str] = {}
+    #: GSSAPI: the brokers' Kerberos service name (their principal's first part).
+    sasl_kerberos_service_name: str = "kafka"
+    #: GSSAPI: the host in the service principal, for every broker (None: each broker's
+    #: own host name, as Java does).
+    sasl_kerberos_domain_name: str | None = None
+    #: GSSAPI: the client principal to log in as (with a keytab; None: the ticket cache's).
+    sasl_kerberos_principal: str | None = None
+    #: GSSAPI: a keytab file for ``sasl_kerberos_principal`` (JAAS ``keyTab``).
+    sasl_kerberos_keytab: str | None = None
+    #: GSSAPI: a credential cache other than the default (JAAS ``ticketCache``).
+    sasl_kerberos_ccache: str | None = None
+    # The OIDC provider built from the fields above: one per client, so its connections share
+    # one cached token.
+    _token_provider: Any = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         # pydantic's ValidationError must never reach users: translate it here, once, and
@@ -163,11 +194,47 @@ class ClientConfig(BaseModel):
                 errors["sasl_mechanism"] = (
                     f"required with security_protocol={self.security_protocol}"
                 )
-            if not self.sasl_plain_username:
-                errors["sasl_plain_username"] = "required for SASL authentication"
-            if self.sasl_plain_password is None:
-                errors["sasl_plain_password"] = "required for SASL authentication"
+            if self.sasl_mechanism == "OAUTHBEARER":
+                errors.update(self._oauth_problems())
+            elif self.sasl_mechanism == "GSSAPI":
+                import importlib.util
+
+                if importlib.util.find_spec("gssapi") is None:
+                    errors["sasl_mechanism"] = (
+                        "GSSAPI needs the gssapi package: pip install 'aiokafka-ng[gssapi]'"
+                    )
+                if self.sasl_kerberos_keytab and not self.sasl_kerberos_principal:
+                    errors["sasl_kerberos_principal"] = "required with sasl_kerberos_keytab"
+            else:
+                if not self.sasl_plain_username:
+                    errors["sasl_plain_username"] = "required for SASL authentication"
+                if self.sasl_plain_password is None:
+                    errors["sasl_plain_password"] = "required for SASL authentication"
         return errors
+
+    def _oauth_problems(self) -> dict[str, str]:
+        oidc = {
+            "sasl_oauthbearer_token_endpoint_url": self.sasl_oauthbearer_token_endpoint_url,
+            "sasl_oauthbearer_client_id": self.sasl_oauthbearer_client_id,
+            "sasl_oauthbearer_client_secret": self.sasl_oauthbearer_client_secret,
+        }
+        given = {key for key, value in oidc.items() if value}
+        url = self.sasl_oauthbearer_token_endpoint_url or ""
+        if url and not url.startswith(("http://", "https://")):
+            return {"sasl_oauthbearer_token_endpoint_url": "must be an http:// or https:// URL"}
+        if self.sasl_oauth_token_provider is not None:
+            if given:
+                return {
+                    key: "not with sasl_oauth_token_provider (one source of tokens)"
+                    for key in given
+                }
+            return {}
+        if not given:
+            return {
+                "sasl_oauth_token_provider": "OAUTHBEARER needs a token provider or "
+                "sasl_oauthbearer_token_endpoint_url with client id and secret"
+            }
+        return {key: "required with the other OIDC settings" for key in oidc if key not in given}
 
     def _force(self, **values: Any) -> None:
         # Frozen model: adjusting a default the user did not set is the only mutation.
@@ -242,6 +309,13 @@ class ClientConfig(BaseModel):
                 password=(
                     self.sasl_plain_password.get_secret_value() if self.sasl_plain_password else ""
                 ),
+                token_provider=self.oauth_token_provider(),
+                extensions=dict(self.sasl_oauthbearer_extensions),
+                kerberos_service_name=self.sasl_kerberos_service_name,
+                kerberos_host=self.sasl_kerberos_domain_name,
+                kerberos_principal=self.sasl_kerberos_principal,
+                kerberos_keytab=self.sasl_kerberos_keytab,
+                kerberos_ccache=self.sasl_kerberos_ccache,
             )
         ctx = self.ssl_context
         if ctx is None and self.security_protocol in ("SSL", "SASL_SSL"):
@@ -254,6 +328,24 @@ class ClientConfig(BaseModel):
             sasl=sasl,
             max_response_bytes=self.max_response_bytes,
         )
+
+    def oauth_token_provider(self) -> Any:
+        """The OAUTHBEARER token provider: the one given, or the OIDC client-credentials one
+        built (once) from the ``sasl_oauthbearer_*`` settings; None without OAUTHBEARER."""
+        if self.sasl_mechanism != "OAUTHBEARER":
+            return None
+        if self.sasl_oauth_token_provider is not None:
+            return self.sasl_oauth_token_provider
+        if self._token_provider is None and self.sasl_oauthbearer_client_secret is not None:
+            from aiokafka_ng.net.oidc import ClientCredentialsTokenProvider
+
+            self._token_provider = ClientCredentialsTokenProvider(
+                self.sasl_oauthbearer_token_endpoint_url or "",
+                self.sasl_oauthbearer_client_id or "",
+                self.sasl_oauthbearer_client_secret.get_secret_value(),
+                scope=self.sasl_oauthbearer_scope,
+            )
+        return self._token_provider
 
     def cluster_config(self, *, max_in_flight: int = 5) -> ClusterConfig:
         """The settings for :class:`aiokafka_ng.cluster.Cluster`."""

@@ -6,8 +6,16 @@ properties format, and :func:`translate_security` turns the Java client's securi
 properties into what our configs take (``ClientConfig.from_properties`` calls it):
 
 * ``sasl.jaas.config`` with ``PlainLoginModule`` or ``ScramLoginModule``: its ``username``
-  and ``password`` (explicit ``sasl.username``/``sasl.password`` win); other login modules
-  (Kerberos, OAuth) are refused -- our clients do not support them;
+  and ``password`` (explicit ``sasl.username``/``sasl.password`` win);
+* ``sasl.jaas.config`` with ``OAuthBearerLoginModule``: ``clientId``, ``clientSecret`` and
+  ``scope`` for the OIDC client credentials provider (with ``sasl.oauthbearer.token.endpoint.url``;
+  the KIP-1139 ``sasl.oauthbearer.client.credentials.*`` and ``sasl.oauthbearer.scope``
+  properties win), ``extension_NAME`` options as SASL extensions (KIP-342), and
+  ``unsecuredLoginStringClaim_sub`` (+ ``unsecuredLoginLifetimeSeconds``) for an unsigned
+  token (development brokers only). ``sasl.login.callback.handler.class`` may name Java's
+  own OAuth handler (what Java needs for OIDC); any other class is refused;
+* ``sasl.jaas.config`` with ``Krb5LoginModule`` (GSSAPI): ``principal``, ``keyTab`` (with
+  ``useKeyTab=true``) and ``ticketCache``; ``sasl.kerberos.service.name`` is a plain setting;
 * ``ssl.truststore.location`` / ``ssl.truststore.certificates`` (PEM),
   ``ssl.keystore.location`` (PEM certificate chain and key) or
   ``ssl.keystore.certificate.chain`` + ``ssl.keystore.key`` (PEM text),
@@ -32,12 +40,24 @@ from aiokafka_ng.errors import ConfigError
 
 __all__ = ["load_properties", "translate_security"]
 
-_JAAS_MODULES = ("plainloginmodule", "scramloginmodule")
+_JAAS_MODULES = (
+    "plainloginmodule",
+    "scramloginmodule",
+    "oauthbearerloginmodule",
+    "krb5loginmodule",
+)
+_JAVA_OAUTH_HANDLERS = frozenset(
+    {
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+        "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+    }
+)
 _JAAS_VALUE = re.compile(r"""(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'|([^\s;]+))""")
 #: Properties consumed here (they never reach the config models as such).
 SECURITY_KEYS = frozenset(
     {
         "sasl.jaas.config",
+        "sasl.login.callback.handler.class",
         "ssl.truststore.location",
         "ssl.truststore.type",
         "ssl.truststore.certificates",
@@ -130,10 +150,23 @@ def translate_security(props: Mapping[str, Any]) -> tuple[dict[str, Any], ssl.SS
     ``sasl.username``/``sasl.password`` from a JAAS line) and the SSL context they
     describe (None when ``security.protocol`` is not SSL/SASL_SSL and none is asked for)."""
     plain = {k: v for k, v in props.items() if k not in SECURITY_KEYS}
+    handler = props.get("sasl.login.callback.handler.class")
+    if handler is not None and str(handler).strip() not in _JAVA_OAUTH_HANDLERS:
+        raise ConfigError(
+            {
+                "sasl.login.callback.handler.class": "Java classes cannot be loaded; for OAuth "
+                "use sasl.oauthbearer.token.endpoint.url or a token provider"
+            }
+        )
     if "sasl.jaas.config" in props:
-        creds = _jaas(str(props["sasl.jaas.config"]))
-        plain.setdefault("sasl.username", creds["username"])
-        plain.setdefault("sasl.password", creds["password"])
+        module, options = _jaas(str(props["sasl.jaas.config"]))
+        if module == "oauthbearerloginmodule":
+            plain.update({k: v for k, v in _oauth(options).items() if k not in plain})
+        elif module == "krb5loginmodule":
+            plain.update({k: v for k, v in _kerberos(options).items() if k not in plain})
+        else:
+            plain.setdefault("sasl.username", options["username"])
+            plain.setdefault("sasl.password", options["password"])
     protocol = str(props.get("security.protocol", "PLAINTEXT")).upper()
     uses_ssl_keys = any(k.startswith("ssl.") for k in props if k in SECURITY_KEYS)
     if protocol not in ("SSL", "SASL_SSL") and not uses_ssl_keys:
@@ -141,23 +174,68 @@ def translate_security(props: Mapping[str, Any]) -> tuple[dict[str, Any], ssl.SS
     return plain, _ssl_context({k: str(v) for k, v in props.items()})
 
 
-def _jaas(value: str) -> dict[str, str]:
+def _jaas(value: str) -> tuple[str, dict[str, str]]:
+    """The login module (lower case, without package) and the JAAS line's options."""
     head = value.strip().split(None, 1)
     module = head[0].rsplit(".", 1)[-1].lower() if head else ""
     if module not in _JAAS_MODULES:
         raise ConfigError(
             {
-                "sasl.jaas.config": "only PlainLoginModule and ScramLoginModule (username and "
-                "password) are supported"
+                "sasl.jaas.config": "only PlainLoginModule, ScramLoginModule, "
+                "OAuthBearerLoginModule and Krb5LoginModule are supported"
             }
         )
     found = {
-        m.group(1): m.group(2) or m.group(3) or m.group(4) for m in _JAAS_VALUE.finditer(value)
+        m.group(1): m.group(2) or m.group(3) or m.group(4) or ""
+        for m in _JAAS_VALUE.finditer(value)
     }
+    if module in ("oauthbearerloginmodule", "krb5loginmodule"):
+        return module, found
     missing = [k for k in ("username", "password") if k not in found]
     if missing:
         raise ConfigError({"sasl.jaas.config": f"no {' or '.join(missing)} in the JAAS line"})
-    return {"username": found["username"], "password": found["password"]}
+    return module, {"username": found["username"], "password": found["password"]}
+
+
+def _kerberos(options: Mapping[str, str]) -> dict[str, Any]:
+    """Krb5LoginModule options -> our GSSAPI settings (keytab only with useKeyTab=true)."""
+    out: dict[str, Any] = {}
+    if options.get("principal"):
+        out["sasl_kerberos_principal"] = options["principal"]
+    if options.get("useKeyTab", "false").lower() == "true" and options.get("keyTab"):
+        out["sasl_kerberos_keytab"] = options["keyTab"]
+    if options.get("ticketCache"):
+        out["sasl_kerberos_ccache"] = options["ticketCache"]
+    return out
+
+
+def _oauth(options: Mapping[str, str]) -> dict[str, Any]:
+    """OAuthBearerLoginModule options -> our settings (see the module docstring)."""
+    out: dict[str, Any] = {}
+    for option, key in (
+        ("clientId", "sasl.oauthbearer.client.credentials.client.id"),
+        ("clientSecret", "sasl.oauthbearer.client.credentials.client.secret"),
+        ("scope", "sasl.oauthbearer.scope"),
+    ):
+        if option in options:
+            out[key] = options[option]
+    extensions = {
+        k.removeprefix("extension_"): v for k, v in options.items() if k.startswith("extension_")
+    }
+    if extensions:
+        out["sasl_oauthbearer_extensions"] = extensions
+    subject = options.get("unsecuredLoginStringClaim_sub")
+    if subject:
+        from aiokafka_ng.net.oauth import UnsecuredTokenProvider
+
+        try:
+            lifetime = float(options.get("unsecuredLoginLifetimeSeconds", "3600"))
+            out["sasl_oauth_token_provider"] = UnsecuredTokenProvider(subject, lifetime_s=lifetime)
+        except ValueError:
+            raise ConfigError(
+                {"sasl.jaas.config": "unsecuredLoginLifetimeSeconds must be a positive number"}
+            ) from None
+    return out
 
 
 def _pem(props: Mapping[str, str], store: str, alias: str) -> str | None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from aiokafka_ng.errors import UnsupportedVersionError
-from aiokafka_ng.net.sasl import SaslConfig
+from aiokafka_ng.net.sasl import SaslMechanism
 from aiokafka_ng.protocol.errors import ProtocolError, error_for_code
 from aiokafka_ng.protocol.framing import decode_response
 from aiokafka_ng.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
@@ -27,6 +28,8 @@ from aiokafka_ng.protocol.messages.sasl_handshake import (
 from aiokafka_ng.protocol.primitives import ApiMessage
 
 RoundTrip = Callable[[ApiMessage, int], Awaitable[bytes]]
+#: One request out, its decoded response back.
+Exchange = Callable[[ApiMessage, int], Awaitable[Any]]
 
 _UNSUPPORTED_VERSION = 35
 
@@ -140,45 +143,53 @@ async def negotiate_api_versions(roundtrip: RoundTrip, where: str) -> dict[int, 
 
 
 async def authenticate(
-    roundtrip: RoundTrip,
-    sasl: SaslConfig,
+    exchange: Exchange,
+    mechanism: SaslMechanism,
     api_versions: Mapping[int, tuple[int, int]],
     where: str,
     *,
     tls: bool,
-) -> None:
-    """SaslHandshake v1 + SaslAuthenticate rounds until the mechanism is complete.
+) -> int:
+    """SaslHandshake v1 + SaslAuthenticate rounds until ``mechanism`` is complete.
 
-    ``tls``: whether the connection is encrypted; PLAIN without it logs a warning, once per
-    listener (PLAIN's one message is the password itself)."""
+    ``exchange`` sends one request and returns its decoded response. Used for the first
+    authentication and for re-authentication (KIP-368) alike. ``tls``: whether the
+    connection is encrypted; PLAIN without it logs a warning, once per listener (PLAIN's one
+    message is the password itself). Returns the broker's ``session_lifetime_ms`` (0: the
+    session does not expire; SaslAuthenticate v0 has no such field)."""
     handshake_version = common_version(SaslHandshakeRequest, api_versions, where)
     if handshake_version < 1:
         # v0 sends raw SASL tokens outside Kafka framing (before KIP-152); not supported.
         raise UnsupportedVersionError(
             f"{where}: SASL needs SaslHandshake v1 (KIP-152); the broker offers only v0"
         )
-    frame = await roundtrip(SaslHandshakeRequest(mechanism=sasl.mechanism), handshake_version)
-    _, handshake = decode_response(SaslHandshakeResponse, handshake_version, frame)
+    handshake: SaslHandshakeResponse = await exchange(
+        SaslHandshakeRequest(mechanism=mechanism.name), handshake_version
+    )
     if handshake.error_code:
         raise error_for_code(handshake.error_code)(
-            f"{where}: SASL mechanism {sasl.mechanism} refused; "
+            f"{where}: SASL mechanism {mechanism.name} refused; "
             f"the broker enables {', '.join(handshake.mechanisms) or 'none'}"
         )
     version = common_version(SaslAuthenticateRequest, api_versions, where)
-    mechanism = sasl.new_mechanism()
     if mechanism.name == "PLAIN" and not tls:
         _warn_plain_in_clear(where)
     token: bytes | None = mechanism.start()
+    lifetime_ms = 0
     while token is not None:
-        frame = await roundtrip(SaslAuthenticateRequest(auth_bytes=token), version)
-        _, response = decode_response(SaslAuthenticateResponse, version, frame)
+        response: SaslAuthenticateResponse = await exchange(
+            SaslAuthenticateRequest(auth_bytes=token), version
+        )
         if response.error_code:
             # Typically SASL_AUTHENTICATION_FAILED (58): not retriable, so the caller
-            # gives up at once instead of hammering the broker.
+            # gives up at once instead of hammering the broker. OAUTHBEARER's error JSON
+            # (RFC 7628 3.2.2: status, scope, openid-configuration) came in the round before.
+            server_error = getattr(mechanism, "server_error", None)
+            said = f" (server said {server_error})" if server_error else ""
             raise error_for_code(response.error_code)(
                 f"{where}: SASL {mechanism.name} authentication failed: "
-                f"{response.error_message or 'no reason given'}"
+                f"{response.error_message or 'no reason given'}{said}"
             )
+        lifetime_ms = max(0, response.session_lifetime_ms)
         token = mechanism.step(response.auth_bytes)
-    # session_lifetime_ms (KIP-368 re-authentication) is not acted on: a broker that
-    # expires sessions closes the connection, and the owner reconnects.
+    return lifetime_ms

@@ -43,6 +43,19 @@ Writes are shielded from cancellation and bounded by the request's deadline inst
 frame is either written whole or the connection is poisoned; a caller cancelled mid-write
 gets its cancellation at its next checkpoint, with its request already in flight.
 
+Re-authentication (KIP-368). A broker with ``connections.max.reauth.ms`` (or a credential
+that expires, e.g. an OAUTHBEARER token) gives each SASL session a lifetime in its
+SaslAuthenticate answer and closes a connection used after it. Like the Java client we
+re-authenticate at 85-95% of that lifetime (the random spread keeps a client's connections
+from all doing it at once), lazily: the first ``submit()`` after that moment runs it before
+its own request. The token is fetched first; then, under the write lock so no other frame
+can get between them, SaslHandshake and SaslAuthenticate go out as ordinary in-flight entries
+(without permits: a permit-holding task may be queued on the write lock). Requests already
+on the wire are not disturbed: the broker answers them in order before reading the
+handshake. A failed re-authentication closes the connection (the broker would) and its
+error reaches the caller that triggered it; everyone else sees a retriable closed
+connection.
+
 Timeouts. ``send(timeout=...)`` (default ``request_timeout_s``) is one deadline for the whole
 call: waiting for a permit, for the write lock, writing, and the response. Running out
 before the frame is written raises RequestTimeoutError and leaves the connection alone
@@ -53,6 +66,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import random
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator
@@ -165,6 +179,7 @@ class _InFlight(Generic[T_co]):
     error: KafkaError | None = None
     abandoned: bool = False  # the caller stopped waiting; the response is discarded
     limits: DecodeLimits | None = None  # None: the connection's decode_limits
+    holds_permit: bool = True  # False for re-authentication's requests (module docstring)
 
 
 class Connection:
@@ -209,6 +224,8 @@ class Connection:
         self._responses_discarded = 0
         self._bytes_sent = 0
         self._bytes_received = 0
+        # anyio clock time at which the SASL session should be renewed (None: never/now busy)
+        self._reauth_at: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -344,7 +361,8 @@ class Connection:
         entry.error = error
         if entry.abandoned and error is None:
             self._responses_discarded += 1
-        self._permits.release()
+        if entry.holds_permit:
+            self._permits.release()
         entry.done.set()
 
     # -- handshake ---------------------------------------------------------------------------
@@ -355,13 +373,15 @@ class Connection:
                 self._roundtrip, self._where
             )
             if self._config.sasl is not None:
-                await _handshake.authenticate(
-                    self._roundtrip,
-                    self._config.sasl,
+                mechanism = await self._config.sasl.create_mechanism(self.host)
+                lifetime_ms = await _handshake.authenticate(
+                    self._setup_exchange,
+                    mechanism,
                     self.api_versions,
                     self._where,
                     tls=self._config.ssl_context is not None,
                 )
+                self._schedule_reauth(lifetime_ms)
         except ProtocolError as exc:
             raise KafkaConnectionError(
                 f"{self._where}: undecodable response during connection setup: {exc}"
@@ -383,6 +403,68 @@ class Connection:
             )
         self._responses_received += 1
         return reply
+
+    async def _setup_exchange(self, request: ApiMessage, version: int) -> Any:
+        frame = await self._roundtrip(request, version)
+        return decode_response(RESPONSE_TYPES[request.API_KEY], version, frame)[1]
+
+    def _schedule_reauth(self, lifetime_ms: int) -> None:
+        if lifetime_ms > 0:
+            # Java's SaslClientAuthenticator: 85% of the lifetime plus up to 10% jitter.
+            share = 0.85 + 0.10 * random.random()
+            self._reauth_at = anyio.current_time() + lifetime_ms / 1000 * share
+
+    async def _reauthenticate(self) -> None:
+        """KIP-368 re-authentication on this live connection (see the module docstring)."""
+        sasl = self._config.sasl
+        assert sasl is not None  # only scheduled after a SASL login
+        self._reauth_at = None  # this task does it; others go on meanwhile
+        try:
+            mechanism = await sasl.create_mechanism(self.host)
+        except Exception as exc:
+            self._poison(f"re-authentication failed: {exc}", cause=exc)
+            raise
+        except BaseException:  # cancelled while getting the token: the next caller retries
+            self._reauth_at = anyio.current_time()
+            raise
+        try:
+            # Shielded: an exchange cut in half leaves the broker mid-authentication.
+            with anyio.CancelScope(shield=True), anyio.fail_after(self._config.request_timeout_s):
+                async with self._write_lock:
+                    lifetime_ms = await _handshake.authenticate(
+                        self._locked_exchange,
+                        mechanism,
+                        self.api_versions,
+                        self._where,
+                        tls=self._config.ssl_context is not None,
+                    )
+        except TimeoutError as exc:
+            self._poison("re-authentication timed out", cause=exc)
+            raise RequestTimeoutError(f"{self._where}: re-authentication timed out") from None
+        except Exception as exc:
+            self._poison(f"re-authentication failed: {exc}", cause=exc)
+            raise
+        _log.debug("re-authenticated to %s", self._where)
+        self._schedule_reauth(lifetime_ms)
+
+    async def _locked_exchange(self, request: ApiMessage, version: int) -> Any:
+        """One request as an in-flight entry without a permit; the caller holds the write
+        lock. Returns the decoded response."""
+        self._raise_if_closed()
+        entry = _InFlight(
+            _handshake.api_name(type(request)),
+            RESPONSE_TYPES[request.API_KEY],
+            version,
+            holds_permit=False,
+        )
+        entry.correlation_id = self._take_correlation_id()
+        frame = encode_request(request, version, entry.correlation_id, self._config.client_id)
+        self._in_flight.append(entry)
+        await self._write_frame(frame, anyio.current_time() + self._config.request_timeout_s)
+        await entry.done.wait()
+        if entry.error is not None:
+            raise entry.error
+        return entry.response
 
     def version_for(self, request_type: type[ApiMessage]) -> int:
         """The highest version of ``request_type`` both we and the broker support.
@@ -484,6 +566,8 @@ class Connection:
         limit = self._config.request_timeout_s if timeout is None else timeout
         deadline = anyio.current_time() + limit
         self._raise_if_closed()
+        if self._reauth_at is not None and anyio.current_time() >= self._reauth_at:
+            await self._reauthenticate()
         if not expect_response:
             await self._write(request, version, deadline, None)
             return _NO_RESPONSE

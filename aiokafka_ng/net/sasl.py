@@ -1,4 +1,5 @@
-"""SASL client mechanisms (sans-IO): PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, 7677).
+"""SASL client mechanisms (sans-IO): PLAIN (RFC 4616), SCRAM-SHA-256/512 (RFC 5802, 7677)
+and OAUTHBEARER (RFC 7628, KIP-255; in :mod:`aiokafka_ng.net.oauth`).
 
 A mechanism is a small state machine: :meth:`SaslMechanism.start` gives the first client
 message, :meth:`SaslMechanism.step` takes each server message and returns the next client
@@ -22,8 +23,9 @@ import base64
 import hashlib
 import hmac
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from aiokafka_ng.errors import SaslAuthenticationFailedError
 
@@ -35,8 +37,14 @@ __all__ = [
     "ScramMechanism",
 ]
 
-SaslMechanismName = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-SASL_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SaslMechanismName = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
+SASL_MECHANISMS: tuple[str, ...] = (
+    "PLAIN",
+    "SCRAM-SHA-256",
+    "SCRAM-SHA-512",
+    "OAUTHBEARER",
+    "GSSAPI",
+)
 
 # Kafka's broker and Java client refuse fewer iterations (ScramMechanism.minIterations): a
 # server offering less is either misconfigured or trying to make the proof cheap to attack.
@@ -68,13 +76,26 @@ class SaslMechanism(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SaslConfig:
-    """SASL credentials for a connection (``sasl.mechanism`` + JAAS user/password)."""
+    """SASL settings for a connection: ``sasl.mechanism`` and its credentials.
+
+    PLAIN and SCRAM take ``username``/``password``; OAUTHBEARER takes ``token_provider``
+    (any shape :func:`aiokafka_ng.net.oauth.obtain_token` accepts) and optional SASL
+    ``extensions`` (KIP-342) sent with every token; GSSAPI takes the ``kerberos_*`` settings
+    (:mod:`aiokafka_ng.net.kerberos`; ``kerberos_host`` None: the broker's host).
+    """
 
     mechanism: SaslMechanismName
-    username: str
-    password: str = field(repr=False)
-    # PLAIN only: authorization identity to act as (empty: the authenticated user).
+    username: str = ""
+    password: str = field(default="", repr=False)
+    # PLAIN and OAUTHBEARER: authorization identity to act as (empty: the authenticated one).
     authzid: str = ""
+    token_provider: Any = None
+    extensions: Mapping[str, str] = field(default_factory=dict)
+    kerberos_service_name: str = "kafka"
+    kerberos_host: str | None = None
+    kerberos_principal: str | None = None
+    kerberos_keytab: str | None = None
+    kerberos_ccache: str | None = None
 
     def __post_init__(self) -> None:
         if self.mechanism not in SASL_MECHANISMS:
@@ -82,12 +103,39 @@ class SaslConfig:
                 f"unsupported SASL mechanism {self.mechanism!r}; "
                 f"supported: {', '.join(SASL_MECHANISMS)}"
             )
+        if self.mechanism == "OAUTHBEARER" and self.token_provider is None:
+            raise ValueError("SASL OAUTHBEARER needs a token provider")
 
     def new_mechanism(self) -> SaslMechanism:
-        """A fresh state machine for one authentication exchange."""
+        """A fresh state machine for one PLAIN or SCRAM exchange (no I/O needed)."""
         if self.mechanism == "PLAIN":
             return PlainMechanism(self.username, self.password, authzid=self.authzid)
+        if self.mechanism in ("OAUTHBEARER", "GSSAPI"):
+            raise TypeError(f"{self.mechanism} needs I/O first: use create_mechanism()")
         return ScramMechanism(self.mechanism, self.username, self.password)
+
+    async def create_mechanism(self, host: str = "") -> SaslMechanism:
+        """A fresh state machine for one exchange with broker ``host`` of any mechanism; for
+        OAUTHBEARER this asks the token provider for a (possibly cached) token first, for
+        GSSAPI it gets the service ticket (in a worker thread)."""
+        if self.mechanism == "GSSAPI":
+            from aiokafka_ng.net.kerberos import new_gssapi_mechanism
+
+            return await new_gssapi_mechanism(
+                self.kerberos_service_name,
+                self.kerberos_host or host,
+                principal=self.kerberos_principal,
+                keytab=self.kerberos_keytab,
+                ccache=self.kerberos_ccache,
+                authzid=self.authzid,
+            )
+        if self.mechanism != "OAUTHBEARER":
+            return self.new_mechanism()
+        from aiokafka_ng.net.oauth import OAuthBearerMechanism, obtain_token
+
+        token = await obtain_token(self.token_provider)
+        extensions = {**self.extensions, **token.extensions}
+        return OAuthBearerMechanism(token.value, extensions, authzid=self.authzid)
 
 
 def scram_salted_password(hash_name: str, password: str, salt: bytes, iterations: int) -> bytes:

@@ -44,6 +44,7 @@ from aiokafka_ng.errors import (
     KafkaTimeoutError,
     MessageSizeTooLargeError,
     ProducerClosedError,
+    SaslAuthenticationFailedError,
     SendTimeoutError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -771,6 +772,11 @@ class Producer:
                     raise err(f"InitProducerId failed: {err.__name__}")
             except KafkaError as exc:
                 failures += 1
+                if isinstance(exc, SaslAuthenticationFailedError):
+                    # As Java's Sender does on an authentication failure: the records waiting
+                    # for a producer id fail with it now, not at delivery_timeout_ms; later
+                    # sends try again (credentials may be fixed, a token refreshed).
+                    acc.abort_all(exc)
                 if failures in (1, 10, 100) or failures % 1000 == 0:  # not at every retry
                     log.warning("producer: InitProducerId failed %d times (%s); retrying",
                                 failures, exc)  # fmt: skip

@@ -11,16 +11,24 @@ fetches once; it needs Java 17+ and, for the first fetch, ``mvn``.
 
 from aiokafka_ng.testing._broker import BINARY_ENV_VAR, LocalBroker, LocalBrokerError
 from aiokafka_ng.testing._kafka import KafkaCluster, KafkaClusterError, KafkaNode
+from aiokafka_ng.testing._kafka_config import (
+    OAUTH_ALLOWED_URLS,
+    kerberos_properties,
+    oauth_properties,
+)
 from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION
 from aiokafka_ng.testing.simulator import ClusterSimulator
 
 __all__ = [
     "BINARY_ENV_VAR",
     "KAFKA_VERSION",
+    "OAUTH_ALLOWED_URLS",
     "ClusterSimulator",
     "KafkaCluster",
     "KafkaClusterError",
     "KafkaNode",
     "LocalBroker",
     "LocalBrokerError",
+    "kerberos_properties",
+    "oauth_properties",
 ]

@@ -63,8 +63,14 @@ class NodePorts:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: a random UUID in URL-safe base64 without padding (22 chars)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: a random UUID in URL-safe base64 without padding (22 chars).
+
+    Never one starting with "-" (1 in 64 would): StorageTool's argument parser takes it for
+    an option and the format fails; Kafka's own ``Uuid.randomUuid`` skips those too."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def check_users(users: Mapping[str, str]) -> None:
@@ -152,6 +158,74 @@ def node_properties(
         props["ssl.client.auth"] = "none"
     props.update(extra)
     return "".join(f"{key}={_escape(value)}\n" for key, value in props.items())
+
+
+#: The JVM system property listing the URLs Kafka's OAuth code may fetch (Kafka 4 refuses
+#: every other URL, the JWKS endpoint's included): pass it through ``java_options``.
+OAUTH_ALLOWED_URLS: Final = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+_OAUTH_PACKAGE: Final = "org.apache.kafka.common.security.oauthbearer"
+
+
+def oauth_properties(
+    *,
+    jwks_url: str | None = None,
+    audience: str = "kafka",
+    issuer: str | None = None,
+    reauth_ms: int | None = None,
+) -> dict[str, str]:
+    """``broker_properties`` adding SASL OAUTHBEARER (KIP-255) to both SASL listeners.
+
+    SASL_PLAINTEXT validates tokens with Kafka's unsecured-JWS validator (unsigned tokens,
+    ``sub`` and ``exp`` required: :class:`aiokafka_ng.net.oauth.UnsecuredTokenProvider`).
+    SASL_SSL does too, unless ``jwks_url`` is given: then it verifies signed JWTs against that
+    JWKS endpoint (KIP-768), which must be up before the cluster starts and be allowed with
+    ``java_options=[f"-D{OAUTH_ALLOWED_URLS}={jwks_url}"]``; tokens must then carry ``aud``
+    = ``audience`` (Kafka 4.4 refuses to start a JWKS validator without an expected
+    audience) and, when ``issuer`` is given, ``iss`` = ``issuer``. ``reauth_ms`` sets
+    ``connections.max.reauth.ms`` for OAUTHBEARER on both listeners (KIP-368: sessions then
+    last at most that long and clients must re-authenticate).
+    """
+    props = {"sasl.enabled.mechanisms": ",".join((*SASL_MECHANISMS, "OAUTHBEARER"))}
+    for listener in ("sasl_plaintext", "sasl_ssl"):
+        prefix = f"listener.name.{listener}.oauthbearer"
+        # The broker logs in too (its login module needs a subject even when it never uses
+        # it: inter-broker traffic is on PLAINTEXT).
+        props[f"{prefix}.sasl.jaas.config"] = (
+            f"{_OAUTH_PACKAGE}.OAuthBearerLoginModule required "
+            'unsecuredLoginStringClaim_sub="admin";'
+        )
+        if reauth_ms is not None:
+            props[f"{prefix}.connections.max.reauth.ms"] = str(reauth_ms)
+    if jwks_url is not None:
+        prefix = "listener.name.sasl_ssl.oauthbearer"
+        props[f"{prefix}.sasl.server.callback.handler.class"] = (
+            f"{_OAUTH_PACKAGE}.OAuthBearerValidatorCallbackHandler"
+        )
+        props[f"{prefix}.sasl.oauthbearer.jwks.endpoint.url"] = jwks_url
+        props[f"{prefix}.sasl.oauthbearer.expected.audience"] = audience
+        if issuer is not None:
+            props[f"{prefix}.sasl.oauthbearer.expected.issuer"] = issuer
+    return props
+
+
+def kerberos_properties(
+    *, keytab: str, principal: str, service_name: str = "kafka"
+) -> dict[str, str]:
+    """``broker_properties`` adding SASL GSSAPI (Kerberos) to both SASL listeners: the
+    broker logs in as ``principal`` (``kafka/127.0.0.1@REALM``) from ``keytab``. The JVM also
+    needs the realm's krb5.conf: ``java_options=["-Djava.security.krb5.conf=PATH"]``, and
+    the KDC must be up before the cluster starts (the broker logs in at start)."""
+    jaas = (
+        "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
+        f'storeKey=true keyTab="{keytab}" principal="{principal}";'
+    )
+    props = {
+        "sasl.enabled.mechanisms": ",".join((*SASL_MECHANISMS, "GSSAPI")),
+        "sasl.kerberos.service.name": service_name,
+    }
+    for listener in ("sasl_plaintext", "sasl_ssl"):  # the mechanism list is for both
+        props[f"listener.name.{listener}.gssapi.sasl.jaas.config"] = jaas
+    return props
 
 
 def scram_arguments(users: Mapping[str, str]) -> list[str]:

@@ -63,7 +63,7 @@ def test_java_properties_format(tmp_path: Path) -> None:
 
 def test_security_translation_errors_name_the_property_not_the_value(tmp_path: Path) -> None:
     cases = [
-        ({"sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required;"},
+        ({"sasl.jaas.config": "com.example.NtlmLoginModule required;"},
          "sasl.jaas.config"),
         ({"sasl.jaas.config": f'x.PlainLoginModule required password="{SECRET}";'},
          "no username"),

@@ -216,4 +216,8 @@ def test_cli_command_config_block(tmp_path: Path) -> None:
     assert config.bootstrap_servers == "broker1:9093,broker2:9093"
     assert (config.security_protocol, config.sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
     assert config.sasl_plain_username == "alice"
-    assert "secret" not in repr(config)
+    # The password's value (quoted as repr shows str values), not a field name that
+    # contains the word (sasl_oauthbearer_client_secret).
+    assert "'secret'" not in repr(config) and "secret')" not in repr(config)
+    assert config.sasl_plain_password is not None
+    assert config.sasl_plain_password.get_secret_value() == "secret"

@@ -1,0 +1,212 @@
+"""OIDC client credentials (KIP-768): the built-in OAUTHBEARER token provider.
+
+``ClientCredentialsTokenProvider(url, client_id, client_secret, scope=...)`` POSTs
+``grant_type=client_credentials`` to the token endpoint (RFC 6749 section 4.4) with the
+client id and secret in HTTP Basic authentication, form-encoded first as RFC 6749 section
+2.3.1 says (Java's ``sasl.oauthbearer.header.urlencode`` does the same when enabled; IdPs
+accept both for plain ASCII ids). The answer's ``access_token`` is the bearer token; its
+expiry comes from the JWT's ``exp`` claim, else from ``expires_in``.
+
+Caching. One token is shared by every connection using the provider and handed out until
+~80% of its lifetime (plus jitter), then fetched again; concurrent callers wait for the one
+fetch in progress rather than each asking the IdP (no storm when a client opens connections
+to every broker at once).
+
+Failures. The IdP refusing the client (HTTP 400/401/403: wrong secret, disabled client,
+bad scope) is final: one request, then a non-retriable SaslAuthenticationFailedError with
+the IdP's ``error``/``error_description``. Transport errors, HTTP 5xx and 429 are retried
+with the shared :class:`~aiokafka_ng.net.backoff.ExponentialBackoff` (Java's
+``sasl.login.retry.backoff.ms``/``.max.ms`` defaults, 100 ms to 10 s) until the waits would
+pass ``retry_backoff_max_ms`` in total; then a retriable KafkaConnectionError.
+
+HTTP is the standard library's urllib in a worker thread (no new dependency), without the
+environment's proxy settings (the Java client ignores them too), answers capped at 1 MiB.
+The client secret is never in a repr, log line or error.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import random
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from aiokafka_ng.errors import KafkaConnectionError, SaslAuthenticationFailedError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.net.oauth import OAuthBearerToken, jwt_claims, refresh_time
+
+__all__ = ["ClientCredentialsTokenProvider"]
+
+_log = logging.getLogger(__name__)
+_MAX_ANSWER = 1024 * 1024
+_FINAL_STATUSES = frozenset({400, 401, 403})
+
+
+class ClientCredentialsTokenProvider:
+    """OAUTHBEARER tokens from an OIDC token endpoint (client credentials grant)."""
+
+    def __init__(
+        self,
+        token_endpoint_url: str,
+        client_id: str,
+        client_secret: str,
+        *,
+        scope: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        timeout_s: float = 10.0,
+        retry_backoff_ms: float = 100,
+        retry_backoff_max_ms: float = 10000,
+        rng: random.Random | None = None,
+    ) -> None:
+        scheme = urllib.parse.urlsplit(token_endpoint_url).scheme
+        if scheme not in ("http", "https"):
+            raise ValueError("the token endpoint URL must be http:// or https://")
+        if not client_id or not client_secret:
+            raise ValueError("client id and client secret are required")
+        self.token_endpoint_url = token_endpoint_url
+        self.client_id = client_id
+        self.scope = scope
+        self._secret = client_secret
+        self._timeout_s = timeout_s
+        self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
+        self._retry_budget_ms = retry_backoff_max_ms
+        self._rng = rng or random.Random()
+        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+        if ssl_context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=ssl_context))
+        self._opener = urllib.request.build_opener(*handlers)
+        self._token: OAuthBearerToken | None = None
+        self._refresh_at = 0.0
+        # One lock per async library: a provider may serve an asyncio and a trio client.
+        self._locks: dict[str, anyio.Lock] = {}
+        #: HTTP requests made (successful or not); for tests and diagnostics.
+        self.requests = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"ClientCredentialsTokenProvider({self.token_endpoint_url!r}, "
+            f"client_id={self.client_id!r}, scope={self.scope!r})"
+        )
+
+    async def __call__(self) -> OAuthBearerToken:
+        import sniffio
+
+        lock = self._locks.setdefault(sniffio.current_async_library(), anyio.Lock())
+        async with lock:
+            if self._token is None or time.time() >= self._refresh_at:
+                issued = time.time()
+                self._token = await self._fetch()
+                expires = self._token.expires_at or issued
+                self._refresh_at = refresh_time(issued, expires, self._rng)
+            return self._token
+
+    def invalidate(self) -> None:
+        """Drop the cached token: the next call fetches a new one."""
+        self._token = None
+
+    async def _fetch(self) -> OAuthBearerToken:
+        failures = 0
+        waited_ms = 0.0
+        while True:
+            try:
+                status, body = await anyio.to_thread.run_sync(self._post, abandon_on_cancel=True)
+            except (OSError, urllib.error.URLError) as exc:
+                status, body, problem = 0, b"", f"{type(exc).__name__}: {_reason(exc)}"
+            else:
+                if status == 200:
+                    return self._parse(body)
+                if status in _FINAL_STATUSES:
+                    raise SaslAuthenticationFailedError(
+                        f"token endpoint {self.token_endpoint_url} refused client "
+                        f"{self.client_id!r}: HTTP {status} {_oauth_error(body)}"
+                    )
+                problem = f"HTTP {status} {_oauth_error(body)}"
+            failures += 1
+            pause_ms = self._backoff.backoff_ms(failures)
+            if waited_ms + pause_ms > self._retry_budget_ms:
+                raise KafkaConnectionError(
+                    f"token endpoint {self.token_endpoint_url}: no token after "
+                    f"{failures} attempts ({problem})"
+                )
+            _log.warning(
+                "token endpoint %s: %s; retrying in %.0f ms",
+                self.token_endpoint_url,
+                problem,
+                pause_ms,
+            )
+            waited_ms += pause_ms
+            await anyio.sleep(pause_ms / 1000)
+
+    def _post(self) -> tuple[int, bytes]:
+        """One token request (runs in a worker thread)."""
+        self.requests += 1
+        form = {"grant_type": "client_credentials"}
+        if self.scope:
+            form["scope"] = self.scope
+        quote = urllib.parse.quote_plus
+        basic = base64.b64encode(f"{quote(self.client_id)}:{quote(self._secret)}".encode())
+        request = urllib.request.Request(
+            self.token_endpoint_url,
+            data=urllib.parse.urlencode(form).encode(),
+            headers={
+                "Authorization": "Basic " + basic.decode(),
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Accept": "application/json",
+            },
+            method="POST",
+        )
+        try:
+            with self._opener.open(request, timeout=self._timeout_s) as answer:
+                return int(answer.status), answer.read(_MAX_ANSWER)
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return int(exc.code), exc.read(_MAX_ANSWER)
+
+    def _parse(self, body: bytes) -> OAuthBearerToken:
+        where = f"token endpoint {self.token_endpoint_url}"
+        try:
+            answer = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise SaslAuthenticationFailedError(f"{where}: the answer is not JSON") from None
+        value = answer.get("access_token") if isinstance(answer, dict) else None
+        if not isinstance(value, str) or not value:
+            raise SaslAuthenticationFailedError(f"{where}: the answer has no access_token")
+        exp = (jwt_claims(value) or {}).get("exp")
+        expires_in = answer.get("expires_in")
+        if isinstance(exp, int | float):
+            expires_at = float(exp)
+        elif isinstance(expires_in, int | float | str) and str(expires_in).isdigit():
+            expires_at = time.time() + float(expires_in)
+        else:
+            raise SaslAuthenticationFailedError(
+                f"{where}: the token has no exp claim and the answer no expires_in"
+            )
+        return OAuthBearerToken(value, expires_at)
+
+
+def _reason(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason if reason is not None else exc)[:200]
+
+
+def _oauth_error(body: bytes) -> str:
+    """RFC 6749 section 5.2 ``error`` and ``error_description``, bounded; never the body
+    otherwise (it could hold anything)."""
+    try:
+        answer: Any = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return "(no OAuth error in the answer)"
+    if not isinstance(answer, dict):
+        return "(no OAuth error in the answer)"
+    error = str(answer.get("error", ""))[:100]
+    description = str(answer.get("error_description", ""))[:300]
+    return f"{error}: {description}" if description else error or "(no OAuth error)"
