@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Protocol, TypeVar
 
 from aiokafka_ng.errors import UnsupportedVersionError
 from aiokafka_ng.net.sasl import SaslMechanism
@@ -25,11 +25,17 @@ from aiokafka_ng.protocol.messages.sasl_handshake import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
-from aiokafka_ng.protocol.primitives import ApiMessage
+from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 RoundTrip = Callable[[ApiMessage, int], Awaitable[bytes]]
-#: One request out, its decoded response back.
-Exchange = Callable[[ApiMessage, int], Awaitable[Any]]
+R = TypeVar("R", bound=ApiMessage)
+
+
+class Exchange(Protocol):
+    """One request out, its decoded response back."""
+
+    async def __call__(self, request: ApiRequest[R], version: int, /) -> R: ...
+
 
 _UNSUPPORTED_VERSION = 35
 

@@ -404,9 +404,9 @@ class Connection:
         self._responses_received += 1
         return reply
 
-    async def _setup_exchange(self, request: ApiMessage, version: int) -> Any:
+    async def _setup_exchange(self, request: ApiRequest[R], version: int) -> R:
         frame = await self._roundtrip(request, version)
-        return decode_response(RESPONSE_TYPES[request.API_KEY], version, frame)[1]
+        return decode_response(request.RESPONSE_TYPE, version, frame)[1]
 
     def _schedule_reauth(self, lifetime_ms: int) -> None:
         if lifetime_ms > 0:
@@ -447,13 +447,13 @@ class Connection:
         _log.debug("re-authenticated to %s", self._where)
         self._schedule_reauth(lifetime_ms)
 
-    async def _locked_exchange(self, request: ApiMessage, version: int) -> Any:
+    async def _locked_exchange(self, request: ApiRequest[R], version: int) -> R:
         """One request as an in-flight entry without a permit; the caller holds the write
         lock. Returns the decoded response."""
         self._raise_if_closed()
         entry = _InFlight(
             _handshake.api_name(type(request)),
-            RESPONSE_TYPES[request.API_KEY],
+            request.RESPONSE_TYPE,
             version,
             holds_permit=False,
         )

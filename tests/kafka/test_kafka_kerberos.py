@@ -21,10 +21,12 @@ from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.admin import AdminClient, NewTopic, TopicPartition
 from aiokafka_ng.errors import SaslAuthenticationFailedError
 from aiokafka_ng.testing import KafkaCluster, KafkaClusterError, kerberos_properties
+from tests.helpers import require_kerberos
 from tests.kafka.helpers import unique
 from tests.kafka.test_kafka_oauth import require_kafka
 
 pytestmark = [pytest.mark.kafka, pytest.mark.anyio]
+require_kerberos()
 
 
 class Realm:
