@@ -137,7 +137,7 @@ class OffsetsClient:
             topics=[ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()],
             timeout_ms=int(self._timeout * 1000),
         )
-        response: Any = await conn.send(request, version=version)
+        response = await conn.send(request, version=version)
         out: dict[TopicPartition, tuple[int, int] | None] = {}
         for t in response.topics:
             for p in t.partitions:
@@ -149,10 +149,7 @@ class OffsetsClient:
                     if not (error.retriable or error.invalid_metadata):
                         raise error(f"ListOffsets for {t.name}-{p.partition_index}")
                     out[tp] = None
-                elif version == 0:
-                    offsets = p.old_style_offsets
-                    out[tp] = (offsets[0] if offsets else -1, -1)
-                else:
+                else:  # v1+ (v0's list of old-style offsets went with Kafka 4)
                     out[tp] = (p.offset, p.timestamp)
         return out
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 
@@ -72,7 +72,7 @@ async def subscribed_bounds(
         if sub.kind == "subscribe":
             return await _bounds_once(cluster, list(sub.topics))
         if sub.kind == "subscribePattern":
-            response: Any = await cluster.request_any(
+            response = await cluster.request_any(
                 MetadataRequest(topics=None, allow_auto_topic_creation=False)
             )
             names = sorted(
@@ -197,15 +197,14 @@ async def _list_offsets(
             for topic, parts in _grouped(tps).items()
         ],
     )
-    response: Any = await cluster.request(leader, request)
+    response = await cluster.request(leader, request)
     out: dict[TopicPartition, int] = {}
     for t in response.topics:
         for p in t.partitions:
             tp = TopicPartition(t.name, p.partition_index)
             _raise_for(p.error_code, tp, "ListOffsets")
-            # v0 answers in old_style_offsets; -1 is "no such offset" (a timestamp too late).
-            old = p.old_style_offsets
-            out[tp] = p.offset if p.offset >= 0 or not old else old[0]
+            # -1 is "no such offset" (a timestamp later than every record).
+            out[tp] = p.offset
     return _complete(out, tps, "ListOffsets")
 
 
@@ -237,7 +236,7 @@ async def _high_watermarks(
             for topic, parts in _grouped(earliest).items()
         ],
     )
-    response: Any = await conn.send(request, version=version)
+    response = await conn.send(request, version=version)
     if response.error_code:
         err = error_for_code(response.error_code)
         raise err(f"Fetch (high watermark) failed: {err.__name__}")
