@@ -27,7 +27,9 @@ CAPS: dict[str, tuple[int, str]] = {
     "DescribeCluster": (1, "v2: IncludeFencedBrokers (KIP-1073)"),
     "DescribeGroups": (5, "v6: GROUP_ID_NOT_FOUND for an unknown group (KIP-1043)"),
     "DescribeLogDirs": (4, "v5: new response fields"),
-    "EndTxn": (4, "v5: transactions v2, the epoch bumped at every commit (KIP-890)"),
+    # Transactions v2 (KIP-890): the producer itself holds these at v4/v11/v4 unless the
+    # cluster's transaction.version is 2 (producer/transactions.py).
+    "EndTxn": (5, "v5 is transactions v2: the epoch bumped at every commit"),
     "Fetch": (17, "v18: high watermark in the request (KIP-1166)"),
     "ListConfigResources": (0, "v1: ResourceTypes; v0 lists client metrics resources"),
     "ListOffsets": (10, "v11: earliest pending upload offset (KIP-1023)"),
@@ -35,7 +37,7 @@ CAPS: dict[str, tuple[int, str]] = {
     "Metadata": (12, "v13: a top-level error code in the response"),
     "OffsetCommit": (9, "v10: topic ids instead of names (KIP-848)"),
     "OffsetFetch": (9, "v10: topic ids instead of names (KIP-848)"),
-    "Produce": (11, "v12: transactions v2 (implicit AddPartitionsToTxn); v13: topic ids"),
-    "TxnOffsetCommit": (4, "v5: transactions v2; v6: topic ids (KIP-1319)"),
+    "Produce": (12, "v12 is transactions v2 (implicit AddPartitionsToTxn); v13: topic ids"),
+    "TxnOffsetCommit": (5, "v5 is transactions v2 (implicit AddOffsetsToTxn); v6: topic ids"),
     "WriteTxnMarkers": (1, "v2: TransactionVersion per marker (KIP-1228)"),
 }

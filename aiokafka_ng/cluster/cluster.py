@@ -276,6 +276,11 @@ class Cluster:
         """A ready connection to ``node_id`` (lazy connect, reconnect after backoff)."""
         return await self._pool.get(node_id)
 
+    def feature_level(self, name: str) -> int:
+        """A finalized feature's level (KIP-584), e.g. ``transaction.version``, from the
+        newest ApiVersions answer of the open connections; 0 when unknown."""
+        return self._pool.features().get(name, 0)
+
     @overload
     async def request(
         self,

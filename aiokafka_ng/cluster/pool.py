@@ -438,6 +438,17 @@ class ConnectionPool:
 
     # ------------------------------------------------------------------ routing help
 
+    def features(self) -> dict[str, int]:
+        """The cluster's finalized feature levels (KIP-584) from the newest ApiVersions answer
+        among the open connections: the highest features epoch wins, as in Java's
+        ``ApiVersions``. Empty when no connection is open or no broker sent features."""
+        newest: Connection | None = None
+        for node in self._nodes.values():
+            conn = node.live()
+            if conn is not None and (newest is None or conn.features_epoch > newest.features_epoch):
+                newest = conn
+        return dict(newest.features) if newest is not None else {}
+
     def least_loaded(self, candidates: Iterable[int]) -> int | None:
         """The candidate best placed to take a request now (Java's ``leastLoadedNode``).
 

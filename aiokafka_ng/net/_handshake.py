@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from aiokafka_ng.errors import UnsupportedVersionError
@@ -113,7 +114,18 @@ def _software_version() -> str:
     return str(getattr(root, "__version__", "unknown"))
 
 
-async def negotiate_api_versions(roundtrip: RoundTrip, where: str) -> dict[int, tuple[int, int]]:
+@dataclass(frozen=True, slots=True)
+class BrokerVersions:
+    """What a broker's ApiVersions answer says: its range per API key, and the cluster's
+    finalized feature levels (KIP-584; e.g. ``transaction.version``) with their epoch
+    (-1 when the broker sent none: before v3, or a broker without features)."""
+
+    api_versions: dict[int, tuple[int, int]]
+    features: dict[str, int]
+    features_epoch: int = -1
+
+
+async def negotiate_api_versions(roundtrip: RoundTrip, where: str) -> BrokerVersions:
     """ApiVersions in our newest version, falling back once as the broker tells us."""
     version = ApiVersionsRequest.MAX_STABLE_VERSION
     for attempt in range(2):
@@ -144,7 +156,11 @@ async def negotiate_api_versions(roundtrip: RoundTrip, where: str) -> dict[int, 
             continue
         if response.error_code:
             raise error_for_code(response.error_code)(f"{where}: ApiVersions v{version} failed")
-        return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        return BrokerVersions(
+            {k.api_key: (k.min_version, k.max_version) for k in response.api_keys},
+            {f.name: f.max_version_level for f in response.finalized_features},
+            response.finalized_features_epoch,
+        )
     raise AssertionError("unreachable: the second attempt returns or raises")
 
 

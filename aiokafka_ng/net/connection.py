@@ -195,6 +195,10 @@ class Connection:
         self.host = host
         self.port = port
         self.api_versions: dict[int, tuple[int, int]] = {}
+        #: The cluster's finalized feature levels as this broker last told (KIP-584), and
+        #: their epoch: a higher epoch is newer news, whichever broker sent it.
+        self.features: dict[str, int] = {}
+        self.features_epoch = -1
         self._config = config
         self._stream = stream
         self._where = f"{host}:{port}"
@@ -369,9 +373,10 @@ class Connection:
 
     async def _handshake(self) -> None:
         try:
-            self.api_versions = await _handshake.negotiate_api_versions(
-                self._roundtrip, self._where
-            )
+            versions = await _handshake.negotiate_api_versions(self._roundtrip, self._where)
+            self.api_versions = versions.api_versions
+            self.features = versions.features
+            self.features_epoch = versions.features_epoch
             if self._config.sasl is not None:
                 mechanism = await self._config.sasl.create_mechanism(self.host)
                 lifetime_ms = await _handshake.authenticate(

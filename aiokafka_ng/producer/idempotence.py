@@ -72,6 +72,11 @@ class IdempotenceState:
 
     # ------------------------------------------------------------------ drain rules
 
+    #: The newest Produce version this producer may send: v12 changes nothing for a producer
+    #: outside transactions, but inside one it adds the partition to the transaction
+    #: implicitly (KIP-890's transactions v2), so only a v2 transaction may use it.
+    max_produce_version = 11
+
     def may_drain(self, pq: PartitionQueue, batch: ProducerBatch) -> bool:
         if batch.base_sequence >= 0:
             # A retry: only the lowest unresolved sequence may go (ordered recovery).

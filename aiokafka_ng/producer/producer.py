@@ -261,7 +261,13 @@ class Producer:
         tasks.start_soon(self._expiry_loop)
         if self._txn is not None:
             # spawn: a transaction whose task was cancelled is aborted by a task of ours.
-            self._txn.attach(cluster, self._acc, self._wake_all, spawn=tasks.start_soon)
+            self._txn.attach(
+                cluster,
+                self._acc,
+                self._wake_all,
+                spawn=tasks.start_soon,
+                transaction_version=lambda: cluster.feature_level("transaction.version"),
+            )
             tasks.start_soon(self._txn.run)
             try:
                 await self._txn.init()  # fences older producers with our transactional id

@@ -68,8 +68,9 @@ _INVALID_PRODUCER_EPOCH = 47
 _UNKNOWN_PRODUCER_ID = 59
 _PRODUCER_FENCED = 90
 _TOO_LARGE = (10, 18)  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE: split and retry
-#: Produce v3 is the first that carries v2 record batches. v12+ is not used: we do not
-#: track topic ids, and v11 is what current brokers (and Tansu) accept.
+#: Produce v3 is the first that carries v2 record batches. v12 only in a transaction of
+#: transactions v2 (``IdempotenceState.max_produce_version``); v13 names topics by id,
+#: which the producer does not track.
 _MIN_PRODUCE_VERSION = 3
 _MAX_PRODUCE_VERSION = 11
 
@@ -181,7 +182,9 @@ class NodeSender:
 
     async def _send(self, conn: Connection, batches: list[ProducerBatch]) -> None:
         try:
-            version = min(conn.version_for(ProduceRequest), _MAX_PRODUCE_VERSION)
+            idem = self._acc.idem
+            cap = _MAX_PRODUCE_VERSION if idem is None else idem.max_produce_version
+            version = min(conn.version_for(ProduceRequest), cap)
         except UnsupportedVersionError as exc:
             for b in batches:
                 self._acc.fail(b, exc)

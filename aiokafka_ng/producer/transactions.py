@@ -25,6 +25,14 @@ to ``FATAL_ERROR``; only ``close()`` is left. In both error states and while abo
 batches fail as soon as the sender looks at them, so ``flush()`` never waits for a
 transaction that cannot commit.
 
+*Transactions v2* (KIP-890 part 2), used when the cluster's finalized ``transaction.version``
+is 2 or more at ``begin_transaction()`` (as the Java client decides): Produce v12 adds a
+partition to the transaction by itself and TxnOffsetCommit v5 the group, so neither
+AddPartitionsToTxn nor AddOffsetsToTxn is sent and partitions drain at once; EndTxn v5 bumps
+the epoch at every commit and abort and answers the producer id and epoch the next
+transaction uses (sequences restart at 0), which also closes any sequence hole -- no
+InitProducerId bump after an abort. Against an older cluster everything stays as above.
+
 *Commit* flushes (every record of the transaction acknowledged), checks that none failed,
 then sends EndTxn(commit). *Abort* fails what is still queued with
 :class:`TransactionAbortedError`, waits for what is in flight, then sends EndTxn(abort).
@@ -180,11 +188,18 @@ class TransactionalIdempotence(IdempotenceState):
             return False
         key = (pq.topic, pq.partition)
         if key not in m.partitions:
+            if m.v2:  # Produce v12 adds it to the transaction
+                m.partitions.add(key)
+                return super().may_drain(pq, batch)
             if key not in m.pending_partitions:
                 m.pending_partitions.add(key)
                 m.wake()
             return False
         return super().may_drain(pq, batch)
+
+    @property
+    def max_produce_version(self) -> int:  # type: ignore[override]
+        return 12 if self.manager.v2 else 11
 
     def stamp(self, pq: PartitionQueue, batch: ProducerBatch) -> bytes:
         # As the base class, plus the batch's transactional flag (the broker keeps such
@@ -288,6 +303,9 @@ class TransactionManager:
         self._offset_groups: set[str] = set()  # groups added (AddOffsetsToTxn) in this txn
         self._ending = False  # EndTxn(commit) on the wire: its outcome is unknown if cut
         self._bump_needed = False  # a sequence hole: bump the epoch after the abort
+        #: Transactions v2 for the open transaction (decided at begin, module docstring).
+        self.v2 = False
+        self._transaction_version: Callable[[], int] = lambda: 0
         self._futures: list[Delivery[Any]] = []
         self.transactions = 0  # committed
         self.aborts = 0
@@ -304,9 +322,14 @@ class TransactionManager:
         accumulator: Accumulator,
         wake_senders: Callable[[], None],
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None,
+        transaction_version: Callable[[], int] | None = None,
     ) -> None:
-        """Connect to the producer's cluster, accumulator and task group (at start)."""
+        """Connect to the producer's cluster, accumulator and task group (at start).
+        ``transaction_version``: the cluster's finalized ``transaction.version`` (0 when
+        unknown), read at each begin."""
         self.accumulator = accumulator
+        if transaction_version is not None:
+            self._transaction_version = transaction_version
         self._wake_senders = wake_senders
         self._spawn = spawn
         self.client = TxnCoordinatorClient(
@@ -425,15 +448,33 @@ class TransactionManager:
         self._set_producer(pid, epoch)
         self._to(S.READY, "init_transactions()")
 
-    def _set_producer(self, pid: int, epoch: int) -> None:
+    def _set_producer(self, pid: int, epoch: int, *, routine: bool = False) -> None:
         if self.accumulator is not None:
             self.accumulator.reset_sequences()
         self.idem.set_producer(pid, epoch)
-        log.info("transaction %s: producer id %s epoch %s", self.transactional_id, pid, epoch)
+        # Transactions v2 move the epoch at every commit: routine, not worth an INFO line.
+        log.log(
+            logging.DEBUG if routine else logging.INFO,
+            "transaction %s: producer id %s epoch %s", self.transactional_id, pid, epoch,
+        )  # fmt: skip
 
     def begin(self) -> None:
         self._to(S.IN_TRANSACTION, "begin_transaction()")
         self._futures = []
+        v2 = self._transaction_version() >= 2
+        if v2 != self.v2:
+            log.info(
+                "transaction %s: transactions v%d (the cluster's transaction.version)",
+                self.transactional_id, 2 if v2 else 1,
+            )  # fmt: skip
+        self.v2 = v2
+
+    def _end_txn_done(self, bumped: tuple[int, int] | None) -> None:
+        """After EndTxn: under transactions v2 the coordinator moved the epoch (and maybe
+        the producer id); the next transaction writes with those, sequences from 0."""
+        if bumped is not None:
+            self._set_producer(*bumped, routine=True)
+            self._bump_needed = False  # the new epoch also closes any sequence hole
 
     async def send_offsets(
         self,
@@ -450,9 +491,10 @@ class TransactionManager:
         idem = self.idem
         try:
             if meta.group_id not in self._offset_groups:
-                await client.add_offsets(idem.producer_id, idem.epoch, meta.group_id)
+                if not self.v2:  # v2: TxnOffsetCommit v5 adds the group itself
+                    await client.add_offsets(idem.producer_id, idem.epoch, meta.group_id)
                 self._offset_groups.add(meta.group_id)
-            await client.txn_offset_commit(idem.producer_id, idem.epoch, meta, parsed)
+            await client.txn_offset_commit(idem.producer_id, idem.epoch, meta, parsed, v2=self.v2)
         except KafkaError as exc:
             self._failed(exc)
             raise
@@ -480,7 +522,9 @@ class TransactionManager:
             # Left True if we are cancelled while EndTxn is out (see abandon()).
             self._ending = True
             try:
-                await self._client().end_txn(self.idem.producer_id, self.idem.epoch, commit=True)
+                bumped = await self._client().end_txn(
+                    self.idem.producer_id, self.idem.epoch, commit=True, v2=self.v2
+                )
             except KafkaError as exc:
                 self._ending = False
                 if exc.retriable:  # timed out: stay COMMITTING, commit may be called again
@@ -488,6 +532,7 @@ class TransactionManager:
                 self._failed(exc)
                 raise
             self._ending = False
+            self._end_txn_done(bumped)
         self._completed()
         self.transactions += 1
         self._to(S.READY, "commit_transaction()")
@@ -520,11 +565,14 @@ class TransactionManager:
         idem = self.idem
         if self.partitions or self._offset_groups:
             try:
-                await client.end_txn(idem.producer_id, idem.epoch, commit=False)
+                bumped = await client.end_txn(
+                    idem.producer_id, idem.epoch, commit=False, v2=self.v2
+                )
             except KafkaError as exc:
                 if isinstance(exc, _FATAL_TYPES):
                     self.fail_fatal(exc)
                 raise  # otherwise still ABORTING: abort may be called again
+            self._end_txn_done(bumped)
         self._completed()
         if self._bump_needed:
             self._to(S.INITIALIZING, "abort_transaction()")

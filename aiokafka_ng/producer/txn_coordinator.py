@@ -25,9 +25,9 @@ error. Retrying is safe for every request here: the coordinator treats a repeate
 AddPartitions/AddOffsets as a no-op and a repeated EndTxn of the same kind as success.
 
 Versions: AddPartitionsToTxn stops at v3 (v4+ is the broker-to-broker batched form; one
-request still carries all our new partitions), EndTxn at v4 and TxnOffsetCommit at v4
-(v5 belongs to KIP-890's transactions v2, which changes the epoch on every commit),
-InitProducerId at v5. Tansu rejects InitProducerId v0-v2, Kafka needs v3+ to bump an epoch
+request still carries all our new partitions), EndTxn at v4 and TxnOffsetCommit at v4, or
+v5 of both in a transaction of KIP-890's transactions v2 (the epoch moves at every EndTxn;
+see transactions.py), InitProducerId at v5. Tansu rejects InitProducerId v0-v2, Kafka needs v3+ to bump an epoch
 (KIP-360); older versions are still used against older brokers.
 """
 
@@ -90,8 +90,8 @@ _RETRY = frozenset(
 MAX_INIT_PRODUCER_ID = 5
 MAX_ADD_PARTITIONS = 3
 MAX_ADD_OFFSETS = 4
-MAX_TXN_OFFSET_COMMIT = 4
-MAX_END_TXN = 4
+MAX_TXN_OFFSET_COMMIT = 4  # 5 in a transaction of transactions v2
+MAX_END_TXN = 4  # 5 in a transaction of transactions v2
 
 TRANSACTION_KEY = 1
 GROUP_KEY = 0
@@ -226,9 +226,12 @@ class TxnCoordinatorClient:
         epoch: int,
         group: ConsumerGroupMetadata,
         offsets: Mapping[tuple[str, int], tuple[int, str | None, int]],
+        *,
+        v2: bool = False,
     ) -> None:
         """Commit ``offsets`` ({(topic, partition): (offset, metadata, leader_epoch)}) as part
-        of the transaction, at the *group* coordinator."""
+        of the transaction, at the *group* coordinator. ``v2``: transactions v2, where v5
+        adds the group to the transaction itself (no AddOffsetsToTxn)."""
         by_topic: dict[str, list[TxnOffsetCommitRequestPartition]] = {}
         for (topic, partition), (offset, metadata, leader_epoch) in sorted(offsets.items()):
             by_topic.setdefault(topic, []).append(
@@ -256,7 +259,7 @@ class TxnCoordinatorClient:
         await self._call(
             "TxnOffsetCommit",
             TxnOffsetCommitRequest,
-            MAX_TXN_OFFSET_COMMIT,
+            MAX_TXN_OFFSET_COMMIT + v2,
             make,
             lambda r: [
                 (p.error_code, f"{t.name}-{p.partition_index}")
@@ -267,12 +270,16 @@ class TxnCoordinatorClient:
             key_type=GROUP_KEY,
         )
 
-    async def end_txn(self, producer_id: int, epoch: int, *, commit: bool) -> None:
-        """Commit or abort the open transaction (the coordinator writes the markers)."""
-        await self._call(
+    async def end_txn(
+        self, producer_id: int, epoch: int, *, commit: bool, v2: bool = False
+    ) -> tuple[int, int] | None:
+        """Commit or abort the open transaction (the coordinator writes the markers). With
+        ``v2`` (transactions v2, EndTxn v5) the coordinator bumps the epoch and answers the
+        producer id and epoch the next transaction must use; None before v5."""
+        resp = await self._call(
             "EndTxn",
             EndTxnRequest,
-            MAX_END_TXN,
+            MAX_END_TXN + v2,
             lambda v: EndTxnRequest(
                 transactional_id=self.transactional_id,
                 producer_id=producer_id,
@@ -281,6 +288,9 @@ class TxnCoordinatorClient:
             ),
             lambda r: [(r.error_code, None)],
         )
+        if resp.producer_id < 0:  # not v5: the epoch stays
+            return None
+        return resp.producer_id, resp.producer_epoch
 
     # ------------------------------------------------------------------ the loop
 

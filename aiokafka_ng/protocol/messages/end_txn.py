@@ -79,7 +79,7 @@ class EndTxnRequest(ApiRequest[EndTxnResponse]):
     API_KEY: ClassVar[int] = 26
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
-    MAX_STABLE_VERSION: ClassVar[int] = 4
+    MAX_STABLE_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
     RESPONSE_TYPE: ClassVar[type[EndTxnResponse]] = EndTxnResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

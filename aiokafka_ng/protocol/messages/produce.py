@@ -445,7 +445,7 @@ class ProduceRequest(ApiRequest[ProduceResponse]):
     API_KEY: ClassVar[int] = 0
     MIN_VERSION: ClassVar[int] = 3
     MAX_VERSION: ClassVar[int] = 13
-    MAX_STABLE_VERSION: ClassVar[int] = 11
+    MAX_STABLE_VERSION: ClassVar[int] = 12
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
     RESPONSE_TYPE: ClassVar[type[ProduceResponse]] = ProduceResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

@@ -273,7 +273,7 @@ class TxnOffsetCommitRequest(ApiRequest[TxnOffsetCommitResponse]):
     API_KEY: ClassVar[int] = 28
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 6
-    MAX_STABLE_VERSION: ClassVar[int] = 4
+    MAX_STABLE_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
     RESPONSE_TYPE: ClassVar[type[TxnOffsetCommitResponse]] = TxnOffsetCommitResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (
