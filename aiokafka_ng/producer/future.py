@@ -260,7 +260,7 @@ class Delivery(Generic[T]):
         waiters = self._waiters
         if self._exc is not _PENDING or waiters.__class__ is _Cancelled:  # done()
             if loop is not None:
-                _dispatch(loop, [self, fn, _copy_context() if context is None else context])
+                _dispatch(loop, [self, fn, _caller_context() if context is None else context])
             else:
                 fn(self)  # in the caller's own task: its exception is the caller's
             return
