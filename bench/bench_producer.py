@@ -43,7 +43,8 @@ keyed records for ``--latency-seconds`` (default 3 s); completion by one shared
 ``add_done_callback`` function (``on_delivery`` for confluent-kafka), send times kept by the
 future's id (the record's number in its value for confluent-kafka), so the harness keeps no
 object per record: a lambda per record is three objects the collector counts, enough on
-their own to set how often it runs; p50/p99/p999/max of send -> ack in milliseconds, and
+their own to set how often it runs (``--lambdas`` attaches one per record instead, as
+application code often does); p50/p99/p999/max of send -> ack in milliseconds, and
 the cyclic collector's share of the run: collections of each generation (and per 10k
 records) and their summed and longest pause, from ``gc.callbacks``. The ``null`` row is the
 pacing loop itself with the null producer (futures resolved on the next loop turn): the
@@ -75,6 +76,9 @@ from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import LocalBroker
 
 PARTITIONS = 6
+#: ``--lambdas``: the latency runs attach a closure per record (what application code often
+#: writes) instead of one shared callback.
+LAMBDAS = False
 WINDOW = 10_000
 TASKS = 2_000
 
@@ -485,8 +489,11 @@ async def _paced(rate: int, seconds: float, send: Callable[..., Any], topic: str
         while sent < due:
             t = clock()
             fut = await send(topic, value, KEYS[sent % 1000])
-            sent_at[id(fut)] = t
-            fut.add_done_callback(done)
+            if LAMBDAS:
+                fut.add_done_callback(lambda f, t=t: lat.append(clock() - t))
+            else:
+                sent_at[id(fut)] = t
+                fut.add_done_callback(done)
             sent += 1
         await asyncio.sleep(0.0005)
     return lat
@@ -512,8 +519,9 @@ def latency_confluent(bootstrap: str, topic: str, rate: int, seconds: float) -> 
     while sent < total:
         due = min(total, int((clock() - start) * rate) + 1)
         while sent < due:
-            sent_at[sent] = clock()
-            p.produce(topic, b"%08d" % sent + pad, KEYS[sent % 1000], on_delivery=done)
+            t = sent_at[sent] = clock()
+            cb = (lambda err, msg, t=t: lat.append(clock() - t)) if LAMBDAS else done
+            p.produce(topic, b"%08d" % sent + pad, KEYS[sent % 1000], on_delivery=cb)
             sent += 1
         p.poll(0.0005)
     p.flush(30)
@@ -658,7 +666,10 @@ def main() -> None:
     parser.add_argument("--rates", default="5000,20000,40000,60000")
     parser.add_argument("--latency-seconds", type=float, default=3.0)
     parser.add_argument("--ballast", type=int, default=0)
+    parser.add_argument("--lambdas", action="store_true")
     args = parser.parse_args()
+    global LAMBDAS
+    LAMBDAS = args.lambdas
     n = args.records
     patterns = [p for p in args.patterns.split(",") if p]
     clients = set(args.clients.split(","))
@@ -724,7 +735,10 @@ def main() -> None:
         ballast = [{"i": i} for i in range(args.ballast)]  # an application's heap
         rates = [int(r) for r in args.rates.split(",") if r]
         if rates:
-            print(f"latency: {args.ballast} long-lived objects of ballast, collector on")
+            print(
+                f"latency: {args.ballast} long-lived objects of ballast, collector on,"
+                f" {'a closure per record' if LAMBDAS else 'one shared callback'}"
+            )
         latency_runs(bs, clients, rates, args.latency_seconds)
         del ballast
         print(f"load average after: {os.getloadavg()[0]:.2f}")
