@@ -26,20 +26,32 @@ batches Tansu spends about 1.5-3 times as much CPU per record as at 1 MB.
 The ``null`` column runs the gather/flush/callback/tasks loops unchanged against
 ``NullProducer``, which does no Kafka work and returns plain ``asyncio.Future`` objects:
 what the pattern itself costs under asyncio. ``null/conf`` is that cost against
-confluent-kafka's synchronous loop. It is not a bound on our futures everywhere (they run a
-batch's callbacks with one loop handle where ``asyncio.Future`` uses one per callback, so
-the callback row can beat it), but ``asyncio.gather``'s own per-future cost is client
-independent: the run ends by timing gather over already-done futures and printing the
-gather pattern's ceiling for *any* client.
+confluent-kafka's synchronous loop; ``ng/null`` is ours against it. It is not a bound on
+our futures everywhere (they run a batch's callbacks with one loop handle where
+``asyncio.Future`` uses one per callback, so the callback row can beat it), but
+``asyncio.gather``'s own per-future cost is client independent: the run ends by timing
+gather over already-done futures and printing the gather pattern's ceiling for *any*
+client.
 
 confluent-kafka has one synchronous idiom for all of these: a ``produce()`` loop with
 ``poll(0)`` every 1,000 and ``flush()``; with an ``on_delivery`` callback in the callback
 pattern. Its figure is that loop's, measured once per key mode and shown in each row; the
 ``tasks`` row uses its asyncio ``AIOProducer`` (``await (await p.produce(...))``).
 
-Latency: a fixed offered rate (``--rates``, default 5k and 40k msg/s) of 100 B keyed
-records for ``--latency-seconds`` (default 3 s); completion by ``add_done_callback``
-(``on_delivery`` for confluent-kafka); p50/p99/max of send -> ack in milliseconds.
+Latency: a fixed offered rate (``--rates``, default 5k, 20k, 40k and 60k msg/s) of 100 B
+keyed records for ``--latency-seconds`` (default 3 s); completion by one shared
+``add_done_callback`` function (``on_delivery`` for confluent-kafka), send times kept by the
+future's id (the record's number in its value for confluent-kafka), so the harness keeps no
+object per record: a lambda per record is three objects the collector counts, enough on
+their own to set how often it runs (``--lambdas`` attaches one per record instead, as
+application code often does); p50/p99/p999/max of send -> ack in milliseconds, and
+the cyclic collector's share of the run: collections of each generation (and per 10k
+records) and their summed and longest pause, from ``gc.callbacks``. The ``null`` row is the
+pacing loop itself with the null producer (futures resolved on the next loop turn): the
+harness's own floor. ``--ballast N`` keeps N small long-lived containers alive first, as an
+application's heap would be: a full collection walks all of them, so its pause grows with
+the heap while the young ones do not. The last lines give ours/confluent for p99 and p999
+at each rate.
 
 Run: ``python bench/bench_producer.py [--records N] [--patterns gather,batch] [--clients ...]``
 (``nox -s bench`` runs every bench script). Prints one table; ratios are ours/peer from the
@@ -50,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import time
@@ -63,6 +76,9 @@ from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import LocalBroker
 
 PARTITIONS = 6
+#: ``--lambdas``: the latency runs attach a closure per record (what application code often
+#: writes) instead of one shared callback.
+LAMBDAS = False
 WINDOW = 10_000
 TASKS = 2_000
 
@@ -430,14 +446,9 @@ async def conf_tasks(job: Job) -> float:
 
 
 async def latency_ours(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
-    lat: list[float] = []
     async with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=5) as p:
         await p.partitions_for(topic)
-
-        def done(fut: Any, t: float) -> None:
-            lat.append(time.perf_counter() - t)
-
-        await _paced(rate, seconds, p.send, topic, done)
+        lat = await _paced(rate, seconds, p.send, topic)
         await p.flush()
         await asyncio.sleep(0.01)
     return lat
@@ -446,16 +457,11 @@ async def latency_ours(bootstrap: str, topic: str, rate: int, seconds: float) ->
 async def latency_aiokafka(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
     from aiokafka import AIOKafkaProducer
 
-    lat: list[float] = []
     p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await p.start()
     try:
         await p.partitions_for(topic)
-
-        def done(fut: Any, t: float) -> None:
-            lat.append(time.perf_counter() - t)
-
-        await _paced(rate, seconds, p.send, topic, done)
+        lat = await _paced(rate, seconds, p.send, topic)
         await p.flush()
         await asyncio.sleep(0.01)
     finally:
@@ -463,54 +469,155 @@ async def latency_aiokafka(bootstrap: str, topic: str, rate: int, seconds: float
     return lat
 
 
-async def _paced(
-    rate: int, seconds: float, send: Callable[..., Any], topic: str, done: Callable[..., None]
-) -> None:
+async def _paced(rate: int, seconds: float, send: Callable[..., Any], topic: str) -> list[float]:
+    """Send at ``rate`` for ``seconds``; send -> done-callback times. The harness keeps no
+    object per record for the collector (one shared callback, send times by the future's
+    id): what is tracked per record in flight is the client's."""
+    lat: list[float] = []
+    sent_at: dict[int, float] = {}
+    clock = time.perf_counter
+
+    def done(fut: Any) -> None:
+        lat.append(clock() - sent_at.pop(id(fut)))
+
     total = int(rate * seconds)
     value = b"v" * 100
-    start = time.perf_counter()
+    start = clock()
     sent = 0
     while sent < total:
-        due = min(total, int((time.perf_counter() - start) * rate) + 1)
+        due = min(total, int((clock() - start) * rate) + 1)
         while sent < due:
-            t = time.perf_counter()
+            t = clock()
             fut = await send(topic, value, KEYS[sent % 1000])
-            fut.add_done_callback(lambda f, t=t: done(f, t))
+            if LAMBDAS:
+                fut.add_done_callback(lambda f, t=t: lat.append(clock() - t))
+            else:
+                sent_at[id(fut)] = t
+                fut.add_done_callback(done)
             sent += 1
         await asyncio.sleep(0.0005)
+    return lat
 
 
 def latency_confluent(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
     from confluent_kafka import Producer as CProducer
 
-    lat: list[float] = []
     p = CProducer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     p.list_topics(topic, timeout=30)
     total = int(rate * seconds)
-    value = b"v" * 100
-    start = time.perf_counter()
+    # One shared on_delivery, as for the others: the record's number is in its value.
+    sent_at = [0.0] * total
+    lat: list[float] = []
+    clock = time.perf_counter
+
+    def done(err: Any, msg: Any) -> None:
+        lat.append(clock() - sent_at[int(msg.value()[:8])])
+
+    pad = b"v" * 92
+    start = clock()
     sent = 0
     while sent < total:
-        due = min(total, int((time.perf_counter() - start) * rate) + 1)
+        due = min(total, int((clock() - start) * rate) + 1)
         while sent < due:
-            t = time.perf_counter()
-            p.produce(
-                topic,
-                value,
-                KEYS[sent % 1000],
-                on_delivery=lambda err, msg, t=t: lat.append(time.perf_counter() - t),
-            )
+            t = sent_at[sent] = clock()
+            cb = (lambda err, msg, t=t: lat.append(clock() - t)) if LAMBDAS else done
+            p.produce(topic, b"%08d" % sent + pad, KEYS[sent % 1000], on_delivery=cb)
             sent += 1
         p.poll(0.0005)
     p.flush(30)
     return lat
 
 
+async def latency_null(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
+    p = NullProducer(None)  # type: ignore[arg-type]  # it never reads the job
+    lat = await _paced(rate, seconds, p.send, topic)
+    await p.flush()
+    await asyncio.sleep(0.01)
+    return lat
+
+
+def quantiles(lat: list[float]) -> dict[str, float]:
+    """p50, p99, p999 and max of ``lat``, in milliseconds."""
+    qs = statistics.quantiles(lat, n=1000)
+    return {"p50": qs[499] * 1e3, "p99": qs[989] * 1e3, "p999": qs[998] * 1e3,
+            "max": max(lat) * 1e3}  # fmt: skip
+
+
 def pct(lat: list[float]) -> str:
-    if not lat:
+    if len(lat) < 2:
         return "no samples"
-    qs = statistics.quantiles(lat, n=100)
-    return f"p50 {qs[49] * 1e3:6.2f}  p99 {qs[98] * 1e3:6.2f}  max {max(lat) * 1e3:7.2f} ms"
+    q = quantiles(lat)
+    return (
+        f"p50 {q['p50']:6.2f}  p99 {q['p99']:6.2f}  p999 {q['p999']:6.2f}  max {q['max']:7.2f} ms"
+    )
+
+
+class GcMeter:
+    """The cyclic collector's collections during a run, per generation, and the time they
+    took (``gc.callbacks``: the collector calls back before and after each collection)."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.pause = [0.0, 0.0, 0.0]
+        self.longest = 0.0
+        self._t0 = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        took = time.perf_counter() - self._t0
+        gen = info["generation"]
+        self.count[gen] += 1
+        self.pause[gen] += took
+        self.longest = max(self.longest, took)
+
+    def __enter__(self) -> GcMeter:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def line(self, records: int) -> str:
+        per = 10_000 / max(1, records)
+        counts = "/".join(str(c) for c in self.count)
+        per10k = "/".join(f"{c * per:.1f}" for c in self.count)
+        pauses = "/".join(f"{t * 1e3:.1f}" for t in self.pause)
+        return (
+            f"gc gen0/1/2 {counts} ({per10k} per 10k) pause {pauses} ms"
+            f" = {sum(self.pause) * 1e3:.1f} ms, longest {self.longest * 1e3:.1f} ms"
+        )
+
+
+def latency_runs(bs: str, clients: set[str], rates: list[int], secs: float) -> None:
+    """Every latency row, then ours against confluent-kafka's at each rate."""
+    table: dict[tuple[int, str], dict[str, float]] = {}
+    for rate in rates:
+        for client, fn in (
+            ("null", latency_null),
+            ("ours", latency_ours),
+            ("aiokafka", latency_aiokafka),
+            ("confluent", latency_confluent),
+        ):
+            if client not in clients:
+                continue
+            topic = create_topic(bs)
+            gc.collect()  # every run starts from the same collector state
+            with GcMeter() as meter:
+                lat = run(fn, bs, topic, rate, secs)
+            if len(lat) >= 2:
+                table[rate, client] = quantiles(lat)
+            print(f"latency {rate:>6} msg/s {client:<10} {pct(lat)}", flush=True)
+            print(f"{'':>29}{meter.line(len(lat))}", flush=True)
+    for rate in rates:
+        ng, conf = table.get((rate, "ours")), table.get((rate, "confluent"))
+        if ng and conf:
+            print(
+                f"latency {rate:>6} msg/s ours/confluent  p99 {ng['p99'] / conf['p99']:.2f}x"
+                f"  p999 {ng['p999'] / conf['p999']:.2f}x",
+                flush=True,
+            )
 
 
 # ---------------------------------------------------------------------------- main
@@ -556,9 +663,13 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--patterns", default=",".join(OURS))
     parser.add_argument("--clients", default="ours,aiokafka,confluent,null")
-    parser.add_argument("--rates", default="5000,40000")
+    parser.add_argument("--rates", default="5000,20000,40000,60000")
     parser.add_argument("--latency-seconds", type=float, default=3.0)
+    parser.add_argument("--ballast", type=int, default=0)
+    parser.add_argument("--lambdas", action="store_true")
     args = parser.parse_args()
+    global LAMBDAS
+    LAMBDAS = args.lambdas
     n = args.records
     patterns = [p for p in args.patterns.split(",") if p]
     clients = set(args.clients.split(","))
@@ -578,8 +689,8 @@ def main() -> None:
 
         print(f"producer benchmark: {n} records/run, acks=all, {PARTITIONS} partitions, Tansu")
         print(f"load average before: {os.getloadavg()[0]:.2f}")
-        print(f"{'pattern':<28}{'aiokafka_ng':>12}{'aiokafka':>12}{'confluent':>12}"
-              f"{'ng/aio':>8}{'ng/conf':>8}{'null':>12}{'null/conf':>10}")  # fmt: skip
+        print(f"{'pattern':<28}{'aiokafka_ng':>12}{'aiokafka':>12}{'confluent':>12}{'ng/aio':>8}"
+              f"{'ng/conf':>8}{'null':>12}{'null/conf':>10}{'ng/null':>8}")  # fmt: skip
         for label, size, codec in (("100 B", 100, "none"), ("1 KiB lz4", 1024, "lz4")):
             for keyed in (True, False):
                 conf_plain = conf_cb = None
@@ -621,16 +732,15 @@ def main() -> None:
                 if key in used
             )
             print(f"  {name:<26}{cells}", flush=True)
-        for rate in [int(r) for r in args.rates.split(",") if r]:
-            secs = args.latency_seconds
-            for client, fn in (
-                ("ours", latency_ours),
-                ("aiokafka", latency_aiokafka),
-                ("confluent", latency_confluent),
-            ):
-                if client in clients:
-                    lat = run(fn, bs, create_topic(bs), rate, secs)
-                    print(f"latency {rate:>6} msg/s {client:<10} {pct(lat)}", flush=True)
+        ballast = [{"i": i} for i in range(args.ballast)]  # an application's heap
+        rates = [int(r) for r in args.rates.split(",") if r]
+        if rates:
+            print(
+                f"latency: {args.ballast} long-lived objects of ballast, collector on,"
+                f" {'a closure per record' if LAMBDAS else 'one shared callback'}"
+            )
+        latency_runs(bs, clients, rates, args.latency_seconds)
+        del ballast
         print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
@@ -667,6 +777,7 @@ def _row(name: str, r: dict[str, float]) -> str:
     return (
         f"{name:<28}{cell('ours')}{cell('aio')}{cell('conf')}"
         f"{ratio('ours', 'aio')}{ratio('ours', 'conf')}{cell('null')}{ratio('null', 'conf', 10)}"
+        f"{ratio('ours', 'null')}"
     )
 
 

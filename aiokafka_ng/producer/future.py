@@ -48,9 +48,14 @@ appended is not part of the transaction).
 
 The cyclic GC: every tracked object a ``send()`` leaves alive counts toward a collection,
 and thousands of records in flight outlive the young collections and end in full ones
-(20-30% of the per-record patterns' time, measured). So the per-record containers are kept
-few: a future's one waiter is kept as is, not in a list; the completion lists are flat,
-not a tuple per future; and a delivered future leaves the GC's lists (``_C_UNTRACK``).
+(20-30% of the per-record patterns' time, measured; and the full ones set the send->ack
+tail). So a record in flight is one tracked object, its future, whatever one callback
+waits on it: the callback sits in the future's slots (``_waiters``, its context in
+``_ctx``), not in a list or a tuple; a callback registered from an empty context keeps the
+one shared empty context rather than a copy of its own; the completion lists are flat,
+not a tuple per future; a delivered future and its ``RecordMetadata`` leave the GC's lists
+(``_C_UNTRACK``); and nothing on the path forms a reference cycle (the batch drops its
+futures when it completes), so finished records are freed by reference counting.
 
 Offsets: ``RecordMetadata.offset`` is the batch's base offset plus the record's offset delta.
 When the broker did not return a base offset -- acks=0, or a DUPLICATE_SEQUENCE_NUMBER answer
@@ -140,11 +145,30 @@ class FutureNotDoneError(IllegalStateError, asyncio.InvalidStateError):
 _PENDING: BaseException = Exception("pending")
 
 Callback = Callable[[Any], Any]
-# A waiter is a user's done-callback with the context it runs in (asyncio's rule) as a
-# tuple, or -- a bare ``anyio.Event`` -- one of the producer's own waits for the *delivery*,
-# which cancelling the future does not release. ``_waiters`` holds None, one waiter as it
-# is (the common case: a gather's or a Task's one callback), a list of them, or
-# ``_Cancelled``: no list per future for the cyclic GC to count (see ``_due``).
+# A waiter is a user's done-callback with the context it runs in (asyncio's rule), or --
+# an ``anyio.Event`` -- one of the producer's own waits for the *delivery*, which
+# cancelling the future does not release. ``_waiters`` holds None; one callback as it is,
+# its context in ``_ctx`` (the common case: a gather's, a Task's or a user's one callback);
+# a list of waiters, each callback there as a (callback, context) tuple; or
+# ``_Cancelled``. So a pending future with one callback is one object for the cyclic GC,
+# not three (no list, no tuple): see "The cyclic GC" above.
+
+#: The context a callback registered from an empty context runs in (a copy of it: see
+#: ``_caller_context``). ``copy_context()`` makes a new Context object per call, and one
+#: kept per pending record is one more object for the collector to walk.
+_EMPTY_CONTEXT = contextvars.Context()
+_copy_context = contextvars.copy_context
+_new_context = contextvars.Context
+
+
+def _caller_context() -> contextvars.Context:
+    """What ``add_done_callback`` keeps for a callback given no context: a copy of the
+    caller's context, as asyncio keeps -- or, when that is empty (no context variable set:
+    asyncio and anyio set none), the one shared empty context. That one is never entered:
+    each callback kept with it runs in a fresh empty context (``_call``), so sharing it
+    changes nothing a callback can see -- what one callback sets stays in its own."""
+    ctx = _copy_context()
+    return ctx if len(ctx) else _EMPTY_CONTEXT
 
 
 class _Cancelled:
@@ -163,10 +187,11 @@ class Delivery(Generic[T]):
     records) share: the delivery state, waiters and callbacks, and the asyncio future
     protocol. ``result()`` gives a ``T`` once delivered."""
 
-    # Seven slots (88 bytes with the GC header): one lives per record in flight, and
+    # Eight slots (96 bytes with the GC header): one lives per record in flight, and
     # buffer_memory accounts for it. ``_exc`` is the delivery state (``_PENDING`` until the
-    # producer knows); ``_waiters`` holds callbacks and waits, or ``_Cancelled``.
-    __slots__ = ("_batch", "_delta", "_exc", "_loop", "_timestamp", "_waiters", "topic")
+    # producer knows); ``_waiters`` holds callbacks and waits, or ``_Cancelled``; ``_ctx``
+    # the context of a lone callback in ``_waiters``.
+    __slots__ = ("_batch", "_ctx", "_delta", "_exc", "_loop", "_timestamp", "_waiters", "topic")
 
     def __init__(
         self, topic: str, timestamp_ms: int, loop: asyncio.AbstractEventLoop | None = None
@@ -177,7 +202,8 @@ class Delivery(Generic[T]):
         self._batch: ProducerBatch | None = None
         self._delta = 0
         self._exc: BaseException | None = _PENDING
-        self._waiters: Any = None  # None, a waiter, a list of waiters, or _Cancelled
+        self._waiters: Any = None  # None, a callback, a list of waiters, or _Cancelled
+        self._ctx: contextvars.Context | None = None
 
     # ------------------------------------------------------------------ asyncio protocol
 
@@ -243,27 +269,41 @@ class Delivery(Generic[T]):
         waiters = self._waiters
         if self._exc is not _PENDING or waiters.__class__ is _Cancelled:  # done()
             if loop is not None:
-                _dispatch(loop, [self, [(fn, context)]])
+                _dispatch(loop, [self, fn, _caller_context() if context is None else context])
             else:
                 fn(self)  # in the caller's own task: its exception is the caller's
             return
         if loop is not None and context is None:
-            context = contextvars.copy_context()
-        if waiters is None:
-            self._waiters = (fn, context)
+            context = _caller_context()
+        if waiters is None and fn is not None:
+            self._waiters = fn
+            self._ctx = context
+        elif waiters is None:
+            self._waiters = [(fn, context)]  # None is not a lone callback's mark
         elif waiters.__class__ is list:
             waiters.append((fn, context))
         else:
-            self._waiters = [waiters, (fn, context)]
+            self._waiters = [(waiters, self._ctx), (fn, context)]
+            self._ctx = None
 
     def remove_done_callback(self, fn: Callback) -> int:
         """Remove every registration of ``fn``; return how many there were."""
-        waiters = _listed(self._waiters)
+        waiters = _listed(self)
         keep = [w for w in waiters if w.__class__ is not tuple or w[0] != fn]
         removed = len(waiters) - len(keep)
         if removed:
-            self._waiters = keep[0] if len(keep) == 1 else (keep or None)
+            self._set_waiters(keep)
         return removed
+
+    def _set_waiters(self, waiters: list[Any]) -> None:
+        """Keep ``waiters`` (of a pending future) in their most compact form."""
+        self._ctx = None
+        if not waiters:
+            self._waiters = None
+        elif len(waiters) == 1 and waiters[0].__class__ is tuple and waiters[0][0] is not None:
+            self._waiters, self._ctx = waiters[0]
+        else:
+            self._waiters = waiters
 
     def cancel(self, msg: Any = None) -> bool:
         """Detach the waiters: the future becomes cancelled. The record is *not* taken
@@ -272,11 +312,12 @@ class Delivery(Generic[T]):
             return False
         events: list[anyio.Event] = []
         callbacks: list[Any] = []
-        for w in _listed(self._waiters):
+        for w in _listed(self):
             (callbacks if w.__class__ is tuple else events).append(w)
         self._waiters = _Cancelled(msg, events)
+        self._ctx = None
         if callbacks:
-            _dispatch(self._loop, [self, callbacks])
+            _dispatch(self._loop, [self, callbacks, None])
         return True
 
     def __await__(self) -> Generator[Any, None, T]:
@@ -307,13 +348,14 @@ class Delivery(Generic[T]):
             event = anyio.Event()
             waiters = self._waiters
             if waiters is None:
-                self._waiters = event
+                self._waiters = [event]
             elif waiters.__class__ is _Cancelled:
                 waiters.events.append(event)
             elif waiters.__class__ is list:
                 waiters.append(event)
             else:
-                self._waiters = [waiters, event]
+                self._waiters = [(waiters, self._ctx), event]
+                self._ctx = None
             await event.wait()
 
     async def wait(self) -> T:
@@ -361,10 +403,11 @@ class DeliveryFuture(Delivery[RecordMetadata]):
         assert batch is not None
         base = batch.base_offset
         ts = batch.log_append_time
-        return _tuple_new(
+        topic = self.topic
+        md = _tuple_new(
             RecordMetadata,
             (
-                self.topic,
+                topic,
                 batch.partition,
                 base + self._delta if base >= 0 else -1,
                 ts if ts >= 0 else self._timestamp,
@@ -372,6 +415,13 @@ class DeliveryFuture(Delivery[RecordMetadata]):
                 batch.log_start_offset,
             ),
         )
+        if topic.__class__ is str and _C_UNTRACK is not None:
+            # A str and three ints (the timestamp was checked to be an int in send()):
+            # it can be in no cycle. The collector untracks plain tuples like this at its
+            # first pass, but not a tuple subclass: every gather result would be walked
+            # by every collection until dropped (10k per gather window).
+            _C_UNTRACK(md)
+        return md
 
 
 class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
@@ -455,9 +505,10 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
         if self._remaining > 0:
             return
         self._exc = self._first_exc if self._first_exc is not None else exc
+        ctx = self._ctx
         waiters = _take_waiters(self)
         if waiters is not None:
-            _dispatch(self._loop, [self, waiters])
+            _dispatch(self._loop, [self, waiters, ctx])
 
     def queued_error(self) -> BaseException | None:
         """The first error of a record that was queued (None: all of them delivered);
@@ -610,12 +661,14 @@ def finish_all(
             if outcome is _PENDING:
                 continue  # records of the run in other batches are still undecided
             run._exc = outcome
+            run_ctx = run._ctx
             run_waiters = _take_waiters(run)
             if run_waiters is not None:
                 if todo is None:
                     todo = []
                 todo.append(run)
                 todo.append(run_waiters)
+                todo.append(run_ctx)
     for fut in futures:
         if fut._exc is not _PENDING:
             continue
@@ -640,6 +693,8 @@ def finish_all(
                     todo = []
                 todo.append(fut)
                 todo.append(waiters)
+                todo.append(fut._ctx)
+                fut._ctx = None
         if (
             exc is None
             and untrack is not None
@@ -654,16 +709,19 @@ def finish_all(
             finish_all((member.run,), member._exc, loop)  # one record of the run decided
 
 
-def _listed(waiters: Any) -> list[Any]:
-    """A future's ``_waiters`` as a list (empty for None or a cancelled future's)."""
+def _listed(fut: Delivery[Any]) -> list[Any]:
+    """A future's waiters as a list, a callback as a (callback, context) tuple (empty for
+    none or a cancelled future's)."""
+    waiters = fut._waiters
     if waiters is None or waiters.__class__ is _Cancelled:
         return []
-    return waiters if waiters.__class__ is list else [waiters]
+    return waiters if waiters.__class__ is list else [(waiters, fut._ctx)]
 
 
 def _take_waiters(fut: Delivery[Any]) -> Any:
-    """A just-decided future's callbacks and waits to run, taken off it; a cancelled
-    future's delivery waits are released here (its callbacks ran when it was cancelled)."""
+    """A just-decided future's callbacks and waits to run, taken off it (a lone callback's
+    context is ``fut._ctx``, read before); a cancelled future's delivery waits are released
+    here (its callbacks ran when it was cancelled)."""
     waiters = fut._waiters
     if waiters is None:
         return None
@@ -673,14 +731,16 @@ def _take_waiters(fut: Delivery[Any]) -> Any:
         waiters.events = []
         return None
     fut._waiters = None
+    fut._ctx = None
     return waiters
 
 
 #: Per loop, the waiters due to run at its next turn. One ``call_soon`` runs them all:
 #: ``gather`` over 10k futures that are mostly done already would otherwise cost 10k
-#: loop handles. The lists are flat -- a future (or None), its waiters, a future, ... -- not
-#: a tuple per future: every tuple would be one more allocation the cyclic GC counts, in a
-#: burst of thousands that outlives the young collections it triggers.
+#: loop handles. The lists are flat -- a future (or None), its waiters (a lone callback or
+#: a list), that callback's context (None with a list), a future, ... -- not a tuple per
+#: future: every tuple would be one more allocation the cyclic GC counts, in a burst of
+#: thousands that outlives the young collections it triggers.
 _due: dict[asyncio.AbstractEventLoop, list[Any]] = {}
 
 
@@ -703,8 +763,7 @@ async def callbacks_run(loop: asyncio.AbstractEventLoop | None) -> None:
     due = None if loop is None else _due.get(loop)
     if due is not None:
         event = anyio.Event()
-        due.append(None)  # no future: runs after the queued ones
-        due.append([event])
+        due += (None, [event], None)  # no future: runs after the queued ones
         await event.wait()
 
 
@@ -713,21 +772,33 @@ def _run_due(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _run_waiters(todo: list[Any]) -> None:
-    for i in range(0, len(todo), 2):
+    for i in range(0, len(todo), 3):
         fut = todo[i]
         waiters = todo[i + 1]
-        # A 1-tuple made and freed here costs the GC nothing (it counts the living).
-        for w in waiters if waiters.__class__ is list else (waiters,):
+        if waiters.__class__ is not list:
+            _call(waiters, todo[i + 2], fut)
+            continue
+        for w in waiters:
             if w.__class__ is tuple:
-                fn, ctx = w
-                try:
-                    if ctx is None:
-                        fn(fut)
-                    else:
-                        ctx.run(fn, fut)
-                except Exception:
-                    # A user callback must not take the producer (or the other callbacks
-                    # of this batch) down; asyncio logs callback errors the same way.
-                    log.exception("delivery callback %r failed", fn)
+                _call(w[0], w[1], fut)
             else:
                 w.set()
+
+
+def _call(fn: Callback, ctx: contextvars.Context | None, fut: Any) -> None:
+    try:
+        if ctx is None:  # trio: in the producer's task
+            fn(fut)
+        elif ctx is _EMPTY_CONTEXT:
+            # The shared one is never entered itself: a fresh empty context per callback
+            # (made and freed here, nothing for the collector to keep counting), so no
+            # callback sees what another set.
+            _new_context().run(fn, fut)
+        else:
+            # The caller's copy, or the context given (a Task's own: its wake-up must run
+            # in it, not in a copy, or what the task sets after resuming would be lost).
+            ctx.run(fn, fut)
+    except Exception:
+        # A user callback must not take the producer (or the other callbacks of this
+        # batch) down; asyncio logs callback errors the same way.
+        log.exception("delivery callback %r failed", fn)

@@ -82,7 +82,7 @@ _CODECS = {
 #: Per-record bytes charged to the memory pool on top of key/value/headers, so that
 #: buffer_memory bounds the process's real memory, not just the payload bytes. Measured with
 #: tracemalloc (CPython 3.11): a record in a batch costs its framing (~10-20 B), its
-#: DeliveryFuture (88 B), its offset-delta int (32 B above 256) and a list slot (8 B).
+#: DeliveryFuture (96 B), its offset-delta int (32 B above 256) and a list slot (8 B).
 _RECORD_OVERHEAD = 192
 #: Charged on top for a record that must wait for its topic's metadata: its queue entry
 #: (a tuple and a float, ~150 B) and the key/value bytes objects' own headers (33 B each).

@@ -159,9 +159,9 @@ def test_withdrawn_records_decide_a_run_without_counting_for_a_commit() -> None:
 
 @pytest.mark.anyio
 async def test_one_waiter_is_kept_as_is_and_several_as_a_list() -> None:
-    # _waiters holds one waiter without a list (no list per future for the GC to count);
-    # every path -- a second callback, a delivery wait, removal, cancellation, delivery --
-    # sees all of them.
+    # _waiters holds one callback as it is, its context in _ctx (no list and no tuple per
+    # future for the GC to count); every path -- a second callback, a delivery wait,
+    # removal, cancellation, delivery -- sees all of them.
     from aiokafka_ng.producer.future import _listed
 
     fut = DeliveryFuture("t", 7)
@@ -171,31 +171,39 @@ async def test_one_waiter_is_kept_as_is_and_several_as_a_list() -> None:
         seen.append("first")
 
     fut.add_done_callback(first)
-    assert fut._waiters.__class__ is tuple and _listed(fut._waiters) == [fut._waiters]
+    assert fut._waiters is first and _listed(fut) == [(first, None)]
     assert fut.remove_done_callback(first) == 1 and fut._waiters is None
     fut.add_done_callback(first)
     fut.add_done_callback(lambda f: seen.append("second"))
-    assert len(_listed(fut._waiters)) == 2
+    assert fut._waiters.__class__ is list and len(_listed(fut)) == 2
     assert fut.remove_done_callback(first) == 1
-    assert fut._waiters.__class__ is tuple  # one left: kept as is again
+    assert callable(fut._waiters) and fut._waiters is not first  # one left: kept as is
     async with anyio.create_task_group() as tg:
         tg.start_soon(fut.wait_done)
         await anyio.wait_all_tasks_blocked()
         assert fut._waiters.__class__ is list  # the callback and the delivery wait
         fut._batch = FakeBatch()  # type: ignore[assignment]
         fut._finish(None)
-    assert seen == ["second"]
+    assert seen == ["second"] and fut._waiters is None and fut._ctx is None
     # A lone delivery wait, then cancellation: the wait still follows the delivery.
     fut2 = DeliveryFuture("t", 7)
     async with anyio.create_task_group() as tg:
         tg.start_soon(fut2.wait_done)
         await anyio.wait_all_tasks_blocked()
-        assert isinstance(fut2._waiters, anyio.Event)
+        assert fut2._waiters.__class__ is list and isinstance(fut2._waiters[0], anyio.Event)
         fut2.add_done_callback(lambda f: seen.append("cancelled"))
         assert fut2.cancel()
         fut2._batch = FakeBatch()  # type: ignore[assignment]
         fut2._finish(None)
     assert seen == ["second", "cancelled"] and fut2.delivery_error() is None
+    # None is no callback's mark: registered, it is kept in the list form (and fails when
+    # called, as asyncio's would; the failure is logged, the delivery goes on).
+    fut3 = DeliveryFuture("t", 7)
+    fut3.add_done_callback(None)  # type: ignore[arg-type]
+    assert fut3._waiters == [(None, None)] and not fut3.done()
+    fut3._batch = FakeBatch()  # type: ignore[assignment]
+    fut3._finish(None)
+    assert fut3.done() and fut3.result().offset == 100
 
 
 def test_a_delivered_future_leaves_the_gc_lists_a_failed_one_stays() -> None:
