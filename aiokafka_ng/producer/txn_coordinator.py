@@ -27,8 +27,8 @@ AddPartitions/AddOffsets as a no-op and a repeated EndTxn of the same kind as su
 Versions: AddPartitionsToTxn stops at v3 (v4+ is the broker-to-broker batched form; one
 request still carries all our new partitions), EndTxn at v4 and TxnOffsetCommit at v4, or
 v5 of both in a transaction of KIP-890's transactions v2 (the epoch moves at every EndTxn;
-see transactions.py), InitProducerId at v5. Tansu rejects InitProducerId v0-v2, Kafka needs v3+ to bump an epoch
-(KIP-360); older versions are still used against older brokers.
+see transactions.py), InitProducerId at v5. Tansu rejects InitProducerId v0-v2, Kafka needs
+v3+ to bump an epoch (KIP-360); older versions are still used against older brokers.
 """
 
 from __future__ import annotations
