@@ -160,6 +160,7 @@ class Cluster:
         self._bootstrap_ids = [-(i + 1) for i in range(len(config.bootstrap_servers))]
         self._metadata = ClusterMetadata()
         self._listeners: list[Callable[[ClusterMetadata], None]] = []
+        self._error_listeners: list[Callable[[KafkaError], None]] = []
         self._tg: TaskGroup | None = None
         # Refresher state (see "Coalescing" and "Pacing" above).
         self._tracked: set[str] = set()
@@ -255,6 +256,18 @@ class Cluster:
         def remove() -> None:
             if callback in self._listeners:
                 self._listeners.remove(callback)
+
+        return remove
+
+    def add_error_listener(self, callback: Callable[[KafkaError], None]) -> Callable[[], None]:
+        """Call ``callback(error)`` when a metadata refresh fails with an error retrying
+        cannot fix (authentication, authorization); returns the remover. Topic waiters get
+        the error anyway; this is for clients whose records wait without a waiter."""
+        self._error_listeners.append(callback)
+
+        def remove() -> None:
+            if callback in self._error_listeners:
+                self._error_listeners.remove(callback)
 
         return remove
 
@@ -731,6 +744,9 @@ class Cluster:
             self._fatal = None if exc.retriable else exc
             self._fatal_seq = seq
             self._finish_attempt(all_topics=self._fatal is not None)
+            if self._fatal is not None:
+                for callback in list(self._error_listeners):
+                    callback(exc)
             raise
         now = anyio.current_time()
         self._failures = 0

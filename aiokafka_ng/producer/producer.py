@@ -289,6 +289,7 @@ class Producer:
         self._tg = await enter_task_group(stack)
         self._tasks = Supervised(self._tg, self._crashed)
         stack.callback(cluster.add_listener(self._on_metadata))
+        stack.callback(cluster.add_error_listener(self._on_cluster_error))
 
     async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until a broker answered. ``start()`` does not wait for the cluster (records
@@ -689,6 +690,13 @@ class Producer:
     def _request_metadata(self, topic: str) -> None:
         if self._cluster is not None:
             self._cluster.request_update([topic])
+
+    def _on_cluster_error(self, exc: KafkaError) -> None:
+        # As Java's Sender on an authentication failure: what waits for metadata (or for a
+        # producer id: _producer_id_loop) fails with it now, not at delivery_timeout_ms.
+        # Later sends try again (credentials may be fixed, a token refreshed).
+        if isinstance(exc, SaslAuthenticationFailedError):
+            self._acc.abort_all(exc)
 
     def _on_metadata(self, snapshot: Any) -> None:
         try:

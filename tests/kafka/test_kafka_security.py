@@ -153,3 +153,16 @@ async def test_sasl_ssl_scram_round_trip(kafka_cluster: KafkaCluster) -> None:
     password = kafka_cluster.users["alice"]
     config = sasl(kafka_cluster, "SCRAM-SHA-512", "alice", password, "SASL_SSL")
     await round_trip(config, kafka_cluster)
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+async def test_a_producer_with_a_wrong_password_fails_its_records_at_once(
+    kafka_cluster: KafkaCluster, idempotent: bool
+) -> None:
+    """Records waiting for metadata (or a producer id) fail with the authentication error,
+    as in Java's Sender, not after delivery_timeout_ms (120 s): without idempotence nothing
+    but the metadata refresh talks to the broker, so the cluster has to pass the error on."""
+    config = sasl(kafka_cluster, "SCRAM-SHA-256", "alice", "not-her-password", "SASL_PLAINTEXT")
+    async with Producer(enable_idempotence=idempotent, close_timeout_ms=1000, **config) as p:
+        with anyio.fail_after(20), pytest.raises(SaslAuthenticationFailedError):
+            await p.send_and_wait(unique("sec"), b"never")
