@@ -288,7 +288,12 @@ async def test_our_producer_to_java_consumer_and_partitioner(kafka_cluster: Kafk
             want[case] = expected_rows(records[case], acks)
         keyed = [r for case in cases for r in records[case] if r["partition"] is None]
         ops: list[dict[str, Any]] = [
-            {"op": "consume", "topic": topics[case], "isolation": "read_committed"}
+            {
+                "op": "consume",
+                "topic": topics[case],
+                "isolation": "read_committed",
+                "count": len(want[case]),
+            }
             for case in cases
         ]
         ops.append(

@@ -87,7 +87,15 @@ async def check_run(cluster: KafkaCluster, transactions: int, *, v2: bool) -> tu
         assert await read_committed(cluster, sink, len(committed)) == committed
         if v2:  # the Java client's read_committed consumer as a second witness
             lines = await run_java(
-                cluster, [{"op": "consume", "topic": sink, "isolation": "read_committed"}]
+                cluster,
+                [
+                    {
+                        "op": "consume",
+                        "topic": sink,
+                        "isolation": "read_committed",
+                        "count": len(committed),
+                    }
+                ],
             )
             assert [unb64(line["value"]) for line in lines if line["op"] == "record"] == committed
         async with admin_for(cluster) as admin:

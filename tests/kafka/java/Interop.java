@@ -9,7 +9,8 @@
 //             transactions: [{"commit": bool, "records": [...]}]; a record is
 //             {partition?, key, value, timestamp?, headers: [[name, value], ...]}
 //             -> {"op":"produced", "topic", "acks": [[partition, offset, timestamp], ...]}
-//   consume   {topic, isolation} reads every partition from the beginning up to its end
+//   consume   {topic, isolation, count?} reads every partition from the beginning: at least
+//             count records (when given), then up to each partition's end
 //             offset (the LSO under read_committed) -> {"op":"record", ...} per record, then
 //             {"op":"consumed", "topic", "count"}
 //   group     {topic, group_id} a classic group member with the default assignors: prints
@@ -148,11 +149,28 @@ public class Interop {
             for (PartitionInfo info : consumer.partitionsFor(topic)) tps.add(new TopicPartition(topic, info.partition()));
             consumer.assign(tps);
             consumer.seekToBeginning(tps);
-            // endOffsets follows isolation.level: the LSO under read_committed.
+            // With "count": read at least that many records first. The end offsets alone are
+            // not enough: a partition whose leader just moved (a broker stalled on a loaded
+            // machine) may report a high watermark behind the old leader's for a moment.
+            int expect = op.path("count").asInt(-1);
+            long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+            while (count < expect) {
+                if (System.nanoTime() > deadline) {
+                    Map<TopicPartition, Long> at = new HashMap<>();
+                    for (TopicPartition tp : tps) at.put(tp, consumer.position(tp));
+                    throw new IllegalStateException("read " + count + " of " + expect + " in 60 s: positions "
+                            + at + ", end offsets " + consumer.endOffsets(tps));
+                }
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    emit(recordJson(r));
+                    count++;
+                }
+            }
+            // Then up to the end (so records beyond those expected show): endOffsets follows
+            // isolation.level, the LSO under read_committed.
             Map<TopicPartition, Long> end = consumer.endOffsets(tps);
-            long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
             while (tps.stream().anyMatch(tp -> consumer.position(tp) < end.get(tp))) {
-                if (System.nanoTime() > deadline) throw new IllegalStateException("not caught up in 30 s: " + end);
+                if (System.nanoTime() > deadline) throw new IllegalStateException("not caught up in 60 s: " + end);
                 for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
                     emit(recordJson(r));
                     count++;
