@@ -19,6 +19,7 @@ import pytest
 from aiokafka_ng import AcknowledgeType, Producer, ShareConsumer, ShareRecord, TopicPartition
 from aiokafka_ng.admin import AlterConfigOp, ConfigResource
 from aiokafka_ng.admin.share_groups import ShareGroupState
+from aiokafka_ng.consumer.errors import RecordDeserializationError
 from aiokafka_ng.errors import IllegalStateError, InvalidRecordStateError, NonEmptyGroupError
 from aiokafka_ng.testing import KafkaCluster
 from tests.kafka.helpers import admin_for, eventually, new_topic, unique
@@ -264,3 +265,27 @@ async def test_share_group_offsets_list_alter_delete(kafka_cluster: KafkaCluster
     assert sorted(r.offset for r in replay) == [2, 3, 4, 5]
     assert isinstance(busy[tp], NonEmptyGroupError), busy[tp]
     assert tp not in deleted
+
+
+async def test_undeserializable_record_is_released_and_reported(
+    kafka_cluster: KafkaCluster,
+) -> None:
+    failing = {b"bad"}  # the deserializer fails on this value the first time only
+
+    def value_de(raw: bytes | None) -> bytes | None:
+        if raw in failing:
+            failing.discard(raw)
+            raise ValueError("cannot read it")
+        return raw
+
+    async with new_topic(kafka_cluster, 1, 3) as topic:
+        group = await share_group(kafka_cluster)
+        await produce(kafka_cluster, topic, [b"good", b"bad"])
+        async with consumers(kafka_cluster, topic, group, value_deserializer=value_de) as [c]:
+            with anyio.fail_after(30), pytest.raises(RecordDeserializationError) as info:
+                while True:
+                    await c.poll(timeout_ms=1000)  # "good" may come in an earlier round
+            got = await poll_until(c, lambda got: any(r.value == b"bad" for r in got))
+    assert (info.value.topic, info.value.offset) == (topic, 1)
+    bad = [r for r in got if r.value == b"bad"]
+    assert len(bad) == 1 and bad[0].delivery_count == 2  # released, delivered again

@@ -20,13 +20,14 @@ import anyio
 
 from aiokafka_ng.cluster import Cluster
 from aiokafka_ng.consumer.config import ConsumerConfig
+from aiokafka_ng.consumer.errors import RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
-from aiokafka_ng.errors import IllegalStateError, KafkaError
+from aiokafka_ng.errors import IllegalStateError, KafkaError, ProtocolError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages import share_acknowledge as sa
 from aiokafka_ng.protocol.messages import share_fetch as sf
-from aiokafka_ng.protocol.records import iter_batches
+from aiokafka_ng.protocol.records import RecordBatch, iter_batches
 
 __all__ = ["AcknowledgeType", "ShareRecord"]
 
@@ -98,6 +99,7 @@ class _ShareWire:
     _acks: dict[TopicPartition, dict[int, int]]
     _buffer: deque[ShareRecord[Any, Any]]
     _backoff: ExponentialBackoff
+    _decode_error: RecordDeserializationError | None
     member_id: str
 
     # ------------------------------------------------------------------ fetching
@@ -204,7 +206,19 @@ class _ShareWire:
             return
         if not p.acquired_records or tp not in self._assignment:
             return
-        batches = list(iter_batches(p.records or b"", verify_crc=self._config.check_crcs))
+        batches: list[RecordBatch] = []
+        try:
+            # extend keeps the batches read before a bad one (they name releasable offsets)
+            batches.extend(iter_batches(p.records or b"", verify_crc=self._config.check_crcs))
+            decoded = [
+                b.consumer_records(tp.topic, tp.partition) for b in batches if not b.is_control
+            ]
+        except ProtocolError as exc:
+            # Garbage where records should be: hand out nothing of it and release what
+            # can be named (the rest comes back when its lock expires); the broker's
+            # delivery count limit ends the loop if the log itself is bad.
+            log.error("share fetch %s: undecodable records (%s); released", tp, exc)
+            decoded = None
         if not batches:
             return
         # Acquired ranges are clamped to the batches sent: a range beyond them names
@@ -214,29 +228,42 @@ class _ShareWire:
         for r in p.acquired_records:
             for offset in range(max(r.first_offset, low), min(r.last_offset, high) + 1):
                 counts[offset] = r.delivery_count
-        delivered: set[int] = set()
+        acks = self._acks.setdefault(tp, {})
+        if decoded is None:
+            acks.update(dict.fromkeys(counts, int(AcknowledgeType.RELEASE)))
+            return
         key_de, value_de = self._config.key_deserializer, self._config.value_deserializer
-        for batch in batches:
-            if batch.is_control:
-                continue
-            for rec in batch.consumer_records(tp.topic, tp.partition):
-                count = counts.get(rec.offset)
+        for records in decoded:
+            for rec in records:
+                count = counts.pop(rec.offset, None)
                 if count is None:
+                    continue  # not acquired for us (another member's, or already done)
+                try:
+                    key = key_de(rec.key) if key_de else rec.key
+                    value = value_de(rec.value) if value_de else rec.value
+                except Exception as exc:
+                    # Released (it comes back, up to the group's delivery count limit);
+                    # poll() raises the error once, after this round.
+                    acks[rec.offset] = int(AcknowledgeType.RELEASE)
+                    if self._decode_error is None:
+                        bad = RecordDeserializationError(
+                            f"{tp.topic}[{tp.partition}]@{rec.offset}: {exc!r}",
+                            tp.topic, tp.partition, rec.offset,
+                        )  # fmt: skip
+                        bad.__cause__ = exc
+                        self._decode_error = bad
                     continue
-                delivered.add(rec.offset)
                 self._buffer.append(
                     ShareRecord(
                         tp.topic, tp.partition, rec.offset, rec.timestamp, rec.timestamp_type,
-                        key_de(rec.key) if key_de else rec.key,
-                        value_de(rec.value) if value_de else rec.value,
-                        tuple(rec.headers), count,
+                        key, value, tuple(rec.headers), count,
                     )
                 )  # fmt: skip
-        gaps = counts.keys() - delivered
-        if gaps:
-            acks = self._acks.setdefault(tp, {})
-            for offset in gaps:
-                acks[offset] = _GAP
+        # Acquired offsets without a record (control records, compacted away) are
+        # acknowledged as gaps at once.
+        acks.update(dict.fromkeys(counts, _GAP))
+        if not acks:
+            del self._acks[tp]
 
     def _topic_ids(self, cluster: Cluster) -> dict[str, uuid.UUID]:
         return {n: t.topic_id for n, t in cluster.metadata.topics.items() if n in self._topics}

@@ -49,7 +49,7 @@ from anyio.abc import TaskStatus
 
 from aiokafka_ng.cluster import Cluster, TaskHost, enter_task_group
 from aiokafka_ng.consumer.config import ConsumerConfig
-from aiokafka_ng.consumer.errors import ConsumerStoppedError
+from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.share._wire import AcknowledgeType, ShareRecord, _Session, _ShareWire
 from aiokafka_ng.errors import ConfigError, IllegalStateError, KafkaError
@@ -112,6 +112,7 @@ class ShareConsumer(_ShareWire):
         self._host: TaskHost | None = None
         self._cluster: Cluster | None = None
         self._failure: BaseException | None = None
+        self._decode_error: RecordDeserializationError | None = None
         self._closed = False
         self._backoff = ExponentialBackoff.retry(
             self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
@@ -325,7 +326,7 @@ class ShareConsumer(_ShareWire):
         deadline = anyio.current_time() + timeout_ms / 1000
         # No cancellation around a fetch: a ShareFetch abandoned in flight would leave its
         # session's epoch unknown. Each round waits at most what is left of the timeout.
-        while not self._buffer:
+        while not self._buffer and self._decode_error is None:
             remaining = deadline - anyio.current_time()
             if not self._assignment:
                 if remaining <= 0:
@@ -339,6 +340,9 @@ class ShareConsumer(_ShareWire):
             self._running()
             if anyio.current_time() >= deadline:
                 break
+        if self._decode_error is not None:
+            error, self._decode_error = self._decode_error, None
+            raise error
         if not self._buffer and any(self._acks.values()):
             # Nothing came, but the previous batch's acknowledgements must not wait for
             # the next poll (their locks run out meanwhile).
