@@ -209,14 +209,25 @@ class ShareConsumer(_ShareWire):
         self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         task_status.started()
+        try:
+            await self._membership()
+        except Exception as exc:  # a bug of ours: stop loudly, not the caller's task group
+            self._fail(exc)
+
+    async def _membership(self) -> None:
         cluster = self._cluster
-        assert cluster is not None
+        group = self._config.group_id
+        assert cluster is not None and group is not None
         failures = 0
         interval = 1.0
         timeout = self._config.request_timeout_ms / 1000
-        group = self._config.group_id
-        assert group is not None
-        while True:
+        # The broker sends an assignment only when it changes: one naming a topic id our
+        # metadata does not know yet is kept here and resolved again each round.
+        target: sgh.Assignment | None = None
+        # Ends when closing: a heartbeat after the leave (epoch -1) would join again.
+        while not self._closed:
+            if failures:
+                await anyio.sleep(self._backoff.backoff_s(failures))
             req = sgh.ShareGroupHeartbeatRequest(
                 group_id=group,
                 member_id=self.member_id,
@@ -231,7 +242,6 @@ class ShareConsumer(_ShareWire):
                 failures += 1
                 log.debug("share group %s heartbeat failed: %r", group, exc)
                 cluster.invalidate_coordinator(group)
-                await anyio.sleep(self._backoff.backoff_s(failures))
                 continue
             code = resp.error_code
             if code:
@@ -241,40 +251,45 @@ class ShareConsumer(_ShareWire):
                 elif code in _REJOIN:
                     log.info("share group %s: %s, joining again", group, error_for_code(code).name)
                     self._epoch = 0
+                    target = None
                     self._set_assignment(frozenset())
-                    continue
                 elif code not in _RETRY:
                     self._fail(error_for_code(code)(resp.error_message))
                     return
-                await anyio.sleep(self._backoff.backoff_s(failures))
                 continue
             failures = 0
             self._epoch = resp.member_epoch
             if resp.heartbeat_interval_ms > 0:
                 interval = resp.heartbeat_interval_ms / 1000
             if resp.assignment is not None:
-                await self._apply(cluster, resp.assignment)
+                target = resp.assignment
+            if target is not None and await self._apply(cluster, target):
+                target = None
             with anyio.move_on_after(interval):
                 await self._hb_wake.wait()
             if self._hb_wake.is_set():
                 self._hb_wake = anyio.Event()
 
-    async def _apply(self, cluster: Cluster, assignment: sgh.Assignment) -> None:
-        """Topic ids -> names, from metadata (refreshed once if an id is not known yet)."""
+    async def _apply(self, cluster: Cluster, assignment: sgh.Assignment) -> bool:
+        """Topic ids -> names, from metadata (refreshed if an id is not known yet); True
+        when every topic of ``assignment`` was named."""
         wanted = {t.topic_id for t in assignment.topic_partitions}
         names = {t.topic_id: n for n, t in cluster.metadata.topics.items()}
         if not wanted <= names.keys():
-            await cluster.refresh(self._topics)
+            try:
+                await cluster.refresh(self._topics)
+            except KafkaError as exc:
+                log.debug("share consumer %s: metadata refresh failed: %r", self.member_id, exc)
             names = {t.topic_id: n for n, t in cluster.metadata.topics.items()}
-        tps = frozenset(
-            TopicPartition(names[t.topic_id], p)
-            for t in assignment.topic_partitions
-            if t.topic_id in names
-            for p in t.partitions
+        self._set_assignment(
+            frozenset(
+                TopicPartition(names[t.topic_id], p)
+                for t in assignment.topic_partitions
+                if t.topic_id in names
+                for p in t.partitions
+            )
         )
-        if not wanted <= names.keys():
-            self._hb_wake.set()  # ask again soon: the missing topics get another chance
-        self._set_assignment(tps)
+        return wanted <= names.keys()
 
     def _set_assignment(self, tps: frozenset[TopicPartition]) -> None:
         if tps != self._assignment:
