@@ -289,3 +289,21 @@ async def test_undeserializable_record_is_released_and_reported(
     assert (info.value.topic, info.value.offset) == (topic, 1)
     bad = [r for r in got if r.value == b"bad"]
     assert len(bad) == 1 and bad[0].delivery_count == 2  # released, delivered again
+
+
+async def test_closing_releases_what_was_not_acknowledged(kafka_cluster: KafkaCluster) -> None:
+    async with new_topic(kafka_cluster, 1, 3) as topic:
+        group = await share_group(kafka_cluster)  # the default 30 s lock
+        await produce(kafka_cluster, topic, [b"u", b"w"])
+        async with consumers(kafka_cluster, topic, group, acknowledgement_mode="explicit") as [c]:
+            held = await poll_until(c, lambda got: len(got) == 2)
+            member_id = c.member_id
+        # Left without acknowledging: the share session closed and the member left, so the
+        # broker released both at once (well before their 30 s locks would have run out).
+        async with consumers(kafka_cluster, topic, group) as [after]:
+            again = await poll_until(after, lambda got: len(got) == 2, within=20)
+            async with admin_for(kafka_cluster) as admin:
+                desc = (await admin.describe_share_groups([group])).result(group)
+    assert [r.offset for r in held] == [0, 1]
+    assert sorted((r.offset, r.delivery_count) for r in again) == [(0, 2), (1, 2)]
+    assert member_id not in {m.member_id for m in desc.members}
