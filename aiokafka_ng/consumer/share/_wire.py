@@ -138,9 +138,11 @@ class _ShareWire:
     ) -> None:
         session = self._sessions.setdefault(node, _Session())
         async with session.lock:
+            ids = self._topic_ids(cluster)
+            # Only partitions the request can name (their topic id known) join the session.
+            wanted = frozenset(tp for tp in wanted if tp.topic in ids)
             if not wanted and not session.partitions:
                 return
-            ids = self._topic_ids(cluster)
             if session.epoch == 0:
                 topics, forgotten = self._fetch_topics(ids, wanted, {}), {}
             else:
