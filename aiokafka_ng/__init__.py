@@ -37,6 +37,9 @@ _EXPORTS: dict[str, str] = {
     "OffsetAndMetadata": "aiokafka_ng.consumer",
     "OffsetAndTimestamp": "aiokafka_ng.consumer",
     "TopicPartition": "aiokafka_ng.consumer",
+    "ShareConsumer": "aiokafka_ng.consumer",
+    "ShareRecord": "aiokafka_ng.consumer",
+    "AcknowledgeType": "aiokafka_ng.consumer",
     "AdminClient": "aiokafka_ng.admin",
     "ClientStatus": "aiokafka_ng.cluster",
     "AdminConfig": "aiokafka_ng.admin",
@@ -52,6 +55,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "AcknowledgeType",
     "AdminClient",
     "AdminConfig",
     "BufferExhaustedError",
@@ -74,6 +78,8 @@ __all__ = [
     "ProducerConfig",
     "ProducerRecord",
     "RecordMetadata",
+    "ShareConsumer",
+    "ShareRecord",
     "TopicPartition",
     "__version__",
     "errors",
@@ -85,12 +91,15 @@ if TYPE_CHECKING:
     from aiokafka_ng.cluster import ClientStatus
     from aiokafka_ng.config import ProducerConfig
     from aiokafka_ng.consumer import (
+        AcknowledgeType,
         Consumer,
         ConsumerConfig,
         ConsumerRebalanceListener,
         ConsumerRecord,
         OffsetAndMetadata,
         OffsetAndTimestamp,
+        ShareConsumer,
+        ShareRecord,
         TopicPartition,
     )
     from aiokafka_ng.errors import (

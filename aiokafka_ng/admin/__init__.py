@@ -72,6 +72,7 @@ from aiokafka_ng.admin.results import AdminBatchError, ItemResults
 from aiokafka_ng.admin.share_groups import (
     ShareGroupDescription,
     ShareGroupListing,
+    ShareGroupOffset,
     ShareGroupState,
     ShareMemberDescription,
 )
@@ -157,6 +158,7 @@ __all__ = [
     "ScramMechanism",
     "ShareGroupDescription",
     "ShareGroupListing",
+    "ShareGroupOffset",
     "ShareGroupState",
     "ShareMemberDescription",
     "TokenInformation",

@@ -168,6 +168,9 @@ class ConfigResourceType(enum.IntEnum):
     BROKER = 4
     BROKER_LOGGER = 8
     CLIENT_METRICS = 16
+    #: Kafka's ``ConfigResource.Type.GROUP`` (KIP-848/KIP-932 group configs such as
+    #: ``share.auto.offset.reset``). ``GROUP = 3`` above is not a config resource type.
+    GROUP_CONFIGS = 32
 
 
 class ConfigSource(enum.IntEnum):
@@ -223,6 +226,11 @@ class ConfigResource:
     @classmethod
     def broker(cls, node_id: int | str) -> ConfigResource:
         return cls(ConfigResourceType.BROKER, str(node_id))
+
+    @classmethod
+    def group(cls, group_id: str) -> ConfigResource:
+        """A group's dynamic configs (e.g. a share group's ``share.auto.offset.reset``)."""
+        return cls(ConfigResourceType.GROUP_CONFIGS, group_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,15 @@
-"""Share groups (KIP-932): listing them and describing their members and assignments.
+"""Share groups (KIP-932): listing them, describing their members and assignments, and
+their start offsets (list / alter / delete, as Kafka 4.2's Admin has them).
 
 ``list_share_groups`` is ListGroups v5 with the type filter "share", asked of every broker;
 the answer is filtered here too, so a broker that ignores the filter cannot slip other
 groups in. ``describe_share_groups`` sends ShareGroupDescribe to each group's coordinator
 (share groups live in the group coordinator, found with FindCoordinator key type 0).
+
+A share group's offset is per partition: the *start offset*, below which every record is
+done (acknowledged or archived). DescribeShareGroupOffsets reads it (v1 adds the lag),
+AlterShareGroupOffsets sets it (the group must have no members, as for consumer groups),
+DeleteShareGroupOffsets forgets it per topic. All three go to the group coordinator.
 
 ShareGroupDescribe is negotiated as any request: v1, the first stable version (Kafka 4.1,
 where share groups left early access). The early-access v0 of Kafka 4.0 is not in the
@@ -14,10 +20,11 @@ schemas the client is generated from (Kafka 4.4's), so a 4.0 broker gets an
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
-from aiokafka_ng.admin._core import _AdminCore, broker_error
+from aiokafka_ng.admin._core import STALE_COORDINATOR, _AdminCore, broker_error, by_topic
 from aiokafka_ng.admin.models import (
     AclOperation,
     Node,
@@ -25,12 +32,19 @@ from aiokafka_ng.admin.models import (
     decode_authorized_operations,
 )
 from aiokafka_ng.admin.results import ItemResults
+from aiokafka_ng.errors import KafkaError
+from aiokafka_ng.protocol.messages import alter_share_group_offsets as asgo
+from aiokafka_ng.protocol.messages import delete_share_group_offsets as dsgo
+from aiokafka_ng.protocol.messages import describe_share_group_offsets as dsgof
 from aiokafka_ng.protocol.messages import list_groups as lgr
 from aiokafka_ng.protocol.messages import share_group_describe as sgd
+
+K = TypeVar("K")
 
 __all__ = [
     "ShareGroupDescription",
     "ShareGroupListing",
+    "ShareGroupOffset",
     "ShareGroupState",
     "ShareMemberDescription",
 ]
@@ -84,6 +98,17 @@ class ShareGroupDescription:
     members: list[ShareMemberDescription]
     coordinator: Node | None
     authorized_operations: frozenset[AclOperation] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupOffset:
+    """A share group's position in one partition: records below ``start_offset`` are done.
+    ``lag`` (records from the start offset to the end, minus those already done) needs
+    DescribeShareGroupOffsets v1 (Kafka 4.2); None when the broker did not say."""
+
+    start_offset: int
+    leader_epoch: int | None
+    lag: int | None
 
 
 class ShareGroupOps(_AdminCore):
@@ -151,6 +176,154 @@ class ShareGroupOps(_AdminCore):
         return await self._at_coordinators(
             "describe_share_groups", group_ids, on_coordinator, timeout_ms
         )
+
+    async def list_share_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, ShareGroupOffset]:
+        """The share group's start offset in each partition it has state for (or in
+        ``partitions``); partitions without one are left out. A partition's error raises."""
+        tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+
+        async def call(node: int, deadline: float) -> dict[TopicPartition, ShareGroupOffset]:
+            topics = None if tps is None else by_topic(tps)
+            req = dsgof.DescribeShareGroupOffsetsRequest(
+                groups=[
+                    dsgof.DescribeShareGroupOffsetsRequestGroup(
+                        group_id=group_id,
+                        topics=None
+                        if topics is None
+                        else [
+                            dsgof.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps)
+                            for t, ps in topics.items()
+                        ],
+                    )
+                ]
+            )
+            resp = await self._send("list_share_group_offsets", node, req, deadline)
+            out: dict[TopicPartition, ShareGroupOffset] = {}
+            for g in resp.groups:
+                err = broker_error(g.error_code, g.error_message)
+                if err is not None:
+                    raise err
+                for t in g.topics:
+                    for p in t.partitions:
+                        perr = broker_error(p.error_code, p.error_message)
+                        if perr is not None:
+                            raise perr
+                        if p.start_offset < 0:
+                            continue  # no state for this partition yet
+                        out[TopicPartition(t.topic_name, p.partition_index)] = ShareGroupOffset(
+                            p.start_offset,
+                            p.leader_epoch if p.leader_epoch >= 0 else None,
+                            p.lag if p.lag >= 0 else None,
+                        )
+            return out
+
+        async def attempt(deadline: float) -> dict[TopicPartition, ShareGroupOffset]:
+            node = await self._cluster.coordinator(group_id)
+            try:
+                return await call(node, deadline)
+            except STALE_COORDINATOR:
+                self._cluster.invalidate_coordinator(group_id)
+                raise
+
+        return await self._run_one("list_share_group_offsets", attempt, timeout_ms)
+
+    async def alter_share_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartition, int],
+        timeout_ms: int | None = None,
+    ) -> ItemResults[TopicPartition, None]:
+        """Set the share group's start offset per partition. The group must have no
+        members (else each partition fails with ``NonEmptyGroupError``)."""
+        wanted = {TopicPartition(*tp): int(o) for tp, o in offsets.items()}
+
+        async def on_node(
+            node: int, pending: list[TopicPartition], deadline: float
+        ) -> dict[TopicPartition, KafkaError | None]:
+            req = asgo.AlterShareGroupOffsetsRequest(
+                group_id=group_id,
+                topics=[
+                    asgo.AlterShareGroupOffsetsRequestTopic(
+                        topic_name=t,
+                        partitions=[
+                            asgo.AlterShareGroupOffsetsRequestPartition(
+                                partition_index=p, start_offset=wanted[TopicPartition(t, p)]
+                            )
+                            for p in ps
+                        ],
+                    )
+                    for t, ps in by_topic(pending).items()
+                ],
+            )
+            resp = await self._send("alter_share_group_offsets", node, req, deadline)
+            top = broker_error(resp.error_code, resp.error_message)
+            if top is not None:
+                return dict.fromkeys(pending, top)
+            return {
+                TopicPartition(t.topic_name, p.partition_index): broker_error(
+                    p.error_code, p.error_message
+                )
+                for t in resp.responses
+                for p in t.partitions
+            }
+
+        return await self._at_group_coordinator(
+            "alter_share_group_offsets", group_id, list(wanted), on_node, timeout_ms
+        )
+
+    async def delete_share_group_offsets(
+        self, group_id: str, topics: Iterable[str], timeout_ms: int | None = None
+    ) -> ItemResults[str, None]:
+        """Forget the share group's state for whole topics (the group must be empty); the
+        next member starts them by ``share.auto.offset.reset`` again."""
+        names = list(dict.fromkeys([topics] if isinstance(topics, str) else topics))
+
+        async def on_node(
+            node: int, pending: list[str], deadline: float
+        ) -> dict[str, KafkaError | None]:
+            req = dsgo.DeleteShareGroupOffsetsRequest(
+                group_id=group_id,
+                topics=[dsgo.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in pending],
+            )
+            resp = await self._send("delete_share_group_offsets", node, req, deadline)
+            top = broker_error(resp.error_code, resp.error_message)
+            if top is not None:
+                return dict.fromkeys(pending, top)
+            return {
+                t.topic_name: broker_error(t.error_code, t.error_message) for t in resp.responses
+            }
+
+        return await self._at_group_coordinator(
+            "delete_share_group_offsets", group_id, names, on_node, timeout_ms
+        )
+
+    async def _at_group_coordinator(
+        self,
+        operation: str,
+        group_id: str,
+        items: list[K],
+        call: Callable[[int, list[K], float], Awaitable[Mapping[K, KafkaError | None]]],
+        timeout_ms: int | None,
+    ) -> ItemResults[K, None]:
+        """Per-item outcomes of one request to ``group_id``'s coordinator, in rounds."""
+
+        async def attempt(pending: list[K], deadline: float) -> Mapping[K, KafkaError | None]:
+            node = await self._cluster.coordinator(group_id)
+            try:
+                out = await call(node, pending, deadline)
+            except STALE_COORDINATOR:
+                self._cluster.invalidate_coordinator(group_id)
+                raise
+            if any(isinstance(v, STALE_COORDINATOR) for v in out.values()):
+                self._cluster.invalidate_coordinator(group_id)
+            return out
+
+        return await self._run(operation, items, attempt, timeout_ms)
 
 
 def _description(

@@ -27,8 +27,10 @@ from aiokafka_ng.consumer.models import (
     OffsetAndTimestamp,
     TopicPartition,
 )
+from aiokafka_ng.consumer.share import AcknowledgeType, ShareConsumer, ShareRecord
 
 __all__ = [
+    "AcknowledgeType",
     "CommitFailedError",
     "Consumer",
     "ConsumerConfig",
@@ -44,5 +46,7 @@ __all__ = [
     "RangeAssignor",
     "RecordDeserializationError",
     "RoundRobinAssignor",
+    "ShareConsumer",
+    "ShareRecord",
     "TopicPartition",
 ]

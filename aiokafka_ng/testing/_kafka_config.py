@@ -156,6 +156,7 @@ def node_properties(
         props["ssl.keystore.type"] = "PEM"
         props["ssl.keystore.location"] = str(keystore)
         props["ssl.client.auth"] = "none"
+    props.update(_SHARE_GROUPS)
     props.update(extra)
     return "".join(f"{key}={_escape(value)}\n" for key, value in props.items())
 
@@ -226,6 +227,12 @@ def kerberos_properties(
     for listener in ("sasl_plaintext", "sasl_ssl"):  # the mechanism list is for both
         props[f"listener.name.{listener}.gssapi.sasl.jaas.config"] = jaas
     return props
+
+
+# Share groups (KIP-932) are on by default in Kafka 4.2+ (nothing to set at format time).
+# A group's ``share.record.lock.duration.ms`` may not go below this broker floor (15 s by
+# default); 1 s (Kafka's least) lets the lock-expiry tests run in seconds.
+_SHARE_GROUPS: Final = {"group.share.min.record.lock.duration.ms": "1000"}
 
 
 def scram_arguments(users: Mapping[str, str]) -> list[str]:

@@ -18,6 +18,10 @@
 //             synchronously after each poll, and leaves when stdin yields a line or closes
 //   partition {keys, partitions} -> {"op":"partitions", "picked": [...]} by Java's default
 //             partitioner (murmur2 of the key bytes)
+//   share     {topic, group_id, max_poll_records?} a KafkaShareConsumer (implicit
+//             acknowledgement): prints {"op":"share_started"} after its first poll, each
+//             record (with "delivery_count"), {"op":"share_committed", "errors"} after each
+//             non-empty poll's commitSync, and leaves when stdin yields a line or closes
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
@@ -54,6 +58,7 @@ public class Interop {
                 case "consume" -> consume(bootstrap, op);
                 case "group" -> group(bootstrap, op, in);
                 case "partition" -> partition(op);
+                case "share" -> share(bootstrap, op, in);
                 default -> throw new IllegalArgumentException("unknown op " + op.get("op"));
             }
         }
@@ -229,5 +234,49 @@ public class Interop {
         ObjectNode o = JSON.createObjectNode().put("op", "partitions");
         o.set("picked", picked);
         emit(o);
+    }
+
+    static void share(String bootstrap, JsonNode op, BufferedReader in) {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, op.get("group_id").asText());
+        p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, op.path("max_poll_records").asText("500"));
+        AtomicBoolean stop = new AtomicBoolean();
+        try (KafkaShareConsumer<byte[], byte[]> consumer =
+                new KafkaShareConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            Thread stopper = new Thread(() -> {
+                try { in.readLine(); } catch (Exception e) { /* EOF or error: leave either way */ }
+                stop.set(true);
+                consumer.wakeup();
+            });
+            stopper.setDaemon(true);
+            stopper.start();
+            consumer.subscribe(List.of(op.get("topic").asText()));
+            boolean started = false;
+            while (!stop.get()) {
+                try {
+                    ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
+                    if (!started) {
+                        started = true;
+                        emit(JSON.createObjectNode().put("op", "share_started"));
+                    }
+                    for (ConsumerRecord<byte[], byte[]> r : records) {
+                        ObjectNode o = recordJson(r);
+                        o.put("delivery_count", r.deliveryCount().map(Short::intValue).orElse(-1));
+                        emit(o);
+                    }
+                    if (!records.isEmpty()) {
+                        ObjectNode o = JSON.createObjectNode().put("op", "share_committed");
+                        ArrayNode errors = o.putArray("errors");
+                        consumer.commitSync().forEach((tip, err) -> err.ifPresent(
+                                e -> errors.add(tip.topicPartition() + ": " + e)));
+                        emit(o);
+                    }
+                } catch (org.apache.kafka.common.errors.WakeupException e) {
+                    break;
+                }
+            }
+        }
+        emit(JSON.createObjectNode().put("op", "left"));
     }
 }

@@ -1,0 +1,441 @@
+"""The share consumer (KIP-932, "queues for Kafka"): ``ShareConsumer``.
+
+async with ShareConsumer("jobs", bootstrap_servers=..., group_id="workers") as consumer:
+    async for record in consumer:          # implicit mode: accepted when the next batch
+        ...                                # is asked for
+
+Members of a share group read the same partitions together: the broker hands each member
+records it *acquires* for it (under a time lock), and the member acknowledges each one as
+ACCEPT (done), RELEASE (give it to someone again; its delivery count grows) or REJECT
+(never again). A record whose lock expires unacknowledged is delivered again, possibly to
+another member.
+
+Theory of operation. Two activities share the state below, on one event loop:
+
+- The heartbeat task (``_heartbeat``) keeps the membership: ShareGroupHeartbeat to the group
+  coordinator at the interval the broker asks for, with a member id this client makes (as
+  Java does), epoch 0 to join, the broker's epoch after; the answer's assignment (topic ids
+  and partitions) replaces ``_assignment`` when present. Fenced or unknown -> join again at
+  epoch 0 with the same member id. ``stop()`` leaves with epoch -1.
+- ``poll()`` (and iteration, which uses it) does the fetching in the caller's task: one
+  ShareFetch per partition leader, concurrently. Each broker has a *share session* for this
+  member (``_Session``): epoch 0 opens it with the full partition list, each later request
+  uses the next epoch and names only partitions that are new (``topics``), gone
+  (``forgotten_topics_data``) or that carry acknowledgements; -1 closes it. A session's
+  requests are serialized by its lock, since each one's epoch depends on the previous
+  answer. A failed request resets the session to epoch 0; the acknowledgements it carried
+  are lost and their records come back when their locks expire (Java does the same).
+
+Acknowledgements are kept per partition as offset -> type (``_acks``): records handed out
+and not yet acknowledged have no entry in ``_unacked``; offsets the broker acquired but
+sent no record for (control records, compacted gaps) are acknowledged as GAP at once.
+Pending acknowledgements ride on the next ShareFetch to their broker, or go out with
+ShareAcknowledge on ``commit()`` (which returns each partition's outcome) and on ``stop()``.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+import uuid
+from collections import deque
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import anyio
+from anyio.abc import TaskStatus
+
+from aiokafka_ng.cluster import Cluster, TaskHost, enter_task_group
+from aiokafka_ng.consumer.config import ConsumerConfig
+from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
+from aiokafka_ng.consumer.models import TopicPartition
+from aiokafka_ng.consumer.share._wire import AcknowledgeType, ShareRecord, _Session, _ShareWire
+from aiokafka_ng.errors import ConfigError, IllegalStateError, KafkaError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.errors import error_for_code
+from aiokafka_ng.protocol.messages import share_group_heartbeat as sgh
+
+__all__ = ["ShareConsumer"]
+
+log = logging.getLogger("aiokafka_ng.consumer.share")
+
+# Heartbeat answers that mean "join again at epoch 0, same member id".
+_REJOIN = frozenset({25, 110})  # UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH
+# ... "find the coordinator again" / "try again shortly".
+_COORDINATOR = frozenset({15, 16})  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+_RETRY = frozenset({14})  # COORDINATOR_LOAD_IN_PROGRESS
+
+
+class ShareConsumer(_ShareWire):
+    """A member of the share group ``group_id`` reading ``topics``.
+
+    ``acknowledgement_mode``: ``"implicit"`` (the default, Java's too) accepts every record
+    of a batch when the next batch is asked for (``poll``, iteration, ``commit``, ``stop``);
+    ``"explicit"`` makes the application call :meth:`acknowledge` for each record before it
+    asks for the next batch. Other settings are the consumer's connection settings
+    (``bootstrap_servers``, ``client_id``, security, ``request_timeout_ms``, ...) plus
+    ``max_poll_records``, ``fetch_max_wait_ms``, ``fetch_max_bytes`` and the deserializers.
+
+    Where a share group starts reading is the *group's* config ``share.auto.offset.reset``
+    (``latest`` unless set; see docs/share-groups.md), not a client setting.
+    """
+
+    def __init__(
+        self,
+        *topics: str,
+        group_id: str,
+        acknowledgement_mode: Literal["implicit", "explicit"] = "implicit",
+        **config: Any,
+    ) -> None:
+        if acknowledgement_mode not in ("implicit", "explicit"):
+            raise ConfigError(
+                {"acknowledgement_mode": f"'implicit' or 'explicit', not {acknowledgement_mode!r}"}
+            )
+        if not group_id:
+            raise ConfigError({"group_id": "a share consumer needs a group_id"})
+        self._config = ConsumerConfig(group_id=group_id, enable_auto_commit=False, **config)
+        self._topics = sorted(set(topics))
+        self._explicit = acknowledgement_mode == "explicit"
+        # A member id of our own (KIP-1082, as Java makes it): 22 chars of URL-safe base64.
+        self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self._epoch = 0
+        self._assignment: frozenset[TopicPartition] = frozenset()
+        self._assigned = anyio.Event()
+        self._hb_wake = anyio.Event()
+        self._sessions: dict[int, _Session] = {}
+        self._acks: dict[TopicPartition, dict[int, int]] = {}
+        self._unacked: dict[tuple[TopicPartition, int], ShareRecord[Any, Any]] = {}
+        self._buffer: deque[ShareRecord[Any, Any]] = deque()
+        self._iter_batch: deque[ShareRecord[Any, Any]] = deque()
+        self._host: TaskHost | None = None
+        self._cluster: Cluster | None = None
+        self._failure: BaseException | None = None
+        self._decode_error: RecordDeserializationError | None = None
+        self._closed = False
+        self._backoff = ExponentialBackoff.retry(
+            self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Connect and join the group (``async with`` does this)."""
+        if self._host is not None or self._closed:
+            raise IllegalStateError("a share consumer can be started only once")
+        if not self._topics:
+            raise IllegalStateError("a share consumer needs at least one topic")
+        cluster = Cluster(
+            dataclasses.replace(self._config.cluster_config(), allow_auto_topic_creation=False)
+        )
+        self._host = TaskHost(f"share consumer {self._config.client_id}")
+
+        async def open_(stack: AsyncExitStack) -> None:
+            self._cluster = await stack.enter_async_context(cluster)
+            tg = await enter_task_group(stack)
+            await tg.start(self._heartbeat)
+
+        try:
+            await self._host.start(open_)
+        except BaseException:
+            self._closed = True
+            await self._host.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Acknowledge what is pending (implicit mode: accept the last batch), close the
+        share sessions, leave the group; at most ``close_timeout_ms`` for all of that."""
+        if self._closed:
+            return
+        self._closed = True
+        self._assigned.set()  # a poll waiting for an assignment wakes up and raises
+        try:
+            if self._cluster is not None and self._failure is None:
+                limit = self._config.close_timeout_ms / 1000
+                with anyio.move_on_after(limit, shield=True) as scope:
+                    self._settle_previous("close")
+                    await self._send_acks(closing=True)
+                    await self._leave()
+                if scope.cancelled_caught:
+                    log.warning(
+                        "share consumer %s: not closed cleanly in %g s", self.member_id, limit
+                    )
+        finally:
+            self._cluster = None
+            if self._host is not None:
+                await self._host.stop()
+
+    close = stop
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions the broker assigned to this member (shared with other members)."""
+        return self._assignment
+
+    async def wait_for_assignment(self, timeout: float | None = None) -> frozenset[TopicPartition]:  # noqa: ASYNC109
+        """Wait until the broker assigned this member some partitions (a share group
+        assigns every partition to every member, after its assignment interval)."""
+        with anyio.fail_after(timeout):
+            while not self._assignment:
+                self._running()
+                await self._assigned.wait()
+        self._running()
+        return self._assignment
+
+    def _running(self) -> Cluster:
+        if self._failure is not None:
+            raise IllegalStateError(
+                f"the share consumer stopped: {self._failure!r}; close it"
+            ) from self._failure
+        if self._closed or self._cluster is None:
+            raise ConsumerStoppedError("the share consumer is not running (use `async with`)")
+        return self._cluster
+
+    # ------------------------------------------------------------------ membership
+
+    async def _heartbeat(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        try:
+            await self._membership()
+        except Exception as exc:  # a bug of ours: stop loudly, not the caller's task group
+            self._fail(exc)
+
+    async def _membership(self) -> None:
+        cluster = self._cluster
+        group = self._config.group_id
+        assert cluster is not None and group is not None
+        failures = 0
+        interval = 1.0
+        timeout = self._config.request_timeout_ms / 1000
+        # The broker sends an assignment only when it changes: one naming a topic id our
+        # metadata does not know yet is kept here and resolved again each round.
+        target: sgh.Assignment | None = None
+        # Ends when closing: a heartbeat after the leave (epoch -1) would join again.
+        while not self._closed:
+            if failures:
+                await anyio.sleep(self._backoff.backoff_s(failures))
+            req = sgh.ShareGroupHeartbeatRequest(
+                group_id=group,
+                member_id=self.member_id,
+                member_epoch=self._epoch,
+                rack_id=self._config.client_rack or None,
+                subscribed_topic_names=self._topics,
+            )
+            try:
+                node = await cluster.coordinator(group, timeout=timeout)
+                resp = await cluster.request(node, req, timeout=timeout)
+            except KafkaError as exc:
+                failures += 1
+                log.debug("share group %s heartbeat failed: %r", group, exc)
+                cluster.invalidate_coordinator(group)
+                continue
+            code = resp.error_code
+            if code:
+                failures += 1
+                if code in _COORDINATOR:
+                    cluster.invalidate_coordinator(group)
+                elif code in _REJOIN:
+                    log.info("share group %s: %s, joining again", group, error_for_code(code).name)
+                    self._epoch = 0
+                    target = None
+                    self._set_assignment(frozenset())
+                elif code not in _RETRY:
+                    self._fail(error_for_code(code)(resp.error_message))
+                    return
+                continue
+            failures = 0
+            self._epoch = resp.member_epoch
+            if resp.heartbeat_interval_ms > 0:
+                interval = resp.heartbeat_interval_ms / 1000
+            if resp.assignment is not None:
+                target = resp.assignment
+            if target is not None and await self._apply(cluster, target):
+                target = None
+            with anyio.move_on_after(interval):
+                await self._hb_wake.wait()
+            if self._hb_wake.is_set():
+                self._hb_wake = anyio.Event()
+
+    async def _apply(self, cluster: Cluster, assignment: sgh.Assignment) -> bool:
+        """Topic ids -> names, from metadata (refreshed if an id is not known yet); True
+        when every topic of ``assignment`` was named."""
+        wanted = {t.topic_id for t in assignment.topic_partitions}
+        names = {t.topic_id: n for n, t in cluster.metadata.topics.items()}
+        if not wanted <= names.keys():
+            try:
+                await cluster.refresh(self._topics)
+            except KafkaError as exc:
+                log.debug("share consumer %s: metadata refresh failed: %r", self.member_id, exc)
+            names = {t.topic_id: n for n, t in cluster.metadata.topics.items()}
+        self._set_assignment(
+            frozenset(
+                TopicPartition(names[t.topic_id], p)
+                for t in assignment.topic_partitions
+                if t.topic_id in names
+                for p in t.partitions
+            )
+        )
+        return wanted <= names.keys()
+
+    def _set_assignment(self, tps: frozenset[TopicPartition]) -> None:
+        if tps != self._assignment:
+            log.debug("share consumer %s: assignment %s", self.member_id, sorted(tps))
+        self._assignment = tps
+        for tp in list(self._acks):
+            if tp not in tps:
+                # Revoked: the broker releases this member's records of it (their locks
+                # belong to the member); acknowledgements for it could not be sent anyway.
+                del self._acks[tp]
+        if tps:
+            self._assigned.set()
+        elif self._assigned.is_set():
+            self._assigned = anyio.Event()
+
+    def _fail(self, exc: BaseException) -> None:
+        log.error("share consumer %s: %r; it stops", self.member_id, exc)
+        self._failure = exc
+        self._assigned.set()
+
+    async def _leave(self) -> None:
+        cluster = self._cluster
+        group = self._config.group_id
+        assert cluster is not None and group is not None
+        if self._epoch <= 0 and not self._assignment:
+            return  # never joined (or fenced): nothing to leave
+        req = sgh.ShareGroupHeartbeatRequest(
+            group_id=group, member_id=self.member_id, member_epoch=-1
+        )
+        try:
+            node = await cluster.coordinator(group, timeout=self._config.request_timeout_ms / 1000)
+            await cluster.request(node, req, timeout=self._config.request_timeout_ms / 1000)
+        except KafkaError as exc:
+            log.info("share group %s: leaving failed (%r); the session times out", group, exc)
+
+    # ------------------------------------------------------------------ records
+
+    async def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> list[ShareRecord[Any, Any]]:
+        """The next batch of records (up to ``max_records``, default ``max_poll_records``),
+        waiting up to ``timeout_ms`` for some; an empty list when none came.
+
+        Implicit mode accepts the previous batch first; explicit mode raises
+        ``IllegalStateError`` if a record of the previous batch is unacknowledged."""
+        cluster = self._running()
+        self._settle_previous("poll")
+        limit = max_records or self._config.max_poll_records
+        deadline = anyio.current_time() + timeout_ms / 1000
+        # No cancellation around a fetch: a ShareFetch abandoned in flight would leave its
+        # session's epoch unknown. Each round waits at most what is left of the timeout.
+        while not self._buffer and self._decode_error is None:
+            remaining = deadline - anyio.current_time()
+            if not self._assignment:
+                if remaining <= 0:
+                    break
+                with anyio.move_on_after(remaining):
+                    await self._assigned.wait()
+                self._running()
+                continue
+            wait_ms = max(0, min(self._config.fetch_max_wait_ms, int(remaining * 1000)))
+            await self._fetch_round(cluster, limit, wait_ms)
+            self._running()
+            if anyio.current_time() >= deadline:
+                break
+        if self._decode_error is not None:
+            error, self._decode_error = self._decode_error, None
+            raise error
+        if not self._buffer and any(self._acks.values()):
+            # Nothing came, but the previous batch's acknowledgements must not wait for
+            # the next poll (their locks run out meanwhile).
+            await self._send_acks()
+        out: list[ShareRecord[Any, Any]] = []
+        while self._buffer and len(out) < limit:
+            record = self._buffer.popleft()
+            self._unacked[(record.topic_partition, record.offset)] = record
+            out.append(record)
+        return out
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> ShareRecord[Any, Any]:
+        """One record at a time; the batch it came in is settled when it is used up."""
+        while not self._iter_batch:
+            try:
+                batch = await self.poll(timeout_ms=self._config.fetch_max_wait_ms)
+            except ConsumerStoppedError:
+                raise StopAsyncIteration from None
+            self._iter_batch.extend(batch)
+        return self._iter_batch.popleft()
+
+    def acknowledge(
+        self, record: ShareRecord[Any, Any], type: AcknowledgeType = AcknowledgeType.ACCEPT
+    ) -> None:
+        """Explicit mode: acknowledge one record of the last batch. It is sent with the
+        next fetch from its broker, or by ``commit()``."""
+        if not self._explicit:
+            raise IllegalStateError("acknowledge() needs acknowledgement_mode='explicit'")
+        key = (record.topic_partition, record.offset)
+        if self._unacked.get(key) is not record:
+            raise IllegalStateError(
+                f"{record.topic}[{record.partition}]@{record.offset} is not an unacknowledged"
+                " record of this consumer's last batch"
+            )
+        del self._unacked[key]
+        self._acks.setdefault(record.topic_partition, {})[record.offset] = int(
+            AcknowledgeType(type)
+        )
+
+    async def commit(
+        self, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Send the pending acknowledgements now (implicit mode: the last batch's, as
+        accepted) with ShareAcknowledge; each partition's outcome (None = acknowledged)."""
+        self._running()
+        self._settle_previous("commit")
+        limit = (timeout_ms if timeout_ms is not None else self._config.request_timeout_ms) / 1000
+        with anyio.fail_after(limit):
+            return await self._send_acks()
+
+    def _settle_previous(self, why: Literal["poll", "commit", "close"]) -> None:
+        """Before a new batch (``poll``), a commit or closing: implicit mode accepts the
+        records handed out. Records iteration has not yielded yet were not handed out:
+        a poll releases them (the application moved on), commit and close leave them (the
+        broker releases what a closed session held)."""
+        if not self._unacked:
+            return
+        waiting = {(r.topic_partition, r.offset) for r in self._iter_batch}
+        if self._explicit and why == "poll" and len(self._unacked) > len(waiting):
+            raise IllegalStateError(
+                f"explicit acknowledgement mode: {len(self._unacked) - len(waiting)} record(s)"
+                " of the last batch are not acknowledged"
+            )
+        for key in list(self._unacked):
+            tp, offset = key
+            if key in waiting:
+                if why != "poll":
+                    continue
+                kind = AcknowledgeType.RELEASE
+            elif self._explicit:
+                continue  # closing with records unacknowledged: the broker releases them
+            else:
+                kind = AcknowledgeType.ACCEPT
+            self._acks.setdefault(tp, {})[offset] = int(kind)
+            del self._unacked[key]
+        if why != "commit":
+            self._unacked.clear()
+            self._iter_batch.clear()

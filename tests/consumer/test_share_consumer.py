@@ -1,0 +1,149 @@
+"""ShareConsumer without a broker: settings, member ids, acknowledgement runs, and what it
+does with ShareFetch answers no real broker can be made to send (garbage records, acquired
+ranges far beyond the records sent). The protocol against Apache Kafka is in
+tests/kafka/test_kafka_share.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from typing import Any
+
+import pytest
+
+from aiokafka_ng import AcknowledgeType, ShareConsumer, TopicPartition
+from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
+from aiokafka_ng.consumer.share._wire import _GAP, _runs
+from aiokafka_ng.errors import ConfigError, IllegalStateError
+from aiokafka_ng.protocol.messages import share_fetch as sf
+from aiokafka_ng.protocol.records import RecordBatchBuilder
+
+pytestmark = pytest.mark.unit
+
+TP = TopicPartition("t", 0)
+
+
+def batch(base: int, *values: bytes) -> bytes:
+    b = RecordBatchBuilder(base_offset=base)
+    for v in values:
+        b.append(1000, None, v)
+    return b.build()
+
+
+def answer(records: bytes, *ranges: tuple[int, int, int]) -> sf.PartitionData:
+    return sf.PartitionData(
+        partition_index=0,
+        records=records,
+        acquired_records=[sf.AcquiredRecords(a, b, n) for a, b, n in ranges],
+    )
+
+
+def consumer(**config: Any) -> ShareConsumer:
+    c = ShareConsumer("t", group_id="g", **config)
+    c._assignment = frozenset({TP})  # as if the broker had assigned it
+    return c
+
+
+class NoCluster:
+    """_take_partition asks the cluster for metadata only after a partition error."""
+
+    def request_update(self, topics: Any) -> None:
+        raise AssertionError("no metadata refresh expected")
+
+
+def take(c: ShareConsumer, p: sf.PartitionData) -> None:
+    c._take_partition(NoCluster(), TP, p)  # type: ignore[arg-type]
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="acknowledgement_mode"):
+        ShareConsumer("t", group_id="g", acknowledgement_mode="manual")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="group_id"):
+        ShareConsumer("t", group_id="")
+
+
+def test_member_ids_are_unique_url_safe_uuids() -> None:
+    ids = {ShareConsumer("t", group_id="g").member_id for _ in range(50)}
+    assert len(ids) == 50
+    for member_id in ids:
+        assert len(member_id) == 22
+        assert uuid.UUID(bytes=base64.urlsafe_b64decode(member_id + "=="))
+
+
+@pytest.mark.anyio
+async def test_not_started_consumer_refuses_calls(anyio_backend: str) -> None:
+    c = ShareConsumer("t", group_id="g")
+    with pytest.raises(ConsumerStoppedError):
+        await c.poll()
+    with pytest.raises(ConsumerStoppedError):
+        await c.commit()
+    await c.stop()  # stopping a consumer never started is fine
+    with pytest.raises(IllegalStateError, match="only once"):
+        await c.start()
+
+
+def test_acknowledgements_fold_into_runs_of_one_type() -> None:
+    assert _runs({}) == []
+    acks = {5: 1, 6: 1, 7: 2, 9: 2, 10: 2, 3: 0, 4: 1}
+    assert _runs(acks) == [(3, 3, 0), (4, 6, 1), (7, 7, 2), (9, 10, 2)]
+
+
+def test_acquired_records_become_share_records_and_gaps_are_acknowledged() -> None:
+    c = consumer()
+    # Offsets 0-2 and 5-6 sent; 0-6 acquired, so 3 and 4 (no record) are gaps.
+    take(c, answer(batch(0, b"a", b"b", b"c") + batch(5, b"f", b"g"), (0, 2, 1), (3, 6, 3)))
+    assert [(r.offset, r.value, r.delivery_count) for r in c._buffer] == [
+        (0, b"a", 1), (1, b"b", 1), (2, b"c", 1), (5, b"f", 3), (6, b"g", 3),
+    ]  # fmt: skip
+    assert c._acks == {TP: {3: _GAP, 4: _GAP}}
+
+
+def test_records_not_acquired_for_us_are_not_handed_out() -> None:
+    c = consumer()
+    take(c, answer(batch(0, b"a", b"b", b"c"), (1, 1, 2)))
+    assert [(r.offset, r.delivery_count) for r in c._buffer] == [(1, 2)]
+    assert TP not in c._acks
+
+
+def test_acquired_range_beyond_the_records_sent_is_clamped() -> None:
+    # A broker naming 2**62 acquired offsets must not make us walk them.
+    c = consumer()
+    take(c, answer(batch(10, b"x"), (0, 2**62, 1)))
+    assert [r.offset for r in c._buffer] == [10]
+    assert TP not in c._acks
+
+
+def test_undecodable_records_are_released_not_handed_out() -> None:
+    c = consumer()
+    good = batch(0, b"a", b"b")
+    bad = bytearray(batch(2, b"c"))
+    bad[-1] ^= 0xFF  # the CRC no longer matches
+    take(c, answer(good + bytes(bad), (0, 2, 1)))
+    assert not c._buffer
+    # The offsets of the batches read before the bad one are released; the bad one's
+    # lock runs out on the broker.
+    assert c._acks == {TP: {0: int(AcknowledgeType.RELEASE), 1: int(AcknowledgeType.RELEASE)}}
+
+
+def test_a_failing_deserializer_releases_its_record_and_keeps_the_others() -> None:
+    def value_de(raw: bytes | None) -> str:
+        if raw == b"bad":
+            raise ValueError("not text")
+        return (raw or b"").decode()
+
+    c = consumer(value_deserializer=value_de)
+    take(c, answer(batch(0, b"ok", b"bad", b"fine"), (0, 2, 1)))
+    assert [(r.offset, r.value) for r in c._buffer] == [(0, "ok"), (2, "fine")]
+    assert c._acks == {TP: {1: int(AcknowledgeType.RELEASE)}}
+    err = c._decode_error
+    assert isinstance(err, RecordDeserializationError)
+    assert (err.topic, err.partition, err.offset) == ("t", 0, 1)
+    assert isinstance(err.__cause__, ValueError)
+
+
+def test_partitions_no_longer_assigned_are_ignored() -> None:
+    c = consumer()
+    c._assignment = frozenset()
+    take(c, answer(batch(0, b"a"), (0, 0, 1)))
+    assert not c._buffer and not c._acks
