@@ -142,3 +142,25 @@ async def test_regex_subscription_picks_up_a_later_topic(kafka_cluster: KafkaClu
                 assert consumer.subscription() == {name}
             finally:
                 await admin.delete_topics([name])
+
+
+async def test_static_member_returns_to_its_partitions(kafka_cluster: KafkaCluster) -> None:
+    """A static member leaves with epoch -2: the broker keeps its partitions for it, so the
+    same group_instance_id coming back gets them again and the other member keeps its own
+    without a revocation."""
+    async with new_topic(kafka_cluster, partitions=6) as topic:
+        group = unique("g848")
+        stay_listener = Recorder()
+        async with member(kafka_cluster, group, group_instance_id="stay") as stay:
+            stay.subscribe([topic], listener=stay_listener)
+            async with member(kafka_cluster, group, group_instance_id="back") as first:
+                first.subscribe([topic])
+                await until_split([stay, first], 6)
+                held = first.assignment()
+                mark = len(stay_listener.calls)
+            async with member(kafka_cluster, group, group_instance_id="back") as again:
+                again.subscribe([topic])
+                with anyio.fail_after(60):
+                    while again.assignment() != held:
+                        await again.getmany(timeout_ms=100)
+                assert stay_listener.calls[mark:] == []
