@@ -164,3 +164,30 @@ async def test_static_member_returns_to_its_partitions(kafka_cluster: KafkaClust
                     while again.assignment() != held:
                         await again.getmany(timeout_ms=100)
                 assert stay_listener.calls[mark:] == []
+
+
+async def test_classic_group_upgraded_online_by_a_consumer_member(
+    kafka_cluster: KafkaCluster,
+) -> None:
+    """A classic member of ours is in the group; a consumer-protocol member joins and the
+    broker converts the group online (KIP-848 migration, group.consumer.migration.policy's
+    default): the two split the topic."""
+    async with new_topic(kafka_cluster, partitions=6) as topic:
+        group = unique("g848")
+        classic = Consumer(
+            bootstrap_servers=kafka_cluster.bootstrap_servers,
+            group_id=group,
+            partition_assignment_strategy=["cooperative-sticky"],
+        )
+        async with classic, member(kafka_cluster, group) as new, anyio.create_task_group() as tg:
+            classic.subscribe([topic])
+
+            async def poll() -> None:
+                while True:
+                    await classic.getmany(timeout_ms=100)
+
+            tg.start_soon(poll)
+            await until_split([classic], 6)
+            new.subscribe([topic])
+            await until_split([classic, new], 6, limit=90)
+            tg.cancel_scope.cancel()
