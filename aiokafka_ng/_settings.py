@@ -89,6 +89,8 @@ class ConsumerSettings(ClientSettings, total=False):
     fetch_min_bytes: int
     group_id: str | None
     group_instance_id: str | None
+    group_protocol: Literal["classic", "consumer"] | str
+    group_remote_assignor: str | None
     heartbeat_interval_ms: int
     isolation_level: Literal["read_uncommitted", "read_committed"] | str
     key_deserializer: Callable[[bytes | None], Any] | None

@@ -228,8 +228,10 @@ class AIOKafkaConsumer(Consumer):
         config = translate_config(kwargs)
         # aiokafka's group timing, not Java's 45 s: a session timeout is what a group waits
         # for a dead member, and code written for aiokafka was tuned with its 10 s.
-        config.setdefault("session_timeout_ms", _AIOKAFKA_SESSION_TIMEOUT_MS)
-        config.setdefault("partition_assignment_strategy", _AIOKAFKA_ASSIGNORS)
+        # Neither exists with group_protocol="consumer" (KIP-848: the broker owns them).
+        if str(config.get("group_protocol", "classic")).lower() != "consumer":
+            config.setdefault("session_timeout_ms", _AIOKAFKA_SESSION_TIMEOUT_MS)
+            config.setdefault("partition_assignment_strategy", _AIOKAFKA_ASSIGNORS)
         super().__init__(*topics, **config)
 
 

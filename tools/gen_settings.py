@@ -31,6 +31,7 @@ INPUT_TYPES = {
     "sasl_mechanism": "SaslMechanism | str | None",
     "auto_offset_reset": 'Literal["earliest", "latest", "none"] | str',
     "isolation_level": 'Literal["read_uncommitted", "read_committed"] | str',
+    "group_protocol": 'Literal["classic", "consumer"] | str',
     "partition_assignment_strategy": "str | Sequence[Any]",
     "metadata_recovery_strategy": 'Literal["none", "rebootstrap"]',
 }

@@ -26,6 +26,15 @@ _ASSIGNOR_ALIASES = {
 }
 
 
+_BROKER_OWNED = {
+    "session_timeout_ms": "the broker sets it (group.consumer.session.timeout.ms)",
+    "heartbeat_interval_ms": "the broker sets it (group.consumer.heartbeat.interval.ms) "
+    "and tells the member in each heartbeat answer",
+    "partition_assignment_strategy": "the broker assigns partitions; "
+    "choose its assignor with group_remote_assignor",
+}
+
+
 class ConsumerConfig(ClientConfig):
     """Consumer settings. Defaults are the Java client's (Kafka 4.0) unless noted."""
 
@@ -35,10 +44,18 @@ class ConsumerConfig(ClientConfig):
         "value.deserializer": "value_deserializer",
         "partition.assignment.strategy": "partition_assignment_strategy",
         "allow.auto.create.topics": "allow_auto_create_topics",
+        "group.protocol": "group_protocol",
+        "group.remote.assignor": "group_remote_assignor",
     }
 
     group_id: str | None = None
     group_instance_id: str | None = None
+    #: Java's ``group.protocol``: ``"classic"`` (JoinGroup/SyncGroup) or ``"consumer"``
+    #: (KIP-848: ConsumerGroupHeartbeat, assignment computed by the broker).
+    group_protocol: Literal["classic", "consumer"] = "classic"
+    #: With ``group_protocol="consumer"``: the broker-side assignor (``"uniform"``,
+    #: ``"range"``); None lets the broker use its default.
+    group_remote_assignor: str | None = None
     client_rack: str = ""
     auto_offset_reset: Literal["earliest", "latest", "none"] = "latest"
     enable_auto_commit: bool = True
@@ -72,7 +89,7 @@ class ConsumerConfig(ClientConfig):
     key_deserializer: Callable[[bytes | None], Any] | None = None
     value_deserializer: Callable[[bytes | None], Any] | None = None
 
-    @field_validator("auto_offset_reset", "isolation_level", mode="before")
+    @field_validator("auto_offset_reset", "isolation_level", "group_protocol", mode="before")
     @classmethod
     def _lower(cls, v: Any) -> Any:
         return v.lower() if isinstance(v, str) else v
@@ -99,6 +116,14 @@ class ConsumerConfig(ClientConfig):
     def _cross_check(self) -> dict[str, str]:
         errors = super()._cross_check()
         user = self.model_fields_set
+        if self.group_protocol == "consumer":
+            # As Java's ConsumerConfig: with KIP-848 the broker owns these (the group's
+            # group.consumer.* configs), so a value here would silently do nothing.
+            for key, why in _BROKER_OWNED.items():
+                if key in user:
+                    errors[key] = f"not supported with group_protocol='consumer': {why}"
+        elif "group_remote_assignor" in user and self.group_remote_assignor is not None:
+            errors["group_remote_assignor"] = "requires group_protocol='consumer'"
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             key = (
                 "heartbeat_interval_ms" if "heartbeat_interval_ms" in user else "session_timeout_ms"

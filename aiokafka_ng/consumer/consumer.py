@@ -43,6 +43,7 @@ from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError
 from aiokafka_ng.consumer.fetcher import Fetcher, FetcherStatistics, FetchSettings
 from aiokafka_ng.consumer.group import GroupCoordinator
+from aiokafka_ng.consumer.group_consumer import ConsumerGroupMember
 from aiokafka_ng.consumer.models import (
     ConsumerRecord,
     GroupMetadata,
@@ -182,7 +183,8 @@ class Consumer:
                 value_deserializer=c.value_deserializer,
             )
             if c.group_id is not None:
-                self._group = GroupCoordinator(
+                member = ConsumerGroupMember if c.group_protocol == "consumer" else GroupCoordinator
+                self._group = member(
                     cluster, c, self._subs, self._offsets, on_assignment=self._fetcher.wake
                 )
 

@@ -13,7 +13,8 @@
 //             count records (when given), then up to each partition's end
 //             offset (the LSO under read_committed) -> {"op":"record", ...} per record, then
 //             {"op":"consumed", "topic", "count"}
-//   group     {topic, group_id} a classic group member with the default assignors: prints
+//   group     {topic, group_id, group_protocol?} a group member (classic unless
+//             group_protocol is "consumer") with the default assignors: prints
 //             {"op":"assigned", "partitions"} on every assignment, each record, commits
 //             synchronously after each poll, and leaves when stdin yields a line or closes
 //   partition {keys, partitions} -> {"op":"partitions", "picked": [...]} by Java's default
@@ -189,8 +190,10 @@ public class Interop {
         String topic = op.get("topic").asText();
         Properties p = consumerProps(bootstrap, "read_committed");
         p.put(ConsumerConfig.GROUP_ID_CONFIG, op.get("group_id").asText());
-        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
-        p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
+        // "consumer" (KIP-848) when the spec says so; its session timeout is the broker's.
+        String protocol = op.has("group_protocol") ? op.get("group_protocol").asText() : "classic";
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
+        if (protocol.equals("classic")) p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
         AtomicBoolean stop = new AtomicBoolean();
         try (KafkaConsumer<byte[], byte[]> consumer =
                 new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
