@@ -59,6 +59,10 @@ class Row:
     # How long the bootstrap keeps retrying: long enough for two attempts on a loaded
     # machine (a 90 MB answer takes ~0.1 s to send and refuse; silence 0.3 s per attempt).
     bootstrap_ms: int = 700
+    # The client's request timeout: short only where silence is the row. An answer that is
+    # merely big must not lose the race against it on a loaded machine (the 90 MB row did,
+    # under a load average of 20: "no response within 0.3s" instead of the limit error).
+    request_timeout_s: float = 5.0
 
 
 ROWS = [
@@ -76,7 +80,7 @@ ROWS = [
         # The 90 MB frame is buffered, then joined: ~180 MB at the peak, then decoding
         # stops at the count. Unbounded, the row took +1.2 GB.
         max_growth_mb=300,
-        bootstrap_ms=2000,
+        bootstrap_ms=4000,
     ),
     Row(
         "string_past_frame",
@@ -95,6 +99,7 @@ ROWS = [
         None,
         r"{where}.*Metadata \(correlation id \d+\) got no response within 0.3s",
         bootstrap_ms=1200,
+        request_timeout_s=0.3,
     ),
 ]
 
@@ -118,7 +123,9 @@ async def test_hostile_metadata_answer(row: Row) -> None:
             bootstrap_servers=[("127.0.0.1", fake.port)],
             # The admin's frame cap (100 MiB): the 90 MB answer gets through the frame
             # check and must be stopped by the decoder's limits.
-            connection=ConnectionConfig(request_timeout_s=0.3, connect_timeout_s=2),
+            connection=ConnectionConfig(
+                request_timeout_s=row.request_timeout_s, connect_timeout_s=2
+            ),
             retry_backoff_ms=10,
             retry_backoff_max_ms=20,
             reconnect_backoff_ms=10,
