@@ -46,10 +46,10 @@ that topic's waiters only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -63,6 +63,14 @@ from aiokafka_ng.cluster.metadata import (
     parse_metadata_response,
 )
 from aiokafka_ng.cluster.pool import ConnectionPool, Connector, PoolStatistics
+from aiokafka_ng.cluster.retry import (
+    ANY,
+    Retry,
+    RetryState,
+    Route,
+    raise_top_level_error,
+    routed,
+)
 from aiokafka_ng.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -88,6 +96,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +296,72 @@ class Cluster:
         """
         conn = await self._any_connection()
         return await conn.send(request, version=version, timeout=timeout)
+
+    async def call(
+        self,
+        request: Any,
+        route: Route = ANY,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the whole operation's deadline)
+        retry: Retry | None = None,
+        check: Callable[[Any], Any] | None = None,
+        max_version: int | None = None,
+        request_timeout: float | None = None,
+        what: str | None = None,
+    ) -> Any:
+        """Send ``request`` where ``route`` points, retrying until it succeeds.
+
+        ``check(response)`` turns the response's error codes into exceptions (and may
+        return what the caller wants instead of the response); retriable ones retry. The
+        default check raises a top-level ``error_code`` and returns the response. See
+        :mod:`aiokafka_ng.cluster.retry` for routing, repairs, backoff and the deadline
+        (``timeout`` seconds for the whole call; None: until cancelled). Each request is
+        bounded by ``request_timeout`` (default: the connection's) and the time left.
+        """
+        state = self.retry_state(timeout=timeout)
+
+        async def send(conn: Connection) -> Any:
+            version = conn.version_for(type(request))
+            if max_version is not None:
+                version = min(version, max_version)
+            limit = min(state.remaining(), request_timeout or float("inf"))
+            response = await conn.send(
+                request, version=version, timeout=None if limit == float("inf") else limit
+            )
+            return (raise_top_level_error if check is None else check)(response)
+
+        name = what or type(request).__name__.removesuffix("Request")
+        return await self.run(route, send, state, what=name, retry=retry)
+
+    async def run(
+        self,
+        route: Route,
+        send: Callable[[Connection], Awaitable[T]],
+        state: RetryState,
+        *,
+        what: str,
+        retry: Retry | None = None,
+        limit: str | None = None,
+        on_retry: Callable[[KafkaError], Awaitable[None]] | None = None,
+    ) -> T:
+        """The retry driver with routing for callers that build the request themselves
+        (per version, say): ``send(connection)`` once per attempt."""
+        return await routed(
+            self, route, send, state, what=what, retry=retry, limit=limit, on_retry=on_retry
+        )
+
+    def retry_state(
+        self,
+        *,
+        timeout: float | None = None,
+        backoff: ExponentialBackoff | None = None,
+    ) -> RetryState:
+        """A :class:`RetryState` paced by this cluster's retry backoff (or ``backoff``)."""
+        return RetryState(backoff or self._retry, timeout=timeout)
+
+    async def any_connection(self) -> Connection:
+        """A ready connection to the least loaded reachable broker (see ``request_any``)."""
+        return await self._any_connection()
 
     async def _any_connection(self) -> Connection:
         tried: set[int] = set()
@@ -746,6 +822,10 @@ class Cluster:
         """Coordinators of several keys; FindCoordinator v4+ asks for them in one request."""
         with _timeout(timeout, lambda: f"coordinator lookup for {list(keys)}"):
             return await self._coordinators.lookup(keys, key_type)
+
+    def coordinator_cached(self, key: str, key_type: int = 0) -> int | None:
+        """The cached coordinator of ``key``, None when it must be looked up."""
+        return self._coordinators.cached(key, key_type)
 
     def invalidate_coordinator(self, key: str, key_type: int = 0) -> None:
         """Forget a cached coordinator (after NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE)."""
