@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -55,7 +55,7 @@ from aiokafka_ng.errors import (
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
 if TYPE_CHECKING:
-    from aiokafka_ng.cluster.cluster import Cluster
+    from aiokafka_ng.cluster.metadata import ClusterMetadata
     from aiokafka_ng.net.connection import Connection
 
 __all__ = [
@@ -65,11 +65,14 @@ __all__ = [
     "AnyBroker",
     "Controller",
     "Coordinator",
+    "CoordinatorRouting",
+    "Final",
     "Leader",
     "Node",
     "Retry",
     "RetryState",
     "Route",
+    "Routing",
     "connect",
     "raise_top_level_error",
     "repair",
@@ -86,6 +89,28 @@ STALE_COORDINATOR = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaCon
 
 
 # ---------------------------------------------------------------------- routes
+
+
+class CoordinatorRouting(Protocol):
+    """What a coordinator route needs of the cluster (clients' tests pass fakes of it)."""
+
+    async def coordinator(self, key: str, key_type: int = 0) -> int: ...
+
+    def invalidate_coordinator(self, key: str, key_type: int = 0) -> None: ...
+
+    async def connection(self, node_id: int) -> Any: ...
+
+
+class Routing(CoordinatorRouting, Protocol):
+    """What every route needs of the cluster (:class:`~aiokafka_ng.cluster.Cluster`)."""
+
+    async def leader_for(self, topic: str, partition: int) -> int: ...
+
+    async def controller(self) -> int: ...
+
+    async def any_connection(self) -> Connection: ...
+
+    async def refresh(self, topics: list[str] | None = None) -> ClusterMetadata: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +167,16 @@ class Retry:
 
     def retries(self, error: KafkaError) -> bool:
         return error.retriable and not isinstance(error, self.fatal)
+
+
+class Final(Exception):
+    """Raised by an attempt to end the operation with ``error`` even though its class is
+    retriable (a caller's own rule: e.g. only some error codes of an API may be retried).
+    The driver raises ``error`` itself; callers never see this class."""
+
+    def __init__(self, error: KafkaError) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class RetryState:
@@ -239,6 +274,8 @@ async def retrying(
         while True:
             try:
                 result = await attempt()
+            except Final as final:
+                raise final.error from None
             except KafkaError as exc:
                 if not policy.retries(exc):
                     raise
@@ -274,7 +311,7 @@ def raise_top_level_error(response: Any) -> Any:
     return response
 
 
-async def repair(cluster: Cluster, route: Route, error: KafkaError) -> None:
+async def repair(cluster: CoordinatorRouting, route: Route, error: KafkaError) -> None:
     """Undo what ``error`` says is stale about ``route`` before the next attempt."""
     if isinstance(route, Coordinator):
         if isinstance(error, STALE_COORDINATOR):
@@ -285,32 +322,37 @@ async def repair(cluster: Cluster, route: Route, error: KafkaError) -> None:
         # so retrying before it changes would go to the same stale leader or controller.
         topics = [route.topic] if isinstance(route, Leader) else None
         try:
-            await cluster.refresh(topics)
+            await cast(Routing, cluster).refresh(topics)
         except KafkaError as exc:
             # Not this operation's failure: the next attempt fails on its own if the
             # cluster is still unreachable.
             log.debug("metadata refresh after %r failed: %r", error, exc)
 
 
-async def connect(cluster: Cluster, route: Route) -> Connection:
-    """A ready connection to where ``route`` points now (routing reads the caches)."""
-    if isinstance(route, AnyBroker):
-        return await cluster.any_connection()
-    if isinstance(route, Leader):
-        node = await cluster.leader_for(route.topic, route.partition)
-    elif isinstance(route, Coordinator):
+async def connect(cluster: CoordinatorRouting, route: Route) -> Any:
+    """A ready connection to where ``route`` points now (routing reads the caches).
+
+    A coordinator route needs only :class:`CoordinatorRouting`; the others a
+    :class:`Routing` (the real Cluster is both)."""
+    if isinstance(route, Coordinator):
         node = await cluster.coordinator(route.key, route.key_type)
-    elif isinstance(route, Controller):
-        node = await cluster.controller()
-    else:
+    elif isinstance(route, Node):
         node = route.node_id
+    else:
+        full = cast(Routing, cluster)
+        if isinstance(route, AnyBroker):
+            return await full.any_connection()
+        if isinstance(route, Leader):
+            node = await full.leader_for(route.topic, route.partition)
+        else:
+            node = await full.controller()
     return await cluster.connection(node)
 
 
 async def routed(
-    cluster: Cluster,
+    cluster: CoordinatorRouting,
     route: Route,
-    send: Callable[[Connection], Awaitable[T]],
+    send: Callable[[Any], Awaitable[T]],
     state: RetryState,
     *,
     what: str,
