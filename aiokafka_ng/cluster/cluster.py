@@ -10,8 +10,9 @@ it for work and waits for the result. Coordinator lookups (:mod:`.coordinators`)
 
 *Bootstrap.* ``__aenter__`` tries the bootstrap servers in order (pseudo node ids -1, -2,
 ...), a Metadata request on the first one that answers; between full rounds it sleeps the
-retry backoff, until ``bootstrap_timeout_ms``. Afterwards the bootstrap connection is
-re-labelled with the broker id it turned out to be (or closed), so no socket is doubled.
+retry backoff (the retry driver, :mod:`.retry`), until ``bootstrap_timeout_ms``.
+Afterwards the bootstrap connection is re-labelled with the broker id it turned out to be
+(or closed), so no socket is doubled.
 With ``wait_for_bootstrap=False`` (the clients' choice: an app must start while its
 cluster is briefly down, as Java and librdkafka clients do) ``__aenter__`` returns at once
 and the refresher does the bootstrap as its first, urgent refresh, retried under the
@@ -69,12 +70,14 @@ from aiokafka_ng.cluster.retry import (
     RetryState,
     Route,
     raise_top_level_error,
+    retrying,
     routed,
 )
 from aiokafka_ng.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    NotControllerError,
     UnknownTopicOrPartitionError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -420,16 +423,22 @@ class Cluster:
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> int:
         """The controller's node id (admin requests that must go to it)."""
-        with _timeout(timeout, lambda: "controller unknown"):
-            attempts = 0
-            while True:
-                c = self._metadata.controller_id
-                if c is not None and c in self._metadata.brokers:
-                    return c
-                if attempts:
-                    await anyio.sleep(self._retry.backoff_s(attempts))
-                attempts += 1
+
+        def known() -> int | None:
+            c = self._metadata.controller_id
+            return c if c is not None and c in self._metadata.brokers else None
+
+        async def attempt() -> int:
+            c = known()
+            if c is None:
                 await self.refresh()
+                c = known()
+            if c is None:
+                raise NotControllerError("no controller in the metadata yet")
+            return c
+
+        with _timeout(timeout, lambda: "controller unknown"):
+            return await retrying(attempt, RetryState(self._retry), what="controller lookup")
 
     # ------------------------------------------------------------------ metadata
 
@@ -640,24 +649,29 @@ class Cluster:
 
     async def _bootstrap(self) -> None:
         self._set_bootstrap_addresses()
-        last: BaseException | None = None
-        rounds = 0
-        with anyio.move_on_after(self._config.bootstrap_timeout_ms / 1000):
-            while True:
-                for node_id in self._bootstrap_ids:
-                    try:
-                        await self._refresh_from(node_id, sorted(self._tracked))
-                        return
-                    except KafkaError as exc:
-                        if not exc.retriable:
-                            raise
-                        last = exc
-                        log.info("bootstrap server %s failed: %s", self._pool.address(node_id), exc)
-                rounds += 1
-                await anyio.sleep(self._retry.backoff_s(rounds))
-        raise KafkaConnectionError(
-            f"unable to bootstrap from {self.bootstrap_summary}: {last}"
-        ) from last
+
+        async def round_() -> None:
+            # Every bootstrap server once, in order; the last failure if none answered.
+            last: KafkaError | None = None
+            for node_id in self._bootstrap_ids:
+                try:
+                    await self._refresh_from(node_id, sorted(self._tracked))
+                    return
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    last = exc
+                    log.info("bootstrap server %s failed: %s", self._pool.address(node_id), exc)
+            raise last or KafkaConnectionError("no bootstrap server")
+
+        state = RetryState(self._retry, timeout=self._config.bootstrap_timeout_ms / 1000)
+        try:
+            await retrying(round_, state, what="bootstrap")
+        except KafkaTimeoutError as exc:
+            last = exc.__cause__
+            raise KafkaConnectionError(
+                f"unable to bootstrap from {self.bootstrap_summary}: {last}"
+            ) from last
 
     async def _refresher(self) -> None:
         while True:
