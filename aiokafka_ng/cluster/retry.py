@@ -164,9 +164,14 @@ class Retry:
     fatal: tuple[type[KafkaError], ...] = ()
     #: At most this many retries after the first attempt (None: until the deadline).
     max_retries: int | None = None
+    #: Retry every KafkaError, retriable or not (a background loop that must not die, such
+    #: as the idempotent producer's InitProducerId: it keeps trying while the app runs).
+    every_error: bool = False
 
     def retries(self, error: KafkaError) -> bool:
-        return error.retriable and not isinstance(error, self.fatal)
+        if isinstance(error, self.fatal):
+            return False
+        return error.retriable or self.every_error
 
 
 class Final(Exception):
