@@ -168,7 +168,9 @@ class Cluster:
         self._started_seq = 0
         self._ok_seq = 0
         self._attempt_done = anyio.Event()
-        self._failures = 0
+        # Consecutive failed metadata requests and when the next may go (the refresher
+        # schedules by it rather than sleeping inline).
+        self._pacing = RetryState(self._retry)
         self._stale_rounds = 0
         self._retry_at = 0.0
         self._last_ok_at: float | None = None
@@ -687,11 +689,11 @@ class Cluster:
                     raise KafkaConnectionError("no broker address known")
                 await self._refresh_from(node_id, topics)
             except KafkaError as exc:
-                if not self.ready and self._failures in (1, 10, 100, 1000):
+                if not self.ready and self._pacing.failures in (1, 10, 100, 1000):
                     # Not bootstrapped yet: say so now and then, not at every retry.
                     log.warning(
                         "no answer from bootstrap servers %s yet (%d attempts): %s",
-                        self.bootstrap_summary, self._failures, exc,
+                        self.bootstrap_summary, self._pacing.failures, exc,
                     )  # fmt: skip
                 else:
                     log.debug("metadata refresh via node %s failed: %r", node_id, exc)
@@ -700,7 +702,7 @@ class Cluster:
         while True:
             self._wakeup = anyio.Event()
             now = anyio.current_time()
-            if self._failures:
+            if self._pacing.failures:
                 due = self._retry_at
             elif self._new_topics or self._urgent:
                 due = now
@@ -741,15 +743,15 @@ class Cluster:
         except KafkaError as exc:
             self._last_error = exc
             self._metadata_failures += 1
-            self._failures += 1
-            self._retry_at = anyio.current_time() + self._retry.backoff_s(self._failures)
+            self._pacing.failed(exc)
+            self._retry_at = self._pacing.retry_at
             self._update_needed = True
             self._fatal = None if exc.retriable else exc
             self._fatal_seq = seq
             self._finish_attempt(all_topics=self._fatal is not None)
             raise
         now = anyio.current_time()
-        self._failures = 0
+        self._pacing.succeeded()
         self._fatal = None
         self._last_error = None
         self._last_ok_at = now
