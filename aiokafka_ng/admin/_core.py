@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 An admin operation acts on a set of *items* (topics, partitions, groups, resources, ...).
-``_AdminCore._run`` drives it in rounds: each round calls the operation's ``attempt``
+``_AdminCore._run`` drives it in rounds on the cluster's retry driver
+(:func:`aiokafka_ng.cluster.retry.retrying`): each round calls the operation's ``attempt``
 coroutine with the items still pending; ``attempt`` routes them (to the controller, to
 each partition's leader, to each group's coordinator, or to any broker), batches them into
 one request per node where the protocol allows, and returns one outcome per item: a result
@@ -39,16 +40,14 @@ import anyio
 from aiokafka_ng.admin.config import AdminConfig
 from aiokafka_ng.admin.models import Node, TopicPartition
 from aiokafka_ng.admin.results import ItemResults
-from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.cluster import Cluster, RetryState
 from aiokafka_ng.cluster.metadata import ClusterMetadata, parse_metadata_response
+from aiokafka_ng.cluster.retry import STALE_COORDINATOR, retrying
 from aiokafka_ng.errors import (
-    CoordinatorNotAvailableError,
     IllegalStateError,
-    KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     NotControllerError,
-    NotCoordinatorError,
     UnsupportedVersionError,
     error_for_code,
 )
@@ -66,9 +65,6 @@ V = TypeVar("V")
 R = TypeVar("R")
 Resp = TypeVar("Resp", bound=ApiMessage)  # a request's response
 
-
-#: Errors after which a cached group/transaction coordinator must be looked up again.
-STALE_COORDINATOR = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
 
 _NO_RESULT = "the broker's response did not mention this item"
 
@@ -142,40 +138,53 @@ class _AdminCore:
         final: dict[K, V | BaseException] = {}
         pending = list(order)
         last: dict[K, BaseException] = {}
-        failed_rounds = 0
         timeout_s = self._timeout_s(timeout_ms)
-        deadline = anyio.current_time() + timeout_s
-        with anyio.move_on_after(timeout_s):
-            while pending:
-                try:
-                    outcome: Mapping[K, V | BaseException] = await attempt(pending, deadline)
-                except UnsupportedVersionError:
-                    raise
-                except KafkaError as exc:
-                    outcome = dict.fromkeys(pending, exc)
-                retry: list[K] = []
-                stale = False
-                for key in pending:
-                    value = outcome.get(key, KafkaError(f"{operation}: {_NO_RESULT}"))
-                    if isinstance(value, UnsupportedVersionError):
-                        raise value
-                    if isinstance(value, Final):
-                        final[key] = value.error
-                    elif isinstance(value, KafkaError) and value.retriable:
-                        retry.append(key)
-                        # Keep the more telling error over "the deadline came".
-                        if key not in last or not isinstance(value, KafkaTimeoutError):
-                            last[key] = value
-                        stale = stale or value.invalid_metadata
-                        stale = stale or isinstance(value, NotControllerError)
-                    else:
-                        final[key] = value
-                pending = retry
-                if pending:
-                    failed_rounds += 1
-                    if stale:
-                        await self._refresh_metadata()
-                    await anyio.sleep(self._backoff.backoff_s(failed_rounds))
+        state = RetryState(self._backoff, timeout=timeout_s)
+        deadline = anyio.current_time() + timeout_s if state.deadline is None else state.deadline
+        stale = False
+
+        async def round_() -> None:
+            # One round over the pending items; the ones that failed retriably stay pending
+            # and make the round fail (retriably), so the driver backs off and runs another.
+            nonlocal pending, stale
+            try:
+                outcome: Mapping[K, V | BaseException] = await attempt(pending, deadline)
+            except UnsupportedVersionError:
+                raise
+            except KafkaError as exc:
+                outcome = dict.fromkeys(pending, exc)
+            retry: list[K] = []
+            stale = False
+            for key in pending:
+                value = outcome.get(key, KafkaError(f"{operation}: {_NO_RESULT}"))
+                if isinstance(value, UnsupportedVersionError):
+                    raise value
+                if isinstance(value, Final):
+                    final[key] = value.error
+                elif isinstance(value, KafkaError) and value.retriable:
+                    retry.append(key)
+                    # Keep the more telling error over "the deadline came".
+                    if key not in last or not isinstance(value, KafkaTimeoutError):
+                        last[key] = value
+                    stale = stale or value.invalid_metadata
+                    stale = stale or isinstance(value, NotControllerError)
+                else:
+                    final[key] = value
+            pending = retry
+            if pending:
+                first = last[pending[0]]
+                assert isinstance(first, KafkaError)
+                raise first
+
+        async def refresh_if_stale(_error: KafkaError) -> None:
+            if stale:
+                await self._refresh_metadata()
+
+        try:
+            await retrying(round_, state, what=operation, on_retry=refresh_if_stale)
+        except KafkaTimeoutError:
+            if not pending:
+                raise
         cluster = self._open_cluster
         unreachable = ""
         if pending and cluster is not None and not cluster.ready:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from aiokafka_ng.admin._core import STALE_COORDINATOR, _AdminCore, broker_error, by_topic
+from aiokafka_ng.admin._core import _AdminCore, broker_error, by_topic
 from aiokafka_ng.admin.models import (
     ConsumerGroupDescription,
     ConsumerGroupListing,
@@ -24,6 +24,7 @@ from aiokafka_ng.admin.models import (
     decode_authorized_operations,
 )
 from aiokafka_ng.admin.results import ItemResults
+from aiokafka_ng.cluster.retry import STALE_COORDINATOR
 from aiokafka_ng.errors import (
     KafkaError,
     ProtocolError,

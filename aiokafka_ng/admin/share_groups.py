@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from aiokafka_ng.admin._core import STALE_COORDINATOR, _AdminCore, broker_error, by_topic
+from aiokafka_ng.admin._core import _AdminCore, broker_error, by_topic
 from aiokafka_ng.admin.models import (
     AclOperation,
     Node,
@@ -32,6 +32,7 @@ from aiokafka_ng.admin.models import (
     decode_authorized_operations,
 )
 from aiokafka_ng.admin.results import ItemResults
+from aiokafka_ng.cluster.retry import STALE_COORDINATOR
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.protocol.messages import alter_share_group_offsets as asgo
 from aiokafka_ng.protocol.messages import delete_share_group_offsets as dsgo

@@ -32,8 +32,20 @@ from aiokafka_ng.cluster.pool import (
     NodeStatistics,
     PoolStatistics,
 )
+from aiokafka_ng.cluster.retry import (
+    ANY,
+    CONTROLLER,
+    Coordinator,
+    Leader,
+    Node,
+    Retry,
+    RetryState,
+    Route,
+)
 
 __all__ = [
+    "ANY",
+    "CONTROLLER",
     "BrokerMetadata",
     "ClientStatus",
     "Cluster",
@@ -43,9 +55,15 @@ __all__ = [
     "ConnectAttempt",
     "ConnectionPool",
     "Connector",
+    "Coordinator",
+    "Leader",
+    "Node",
     "NodeStatistics",
     "PartitionMetadata",
     "PoolStatistics",
+    "Retry",
+    "RetryState",
+    "Route",
     "TaskHost",
     "TopicMetadata",
     "client_status",

@@ -10,8 +10,9 @@ it for work and waits for the result. Coordinator lookups (:mod:`.coordinators`)
 
 *Bootstrap.* ``__aenter__`` tries the bootstrap servers in order (pseudo node ids -1, -2,
 ...), a Metadata request on the first one that answers; between full rounds it sleeps the
-retry backoff, until ``bootstrap_timeout_ms``. Afterwards the bootstrap connection is
-re-labelled with the broker id it turned out to be (or closed), so no socket is doubled.
+retry backoff (the retry driver, :mod:`.retry`), until ``bootstrap_timeout_ms``.
+Afterwards the bootstrap connection is re-labelled with the broker id it turned out to be
+(or closed), so no socket is doubled.
 With ``wait_for_bootstrap=False`` (the clients' choice: an app must start while its
 cluster is briefly down, as Java and librdkafka clients do) ``__aenter__`` returns at once
 and the refresher does the bootstrap as its first, urgent refresh, retried under the
@@ -57,10 +58,10 @@ that topic's waiters only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType, TracebackType
-from typing import TYPE_CHECKING, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import anyio
 from anyio.abc import TaskGroup
@@ -74,10 +75,20 @@ from aiokafka_ng.cluster.metadata import (
     parse_metadata_response,
 )
 from aiokafka_ng.cluster.pool import ConnectionPool, Connector, PoolStatistics
+from aiokafka_ng.cluster.retry import (
+    ANY,
+    Retry,
+    RetryState,
+    Route,
+    raise_top_level_error,
+    retrying,
+    routed,
+)
 from aiokafka_ng.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    NotControllerError,
     UnknownTopicOrPartitionError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -102,6 +113,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=ApiMessage)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +183,9 @@ class Cluster:
         self._started_seq = 0
         self._ok_seq = 0
         self._attempt_done = anyio.Event()
-        self._failures = 0
+        # Consecutive failed metadata requests and when the next may go (the refresher
+        # schedules by it rather than sleeping inline).
+        self._pacing = RetryState(self._retry)
         self._stale_rounds = 0
         self._retry_at = 0.0
         self._last_ok_at: float | None = None
@@ -344,6 +358,72 @@ class Cluster:
         conn = await self._any_connection()
         return await conn.send(request, version=version, timeout=timeout)
 
+    async def call(
+        self,
+        request: Any,
+        route: Route = ANY,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the whole operation's deadline)
+        retry: Retry | None = None,
+        check: Callable[[Any], Any] | None = None,
+        max_version: int | None = None,
+        request_timeout: float | None = None,
+        what: str | None = None,
+    ) -> Any:
+        """Send ``request`` where ``route`` points, retrying until it succeeds.
+
+        ``check(response)`` turns the response's error codes into exceptions (and may
+        return what the caller wants instead of the response); retriable ones retry. The
+        default check raises a top-level ``error_code`` and returns the response. See
+        :mod:`aiokafka_ng.cluster.retry` for routing, repairs, backoff and the deadline
+        (``timeout`` seconds for the whole call; None: until cancelled). Each request is
+        bounded by ``request_timeout`` (default: the connection's) and the time left.
+        """
+        state = self.retry_state(timeout=timeout)
+
+        async def send(conn: Connection) -> Any:
+            version = conn.version_for(type(request))
+            if max_version is not None:
+                version = min(version, max_version)
+            limit = min(state.remaining(), request_timeout or float("inf"))
+            response = await conn.send(
+                request, version=version, timeout=None if limit == float("inf") else limit
+            )
+            return (raise_top_level_error if check is None else check)(response)
+
+        name = what or type(request).__name__.removesuffix("Request")
+        return await self.run(route, send, state, what=name, retry=retry)
+
+    async def run(
+        self,
+        route: Route,
+        send: Callable[[Connection], Awaitable[T]],
+        state: RetryState,
+        *,
+        what: str,
+        retry: Retry | None = None,
+        limit: str | None = None,
+        on_retry: Callable[[KafkaError], Awaitable[None]] | None = None,
+    ) -> T:
+        """The retry driver with routing for callers that build the request themselves
+        (per version, say): ``send(connection)`` once per attempt."""
+        return await routed(
+            self, route, send, state, what=what, retry=retry, limit=limit, on_retry=on_retry
+        )
+
+    def retry_state(
+        self,
+        *,
+        timeout: float | None = None,
+        backoff: ExponentialBackoff | None = None,
+    ) -> RetryState:
+        """A :class:`RetryState` paced by this cluster's retry backoff (or ``backoff``)."""
+        return RetryState(backoff or self._retry, timeout=timeout)
+
+    async def any_connection(self) -> Connection:
+        """A ready connection to the least loaded reachable broker (see ``request_any``)."""
+        return await self._any_connection()
+
     async def _any_connection(self) -> Connection:
         tried: set[int] = set()
         last: KafkaError | None = None
@@ -401,16 +481,22 @@ class Cluster:
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> int:
         """The controller's node id (admin requests that must go to it)."""
-        with _timeout(timeout, lambda: "controller unknown"):
-            attempts = 0
-            while True:
-                c = self._metadata.controller_id
-                if c is not None and c in self._metadata.brokers:
-                    return c
-                if attempts:
-                    await anyio.sleep(self._retry.backoff_s(attempts))
-                attempts += 1
+
+        def known() -> int | None:
+            c = self._metadata.controller_id
+            return c if c is not None and c in self._metadata.brokers else None
+
+        async def attempt() -> int:
+            c = known()
+            if c is None:
                 await self.refresh()
+                c = known()
+            if c is None:
+                raise NotControllerError("no controller in the metadata yet")
+            return c
+
+        with _timeout(timeout, lambda: "controller unknown"):
+            return await retrying(attempt, RetryState(self._retry), what="controller lookup")
 
     # ------------------------------------------------------------------ metadata
 
@@ -621,24 +707,29 @@ class Cluster:
 
     async def _bootstrap(self) -> None:
         self._set_bootstrap_addresses()
-        last: BaseException | None = None
-        rounds = 0
-        with anyio.move_on_after(self._config.bootstrap_timeout_ms / 1000):
-            while True:
-                for node_id in self._bootstrap_ids:
-                    try:
-                        await self._refresh_from(node_id, sorted(self._tracked))
-                        return
-                    except KafkaError as exc:
-                        if not exc.retriable:
-                            raise
-                        last = exc
-                        log.info("bootstrap server %s failed: %s", self._pool.address(node_id), exc)
-                rounds += 1
-                await anyio.sleep(self._retry.backoff_s(rounds))
-        raise KafkaConnectionError(
-            f"unable to bootstrap from {self.bootstrap_summary}: {last}"
-        ) from last
+
+        async def round_() -> None:
+            # Every bootstrap server once, in order; the last failure if none answered.
+            last: KafkaError | None = None
+            for node_id in self._bootstrap_ids:
+                try:
+                    await self._refresh_from(node_id, sorted(self._tracked))
+                    return
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    last = exc
+                    log.info("bootstrap server %s failed: %s", self._pool.address(node_id), exc)
+            raise last or KafkaConnectionError("no bootstrap server")
+
+        state = RetryState(self._retry, timeout=self._config.bootstrap_timeout_ms / 1000)
+        try:
+            await retrying(round_, state, what="bootstrap")
+        except KafkaTimeoutError as exc:
+            last = exc.__cause__
+            raise KafkaConnectionError(
+                f"unable to bootstrap from {self.bootstrap_summary}: {last}"
+            ) from last
 
     async def _refresher(self) -> None:
         while True:
@@ -655,11 +746,11 @@ class Cluster:
                 await self._refresh_from(node_id, topics)
             except KafkaError as exc:
                 self._maybe_rebootstrap()
-                if not self.ready and self._failures in (1, 10, 100, 1000):
+                if not self.ready and self._pacing.failures in (1, 10, 100, 1000):
                     # Not bootstrapped yet: say so now and then, not at every retry.
                     log.warning(
                         "no answer from bootstrap servers %s yet (%d attempts): %s",
-                        self.bootstrap_summary, self._failures, exc,
+                        self.bootstrap_summary, self._pacing.failures, exc,
                     )  # fmt: skip
                 else:
                     log.debug("metadata refresh via node %s failed: %r", node_id, exc)
@@ -690,14 +781,14 @@ class Cluster:
         # nothing that waits on the cache sees it empty in between.
         self._metadata = replace(self._metadata, brokers=MappingProxyType({}))
         self._set_bootstrap_addresses()
-        self._failures = 0  # a first try at the bootstrap servers goes out at once
+        self._pacing.succeeded()  # a first try at the bootstrap servers goes out at once
         self._retry_at = now
 
     async def _wait_until_due(self) -> None:
         while True:
             self._wakeup = anyio.Event()
             now = anyio.current_time()
-            if self._failures:
+            if self._pacing.failures:
                 due = self._retry_at
             elif self._new_topics or self._urgent:
                 due = now
@@ -738,8 +829,8 @@ class Cluster:
         except KafkaError as exc:
             self._last_error = exc
             self._metadata_failures += 1
-            self._failures += 1
-            self._retry_at = anyio.current_time() + self._retry.backoff_s(self._failures)
+            self._pacing.failed(exc)
+            self._retry_at = self._pacing.retry_at
             self._update_needed = True
             self._fatal = None if exc.retriable else exc
             self._fatal_seq = seq
@@ -749,7 +840,7 @@ class Cluster:
                     callback(exc)
             raise
         now = anyio.current_time()
-        self._failures = 0
+        self._pacing.succeeded()
         self._failing_since = None
         self._fatal = None
         self._last_error = None
@@ -841,6 +932,10 @@ class Cluster:
         """Coordinators of several keys; FindCoordinator v4+ asks for them in one request."""
         with _timeout(timeout, lambda: f"coordinator lookup for {list(keys)}"):
             return await self._coordinators.lookup(keys, key_type)
+
+    def coordinator_cached(self, key: str, key_type: int = 0) -> int | None:
+        """The cached coordinator of ``key``, None when it must be looked up."""
+        return self._coordinators.cached(key, key_type)
 
     def invalidate_coordinator(self, key: str, key_type: int = 0) -> None:
         """Forget a cached coordinator (after NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE)."""

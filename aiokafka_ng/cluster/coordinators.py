@@ -13,8 +13,9 @@ impatient caller cannot strand the others.
 
 A runner asks for all its keys at once where the broker allows (FindCoordinator v4+,
 ``coordinator_keys``; KIP-699), one key per request before that. COORDINATOR_LOAD_IN_PROGRESS,
-COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR and connection failures are retried with the
-retry backoff; any other error is raised to every waiter of the lookup.
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR and connection failures are retried by the
+retry driver (:mod:`.retry`) under the retry backoff; any other error is raised to every
+waiter of the lookup.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from aiokafka_ng.errors import KafkaError
+from aiokafka_ng.cluster.retry import RetryState, retrying
+from aiokafka_ng.errors import CoordinatorNotAvailableError, KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages.find_coordinator import FindCoordinatorRequest
@@ -112,16 +114,11 @@ class CoordinatorCache:
 
     async def _find(self, keys: list[str], key_type: int) -> None:
         pending = list(keys)
-        failures = 0
-        while pending:
-            try:
-                answers = await self._ask(pending, key_type)
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                answers = []
-            retry = not answers
-            for key, code, message, node_id, host, port in answers:
+
+        async def attempt() -> None:
+            # One FindCoordinator round; keys still unresolved make it fail retriably.
+            last: KafkaError | None = None
+            for key, code, message, node_id, host, port in await self._ask(pending, key_type):
                 if key not in pending:
                     continue
                 if code == 0:
@@ -130,12 +127,17 @@ class CoordinatorCache:
                     self._cache[(key_type, key)] = node_id
                     pending.remove(key)
                 elif code in _RETRY_CODES:
-                    retry = True
+                    last = error_for_code(code)(message or f"FindCoordinator for {key!r}")
                 else:
                     raise error_for_code(code)(message or f"FindCoordinator for {key!r} failed")
-            if pending and retry:
-                failures += 1
-                await anyio.sleep(self._retry.backoff_s(failures))
+            if pending:
+                raise last or CoordinatorNotAvailableError(
+                    f"FindCoordinator: no answer for {pending}"
+                )
+
+        # No deadline of its own: the callers' (``Cluster.coordinators(timeout=...)``, the
+        # retry driver of the request that needs the coordinator) bound it.
+        await retrying(attempt, RetryState(self._retry), what="FindCoordinator")
 
     async def _ask(self, keys: list[str], key_type: int) -> list[_Answer]:
         conn = await self._any_connection()

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.abc import TaskGroup
 
+from aiokafka_ng.cluster.retry import RetryState
 from aiokafka_ng.errors import KafkaConnectionError, KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
@@ -121,23 +122,23 @@ class _Node:
         "connect_failures",
         "connects",
         "down_since",
-        "failures",
         "host",
         "last_used",
-        "next_attempt_at",
         "node_id",
+        "pacing",
         "port",
         "retired",
     )
 
-    def __init__(self, node_id: int, host: str, port: int) -> None:
+    def __init__(self, node_id: int, host: str, port: int, backoff: ExponentialBackoff) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
         self.conn: Connection | None = None
         self.attempt: _Attempt | None = None
-        self.failures = 0
-        self.next_attempt_at = 0.0
+        # Consecutive failed connects and the earliest next attempt (the retry driver's
+        # timing object, scheduled by retry_at: the node's task sleeps until then).
+        self.pacing = RetryState(backoff)
         self.last_used = 0.0
         self.connects = 0
         self.connect_failures = 0
@@ -220,7 +221,7 @@ class ConnectionPool:
         """Learn (or change) a node's address. A changed address drops the old connection."""
         node = self._nodes.get(node_id)
         if node is None:
-            self._nodes[node_id] = _Node(node_id, host, port)
+            self._nodes[node_id] = _Node(node_id, host, port, self._backoff)
             return
         node.retired = False
         if (node.host, node.port) != (host, port):
@@ -317,13 +318,13 @@ class ConnectionPool:
         node = self._nodes.get(node_id)
         if node is None or node.live() is not None:
             return 0.0
-        return max(0.0, node.next_attempt_at - anyio.current_time())
+        return max(0.0, node.pacing.retry_at - anyio.current_time())
 
     async def _run_node(self, node: _Node, attempt: _Attempt) -> None:
         """Connect after the node's backoff, publish the result, hold the connection."""
         established: Connection | None = None
         try:
-            delay = node.next_attempt_at - anyio.current_time()
+            delay = node.pacing.retry_at - anyio.current_time()
             if delay > 0:
                 await anyio.sleep(delay)
             host, port = node.host, node.port
@@ -334,7 +335,7 @@ class ConnectionPool:
                     now = anyio.current_time()
                     node.attempts.append(ConnectAttempt(started, now, True))
                     node.connects += 1
-                    node.failures = 0
+                    node.pacing.succeeded()
                     node.closed_by_us = False
                     node.conn = conn
                     node.last_used = now
@@ -354,8 +355,7 @@ class ConnectionPool:
                     now = anyio.current_time()
                     node.attempts.append(ConnectAttempt(started, now, False, repr(exc)))
                     node.connect_failures += 1
-                    node.failures += 1
-                    node.next_attempt_at = now + self._backoff.backoff_s(node.failures)
+                    node.pacing.failed(exc, now=now)
                     attempt.error = exc
                     log.debug(
                         "connect to node %d at %s:%d failed: %r", node.node_id, host, port, exc
@@ -389,8 +389,8 @@ class ConnectionPool:
                 self._went_down(node, conn.close_reason or "connection closed")
             # KIP-144: a dropped connection is retried after the initial backoff (growing
             # if the reconnects fail too), so a restarting broker is not hammered.
-            node.failures = 1
-            node.next_attempt_at = anyio.current_time() + self._backoff.backoff_s(1)
+            node.pacing.succeeded()
+            node.pacing.failed()
             self._node_failed(node.node_id)
 
     def _went_down(self, node: _Node, reason: str) -> None:
@@ -466,10 +466,10 @@ class ConnectionPool:
             conn = node.live()
             if conn is not None:
                 key: tuple[int, float] = (0, float(_in_flight(conn)))
-            elif node.attempt is not None or node.next_attempt_at <= now:
+            elif node.attempt is not None or node.pacing.retry_at <= now:
                 key = (1, 0.0)
             else:
-                key = (2, node.next_attempt_at)
+                key = (2, node.pacing.retry_at)
             if best_key is None or key < best_key:
                 best, best_key = node_id, key
                 if key == (0, 0.0):
@@ -487,8 +487,8 @@ class ConnectionPool:
                 connected=conn is not None,
                 connecting=node.attempt is not None,
                 in_flight=0 if conn is None else _in_flight(conn),
-                failures=node.failures,
-                next_attempt_at=node.next_attempt_at,
+                failures=node.pacing.failures,
+                next_attempt_at=node.pacing.retry_at,
                 connects=node.connects,
                 connect_failures=node.connect_failures,
                 attempts=tuple(node.attempts),

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from aiokafka_ng.cluster import BrokerMetadata, Cluster, ClusterMetadata
+from aiokafka_ng.cluster import BrokerMetadata, Cluster, ClusterMetadata, RetryState
 from aiokafka_ng.consumer.buffer import BufferedFetch, batch_error
 from aiokafka_ng.consumer.models import ConsumerRecord, TopicPartition
 from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
@@ -155,11 +155,12 @@ class Fetcher:
         self._max_buffered = 0
         self._reserved = 0
         self._in_flight: set[int] = set()  # nodes with a fetch in flight
-        self._node_failures: dict[int, int] = defaultdict(int)
-        self._node_retry_at: dict[int, float] = {}
+        # Per-node and position-lookup pacing: the cluster's RetryState, scheduled by its
+        # retry_at (the planner never sleeps inline). A throttled node's retry_at is set
+        # from the broker's throttle time without counting a failure.
+        self._node_pacing: dict[int, RetryState] = {}
         self._resolving = False
-        self._resolve_failures = 0
-        self._resolve_retry_at = 0.0
+        self._resolve_pacing = RetryState(self._backoff)
         self._served = 0  # counter behind PartitionState.served
         self._drain_rotation = 0
         self._requests = 0
@@ -377,8 +378,8 @@ class Fetcher:
         if not states:
             return None
         unresolved = [s for s in states if not s.has_position and s.error is None]
-        if unresolved and not self._resolving and self._resolve_retry_at > now:
-            next_due = self._resolve_retry_at
+        if unresolved and not self._resolving and self._resolve_pacing.retry_at > now:
+            next_due = self._resolve_pacing.retry_at
         elif unresolved and not self._resolving:
             self._resolving = True
             tg.start_soon(self._resolve_positions, unresolved)
@@ -416,7 +417,8 @@ class Fetcher:
                 # stall per round, 4x slower getmany on a log read from the start). The
                 # drain wakes the planner; the long poll then covers them all.
                 continue
-            retry_at = self._node_retry_at.get(node, 0.0)
+            pacing = self._node_pacing.get(node)
+            retry_at = 0.0 if pacing is None else pacing.retry_at
             if retry_at > now:
                 next_due = retry_at if next_due is None else min(next_due, retry_at)
                 continue
@@ -443,16 +445,13 @@ class Fetcher:
     async def _resolve_positions(self, states: list[PartitionState]) -> None:
         try:
             await self._resolve(states)
-            self._resolve_failures = 0
+            self._resolve_pacing.succeeded()
         except KafkaError as exc:
             # Raised to the application once; retried after the shared backoff, so a
             # persistent failure (say, authorization) is not a hot loop.
             log.warning("resolving positions failed: %r", exc)
             self._error = exc
-            self._resolve_failures += 1
-            self._resolve_retry_at = anyio.current_time() + self._backoff.backoff_s(
-                self._resolve_failures
-            )
+            self._resolve_pacing.failed(exc)
         finally:
             self._resolving = False
             self._wake.set()
@@ -508,16 +507,19 @@ class Fetcher:
 
     # ------------------------------------------------------------------ fetching
 
+    def _pacing_of(self, node: int) -> RetryState:
+        pacing = self._node_pacing.get(node)
+        if pacing is None:
+            pacing = self._node_pacing[node] = RetryState(self._backoff)
+        return pacing
+
     async def _fetch(self, node: int, parts: list[PartitionState], reserve: int) -> None:
         epochs = [s.epoch for s in parts]
         try:
             response, version = await self._send_fetch(node, parts, reserve)
         except KafkaError as exc:
             self._failures += 1
-            self._node_failures[node] += 1
-            self._node_retry_at[node] = anyio.current_time() + self._backoff.backoff_s(
-                self._node_failures[node]
-            )
+            self._pacing_of(node).failed(exc)
             log.debug("fetch from node %s failed: %r", node, exc)
             for s in parts:
                 s.preferred_replica = -1  # back to the leader
@@ -535,7 +537,7 @@ class Fetcher:
             self._wake.set()
         if response is None:
             return
-        self._node_failures.pop(node, None)
+        self._pacing_of(node).succeeded()
         self._handle_response(node, parts, epochs, response, version, reserve)
 
     async def _send_fetch(
@@ -599,15 +601,13 @@ class Fetcher:
         if response.error_code:
             error = error_for_code(response.error_code)
             self._failures += 1
-            self._node_failures[node] += 1
-            self._node_retry_at[node] = anyio.current_time() + self._backoff.backoff_s(
-                self._node_failures[node]
-            )
+            self._pacing_of(node).failed(error())
             log.debug("fetch from node %s: top-level error %s", node, error.__name__)
             return
         if response.throttle_time_ms > 0:
             # KIP-219: over quota, the broker wants no request on this connection for now.
-            self._node_retry_at[node] = anyio.current_time() + response.throttle_time_ms / 1000
+            throttled_until = anyio.current_time() + response.throttle_time_ms / 1000
+            self._pacing_of(node).retry_at = throttled_until
         names_by_id = {}
         if version > _MAX_NAMED_FETCH_VERSION:
             names_by_id = {t.topic_id: t.name for t in self._cluster.metadata.topics.values()}

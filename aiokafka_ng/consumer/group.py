@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
-from aiokafka_ng.cluster import Cluster, ClusterMetadata
+from aiokafka_ng.cluster import Cluster, ClusterMetadata, Retry, RetryState
+from aiokafka_ng.cluster.retry import retrying
 from aiokafka_ng.consumer.assignors import (
     Assignor,
     MemberSubscription,
@@ -303,28 +304,31 @@ class GroupCoordinator:
             )  # fmt: skip
         if not self.cooperative:
             await self._revoke(set(self._subs.assignment), commit=True)
-        failures = 0
-        while True:
-            try:
-                assignment = await self._join_once()
-            except (RebalanceInProgressError, MemberIdRequiredError):
-                continue  # join again at once
-            except (UnknownMemberIdError, IllegalGenerationError):
-                self.member_id = "" if self._instance_id is None else self.member_id
-                self.generation = -1
-                await self._lose()
-                continue
-            except FencedInstanceIdError:
-                raise
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                self._cluster.invalidate_coordinator(self._group_id)
-                failures += 1
-                log.info("group %s: join failed (%r); retrying", self._group_id, exc)
-                await anyio.sleep(self._backoff.backoff_s(failures))
-                continue
-            break
+
+        async def attempt() -> list[TopicPartition]:
+            while True:
+                try:
+                    return await self._join_once()
+                except (RebalanceInProgressError, MemberIdRequiredError):
+                    continue  # join again at once
+                except (UnknownMemberIdError, IllegalGenerationError):
+                    self.member_id = "" if self._instance_id is None else self.member_id
+                    self.generation = -1
+                    await self._lose()
+
+        async def on_retry(exc: KafkaError) -> None:
+            self._cluster.invalidate_coordinator(self._group_id)
+            log.info("group %s: join failed (%r); retrying", self._group_id, exc)
+
+        # Until it succeeds (no deadline: leaving or closing cancels it); FencedInstanceId
+        # and any other non-retriable error end it.
+        assignment = await retrying(
+            attempt,
+            RetryState(self._backoff),
+            what=f"JoinGroup {self._group_id}",
+            retry=Retry(fatal=(FencedInstanceIdError,)),
+            on_retry=on_retry,
+        )
         await self._install(assignment)
 
     async def _send(self, request: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109

@@ -1,16 +1,18 @@
 """Offset requests: ListOffsets (to the leaders), OffsetFetch and OffsetCommit (to the group
-coordinator), each retried with the shared :class:`ExponentialBackoff`.
+coordinator), each run by the cluster's retry driver (:mod:`aiokafka_ng.cluster.retry`)
+paced by the consumer's :class:`ExponentialBackoff`.
 
 Retry rules, as the Java client applies them:
 
 * ListOffsets: per-partition ``invalid_metadata`` errors (not leader, unknown partition,
   fenced/unknown leader epoch) refresh metadata and retry that partition; other retriable
   errors retry; anything else is raised. A connection failure retries the whole node.
-* OffsetFetch/OffsetCommit: ``NOT_COORDINATOR``/``COORDINATOR_NOT_AVAILABLE`` (and a lost
-  connection) forget the coordinator and look it up again; ``COORDINATOR_LOAD_IN_PROGRESS``
-  and ``UNSTABLE_OFFSET_COMMIT`` just retry. A commit refused because the generation moved
-  on (``ILLEGAL_GENERATION``, ``UNKNOWN_MEMBER_ID``, ``REBALANCE_IN_PROGRESS``,
-  ``FENCED_INSTANCE_ID``) raises :class:`CommitFailedError` at once: retrying cannot help.
+* OffsetFetch/OffsetCommit (route: the group's coordinator): ``NOT_COORDINATOR``/
+  ``COORDINATOR_NOT_AVAILABLE`` (and a lost connection) forget the coordinator and look it
+  up again; ``COORDINATOR_LOAD_IN_PROGRESS`` and ``UNSTABLE_OFFSET_COMMIT`` just retry. A
+  commit refused because the generation moved on (``ILLEGAL_GENERATION``,
+  ``UNKNOWN_MEMBER_ID``, ``REBALANCE_IN_PROGRESS``, ``FENCED_INSTANCE_ID``) raises
+  :class:`CommitFailedError` at once: retrying cannot help.
 
 Everything runs under one deadline (``timeout`` seconds) and raises KafkaTimeoutError after it.
 """
@@ -18,18 +20,16 @@ Everything runs under one deadline (``timeout`` seconds) and raises KafkaTimeout
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
-
-from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.cluster import Cluster, Coordinator, RetryState
+from aiokafka_ng.cluster.retry import retrying, routed
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.errors import (
     IllegalGenerationError,
     KafkaError,
-    KafkaTimeoutError,
     RebalanceInProgressError,
     UnknownMemberIdError,
     error_for_code,
@@ -48,7 +48,12 @@ from aiokafka_ng.protocol.messages.offset_commit import (
 )
 from aiokafka_ng.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
 
+if TYPE_CHECKING:
+    from aiokafka_ng.net.connection import Connection
+
 __all__ = ["EARLIEST", "LATEST", "OffsetsClient"]
+
+T = TypeVar("T")
 
 EARLIEST = -2  # ListOffsets special timestamps
 LATEST = -1
@@ -94,36 +99,39 @@ class OffsetsClient:
         """
         pending = dict(timestamps)
         result: dict[TopicPartition, tuple[int, int]] = {}
-        failures = 0
-        with _deadline(timeout if timeout is not None else self._timeout, "list offsets"):
-            while pending:
-                by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
-                for tp, ts in pending.items():
-                    leader = await self._cluster.leader_for(tp.topic, tp.partition)
-                    by_leader[leader][tp] = ts
-                retry = False
-                for leader, parts in by_leader.items():
-                    try:
-                        done = await self._list_from(leader, parts)
-                    except KafkaError as exc:
-                        if not exc.retriable:
-                            raise
-                        retry = True
-                        continue
-                    for tp, answer in done.items():
-                        if isinstance(answer, tuple):
-                            result[tp] = answer
-                            pending.pop(tp)
-                        else:
-                            retry = True
-                if pending and retry:
-                    failures += 1
-                    await anyio.sleep(self._backoff.backoff_s(failures))
+
+        async def attempt() -> None:
+            # One round: every pending partition asked of its leader; what failed (a
+            # retriable error, per partition or for a whole node) stays pending.
+            by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
+            for tp, ts in pending.items():
+                leader = await self._cluster.leader_for(tp.topic, tp.partition)
+                by_leader[leader][tp] = ts
+            last: KafkaError | None = None
+            for leader, parts in by_leader.items():
+                try:
+                    done = await self._list_from(leader, parts)
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    last = exc
+                    continue
+                for tp, answer in done.items():
+                    if isinstance(answer, tuple):
+                        result[tp] = answer
+                        pending.pop(tp)
+                    else:
+                        last = answer
+            if pending:
+                raise last or KafkaError("ListOffsets: some partitions were not answered")
+
+        if pending:
+            await retrying(attempt, self._state(timeout), what="list offsets")
         return result
 
     async def _list_from(
         self, node: int, parts: Mapping[TopicPartition, int]
-    ) -> dict[TopicPartition, tuple[int, int] | None]:
+    ) -> dict[TopicPartition, tuple[int, int] | KafkaError]:
         conn = await self._cluster.connection(node)
         version = conn.version_for(ListOffsetsRequest)
         topics: dict[str, list[ListOffsetsPartition]] = defaultdict(list)
@@ -138,7 +146,7 @@ class OffsetsClient:
             timeout_ms=int(self._timeout * 1000),
         )
         response = await conn.send(request, version=version)
-        out: dict[TopicPartition, tuple[int, int] | None] = {}
+        out: dict[TopicPartition, tuple[int, int] | KafkaError] = {}
         for t in response.topics:
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.partition_index)
@@ -148,7 +156,7 @@ class OffsetsClient:
                         self._cluster.request_update([t.name])
                     if not (error.retriable or error.invalid_metadata):
                         raise error(f"ListOffsets for {t.name}-{p.partition_index}")
-                    out[tp] = None
+                    out[tp] = error(f"ListOffsets for {t.name}-{p.partition_index}")
                 else:  # v1+ (v0's list of old-style offsets went with Kafka 4)
                     out[tp] = (p.offset, p.timestamp)
         return out
@@ -172,35 +180,30 @@ class OffsetsClient:
                 OffsetFetchRequestTopic(name=t, partition_indexes=p) for t, p in topics.items()
             ],
         )
-        failures = 0
-        with _deadline(timeout if timeout is not None else self._timeout, "fetch committed"):
-            while True:
-                try:
-                    response = await self._to_coordinator(
-                        request, max_version=_MAX_OFFSET_FETCH_VERSION
+
+        def answer(response: Any) -> dict[TopicPartition, OffsetAndMetadata | None]:
+            if response.error_code:
+                raise error_for_code(response.error_code)("OffsetFetch")
+            out: dict[TopicPartition, OffsetAndMetadata | None] = {}
+            for t in response.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise error_for_code(p.error_code)(
+                            f"OffsetFetch for {t.name}-{p.partition_index}"
+                        )
+                    tp = TopicPartition(t.name, p.partition_index)
+                    out[tp] = (
+                        None
+                        if p.committed_offset < 0
+                        else OffsetAndMetadata(
+                            p.committed_offset, p.metadata or "", p.committed_leader_epoch
+                        )
                     )
-                    if response.error_code:
-                        raise error_for_code(response.error_code)("OffsetFetch")
-                    out: dict[TopicPartition, OffsetAndMetadata | None] = {}
-                    for t in response.topics:
-                        for p in t.partitions:
-                            if p.error_code:
-                                raise error_for_code(p.error_code)(
-                                    f"OffsetFetch for {t.name}-{p.partition_index}"
-                                )
-                            tp = TopicPartition(t.name, p.partition_index)
-                            out[tp] = (
-                                None
-                                if p.committed_offset < 0
-                                else OffsetAndMetadata(
-                                    p.committed_offset, p.metadata or "", p.committed_leader_epoch
-                                )
-                            )
-                    return out
-                except KafkaError as exc:
-                    self._on_coordinator_error(exc)
-                    failures += 1
-                    await anyio.sleep(self._backoff.backoff_s(failures))
+            return out
+
+        return await self._to_coordinator(
+            request, _MAX_OFFSET_FETCH_VERSION, answer, "fetch committed", timeout
+        )
 
     async def commit(
         self,
@@ -232,24 +235,19 @@ class OffsetsClient:
             group_instance_id=group_instance_id,
             topics=[OffsetCommitRequestTopic(name=t, partitions=p) for t, p in topics.items()],
         )
-        failures = 0
-        with _deadline(timeout if timeout is not None else self._timeout, "offset commit"):
-            while True:
-                try:
-                    response = await self._to_coordinator(request, max_version=9)
-                    for t in response.topics:
-                        for p in t.partitions:
-                            if p.error_code:
-                                raise error_for_code(p.error_code)(
-                                    f"OffsetCommit for {t.name}-{p.partition_index}"
-                                )
-                    return
-                except _GENERATION_ERRORS as exc:
-                    raise CommitFailedError(f"commit refused: {exc!r}") from exc
-                except KafkaError as exc:
-                    self._on_coordinator_error(exc)
-                    failures += 1
-                    await anyio.sleep(self._backoff.backoff_s(failures))
+
+        def answer(response: Any) -> None:
+            for t in response.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise error_for_code(p.error_code)(
+                            f"OffsetCommit for {t.name}-{p.partition_index}"
+                        )
+
+        try:
+            await self._to_coordinator(request, 9, answer, "offset commit", timeout)
+        except _GENERATION_ERRORS as exc:
+            raise CommitFailedError(f"commit refused: {exc!r}") from exc
 
     # ------------------------------------------------------------------ helpers
 
@@ -260,35 +258,24 @@ class OffsetsClient:
             raise IllegalStateError("this operation needs a group_id")
         return self._group_id
 
-    async def _to_coordinator(self, request: Any, *, max_version: int) -> Any:
+    def _state(self, timeout: float | None) -> RetryState:
+        return RetryState(self._backoff, timeout=timeout if timeout is not None else self._timeout)
+
+    async def _to_coordinator(
+        self,
+        request: Any,
+        max_version: int,
+        answer: Callable[[Any], T],
+        what: str,
+        timeout: float | None,  # noqa: ASYNC109
+    ) -> T:
+        """``request`` to the group's coordinator under the retry driver (which forgets a
+        coordinator that moved or failed); ``answer`` raises the response's errors."""
         assert self._group_id is not None
-        node = await self._cluster.coordinator(self._group_id)
-        conn = await self._cluster.connection(node)
-        version = min(conn.version_for(type(request)), max_version)
-        return await conn.send(request, version=version)
 
-    def _on_coordinator_error(self, exc: KafkaError) -> None:
-        """Forget the coordinator when it moved or failed; raise what retrying cannot fix."""
-        if not exc.retriable:
-            raise exc
-        assert self._group_id is not None
-        self._cluster.invalidate_coordinator(self._group_id)
+        async def send(conn: Connection) -> T:
+            version = min(conn.version_for(type(request)), max_version)
+            return answer(await conn.send(request, version=version))
 
-
-class _deadline:
-    """``fail_after`` raising KafkaTimeoutError (never anyio's TimeoutError)."""
-
-    __slots__ = ("_scope", "_what")
-
-    def __init__(self, seconds: float, what: str) -> None:
-        self._scope = anyio.CancelScope(deadline=anyio.current_time() + seconds)
-        self._what = what
-
-    def __enter__(self) -> None:
-        self._scope.__enter__()
-
-    def __exit__(self, *exc_info: Any) -> bool | None:
-        swallowed = self._scope.__exit__(*exc_info)
-        if self._scope.cancelled_caught:
-            raise KafkaTimeoutError(f"timed out: {self._what}") from None
-        return swallowed
+        route = Coordinator(self._group_id)
+        return await routed(self._cluster, route, send, self._state(timeout), what=what)

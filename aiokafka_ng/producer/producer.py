@@ -34,7 +34,16 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from aiokafka_ng.cluster import ClientStatus, Cluster, TaskHost, client_status, enter_task_group
+from aiokafka_ng.cluster import (
+    ClientStatus,
+    Cluster,
+    Retry,
+    RetryState,
+    TaskHost,
+    client_status,
+    enter_task_group,
+)
+from aiokafka_ng.cluster.retry import retrying
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import (
     ClosedBeforeDeliveryError,
@@ -70,6 +79,9 @@ if TYPE_CHECKING:
 __all__ = ["Producer", "ProducerRecord"]
 
 log = logging.getLogger(__name__)
+
+#: InitProducerId is retried whatever the error: the producer keeps trying while it runs.
+_EVERY_ERROR = Retry(every_error=True)
 
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _CODECS = {
@@ -759,7 +771,36 @@ class Producer:
         cluster = self._cluster
         assert idem is not None and cluster is not None
         acc = self._acc
-        failures = 0
+        # One RetryState for the producer's life: the failure count (and the log's pacing)
+        # resets after each success.
+        pacing = RetryState(acc.retry_backoff)
+
+        async def init_producer_id() -> Any:
+            if not cluster.ready:
+                await cluster.wait_ready()  # started without the cluster: no point yet
+            response = await cluster.request_any(
+                InitProducerIdRequest(
+                    transactional_id=None,
+                    transaction_timeout_ms=60000,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                )
+            )
+            if response.error_code:
+                err = error_for_code(response.error_code)
+                raise err(f"InitProducerId failed: {err.__name__}")
+            return response
+
+        async def note(exc: KafkaError) -> None:
+            if isinstance(exc, SaslAuthenticationFailedError):
+                # As Java's Sender does on an authentication failure: the records waiting
+                # for a producer id fail with it now, not at delivery_timeout_ms; later
+                # sends try again (credentials may be fixed, a token refreshed).
+                acc.abort_all(exc)
+            n = pacing.failures
+            if n in (1, 10, 100) or n % 1000 == 0:  # not at every retry
+                log.warning("producer: InitProducerId failed %d times (%s); retrying", n, exc)
+
         while True:
             if idem.ready:
                 assert self._reset_event is not None
@@ -770,33 +811,9 @@ class Producer:
             while acc.flight:
                 self._idle_event = anyio.Event()
                 await self._idle_event.wait()
-            try:
-                if not cluster.ready:
-                    await cluster.wait_ready()  # started without the cluster: no point yet
-                response = await cluster.request_any(
-                    InitProducerIdRequest(
-                        transactional_id=None,
-                        transaction_timeout_ms=60000,
-                        producer_id=-1,
-                        producer_epoch=-1,
-                    )
-                )
-                if response.error_code:
-                    err = error_for_code(response.error_code)
-                    raise err(f"InitProducerId failed: {err.__name__}")
-            except KafkaError as exc:
-                failures += 1
-                if isinstance(exc, SaslAuthenticationFailedError):
-                    # As Java's Sender does on an authentication failure: the records waiting
-                    # for a producer id fail with it now, not at delivery_timeout_ms; later
-                    # sends try again (credentials may be fixed, a token refreshed).
-                    acc.abort_all(exc)
-                if failures in (1, 10, 100) or failures % 1000 == 0:  # not at every retry
-                    log.warning("producer: InitProducerId failed %d times (%s); retrying",
-                                failures, exc)  # fmt: skip
-                await anyio.sleep(acc.retry_backoff.backoff_s(failures))
-                continue
-            failures = 0
+            response = await retrying(
+                init_producer_id, pacing, what="InitProducerId", retry=_EVERY_ERROR, on_retry=note
+            )
             acc.reset_sequences()
             idem.set_producer(response.producer_id, response.producer_epoch)
             log.debug(

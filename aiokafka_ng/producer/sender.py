@@ -39,6 +39,7 @@ import anyio
 import anyio.abc
 
 from aiokafka_ng.cluster.metadata import BrokerMetadata
+from aiokafka_ng.cluster.retry import RetryState
 from aiokafka_ng.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -140,7 +141,9 @@ class NodeSender:
     async def run(self) -> None:
         acc = self._acc
         clock = acc.clock
-        failures = 0
+        # Reconnect pacing of this node (the retry driver's timing object); the batches'
+        # own retry timing stays in the accumulator.
+        pacing = RetryState(acc.retry_backoff)
         while True:
             # A set event is replaced *before* looking at the accumulator, so a wake() that
             # happens after the look is never lost. (An unset one is kept: creating anyio
@@ -155,15 +158,16 @@ class NodeSender:
                 if at is not None and at <= now:
                     try:
                         conn = await self._cluster.connection(self.node_id)
-                        failures = 0
+                        if pacing.failures:  # a test, not a call, on the per-request path
+                            pacing.succeeded()
                     except KafkaError as exc:
                         # The pool paces reconnects; leaders may have moved: ask metadata.
-                        failures += 1
+                        pacing.failed(exc)
                         # DEBUG: the pool logs a broker going away (WARNING) and coming
                         # back (INFO) once each; this repeats at every backoff.
                         log.debug("producer: node %s unreachable: %s", self.node_id, exc)
                         self._cluster.request_update(acc.topics)
-                        await anyio.sleep(acc.retry_backoff.backoff_s(failures))
+                        await pacing.pause()
                         continue
                     now = clock()
                     batches, next_at = acc.drain(self.node_id, now)

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from aiokafka_ng.cluster.retry import Final, RetryState, retrying
 from aiokafka_ng.errors import (
     IllegalStateError,
     InvalidProducerEpochError,
@@ -669,23 +670,36 @@ class TransactionManager:
 
     async def run(self) -> None:
         """Add partitions to the transaction as the drain asks for them (batched)."""
-        failures = 0
+        # One RetryState across batches, as one failure count: a success resets it.
+        pacing = RetryState(self.retry_backoff)
         while True:
             await self._event.wait()
             self._event = anyio.Event()
-            while self.pending_partitions and self.state in (S.IN_TRANSACTION, S.COMMITTING):
-                batch = set(self.pending_partitions)
-                idem = self.idem
+            while True:
                 try:
-                    await self._client().add_partitions(idem.producer_id, idem.epoch, batch)
+                    batch = await retrying(self._add_pending, pacing, what="AddPartitionsToTxn")
                 except KafkaError as exc:
-                    if exc.retriable and self.state in (S.IN_TRANSACTION, S.COMMITTING):
-                        failures += 1  # timed out: keep trying while the transaction lives
-                        await anyio.sleep(self.retry_backoff.backoff_s(failures))
-                        continue
                     self._failed(exc)
                     break
-                failures = 0
+                if batch is None:
+                    break
                 self.partitions |= batch
                 self.pending_partitions -= batch
                 self._wake_senders()
+
+    async def _add_pending(self) -> set[tuple[str, int]] | None:
+        """One attempt of :meth:`run`: the partitions pending now, added (and returned);
+        None when there is nothing to add or the transaction is no longer open. A retriable
+        failure is retried while the transaction lives (timed out: keep trying)."""
+        live = (S.IN_TRANSACTION, S.COMMITTING)
+        if not (self.pending_partitions and self.state in live):
+            return None
+        batch = set(self.pending_partitions)
+        idem = self.idem
+        try:
+            await self._client().add_partitions(idem.producer_id, idem.epoch, batch)
+        except KafkaError as exc:
+            if exc.retriable and self.state in live:
+                raise
+            raise Final(exc) from None
+        return batch

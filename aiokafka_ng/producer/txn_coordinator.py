@@ -37,11 +37,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-import anyio
-
+from aiokafka_ng.cluster.retry import Coordinator, Final, RetryState, routed
 from aiokafka_ng.errors import (
     KafkaError,
-    KafkaTimeoutError,
     ProducerFencedError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -306,42 +304,35 @@ class TxnCoordinatorClient:
         key_type: int = TRANSACTION_KEY,
     ) -> Any:
         key = self.transactional_id if key is None else key
-        cluster = self.cluster
-        failures = 0
-        last: str = "no answer yet"
-        with anyio.move_on_after(self.max_block_s):
-            while True:
-                try:
-                    node = await cluster.coordinator(key, key_type)
-                    conn = await cluster.connection(node)
-                    version = min(conn.version_for(request_type), max_version)
-                    self.requests[what] = self.requests.get(what, 0) + 1
-                    response = await conn.send(
-                        make(version), version=version, timeout=self.request_timeout_s
-                    )
-                except KafkaError as exc:
-                    if not exc.retriable:
-                        raise
-                    # The coordinator may have moved or died: look it up again.
-                    cluster.invalidate_coordinator(key, key_type)
-                    last = repr(exc)
-                else:
-                    errors = [(c, where) for c, where in codes(response) if c]
-                    if not errors:
-                        return response
-                    fatal = [(c, w) for c, w in errors if c not in _REFIND and c not in _RETRY]
-                    if fatal:
-                        raise self._error(what, *fatal[0])
-                    if any(c in _REFIND for c, _ in errors):
-                        cluster.invalidate_coordinator(key, key_type)
-                    for c, _ in errors:
-                        self.retried_codes[c] = self.retried_codes.get(c, 0) + 1
-                    last = error_for_code(errors[0][0]).__name__
-                failures += 1
-                await anyio.sleep(self.backoff.backoff_s(failures))
-        raise KafkaTimeoutError(
-            f"{what} for transactional id {self.transactional_id!r} did not complete within "
-            f"max_block_ms ({self.max_block_s * 1000:g} ms); last error: {last}"
+
+        async def send(conn: Any) -> Any:
+            version = min(conn.version_for(request_type), max_version)
+            self.requests[what] = self.requests.get(what, 0) + 1
+            response = await conn.send(
+                make(version), version=version, timeout=self.request_timeout_s
+            )
+            errors = [(c, where) for c, where in codes(response) if c]
+            if not errors:
+                return response
+            fatal = [(c, w) for c, w in errors if c not in _REFIND and c not in _RETRY]
+            if fatal:
+                # Final even where Kafka calls the code retriable: only the codes above are.
+                raise Final(self._error(what, *fatal[0]))
+            for c, _ in errors:
+                self.retried_codes[c] = self.retried_codes.get(c, 0) + 1
+            # A coordinator that moved wins: the driver forgets it and looks it up again.
+            code, where = next(((c, w) for c, w in errors if c in _REFIND), errors[0])
+            raise error_for_code(code)(f"{what}{f' ({where})' if where else ''}")
+
+        # The driver retries retriable failures (a lost connection or NOT_COORDINATOR also
+        # forget the coordinator) until max_block_ms.
+        return await routed(
+            self.cluster,
+            Coordinator(key, key_type),
+            send,
+            RetryState(self.backoff, timeout=self.max_block_s),
+            what=f"{what} for transactional id {self.transactional_id!r}",
+            limit=f"max_block_ms ({self.max_block_s * 1000:g} ms)",
         )
 
     def _error(self, what: str, code: int, where: str | None) -> KafkaError:

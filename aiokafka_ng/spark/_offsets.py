@@ -26,9 +26,8 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TypeVar
 
-import anyio
-
-from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.cluster import Cluster, Retry, RetryState
+from aiokafka_ng.cluster.retry import retrying
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.errors import KafkaError, UnknownTopicOrPartitionError, error_for_code
@@ -128,16 +127,19 @@ async def _with_retries(
     top = max(retry_interval_ms, config.retry_backoff_max_ms)
     backoff = ExponentialBackoff.retry(retry_interval_ms, top)
     async with Cluster(config.cluster_config()) as cluster:
-        failures = 0
-        while True:
-            try:
-                return await once(cluster)
-            except KafkaError as exc:
-                failures += 1
-                if not exc.retriable or failures > retries:
-                    raise
-                cluster.request_update(names)
-                await anyio.sleep(backoff.backoff_s(failures))
+
+        async def stale(_error: KafkaError) -> None:
+            cluster.request_update(names)
+
+        # The cluster's retry driver with Spark's budget: at most ``retries`` retries, no
+        # deadline of its own (each request is bounded by the request timeout).
+        return await retrying(
+            lambda: once(cluster),
+            RetryState(backoff),
+            what="offset lookup",
+            retry=Retry(max_retries=retries),
+            on_retry=stale,
+        )
 
 
 async def _bounds_once(cluster: Cluster, names: list[str]) -> Bounds:

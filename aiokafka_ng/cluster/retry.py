@@ -1,0 +1,379 @@
+"""The retry driver: one loop for every control-plane request, one state object for timing.
+
+Theory of operation
+-------------------
+A control-plane operation (an offset commit, a coordinator lookup, InitProducerId, a join)
+is an *attempt* that either returns its result or raises a :class:`KafkaError`.
+:func:`retrying` runs attempts until one succeeds, an error is final, the retry budget is
+spent or the deadline passes:
+
+* *Which errors retry.* ``error.retriable`` (Kafka's own classification; every
+  ``invalid_metadata`` error is retriable too), adjusted per call by :class:`Retry`:
+  ``fatal`` lists retriable classes that must end the operation here (a commit refused for
+  a stale generation), ``max_retries`` bounds the attempts (Spark's
+  ``fetchOffset.numRetries``).
+* *What a failure repairs before the next attempt* (:func:`repair`, applied by
+  :meth:`Cluster.call <aiokafka_ng.cluster.Cluster.call>` for its route): a coordinator
+  that moved, is unavailable or whose connection broke is forgotten, so the next attempt
+  looks it up again; an ``invalid_metadata`` error (NOT_LEADER, a fenced leader epoch, an
+  unknown partition) or NOT_CONTROLLER waits for a metadata refresh, so the next attempt
+  routes to the new leader or controller.
+* *Timing.* A :class:`RetryState` per operation counts consecutive failures and asks the
+  shared :class:`ExponentialBackoff` (KIP-580: growing, capped, jittered) for the pause;
+  one success resets the count. The same object serves loops that cannot sleep inline
+  (the fetcher, the pool, the metadata refresher): they call :meth:`RetryState.failed`
+  and read :attr:`RetryState.retry_at` instead of sleeping.
+* *Deadline.* The whole loop runs under one cancel scope at ``state.deadline``; when it
+  fires the operation raises ``KafkaTimeoutError`` naming the last error it saw, never
+  anyio's ``TimeoutError``. Each single request is bounded separately by the caller.
+
+Cancellation from outside (a caller's own timeout) propagates unchanged: the driver keeps
+no state between attempts except the :class:`RetryState` it was given, and routing state
+it touches (the coordinator cache, the metadata refresher) is shared and consistent after
+every await, so a cancelled call leaves nothing half-done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+import anyio
+import anyio.lowlevel
+
+from aiokafka_ng.errors import (
+    CoordinatorNotAvailableError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    NotControllerError,
+    NotCoordinatorError,
+    error_for_code,
+)
+from aiokafka_ng.net.backoff import ExponentialBackoff
+
+if TYPE_CHECKING:
+    from aiokafka_ng.cluster.metadata import ClusterMetadata
+    from aiokafka_ng.net.connection import Connection
+
+__all__ = [
+    "ANY",
+    "CONTROLLER",
+    "STALE_COORDINATOR",
+    "AnyBroker",
+    "Controller",
+    "Coordinator",
+    "CoordinatorRouting",
+    "Final",
+    "Leader",
+    "Node",
+    "Retry",
+    "RetryState",
+    "Route",
+    "Routing",
+    "connect",
+    "raise_top_level_error",
+    "repair",
+    "retrying",
+    "routed",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Errors after which a cached group/transaction coordinator must be looked up again.
+STALE_COORDINATOR = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
+
+
+# ---------------------------------------------------------------------- routes
+
+
+class CoordinatorRouting(Protocol):
+    """What a coordinator route needs of the cluster (clients' tests pass fakes of it)."""
+
+    async def coordinator(self, key: str, key_type: int = 0) -> int: ...
+
+    def invalidate_coordinator(self, key: str, key_type: int = 0) -> None: ...
+
+    async def connection(self, node_id: int) -> Any: ...
+
+
+class Routing(CoordinatorRouting, Protocol):
+    """What every route needs of the cluster (:class:`~aiokafka_ng.cluster.Cluster`)."""
+
+    async def leader_for(self, topic: str, partition: int) -> int: ...
+
+    async def controller(self) -> int: ...
+
+    async def any_connection(self) -> Connection: ...
+
+    async def refresh(self, topics: list[str] | None = None) -> ClusterMetadata: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """The current leader of ``topic``/``partition`` (waits for metadata naming one)."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinator:
+    """The coordinator of a group (``key_type=0``) or transactional id (``1``)."""
+
+    key: str
+    key_type: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One broker by id (no re-routing: a failure there is retried there)."""
+
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Controller:
+    """The cluster's controller (admin requests that must go to it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AnyBroker:
+    """The least loaded reachable broker."""
+
+
+CONTROLLER = Controller()
+ANY = AnyBroker()
+
+Route = Leader | Coordinator | Node | Controller | AnyBroker
+
+
+# ---------------------------------------------------------------------- policy and state
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Which failures a call retries. The default: every retriable ``KafkaError``, until the
+    deadline."""
+
+    #: Retriable error classes that end the operation anyway (raised as they are).
+    fatal: tuple[type[KafkaError], ...] = ()
+    #: At most this many retries after the first attempt (None: until the deadline).
+    max_retries: int | None = None
+    #: Retry every KafkaError, retriable or not (a background loop that must not die, such
+    #: as the idempotent producer's InitProducerId: it keeps trying while the app runs).
+    every_error: bool = False
+
+    def retries(self, error: KafkaError) -> bool:
+        if isinstance(error, self.fatal):
+            return False
+        return error.retriable or self.every_error
+
+
+class Final(Exception):
+    """Raised by an attempt to end the operation with ``error`` even though its class is
+    retriable (a caller's own rule: e.g. only some error codes of an API may be retried).
+    The driver raises ``error`` itself; callers never see this class."""
+
+    def __init__(self, error: KafkaError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class RetryState:
+    """Timing of one retried operation: consecutive failures, when the next attempt may go,
+    the deadline, and the last error (for the timeout's message).
+
+    Holds no task and no lock: a loop that sleeps calls :meth:`pause`; a loop that
+    schedules (a refresher, a fetcher) reads :attr:`retry_at` after :meth:`failed`.
+    """
+
+    __slots__ = ("backoff", "deadline", "failures", "last_error", "retry_at", "started")
+
+    def __init__(
+        self,
+        backoff: ExponentialBackoff,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        self.backoff = backoff
+        # Without a deadline the state may be made outside a running event loop (a
+        # refresher's or fetcher's __init__); the clock is only read when it matters.
+        self.started = 0.0
+        if timeout is not None or deadline is not None:
+            self.started = anyio.current_time()
+        if deadline is None and timeout is not None:
+            deadline = self.started + max(timeout, 0.0)
+        self.deadline = deadline
+        self.failures = 0
+        self.retry_at = 0.0
+        self.last_error: BaseException | None = None
+
+    def failed(self, error: BaseException | None = None, *, now: float | None = None) -> float:
+        """Count a failure; returns the pause (seconds) and sets :attr:`retry_at`."""
+        self.failures += 1
+        if error is not None:
+            self.last_error = error
+        pause = self.backoff.backoff_s(self.failures)
+        self.retry_at = (anyio.current_time() if now is None else now) + pause
+        return pause
+
+    def succeeded(self) -> None:
+        """A success: the next failure starts the backoff from the beginning."""
+        self.failures = 0
+        self.retry_at = 0.0
+
+    def remaining(self, *, now: float | None = None) -> float:
+        """Seconds left before the deadline (``inf`` without one, never negative)."""
+        if self.deadline is None:
+            return float("inf")
+        return max(0.0, self.deadline - (anyio.current_time() if now is None else now))
+
+    async def pause(self) -> None:
+        """Sleep until :attr:`retry_at` (the caller's cancel scopes bound it)."""
+        delay = self.retry_at - anyio.current_time()
+        if delay > 0:
+            await anyio.sleep(delay)
+        else:
+            await anyio.lowlevel.checkpoint()
+
+    def timeout_error(self, what: str, limit: str | None = None) -> KafkaTimeoutError:
+        """``KafkaTimeoutError`` for ``what``, naming the limit and the last error seen."""
+        if limit is None:
+            total = (self.deadline or self.started) - self.started
+            limit = f"{total * 1000:.0f} ms"
+        cause = self.last_error
+        err = KafkaTimeoutError(
+            f"timed out: {what} did not complete within {limit}"
+            + (f"; last error: {type(cause).__name__}: {cause}" if cause is not None else "")
+        )
+        err.__cause__ = cause
+        return err
+
+
+# ---------------------------------------------------------------------- the loop
+
+
+async def retrying(
+    attempt: Callable[[], Awaitable[T]],
+    state: RetryState,
+    *,
+    what: str,
+    retry: Retry | None = None,
+    on_retry: Callable[[KafkaError], Awaitable[None]] | None = None,
+    limit: str | None = None,
+) -> T:
+    """Run ``attempt`` until it returns; see the module docstring for the rules.
+
+    ``on_retry(error)`` runs after a retriable failure, before the backoff pause (repairs
+    such as forgetting a coordinator; :func:`repair` for a route). ``limit`` names the
+    deadline in the timeout's message (default: its length in ms).
+    """
+    policy = retry if retry is not None else _DEFAULT
+    with anyio.CancelScope(deadline=_inf(state.deadline)) as scope:
+        while True:
+            try:
+                result = await attempt()
+            except Final as final:
+                raise final.error from None
+            except KafkaError as exc:
+                if not policy.retries(exc):
+                    raise
+                state.failed(exc)
+                if policy.max_retries is not None and state.failures > policy.max_retries:
+                    raise
+                log.debug("%s failed (%d in a row), retrying: %r", what, state.failures, exc)
+                if on_retry is not None:
+                    await on_retry(exc)
+                await state.pause()
+                continue
+            state.succeeded()
+            return result
+    # Only our own deadline gets here (an outer cancellation propagates through the scope).
+    assert scope.cancelled_caught
+    raise state.timeout_error(what, limit)
+
+
+_DEFAULT = Retry()
+
+
+def _inf(deadline: float | None) -> float:
+    return float("inf") if deadline is None else deadline
+
+
+def raise_top_level_error(response: Any) -> Any:
+    """The default check of :meth:`Cluster.call`: a response whose top-level
+    ``error_code`` is set raises that error; otherwise the response is the result."""
+    code = getattr(response, "error_code", 0)
+    if code:
+        err = error_for_code(code)
+        raise err(getattr(response, "error_message", None) or type(response).__name__)
+    return response
+
+
+async def repair(cluster: CoordinatorRouting, route: Route, error: KafkaError) -> None:
+    """Undo what ``error`` says is stale about ``route`` before the next attempt."""
+    if isinstance(route, Coordinator):
+        if isinstance(error, STALE_COORDINATOR):
+            cluster.invalidate_coordinator(route.key, route.key_type)
+        return
+    if error.invalid_metadata or isinstance(error, NotControllerError):
+        # Wait for the refresh (bounded by the caller's deadline): routing reads the cache,
+        # so retrying before it changes would go to the same stale leader or controller.
+        topics = [route.topic] if isinstance(route, Leader) else None
+        try:
+            await cast(Routing, cluster).refresh(topics)
+        except KafkaError as exc:
+            # Not this operation's failure: the next attempt fails on its own if the
+            # cluster is still unreachable.
+            log.debug("metadata refresh after %r failed: %r", error, exc)
+
+
+async def connect(cluster: CoordinatorRouting, route: Route) -> Any:
+    """A ready connection to where ``route`` points now (routing reads the caches).
+
+    A coordinator route needs only :class:`CoordinatorRouting`; the others a
+    :class:`Routing` (the real Cluster is both)."""
+    if isinstance(route, Coordinator):
+        node = await cluster.coordinator(route.key, route.key_type)
+    elif isinstance(route, Node):
+        node = route.node_id
+    else:
+        full = cast(Routing, cluster)
+        if isinstance(route, AnyBroker):
+            return await full.any_connection()
+        if isinstance(route, Leader):
+            node = await full.leader_for(route.topic, route.partition)
+        else:
+            node = await full.controller()
+    return await cluster.connection(node)
+
+
+async def routed(
+    cluster: CoordinatorRouting,
+    route: Route,
+    send: Callable[[Any], Awaitable[T]],
+    state: RetryState,
+    *,
+    what: str,
+    retry: Retry | None = None,
+    limit: str | None = None,
+    on_retry: Callable[[KafkaError], Awaitable[None]] | None = None,
+) -> T:
+    """:func:`retrying` with each attempt routed afresh: ``send(connection)`` to where
+    ``route`` points, :func:`repair` (then ``on_retry``) after a retriable failure."""
+
+    async def attempt() -> T:
+        return await send(await connect(cluster, route))
+
+    async def after(error: KafkaError) -> None:
+        await repair(cluster, route, error)
+        if on_retry is not None:
+            await on_retry(error)
+
+    return await retrying(attempt, state, what=what, retry=retry, on_retry=after, limit=limit)
