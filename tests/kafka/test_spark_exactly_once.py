@@ -9,8 +9,9 @@ the end. Kill points are seeded: each waits for a random number of committed mic
 query's in-flight batch has written records to Kafka that its checkpoint has not committed
 (output high watermark > input offsets of the last committed batch + the output already
 uncommitted before that run). That excess is certain to be written again by the replay, so
-the at-least-once output must show at least that many duplicates in all, while read_committed readers (ours and librdkafka's) of the
-exactly-once output see every input record once, in order per key.
+the at-least-once output must show at least that many duplicates in all, while
+read_committed readers (ours and librdkafka's) of the exactly-once output see every input
+record once, in order per key.
 
 Apache Kafka, not Tansu: read_committed really hides aborted records only there.
 """
@@ -229,4 +230,3 @@ def test_exactly_once_sink_survives_driver_kills(
         f"{KILLS} kills in {elapsed:.0f}s; at-least-once: {duplicates} duplicates "
         f"(mid-write excess {excess}); exactly-once: 0"
     )
-
