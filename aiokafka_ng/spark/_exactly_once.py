@@ -75,6 +75,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka_ng.admin import AdminClient, AdminConfig
+from aiokafka_ng.admin import TopicPartition as AdminTopicPartition
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.spark._options import SparkOptionError, bool_option, option_value
@@ -193,11 +194,10 @@ async def committed_marker(
     transaction, so ``require_stable`` waits at most for the markers being written."""
     # The connection settings the producer has (bootstrap, security, timeouts), not its own.
     admin_props = {k: v for k, v in properties.items() if AdminConfig.field_for(k) is not None}
+    marker = AdminTopicPartition(slot.marker.topic, slot.marker.partition)
     async with AdminClient.from_properties(admin_props) as admin:
-        found = await admin.list_consumer_group_offsets(
-            slot.group, [slot.marker], require_stable=True
-        )
-    got = found.get(slot.marker)
+        found = await admin.list_consumer_group_offsets(slot.group, [marker], require_stable=True)
+    got = found.get(marker)
     if got is None:
         return None
     try:
