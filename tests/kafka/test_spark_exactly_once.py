@@ -175,7 +175,7 @@ def _driver(
     )
 
 
-# 6 Spark JVM starts; measured 6m40s with the 2 cores shared by a load average of ~20.
+# 6 Spark JVM starts; measured 6m40s and 7m08s on 2 cores shared at a load average of ~20.
 @pytest.mark.timeout(600)
 def test_exactly_once_sink_survives_driver_kills(
     kafka_cluster: KafkaCluster, tmp_path: Path
