@@ -31,7 +31,10 @@ network I/O.
 *Outcomes.* Delivery futures are checked as they complete; at the end the task flushes and
 checks the rest. The first failed record fails the task with that record's error (with a
 note naming the record and topic), so Spark's task retry applies. Like Spark's own Kafka
-sink the guarantee is at-least-once: a retried task sends its rows again.
+sink the guarantee is at-least-once by default: a retried task sends its rows again. With
+``exactlyOnce`` each task writes in a Kafka transaction together with a marker of its
+micro-batch, and a replayed batch whose marker is committed writes nothing
+(:mod:`aiokafka_ng.spark._exactly_once` has the protocol and why it is correct).
 The commit message counts rows and payload bytes per topic; the driver logs the totals.
 """
 
@@ -65,6 +68,14 @@ from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.producer import BatchDelivery, Producer
 from aiokafka_ng.producer.future import Delivery
 from aiokafka_ng.protocol.speedups import BinaryColumn
+from aiokafka_ng.spark._exactly_once import (
+    EXACTLY_ONCE_OPTIONS,
+    ExactlyOnce,
+    commit_with_marker,
+    committed_marker,
+    plan_exactly_once,
+    slot_for_task,
+)
 from aiokafka_ng.spark._options import (
     WRITE_OPTIONS,
     SparkOptionError,
@@ -79,6 +90,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SINK_BATCH_SIZE",
+    "ExactlyOnceReplayError",
     "KafkaBatchWriter",
     "KafkaCommitMessage",
     "KafkaStreamWriter",
@@ -105,6 +117,8 @@ class KafkaCommitMessage(WriterCommitMessage):  # type: ignore[misc,unused-ignor
     rows: int = 0
     bytes: int = 0
     per_topic: dict[str, int] = field(default_factory=dict)
+    #: exactlyOnce: the rows were already committed by an earlier attempt (none sent now)
+    replayed: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +128,11 @@ class WritePlan:
     properties: dict[str, str]
     topic: str | None
     columns: dict[str, int]  # role in _KNOWN -> position in the rows (names match any case)
+    exactly_once: ExactlyOnce | None = None
+
+
+class ExactlyOnceReplayError(RuntimeError):
+    """A replayed micro-batch differs from the committed one (exactly-once cannot hold)."""
 
 
 def _type_error(column: str, actual: DataType, wanted: str) -> SparkOptionError:
@@ -131,10 +150,13 @@ def _is_header_type(dt: DataType) -> bool:
     )
 
 
-def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
+def plan_write(
+    options: Mapping[str, str], schema: StructType, streaming: bool = False
+) -> WritePlan:
     """Validate the options and the DataFrame's columns (driver, planning time)."""
-    warn_unknown(options, WRITE_OPTIONS, "sink")
+    warn_unknown(options, WRITE_OPTIONS | EXACTLY_ONCE_OPTIONS, "sink")
     properties = producer_properties(options)
+    exactly_once = plan_exactly_once(options, properties, streaming)
     if "batch.size" not in properties:
         # Never plan a batch larger than a request may carry.
         limit = ProducerConfig.from_properties(properties).max_request_size
@@ -164,7 +186,12 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
             "no topic to write to: set option 'topic' or add a string column 'topic'"
         )
     positions = {f.name.lower(): i for i, f in enumerate(schema.fields)}
-    return WritePlan(properties, topic, {c: positions[c] for c in _KNOWN if c in positions})
+    return WritePlan(
+        properties,
+        topic,
+        {c: positions[c] for c in _KNOWN if c in positions},
+        exactly_once,
+    )
 
 
 class KafkaBatchWriter(DataSourceArrowWriter):  # type: ignore[misc,unused-ignore]
@@ -201,12 +228,14 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,unuse
 
 def _log_totals(what: str, messages: list[WriterCommitMessage | None]) -> None:
     done = [m for m in messages if isinstance(m, KafkaCommitMessage)]
+    replayed = [m for m in done if m.replayed]
     log.info(
-        "aiokafka_ng %s: %d tasks wrote %d rows (%d bytes)",
+        "aiokafka_ng %s: %d tasks wrote %d rows (%d bytes)%s",
         what,
-        len(done),
-        sum(m.rows for m in done),
-        sum(m.bytes for m in done),
+        len(done) - len(replayed),
+        sum(m.rows for m in done if not m.replayed),
+        sum(m.bytes for m in done if not m.replayed),
+        f"; {len(replayed)} tasks found their rows already committed" if replayed else "",
     )
 
 
@@ -318,10 +347,24 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
     result = KafkaCommitMessage()
     per_topic = result.per_topic
     pending: deque[tuple[int, list[Delivery[Any]]]] = deque()
-    producer = Producer.from_properties(plan.properties)
+    eos = plan.exactly_once
+    slot = None if eos is None else slot_for_task(eos)
+    properties = plan.properties
+    if slot is not None:
+        properties = {**properties, "transactional.id": slot.transactional_id}
+    producer = Producer.from_properties(properties)
+    # Transactional: start() is InitProducerId, which fences the slot's older producers and
+    # settles their transaction before the marker is read (step 1 of _exactly_once).
     await producer.start()
     ok = False
     try:
+        if slot is not None:
+            marker = await committed_marker(properties, slot)
+            if marker is not None and marker[0] >= slot.batch:
+                result = await _replayed(plan, batches, slot.batch, marker[0], marker[1])
+                ok = True
+                return result
+            producer.begin_transaction()
         sent = 0
         default_topic = plan.topic
         send = producer.send
@@ -389,7 +432,11 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
             pending.append((sent, futs))
             sent += n
             _settle(pending)
-        await producer.flush()
+        if slot is not None:
+            # Flushes, checks every record, then EndTxn: records and marker together.
+            await commit_with_marker(producer, slot, sent, result.bytes)
+        else:
+            await producer.flush()
         _settle(pending)
         assert not pending, "flush() returned with records still in flight"
         result.rows = sent
@@ -398,3 +445,40 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
         # On failure do not wait for the rest: the task fails and Spark retries it anyway.
         await producer.close(timeout=None if ok else 0)
     return result
+
+
+async def _replayed(
+    plan: WritePlan,
+    batches: Iterator[pa.RecordBatch],
+    batch_id: int,
+    committed: int,
+    meta: Mapping[str, Any],
+) -> KafkaCommitMessage:
+    """Batch ``batch_id`` of this slot is committed already: count its rows, send nothing.
+
+    The counts are compared with those the committing attempt stored in the marker: a
+    replay that gives this slot other rows (a changed plan or number of partitions, a
+    nondeterministic expression) cannot be exactly once, and fails the task instead."""
+    rows = nbytes = 0
+    while True:
+        batch = await anyio.to_thread.run_sync(_next_batch, batches)
+        if batch is _END:
+            break
+        rows += batch.num_rows
+        nbytes += _payload_bytes(batch, plan, "value") + _payload_bytes(batch, plan, "key")
+    if committed == batch_id and (meta.get("rows"), meta.get("bytes")) != (rows, nbytes):
+        raise ExactlyOnceReplayError(
+            f"micro-batch {batch_id} is replayed with {rows} rows ({nbytes} bytes) in this "
+            f"task slot, but its committed attempt wrote {meta.get('rows')} rows "
+            f"({meta.get('bytes')} bytes): the replay does not give each write task the "
+            "rows it had (number of partitions or plan changed, or a nondeterministic "
+            "expression), so exactly-once cannot hold; restore the plan the batch ran with"
+        )
+    log.info(
+        "aiokafka_ng exactly-once: batch %d of this slot already committed (marker %d); "
+        "%d rows not sent again",
+        batch_id,
+        committed,
+        rows,
+    )
+    return KafkaCommitMessage(rows=rows, bytes=nbytes, replayed=True)

@@ -40,7 +40,9 @@ class KafkaDataSource(DataSource):  # type: ignore[misc,unused-ignore]
 
     Write: ``kafka.bootstrap.servers`` (required), ``topic`` (when given, every row goes
     there, whatever its ``topic`` column says, as in Spark), producer settings as
-    ``kafka.<property>``.
+    ``kafka.<property>``; ``exactlyOnce`` (``exactlyOnceId``, ``exactlyOnceMarkerTopic``,
+    ``transactionalIdPrefix``) writes each task in a Kafka transaction that a replayed
+    micro-batch cannot duplicate (docs/spark.md, "Exactly-once writes").
     Columns: ``value`` (binary/string, required), ``key``, ``topic``, ``partition``,
     ``headers`` (array<struct<key:string,value:binary>>).
     """
@@ -75,7 +77,7 @@ class KafkaDataSource(DataSource):  # type: ignore[misc,unused-ignore]
         return KafkaBatchWriter(plan_write(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return KafkaStreamWriter(plan_write(self.options, schema))
+        return KafkaStreamWriter(plan_write(self.options, schema, streaming=True))
 
     @staticmethod
     def _check_read_schema(schema: StructType, include_headers: bool) -> None:
