@@ -7,6 +7,13 @@ Registered through the ``pytest11`` entry point once aiokafka-ng is installed. F
   test's own; every broker it made is stopped after the test.
 - ``fresh_kafka_broker`` (function): one broker of the test's own, free to stop and restart.
 
+``--broker=tansu|kafka|both`` chooses what backs ``kafka_broker``: the embedded Tansu broker
+(the default), the 3-node Apache Kafka cluster below (a :class:`KafkaClusterBroker` view of
+the ``kafka_cluster`` fixture; such test items also carry the ``kafka`` marker), or each in
+turn (test ids end in ``-tansu`` / ``-kafka``). A test that relies on what only Tansu does
+carries ``@pytest.mark.tansu_only("why")`` and is not run on Kafka. ``kafka_broker_factory``
+and ``fresh_kafka_broker`` are always Tansu: they give a test a broker of its own.
+
 A broker that cannot start fails the test (``pytest.fail``); it is never skipped.
 
 Apache Kafka (:class:`~aiokafka_ng.testing.KafkaCluster`):
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -33,6 +40,34 @@ from aiokafka_ng.testing._kafka import KafkaCluster, KafkaClusterError
 from aiokafka_ng.testing._kafka_jars import missing_tools
 
 _KAFKA_MODES = ("auto", "require", "off")
+_BROKER_CHOICES = ("tansu", "kafka", "both")
+
+
+class KafkaClusterBroker:
+    """``kafka_broker`` backed by the Apache Kafka cluster: the attributes tests read.
+
+    ``host``/``port`` are the first node's PLAINTEXT listener (enough to bootstrap);
+    ``bootstrap_servers`` lists every node. What a single Tansu broker also offers
+    (``stop``/``start``, one ``node_id``) is left out on purpose: tests needing it are Tansu-only.
+    """
+
+    def __init__(self, cluster: KafkaCluster) -> None:
+        self.cluster: Final = cluster
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.cluster.bootstrap_servers
+
+    @property
+    def host(self) -> str:
+        return self.cluster.brokers[0].host
+
+    @property
+    def port(self) -> int:
+        return self.cluster.brokers[0].port
+
+    def __repr__(self) -> str:
+        return f"<KafkaClusterBroker {self.bootstrap_servers}>"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,12 +79,44 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "Maven are present, else skip (default); require = fail without them (default under "
         "CI=true); off = skip them",
     )
+    parser.getgroup("aiokafka_ng").addoption(
+        "--broker",
+        choices=_BROKER_CHOICES,
+        default="tansu",
+        help="what backs the kafka_broker fixture: tansu = the embedded broker (default); "
+        "kafka = the 3-node Apache Kafka cluster; both = each in turn",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "kafka: needs the real Apache Kafka cluster (the kafka_cluster fixture)"
     )
+    config.addinivalue_line(
+        "markers",
+        "tansu_only(reason): relies on the embedded Tansu broker; not run with --broker=kafka",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise every test that uses ``kafka_broker`` by the brokers ``--broker`` names."""
+    if "kafka_broker" not in metafunc.fixturenames:
+        return
+    choice = str(metafunc.config.getoption("--broker", default="tansu"))
+    kinds = ["tansu", "kafka"] if choice == "both" else [choice]
+    tansu_only = metafunc.definition.get_closest_marker("tansu_only")
+    params = []
+    for kind in kinds:
+        marks: list[pytest.MarkDecorator] = []
+        if kind == "kafka":
+            marks.append(pytest.mark.kafka)
+            if tansu_only is not None:
+                if "tansu" in kinds:
+                    continue  # it runs on Tansu in this session already
+                reason = tansu_only.args[0] if tansu_only.args else "(no reason given)"
+                marks.append(pytest.mark.skip(reason=f"Tansu only: {reason}"))
+        params.append(pytest.param(kind, marks=marks, id=kind))
+    metafunc.parametrize("kafka_broker", params, indirect=True, scope="session")
 
 
 def _kafka_mode(config: pytest.Config) -> str:
@@ -89,6 +156,9 @@ def pytest_runtest_makereport(
     report = yield
     funcargs = getattr(item, "funcargs", {})
     cluster = funcargs.get("kafka_cluster")
+    broker = funcargs.get("kafka_broker")
+    if isinstance(broker, KafkaClusterBroker):
+        cluster = broker.cluster
     if report.failed and call.when == "call" and isinstance(cluster, KafkaCluster):
         report.sections.append(("Apache Kafka node logs (last lines)", cluster.log_tail(25)))
     return report
@@ -102,8 +172,11 @@ def _start_or_fail(broker: LocalBroker) -> None:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[LocalBroker]:
-    """A broker shared by the whole session (started on first use)."""
+def kafka_broker(request: pytest.FixtureRequest) -> Iterator[LocalBroker | KafkaClusterBroker]:
+    """A broker shared by the whole session (started on first use); see ``--broker``."""
+    if getattr(request, "param", "tansu") == "kafka":
+        yield KafkaClusterBroker(request.getfixturevalue("kafka_cluster"))
+        return
     broker = LocalBroker()
     _start_or_fail(broker)
     try:
