@@ -7,12 +7,14 @@ Registered through the ``pytest11`` entry point once aiokafka-ng is installed. F
   test's own; every broker it made is stopped after the test.
 - ``fresh_kafka_broker`` (function): one broker of the test's own, free to stop and restart.
 
-``--broker=tansu|kafka|both`` chooses what backs ``kafka_broker``: the embedded Tansu broker
-(the default), the 3-node Apache Kafka cluster below (a :class:`KafkaClusterBroker` view of
-the ``kafka_cluster`` fixture; such test items also carry the ``kafka`` marker), or each in
-turn (test ids end in ``-tansu`` / ``-kafka``). A test that relies on what only Tansu does
-carries ``@pytest.mark.tansu_only("why")`` and is not run on Kafka. ``kafka_broker_factory``
-and ``fresh_kafka_broker`` are always Tansu: they give a test a broker of its own.
+``--broker`` chooses what backs ``kafka_broker``: ``tansu``, the embedded broker; ``kafka``,
+the 3-node Apache Kafka cluster below (a :class:`KafkaClusterBroker` view of the
+``kafka_cluster`` fixture; such test items also carry the ``kafka`` marker); ``both``, each
+in turn (test ids end in ``-tansu`` / ``-kafka``); ``default``, Tansu, plus Kafka for the
+test files under the ini option ``kafka_broker_paths`` (where the project lists the suites
+CI runs on both). A test that relies on what only Tansu does carries
+``@pytest.mark.tansu_only("why")`` and is not run on Kafka. ``kafka_broker_factory`` and
+``fresh_kafka_broker`` are always Tansu: they give a test a broker of its own.
 
 A broker that cannot start fails the test (``pytest.fail``); it is never skipped.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
@@ -40,7 +43,7 @@ from aiokafka_ng.testing._kafka import KafkaCluster, KafkaClusterError
 from aiokafka_ng.testing._kafka_jars import missing_tools
 
 _KAFKA_MODES = ("auto", "require", "off")
-_BROKER_CHOICES = ("tansu", "kafka", "both")
+_BROKER_CHOICES = ("default", "tansu", "kafka", "both")
 
 
 class KafkaClusterBroker:
@@ -82,9 +85,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("aiokafka_ng").addoption(
         "--broker",
         choices=_BROKER_CHOICES,
-        default="tansu",
-        help="what backs the kafka_broker fixture: tansu = the embedded broker (default); "
-        "kafka = the 3-node Apache Kafka cluster; both = each in turn",
+        default="default",
+        help="what backs the kafka_broker fixture: tansu = the embedded broker; kafka = the "
+        "3-node Apache Kafka cluster; both = each in turn; default = Tansu, and Kafka as well "
+        "for the test files under the ini option kafka_broker_paths",
+    )
+    parser.addini(
+        "kafka_broker_paths",
+        "test paths (relative to the rootdir) whose kafka_broker tests also run on Apache "
+        "Kafka with --broker=default",
+        type="linelist",
+        default=[],
     )
 
 
@@ -102,8 +113,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrise every test that uses ``kafka_broker`` by the brokers ``--broker`` names."""
     if "kafka_broker" not in metafunc.fixturenames:
         return
-    choice = str(metafunc.config.getoption("--broker", default="tansu"))
-    kinds = ["tansu", "kafka"] if choice == "both" else [choice]
+    choice = str(metafunc.config.getoption("--broker", default="default"))
+    if choice == "default":
+        kinds = ["tansu"]
+        if _under(metafunc.definition.path, metafunc.config, "kafka_broker_paths"):
+            kinds.append("kafka")
+    else:
+        kinds = ["tansu", "kafka"] if choice == "both" else [choice]
     tansu_only = metafunc.definition.get_closest_marker("tansu_only")
     params = []
     for kind in kinds:
@@ -125,6 +141,11 @@ def _kafka_mode(config: pytest.Config) -> str:
         return str(chosen)
     ci = os.environ.get("CI", "").strip().lower()
     return "require" if ci not in ("", "0", "false", "no") else "auto"
+
+
+def _under(path: Path, config: pytest.Config, ini: str) -> bool:
+    roots = [(config.rootpath / entry).resolve() for entry in config.getini(ini)]
+    return any(path.resolve().is_relative_to(root) for root in roots)
 
 
 @pytest.fixture(scope="session")
