@@ -159,7 +159,12 @@ def kafka_cluster(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
         if mode == "auto":
             pytest.skip(f"no Apache Kafka here: {missing}")
         pytest.fail(f"Apache Kafka is required (--kafka=require or CI=true): {missing}")
-    cluster = KafkaCluster(brokers=3)
+    # Auto-created topics as Tansu makes them (4 partitions, TANSU.md), so the suites written
+    # against Tansu can run here too (--broker), but replicated on every node.
+    cluster = KafkaCluster(
+        brokers=3,
+        broker_properties={"num.partitions": "4", "default.replication.factor": "3"},
+    )
     try:
         cluster.start_sync()
     except KafkaClusterError as exc:
