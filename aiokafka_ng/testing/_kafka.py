@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import random
 import shutil
 import signal
 import socket
@@ -328,6 +329,7 @@ class KafkaCluster:
         self._ca_file: Path | None = None
         #: seconds the last :meth:`start` took, jars fetch excluded.
         self.start_seconds: float | None = None
+        self._bind_failed = False
 
     # -- state -------------------------------------------------------------------------------
 
@@ -391,13 +393,14 @@ class KafkaCluster:
             except KafkaClusterError as exc:
                 # Free ports are picked, then bound by the JVMs seconds later: another
                 # process may take one in between. Once, pick new ports and start again.
-                if attempt == 2 or not _port_clash(exc):
+                if attempt == 2 or not (self._bind_failed or _port_clash(exc)):
                     raise
         self.start_seconds = time.monotonic() - started
 
     async def _start_once(self) -> None:
         """Prepare, format and start every node in a fresh directory, or clean up and raise."""
         self._directory = Path(tempfile.mkdtemp(prefix="aiokafka-ng-kafka-"))
+        self._bind_failed = False
         try:
             with anyio.fail_after(self.startup_timeout):
                 await anyio.to_thread.run_sync(self._prepare)
@@ -412,6 +415,9 @@ class KafkaCluster:
                         tg.start_soon(node._wait_listed, all_ids)
         except BaseException as exc:
             tail = self.log_tail()
+            # Read before the directory goes: a bind failure's line sits above a stack trace
+            # and the shutdown lines, often out of the tail.
+            self._bind_failed = any(_bind_failed(node.log_path) for node in self.brokers)
             await self.stop()
             if isinstance(exc, TimeoutError):
                 raise KafkaClusterError(
@@ -573,6 +579,13 @@ def _last_error(log_tail: str) -> str:
     return lines[-1][:300] if lines else "(no log output)"
 
 
+def _bind_failed(log_path: Path) -> bool:
+    try:
+        return b"Address already in use" in log_path.read_bytes()
+    except OSError:
+        return False
+
+
 def _port_clash(exc: KafkaClusterError) -> bool:
     return "is taken" in exc.reason or "Address already in use" in exc.log_tail
 
@@ -585,14 +598,43 @@ def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 
 def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports (all held open at once, so no duplicates)."""
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((HOST, 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
+    """``count`` distinct free ports, below the kernel's ephemeral range where it allows.
+
+    Why not ``bind(0)``: that hands out a port of the ephemeral range and we release it at
+    once, while the node binds it seconds later. In between, the kernel may give the same
+    port to any outgoing connection on the machine as its local port -- including the
+    first nodes' own connections to the controller quorum, opened while a later node's JVM
+    is still booting -- and that node then dies with "Address already in use". Ports below
+    the ephemeral range are never handed out implicitly, so only a process that picks the
+    very same port on purpose can collide (and :meth:`KafkaCluster.start` retries once).
+    """
+    low, _high = _ephemeral_range()
+    pool_start = 10000
+    if low - pool_start < 20 * count:  # no room below the range: take what bind(0) gives
+        with contextlib.ExitStack() as stack:
+            ports = []
+            for _ in range(count):
+                sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                sock.bind((HOST, 0))
+                ports.append(int(sock.getsockname()[1]))
+            return ports
+    rng = random.SystemRandom()
+    chosen: list[int] = []
+    for port in rng.sample(range(pool_start, low), min(low - pool_start, 50 * count)):
+        if _port_is_free(port):
+            chosen.append(port)
+            if len(chosen) == count:
+                return chosen
+    raise KafkaClusterError(f"no {count} free ports between {pool_start} and {low}")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of implicitly assigned local ports (Linux; else IANA's)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535
 
 
 def _port_is_free(port: int) -> bool:

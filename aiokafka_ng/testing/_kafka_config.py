@@ -126,6 +126,9 @@ def node_properties(
         "share.coordinator.state.topic.replication.factor": replicas,
         "share.coordinator.state.topic.min.isr": min_isr,
         "group.initial.rebalance.delay.ms": "0",
+        # Test clients use 1-2 s session timeouts so a lost member is noticed fast (and Tansu
+        # holds a first join for half of it); Kafka's floor is 6 s by default.
+        "group.min.session.timeout.ms": "1000",
         # A killed broker is fenced (and its partitions' leaders moved) after 6 s, not 9.
         "broker.heartbeat.interval.ms": "1000",
         "broker.session.timeout.ms": "6000",

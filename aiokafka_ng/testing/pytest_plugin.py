@@ -7,6 +7,15 @@ Registered through the ``pytest11`` entry point once aiokafka-ng is installed. F
   test's own; every broker it made is stopped after the test.
 - ``fresh_kafka_broker`` (function): one broker of the test's own, free to stop and restart.
 
+``--broker`` chooses what backs ``kafka_broker``: ``tansu``, the embedded broker; ``kafka``,
+the 3-node Apache Kafka cluster below (a :class:`KafkaClusterBroker` view of the
+``kafka_cluster`` fixture; such test items also carry the ``kafka`` marker); ``both``, each
+in turn (test ids end in ``-tansu`` / ``-kafka``); ``default``, Tansu, plus Kafka for the
+test files under the ini option ``kafka_broker_paths`` (where the project lists the suites
+CI runs on both). A test that relies on what only Tansu does carries
+``@pytest.mark.tansu_only("why")`` and is not run on Kafka. ``kafka_broker_factory`` and
+``fresh_kafka_broker`` are always Tansu: they give a test a broker of its own.
+
 A broker that cannot start fails the test (``pytest.fail``); it is never skipped.
 
 Apache Kafka (:class:`~aiokafka_ng.testing.KafkaCluster`):
@@ -24,7 +33,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import pytest
 
@@ -33,6 +43,34 @@ from aiokafka_ng.testing._kafka import KafkaCluster, KafkaClusterError
 from aiokafka_ng.testing._kafka_jars import missing_tools
 
 _KAFKA_MODES = ("auto", "require", "off")
+_BROKER_CHOICES = ("default", "tansu", "kafka", "both")
+
+
+class KafkaClusterBroker:
+    """``kafka_broker`` backed by the Apache Kafka cluster: the attributes tests read.
+
+    ``host``/``port`` are the first node's PLAINTEXT listener (enough to bootstrap);
+    ``bootstrap_servers`` lists every node. What a single Tansu broker also offers
+    (``stop``/``start``, one ``node_id``) is left out on purpose: tests needing it are Tansu-only.
+    """
+
+    def __init__(self, cluster: KafkaCluster) -> None:
+        self.cluster: Final = cluster
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.cluster.bootstrap_servers
+
+    @property
+    def host(self) -> str:
+        return self.cluster.brokers[0].host
+
+    @property
+    def port(self) -> int:
+        return self.cluster.brokers[0].port
+
+    def __repr__(self) -> str:
+        return f"<KafkaClusterBroker {self.bootstrap_servers}>"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,12 +82,57 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "Maven are present, else skip (default); require = fail without them (default under "
         "CI=true); off = skip them",
     )
+    parser.getgroup("aiokafka_ng").addoption(
+        "--broker",
+        choices=_BROKER_CHOICES,
+        default="default",
+        help="what backs the kafka_broker fixture: tansu = the embedded broker; kafka = the "
+        "3-node Apache Kafka cluster; both = each in turn; default = Tansu, and Kafka as well "
+        "for the test files under the ini option kafka_broker_paths",
+    )
+    parser.addini(
+        "kafka_broker_paths",
+        "test paths (relative to the rootdir) whose kafka_broker tests also run on Apache "
+        "Kafka with --broker=default",
+        type="linelist",
+        default=[],
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "kafka: needs the real Apache Kafka cluster (the kafka_cluster fixture)"
     )
+    config.addinivalue_line(
+        "markers",
+        "tansu_only(reason): relies on the embedded Tansu broker; not run with --broker=kafka",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise every test that uses ``kafka_broker`` by the brokers ``--broker`` names."""
+    if "kafka_broker" not in metafunc.fixturenames:
+        return
+    choice = str(metafunc.config.getoption("--broker", default="default"))
+    if choice == "default":
+        kinds = ["tansu"]
+        if _under(metafunc.definition.path, metafunc.config, "kafka_broker_paths"):
+            kinds.append("kafka")
+    else:
+        kinds = ["tansu", "kafka"] if choice == "both" else [choice]
+    tansu_only = metafunc.definition.get_closest_marker("tansu_only")
+    params = []
+    for kind in kinds:
+        marks: list[pytest.MarkDecorator] = []
+        if kind == "kafka":
+            marks.append(pytest.mark.kafka)
+            if tansu_only is not None:
+                if "tansu" in kinds:
+                    continue  # it runs on Tansu in this session already
+                reason = tansu_only.args[0] if tansu_only.args else "(no reason given)"
+                marks.append(pytest.mark.skip(reason=f"Tansu only: {reason}"))
+        params.append(pytest.param(kind, marks=marks, id=kind))
+    metafunc.parametrize("kafka_broker", params, indirect=True, scope="session")
 
 
 def _kafka_mode(config: pytest.Config) -> str:
@@ -58,6 +141,11 @@ def _kafka_mode(config: pytest.Config) -> str:
         return str(chosen)
     ci = os.environ.get("CI", "").strip().lower()
     return "require" if ci not in ("", "0", "false", "no") else "auto"
+
+
+def _under(path: Path, config: pytest.Config, ini: str) -> bool:
+    roots = [(config.rootpath / entry).resolve() for entry in config.getini(ini)]
+    return any(path.resolve().is_relative_to(root) for root in roots)
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +159,12 @@ def kafka_cluster(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
         if mode == "auto":
             pytest.skip(f"no Apache Kafka here: {missing}")
         pytest.fail(f"Apache Kafka is required (--kafka=require or CI=true): {missing}")
-    cluster = KafkaCluster(brokers=3)
+    # Auto-created topics as Tansu makes them (4 partitions, TANSU.md), so the suites written
+    # against Tansu can run here too (--broker), but replicated on every node.
+    cluster = KafkaCluster(
+        brokers=3,
+        broker_properties={"num.partitions": "4", "default.replication.factor": "3"},
+    )
     try:
         cluster.start_sync()
     except KafkaClusterError as exc:
@@ -89,6 +182,9 @@ def pytest_runtest_makereport(
     report = yield
     funcargs = getattr(item, "funcargs", {})
     cluster = funcargs.get("kafka_cluster")
+    broker = funcargs.get("kafka_broker")
+    if isinstance(broker, KafkaClusterBroker):
+        cluster = broker.cluster
     if report.failed and call.when == "call" and isinstance(cluster, KafkaCluster):
         report.sections.append(("Apache Kafka node logs (last lines)", cluster.log_tail(25)))
     return report
@@ -102,8 +198,11 @@ def _start_or_fail(broker: LocalBroker) -> None:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[LocalBroker]:
-    """A broker shared by the whole session (started on first use)."""
+def kafka_broker(request: pytest.FixtureRequest) -> Iterator[LocalBroker | KafkaClusterBroker]:
+    """A broker shared by the whole session (started on first use); see ``--broker``."""
+    if getattr(request, "param", "tansu") == "kafka":
+        yield KafkaClusterBroker(request.getfixturevalue("kafka_cluster"))
+        return
     broker = LocalBroker()
     _start_or_fail(broker)
     try:

@@ -67,3 +67,69 @@ def test_kafka_off_skips(tmp_path: Path) -> None:
     result = run_child(tmp_path, "--kafka=off", ci="true")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Apache Kafka tests are off (--kafka=off)" in result.stdout
+
+
+BROKER_TESTS = {
+    "both/test_b.py": """
+import pytest
+
+def test_plain(kafka_broker):
+    pass
+
+@pytest.mark.tansu_only("needs Tansu's single node")
+def test_tansu_only(kafka_broker):
+    pass
+
+def test_no_broker():
+    pass
+""",
+    "tansu/test_t.py": """
+def test_here(kafka_broker):
+    pass
+""",
+}
+
+
+def collect(tmp_path: Path, *args: str) -> list[str]:
+    """The node ids a child pytest collects (collection starts no broker)."""
+    for name, text in BROKER_TESTS.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nkafka_broker_paths =\n    both\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    env["PYTHONPATH"] = str(ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode in (0, 5), result.stdout + result.stderr  # 5: none collected
+    return sorted(line for line in result.stdout.splitlines() if "::" in line)
+
+
+def test_broker_default_adds_kafka_only_under_kafka_broker_paths(tmp_path: Path) -> None:
+    assert collect(tmp_path) == [
+        "both/test_b.py::test_no_broker",
+        "both/test_b.py::test_plain[kafka]",
+        "both/test_b.py::test_plain[tansu]",
+        "both/test_b.py::test_tansu_only[tansu]",
+        "tansu/test_t.py::test_here[tansu]",
+    ]
+
+
+def test_broker_choices(tmp_path: Path) -> None:
+    assert collect(tmp_path, "--broker=tansu", "-m", "kafka") == []
+    assert collect(tmp_path, "--broker=both", "-m", "kafka") == [
+        "both/test_b.py::test_plain[kafka]",
+        "tansu/test_t.py::test_here[kafka]",
+    ]
+    # A Tansu-only test is still collected on --broker=kafka, and skipped with its reason.
+    assert collect(tmp_path, "--broker=kafka", "-m", "kafka") == [
+        "both/test_b.py::test_plain[kafka]",
+        "both/test_b.py::test_tansu_only[kafka]",
+        "tansu/test_t.py::test_here[kafka]",
+    ]
