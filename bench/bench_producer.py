@@ -44,6 +44,17 @@ records for ``--latency-seconds`` (default 3 s); completion by ``add_done_callba
 Run: ``python bench/bench_producer.py [--records N] [--patterns gather,batch] [--clients ...]``
 (``nox -s bench`` runs every bench script). Prints one table; ratios are ours/peer from the
 same run. Not a test: numbers depend on the machine and its load.
+
+On Apache Kafka: ``python bench/bench_producer.py --broker kafka [--records 100000]`` starts
+a 3-node KRaft cluster (``aiokafka_ng.testing.KafkaCluster``; topics with replication
+factor 3, the same acks=all) and adds the Java client (kafka-clients, the cluster's version;
+``java/BenchClient.java``: one ``send(record, callback)`` per record, then ``flush()``, with
+the same record size, keys, acks, linger and batch size) as the ``java`` column, run once
+per key mode and batch size like confluent's loop. Its CPU is the JVM's own (all threads)
+from building the client to closing it; JVM start is printed apart. The broker CPU is the
+sum of the three broker JVMs, and ``(c)`` after it is the cores they used during the run:
+near 2 the brokers alone fill this 2-core machine. ``--bootstrap HOST:PORT
+[--broker-pids P,...]`` uses a running broker instead (see ``brokers.py``).
 """
 
 from __future__ import annotations

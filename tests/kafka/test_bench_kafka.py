@@ -23,9 +23,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 def bench(cluster: KafkaCluster, script: str, *args: str) -> str:
     pids = ",".join(str(node.pid) for node in cluster.brokers if node.pid is not None)
     env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
+    target = ["--broker", "kafka", "--bootstrap", cluster.bootstrap_servers, "--broker-pids", pids]
     done = subprocess.run(
-        [sys.executable, str(BENCH / script), "--broker", "kafka"]
-        + ["--bootstrap", cluster.bootstrap_servers, "--broker-pids", pids, *args],
+        [sys.executable, str(BENCH / script), *target, *args],
         capture_output=True,
         text=True,
         timeout=300,
