@@ -55,6 +55,8 @@ from building the client to closing it; JVM start is printed apart. The broker C
 sum of the three broker JVMs, and ``(c)`` after it is the cores they used during the run:
 near 2 the brokers alone fill this 2-core machine. ``--bootstrap HOST:PORT
 [--broker-pids P,...]`` uses a running broker instead (see ``brokers.py``).
+``--clients ...,java`` also works on Tansu, but there the Java producer's records all expired
+(delivery.timeout.ms, 120 s) in the one try made: not looked into.
 """
 
 from __future__ import annotations
