@@ -178,11 +178,11 @@ def java_consume(java: JavaClient, bootstrap: str, topic: str, n: int) -> tuple[
     return out["elapsed"], out["cpu"]
 
 
-async def main(n: int, rounds: int, args: argparse.Namespace) -> None:
-    with open_target(args) as target, ExitStack() as stack:
+async def main(n: int, rounds: int, target: Target, with_java: bool) -> None:
+    with ExitStack() as stack:
         bootstrap = target.bootstrap
         topic = target.create_topic(PARTITIONS)
-        java = stack.enter_context(JavaClient()) if args.broker == "kafka" else None
+        java = stack.enter_context(JavaClient()) if with_java else None
         print(f"consumer benchmark: {n} records, {PARTITIONS} partitions, {describe(target)}")
         await anyio.to_thread.run_sync(produce, bootstrap, topic, n)
         clients: dict[str, Callable[[], Awaitable[int]]] = {
@@ -240,4 +240,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
     args = parser.parse_args()
-    anyio.run(main, args.records, args.rounds, args, backend=args.backend)
+    # Started outside the event loop: KafkaCluster's synchronous start runs a loop of its own.
+    with open_target(args) as target:
+        kafka = args.broker == "kafka"
+        anyio.run(main, args.records, args.rounds, target, kafka, backend=args.backend)
