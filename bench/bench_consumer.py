@@ -6,9 +6,15 @@ then reads all of it from offset 0 with manual assignment (no group), in the sam
 one after the other, with its default fetch settings. aiokafka and confluent-kafka run in a
 worker thread (aiokafka on its own asyncio loop).
 Run: ``cd /work/main && PYTHONPATH=. python bench/bench_consumer.py [--records N] [--rounds R]
-[--backend trio]``
+[--backend trio] [--broker kafka]``
 Prints msgs/s per client per round, the best of ``--rounds`` (default 3; the rounds interleave
-the clients), and ours against theirs as ratios.
+the clients), and ours against theirs as ratios; then the CPU per record of the best round,
+client process + broker (all broker processes), and the broker's cores in use.
+
+``--broker kafka`` runs on a 3-node Apache Kafka cluster (replication factor 3; see
+``brokers.py``) and adds the Java client (``java/BenchClient.java``: assign, seekToBeginning,
+``poll()``, default fetch settings) as a column, with ratios against it. Its time starts
+after the client is built (class loading excluded), its CPU is the JVM's own report.
 
 confluent-kafka runs twice: with its defaults, and with ``fetch.wait.max.ms=10``. With the
 default 500 ms, librdkafka asks Tansu once in a while for only the partitions it has no
@@ -26,15 +32,16 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 
 import anyio
 import anyio.to_thread
+from brokers import JavaClient, Target, add_options, describe, open_target
 from confluent_kafka import Consumer as ConfluentConsumer
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka import TopicPartition as ConfluentTP
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
-from aiokafka_ng.testing import LocalBroker
 
 PARTITIONS = 4
 
@@ -141,20 +148,42 @@ def confluent_consume(bootstrap: str, topic: str, n: int, wait_ms: int | None = 
         consumer.close()
 
 
-async def timed(label: str, fn: Callable[[], Awaitable[int]], n: int) -> float:
+#: (msg/s, client CPU us/record, broker CPU us/record, broker cores in use) of one run.
+Run = tuple[float, float, float, float]
+
+
+async def timed(
+    label: str, fn: Callable[[], Awaitable[int | tuple[float, float]]], n: int, target: Target
+) -> Run:
+    """One read; ``fn`` returns the count, or (elapsed, CPU seconds) when it measured itself
+    (the Java client)."""
+    own, broker = time.process_time(), target.cpu()
     start = time.perf_counter()
-    count = await fn()
+    got = await fn()
     elapsed = time.perf_counter() - start
-    assert count >= n, f"{label}: read {count} of {n}"
+    client = time.process_time() - own
+    if isinstance(got, tuple):
+        elapsed, client = got
+    else:
+        assert got >= n, f"{label}: read {got} of {n}"
+    broker_cpu = target.cpu() - broker
     rate = n / elapsed
     print(f"{label:<28} {n} records in {elapsed:6.2f} s  {rate:>10,.0f} msg/s")
-    return rate
+    return rate, client / n * 1e6, broker_cpu / n * 1e6, broker_cpu / elapsed
 
 
-async def main(n: int, rounds: int) -> None:
-    async with LocalBroker() as broker:
-        bootstrap = broker.bootstrap_servers
-        topic = f"bench-{uuid.uuid4().hex[:8]}"
+def java_consume(java: JavaClient, bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    out = java.run("consume", bootstrap, topic, n, PARTITIONS)
+    assert out["count"] >= n, out
+    return out["elapsed"], out["cpu"]
+
+
+async def main(n: int, rounds: int, target: Target, with_java: bool) -> None:
+    with ExitStack() as stack:
+        bootstrap = target.bootstrap
+        topic = target.create_topic(PARTITIONS)
+        java = stack.enter_context(JavaClient()) if with_java else None
+        print(f"consumer benchmark: {n} records, {PARTITIONS} partitions, {describe(target)}")
         await anyio.to_thread.run_sync(produce, bootstrap, topic, n)
         clients: dict[str, Callable[[], Awaitable[int]]] = {
             "aiokafka_ng getmany": lambda: ours_getmany(bootstrap, topic, n),
@@ -172,29 +201,46 @@ async def main(n: int, rounds: int) -> None:
                 confluent_consume, bootstrap, topic, n, 10
             ),
         }
+        if java is not None:
+            clients["java poll"] = lambda: anyio.to_thread.run_sync(
+                java_consume, java, bootstrap, topic, n
+            )
         # Rounds interleave the clients so a noisy neighbour hits all of them; best per client.
-        rates: dict[str, float] = {}
+        best: dict[str, Run] = {}
         for _ in range(rounds):
             for label, fn in clients.items():
-                rates[label] = max(rates.get(label, 0.0), await timed(label, fn, n))
-        print(f"\nbest of {rounds} rounds:")
-        for label, rate in rates.items():
-            print(f"{label:<28} {rate:>10,.0f} msg/s")
+                run = await timed(label, fn, n, target)
+                if run[0] > best.get(label, (0.0,))[0]:
+                    best[label] = run
+        rates = {label: run[0] for label, run in best.items()}
+        print(f"\nbest of {rounds} rounds (CPU us/record client + broker, broker cores in use):")
+        for label, (rate, client, broker, cores) in best.items():
+            print(f"{label:<28} {rate:>10,.0f} msg/s  {client:6.2f} + {broker:5.2f} ({cores:.1f})")
         print()
         confluent = max(("confluent-kafka consume", "confluent-kafka, 10 ms wait"), key=rates.get)
-        for ours, theirs in (
+        pairs = [
             ("aiokafka_ng getmany", "aiokafka getmany"),
             ("aiokafka_ng getmany", confluent),
             ("aiokafka_ng async for", "aiokafka async for"),
             ("aiokafka_ng async for", confluent),
-        ):
+        ]
+        if java is not None:
+            pairs += [("aiokafka_ng getmany", "java poll"), ("aiokafka_ng async for", "java poll")]
+        for ours, theirs in pairs:
             print(f"{ours:<22} / {theirs:<28} {rates[ours] / rates[theirs]:5.2f}x")
+        if java is not None and java.overhead_cpu:
+            low, high = min(java.overhead_cpu), max(java.overhead_cpu)
+            print(f"java: JVM start and class loading, outside the figures: {low:.2f}-{high:.2f} s")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
+    add_options(parser)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
     args = parser.parse_args()
-    anyio.run(main, args.records, args.rounds, backend=args.backend)
+    # Started outside the event loop: KafkaCluster's synchronous start runs a loop of its own.
+    with open_target(args) as target:
+        kafka = args.broker == "kafka"
+        anyio.run(main, args.records, args.rounds, target, kafka, backend=args.backend)

@@ -56,6 +56,19 @@ at each rate.
 Run: ``python bench/bench_producer.py [--records N] [--patterns gather,batch] [--clients ...]``
 (``nox -s bench`` runs every bench script). Prints one table; ratios are ours/peer from the
 same run. Not a test: numbers depend on the machine and its load.
+
+On Apache Kafka: ``python bench/bench_producer.py --broker kafka [--records 100000]`` starts
+a 3-node KRaft cluster (``aiokafka_ng.testing.KafkaCluster``; topics with replication
+factor 3, the same acks=all) and adds the Java client (kafka-clients, the cluster's version;
+``java/BenchClient.java``: one ``send(record, callback)`` per record, then ``flush()``, with
+the same record size, keys, acks, linger and batch size) as the ``java`` column, run once
+per key mode and batch size like confluent's loop. Its CPU is the JVM's own (all threads)
+from building the client to closing it; JVM start is printed apart. The broker CPU is the
+sum of the three broker JVMs, and ``(c)`` after it is the cores they used during the run:
+near 2 the brokers alone fill this 2-core machine. ``--bootstrap HOST:PORT
+[--broker-pids P,...]`` uses a running broker instead (see ``brokers.py``).
+``--clients ...,java`` also works on Tansu, but there the Java producer's records all expired
+(delivery.timeout.ms, 120 s) in the one try made: not looked into.
 """
 
 from __future__ import annotations
@@ -66,14 +79,13 @@ import gc
 import os
 import statistics
 import time
-import uuid
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
-from cpu_time import process_cpu
+from brokers import JavaClient, Target, add_options, describe, open_target
 
 from aiokafka_ng.producer import Producer
-from aiokafka_ng.testing import LocalBroker
 
 PARTITIONS = 6
 #: ``--lambdas``: the latency runs attach a closure per record (what application code often
@@ -91,14 +103,14 @@ def payloads(size: int) -> list[bytes]:
 KEYS = [b"key-%d" % i for i in range(1000)]
 
 
-def create_topic(bootstrap: str) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
+#: The broker of this run (set by main): topics get its replication factor, and are deleted
+#: when the run ends.
+TARGET: Target | None = None
 
-    topic = f"bench-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for fut in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
-        fut.result(30)
-    return topic
+
+def create_topic(bootstrap: str) -> str:
+    assert TARGET is not None and TARGET.bootstrap == bootstrap
+    return TARGET.create_topic(PARTITIONS)
 
 
 class Job:
@@ -649,20 +661,45 @@ def run(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-def measured(broker_pid: int, fn: Callable[..., Any], *args: Any) -> tuple[float, float, float]:
+def measured(target: Target, fn: Callable[..., Any], *args: Any) -> tuple[float, float, float]:
     """``run(fn, *args)`` (its elapsed seconds) with the CPU seconds this process and the
-    broker spent meanwhile."""
+    broker (all its processes) spent meanwhile."""
     own = time.process_time()
-    broker = process_cpu(broker_pid)
+    broker = target.cpu()
     elapsed = run(fn, *args)
-    return elapsed, time.process_time() - own, process_cpu(broker_pid) - broker
+    return elapsed, time.process_time() - own, target.cpu() - broker
+
+
+def java_produce(java: JavaClient, job: Job) -> tuple[float, float]:
+    """The Java client's ``send(record, callback)`` loop and ``flush()`` on ``job``'s records
+    (its own, made alike: see java/BenchClient.java): elapsed and JVM CPU seconds."""
+    out = java.run(
+        "produce",
+        job.bootstrap,
+        job.topic,
+        job.n,
+        len(job.values[0]),
+        int(job.keys is not None),
+        job.codec,
+        job.batch_size or 0,
+        "all",
+        5,
+    )
+    assert (out["count"], out["errors"]) == (job.n, 0), out
+    return out["elapsed"], out["cpu"]
 
 
 def main() -> None:
+    global TARGET
     parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=200_000)
+    add_options(parser)
+    parser.add_argument(
+        "--records", type=int, help="per run; default 200,000 (Tansu), 100,000 (Kafka)"
+    )
     parser.add_argument("--patterns", default=",".join(OURS))
-    parser.add_argument("--clients", default="ours,aiokafka,confluent,null")
+    parser.add_argument(
+        "--clients", help="default ours,aiokafka,confluent,null (and java with --broker kafka)"
+    )
     parser.add_argument("--rates", default="5000,20000,40000,60000")
     parser.add_argument("--latency-seconds", type=float, default=3.0)
     parser.add_argument("--ballast", type=int, default=0)
@@ -670,30 +707,46 @@ def main() -> None:
     args = parser.parse_args()
     global LAMBDAS
     LAMBDAS = args.lambdas
-    n = args.records
+    kafka = args.broker == "kafka"
+    n = args.records or (100_000 if kafka else 200_000)
     patterns = [p for p in args.patterns.split(",") if p]
-    clients = set(args.clients.split(","))
+    clients = set((args.clients or "ours,aiokafka,confluent,null" + ",java" * kafka).split(","))
     rows: list[tuple[str, dict[str, float]]] = []
-    cpu: list[tuple[str, dict[str, tuple[float, float]]]] = []
-    with LocalBroker() as broker:
-        bs = broker.bootstrap_servers
-        assert broker.pid is not None
-        pid = broker.pid
+    cpu: list[tuple[str, dict[str, tuple[float, float, float]]]] = []
+    with open_target(args) as target, ExitStack() as stack:
+        TARGET = target
+        bs = target.bootstrap
+        java = stack.enter_context(JavaClient()) if "java" in clients else None
 
         def timed(
-            key: str, used: dict[str, tuple[float, float]], fn: Callable[..., Any], *a: Any
+            key: str, used: dict[str, tuple[float, float, float]], fn: Callable[..., Any], *a: Any
         ) -> float:
-            elapsed, client, broker_cpu = measured(pid, fn, *a)
-            used[key] = (client / n * 1e6, broker_cpu / n * 1e6)
+            elapsed, client, broker_cpu = measured(target, fn, *a)
+            # per record: client and broker CPU in microseconds; the broker's cores in use
+            used[key] = (client / n * 1e6, broker_cpu / n * 1e6, broker_cpu / elapsed)
             return n / elapsed
 
-        print(f"producer benchmark: {n} records/run, acks=all, {PARTITIONS} partitions, Tansu")
+        def timed_java(used: dict[str, tuple[float, float, float]], job: Job) -> float:
+            assert java is not None
+            broker = target.cpu()
+            elapsed, client = java_produce(java, job)
+            broker_cpu = target.cpu() - broker  # JVM start included: a slight overcount
+            used["java"] = (client / n * 1e6, broker_cpu / n * 1e6, broker_cpu / elapsed)
+            return n / elapsed
+
+        print(
+            f"producer benchmark: {n} records/run, acks=all, {PARTITIONS} partitions, "
+            f"{describe(target)}"
+        )
         print(f"load average before: {os.getloadavg()[0]:.2f}")
-        print(f"{'pattern':<28}{'aiokafka_ng':>12}{'aiokafka':>12}{'confluent':>12}{'ng/aio':>8}"
-              f"{'ng/conf':>8}{'null':>12}{'null/conf':>10}{'ng/null':>8}")  # fmt: skip
+        print(f"{'pattern':<28}{'aiokafka_ng':>12}{'aiokafka':>12}{'confluent':>12}"
+              f"{'ng/aio':>8}{'ng/conf':>8}{'null':>12}{'null/conf':>10}{'ng/null':>8}"
+              f"{'java':>12}{'ng/java':>8}")  # fmt: skip
+        java_runs: dict[int | None, tuple[float, tuple[float, float, float]]] = {}
         for label, size, codec in (("100 B", 100, "none"), ("1 KiB lz4", 1024, "lz4")):
             for keyed in (True, False):
                 conf_plain = conf_cb = None
+                java_runs.clear()
                 for pattern in patterns:
                     if codec != "none" and (pattern != "gather" or not keyed):
                         continue
@@ -718,20 +771,40 @@ def main() -> None:
                             if conf_plain is None:
                                 conf_plain = (timed("conf", used, conf_loop, job), used["conf"])
                             rates["conf"], used["conf"] = conf_plain
+                    if java is not None:
+                        # One idiom (send with a callback, flush), like confluent's loop: run
+                        # once per key mode and batch size, shown in each row.
+                        if spec[-1] not in java_runs:
+                            rate = timed_java(used, Job(*spec))
+                            java_runs[spec[-1]] = (rate, used["java"])
+                        rates["java"], used["java"] = java_runs[spec[-1]]
                     name = f"{pattern} {label} {'keyed' if keyed else 'unkeyed'}"
                     rows.append((name, rates))
                     cpu.append((name, used))
                     print(_row(name, rates), flush=True)
         gathers = [r["conf"] for k, r in rows if k.startswith("gather 100") and "conf" in r]
         print(gather_ceiling(max(gathers, default=0.0)), flush=True)
-        print("CPU seconds per million records, client process + broker:")
+        print(
+            "CPU seconds per million records, client process + broker "
+            "(and the broker's cores in use during the run, of 2):"
+        )
         for name, used in cpu:
             cells = "".join(
-                f"{label:>10} {used[key][0]:5.2f} + {used[key][1]:4.2f}"
-                for key, label in (("ours", "ours"), ("aio", "aiokafka"), ("conf", "confluent"))
+                f"{label:>10} {used[key][0]:5.2f} + {used[key][1]:5.2f} ({used[key][2]:.1f})"
+                for key, label in (
+                    ("ours", "ours"),
+                    ("aio", "aiokafka"),
+                    ("conf", "confluent"),
+                    ("java", "java"),
+                )
                 if key in used
             )
             print(f"  {name:<26}{cells}", flush=True)
+        if java is not None and java.overhead_cpu:
+            print(
+                f"java: JVM start and class loading, outside the figures above: "
+                f"{statistics.median(java.overhead_cpu):.2f} CPU s per JVM (median)"
+            )
         ballast = [{"i": i} for i in range(args.ballast)]  # an application's heap
         rates = [int(r) for r in args.rates.split(",") if r]
         if rates:
@@ -777,7 +850,7 @@ def _row(name: str, r: dict[str, float]) -> str:
     return (
         f"{name:<28}{cell('ours')}{cell('aio')}{cell('conf')}"
         f"{ratio('ours', 'aio')}{ratio('ours', 'conf')}{cell('null')}{ratio('null', 'conf', 10)}"
-        f"{ratio('ours', 'null')}"
+        f"{ratio('ours', 'null')}{cell('java')}{ratio('ours', 'java')}"
     )
 
 
