@@ -176,6 +176,7 @@ def _driver(
 
 
 # 6 Spark JVM starts; measured 6m40s and 7m08s on 2 cores shared at a load average of ~20.
+@pytest.mark.soak  # 7 min of Spark JVM restarts; failed once at a load of ~18 (see issue 35)
 @pytest.mark.timeout(600)
 def test_exactly_once_sink_survives_driver_kills(
     kafka_cluster: KafkaCluster, tmp_path: Path
