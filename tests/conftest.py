@@ -38,6 +38,7 @@ BROKER_FIXTURES = ("kafka_broker", "kafka_cluster")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_SparkPeerFirst(), "spark-peer-first")
     config.addinivalue_line("markers", "unit: needs no broker (marked by tests/conftest.py)")
     config.addinivalue_line(
         "markers",
@@ -58,17 +59,22 @@ def uses_a_broker(item: pytest.Item) -> bool:
 SPARK_PEER = "tests/kafka/test_spark_connector_peer.py"
 
 
-@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.broker if uses_a_broker(item) else pytest.mark.unit)
-    # The Spark connector's peer tests go first: pytest groups the tests of the parametrised
-    # session broker together, which put tests/spark (a JVM without the connector) ahead of
-    # them and failed them all.
-    peer = [item for item in items if item.nodeid.startswith(SPARK_PEER)]
-    if peer:
-        rest = [item for item in items if not item.nodeid.startswith(SPARK_PEER)]
-        items[:] = peer + rest
+
+
+class _SparkPeerFirst:
+    """After every reordering: the Spark connector's peer tests go first. pytest groups the
+    tests of the parametrised session broker together, which put tests/spark (a JVM without
+    the connector) ahead of them and failed them all."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        peer = [item for item in items if item.nodeid.startswith(SPARK_PEER)]
+        if peer:
+            items[:] = peer + [i for i in items if not i.nodeid.startswith(SPARK_PEER)]
 
 
 @pytest.fixture(autouse=True)
