@@ -20,6 +20,7 @@ thread; the later steps are local computations.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Literal
 
 import anyio.to_thread
@@ -33,7 +34,9 @@ _NO_SECURITY_LAYER = 1
 
 def _gssapi() -> Any:
     try:
-        import gssapi
+        # By name, not an import statement: the package is an optional extra, and mypy run
+        # where it is not installed (a user's checker over site-packages) must not fail.
+        gssapi = importlib.import_module("gssapi")
     except ImportError:
         raise SaslAuthenticationFailedError(
             "SASL GSSAPI needs the gssapi package: pip install 'aiokafka-ng[gssapi]'"
