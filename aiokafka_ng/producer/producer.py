@@ -792,11 +792,7 @@ class Producer:
             return response
 
         async def note(exc: KafkaError) -> None:
-            if isinstance(exc, SaslAuthenticationFailedError):
-                # As Java's Sender does on an authentication failure: the records waiting
-                # for a producer id fail with it now, not at delivery_timeout_ms; later
-                # sends try again (credentials may be fixed, a token refreshed).
-                acc.abort_all(exc)
+            self._on_cluster_error(exc)  # an authentication failure fails what waits
             n = pacing.failures
             if n in (1, 10, 100) or n % 1000 == 0:  # not at every retry
                 log.warning("producer: InitProducerId failed %d times (%s); retrying", n, exc)
