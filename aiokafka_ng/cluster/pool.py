@@ -37,6 +37,15 @@ the cluster's to report).
 
 *Idle close.* A connection not handed out by :meth:`get` for ``connections_max_idle_ms``
 and with nothing in flight is closed (a long-poll Fetch keeps it alive).
+
+*Retired nodes* (gone from metadata; the bootstrap servers once real broker ids are known)
+close once unused, and "unused" must cover the caller that has just been handed the
+connection but has not written yet. ``get()`` returns the connection to a task that may run
+only on a later loop turn (trio shuffles the run queue), so nothing-in-flight alone closed a
+bootstrap connection between a pattern subscription's ``get()`` and its Metadata request,
+and the group joined with an empty subscription. So a retired connection closes only when
+nothing is in flight or being submitted (``ConnectionStatistics.submitting``) and no
+``get()`` has handed it out for ``_RETIRE_GRACE_S``.
 """
 
 from __future__ import annotations
@@ -69,6 +78,8 @@ log = logging.getLogger(__name__)
 Connector = Callable[[str, int], AbstractAsyncContextManager["Connection"]]
 
 _ATTEMPT_HISTORY = 64  # connect attempts remembered per node for statistics()
+# A retired connection handed out this recently is kept: its caller may not have run yet.
+_RETIRE_GRACE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,19 +270,35 @@ class ConnectionPool:
         node = self._nodes.get(node_id)
         if node is None:
             return
+        if node.retired:
+            return
         node.retired = True
         conn = node.live()
         if conn is None:
             if node.attempt is None:
                 del self._nodes[node_id]
-        elif _in_flight(conn) == 0:
-            self._close_soon(node)
+        elif self._tg is not None:
+            # An attempt still connecting is handled by its own task (``_hold``).
+            self._tg.start_soon(self._close_when_unused, node, conn)
 
     def _close_soon(self, node: _Node) -> None:
         conn = node.live()
         if conn is not None and self._tg is not None:
             node.closed_by_us = True
             self._tg.start_soon(conn.aclose)
+
+    async def _close_when_unused(self, node: _Node, conn: Connection) -> None:
+        """Close a retired node's connection once nobody is using or about to use it."""
+        while not conn.closed and node.retired:  # set_address() may bring the node back
+            quiet_for = anyio.current_time() - node.last_used
+            if quiet_for >= _RETIRE_GRACE_S and _busy(conn) == 0:
+                node.closed_by_us = True
+                log.debug("closing connection to retired node %d", node.node_id)
+                await conn.aclose()
+                return
+            # Busy or just handed out: look again once the grace (or a request) has passed.
+            with anyio.move_on_after(max(_RETIRE_GRACE_S - quiet_for, _RETIRE_GRACE_S / 4)):
+                await conn.wait_closed()
 
     # ------------------------------------------------------------------ connections
 
@@ -406,25 +433,28 @@ class ConnectionPool:
 
     async def _hold(self, node: _Node, conn: Connection) -> None:
         """Wait until the connection closes, closing it ourselves once idle."""
+        if node.retired:  # retired while connecting
+            await self._close_when_unused(node, conn)
+            return
         max_idle = self._max_idle_s
         while True:
-            if max_idle is None and not node.retired:
+            if max_idle is None:
                 await conn.wait_closed()
                 return
             idle_for = anyio.current_time() - node.last_used
-            wait = (max_idle or 0.0) - idle_for if not node.retired else 0.0
+            wait = max_idle - idle_for
             if wait > 0:
                 with anyio.move_on_after(wait):
                     await conn.wait_closed()
                     return
                 continue
-            if _in_flight(conn) == 0:
+            if _busy(conn) == 0:
                 node.closed_by_us = True
                 log.debug("closing idle connection to node %d", node.node_id)
                 await conn.aclose()
                 return
             # Busy (e.g. a long-poll Fetch): look again after another idle period.
-            with anyio.move_on_after(max_idle or 1.0):
+            with anyio.move_on_after(max_idle):
                 await conn.wait_closed()
                 return
 
@@ -504,3 +534,8 @@ def _describe(node: _Node) -> str:
 
 def _in_flight(conn: Connection) -> int:
     return int(conn.statistics().in_flight)
+
+
+def _busy(conn: Connection) -> int:
+    stats = conn.statistics()
+    return int(stats.in_flight + stats.submitting)

@@ -80,6 +80,8 @@ from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 from aiokafka_ng.protocol.messages.sync_group import SyncGroupRequest, SyncGroupRequestAssignment
 
 if TYPE_CHECKING:
+    import re
+
     from aiokafka_ng.consumer.config import ConsumerConfig
     from aiokafka_ng.consumer.offsets import OffsetsClient
 
@@ -224,7 +226,13 @@ class GroupCoordinator:
                 return
 
     async def _life(self) -> None:
+        # A pattern is matched against the cluster's topic list before the first join with
+        # it (as Java does; a new pattern from subscribe() too), then every
+        # metadata_max_age_ms. A failed listing is retried on the retry backoff; until one
+        # succeeds the member does not join with nothing to ask for.
         pattern_check_at = 0.0
+        matched: re.Pattern[str] | None = None
+        pattern_retry = RetryState(self._backoff)
         while True:
             if self._subs.mode not in (SubscriptionMode.TOPICS, SubscriptionMode.PATTERN):
                 if self._unsubscribed is not None:
@@ -232,9 +240,18 @@ class GroupCoordinator:
                 await self._sleep_until_woken(None)
                 continue
             now = anyio.current_time()
-            if self._subs.mode is SubscriptionMode.PATTERN and now >= pattern_check_at:
-                pattern_check_at = now + self._config.metadata_max_age_ms / 1000
-                await self._match_pattern()
+            pattern = self._subs.pattern if self._subs.mode is SubscriptionMode.PATTERN else None
+            if pattern is not None and (pattern is not matched or now >= pattern_check_at):
+                if await self._match_pattern():
+                    matched = pattern
+                    pattern_retry.succeeded()
+                    pattern_check_at = now + self._config.metadata_max_age_ms / 1000
+                else:
+                    pause = pattern_retry.failed()
+                    pattern_check_at = pattern_retry.retry_at
+                    if pattern is not matched:
+                        await self._sleep_until_woken(pause)
+                        continue
             if self._poll_expired:
                 await self._sleep_until_woken(None)
                 continue
@@ -570,14 +587,17 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ pattern
 
-    async def _match_pattern(self) -> None:
+    async def _match_pattern(self) -> bool:
+        """List the cluster's topics and match the pattern; False when the listing failed."""
         try:
             response = await self._cluster.request_any(
                 MetadataRequest(topics=None, allow_auto_topic_creation=False)
             )
         except KafkaError as exc:
+            if not exc.retriable:
+                raise
             log.debug("group %s: listing topics failed (%r)", self._group_id, exc)
-            return
+            return False
         names = [
             t.name
             for t in response.topics
@@ -590,6 +610,7 @@ class GroupCoordinator:
         if after != before:
             self._cluster.request_update(after)
             self.request_rejoin()
+        return True
 
     # ------------------------------------------------------------------ commits / leave
 

@@ -153,6 +153,7 @@ class ConnectionStatistics:
     max_in_flight_seen: int
     permits_available: int
     tasks_waiting: int  # send() calls waiting for a permit
+    submitting: int  # submit() calls entered and not yet on the wire (or failed)
     requests_sent: int
     responses_received: int
     responses_discarded: int  # arrived after their caller had been cancelled
@@ -223,6 +224,7 @@ class Connection:
         self._stream_closed = False
         self._closed = anyio.Event()
         self._max_in_flight_seen = 0
+        self._submitting = 0
         self._requests_sent = 0
         self._responses_received = 0
         self._responses_discarded = 0
@@ -563,6 +565,22 @@ class Connection:
         sequence numbers must reach the broker in order. ``timeout`` is one deadline for
         both halves. Errors as :meth:`send`.
         """
+        # Counted from entry, so an idle closer (the pool) never closes a connection a
+        # caller is about to use: waiting for a permit or the write lock is not idle.
+        self._submitting += 1
+        try:
+            return await self._submit(request, version, timeout, expect_response, limits)
+        finally:
+            self._submitting -= 1
+
+    async def _submit(
+        self,
+        request: ApiRequest[R],
+        version: int | None,
+        timeout: float | None,  # noqa: ASYNC109
+        expect_response: bool,
+        limits: DecodeLimits | None,
+    ) -> PendingResponse[R | None]:
         request_type = type(request)
         if version is None:
             version = self.version_for(request_type)
@@ -734,6 +752,7 @@ class Connection:
             max_in_flight_seen=self._max_in_flight_seen,
             permits_available=self._permits.value,
             tasks_waiting=self._permits.statistics().tasks_waiting,
+            submitting=self._submitting,
             requests_sent=self._requests_sent,
             responses_received=self._responses_received,
             responses_discarded=self._responses_discarded,

@@ -119,6 +119,7 @@ class FakeConnection:
 @dataclass
 class _Stats:
     in_flight: int
+    submitting: int = 0
 
 
 class FakeBroker:
@@ -139,6 +140,7 @@ class FakeBroker:
         self.connects = 0
         self.refuse: set[tuple[str, int]] = set()  # addresses whose connect fails
         self.connect_error: Exception | None = None  # raised by every connect when set
+        self.connect_gate: anyio.Event | None = None  # hold connects until set
         self.metadata_gate: anyio.Event | None = None  # hold Metadata answers until set
         self.metadata_hook: Callable[[list[str]], None] | None = None
         self.coordinator_codes: list[int] = []
@@ -152,6 +154,8 @@ class FakeBroker:
     @asynccontextmanager
     async def connector(self, host: str, port: int) -> AsyncIterator[FakeConnection]:
         await anyio.lowlevel.checkpoint()
+        if self.connect_gate is not None:
+            await self.connect_gate.wait()
         if (host, port) in self.refuse:
             raise KafkaConnectionError(f"connecting to {host}:{port}: refused")
         if self.connect_error is not None:

@@ -12,6 +12,7 @@ from aiokafka_ng.cluster import ConnectionPool
 from aiokafka_ng.errors import KafkaConnectionError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.connection import ConnectionConfig
+from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 
 pytestmark = pytest.mark.anyio
 
@@ -150,3 +151,47 @@ async def test_adopt_and_retire() -> None:
         with pytest.raises(KafkaConnectionError):
             await pool.get(-2)
         assert broker.connects == 2
+
+
+async def test_node_retired_while_connecting_is_kept_for_its_caller() -> None:
+    """A bootstrap node retired (real broker ids arrived) while a caller waited for its
+    connect: the connection was closed the moment it came up, before the caller ran, and a
+    pattern subscription's topic listing failed with "connection closed by the client"."""
+    broker = FakeBroker()
+    broker.connect_gate = anyio.Event()
+    async with _pool(broker) as pool:
+        pool.set_address(-3, "fake", 9092)
+        got: list[object] = []
+
+        async def use() -> None:
+            conn = await pool.get(-3)
+            got.append(await conn.send(MetadataRequest(topics=[])))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(use)
+            with anyio.fail_after(5):
+                while not pool.statistics().nodes or -3 not in pool.statistics().nodes:
+                    await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()  # the caller is waiting on the attempt
+            pool.retire(-3)
+            broker.connect_gate.set()
+        assert len(got) == 1  # the request went through
+        # Unused now, the retired connection closes on its own.
+        with anyio.fail_after(5):
+            await broker.connections[0].wait_closed()
+        assert pool.statistics().nodes.get(-3) is None or not pool.statistics().nodes[-3].connected
+
+
+async def test_retired_connection_waits_for_a_caller_about_to_write() -> None:
+    broker = FakeBroker()
+    async with _pool(broker) as pool:
+        pool.set_address(-1, "fake", 9092)
+        conn = await pool.get(-1)
+        pool.retire(-1)
+        for _ in range(20):  # loop turns: the caller handed the connection may run in any
+            await anyio.lowlevel.checkpoint()
+        assert not conn.closed
+        await conn.send(MetadataRequest(topics=[]))
+        with anyio.fail_after(5):
+            await conn.wait_closed()
+        assert pool.statistics().nodes.get(-1) is None or pool.statistics().nodes[-1].failures == 0
