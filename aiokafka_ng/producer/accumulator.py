@@ -448,7 +448,7 @@ class Accumulator:
                 if next_at is None or at < next_at:
                     next_at = at
                 continue
-            if idem is not None and not idem.may_drain(pq, batch):
+            if idem is not None and not idem.may_drain(pq, batch, node):
                 continue
             data = self._close(batch)
             if out and size + len(data) > self.max_request_size:
@@ -457,6 +457,7 @@ class Accumulator:
             if idem is not None:
                 data = idem.stamp(pq, batch)
             size += len(data)
+            batch.node = node
             batch.in_flight = True
             self.flight.add(batch)
             if self.guarantee_order:

@@ -33,6 +33,7 @@ class ProducerBatch:
         "log_append_time",
         "log_start_offset",
         "memory",
+        "node",
         "partition",
         "positions",
         "pq",
@@ -52,6 +53,7 @@ class ProducerBatch:
         self.retry_at = 0.0
         self.data: bytes | None = None
         self.base_sequence = -1
+        self.node = -1  # the broker it was last drained for (idempotence's leader-move rule)
         self.in_flight = False
         self.done = False
         self.base_offset = -1

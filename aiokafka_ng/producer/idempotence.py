@@ -12,6 +12,15 @@ re-sent batch it already has is DUPLICATE_SEQUENCE_NUMBER (we count it delivered
   in sequence order (on the wire, or re-queued for retry). At most five new batches.
 * A retried batch drains only when it is the lowest unresolved sequence of its partition;
   newer ones wait behind it (the Java client's rule: recovery drops to one in flight).
+* A new batch drains to a broker only while every unresolved batch of its partition went to
+  that same broker. One connection answers in order, so a failed batch is back at the head
+  of its queue before any later one succeeds, and its retry reaches the broker within the
+  five batches the broker remembers (a duplicate, answered with its offsets). After a leader
+  move the old leader's answer can come much later (a paused broker: request_timeout_ms);
+  new batches sent meanwhile to the new leader, accepted in sequence because the old leader
+  had replicated the first one, pushed it out of those five, and its retry was refused with
+  OUT_OF_ORDER_SEQUENCE_NUMBER until it failed (seen as "seq 0, broker at 307" on Kafka
+  under load).
 * OUT_OF_ORDER_SEQUENCE_NUMBER for a batch that is *not* the next expected sequence means an
   earlier one failed or is still in flight: just retry. For the next expected one it is a
   real gap; UNKNOWN_PRODUCER_ID means the broker lost our state (restart, retention). Both,
@@ -77,11 +86,14 @@ class IdempotenceState:
     #: implicitly (KIP-890's transactions v2), so only a v2 transaction may use it.
     max_produce_version = 11
 
-    def may_drain(self, pq: PartitionQueue, batch: ProducerBatch) -> bool:
+    def may_drain(self, pq: PartitionQueue, batch: ProducerBatch, node: int) -> bool:
         if batch.base_sequence >= 0:
             # A retry: only the lowest unresolved sequence may go (ordered recovery).
             return bool(pq.in_flight) and pq.in_flight[0] is batch
-        return len(pq.in_flight) < MAX_IN_FLIGHT_PER_PARTITION
+        if len(pq.in_flight) >= MAX_IN_FLIGHT_PER_PARTITION:
+            return False
+        # Not past batches still unresolved at another broker (a leader move).
+        return all(b.node == node for b in pq.in_flight)
 
     def stamp(self, pq: PartitionQueue, batch: ProducerBatch) -> bytes:
         """Give a batch its sequence at first drain (kept on retry); return its bytes."""

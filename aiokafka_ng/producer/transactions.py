@@ -176,7 +176,7 @@ class TransactionalIdempotence(IdempotenceState):
         super().__init__()
         self.manager = manager
 
-    def may_drain(self, pq: PartitionQueue, batch: ProducerBatch) -> bool:
+    def may_drain(self, pq: PartitionQueue, batch: ProducerBatch, node: int) -> bool:
         m = self.manager
         if m.drain_error is not None:
             # Aborting or failed: what is queued will never be part of a committed
@@ -191,12 +191,12 @@ class TransactionalIdempotence(IdempotenceState):
         if key not in m.partitions:
             if m.v2:  # Produce v12 adds it to the transaction
                 m.partitions.add(key)
-                return super().may_drain(pq, batch)
+                return super().may_drain(pq, batch, node)
             if key not in m.pending_partitions:
                 m.pending_partitions.add(key)
                 m.wake()
             return False
-        return super().may_drain(pq, batch)
+        return super().may_drain(pq, batch, node)
 
     @property
     def max_produce_version(self) -> int:  # type: ignore[override]

@@ -369,6 +369,41 @@ def test_idempotent_sequences_and_ordered_retry() -> None:
     assert next(iter_batches(nxt.close())).producer_id == 8
 
 
+def test_new_batches_wait_for_the_old_leaders_answer_after_a_leader_move() -> None:
+    """A batch still unresolved at the old leader holds back new batches to the new one:
+    sent meanwhile and accepted in sequence there (the old leader had replicated the first
+    one), they pushed it out of the five batches the broker remembers, and its retry was
+    refused with OUT_OF_ORDER_SEQUENCE_NUMBER ("seq 0, broker at 307") until it failed."""
+    clock = Clock()
+    idem = IdempotenceState()
+    acc, woken, _ = make(clock, batch_size=80, idem=idem)
+    acc.update_metadata(meta(partitions=1))
+    for i in range(4):
+        send(acc, b"r%02d" % i + b"." * 20, partition=0)
+    idem.set_producer(7, 0)
+    clock.now += 1
+    (b1,), _ = acc.drain(1, clock.now)
+    acc.update_metadata(meta(partitions=1, leaders={0: 2}))  # the leader moved to broker 2
+    assert acc.drain(2, clock.now)[0] == []  # b1's answer from broker 1 is still due
+    # It fails (the old leader's NOT_LEADER, or its connection timing out): the retry goes
+    # to the new leader first, and new batches may follow it there.
+    woken.clear()
+    acc.requeue(b1, clock.now)
+    assert woken == [2]
+    clock.now += 10
+    assert acc.drain(2, clock.now)[0] == [b1]
+    (b2,), _ = acc.drain(2, clock.now)
+    assert b2.base_sequence == b1.base_sequence + b1.record_count
+    # Same leader: up to five unresolved batches pipeline as before.
+    acc.complete(b1, 0, -1)
+    acc.complete(b2, b1.record_count, -1)
+    assert resets_free(idem)
+
+
+def resets_free(idem: IdempotenceState) -> bool:
+    return idem.ready and idem.resets == 0
+
+
 def test_flush_makes_batches_ready() -> None:
     clock = Clock()
     acc, _, _ = make(clock, linger_ms=10_000)
