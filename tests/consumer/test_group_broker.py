@@ -18,6 +18,7 @@ from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
+
 def group_timing(broker: Any) -> dict[str, int]:
     """Short sessions on Tansu (it holds a new group's first join for half the session
     timeout); Kafka's defaults-like 10 s elsewhere: Kafka does not hold the join here

@@ -7,7 +7,12 @@ protocol and round, measures
 * first record: ``start()`` of a fresh group's only member to its first record of a
   6-partition topic holding 60 records;
 * third join: a third member's ``start()`` until the three hold 2 partitions each (two
-  members already share the topic and keep polling).
+  members already share the topic and keep polling);
+
+and then the same two with the Java client (``timings`` op of tests/kafka/java/Interop.java,
+measured inside its JVM so the JVM's own start is not counted), each client with its default
+settings (session 45 s and heartbeat 3 s for classic; the broker's 5 s heartbeat interval
+for the consumer protocol).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.admin import NewTopic
 from aiokafka_ng.testing import KafkaCluster
 from tests.kafka.helpers import admin_for, unique
+from tests.kafka.test_java_interop import start_java
 
 
 def _consumer(cluster: KafkaCluster, group: str, protocol: str) -> Consumer:
@@ -88,12 +94,31 @@ async def main(rounds: int) -> None:
         for protocol in ("classic", "consumer"):
             first = [await _first_record(cluster, topic, protocol) for _ in range(rounds)]
             third = [await _third_join(cluster, topic, protocol) for _ in range(rounds)]
-            print(
-                f"{protocol:9s} start->first record median {statistics.median(first):.3f} s "
-                f"{[round(x, 3) for x in first]}; third join -> even split median "
-                f"{statistics.median(third):.3f} s {[round(x, 3) for x in third]}",
-                flush=True,
-            )
+            _report("ours", protocol, first, third)
+            java = await _java(cluster, topic, protocol, rounds)
+            _report("java", protocol, java["first"], java["third"])
+
+
+async def _java(cluster: KafkaCluster, topic: str, protocol: str, rounds: int) -> Any:
+    spec = {
+        "op": "timings", "topic": topic, "group_protocol": protocol, "rounds": rounds,
+        "partitions": 6,
+    }  # fmt: skip
+    peer = await start_java(cluster, [spec])
+    async with peer.process:
+        with anyio.fail_after(120 * 2 * rounds):
+            while (line := await peer.next_line())["op"] != "timings":
+                pass
+    return line
+
+
+def _report(client: str, protocol: str, first: list[float], third: list[float]) -> None:
+    print(
+        f"{client:4s} {protocol:9s} start->first record median {statistics.median(first):.3f} s "
+        f"{[round(x, 3) for x in first]}; third join -> even split median "
+        f"{statistics.median(third):.3f} s {[round(x, 3) for x in third]}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,11 @@
 //             acknowledgement): prints {"op":"share_started"} after its first poll, each
 //             record (with "delivery_count"), {"op":"share_committed", "errors"} after each
 //             non-empty poll's commitSync, and leaves when stdin yields a line or closes
+//   timings   {topic, group_protocol, rounds, partitions} the measurements of
+//             tests/kafka/kip848_timings.py, made the same way inside this JVM (after its
+//             start): start of a fresh group's only member to its first record, and a third
+//             member's start until three members hold partitions/3 each
+//             -> {"op":"timings", "first": [s, ...], "third": [s, ...]}
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
@@ -60,6 +65,7 @@ public class Interop {
                 case "group" -> group(bootstrap, op, in);
                 case "partition" -> partition(op);
                 case "share" -> share(bootstrap, op, in);
+                case "timings" -> timings(bootstrap, op);
                 default -> throw new IllegalArgumentException("unknown op " + op.get("op"));
             }
         }
@@ -228,6 +234,79 @@ public class Interop {
             }
         }
         emit(JSON.createObjectNode().put("op", "left"));
+    }
+
+    // One group member polling in its own thread (a KafkaConsumer is single-threaded); its
+    // assignment is published for the measuring thread to sample.
+    static final class Member implements AutoCloseable {
+        final AtomicBoolean stop = new AtomicBoolean();
+        final java.util.concurrent.atomic.AtomicReference<Set<TopicPartition>> assigned =
+            new java.util.concurrent.atomic.AtomicReference<>(Set.of());
+        final java.util.concurrent.atomic.AtomicLong firstRecordNanos = new java.util.concurrent.atomic.AtomicLong();
+        final Thread thread;
+
+        Member(String bootstrap, String group, String protocol, String topic) {
+            Properties p = consumerProps(bootstrap, "read_uncommitted");
+            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
+            thread = new Thread(() -> {
+                try (KafkaConsumer<byte[], byte[]> c =
+                        new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+                    c.subscribe(List.of(topic));
+                    while (!stop.get()) {
+                        ConsumerRecords<byte[], byte[]> records = c.poll(Duration.ofMillis(100));
+                        if (!records.isEmpty()) firstRecordNanos.compareAndSet(0, System.nanoTime());
+                        assigned.set(Set.copyOf(c.assignment()));
+                    }
+                }
+            });
+            thread.start();
+        }
+
+        public void close() throws InterruptedException {
+            stop.set(true);
+            thread.join();
+        }
+    }
+
+    static boolean even(List<Member> members, int partitions) {
+        Set<TopicPartition> all = new HashSet<>();
+        for (Member m : members) {
+            Set<TopicPartition> s = m.assigned.get();
+            if (s.size() != partitions / members.size()) return false;
+            all.addAll(s);
+        }
+        return all.size() == partitions;
+    }
+
+    static void timings(String bootstrap, JsonNode op) throws Exception {
+        String topic = op.get("topic").asText();
+        String protocol = op.get("group_protocol").asText();
+        int rounds = op.get("rounds").asInt();
+        int partitions = op.get("partitions").asInt();
+        ObjectNode out = JSON.createObjectNode().put("op", "timings");
+        ArrayNode first = out.putArray("first");
+        ArrayNode third = out.putArray("third");
+        for (int r = 0; r < rounds; r++) {
+            long t0 = System.nanoTime();
+            try (Member m = new Member(bootstrap, "jt-" + UUID.randomUUID(), protocol, topic)) {
+                while (m.firstRecordNanos.get() == 0) Thread.sleep(1);
+                first.add((m.firstRecordNanos.get() - t0) / 1e9);
+            }
+        }
+        for (int r = 0; r < rounds; r++) {
+            String group = "jt-" + UUID.randomUUID();
+            try (Member a = new Member(bootstrap, group, protocol, topic);
+                 Member b = new Member(bootstrap, group, protocol, topic)) {
+                while (!even(List.of(a, b), partitions)) Thread.sleep(10);
+                long t0 = System.nanoTime();
+                try (Member c = new Member(bootstrap, group, protocol, topic)) {
+                    while (!even(List.of(a, b, c), partitions)) Thread.sleep(10);
+                    third.add((System.nanoTime() - t0) / 1e9);
+                }
+            }
+        }
+        emit(out);
     }
 
     static void partition(JsonNode op) {
