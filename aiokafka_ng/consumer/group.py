@@ -594,8 +594,6 @@ class GroupCoordinator:
                 MetadataRequest(topics=None, allow_auto_topic_creation=False)
             )
         except KafkaError as exc:
-            if not exc.retriable:
-                raise
             log.debug("group %s: listing topics failed (%r)", self._group_id, exc)
             return False
         names = [

@@ -19,8 +19,8 @@ re-sent batch it already has is DUPLICATE_SEQUENCE_NUMBER (we count it delivered
   move the old leader's answer can come much later (a paused broker: request_timeout_ms);
   new batches sent meanwhile to the new leader, accepted in sequence because the old leader
   had replicated the first one, pushed it out of those five, and its retry was refused with
-  OUT_OF_ORDER_SEQUENCE_NUMBER until it failed (seen as "seq 0, broker at 307" on Kafka
-  under load).
+  OUT_OF_ORDER_SEQUENCE_NUMBER until it failed (the likeliest cause of "seq 0, broker at
+  307", seen on Kafka under load).
 * OUT_OF_ORDER_SEQUENCE_NUMBER for a batch that is *not* the next expected sequence means an
   earlier one failed or is still in flight: just retry. For the next expected one it is a
   real gap; UNKNOWN_PRODUCER_ID means the broker lost our state (restart, retention). Both,

@@ -37,9 +37,12 @@ def test_batch_write_100k_rows_read_once_each_by_confluent(spark: Any, kafka_bro
         .save()
     )
 
-    assert total_records(bootstrap, topic) == n  # nothing written twice
+    # Read first, then count: one CI-style run at load ~18 counted 97,488 by high watermarks
+    # straight after save() returned (not reproduced since; cause not found). Reading all n
+    # first still fails on a lost record, and the count after it still catches duplicates.
     messages = read_confluent(bootstrap, topic, n)
     assert len(messages) == n
+    assert total_records(bootstrap, topic) == n  # nothing written twice
     seen: set[int] = set()
     for msg in messages:
         key = msg.key()
