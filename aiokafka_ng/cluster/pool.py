@@ -393,6 +393,12 @@ class ConnectionPool:
                 else:
                     # The connection broke while held; its pending requests already failed.
                     log.debug("connection to node %d ended: %r", node.node_id, exc)
+        except anyio.get_cancelled_exc_class():
+            # Only the pool's task group cancels this task: the pool is closing, possibly
+            # before __aexit__ runs (the application cancelled the scope the client lives
+            # in). The close that follows is ours, not an outage to warn about.
+            node.closed_by_us = True
+            raise
         finally:
             if established is not None:
                 self._drop(node, established)

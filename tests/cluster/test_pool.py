@@ -194,3 +194,25 @@ async def test_retired_connection_waits_for_a_caller_about_to_write() -> None:
         with anyio.fail_after(5):
             await conn.wait_closed()
         assert pool.statistics().nodes.get(-1) is None or pool.statistics().nodes[-1].failures == 0
+
+
+async def test_pool_closed_by_a_cancelled_scope_logs_no_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An application cancelling the scope its client lives in (a task group torn down, a
+    # timeout around a consumer) cancels the connection tasks before the pool's own exit
+    # runs: those closes are ours, not a broker lost.
+    broker = FakeBroker()
+    with anyio.CancelScope() as scope:
+        async with _pool(broker) as pool:
+            pool.set_address(1, "fake", 9092)
+            pool.set_address(2, "fake", 9093)
+            await pool.get(1)
+            await pool.get(2)
+            with caplog.at_level("DEBUG", logger="aiokafka_ng"):
+                scope.cancel()
+                await anyio.sleep_forever()
+    assert scope.cancelled_caught
+    lost = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert lost == []
+    assert broker.connects == 2
