@@ -337,6 +337,11 @@ class ConsumerGroupMember(GroupCoordinator):
                 # the heartbeat that task would send.
                 if attempt or self._reconciling:
                     raise CommitFailedError(f"commit refused: {exc!r}") from exc
+                log.info(
+                    "group %s: commit answered STALE_MEMBER_EPOCH (member epoch %d);"
+                    " retrying with the epoch of the next heartbeat",
+                    self._group_id, self.generation,
+                )  # fmt: skip
                 done = self._heartbeat_done
                 self.request_rejoin()
                 with anyio.move_on_after(self._config.request_timeout_ms / 1000):
