@@ -303,6 +303,12 @@ class Cluster:
         """A ready connection to ``node_id`` (lazy connect, reconnect after backoff)."""
         return await self._pool.get(node_id)
 
+    async def coordinator_connection(self, node_id: int) -> Connection:
+        """A connection to ``node_id`` of its own for group coordination (heartbeats,
+        commits), so they never wait behind a long-poll Fetch on the broker's shared one
+        (see ``ConnectionPool.coordinator_link``)."""
+        return await self._pool.coordinator_link(node_id)
+
     def feature_level(self, name: str) -> int:
         """A finalized feature's level (KIP-584), e.g. ``transaction.version``, from the
         newest ApiVersions answer of the open connections; 0 when unknown."""

@@ -38,6 +38,16 @@ the cluster's to report).
 *Idle close.* A connection not handed out by :meth:`get` for ``connections_max_idle_ms``
 and with nothing in flight is closed (a long-poll Fetch keeps it alive).
 
+*Coordinator links.* A Kafka broker answers the requests of one connection in order, so a
+heartbeat or commit written behind a long-poll Fetch waits up to ``fetch_max_wait_ms`` when the
+group coordinator also leads fetched partitions (a KIP-848 member's acknowledgement of a
+revocation came ~500 ms late, and a third member's rebalance took two heartbeat intervals
+instead of one). As the Java consumer does (a node id of ``Integer.MAX_VALUE - broker id``),
+:meth:`coordinator_link` gives group coordination a connection of its own to the same
+broker: a pseudo node (``2**31 - 1 - broker id``) that follows the broker's address and is
+retired with it. Its outages are logged at DEBUG only: the broker's own connection reports
+them.
+
 *Retired nodes* (gone from metadata; the bootstrap servers once real broker ids are known)
 close once unused, and "unused" must cover the caller that has just been handed the
 connection but has not written yet. ``get()`` returns the connection to a task that may run
@@ -80,6 +90,8 @@ Connector = Callable[[str, int], AbstractAsyncContextManager["Connection"]]
 _ATTEMPT_HISTORY = 64  # connect attempts remembered per node for statistics()
 # A retired connection handed out this recently is kept: its caller may not have run yet.
 _RETIRE_GRACE_S = 1.0
+# Coordinator link of broker N: pseudo node _LINK_BASE - N (Java: Integer.MAX_VALUE - N).
+_LINK_BASE = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +147,7 @@ class _Node:
         "down_since",
         "host",
         "last_used",
+        "link_of",
         "node_id",
         "pacing",
         "port",
@@ -158,6 +171,8 @@ class _Node:
         self.closed_by_us = False
         #: When the node, reachable before, became unreachable (None: not down, or never up).
         self.down_since: float | None = None
+        #: The broker this pseudo node is the coordinator link of (None: a node of its own).
+        self.link_of: int | None = None
 
     def live(self) -> Connection | None:
         conn = self.conn
@@ -265,8 +280,24 @@ class ConnectionPool:
         del self._nodes[old_id]
         return True
 
+    async def coordinator_link(self, node_id: int) -> Connection:
+        """A connection to broker ``node_id`` for group coordination only, apart from the
+        one fetches and produces use (see "Coordinator links" above)."""
+        node = self._nodes.get(node_id)
+        if node is None or node.retired:
+            raise KafkaConnectionError(f"no address known for node {node_id}")
+        link_id = _LINK_BASE - node_id
+        link = self._nodes.get(link_id)
+        if link is None or link.retired or (link.host, link.port) != (node.host, node.port):
+            self.set_address(link_id, node.host, node.port)
+            self._nodes[link_id].link_of = node_id
+        return await self.get(link_id)
+
     def retire(self, node_id: int) -> None:
         """Stop using a node (gone from metadata, bootstrap done): close it once idle."""
+        link = self._nodes.get(_LINK_BASE - node_id)
+        if link is not None and link.link_of == node_id:
+            self.retire(link.node_id)
         node = self._nodes.get(node_id)
         if node is None:
             return
@@ -371,7 +402,8 @@ class ConnectionPool:
                     attempt.done.set()
                     log.debug("connected to node %d at %s:%d", node.node_id, host, port)
                     if node.down_since is not None:
-                        log.info(
+                        log.log(
+                            logging.DEBUG if node.link_of is not None else logging.INFO,
                             "%s: %s is reachable again (away %.1f s)",
                             self._client, _describe(node), now - node.down_since,
                         )  # fmt: skip
@@ -428,14 +460,17 @@ class ConnectionPool:
 
     def _went_down(self, node: _Node, reason: str) -> None:
         node.down_since = anyio.current_time()
-        log.warning(
+        log.log(
+            logging.DEBUG if node.link_of is not None else logging.WARNING,
             "%s: lost %s: %s; reconnecting in the background (logged again once it is back)",
             self._client, _describe(node), reason,
         )  # fmt: skip
 
     def _node_failed(self, node_id: int) -> None:
         if self._on_node_failure is not None:
-            self._on_node_failure(node_id)
+            node = self._nodes.get(node_id)
+            link_of = None if node is None else node.link_of
+            self._on_node_failure(node_id if link_of is None else link_of)
 
     async def _hold(self, node: _Node, conn: Connection) -> None:
         """Wait until the connection closes, closing it ourselves once idle."""
@@ -533,6 +568,8 @@ class ConnectionPool:
 
 
 def _describe(node: _Node) -> str:
+    if node.link_of is not None:
+        return f"coordinator link to broker {node.link_of} at {node.host}:{node.port}"
     if node.node_id < 0:
         return f"bootstrap server {node.host}:{node.port}"
     return f"broker {node.node_id} at {node.host}:{node.port}"

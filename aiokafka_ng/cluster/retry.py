@@ -100,6 +100,8 @@ class CoordinatorRouting(Protocol):
 
     async def connection(self, node_id: int) -> Any: ...
 
+    async def coordinator_connection(self, node_id: int) -> Any: ...
+
 
 class Routing(CoordinatorRouting, Protocol):
     """What every route needs of the cluster (:class:`~aiokafka_ng.cluster.Cluster`)."""
@@ -123,10 +125,14 @@ class Leader:
 
 @dataclass(frozen=True, slots=True)
 class Coordinator:
-    """The coordinator of a group (``key_type=0``) or transactional id (``1``)."""
+    """The coordinator of a group (``key_type=0``) or transactional id (``1``).
+
+    ``link``: over the coordinator's own connection (a consumer group's heartbeats and
+    commits, which must not wait behind a long-poll Fetch; ``Cluster.coordinator_connection``)."""
 
     key: str
     key_type: int = 0
+    link: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +347,8 @@ async def connect(cluster: CoordinatorRouting, route: Route) -> Any:
     :class:`Routing` (the real Cluster is both)."""
     if isinstance(route, Coordinator):
         node = await cluster.coordinator(route.key, route.key_type)
+        if route.link:
+            return await cluster.coordinator_connection(node)
     elif isinstance(route, Node):
         node = route.node_id
     else:

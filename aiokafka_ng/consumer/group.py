@@ -350,7 +350,7 @@ class GroupCoordinator:
 
     async def _send(self, request: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         node = await self._cluster.coordinator(self._group_id)
-        conn = await self._cluster.connection(node)
+        conn = await self._cluster.coordinator_connection(node)
         return await conn.send(request, version=conn.version_for(type(request)), timeout=timeout)
 
     async def _no_common_assignor(self) -> str:

@@ -216,6 +216,15 @@ class ConsumerGroupMember(GroupCoordinator):
             self._heartbeat_done.set()
             self._heartbeat_done = anyio.Event()
         self._failures = 0
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "group %s: heartbeat (epoch %d, owned %d) answered epoch %d, %s",
+                self._group_id, request.member_epoch, len(self._subs.assignment),
+                response.member_epoch,
+                "no new assignment" if response.assignment is None else "assignment "
+                + str({str(t.topic_id)[:8]: t.partitions
+                       for t in response.assignment.topic_partitions}),
+            )  # fmt: skip
         if response.member_id:
             self.member_id = response.member_id
         self.generation = response.member_epoch

@@ -277,5 +277,5 @@ class OffsetsClient:
             version = min(conn.version_for(type(request)), max_version)
             return answer(await conn.send(request, version=version))
 
-        route = Coordinator(self._group_id)
+        route = Coordinator(self._group_id, link=True)
         return await routed(self._cluster, route, send, self._state(timeout), what=what)

@@ -106,6 +106,8 @@ class CoordinatorCluster(Protocol):
 
     async def connection(self, node_id: int) -> Any: ...
 
+    async def coordinator_connection(self, node_id: int) -> Any: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMetadata:

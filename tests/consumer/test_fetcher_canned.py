@@ -123,6 +123,9 @@ class FakeCluster:
         self.nodes.append(node_id)
         return self.conn
 
+    async def coordinator_connection(self, node_id: int) -> FakeConn:
+        return await self.connection(node_id)
+
     async def leader_for(self, topic: str, partition: int) -> int:
         return 1
 

@@ -78,6 +78,9 @@ class Cluster:
     async def connection(self, node_id: int) -> Conn:
         return self.conn
 
+    async def coordinator_connection(self, node_id: int) -> Conn:
+        return await self.connection(node_id)
+
     def invalidate_coordinator(self, key: str, key_type: int = 0) -> None:
         self.invalidated += 1
 

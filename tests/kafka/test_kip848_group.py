@@ -166,18 +166,20 @@ async def test_static_member_returns_to_its_partitions(kafka_cluster: KafkaClust
                 assert stay_listener.calls[mark:] == []
 
 
+@pytest.mark.parametrize("strategy", ["cooperative-sticky", "range"])
 async def test_classic_group_upgraded_online_by_a_consumer_member(
-    kafka_cluster: KafkaCluster,
+    kafka_cluster: KafkaCluster, strategy: str
 ) -> None:
     """A classic member of ours is in the group; a consumer-protocol member joins and the
     broker converts the group online (KIP-848 migration, group.consumer.migration.policy's
-    default): the two split the topic."""
+    default): the two split the topic. The classic member may be cooperative or eager
+    (range: it gives up everything at each rebalance and rejoins)."""
     async with new_topic(kafka_cluster, partitions=6) as topic:
         group = unique("g848")
         classic = Consumer(
             bootstrap_servers=kafka_cluster.bootstrap_servers,
             group_id=group,
-            partition_assignment_strategy=["cooperative-sticky"],
+            partition_assignment_strategy=[strategy],
         )
         async with classic, member(kafka_cluster, group) as new, anyio.create_task_group() as tg:
             classic.subscribe([topic])

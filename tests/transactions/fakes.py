@@ -88,6 +88,9 @@ class FakeCluster:
     async def connection(self, node_id: int) -> FakeConn:
         return FakeConn(self, node_id)
 
+    async def coordinator_connection(self, node_id: int) -> FakeConn:
+        return await self.connection(node_id)
+
     def names(self) -> list[str]:
         return [type(r).__name__.removesuffix("Request") for _, r, _ in self.sent]
 
