@@ -317,6 +317,9 @@ class ConnectionPool:
         if conn is not None and self._tg is not None:
             node.closed_by_us = True
             self._tg.start_soon(conn.aclose)
+            # Detached now: a get() before that task runs must not be handed the connection
+            # to the old address. Its own task's _drop() then finds another (or none) here.
+            node.conn = None
 
     async def _close_when_unused(self, node: _Node, conn: Connection) -> None:
         """Close a retired node's connection once nobody is using or about to use it."""

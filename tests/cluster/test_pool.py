@@ -216,3 +216,30 @@ async def test_pool_closed_by_a_cancelled_scope_logs_no_outage(
     lost = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert lost == []
     assert broker.connects == 2
+
+
+async def test_coordinator_link_is_a_second_connection_that_follows_its_broker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broker = FakeBroker()
+    async with _pool(broker) as pool:
+        pool.set_address(1, "fake", 9092)
+        shared = await pool.get(1)
+        link = await pool.coordinator_link(1)
+        assert link is not shared and broker.connects == 2
+        assert await pool.coordinator_link(1) is link  # one link per broker, reused
+        # The link going down is the broker's connection's to report, not a second warning.
+        with caplog.at_level("DEBUG", logger="aiokafka_ng"):
+            await link.aclose()
+            again = await pool.coordinator_link(1)
+        assert again is not link and not again.closed
+        assert [r for r in caplog.records if r.levelname == "WARNING"] == []
+        # The broker moves: the link follows its address.
+        pool.set_address(1, "fake", 9093)
+        moved = await pool.coordinator_link(1)
+        assert moved is not again and pool.address(2**31 - 1 - 1) == ("fake", 9093)
+        # The broker leaves the cluster: its link is retired with it.
+        pool.retire(1)
+        assert not pool.has_address(2**31 - 1 - 1)
+        with pytest.raises(KafkaConnectionError, match="no address"):
+            await pool.coordinator_link(1)
