@@ -142,8 +142,14 @@ def test_a_failing_deserializer_releases_its_record_and_keeps_the_others() -> No
     assert isinstance(err.__cause__, ValueError)
 
 
-def test_partitions_no_longer_assigned_are_ignored() -> None:
+def test_records_of_partitions_no_longer_wanted_are_released() -> None:
+    # Acquired for a partition the broker no longer assigns, or of a topic unsubscribed
+    # while the fetch was out: not handed out, and given back at once (not at lock expiry).
     c = consumer()
     c._assignment = frozenset()
     take(c, answer(batch(0, b"a"), (0, 0, 1)))
-    assert not c._buffer and not c._acks
+    assert not c._buffer and c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
+    c = consumer()
+    c._topics = ["other"]
+    take(c, answer(batch(0, b"a"), (0, 0, 1)))
+    assert not c._buffer and c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
