@@ -24,7 +24,7 @@ from aiokafka_ng.consumer.errors import RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.errors import IllegalStateError, KafkaError, ProtocolError
 from aiokafka_ng.net.backoff import ExponentialBackoff
-from aiokafka_ng.protocol.errors import error_for_code
+from aiokafka_ng.protocol.errors import UnsupportedVersionError, error_for_code
 from aiokafka_ng.protocol.messages import share_acknowledge as sa
 from aiokafka_ng.protocol.messages import share_fetch as sf
 from aiokafka_ng.protocol.records import RecordBatch, iter_batches
@@ -367,13 +367,17 @@ class _ShareWire:
                 tg.start_soon(self._acknowledge_node, cluster, node, tps, closing, results)
         for tp in list(self._acks):
             if tp not in results:
-                results[tp] = self._drop_acks(tp)
+                error = self._drop_acks(tp)
+                if error is not None:
+                    results[tp] = error
         return results
 
-    def _drop_acks(self, tp: TopicPartition) -> KafkaError:
+    def _drop_acks(self, tp: TopicPartition) -> KafkaError | None:
         """No open share session holds ``tp``: its acknowledgements cannot be sent (the
-        records' locks lapse instead); reported as failed."""
+        records' locks lapse instead); reported as failed (None: nothing was pending)."""
         pending = self._acks.pop(tp, {})
+        if not pending:
+            return None
         error = IllegalStateError(f"{tp}: no share session to acknowledge in")
         self._acked(tp, frozenset(o for o, t in pending.items() if t != _GAP), error)
         return error
@@ -405,9 +409,30 @@ class _ShareWire:
         held); ``closing`` closes the session too."""
         ids = self._topic_ids(cluster)
         tps = [tp for tp in tps if tp.topic in ids]
+        renew = any(_RENEW in self._acks.get(tp, {}).values() for tp in tps)
+        try:
+            conn = await cluster.connection(node)
+        except KafkaError as exc:
+            # Nothing was sent: the session's epoch still holds, only these acks are lost.
+            for tp in tps:
+                pending = self._acks.pop(tp, {})
+                results[tp] = exc
+                self._acked(tp, frozenset(o for o, t in pending.items() if t != _GAP), exc)
+            return
+        if renew and conn.version_for(sa.ShareAcknowledgeRequest) < 2:
+            # Renewals exist from version 2 (Kafka 4.2) on; an older broker would misread
+            # the type. They fail alone; the rest of the request goes.
+            renew = False
+            old = UnsupportedVersionError("renewing a lock needs ShareAcknowledge v2 (Kafka 4.2+)")
+            for tp in tps:
+                pending = self._acks.get(tp, {})
+                renewals = frozenset(o for o, t in pending.items() if t == _RENEW)
+                for offset in renewals:
+                    del pending[offset]
+                if renewals:
+                    self._acked(tp, renewals, old)
         taken = {tp: self._take_acks(tp, renew=True) for tp in tps}
         sent = {tp: offsets for tp, (batches, offsets) in taken.items() if batches}
-        renew = any(_RENEW in b.acknowledge_types for bs, _ in taken.values() for b in bs)
         topics = [
             sa.AcknowledgeTopic(
                 topic_id=ids[name],
@@ -436,14 +461,7 @@ class _ShareWire:
         )
         outcome: dict[TopicPartition, KafkaError | None] = {}
         try:
-            # Renewals exist from version 2 on; asking for it fails loudly on an older
-            # broker instead of sending a type it would misread.
-            resp = await cluster.request(
-                node,
-                req,
-                version=2 if renew else None,
-                timeout=self._config.request_timeout_ms / 1000,
-            )
+            resp = await conn.send(req, timeout=self._config.request_timeout_ms / 1000)
         except KafkaError as exc:
             session.reset()
             outcome = dict.fromkeys(sent, exc)

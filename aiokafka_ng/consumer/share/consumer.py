@@ -31,6 +31,15 @@ and not yet acknowledged have no entry in ``_unacked``; offsets the broker acqui
 sent no record for (control records, compacted gaps) are acknowledged as GAP at once.
 Pending acknowledgements ride on the next ShareFetch to their broker, or go out with
 ShareAcknowledge on ``commit()`` (which returns each partition's outcome) and on ``stop()``.
+Renewals (RENEW) go with ShareAcknowledge only: a ShareFetch that renews may not fetch.
+Every acknowledging request's outcome per partition is queued (``_outcomes``) and handed to
+the acknowledgement callback in the caller's task when poll/commit/unsubscribe/stop end.
+
+``subscribe()`` changes ``_topics`` at once: fetches name only subscribed topics, so a
+partition left behind is forgotten by its share session in the next ShareFetch, which also
+carries its pending acknowledgements (the broker acknowledges, then forgets); records of it
+fetched later are released. ``unsubscribe()`` leaves under ``_hb_lock``, the lock every
+heartbeat exchange holds, so no heartbeat answered after the leave undoes it.
 """
 
 from __future__ import annotations
@@ -88,6 +97,9 @@ class ShareConsumer(_ShareWire):
     asks for the next batch. Other settings are the consumer's connection settings
     (``bootstrap_servers``, ``client_id``, security, ``request_timeout_ms``, ...) plus
     ``max_poll_records``, ``fetch_max_wait_ms``, ``fetch_max_bytes`` and the deserializers.
+
+    ``acknowledgement_callback({tp: offsets}, error)`` hears how each acknowledgement went
+    (see :data:`AcknowledgementCallback` and docs/share-groups.md).
 
     Where a share group starts reading is the *group's* config ``share.auto.offset.reset``
     (``latest`` unless set; see docs/share-groups.md), not a client setting.
