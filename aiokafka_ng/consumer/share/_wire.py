@@ -130,7 +130,7 @@ class _ShareWire:
 
     async def _fetch_round(self, cluster: Cluster, limit: int, wait_ms: int) -> None:
         by_node = self._leaders(cluster)
-        if not any(by_node.values()):
+        if not any(by_node.values()) and not any(s.partitions for s in self._sessions.values()):
             await anyio.sleep(self._backoff.backoff_s(1))  # leaders not known yet
             return
         async with anyio.create_task_group() as tg:
