@@ -7,15 +7,18 @@ the earliest offset; one record per batch).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
 from aiokafka_ng import AcknowledgeType, ShareConsumer, ShareRecord, TopicPartition
+from aiokafka_ng.admin import NewTopic
 from aiokafka_ng.errors import IllegalStateError, InvalidRecordStateError, KafkaError
 from aiokafka_ng.testing import KafkaCluster
-from tests.kafka.helpers import admin_for, eventually, new_topic
+from tests.kafka.helpers import admin_for, eventually, new_topic, unique
 from tests.kafka.test_kafka_share import consumers, poll_until, produce, share_group
 
 pytestmark = [pytest.mark.kafka, pytest.mark.anyio]
@@ -88,6 +91,57 @@ async def test_subscribe_while_running_moves_to_the_new_topics(
     tpa = TopicPartition(ta, 0)
     assert ({tpa: frozenset({0, 1})}, None) in seen  # the pending ones were sent, and taken
     assert sorted((r.value, r.delivery_count) for r in rest) == [(b"a1", 2), (b"a2", 1)]
+
+
+@asynccontextmanager
+async def topics_led_by_one_broker(cluster: KafkaCluster, n: int) -> AsyncIterator[list[str]]:
+    """``n`` one-partition topics whose preferred leader is the same broker, so one share
+    session holds them all."""
+    names = [unique("k") for _ in range(n)]
+    leader = cluster.brokers[0].node_id
+    replicas = [leader] + [node.node_id for node in cluster.brokers[1:]]
+    async with admin_for(cluster) as admin:
+        created = await admin.create_topics(
+            [NewTopic(name, replica_assignments={0: replicas}) for name in names]
+        )
+        created.raise_on_error()
+        await eventually(
+            lambda: admin.describe_topics(names), lambda r: set(names) <= set(r.succeeded)
+        )
+        try:
+            yield names
+        finally:
+            await admin.delete_topics(names)
+
+
+async def test_a_partition_left_behind_is_forgotten_with_its_acknowledgements(
+    kafka_cluster: KafkaCluster,
+) -> None:
+    # Both topics in one share session: after subscribe([tb]) the next ShareFetch names ta's
+    # partition with its acknowledgements and forgets it in the same request.
+    seen, callback = recorder()
+    async with topics_led_by_one_broker(kafka_cluster, 2) as [ta, tb]:
+        group = await share_group(kafka_cluster)
+        await produce(kafka_cluster, ta, [b"a0", b"a1"])
+        async with ShareConsumer(
+            ta, tb, group_id=group, bootstrap_servers=kafka_cluster.bootstrap_servers,
+            acknowledgement_mode="explicit", acknowledgement_callback=callback,
+        ) as c:  # fmt: skip
+            await eventually(c.wait_for_assignment, lambda a: len(a) == 2)
+            held = await poll_until(c, lambda got: len(got) == 2)
+            c.acknowledge(held[0])
+            c.acknowledge(held[1], AcknowledgeType.REJECT)
+            c.subscribe([tb])
+            await produce(kafka_cluster, tb, [b"b0"])
+            after = await poll_accepting(c, lambda got: got)
+            assert await c.poll(timeout_ms=200) == []
+        await produce(kafka_cluster, ta, [b"a2"])
+        async with consumers(kafka_cluster, ta, group) as [other]:
+            rest = await poll_until(other, lambda got: got)
+    tpa = TopicPartition(ta, 0)
+    assert [r.value for r in after] == [b"b0"]
+    assert seen[0] == ({tpa: frozenset({0, 1})}, None)
+    assert [r.value for r in rest] == [b"a2"]  # a0 accepted and a1 rejected, as sent
 
 
 async def test_unsubscribe_leaves_and_subscribe_joins_again(kafka_cluster: KafkaCluster) -> None:
