@@ -83,6 +83,22 @@ async def test_not_started_consumer_refuses_calls(anyio_backend: str) -> None:
         await c.start()
 
 
+def test_subscribe_before_start_sets_the_topics_to_join_with() -> None:
+    c = ShareConsumer(group_id="g")
+    assert c.subscription() == frozenset()
+    c.subscribe("t")
+    c.subscribe(["u", "t", "u"])
+    assert c.subscription() == {"t", "u"} and c._topics == ["t", "u"]
+
+
+@pytest.mark.anyio
+async def test_a_stopped_consumer_refuses_a_new_subscription(anyio_backend: str) -> None:
+    c = ShareConsumer("t", group_id="g")
+    await c.stop()
+    with pytest.raises(ConsumerStoppedError):
+        c.subscribe(["u"])
+
+
 def test_acknowledgements_fold_into_runs_of_one_type() -> None:
     assert _runs({}) == []
     acks = {5: 1, 6: 1, 7: 2, 9: 2, 10: 2, 3: 0, 4: 1}
@@ -185,6 +201,7 @@ def test_subscribe_releases_buffered_records_of_the_topics_left() -> None:
     updates = Updates()
     c = consumer()
     c._cluster = updates  # type: ignore[assignment]  # subscribe() only asks for metadata
+    c._host = object()  # type: ignore[assignment]  # as if started
     other = TopicPartition("u", 0)
     c._topics = ["t", "u"]
     c._assignment = frozenset({TP, other})

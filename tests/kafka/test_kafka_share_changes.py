@@ -240,3 +240,22 @@ async def test_renewed_record_is_not_redelivered_after_its_lock_duration(
     assert renewals >= 6
     assert seen[-1] == ({tp: frozenset({0})}, None)
     assert len(seen) == renewals + 1 and all(error is None for _, error in seen)
+
+
+async def test_started_without_topics_joins_on_subscribe(kafka_cluster: KafkaCluster) -> None:
+    async with new_topic(kafka_cluster, 1, 3) as topic:
+        group = await share_group(kafka_cluster)
+        await produce(kafka_cluster, topic, [b"z"])
+        async with (
+            ShareConsumer(group_id=group, bootstrap_servers=kafka_cluster.bootstrap_servers) as c,
+            admin_for(kafka_cluster) as admin,
+        ):
+            with pytest.raises(IllegalStateError, match="not subscribed"):
+                await c.poll()
+            before = await admin.describe_share_groups([group])
+            c.subscribe([topic])
+            await c.wait_for_assignment(30)
+            got = await poll_until(c, lambda got: got)
+    # No heartbeat went out without a subscription: Kafka does not know the group yet.
+    assert group not in before.succeeded
+    assert [r.value for r in got] == [b"z"]

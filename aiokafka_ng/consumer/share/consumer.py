@@ -89,7 +89,8 @@ _RETRY = frozenset({14})  # COORDINATOR_LOAD_IN_PROGRESS
 
 
 class ShareConsumer(_ShareWire):
-    """A member of the share group ``group_id`` reading ``topics``.
+    """A member of the share group ``group_id`` reading ``topics`` (none: it joins on
+    :meth:`subscribe`).
 
     ``acknowledgement_mode``: ``"implicit"`` (the default, Java's too) accepts every record
     of a batch when the next batch is asked for (``poll``, iteration, ``commit``, ``stop``);
@@ -165,8 +166,6 @@ class ShareConsumer(_ShareWire):
         """Connect and join the group (``async with`` does this)."""
         if self._host is not None or self._closed:
             raise IllegalStateError("a share consumer can be started only once")
-        if not self._topics:
-            raise IllegalStateError("a share consumer needs at least one topic")
         cluster = Cluster(
             dataclasses.replace(self._config.cluster_config(), allow_auto_topic_creation=False)
         )
@@ -246,11 +245,16 @@ class ShareConsumer(_ShareWire):
         record of a topic left behind is returned: those fetched and not handed out yet
         are released to the group; those handed out keep their acknowledgement (implicit
         mode: accepted with the next batch; explicit: ``acknowledge()`` them as usual),
-        which the next fetch from their broker carries as it drops the partition."""
-        self._running()
+        which the next fetch from their broker carries as it drops the partition.
+
+        Before ``start()`` it sets the topics to join with (as the constructor's do)."""
         names = sorted({topics} if isinstance(topics, str) else set(topics))
         if not names or not all(names):
             raise IllegalStateError("subscribe() needs topic names (unsubscribe() to stop)")
+        if self._host is None and not self._closed:
+            self._topics = names
+            return
+        self._running()
         removed = set(self._topics) - set(names)
         self._topics = names
         if removed:
