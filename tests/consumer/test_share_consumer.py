@@ -83,6 +83,22 @@ async def test_not_started_consumer_refuses_calls(anyio_backend: str) -> None:
         await c.start()
 
 
+def test_subscribe_before_start_sets_the_topics_to_join_with() -> None:
+    c = ShareConsumer(group_id="g")
+    assert c.subscription() == frozenset()
+    c.subscribe("t")
+    c.subscribe(["u", "t", "u"])
+    assert c.subscription() == {"t", "u"} and c._topics == ["t", "u"]
+
+
+@pytest.mark.anyio
+async def test_a_stopped_consumer_refuses_a_new_subscription(anyio_backend: str) -> None:
+    c = ShareConsumer("t", group_id="g")
+    await c.stop()
+    with pytest.raises(ConsumerStoppedError):
+        c.subscribe(["u"])
+
+
 def test_acknowledgements_fold_into_runs_of_one_type() -> None:
     assert _runs({}) == []
     acks = {5: 1, 6: 1, 7: 2, 9: 2, 10: 2, 3: 0, 4: 1}
@@ -142,8 +158,59 @@ def test_a_failing_deserializer_releases_its_record_and_keeps_the_others() -> No
     assert isinstance(err.__cause__, ValueError)
 
 
-def test_partitions_no_longer_assigned_are_ignored() -> None:
+def test_records_of_partitions_no_longer_wanted_are_released() -> None:
+    # Acquired for a partition the broker no longer assigns, or of a topic unsubscribed
+    # while the fetch was out: not handed out, and given back at once (not at lock expiry).
     c = consumer()
     c._assignment = frozenset()
     take(c, answer(batch(0, b"a"), (0, 0, 1)))
-    assert not c._buffer and not c._acks
+    assert not c._buffer and c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
+    c = consumer()
+    c._topics = ["other"]
+    take(c, answer(batch(0, b"a"), (0, 0, 1)))
+    assert not c._buffer and c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
+
+
+def test_renewal_keeps_the_record_unacknowledged_and_waits_for_share_acknowledge() -> None:
+    c = consumer(acknowledgement_mode="explicit")
+    take(c, answer(batch(0, b"a", b"b"), (0, 1, 1)))
+    a, b = c._buffer
+    c._unacked = {(r.topic_partition, r.offset): r for r in (a, b)}
+    c.acknowledge(a, AcknowledgeType.RENEW)
+    c.acknowledge(b, AcknowledgeType.REJECT)
+    assert (TP, 0) in c._unacked and (TP, 1) not in c._unacked  # a still wants its final ack
+    # A ShareFetch may not renew (KIP-1222): the fetch path leaves the renewal pending ...
+    batches, offsets = c._take_acks(TP, renew=False)
+    assert [(x.first_offset, x.last_offset, x.acknowledge_types) for x in batches] == [(1, 1, [3])]
+    assert offsets == {1} and c._acks == {TP: {0: int(AcknowledgeType.RENEW)}}
+    # ... for ShareAcknowledge; then the final acknowledgement replaces nothing pending.
+    batches, offsets = c._take_acks(TP, renew=True)
+    assert [(x.first_offset, x.acknowledge_types) for x in batches] == [(0, [4])]
+    assert offsets == {0} and not c._acks
+    c.acknowledge(a)
+    assert not c._unacked and c._acks == {TP: {0: int(AcknowledgeType.ACCEPT)}}
+
+
+def test_subscribe_releases_buffered_records_of_the_topics_left() -> None:
+    class Updates:
+        asked: list[list[str]] = []
+
+        def request_update(self, topics: Any) -> None:
+            self.asked.append(list(topics))
+
+    updates = Updates()
+    c = consumer()
+    c._cluster = updates  # type: ignore[assignment]  # subscribe() only asks for metadata
+    c._host = object()  # type: ignore[assignment]  # as if started
+    other = TopicPartition("u", 0)
+    c._topics = ["t", "u"]
+    c._assignment = frozenset({TP, other})
+    take(c, answer(batch(0, b"a"), (0, 0, 1)))
+    c._take_partition(NoCluster(), other, answer(batch(0, b"b"), (0, 0, 1)))  # type: ignore[arg-type]
+    c.subscribe(["u"])
+    assert c.subscription() == {"u"} and updates.asked == [["u"]]
+    assert c._hb_wake.is_set()  # the heartbeat carries it at once
+    assert [r.topic for r in c._buffer] == ["u"]
+    assert c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
+    with pytest.raises(IllegalStateError, match="needs topic names"):
+        c.subscribe([])

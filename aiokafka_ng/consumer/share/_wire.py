@@ -12,7 +12,7 @@ import enum
 import logging
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -24,7 +24,7 @@ from aiokafka_ng.consumer.errors import RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.errors import IllegalStateError, KafkaError, ProtocolError
 from aiokafka_ng.net.backoff import ExponentialBackoff
-from aiokafka_ng.protocol.errors import error_for_code
+from aiokafka_ng.protocol.errors import UnsupportedVersionError, error_for_code
 from aiokafka_ng.protocol.messages import share_acknowledge as sa
 from aiokafka_ng.protocol.messages import share_fetch as sf
 from aiokafka_ng.protocol.records import RecordBatch, iter_batches
@@ -37,6 +37,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 _GAP = 0  # an acquired offset without a record: acknowledged for the broker's bookkeeping
+_RENEW = 4
 _MAX_EPOCH = 2**31 - 1
 
 # ShareFetch top-level answers that end the share session: UNKNOWN_MEMBER_ID,
@@ -50,6 +51,8 @@ class AcknowledgeType(enum.IntEnum):
     ACCEPT = 1  #: processed: never delivered again
     RELEASE = 2  #: give it back: delivered again (to any member), delivery count + 1
     REJECT = 3  #: unprocessable: never delivered again, not counted as processed
+    #: keep it: the acquisition lock starts again (KIP-1222); the record stays unacknowledged
+    RENEW = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +105,18 @@ class _ShareWire:
     _decode_error: RecordDeserializationError | None
     member_id: str
 
+    # Each acknowledging request's outcome per partition: (tp, record offsets, error or None);
+    # ShareConsumer keeps it for its acknowledgement callback.
+    _acked: Callable[[TopicPartition, frozenset[int], KafkaError | None], None]
+
     # ------------------------------------------------------------------ fetching
 
     def _leaders(self, cluster: Cluster) -> dict[int, list[TopicPartition]]:
         by_node: dict[int, list[TopicPartition]] = {}
         unknown = False
         for tp in sorted(self._assignment):
+            if tp.topic not in self._topics:
+                continue  # unsubscribed; the broker's next assignment drops it
             node = cluster.metadata.leader_for(tp.topic, tp.partition)
             if node is None:
                 unknown = True
@@ -121,12 +130,17 @@ class _ShareWire:
 
     async def _fetch_round(self, cluster: Cluster, limit: int, wait_ms: int) -> None:
         by_node = self._leaders(cluster)
-        if not any(by_node.values()):
+        if not any(by_node.values()) and not any(s.partitions for s in self._sessions.values()):
             await anyio.sleep(self._backoff.backoff_s(1))  # leaders not known yet
             return
         async with anyio.create_task_group() as tg:
             for node, tps in by_node.items():
                 tg.start_soon(self._fetch_node, cluster, node, frozenset(tps), limit, wait_ms)
+        held = {tp for s in self._sessions.values() for tp in s.partitions}
+        held.update(tp for tps in by_node.values() for tp in tps)
+        for tp in list(self._acks):
+            if tp not in held:
+                self._drop_acks(tp)  # its session is gone and no fetch will name it again
 
     async def _fetch_node(
         self,
@@ -143,17 +157,26 @@ class _ShareWire:
             wanted = frozenset(tp for tp in wanted if tp.topic in ids)
             if not wanted and not session.partitions:
                 return
+            leaving = session.partitions - wanted
+            if not wanted:
+                # Nothing left on this broker: close the session rather than keep it (the
+                # close carries what is pending for the partitions that left).
+                tps = [tp for tp in leaving if self._acks.get(tp)]
+                await self._acknowledge_locked(cluster, node, session, tps, True, {})
+                return
+            sent: dict[TopicPartition, frozenset[int]] = {}
             if session.epoch == 0:
                 topics, forgotten = self._fetch_topics(ids, wanted, {}), {}
             else:
-                acks = {tp: self._take_acks(tp) for tp in wanted & session.partitions}
-                acks = {tp: a for tp, a in acks.items() if a}
+                # Partitions leaving the session carry their last acknowledgements and are
+                # forgotten in the same request (the broker acknowledges, then forgets).
+                acks: dict[TopicPartition, list[sf.AcknowledgementBatch]] = {}
+                for tp in session.partitions:
+                    batches, offsets = self._take_acks(tp, renew=False)
+                    if batches:
+                        acks[tp], sent[tp] = batches, offsets
                 topics = self._fetch_topics(ids, (wanted - session.partitions) | acks.keys(), acks)
-                forgotten = self._group_ids(ids, session.partitions - wanted)
-            if not wanted:
-                # Nothing left on this broker: close the session rather than keep it.
-                await self._close_session(cluster, node, session)
-                return
+                forgotten = self._group_ids(ids, leaving)
             req = sf.ShareFetchRequest(
                 group_id=self._config.group_id,
                 member_id=self.member_id,
@@ -174,13 +197,16 @@ class _ShareWire:
             except KafkaError as exc:
                 log.debug("share fetch from node %s failed: %r", node, exc)
                 session.reset()
+                for tp, offsets in sent.items():
+                    self._acked(tp, offsets, exc)
                 await anyio.sleep(self._backoff.backoff_s(1))
                 return
             if resp.error_code:
-                log.debug(
-                    "share fetch from node %s: %s", node, error_for_code(resp.error_code).name
-                )
+                top = error_for_code(resp.error_code)(resp.error_message)
+                log.debug("share fetch from node %s: %s", node, top)
                 session.reset()
+                for tp, offsets in sent.items():
+                    self._acked(tp, offsets, top)
                 if resp.error_code not in _SESSION_LOST:
                     await anyio.sleep(self._backoff.backoff_s(1))
                 return
@@ -192,22 +218,25 @@ class _ShareWire:
                 if name is None:
                     continue  # not a topic of ours: nothing to take from it
                 for p in t.partitions:
-                    self._take_partition(cluster, TopicPartition(name, p.partition_index), p)
+                    tp = TopicPartition(name, p.partition_index)
+                    if tp in sent:
+                        code = p.acknowledge_error_code
+                        failed = error_for_code(code)(p.acknowledge_error_message) if code else None
+                        self._acked(tp, sent.pop(tp), failed)
+                    self._take_partition(cluster, tp, p)
+            for tp, offsets in sent.items():
+                self._acked(tp, offsets, None)  # not named in the answer: nothing went wrong
 
     def _take_partition(self, cluster: Cluster, tp: TopicPartition, p: sf.PartitionData) -> None:
-        if p.acknowledge_error_code:
-            failed = error_for_code(p.acknowledge_error_code)(p.acknowledge_error_message)
-            log.warning(
-                "share consumer %s: acknowledging %s failed: %s", self.member_id, tp, failed
-            )
         if p.error_code:
             err = error_for_code(p.error_code)
             if err.invalid_metadata:
                 cluster.request_update([tp.topic])
             log.debug("share fetch %s: %s", tp, err.name)
             return
-        if not p.acquired_records or tp not in self._assignment:
+        if not p.acquired_records:
             return
+        keep = tp in self._assignment and tp.topic in self._topics
         batches: list[RecordBatch] = []
         try:
             # extend keeps the batches read before a bad one (they name releasable offsets)
@@ -231,7 +260,9 @@ class _ShareWire:
             for offset in range(max(r.first_offset, low), min(r.last_offset, high) + 1):
                 counts[offset] = r.delivery_count
         acks = self._acks.setdefault(tp, {})
-        if decoded is None:
+        if decoded is None or not keep:
+            # Undecodable, or acquired for a partition no longer wanted (the subscription
+            # changed during the fetch): given back at once rather than when the lock expires.
             acks.update(dict.fromkeys(counts, int(AcknowledgeType.RELEASE)))
             return
         key_de, value_de = self._config.key_deserializer, self._config.value_deserializer
@@ -268,7 +299,9 @@ class _ShareWire:
             del self._acks[tp]
 
     def _topic_ids(self, cluster: Cluster) -> dict[str, uuid.UUID]:
-        return {n: t.topic_id for n, t in cluster.metadata.topics.items() if n in self._topics}
+        # Every known topic, not only the subscribed ones: acknowledgements for a topic that
+        # was unsubscribed still have to name it.
+        return {n: t.topic_id for n, t in cluster.metadata.topics.items() if t.topic_id.int}
 
     @staticmethod
     def _group_ids(
@@ -301,14 +334,26 @@ class _ShareWire:
             for name in [next(n for n, i in ids.items() if i == topic_id)]
         ]
 
-    def _take_acks(self, tp: TopicPartition) -> list[sf.AcknowledgementBatch]:
-        """The pending acknowledgements of ``tp`` as batches of equal type (removed)."""
-        pending = self._acks.pop(tp, None)
-        return [sf.AcknowledgementBatch(a, b, [t]) for a, b, t in _runs(pending or {})]
+    def _take_acks(
+        self, tp: TopicPartition, *, renew: bool
+    ) -> tuple[list[sf.AcknowledgementBatch], frozenset[int]]:
+        """The pending acknowledgements of ``tp`` as batches of equal type (removed), and the
+        offsets of records among them. ``renew=False`` leaves renewals pending: a ShareFetch
+        that renews may not fetch (KIP-1222), so they go with ShareAcknowledge only."""
+        pending = self._acks.pop(tp, None) or {}
+        if not renew:
+            renewals = {o: t for o, t in pending.items() if t == _RENEW}
+            if renewals:
+                self._acks[tp] = renewals
+                pending = {o: t for o, t in pending.items() if t != _RENEW}
+        batches = [sf.AcknowledgementBatch(a, b, [t]) for a, b, t in _runs(pending)]
+        return batches, frozenset(o for o, t in pending.items() if t != _GAP)
 
     # ------------------------------------------------------------------ acknowledging
 
     async def _send_acks(self, *, closing: bool = False) -> dict[TopicPartition, KafkaError | None]:
+        """ShareAcknowledge for everything pending (renewals too), per broker; ``closing``
+        closes every open share session (epoch -1). Each partition's outcome."""
         cluster = self._cluster
         assert cluster is not None
         results: dict[TopicPartition, KafkaError | None] = {}
@@ -321,11 +366,21 @@ class _ShareWire:
             for node, tps in by_node.items():
                 tg.start_soon(self._acknowledge_node, cluster, node, tps, closing, results)
         for tp in list(self._acks):
-            if self._acks[tp] and tp not in results:
-                # No open session holds this partition: its records' locks lapse instead.
-                del self._acks[tp]
-                results[tp] = IllegalStateError(f"{tp}: no share session to acknowledge in")
+            if tp not in results:
+                error = self._drop_acks(tp)
+                if error is not None:
+                    results[tp] = error
         return results
+
+    def _drop_acks(self, tp: TopicPartition) -> KafkaError | None:
+        """No open share session holds ``tp``: its acknowledgements cannot be sent (the
+        records' locks lapse instead); reported as failed (None: nothing was pending)."""
+        pending = self._acks.pop(tp, {})
+        if not pending:
+            return None
+        error = IllegalStateError(f"{tp}: no share session to acknowledge in")
+        self._acked(tp, frozenset(o for o, t in pending.items() if t != _GAP), error)
+        return error
 
     async def _acknowledge_node(
         self,
@@ -339,69 +394,96 @@ class _ShareWire:
         async with session.lock:
             if session.epoch == 0:
                 return  # reset meanwhile: the acks are undeliverable (see _send_acks)
-            ids = self._topic_ids(cluster)
-            acks = {tp: self._take_acks(tp) for tp in tps}
-            topics = [
-                sa.AcknowledgeTopic(
-                    topic_id=ids[name],
-                    partitions=[
-                        sa.AcknowledgePartition(
-                            partition_index=tp.partition,
-                            acknowledgement_batches=[
-                                sa.AcknowledgementBatch(
-                                    b.first_offset, b.last_offset, b.acknowledge_types
-                                )
-                                for b in acks[tp]
-                            ],
-                        )
-                        for tp in tps
-                        if tp.topic == name and acks[tp]
-                    ],
-                )
-                for name in sorted({tp.topic for tp in tps if tp.topic in ids})
-            ]
-            req = sa.ShareAcknowledgeRequest(
-                group_id=self._config.group_id,
-                member_id=self.member_id,
-                share_session_epoch=-1 if closing else session.epoch,
-                topics=topics,
+            await self._acknowledge_locked(cluster, node, session, tps, closing, results)
+
+    async def _acknowledge_locked(
+        self,
+        cluster: Cluster,
+        node: int,
+        session: _Session,
+        tps: list[TopicPartition],
+        closing: bool,
+        results: dict[TopicPartition, KafkaError | None],
+    ) -> None:
+        """ShareAcknowledge of ``tps``' pending acknowledgements in ``session`` (its lock
+        held); ``closing`` closes the session too."""
+        ids = self._topic_ids(cluster)
+        tps = [tp for tp in tps if tp.topic in ids]
+        renew = any(_RENEW in self._acks.get(tp, {}).values() for tp in tps)
+        try:
+            conn = await cluster.connection(node)
+        except KafkaError as exc:
+            # Nothing was sent: the session's epoch still holds, only these acks are lost.
+            for tp in tps:
+                pending = self._acks.pop(tp, {})
+                results[tp] = exc
+                self._acked(tp, frozenset(o for o, t in pending.items() if t != _GAP), exc)
+            return
+        if renew and conn.version_for(sa.ShareAcknowledgeRequest) < 2:
+            # Renewals exist from version 2 (Kafka 4.2) on; an older broker would misread
+            # the type. They fail alone; the rest of the request goes.
+            renew = False
+            old = UnsupportedVersionError("renewing a lock needs ShareAcknowledge v2 (Kafka 4.2+)")
+            for tp in tps:
+                pending = self._acks.get(tp, {})
+                renewals = frozenset(o for o, t in pending.items() if t == _RENEW)
+                for offset in renewals:
+                    del pending[offset]
+                if renewals:
+                    self._acked(tp, renewals, old)
+        taken = {tp: self._take_acks(tp, renew=True) for tp in tps}
+        sent = {tp: offsets for tp, (batches, offsets) in taken.items() if batches}
+        topics = [
+            sa.AcknowledgeTopic(
+                topic_id=ids[name],
+                partitions=[
+                    sa.AcknowledgePartition(
+                        partition_index=tp.partition,
+                        acknowledgement_batches=[
+                            sa.AcknowledgementBatch(
+                                b.first_offset, b.last_offset, b.acknowledge_types
+                            )
+                            for b in taken[tp][0]
+                        ],
+                    )
+                    for tp in sorted(sent)
+                    if tp.topic == name
+                ],
             )
-            try:
-                resp = await cluster.request(
-                    node, req, timeout=self._config.request_timeout_ms / 1000
-                )
-            except KafkaError as exc:
-                session.reset()
-                for tp in tps:
-                    results[tp] = exc
-                return
+            for name in sorted({tp.topic for tp in sent})
+        ]
+        req = sa.ShareAcknowledgeRequest(
+            group_id=self._config.group_id,
+            member_id=self.member_id,
+            share_session_epoch=-1 if closing else session.epoch,
+            is_renew_ack=renew,
+            topics=topics,
+        )
+        outcome: dict[TopicPartition, KafkaError | None] = {}
+        try:
+            resp = await conn.send(req, timeout=self._config.request_timeout_ms / 1000)
+        except KafkaError as exc:
+            session.reset()
+            outcome = dict.fromkeys(sent, exc)
+        else:
             if closing or resp.error_code:
                 session.reset()
             else:
                 session.advance()
             if resp.error_code:
-                top = error_for_code(resp.error_code)(resp.error_message)
-                for tp in tps:
-                    results[tp] = top
-                return
-            names = {v: k for k, v in ids.items()}
-            for t in resp.responses:
-                for p in t.partitions:
-                    tp = TopicPartition(names.get(t.topic_id, "?"), p.partition_index)
-                    err = error_for_code(p.error_code)(p.error_message) if p.error_code else None
-                    results[tp] = err
-            for tp in tps:
-                results.setdefault(tp, None)
-
-    async def _close_session(self, cluster: Cluster, node: int, session: _Session) -> None:
-        req = sa.ShareAcknowledgeRequest(
-            group_id=self._config.group_id, member_id=self.member_id, share_session_epoch=-1
-        )
-        try:
-            await cluster.request(node, req, timeout=self._config.request_timeout_ms / 1000)
-        except KafkaError as exc:
-            log.debug("closing the share session on node %s: %r", node, exc)
-        session.reset()
+                outcome = dict.fromkeys(sent, error_for_code(resp.error_code)(resp.error_message))
+            else:
+                names = {v: k for k, v in ids.items()}
+                for t in resp.responses:
+                    for p in t.partitions:
+                        tp = TopicPartition(names.get(t.topic_id, "?"), p.partition_index)
+                        if tp in sent:
+                            code = p.error_code
+                            outcome[tp] = error_for_code(code)(p.error_message) if code else None
+        for tp, offsets in sent.items():
+            error = outcome.get(tp)
+            results[tp] = error
+            self._acked(tp, offsets, error)
 
 
 def _runs(acks: Mapping[int, int]) -> list[tuple[int, int, int]]:

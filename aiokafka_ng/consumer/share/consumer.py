@@ -31,6 +31,15 @@ and not yet acknowledged have no entry in ``_unacked``; offsets the broker acqui
 sent no record for (control records, compacted gaps) are acknowledged as GAP at once.
 Pending acknowledgements ride on the next ShareFetch to their broker, or go out with
 ShareAcknowledge on ``commit()`` (which returns each partition's outcome) and on ``stop()``.
+Renewals (RENEW) go with ShareAcknowledge only: a ShareFetch that renews may not fetch.
+Every acknowledging request's outcome per partition is queued (``_outcomes``) and handed to
+the acknowledgement callback in the caller's task when poll/commit/unsubscribe/stop end.
+
+``subscribe()`` changes ``_topics`` at once: fetches name only subscribed topics, so a
+partition left behind is forgotten by its share session in the next ShareFetch, which also
+carries its pending acknowledgements (the broker acknowledges, then forgets); records of it
+fetched later are released. ``unsubscribe()`` leaves under ``_hb_lock``, the lock every
+heartbeat exchange holds, so no heartbeat answered after the leave undoes it.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import dataclasses
 import logging
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -51,13 +61,23 @@ from aiokafka_ng.cluster import Cluster, TaskHost, enter_task_group
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
-from aiokafka_ng.consumer.share._wire import AcknowledgeType, ShareRecord, _Session, _ShareWire
+from aiokafka_ng.consumer.share._wire import (
+    _RENEW,
+    AcknowledgeType,
+    ShareRecord,
+    _Session,
+    _ShareWire,
+)
 from aiokafka_ng.errors import ConfigError, IllegalStateError, KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages import share_group_heartbeat as sgh
 
-__all__ = ["ShareConsumer"]
+__all__ = ["AcknowledgementCallback", "ShareConsumer"]
+
+#: ``callback({tp: offsets}, error)``: called once per partition and acknowledging request,
+#: with the record offsets it carried and None (acknowledged) or the error.
+AcknowledgementCallback = Callable[[dict[TopicPartition, frozenset[int]], KafkaError | None], None]
 
 log = logging.getLogger("aiokafka_ng.consumer.share")
 
@@ -69,7 +89,8 @@ _RETRY = frozenset({14})  # COORDINATOR_LOAD_IN_PROGRESS
 
 
 class ShareConsumer(_ShareWire):
-    """A member of the share group ``group_id`` reading ``topics``.
+    """A member of the share group ``group_id`` reading ``topics`` (none: it joins on
+    :meth:`subscribe`).
 
     ``acknowledgement_mode``: ``"implicit"`` (the default, Java's too) accepts every record
     of a batch when the next batch is asked for (``poll``, iteration, ``commit``, ``stop``);
@@ -77,6 +98,9 @@ class ShareConsumer(_ShareWire):
     asks for the next batch. Other settings are the consumer's connection settings
     (``bootstrap_servers``, ``client_id``, security, ``request_timeout_ms``, ...) plus
     ``max_poll_records``, ``fetch_max_wait_ms``, ``fetch_max_bytes`` and the deserializers.
+
+    ``acknowledgement_callback({tp: offsets}, error)`` hears how each acknowledgement went
+    (see :data:`AcknowledgementCallback` and docs/share-groups.md).
 
     Where a share group starts reading is the *group's* config ``share.auto.offset.reset``
     (``latest`` unless set; see docs/share-groups.md), not a client setting.
@@ -87,6 +111,7 @@ class ShareConsumer(_ShareWire):
         *topics: str,
         group_id: str,
         acknowledgement_mode: Literal["implicit", "explicit"] = "implicit",
+        acknowledgement_callback: AcknowledgementCallback | None = None,
         **config: Any,
     ) -> None:
         if acknowledgement_mode not in ("implicit", "explicit"):
@@ -104,6 +129,11 @@ class ShareConsumer(_ShareWire):
         self._assignment: frozenset[TopicPartition] = frozenset()
         self._assigned = anyio.Event()
         self._hb_wake = anyio.Event()
+        # Held around each heartbeat exchange and the leave of unsubscribe(), so a heartbeat
+        # answered after the leave cannot bring back the epoch or assignment it ended.
+        self._hb_lock = anyio.Lock()
+        self._callback = acknowledgement_callback
+        self._outcomes: deque[tuple[TopicPartition, frozenset[int], KafkaError | None]] = deque()
         self._sessions: dict[int, _Session] = {}
         self._acks: dict[TopicPartition, dict[int, int]] = {}
         self._unacked: dict[tuple[TopicPartition, int], ShareRecord[Any, Any]] = {}
@@ -136,8 +166,6 @@ class ShareConsumer(_ShareWire):
         """Connect and join the group (``async with`` does this)."""
         if self._host is not None or self._closed:
             raise IllegalStateError("a share consumer can be started only once")
-        if not self._topics:
-            raise IllegalStateError("a share consumer needs at least one topic")
         cluster = Cluster(
             dataclasses.replace(self._config.cluster_config(), allow_auto_topic_creation=False)
         )
@@ -177,6 +205,7 @@ class ShareConsumer(_ShareWire):
             self._cluster = None
             if self._host is not None:
                 await self._host.stop()
+        self._report_acks()
 
     close = stop
 
@@ -203,6 +232,87 @@ class ShareConsumer(_ShareWire):
             raise ConsumerStoppedError("the share consumer is not running (use `async with`)")
         return self._cluster
 
+    # ------------------------------------------------------------------ subscription
+
+    def subscription(self) -> frozenset[str]:
+        """The topics this member is subscribed to."""
+        return frozenset(self._topics)
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Read ``topics`` instead of the current ones (also after :meth:`unsubscribe`).
+
+        The next heartbeat, sent at once, carries the new subscription. From now on no
+        record of a topic left behind is returned: those fetched and not handed out yet
+        are released to the group; those handed out keep their acknowledgement (implicit
+        mode: accepted with the next batch; explicit: ``acknowledge()`` them as usual),
+        which the next fetch from their broker carries as it drops the partition.
+
+        Before ``start()`` it sets the topics to join with (as the constructor's do)."""
+        names = sorted({topics} if isinstance(topics, str) else set(topics))
+        if not names or not all(names):
+            raise IllegalStateError("subscribe() needs topic names (unsubscribe() to stop)")
+        if self._host is None and not self._closed:
+            self._topics = names
+            return
+        self._running()
+        removed = set(self._topics) - set(names)
+        self._topics = names
+        if removed:
+            self._release_buffered(lambda r: r.topic in removed)
+        assert self._cluster is not None
+        self._cluster.request_update(names)
+        self._hb_wake.set()
+
+    async def unsubscribe(self) -> None:
+        """Stop reading: send the pending acknowledgements (implicit mode: the last batch,
+        accepted), close the share sessions (the broker releases what this member still
+        holds) and leave the group. :meth:`subscribe` joins again."""
+        self._running()
+        self._settle_previous("close")
+        self._topics = []
+        self._release_buffered(lambda r: True)
+        limit = self._config.request_timeout_ms / 1000
+        try:
+            with anyio.fail_after(limit):
+                await self._send_acks(closing=True)
+                async with self._hb_lock:
+                    await self._leave()
+                    self._epoch = 0
+                    self._set_assignment(frozenset())
+        finally:
+            self._report_acks()
+
+    def _release_buffered(self, which: Callable[[ShareRecord[Any, Any]], bool]) -> None:
+        """Records fetched but not handed out yet that ``which`` picks go back to the group."""
+        for queue in (self._buffer, self._iter_batch):
+            kept = [r for r in queue if not which(r)]
+            for r in queue:
+                if which(r):
+                    self._unacked.pop((r.topic_partition, r.offset), None)
+                    self._acks.setdefault(r.topic_partition, {})[r.offset] = int(
+                        AcknowledgeType.RELEASE
+                    )
+            queue.clear()
+            queue.extend(kept)
+
+    # ------------------------------------------------------------------ acknowledgement outcomes
+
+    def _acked(self, tp: TopicPartition, offsets: frozenset[int], error: KafkaError | None) -> None:
+        if error is not None:
+            log.warning(
+                "share consumer %s: acknowledging %s%s failed: %r",
+                self.member_id, tp, sorted(offsets)[:10], error,
+            )  # fmt: skip
+        if self._callback is not None and offsets:
+            self._outcomes.append((tp, offsets, error))
+
+    def _report_acks(self) -> None:
+        """Hand the acknowledgement outcomes to the callback, in the caller's task (not
+        inside a fetch, whose other requests must not be cancelled by what it raises)."""
+        while self._outcomes and self._callback is not None:
+            tp, offsets, error = self._outcomes.popleft()
+            self._callback({tp: offsets}, error)
+
     # ------------------------------------------------------------------ membership
 
     async def _heartbeat(
@@ -228,47 +338,73 @@ class ShareConsumer(_ShareWire):
         while not self._closed:
             if failures:
                 await anyio.sleep(self._backoff.backoff_s(failures))
-            req = sgh.ShareGroupHeartbeatRequest(
-                group_id=group,
-                member_id=self.member_id,
-                member_epoch=self._epoch,
-                rack_id=self._config.client_rack or None,
-                subscribed_topic_names=self._topics,
-            )
-            try:
-                node = await cluster.coordinator(group, timeout=timeout)
-                resp = await cluster.request(node, req, timeout=timeout)
-            except KafkaError as exc:
-                failures += 1
-                log.debug("share group %s heartbeat failed: %r", group, exc)
-                cluster.invalidate_coordinator(group)
-                continue
-            code = resp.error_code
-            if code:
-                failures += 1
-                if code in _COORDINATOR:
-                    cluster.invalidate_coordinator(group)
-                elif code in _REJOIN:
-                    log.info("share group %s: %s, joining again", group, error_for_code(code).name)
-                    self._epoch = 0
-                    target = None
-                    self._set_assignment(frozenset())
-                elif code not in _RETRY:
-                    self._fail(error_for_code(code)(resp.error_message))
-                    return
-                continue
-            failures = 0
-            self._epoch = resp.member_epoch
-            if resp.heartbeat_interval_ms > 0:
-                interval = resp.heartbeat_interval_ms / 1000
-            if resp.assignment is not None:
-                target = resp.assignment
-            if target is not None and await self._apply(cluster, target):
+            if not self._topics:
+                # Unsubscribed (unsubscribe() left the group): idle until subscribe().
                 target = None
+                await self._hb_wake.wait()
+                self._hb_wake = anyio.Event()
+                continue
+            async with self._hb_lock:
+                if not self._topics:
+                    continue
+                req = sgh.ShareGroupHeartbeatRequest(
+                    group_id=group,
+                    member_id=self.member_id,
+                    member_epoch=self._epoch,
+                    rack_id=self._config.client_rack or None,
+                    subscribed_topic_names=list(self._topics),
+                )
+                try:
+                    node = await cluster.coordinator(group, timeout=timeout)
+                    resp = await cluster.request(node, req, timeout=timeout)
+                except KafkaError as exc:
+                    failures += 1
+                    log.debug("share group %s heartbeat failed: %r", group, exc)
+                    cluster.invalidate_coordinator(group)
+                    continue
+                if self._topics and req.subscribed_topic_names != self._topics:
+                    # The subscription changed while this heartbeat was out: send the new
+                    # one at once rather than after a whole interval.
+                    self._hb_wake.set()
+                failures, target, ok = self._heartbeat_answer(resp, failures, target)
+                if not ok:
+                    if self._failure is not None:
+                        return
+                    continue
+                interval = resp.heartbeat_interval_ms / 1000 or interval
+                if target is not None and await self._apply(cluster, target):
+                    target = None
             with anyio.move_on_after(interval):
                 await self._hb_wake.wait()
             if self._hb_wake.is_set():
                 self._hb_wake = anyio.Event()
+
+    def _heartbeat_answer(
+        self,
+        resp: sgh.ShareGroupHeartbeatResponse,
+        failures: int,
+        target: sgh.Assignment | None,
+    ) -> tuple[int, sgh.Assignment | None, bool]:
+        """Apply a heartbeat answer: (failures, assignment to apply, whether it succeeded)."""
+        cluster = self._cluster
+        group = self._config.group_id
+        assert cluster is not None and group is not None
+        code = resp.error_code
+        if code:
+            if code in _COORDINATOR:
+                cluster.invalidate_coordinator(group)
+            elif code in _REJOIN:
+                log.info("share group %s: %s, joining again", group, error_for_code(code).name)
+                self._epoch = 0
+                target = None
+                self._set_assignment(frozenset())
+            elif code not in _RETRY:
+                self._fail(error_for_code(code)(resp.error_message))
+            return failures + 1, target, False
+        self._epoch = resp.member_epoch
+        if resp.assignment is not None:
+            target = resp.assignment
+        return 0, target, True
 
     async def _apply(self, cluster: Cluster, assignment: sgh.Assignment) -> bool:
         """Topic ids -> names, from metadata (refreshed if an id is not known yet); True
@@ -294,12 +430,10 @@ class ShareConsumer(_ShareWire):
     def _set_assignment(self, tps: frozenset[TopicPartition]) -> None:
         if tps != self._assignment:
             log.debug("share consumer %s: assignment %s", self.member_id, sorted(tps))
+        # Pending acknowledgements of partitions that left stay: the next ShareFetch to their
+        # broker carries them as it forgets the partition (as Java does), or commit() sends
+        # them while the share session still holds it.
         self._assignment = tps
-        for tp in list(self._acks):
-            if tp not in tps:
-                # Revoked: the broker releases this member's records of it (their locks
-                # belong to the member); acknowledgements for it could not be sent anyway.
-                del self._acks[tp]
         if tps:
             self._assigned.set()
         elif self._assigned.is_set():
@@ -336,7 +470,11 @@ class ShareConsumer(_ShareWire):
         Implicit mode accepts the previous batch first; explicit mode raises
         ``IllegalStateError`` if a record of the previous batch is unacknowledged."""
         cluster = self._running()
+        if not self._topics:
+            raise IllegalStateError("the share consumer is not subscribed to any topic")
         self._settle_previous("poll")
+        if any(_RENEW in acks.values() for acks in self._acks.values()):
+            await self._send_acks()  # a ShareFetch that renews may not fetch (KIP-1222)
         limit = max_records or self._config.max_poll_records
         deadline = anyio.current_time() + timeout_ms / 1000
         # No cancellation around a fetch: a ShareFetch abandoned in flight would leave its
@@ -362,6 +500,7 @@ class ShareConsumer(_ShareWire):
             # Nothing came, but the previous batch's acknowledgements must not wait for
             # the next poll (their locks run out meanwhile).
             await self._send_acks()
+        self._report_acks()  # before handing out: if the callback raises, nothing is lost
         out: list[ShareRecord[Any, Any]] = []
         while self._buffer and len(out) < limit:
             record = self._buffer.popleft()
@@ -386,7 +525,11 @@ class ShareConsumer(_ShareWire):
         self, record: ShareRecord[Any, Any], type: AcknowledgeType = AcknowledgeType.ACCEPT
     ) -> None:
         """Explicit mode: acknowledge one record of the last batch. It is sent with the
-        next fetch from its broker, or by ``commit()``."""
+        next fetch from its broker, or by ``commit()``.
+
+        ``RENEW`` restarts the record's acquisition lock (Kafka 4.2+, KIP-1222) and leaves it
+        unacknowledged: acknowledge it again when done. Renewals go out with ShareAcknowledge
+        on ``commit()`` (or before the next fetch)."""
         if not self._explicit:
             raise IllegalStateError("acknowledge() needs acknowledgement_mode='explicit'")
         key = (record.topic_partition, record.offset)
@@ -395,10 +538,10 @@ class ShareConsumer(_ShareWire):
                 f"{record.topic}[{record.partition}]@{record.offset} is not an unacknowledged"
                 " record of this consumer's last batch"
             )
-        del self._unacked[key]
-        self._acks.setdefault(record.topic_partition, {})[record.offset] = int(
-            AcknowledgeType(type)
-        )
+        kind = AcknowledgeType(type)
+        if kind is not AcknowledgeType.RENEW:
+            del self._unacked[key]
+        self._acks.setdefault(record.topic_partition, {})[record.offset] = int(kind)
 
     async def commit(
         self, timeout_ms: int | None = None
@@ -408,8 +551,11 @@ class ShareConsumer(_ShareWire):
         self._running()
         self._settle_previous("commit")
         limit = (timeout_ms if timeout_ms is not None else self._config.request_timeout_ms) / 1000
-        with anyio.fail_after(limit):
-            return await self._send_acks()
+        try:
+            with anyio.fail_after(limit):
+                return await self._send_acks()
+        finally:
+            self._report_acks()
 
     def _settle_previous(self, why: Literal["poll", "commit", "close"]) -> None:
         """Before a new batch (``poll``), a commit or closing: implicit mode accepts the
