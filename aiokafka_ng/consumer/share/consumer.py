@@ -356,7 +356,9 @@ class ShareConsumer(_ShareWire):
                 )
                 try:
                     node = await cluster.coordinator(group, timeout=timeout)
-                    resp = await cluster.request(node, req, timeout=timeout)
+                    # The coordinator's own connection: not behind a long-poll ShareFetch.
+                    link = await cluster.coordinator_connection(node)
+                    resp = await link.send(req, timeout=timeout)
                 except KafkaError as exc:
                     failures += 1
                     log.debug("share group %s heartbeat failed: %r", group, exc)
@@ -455,7 +457,8 @@ class ShareConsumer(_ShareWire):
         )
         try:
             node = await cluster.coordinator(group, timeout=self._config.request_timeout_ms / 1000)
-            await cluster.request(node, req, timeout=self._config.request_timeout_ms / 1000)
+            link = await cluster.coordinator_connection(node)
+            await link.send(req, timeout=self._config.request_timeout_ms / 1000)
         except KafkaError as exc:
             log.info("share group %s: leaving failed (%r); the session times out", group, exc)
 
