@@ -41,9 +41,9 @@ from tests.kafka.helpers import admin_for, unique
 
 pytestmark = pytest.mark.kafka
 
-N = 50_000
+N = 20_000
 KEYS = 100
-PER_TRIGGER = 5_000  # 10 micro-batches
+PER_TRIGGER = 2_000  # 10 micro-batches
 KILLS = 5
 KILLS_MID_WRITE = 2
 SEED = 35
