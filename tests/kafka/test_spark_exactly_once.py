@@ -182,8 +182,9 @@ def _driver(
         )
 
 
-# 6 Spark JVM starts; measured 6m40s and 7m08s on 2 cores shared at a load average of ~20.
-@pytest.mark.soak  # 7 min of Spark JVM restarts; failed once at a load of ~18 (see issue 35)
+# 6 Spark JVM starts, each with a first micro-batch of ~11 s of Spark's Python data source
+# set-up: 216-262 s on the 2 shared cores at a load average of 12-20. It once exited early
+# (rc 1) when its two queries corrupted Spark's shared environment map (fixed in register()).
 @pytest.mark.timeout(600)
 def test_exactly_once_sink_survives_driver_kills(
     kafka_cluster: KafkaCluster, tmp_path: Path
