@@ -55,7 +55,7 @@ def register(spark: Any) -> None:
     concurrent puts and serialises consistently while they happen. Spark Connect sessions
     (no JVM here) register the ordinary way.
     """
-    sc = getattr(spark, "sparkContext", None)
+    sc: Any = getattr(spark, "sparkContext", None)
     jvm = getattr(sc, "_jvm", None) if sc is not None else None
     if jvm is None:
         spark.dataSource.register(KafkaDataSource)
