@@ -40,5 +40,43 @@ __all__ = ["KafkaDataSource", "SparkOptionError", "register"]
 
 
 def register(spark: Any) -> None:
-    """Register the ``aiokafka_ng`` format with a SparkSession."""
-    spark.dataSource.register(KafkaDataSource)
+    """Register the ``aiokafka_ng`` format with a SparkSession.
+
+    A classic (JVM) session gets the data source's Python function with a thread-safe
+    environment map. Spark (4.3) shares one ``java.util.HashMap`` of environment variables
+    between every Python function made from a registered data source, and each streaming
+    query's source runner adds keys to it on the driver (``PythonStreamingSourceRunner.init``
+    puts ``SPARK_LOCAL_DIRS`` and three more) from its own stream thread. Two streaming
+    queries starting together in one driver then put into the plain HashMap concurrently and
+    can corrupt it (its size no longer matches its entries); every task serialised with it
+    afterwards fails to deserialise (``java.io.OptionalDataException`` in
+    ``HashMap.readObject``) and both queries die. That is what killed the driver of
+    tests/kafka/test_spark_exactly_once.py at random. A ``ConcurrentHashMap`` takes
+    concurrent puts and serialises consistently while they happen. Spark Connect sessions
+    (no JVM here) register the ordinary way.
+    """
+    sc: Any = getattr(spark, "sparkContext", None)
+    jvm = getattr(sc, "_jvm", None) if sc is not None else None
+    if jvm is None:
+        spark.dataSource.register(KafkaDataSource)
+        return
+    # pyspark's DataSourceRegistration.register, with the environment map replaced.
+    from pyspark.core.rdd import _prepare_for_python_RDD
+
+    pickled, broadcast_vars, environment, includes = _prepare_for_python_RDD(sc, KafkaDataSource)
+    env = jvm.java.util.concurrent.ConcurrentHashMap()
+    for key, value in environment.items():
+        env.put(key, value)
+    function = jvm.SimplePythonFunction(
+        bytearray(pickled),
+        env,
+        includes,
+        sc.pythonExec,
+        sc.pythonVer,
+        broadcast_vars,
+        sc._javaAccumulator,
+    )
+    source = getattr(
+        jvm, "org.apache.spark.sql.execution.datasources.v2.python.UserDefinedPythonDataSource"
+    )(function)
+    spark._jsparkSession.dataSource().registerPython(KafkaDataSource.name(), source)

@@ -36,7 +36,15 @@ attempt. Hence at most one attempt of (B, s) commits, and the batch is complete 
 every slot has committed or found its marker.
 
 - Task retry, executor loss: the new attempt fences the old one (whose commit then fails
-  with ProducerFenced) and writes only if no attempt committed.
+  with ProducerFenced) and writes only if no attempt committed. Not covered: a task that
+  fails *upstream* of the sink (a UDF, the read) after the sink sent rows. Spark 4.3 can
+  end that attempt's input to the writer as if it were complete (an Arrow stream cut at a
+  batch boundary reads as a whole one), and the attempt then commits its partial rows and
+  marker; every retry finds fewer rows in the marker than it has and fails with
+  ExactlyOnceReplayError (step 3): no duplicate, but the write fails with rows missing
+  (tests/kafka/test_spark_exactly_once_retry.py). Telling a cut input from a whole one, or
+  committing the slots' transactions on the driver once Spark accepted the tasks, would
+  close it.
 - Speculative duplicates: the same, whichever starts second; both succeed from Spark's view
   and Spark keeps one commit message.
 - Driver killed after some or all tasks committed but before the checkpoint's commit log

@@ -18,6 +18,28 @@ import sys
 import time
 
 
+def _listener() -> type:
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Progress(StreamingQueryListener):
+        """One line per micro-batch with Spark's own timings: the test's log shows them."""
+
+        def onQueryStarted(self, event: object) -> None:
+            pass
+
+        def onQueryProgress(self, event: object) -> None:
+            p = event.progress  # type: ignore[attr-defined]
+            print(f"BATCH {p.name} {p.batchId} rows={p.numInputRows} {p.durationMs}", flush=True)
+
+        def onQueryIdle(self, event: object) -> None:
+            pass
+
+        def onQueryTerminated(self, event: object) -> None:
+            pass
+
+    return Progress
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--bootstrap", required=True)
@@ -27,6 +49,7 @@ def main() -> None:
     p.add_argument("--checkpoints", required=True, help="directory of both checkpoints")
     p.add_argument("--per-trigger", type=int, default=2000, help="maxOffsetsPerTrigger")
     args = p.parse_args()
+    began = time.monotonic()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -45,6 +68,8 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    spark.streams.addListener(_listener()())
+    print(f"SESSION {time.monotonic() - began:.1f}s", flush=True)
 
     def start(topic: str, name: str, exactly_once: bool) -> object:
         source = (
@@ -61,6 +86,7 @@ def main() -> None:
         )
         writer = (
             out.writeStream.format("aiokafka_ng")
+            .queryName(name)
             .option("kafka.bootstrap.servers", args.bootstrap)
             .option("topic", topic)
             .option("checkpointLocation", os.path.join(args.checkpoints, name))
@@ -79,7 +105,7 @@ def main() -> None:
         queries.append(("exactly-once", start(args.eos_out, "eos", True)))
     if args.alo_out:
         queries.append(("at-least-once", start(args.alo_out, "alo", False)))
-    print("STARTED", flush=True)
+    print(f"STARTED {time.monotonic() - began:.1f}s", flush=True)
     for name, q in queries:
         began = time.monotonic()
         q.awaitTermination()  # type: ignore[attr-defined]

@@ -334,3 +334,13 @@ def test_streaming_data_loss_vanished_and_recreated_partitions() -> None:
     strict._target = {"t": {"0": 50, "1": 30, "2": 5}}
     with pytest.raises(KafkaDataLossError, match=r"t-2: its end \(5\) is before our offset 10"):
         strict.latestOffset(start, ReadAllAvailable())
+
+
+def test_registered_source_has_a_thread_safe_environment_map(spark: Any) -> None:
+    # Every streaming query's source runner adds keys to this map on the driver from its own
+    # thread; a plain HashMap corrupted by two queries starting together fails every task
+    # serialised with it afterwards (OptionalDataException; see aiokafka_ng.spark.register).
+    source = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource("aiokafka_ng")
+    env = source.dataSourceCls().envVars()
+    assert env.getClass().getName() == "java.util.concurrent.ConcurrentHashMap"
+    assert env.get("PYTHONHASHSEED") == spark.sparkContext.environment.get("PYTHONHASHSEED")
