@@ -92,8 +92,9 @@ READ_OPTIONS = frozenset(
     }
 )
 WRITE_OPTIONS = frozenset({"topic", "includeHeaders"})
-#: Set by Spark itself (``load(path)``/``save(path)``), not by a user of this source.
-_SPARK_OWNED = frozenset({"path", "paths"})
+#: Set by Spark itself (``load(path)``/``save(path)``; a streaming write's
+#: ``checkpointLocation`` reaches the sink's options too), not options of this source.
+_SPARK_OWNED = frozenset({"path", "paths", "checkpointLocation"})
 
 
 class SparkOptionError(ValueError):

@@ -344,3 +344,17 @@ def test_registered_source_has_a_thread_safe_environment_map(spark: Any) -> None
     env = source.dataSourceCls().envVars()
     assert env.getClass().getName() == "java.util.concurrent.ConcurrentHashMap"
     assert env.get("PYTHONHASHSEED") == spark.sparkContext.environment.get("PYTHONHASHSEED")
+
+
+def test_unknown_options_are_named_but_spark_s_own_are_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from aiokafka_ng.spark._options import WRITE_OPTIONS, warn_unknown
+
+    # A streaming write hands the sink its checkpointLocation: every micro-batch warned.
+    options = {"topic": "t", "checkpointLocation": "/tmp/c", "path": "p", "topik": "typo"}
+    with caplog.at_level("WARNING", logger="aiokafka_ng"):
+        warn_unknown(options, WRITE_OPTIONS, "sink")
+    assert [r.getMessage() for r in caplog.records] == [
+        "the aiokafka_ng sink ignores unknown options: topik"
+    ]
