@@ -124,17 +124,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kafka_broker" not in metafunc.fixturenames:
         return
     choice = str(metafunc.config.getoption("--broker", default="default"))
+    tansu_only = metafunc.definition.get_closest_marker("tansu_only")
     if choice == "default":
         kinds = ["tansu"]
         if _under(metafunc.definition.path, metafunc.config, "kafka_broker_paths"):
             kinds.append("kafka")
-        elif _under(metafunc.definition.path, metafunc.config, "kafka_instead_paths"):
-            tansu_only = metafunc.definition.get_closest_marker("tansu_only") is not None
-            if not tansu_only and _kafka_can_run(metafunc.config):
-                kinds = ["kafka"]
+        elif (
+            _under(metafunc.definition.path, metafunc.config, "kafka_instead_paths")
+            and tansu_only is None
+            and _kafka_can_run(metafunc.config)
+        ):
+            kinds = ["kafka"]
     else:
         kinds = ["tansu", "kafka"] if choice == "both" else [choice]
-    tansu_only = metafunc.definition.get_closest_marker("tansu_only")
     params = []
     for kind in kinds:
         marks: list[pytest.MarkDecorator] = []
