@@ -19,6 +19,7 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.producer import Producer
 from tests.helpers import topic_name
+from tests.kafka.helpers import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -127,4 +128,8 @@ async def test_create_partitions_rejects_counts_that_do_not_grow(kafka_broker: A
             results = await admin.create_partitions({topic: NewPartitions(count)})
             with pytest.raises(InvalidPartitionsError, match=match):
                 results.result(topic)
-        assert len((await admin.describe_topics([topic])).result(topic).partitions) == 3
+        # Read back from any node: on Kafka it may not have applied the new topic yet.
+        described = await eventually(
+            lambda: admin.describe_topics([topic]), lambda r: topic in r.succeeded
+        )
+        assert len(described.result(topic).partitions) == 3
