@@ -12,9 +12,12 @@ the 3-node Apache Kafka cluster below (a :class:`KafkaClusterBroker` view of the
 ``kafka_cluster`` fixture; such test items also carry the ``kafka`` marker); ``both``, each
 in turn (test ids end in ``-tansu`` / ``-kafka``); ``default``, Tansu, plus Kafka for the
 test files under the ini option ``kafka_broker_paths`` (where the project lists the suites
-CI runs on both). A test that relies on what only Tansu does carries
-``@pytest.mark.tansu_only("why")`` and is not run on Kafka. ``kafka_broker_factory`` and
-``fresh_kafka_broker`` are always Tansu: they give a test a broker of its own.
+CI runs on both), and Kafka *instead of* Tansu under ``kafka_instead_paths`` (slow suites
+whose behaviour follows the broker's semantics, run once on the reference broker; on Tansu
+where Kafka cannot run: ``--kafka=off``, or no Java/Maven under ``--kafka=auto``). A test
+that relies on what only Tansu does carries ``@pytest.mark.tansu_only("why")`` and is not
+run on Kafka. ``kafka_broker_factory`` and ``fresh_kafka_broker`` are always Tansu: they
+give a test a broker of its own.
 
 A broker that cannot start fails the test (``pytest.fail``); it is never skipped.
 
@@ -97,6 +100,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type="linelist",
         default=[],
     )
+    parser.addini(
+        "kafka_instead_paths",
+        "test paths (relative to the rootdir) whose kafka_broker tests run on Apache Kafka "
+        "instead of Tansu with --broker=default (on Tansu where Kafka cannot run)",
+        type="linelist",
+        default=[],
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -114,13 +124,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kafka_broker" not in metafunc.fixturenames:
         return
     choice = str(metafunc.config.getoption("--broker", default="default"))
+    tansu_only = metafunc.definition.get_closest_marker("tansu_only")
     if choice == "default":
         kinds = ["tansu"]
         if _under(metafunc.definition.path, metafunc.config, "kafka_broker_paths"):
             kinds.append("kafka")
+        elif (
+            _under(metafunc.definition.path, metafunc.config, "kafka_instead_paths")
+            and tansu_only is None
+            and _kafka_can_run(metafunc.config)
+        ):
+            kinds = ["kafka"]
     else:
         kinds = ["tansu", "kafka"] if choice == "both" else [choice]
-    tansu_only = metafunc.definition.get_closest_marker("tansu_only")
     params = []
     for kind in kinds:
         marks: list[pytest.MarkDecorator] = []
@@ -141,6 +157,12 @@ def _kafka_mode(config: pytest.Config) -> str:
         return str(chosen)
     ci = os.environ.get("CI", "").strip().lower()
     return "require" if ci not in ("", "0", "false", "no") else "auto"
+
+
+def _kafka_can_run(config: pytest.Config) -> bool:
+    """Whether the Kafka cluster is wanted and (outside ``require``) has what it needs."""
+    mode = _kafka_mode(config)
+    return mode == "require" or (mode == "auto" and missing_tools() is None)
 
 
 def _under(path: Path, config: pytest.Config, ini: str) -> bool:

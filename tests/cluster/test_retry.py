@@ -56,6 +56,11 @@ LIST_OFFSETS = 2
 NOT_LEADER = 6
 NOT_COORDINATOR = 16
 REQUEST_TIMED_OUT = 7
+SIMULATED = pytest.mark.tansu_only(
+    "ClusterSimulator presents one real broker as several nodes; in front of one node of the "
+    "3-node Kafka cluster, the partitions and groups that node does not lead are refused by "
+    "Kafka itself (real leader moves: tests/kafka/test_kafka_faults.py)"
+)
 
 
 def _fast() -> ExponentialBackoff:
@@ -218,6 +223,7 @@ def _offsets_checked(response: Any) -> int:
     return int(part.offset)
 
 
+@SIMULATED
 async def test_not_leader_refreshes_metadata_and_retries_at_the_new_leader(
     kafka_broker: LocalBroker,
 ) -> None:
@@ -237,6 +243,7 @@ async def test_not_leader_refreshes_metadata_and_retries_at_the_new_leader(
         assert sim.requests[new][LIST_OFFSETS] >= 1
 
 
+@SIMULATED
 async def test_not_coordinator_looks_the_coordinator_up_again(kafka_broker: LocalBroker) -> None:
     group = _name("retry-group")
     request = OffsetFetchRequest(
@@ -255,6 +262,7 @@ async def test_not_coordinator_looks_the_coordinator_up_again(kafka_broker: Loca
         assert cluster.statistics().coordinator_requests == lookups + 1
 
 
+@SIMULATED
 async def test_call_times_out_naming_the_error_that_kept_coming(
     kafka_broker: LocalBroker,
 ) -> None:
@@ -276,6 +284,7 @@ async def test_call_times_out_naming_the_error_that_kept_coming(
         )
 
 
+@SIMULATED
 async def test_a_cancelled_call_leaves_the_coordinator_lookup_clean(
     kafka_broker: LocalBroker,
 ) -> None:

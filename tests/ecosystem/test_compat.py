@@ -32,6 +32,7 @@ from aiokafka_ng.compat import (
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.errors import ConfigError
 from aiokafka_ng.producer import Producer
+from tests.kafka.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -201,7 +202,8 @@ async def test_admin_client_start_list_close(kafka_broker: Any) -> None:
     try:
         created = await admin.create_topics([NewTopic(name, 2, 1)])
         assert created.result(name).num_partitions == 2
-        topics = await admin.list_topics()
+        # Any node answers the listing; on Kafka it may not have applied the new topic yet.
+        topics = await eventually(admin.list_topics, lambda listed: name in listed)
         assert isinstance(topics, list) and name in topics
     finally:
         await admin.close()

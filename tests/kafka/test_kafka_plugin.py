@@ -87,6 +87,16 @@ def test_no_broker():
 def test_here(kafka_broker):
     pass
 """,
+    "instead/test_i.py": """
+import pytest
+
+def test_on_kafka(kafka_broker):
+    pass
+
+@pytest.mark.tansu_only("needs Tansu's single node")
+def test_still_tansu(kafka_broker):
+    pass
+""",
 }
 
 
@@ -95,7 +105,9 @@ def collect(tmp_path: Path, *args: str) -> list[str]:
     for name, text in BROKER_TESTS.items():
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text)
-    (tmp_path / "pytest.ini").write_text("[pytest]\nkafka_broker_paths =\n    both\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nkafka_broker_paths =\n    both\nkafka_instead_paths =\n    instead\n"
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
     env["PYTHONPATH"] = str(ROOT)
     result = subprocess.run(
@@ -111,17 +123,32 @@ def collect(tmp_path: Path, *args: str) -> list[str]:
     return sorted(line for line in result.stdout.splitlines() if "::" in line)
 
 
+collect_all = collect
+
+
 def test_broker_default_adds_kafka_only_under_kafka_broker_paths(tmp_path: Path) -> None:
-    assert collect(tmp_path) == [
+    assert collect(tmp_path, "--kafka=require") == [
         "both/test_b.py::test_no_broker",
         "both/test_b.py::test_plain[kafka]",
         "both/test_b.py::test_plain[tansu]",
         "both/test_b.py::test_tansu_only[tansu]",
+        "instead/test_i.py::test_on_kafka[kafka]",
+        "instead/test_i.py::test_still_tansu[tansu]",
         "tansu/test_t.py::test_here[tansu]",
     ]
 
 
+def test_kafka_instead_paths_fall_back_to_tansu_where_kafka_cannot_run(tmp_path: Path) -> None:
+    assert [n for n in collect(tmp_path, "--kafka=off") if n.startswith("instead/")] == [
+        "instead/test_i.py::test_on_kafka[tansu]",
+        "instead/test_i.py::test_still_tansu[tansu]",
+    ]
+
+
 def test_broker_choices(tmp_path: Path) -> None:
+    def collect(tmp_path: Path, *args: str) -> list[str]:  # instead/: the test above
+        return [n for n in collect_all(tmp_path, *args) if not n.startswith("instead/")]
+
     assert collect(tmp_path, "--broker=tansu", "-m", "kafka") == []
     assert collect(tmp_path, "--broker=both", "-m", "kafka") == [
         "both/test_b.py::test_plain[kafka]",

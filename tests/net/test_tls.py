@@ -1,4 +1,4 @@
-"""TLS: a TLS-terminating front (``tls_front``: stdlib ssl + anyio) forwarding to LocalBroker.
+"""TLS: a TLS-terminating front (``tls_front``: stdlib ssl + anyio) forwarding to a broker.
 
 Tansu's own TLS flags do not work together (/work/shared/TANSU.md), so the test terminates
 TLS itself and forwards the plaintext bytes to the real broker. The certificate
@@ -22,6 +22,7 @@ from aiokafka_ng.protocol.messages.metadata import (
     MetadataResponse,
 )
 from aiokafka_ng.testing import LocalBroker
+from aiokafka_ng.testing.pytest_plugin import KafkaClusterBroker
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +33,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 async def test_tls_connection_through_trusted_certificate(
-    kafka_broker: LocalBroker, certificate: tuple[Path, Path]
+    kafka_broker: LocalBroker | KafkaClusterBroker, certificate: tuple[Path, Path]
 ) -> None:
     ca_file, chain = certificate
     client_context = ssl.create_default_context(cafile=str(ca_file))
@@ -46,13 +47,17 @@ async def test_tls_connection_through_trusted_certificate(
         )
         response = await conn.send(request)
         assert isinstance(response, MetadataResponse)
-        assert [b.node_id for b in response.brokers] == [kafka_broker.node_id]
+        if isinstance(kafka_broker, LocalBroker):
+            expected = [kafka_broker.node_id]
+        else:
+            expected = sorted(node.node_id for node in kafka_broker.cluster.brokers)
+        assert sorted(b.node_id for b in response.brokers) == expected
         assert response.topics[0].name == "tls-topic"
         assert MetadataRequest.API_KEY in conn.api_versions
 
 
 async def test_untrusted_certificate_is_refused_with_a_clear_error(
-    kafka_broker: LocalBroker, certificate: tuple[Path, Path]
+    kafka_broker: LocalBroker | KafkaClusterBroker, certificate: tuple[Path, Path]
 ) -> None:
     _ca_file, chain = certificate
     # The platform's default trust store does not know our self-signed certificate.
@@ -68,7 +73,7 @@ async def test_untrusted_certificate_is_refused_with_a_clear_error(
 
 
 async def test_plaintext_client_against_tls_port_fails_not_hangs(
-    kafka_broker: LocalBroker, certificate: tuple[Path, Path]
+    kafka_broker: LocalBroker | KafkaClusterBroker, certificate: tuple[Path, Path]
 ) -> None:
     _ca_file, chain = certificate
     async with tls_front(kafka_broker.host, kafka_broker.port, chain) as port:

@@ -24,7 +24,8 @@ from aiokafka_ng.errors import KafkaError, ProducerClosedError
 from aiokafka_ng.producer import BatchDelivery, Producer
 from aiokafka_ng.producer.transactions import TransactionAbortedError
 from tests.helpers import topic_name
-from tests.transactions.test_txn_broker import _ABORT, _COMMIT, read_log
+from tests.kafka.helpers import eventually
+from tests.transactions.test_txn_broker import _ABORT, _COMMIT, Log, read_log
 
 pytestmark = pytest.mark.anyio
 
@@ -32,6 +33,14 @@ pytestmark = pytest.mark.anyio
 #: at most a quarter of it.
 BUFFER = 64 * 1024
 N = 2000
+
+
+async def settled(bootstrap: str, topic: str, high_watermark: int) -> Log:
+    """The log once it reaches ``high_watermark``: Kafka writes the transaction markers after
+    EndTxn has answered, so a read right after commit/abort may not see them yet."""
+    return await eventually(
+        lambda: read_log(bootstrap, topic), lambda log: log.high_watermark >= high_watermark
+    )
 
 
 def values(n: int = N, tag: bytes = b"v") -> list[bytes]:
@@ -289,10 +298,10 @@ async def test_send_many_cancelled_in_a_transaction_commits_what_was_queued(
             await p.commit_transaction()
         assert first.done() and first.exception() is None
         memory_back(p)
-    log = await read_log(kafka_broker.bootstrap_servers, topic)
+    log = await settled(kafka_broker.bootstrap_servers, topic, q + 1)
     assert [v for _, _, v in log.data] == vals[:q]
     assert [(o, k) for o, _, k in log.markers] == [(q, _COMMIT)]
-    log = await read_log(kafka_broker.bootstrap_servers, other)
+    log = await settled(kafka_broker.bootstrap_servers, other, 121)
     assert [v for _, _, v in log.data] == values(120, b"a")
     assert [(o, k) for o, _, k in log.markers] == [(120, _COMMIT)]
 
@@ -323,7 +332,7 @@ async def test_cancelled_transaction_with_a_cancelled_send_many_is_aborted(
         assert [run.metadata(i).offset for i in range(k)] == list(range(1, k + 1))
         assert (await last).offset == k + 2  # after the aborted records and the marker
         memory_back(p)
-    log = await read_log(kafka_broker.bootstrap_servers, topic)
+    log = await settled(kafka_broker.bootstrap_servers, topic, k + 4)
     assert [(o, m) for o, _, m in log.markers] == [(k + 1, _ABORT), (k + 3, _COMMIT)]
     assert [v for _, _, v in log.data] == [b"first", *vals[:k], b"next"]
 

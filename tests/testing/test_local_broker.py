@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 from aiokafka_ng.testing import BINARY_ENV_VAR, LocalBroker, LocalBrokerError
+from aiokafka_ng.testing.pytest_plugin import KafkaClusterBroker
 
 # broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
 pytestmark = pytest.mark.broker
@@ -225,8 +226,11 @@ def test_sync_context_manager() -> None:
     assert pid is not None and process_gone(pid)
 
 
-def test_session_fixture(kafka_broker: LocalBroker) -> None:
-    assert kafka_broker.running
+def test_session_fixture(kafka_broker: LocalBroker | KafkaClusterBroker) -> None:
+    if isinstance(kafka_broker, LocalBroker):
+        assert kafka_broker.running
+    else:
+        assert all(node.running for node in kafka_broker.cluster.brokers)
     assert accepts_connections(kafka_broker.port)
 
 
@@ -302,7 +306,9 @@ def test_cli_prints_address_and_stops_the_broker_on_sigterm() -> None:
 # -- interop: confluent-kafka (librdkafka) against the broker ----------------------------------
 
 
-def test_confluent_kafka_produces_and_consumes(kafka_broker: LocalBroker) -> None:
+def test_confluent_kafka_produces_and_consumes(
+    kafka_broker: LocalBroker | KafkaClusterBroker,
+) -> None:
     import confluent_kafka
 
     topic = f"local-broker-smoke-{uuid.uuid4().hex[:8]}"

@@ -45,7 +45,13 @@ from aiokafka_ng.testing import LocalBroker
 from aiokafka_ng.testing.simulator import ClusterSimulator
 from tests.helpers import topic_name
 
-pytestmark = pytest.mark.anyio
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.tansu_only(
+        "ClusterSimulator presents one real broker as several nodes; in front of one node of "
+        "the 3-node Kafka cluster, what that node does not lead is refused by Kafka itself"
+    ),
+]
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 NOT_LEADER, NOT_COORDINATOR, NOT_ENOUGH_REPLICAS, NOT_CONTROLLER = 6, 16, 19, 41
