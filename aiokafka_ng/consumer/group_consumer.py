@@ -36,8 +36,8 @@ raised by the next poll.
 
 *Commits* carry the member id and the member epoch (OffsetCommit v9's
 ``generation_id_or_member_epoch``). STALE_MEMBER_EPOCH means the epoch moved under the
-commit: as Java's CommitRequestManager does, a commit from the application waits for the
-next heartbeat answer and retries once with the new epoch; a commit made while revoking
+commit: as Java's CommitRequestManager does, a commit from the application is retried with
+the epoch of the next heartbeat answer, until its deadline; a commit made while revoking
 (in this task) fails instead, since the heartbeat that would refresh the epoch is ours.
 
 *Leaving.* ``close()`` commits (auto-commit), revokes, and heartbeats with epoch -1; a static
@@ -324,11 +324,15 @@ class ConsumerGroupMember(GroupCoordinator):
     # ------------------------------------------------------------------ commits / leave
 
     async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit with the member id and epoch; on STALE_MEMBER_EPOCH refresh and retry once
-        (from the application), or fail (from the member task)."""
+        """Commit with the member id and epoch. On STALE_MEMBER_EPOCH a commit from the
+        application is retried with the epoch of each next heartbeat until
+        ``request_timeout_ms`` has passed (Java retries until the commit's deadline); one
+        from the member task (while revoking) fails at once."""
         if self.fatal is not None:
             raise self.fatal
-        for attempt in range(2):
+        deadline = anyio.current_time() + self._config.request_timeout_ms / 1000
+        stale = 0
+        while True:
             joined = self.state is MemberState.STABLE
             try:
                 await self._offsets.commit(
@@ -344,16 +348,21 @@ class ConsumerGroupMember(GroupCoordinator):
                 # Not in _GENERATION_ERRORS of offsets.py: it arrives as itself.
                 # A commit made while revoking runs in the member task: it cannot wait for
                 # the heartbeat that task would send.
-                if attempt or self._reconciling:
+                left = deadline - anyio.current_time()
+                if self._reconciling or left <= 0:
                     raise CommitFailedError(f"commit refused: {exc!r}") from exc
+                stale += 1
                 log.info(
-                    "group %s: commit answered STALE_MEMBER_EPOCH (member epoch %d);"
+                    "group %s: commit answered STALE_MEMBER_EPOCH (member epoch %d, %d time(s));"
                     " retrying with the epoch of the next heartbeat",
-                    self._group_id, self.generation,
+                    self._group_id, self.generation, stale,
                 )  # fmt: skip
                 done = self._heartbeat_done
-                self.request_rejoin()
-                with anyio.move_on_after(self._config.request_timeout_ms / 1000):
+                if stale == 1:
+                    # Heartbeat now; later retries wait for the member's own pacing, so a
+                    # failing coordinator is not hammered by this loop.
+                    self.request_rejoin()
+                with anyio.move_on_after(left):
                     await done.wait()
 
     async def _revoke(self, partitions: set[TopicPartition], *, commit: bool) -> None:
