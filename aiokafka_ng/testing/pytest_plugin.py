@@ -183,9 +183,13 @@ def kafka_cluster(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
         pytest.fail(f"Apache Kafka is required (--kafka=require or CI=true): {missing}")
     # Auto-created topics as Tansu makes them (4 partitions, TANSU.md), so the suites written
     # against Tansu can run here too (--broker), but replicated on every node.
+    # A 1 GiB heap per node: the whole suite's topics, groups and share groups accumulate on
+    # this one cluster, and at 384 MiB two nodes died of OutOfMemoryError late in a full
+    # CI-style run (every later Kafka test then failed).
     cluster = KafkaCluster(
         brokers=3,
         broker_properties={"num.partitions": "4", "default.replication.factor": "3"},
+        heap="1g",
     )
     try:
         cluster.start_sync()
