@@ -10,10 +10,28 @@ Runs under ``anyio.run`` (asyncio); prints what it did and exits non-zero on fai
 from __future__ import annotations
 
 import argparse
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 
 from aiokafka_ng.admin import AdminClient, ConfigResource, NewTopic
+from aiokafka_ng.errors import UnknownTopicOrPartitionError
+
+
+async def until_known(call: Callable[[], Awaitable[Any]]) -> Any:
+    """Kafka creates topics asynchronously: for a moment after create_topics() returns, a
+    broker that has not applied the creation yet answers UNKNOWN_TOPIC_OR_PARTITION for
+    the new topics. Ask again until none does (bounded)."""
+    with anyio.fail_after(30):
+        while True:
+            results = await call()
+            unknown = [
+                e for e in results.failed.values() if isinstance(e, UnknownTopicOrPartitionError)
+            ]
+            if not unknown:
+                return results
+            await anyio.sleep(0.1)
 
 
 async def main(bootstrap_servers: str, prefix: str) -> None:
@@ -36,12 +54,14 @@ async def main(bootstrap_servers: str, prefix: str) -> None:
         for name, topic in created.raise_on_error().items():
             print(f"created {name}: {topic.num_partitions} partition(s)")
 
-        described = await admin.describe_topics(names)
+        described = await until_known(lambda: admin.describe_topics(names))
         for name, desc in described.raise_on_error().items():
             leaders = [p.leader.node_id if p.leader else None for p in desc.partitions]
             print(f"described {name}: id={desc.topic_id} leaders={leaders}")
 
-        configs = await admin.describe_configs([ConfigResource.topic(names[0])])
+        configs = await until_known(
+            lambda: admin.describe_configs([ConfigResource.topic(names[0])])
+        )
         entry = configs.result(ConfigResource.topic(names[0])).get("retention.ms")
         print(f"{names[0]} retention.ms={entry.value if entry else None}")
 

@@ -125,7 +125,8 @@ async def test_topic_lifecycle_cross_checked(kafka_broker: LocalBroker) -> None:
         their_entries = await anyio.to_thread.run_sync(lambda: future.result(timeout=20))
         assert their_entries["cleanup.policy"].value == "compact"
 
-        listed = await admin.list_topics()
+        # Another broker may answer the listing, one that has not applied the creation yet.
+        listed = await eventually(admin.list_topics, lambda r: name in r)
         assert name in listed and listed[name].topic_id == desc.topic_id
 
         deleted = await admin.delete_topics([name])
