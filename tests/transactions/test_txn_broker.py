@@ -106,6 +106,12 @@ class Log:
 
 
 async def read_log(bootstrap: str, topic: str, partition: int = 0) -> Log:
+    """The partition's log once no transaction is open in it (bounded wait).
+
+    Kafka answers EndTxn once the coordinator has logged PREPARE_COMMIT/ABORT and writes the
+    markers afterwards (WriteTxnMarkers), so right after ``commit_transaction()`` the marker
+    may be missing: until it is written the last stable offset trails the high watermark.
+    """
     config = ClusterConfig(bootstrap_servers=parse_bootstrap_servers(bootstrap))
     async with Cluster(config) as cluster:
         leader = await cluster.leader_for(topic, partition)
@@ -125,9 +131,13 @@ async def read_log(bootstrap: str, topic: str, partition: int = 0) -> Log:
                 )
             ],
         )
-        response = await cluster.request(leader, request, version=11)
-    part = response.responses[0].partitions[0]
-    assert part.error_code == 0
+        for _ in range(200):  # 50 ms apart: 10 s
+            response = await cluster.request(leader, request, version=11)
+            part = response.responses[0].partitions[0]
+            assert part.error_code == 0
+            if not 0 <= part.last_stable_offset < part.high_watermark:
+                break
+            await anyio.sleep(0.05)
     return Log(part.high_watermark, bytes(part.records or b""))
 
 
