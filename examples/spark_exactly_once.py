@@ -1,8 +1,9 @@
 """An exactly-once Kafka -> Spark -> Kafka pipeline with the ``aiokafka_ng`` source and sink.
 
 The sink's ``exactlyOnce`` mode writes each task's output in a Kafka transaction together
-with a marker of its micro-batch, so a batch replayed after a crash (driver killed after the
-tasks committed, before the checkpoint did) writes nothing twice. The source reads with
+with a marker of its micro-batch, which the driver commits once Spark accepted every task,
+so a batch replayed after a crash (driver killed after it committed, before the checkpoint
+did) writes nothing twice. The source reads with
 ``kafka.isolation.level=read_committed``, so a previous stage's aborted writes never enter
 this one, and whoever reads the output must do the same (our consumer's
 ``isolation_level="read_committed"``, librdkafka's and Java's ``isolation.level``).
@@ -82,12 +83,23 @@ async def _produce(bootstrap: str, topic: str, first: int, count: int) -> None:
 
 
 async def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
-    """Every committed record of ``topic``, read up to its last stable offsets."""
-    async with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed") as c:
+    """Every committed record of ``topic``, read up to its last stable offsets.
+
+    Kafka answers the driver's commit (EndTxn) before the brokers write the commit markers,
+    so right after a run the last stable offsets may still trail the high watermarks: wait
+    (bounded) until they meet, as no transaction of ours is left open."""
+    async with (
+        Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed") as c,
+        Consumer(bootstrap_servers=bootstrap) as uncommitted,
+    ):
         parts = [TopicPartition(topic, p) for p in sorted(await c.partitions_for_topic(topic))]
         c.assign(parts)
         await c.seek_to_beginning(*parts)
-        ends = await c.end_offsets(parts)
+        for _ in range(300):  # 0.1 s apart: 30 s
+            ends = await c.end_offsets(parts)
+            if ends == await uncommitted.end_offsets(parts):
+                break
+            await anyio.sleep(0.1)
         out: list[tuple[bytes | None, bytes | None]] = []
         with anyio.fail_after(60):
             while [tp for tp in parts if await c.position(tp) < ends[tp]]:

@@ -8,12 +8,14 @@ from aiokafka_ng.producer.transactions import (
     TransactionAbortedError,
     TransactionNotStartedError,
 )
+from aiokafka_ng.producer.txn_coordinator import PreparedTransaction
 
 __all__ = [
     "BatchDelivery",
     "ConsumerGroupMetadata",
     "DeliveryFuture",
     "IllegalTransactionStateError",
+    "PreparedTransaction",
     "Producer",
     "ProducerRecord",
     "RecordMetadata",

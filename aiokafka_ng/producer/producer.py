@@ -68,6 +68,7 @@ from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.sender import NodeSender, Supervised
 from aiokafka_ng.producer.transactions import TransactionManager
+from aiokafka_ng.producer.txn_coordinator import PreparedTransaction, TxnCoordinatorClient
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
@@ -614,6 +615,41 @@ class Producer:
         the transaction; ``group_metadata_or_id`` is a group id, a ``ConsumerGroupMetadata``
         or a consumer (its ``group_metadata()``)."""
         await self._transactions().send_offsets(offsets, group_metadata_or_id)
+
+    async def prepare_transaction(self) -> PreparedTransaction:
+        """Flush and check the open transaction as ``commit_transaction()`` does, but leave
+        it open: the answer lets another process (or this one) commit or abort it with
+        :meth:`complete_transaction`. The producer can then only be closed (closing does
+        not abort it). Until completed, the transaction holds back read_committed readers
+        of its partitions; it is aborted if a producer with the same transactional id
+        starts, or after ``transaction_timeout_ms``. For writers whose commit decision is
+        made elsewhere (a Spark driver commits the tasks' transactions)."""
+        return await self._transactions().prepare(self.flush)
+
+    async def complete_transaction(
+        self, prepared: PreparedTransaction, *, commit: bool = True
+    ) -> None:
+        """Commit (or abort) a transaction left open by ``prepare_transaction()`` of any
+        producer: EndTxn with its transactional id, producer id and epoch, retried as the
+        producer's own commit is (bounded by ``max_block_ms``). Any started producer may
+        call it, transactional or not. Raises
+        :class:`~aiokafka_ng.errors.ProducerFencedError` when the transaction is no longer
+        the open one of its transactional id (a newer producer started and aborted it, or
+        it timed out): then it was not committed."""
+        if prepared.producer_id < 0:
+            return  # nothing was added to it: nothing to end
+        if self._cluster is None:
+            raise IllegalStateError("the producer is not started")
+        cfg = self.config
+        client = TxnCoordinatorClient(
+            self._cluster,
+            prepared.transactional_id,
+            transaction_timeout_ms=cfg.transaction_timeout_ms,
+            retry_backoff=ExponentialBackoff.retry(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms),
+            request_timeout_s=cfg.request_timeout_ms / 1000,
+            max_block_s=cfg.max_block_ms / 1000,
+        )
+        await client.end_txn(prepared.producer_id, prepared.epoch, commit=commit, v2=prepared.v2)
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """``async with producer.transaction():`` -- commit on success, abort on error."""

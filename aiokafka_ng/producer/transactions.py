@@ -65,6 +65,7 @@ from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.txn_coordinator import (
     ConsumerGroupMetadata,
     CoordinatorCluster,
+    PreparedTransaction,
     TxnCoordinatorClient,
     group_metadata,
     parse_offsets,
@@ -136,6 +137,7 @@ class TransactionState(enum.Enum):
     ABORTING = "aborting"
     ABORTABLE_ERROR = "abortable_error"
     FATAL_ERROR = "fatal_error"
+    PREPARED = "prepared"
 
 
 S = TransactionState
@@ -147,11 +149,13 @@ _TRANSITIONS: dict[TransactionState, frozenset[TransactionState]] = {
     S.INITIALIZING: frozenset({S.READY, S.UNINITIALIZED, S.ABORTABLE_ERROR}),
     S.READY: frozenset({S.IN_TRANSACTION}),
     S.IN_TRANSACTION: frozenset({S.COMMITTING, S.ABORTING, S.ABORTABLE_ERROR}),
-    S.COMMITTING: frozenset({S.READY, S.ABORTABLE_ERROR}),
+    # PREPARED: flushed, EndTxn left to whoever holds the PreparedTransaction
+    S.COMMITTING: frozenset({S.READY, S.ABORTABLE_ERROR, S.PREPARED}),
     # INITIALIZING: the epoch bump after an abort that left a sequence hole (KIP-360)
     S.ABORTING: frozenset({S.READY, S.INITIALIZING}),
     S.ABORTABLE_ERROR: frozenset({S.ABORTING}),
     S.FATAL_ERROR: frozenset(),
+    S.PREPARED: frozenset(),
 }
 
 #: What to tell a caller whose call the current state does not allow.
@@ -163,6 +167,8 @@ _HINTS = {
     S.COMMITTING: "the transaction is being committed",
     S.ABORTING: "the transaction is being aborted",
     S.ABORTABLE_ERROR: "the transaction failed; call abort_transaction()",
+    S.PREPARED: "the transaction is prepared: complete it with complete_transaction(); "
+    "this producer can only be closed",
 }
 
 
@@ -500,14 +506,14 @@ class TransactionManager:
             self._failed(exc)
             raise
 
-    async def commit(self, flush: Callable[[], Awaitable[None]]) -> None:
-        """Flush, check every record was delivered, EndTxn(commit)."""
+    async def _flush_for_end(self, flush: Callable[[], Awaitable[None]], op: str) -> None:
+        """Flush and check every record of the transaction was delivered (COMMITTING)."""
         if self.state is not S.COMMITTING:  # COMMITTING: a timed-out commit, resumed
-            self._to(S.COMMITTING, "commit_transaction()")
+            self._to(S.COMMITTING, op)
         self._wake_senders()
         await flush()
         if self.state is not S.COMMITTING:  # an error arrived while flushing
-            self._to(S.COMMITTING, "commit_transaction()")  # raises the right error
+            self._to(S.COMMITTING, op)  # raises the right error
         for fut in self._futures:
             # The records' outcome, even if a future was cancelled; a run's records that its
             # cancelled send_many never queued are not part of the transaction (bulk.py).
@@ -519,6 +525,24 @@ class TransactionManager:
                     f"cannot commit: a record of the transaction was not delivered ({exc!r}); "
                     "call abort_transaction()"
                 ) from exc
+
+    async def prepare(self, flush: Callable[[], Awaitable[None]]) -> PreparedTransaction:
+        """Flush and check as commit does, then stop short of EndTxn: the transaction stays
+        open on the coordinator for whoever holds the answer to commit or abort it
+        (``Producer.complete_transaction``), until a producer
+        with the same transactional id starts (its InitProducerId aborts it) or
+        ``transaction_timeout_ms`` passes. This producer can then only be closed."""
+        await self._flush_for_end(flush, "prepare_transaction()")
+        idem = self.idem
+        pid, epoch = (
+            (idem.producer_id, idem.epoch) if self.partitions or self._offset_groups else (-1, -1)
+        )
+        self._to(S.PREPARED, "prepare_transaction()")
+        return PreparedTransaction(self.transactional_id, pid, epoch, self.v2)
+
+    async def commit(self, flush: Callable[[], Awaitable[None]]) -> None:
+        """Flush, check every record was delivered, EndTxn(commit)."""
+        await self._flush_for_end(flush, "commit_transaction()")
         if self.partitions or self._offset_groups:
             # Left True if we are cancelled while EndTxn is out (see abandon()).
             self._ending = True

@@ -124,6 +124,22 @@ class ConsumerGroupMetadata:
     group_instance_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """A transaction that ``prepare_transaction()`` flushed and left open, for a process
+    that holds these values to commit or abort (``Producer.complete_transaction``).
+
+    Plain values: it pickles and fits a Spark commit message. ``producer_id`` -1: nothing
+    was added to the transaction, so there is nothing to end.
+    """
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    #: transactions v2 (KIP-890): the coordinator expects EndTxn v5 for it
+    v2: bool = False
+
+
 class TxnCoordinatorClient:
     """The transactional requests, each retried as the module docstring says."""
 

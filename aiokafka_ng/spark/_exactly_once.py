@@ -16,43 +16,54 @@ its **marker** as the committed offset of the consumer group of the same name on
 *A task of batch B in slot s* (``_write.py`` runs it):
 
 1. starts a producer with the slot's transactional id. InitProducerId fences every older
-   producer of the slot (a zombie attempt, a speculative twin, the task of a killed
-   driver) and settles its transaction: an open one is aborted, one already being
-   committed finishes first (the coordinator answers CONCURRENT_TRANSACTIONS until then);
+   producer of the slot (a failed attempt, a speculative twin, the task of a killed
+   driver) and settles its transaction: an open one -- prepared or not -- is aborted, one
+   already being committed finishes first (the coordinator answers CONCURRENT_TRANSACTIONS
+   until then);
 2. reads the marker with OffsetFetch ``require_stable`` (KIP-447: the broker refuses to
    answer while a transactional offset commit is pending, so what we read is final);
 3. marker >= B: this slot's output of batch B is already in Kafka. The rows are read and
    counted, nothing is written; if the counts differ from the marker's the task fails
    (the batch is not the batch that was committed: see *Determinism*);
 4. else: begin a transaction, send the rows, add the marker (TxnOffsetCommit B for the
-   slot's group) to the same transaction, commit. Records and marker become visible
-   together or not at all.
+   slot's group) to the same transaction, and *prepare* it (flush, every record
+   acknowledged, no EndTxn); the commit message carries the transactional id, producer id
+   and epoch.
+
+*The driver* commits: Spark calls the writer's ``commit`` only when every task of the
+write succeeded, with one commit message per task (the attempt it kept); it sends EndTxn
+(commit) for each prepared transaction (``complete_prepared``). On ``abort`` it sends
+EndTxn(abort) for those it got. Records and marker of (B, s) become visible together, and
+only for an attempt Spark accepted.
 
 *Why each Spark failure is exactly once.* Output of (B, s) is visible to read_committed
 consumers iff the transaction holding it committed, and then the marker says B. Step 1
 makes one producer per slot alive at a time, and step 2 runs after every earlier
 transaction of the slot is settled, so a task sees the marker of every earlier committed
-attempt. Hence at most one attempt of (B, s) commits, and the batch is complete once
-every slot has committed or found its marker.
+attempt; a transaction is committed only by the driver, for an attempt Spark accepted,
+and only while no later attempt fenced it (EndTxn with a fenced epoch fails).
 
-- Task retry, executor loss: the new attempt fences the old one (whose commit then fails
-  with ProducerFenced) and writes only if no attempt committed. Not covered: a task that
-  fails *upstream* of the sink (a UDF, the read) after the sink sent rows. Spark 4.3 can
-  end that attempt's input to the writer as if it were complete (an Arrow stream cut at a
-  batch boundary reads as a whole one), and the attempt then commits its partial rows and
-  marker; every retry finds fewer rows in the marker than it has and fails with
-  ExactlyOnceReplayError (step 3): no duplicate, but the write fails with rows missing
-  (tests/kafka/test_spark_exactly_once_retry.py). Telling a cut input from a whole one, or
-  committing the slots' transactions on the driver once Spark accepted the tasks, would
-  close it.
-- Speculative duplicates: the same, whichever starts second; both succeed from Spark's view
-  and Spark keeps one commit message.
-- Driver killed after some or all tasks committed but before the checkpoint's commit log
-  has B: the restart replays B (same offsets, from the offset log); committed slots find
-  their marker and write nothing, the others write.
-- Driver killed mid-task: the task's transaction stays open until the replay's attempt
-  fences it (or transaction.timeout.ms passes); read_committed consumers wait (LSO) and
-  never see its records.
+- Task retry, executor loss, a task that fails upstream of the sink (a UDF, the read)
+  after the sink sent rows: Spark drops the failed attempt's commit message, so its
+  transaction is never committed; the retry's step 1 aborts it. This holds even when
+  Spark (4.3) ends a failing attempt's input to the writer as if it were complete (an
+  Arrow stream cut at a batch boundary reads as a whole one) and the attempt prepares its
+  partial rows: tests/kafka/test_spark_exactly_once_retry.py. (When tasks committed their
+  own transactions, such an attempt committed partial rows and every retry then failed.)
+- Speculative duplicates: the copy started second fences the first. If Spark keeps the
+  second, its transaction commits. If Spark keeps the first (it finished first), the
+  driver's EndTxn for it fails: the write fails with ExactlyOnceCommitError and nothing of
+  that slot is visible; a restart replays the batch and writes it once. Never a duplicate
+  or a loss, but a failed batch: keep ``spark.speculation`` off for exactly-once writes.
+- Driver killed after it committed some or all transactions but before the checkpoint's
+  commit log has B: the restart replays B (same offsets, from the offset log); committed
+  slots find their marker and write nothing, the others' open transactions are aborted by
+  the replay's step 1 and written again.
+- Driver killed mid-task or before its commit: the open transactions stay open until the
+  replay's attempt fences them (or transaction.timeout.ms passes); read_committed
+  consumers wait (LSO) and never see their records.
+- A driver commit that fails half-way (a broker down past ``max.block.ms``): the slots
+  committed so far are like the previous case, the rest are replayed.
 
 *Determinism (what the replay must keep).* A replay of B must give slot s the same rows
 as the first run. Spark replays a micro-batch from the offsets in its offset log, so this
@@ -66,34 +77,49 @@ slots that already ran may have written duplicates. A restart with a different n
 the new ones join from the next batch (new slots start without a marker).
 
 *Cost.* Per task per micro-batch: InitProducerId, FindCoordinator + OffsetFetch,
-AddPartitionsToTxn, AddOffsetsToTxn + TxnOffsetCommit, EndTxn, and the transaction markers
-the brokers write into each partition; a few milliseconds per task on a LAN, not per row.
-Read_committed consumers see the records only after the commit (end-to-end latency grows
-by up to one micro-batch). Markers are group offsets: Kafka expires those of an empty group
-after ``offsets.retention.minutes`` (7 days); a query restarted from a checkpoint after
-longer than that, whose last batch was committed to Kafka but not to the checkpoint,
-writes that batch again.
+AddPartitionsToTxn, AddOffsetsToTxn + TxnOffsetCommit (or neither with transactions v2);
+on the driver one EndTxn per task (sent concurrently) and the transaction markers the
+brokers write into each partition; a few milliseconds per task on a LAN, not per row.
+Read_committed consumers see the records only after the driver's commit (end-to-end
+latency grows by up to one micro-batch). A task's transaction stays open from its first
+record until the driver commits, after the stage's last task, so the whole write stage
+must fit in ``transaction.timeout.ms``: the sink sets it to 15 minutes
+(:data:`EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS`, Kafka's default cap
+``transaction.max.timeout.ms``) unless ``kafka.transaction.timeout.ms`` is given; a
+stage that runs longer fails at the driver's commit (nothing of it visible). The same
+timeout bounds how long an attempt nobody fences (a slot that no longer exists after a
+restart) holds back read_committed readers. Markers are group offsets: Kafka expires
+those of an empty group after ``offsets.retention.minutes`` (7 days); a query restarted
+from a checkpoint after longer than that, whose last batch was committed to Kafka but not
+to the checkpoint, writes that batch again.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+
 from aiokafka_ng.admin import AdminClient, AdminConfig
 from aiokafka_ng.admin import TopicPartition as AdminTopicPartition
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
-from aiokafka_ng.producer import Producer
+from aiokafka_ng.errors import KafkaError
+from aiokafka_ng.producer import PreparedTransaction, Producer
 from aiokafka_ng.spark._options import SparkOptionError, bool_option, option_value
 
 __all__ = [
     "DEFAULT_PREFIX",
     "EXACTLY_ONCE_OPTIONS",
+    "EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS",
     "ExactlyOnce",
+    "ExactlyOnceCommitError",
     "Slot",
     "committed_marker",
+    "complete_prepared",
     "plan_exactly_once",
     "slot_for_task",
 ]
@@ -103,9 +129,14 @@ EXACTLY_ONCE_OPTIONS = frozenset(
     {"exactlyOnce", "exactlyOnceId", "exactlyOnceMarkerTopic", "transactionalIdPrefix"}
 )
 DEFAULT_PREFIX = "aiokafka_ng-spark-"
+#: ``kafka.transaction.timeout.ms`` unless set: Kafka's default ``transaction.max.timeout.ms``
+#: (the most a broker accepts unless raised), as a write stage may run for minutes.
+EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS = 900_000
 _QUERY_ID = "sql.streaming.queryId"  # Spark's local properties, set on every task
 _BATCH_ID = "streaming.sql.batchId"
 _FORBIDDEN = ("transactional.id", "enable.idempotence")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -215,7 +246,58 @@ async def committed_marker(
     return got.offset, meta if isinstance(meta, dict) else {}
 
 
-async def commit_with_marker(producer: Producer, slot: Slot, rows: int, nbytes: int) -> None:
-    """Add the marker to the open transaction and commit it (records + marker, atomically)."""
+async def prepare_with_marker(
+    producer: Producer, slot: Slot, rows: int, nbytes: int
+) -> PreparedTransaction:
+    """Add the marker to the open transaction and prepare it: every record and the marker
+    are in Kafka, the EndTxn that makes them visible together is the driver's."""
     await producer.send_offsets_to_transaction(marker_value(slot, rows, nbytes), slot.group)
-    await producer.commit_transaction()
+    return await producer.prepare_transaction()
+
+
+class ExactlyOnceCommitError(RuntimeError):
+    """The driver could not commit every task's transaction of a write (none of a task
+    whose commit failed is visible; a replay of the batch writes it again)."""
+
+
+def complete_prepared(
+    properties: Mapping[str, str], prepared: list[PreparedTransaction], commit: bool
+) -> None:
+    """Driver: commit (or abort) the tasks' prepared transactions, all of them concurrently.
+
+    Committing tries every transaction even when one fails (each commit that succeeds is
+    progress a replay will find in its marker), then raises :class:`ExactlyOnceCommitError`
+    naming the failures; aborting logs failures (an abort is only cleanup: a replay's
+    InitProducerId or ``transaction.timeout.ms`` ends those transactions anyway)."""
+    if not prepared:
+        return
+    failures: list[tuple[PreparedTransaction, BaseException]] = []
+
+    async def one(producer: Producer, txn: PreparedTransaction) -> None:
+        try:
+            await producer.complete_transaction(txn, commit=commit)
+        except KafkaError as exc:
+            failures.append((txn, exc))
+
+    async def run() -> None:
+        # Not idempotent: its InitProducerId would be a wasted round trip.
+        driver = Producer.from_properties({**properties, "enable.idempotence": "false"})
+        async with driver, anyio.create_task_group() as tg:
+            for txn in prepared:
+                tg.start_soon(one, driver, txn)
+
+    anyio.run(run)
+    if not failures:
+        return
+    what = "; ".join(f"{t.transactional_id}: {exc!r}" for t, exc in failures)
+    if not commit:
+        log.warning(
+            "aiokafka_ng exactly-once: aborting %d transactions failed: %s", len(failures), what
+        )
+        return
+    raise ExactlyOnceCommitError(
+        f"{len(failures)} of {len(prepared)} task transactions were not committed ({what}); "
+        "their rows are not visible and the batch fails: a streaming query restarted from "
+        "its checkpoint (or a batch write run again with the same exactlyOnceId) writes "
+        "them again, and only them"
+    )

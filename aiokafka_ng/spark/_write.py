@@ -33,7 +33,8 @@ checks the rest. The first failed record fails the task with that record's error
 note naming the record and topic), so Spark's task retry applies. Like Spark's own Kafka
 sink the guarantee is at-least-once by default: a retried task sends its rows again. With
 ``exactlyOnce`` each task writes in a Kafka transaction together with a marker of its
-micro-batch, and a replayed batch whose marker is committed writes nothing
+micro-batch and leaves it prepared, the driver commits the transactions of the attempts
+Spark accepted, and a replayed batch whose marker is committed writes nothing
 (:mod:`aiokafka_ng.spark._exactly_once` has the protocol and why it is correct).
 The commit message counts rows and payload bytes per topic; the driver logs the totals.
 """
@@ -65,15 +66,17 @@ from pyspark.sql.types import (
 )
 
 from aiokafka_ng.config import ProducerConfig
-from aiokafka_ng.producer import BatchDelivery, Producer
+from aiokafka_ng.producer import BatchDelivery, PreparedTransaction, Producer
 from aiokafka_ng.producer.future import Delivery
 from aiokafka_ng.protocol.speedups import BinaryColumn
 from aiokafka_ng.spark._exactly_once import (
     EXACTLY_ONCE_OPTIONS,
+    EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS,
     ExactlyOnce,
-    commit_with_marker,
     committed_marker,
+    complete_prepared,
     plan_exactly_once,
+    prepare_with_marker,
     slot_for_task,
 )
 from aiokafka_ng.spark._options import (
@@ -119,6 +122,8 @@ class KafkaCommitMessage(WriterCommitMessage):  # type: ignore[misc,unused-ignor
     per_topic: dict[str, int] = field(default_factory=dict)
     #: exactlyOnce: the rows were already committed by an earlier attempt (none sent now)
     replayed: bool = False
+    #: exactlyOnce: the task's transaction, left open for the driver to commit
+    prepared: PreparedTransaction | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,10 @@ def plan_write(
     warn_unknown(options, WRITE_OPTIONS | EXACTLY_ONCE_OPTIONS, "sink")
     properties = producer_properties(options)
     exactly_once = plan_exactly_once(options, properties, streaming)
+    if exactly_once is not None and "transaction.timeout.ms" not in properties:
+        # A task's transaction stays open until the driver commits, after the stage's last
+        # task: the whole write stage must fit (module _exactly_once, "Cost").
+        properties["transaction.timeout.ms"] = str(EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS)
     if "batch.size" not in properties:
         # Never plan a batch larger than a request may carry.
         limit = ProducerConfig.from_properties(properties).max_request_size
@@ -204,10 +213,12 @@ class KafkaBatchWriter(DataSourceArrowWriter):  # type: ignore[misc,unused-ignor
         return write_batches(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _complete(self.plan, messages, commit=True)
         _log_totals("batch write", messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _log_totals("aborted batch write (records already sent stay in Kafka)", messages)
+        _complete(self.plan, messages, commit=False)
+        _log_totals(_aborted(self.plan, "batch write"), messages)
 
 
 class KafkaStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,unused-ignore]
@@ -220,10 +231,31 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,unuse
         return write_batches(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _complete(self.plan, messages, commit=True)
         _log_totals(f"micro-batch {batchId}", messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _log_totals(f"aborted micro-batch {batchId}", messages)
+        _complete(self.plan, messages, commit=False)
+        _log_totals(_aborted(self.plan, f"micro-batch {batchId}"), messages)
+
+
+def _complete(plan: WritePlan, messages: list[WriterCommitMessage | None], commit: bool) -> None:
+    """exactlyOnce, on the driver: end the transactions the accepted task attempts left
+    open. Spark calls commit only when every task succeeded, with the message of the one
+    attempt per task it kept; a failed attempt's transaction is never committed (the
+    retry's InitProducerId aborts it)."""
+    if plan.exactly_once is None:
+        return
+    prepared = [
+        m.prepared for m in messages if isinstance(m, KafkaCommitMessage) and m.prepared is not None
+    ]
+    complete_prepared(plan.properties, prepared, commit)
+
+
+def _aborted(plan: WritePlan, what: str) -> str:
+    if plan.exactly_once is None:
+        return f"aborted {what} (records already sent stay in Kafka)"
+    return f"aborted {what} (the tasks' transactions are aborted)"
 
 
 def _log_totals(what: str, messages: list[WriterCommitMessage | None]) -> None:
@@ -433,8 +465,9 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
             sent += n
             _settle(pending)
         if slot is not None:
-            # Flushes, checks every record, then EndTxn: records and marker together.
-            await commit_with_marker(producer, slot, sent, result.bytes)
+            # Flushes and checks every record; the driver commits once Spark accepted this
+            # attempt (the EndTxn that makes records and marker visible together).
+            result.prepared = await prepare_with_marker(producer, slot, sent, result.bytes)
         else:
             await producer.flush()
         _settle(pending)

@@ -33,6 +33,7 @@ FRAGMENTS = {
     "futs = await producer.send_batch(": "continues the Produce example (values, keys)",
     "run = await producer.send_many(": "continues the Produce example (values, keys)",
     "from datetime import timedelta": "works on consumer groups the reader already has",
+    "# A transactional producer": "tests/transactions/test_txn_prepared.py runs these calls",
 }
 
 

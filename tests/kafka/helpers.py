@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import anyio
 
 from aiokafka_ng.admin import AdminClient, NewTopic
+from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.testing import KafkaCluster
 
 T = TypeVar("T")
@@ -93,3 +94,46 @@ async def whole_again(cluster: KafkaCluster, within: float = 90) -> None:
                     if len(described) == len(names) and not lagging:
                         return
                 await anyio.sleep(0.2)
+
+
+async def log_ends(cluster: KafkaCluster, topic: str, partitions: int) -> int:
+    """The sum of the partitions' high watermarks (records, aborted ones and markers)."""
+    async with Consumer(bootstrap_servers=cluster.bootstrap_servers) as c:
+        ends = await c.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+    return sum(ends.values())
+
+
+async def read_all(
+    cluster: KafkaCluster,
+    topic: str,
+    partitions: int,
+    isolation: str = "read_committed",
+    *,
+    settle: bool = True,
+) -> list[Any]:
+    """Every record of the topic's first ``partitions`` partitions.
+
+    read_committed: once no transaction is open in them (bounded, 10 s; ``settle`` False:
+    as they are now), then up to the last stable offsets. Kafka answers EndTxn before it
+    writes the markers, so right after a commit the last stable offset still lags the high
+    watermark.
+    """
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    out: list[Any] = []
+    async with Consumer(
+        bootstrap_servers=cluster.bootstrap_servers, isolation_level=isolation
+    ) as c:
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        ends = await c.end_offsets(tps)  # read_committed: the last stable offsets
+        if isolation == "read_committed" and settle:
+            for _ in range(200):  # 50 ms apart
+                if sum(ends.values()) == await log_ends(cluster, topic, partitions):
+                    break
+                await anyio.sleep(0.05)
+                ends = await c.end_offsets(tps)
+        with anyio.fail_after(120):
+            while [tp for tp in tps if await c.position(tp) < ends[tp]]:
+                for records in (await c.getmany(timeout_ms=500)).values():
+                    out.extend(records)
+    return out

@@ -33,11 +33,9 @@ import anyio
 import pytest
 
 from aiokafka_ng.admin import NewTopic
-from aiokafka_ng.consumer import Consumer
-from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import KafkaCluster
-from tests.kafka.helpers import admin_for, unique
+from tests.kafka.helpers import admin_for, log_ends, read_all, unique
 
 pytestmark = pytest.mark.kafka
 
@@ -60,12 +58,6 @@ async def _setup(cluster: KafkaCluster, topics: list[str]) -> None:
         await producer.flush()
 
 
-async def _high_watermark(cluster: KafkaCluster, topic: str) -> int:
-    async with Consumer(bootstrap_servers=cluster.bootstrap_servers) as c:
-        ends = await c.end_offsets([TopicPartition(topic, p) for p in range(2)])
-    return sum(ends.values())
-
-
 def _committed_input(checkpoint: Path) -> int:
     """Input records covered by the last batch in the checkpoint's commit log."""
     commits = [int(f.name) for f in (checkpoint / "commits").glob("[0-9]*")]
@@ -80,19 +72,7 @@ def _batches_committed(checkpoint: Path) -> int:
 
 
 async def _read_ours(cluster: KafkaCluster, topic: str) -> list[tuple[bytes, bytes]]:
-    tps = [TopicPartition(topic, p) for p in range(2)]
-    out: list[tuple[bytes, bytes]] = []
-    async with Consumer(
-        bootstrap_servers=cluster.bootstrap_servers, isolation_level="read_committed"
-    ) as c:
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
-        ends = await c.end_offsets(tps)  # read_committed: the last stable offsets
-        with anyio.fail_after(120):
-            while [tp for tp in tps if await c.position(tp) < ends[tp]]:
-                for records in (await c.getmany(timeout_ms=500)).values():
-                    out.extend((r.key, r.value) for r in records)
-    return out
+    return [(r.key, r.value) for r in await read_all(cluster, topic, 2)]
 
 
 def _read_librdkafka(cluster: KafkaCluster, topic: str, expected: int) -> list[tuple[Any, Any]]:
@@ -203,7 +183,7 @@ def test_exactly_once_sink_survives_driver_kills(
     for i in range(KILLS):
         # Output not covered by the commit log before this run: duplicates, or records of a
         # killed batch that its replay writes again. Only output beyond it is new.
-        baseline = anyio.run(_high_watermark, kafka_cluster, topics[2]) - _committed_input(
+        baseline = anyio.run(log_ends, kafka_cluster, topics[2], 2) - _committed_input(
             alo_checkpoint
         )
         # At least one batch of this run first: every kill hits a running query.
@@ -221,7 +201,7 @@ def test_exactly_once_sink_survives_driver_kills(
                 assert rc is None, (
                     f"driver exited (rc {rc}) before mid-write kill {i}\n{_tail(log)}"
                 )
-                written = anyio.run(_high_watermark, kafka_cluster, topics[2])
+                written = anyio.run(log_ends, kafka_cluster, topics[2], 2)
                 new = written - _committed_input(alo_checkpoint) - baseline
                 if new > 0:
                     excess.append(new)

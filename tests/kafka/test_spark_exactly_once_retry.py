@@ -7,15 +7,14 @@ the sink in the same task, raises. Spark retries the task. What happens, measure
 
 * at-least-once batch write: the failed attempt's rows stay and the retry writes its whole
   partition again: duplicates, at least as many as the attempt had written.
-* exactlyOnce, batch and streaming: never a duplicate, but not always exactly once. Spark
-  (4.3) may end the failed attempt's input to the sink's Python writer as if it were
-  complete (an Arrow stream cut at a batch boundary reads as a whole one); when the writer
-  gets there before Spark stops it, that attempt commits its partial rows with its marker.
-  The retry then finds the marker with fewer rows than it has and fails with
-  ExactlyOnceReplayError, every attempt: the write (or the streaming query, at that
-  micro-batch) fails, and the rows the failed attempt had not reached are missing. When the
-  failed attempt is stopped first, its transaction is aborted and the retry writes every row
-  once. Both outcomes occurred in runs of this test; it accepts either, never a duplicate.
+* exactlyOnce, batch and streaming: every row exactly once. Spark (4.3) may end the failed
+  attempt's input to the sink's Python writer as if it were complete (an Arrow stream cut
+  at a batch boundary reads as a whole one), so that attempt may prepare a transaction of
+  partial rows with its marker; but the task failed, Spark drops its commit message, and
+  the driver commits only the transaction of the attempt Spark kept. The retry's
+  InitProducerId aborts the failed attempt's transaction (its rows stay in the log,
+  aborted). Before the driver committed, such a partial commit failed every retry with
+  ExactlyOnceReplayError and the rest of the partition was missing.
 
 Speculative tasks are not tested: Spark never launches them in local mode
 (``TaskSchedulerImpl.start`` starts the speculation checks only ``if (!isLocal && ...)``).
@@ -28,16 +27,15 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from aiokafka_ng.admin import NewTopic
-from aiokafka_ng.consumer import Consumer
-from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import KafkaCluster
-from tests.kafka.helpers import admin_for, unique
+from tests.kafka.helpers import admin_for, log_ends, read_all, unique
 
 pytestmark = pytest.mark.kafka
 
@@ -56,28 +54,6 @@ async def _setup(cluster: KafkaCluster, topics: dict[str, str]) -> None:
         for i in range(ROWS):
             await producer.send(topics["input"], f"{i}".encode(), f"k{i}".encode())
         await producer.flush()
-
-
-async def _read(cluster: KafkaCluster, topic: str, isolation: str) -> list[int]:
-    tps = [TopicPartition(topic, p) for p in range(2)]
-    out: list[int] = []
-    async with Consumer(
-        bootstrap_servers=cluster.bootstrap_servers, isolation_level=isolation
-    ) as c:
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
-        ends = await c.end_offsets(tps)  # read_committed: the last stable offsets
-        with anyio.fail_after(120):
-            while [tp for tp in tps if await c.position(tp) < ends[tp]]:
-                for records in (await c.getmany(timeout_ms=500)).values():
-                    out.extend(int(r.value[:6]) for r in records)
-    return out
-
-
-async def _log_size(cluster: KafkaCluster, topic: str) -> int:
-    async with Consumer(bootstrap_servers=cluster.bootstrap_servers) as c:
-        ends = await c.end_offsets([TopicPartition(topic, p) for p in range(2)])
-    return sum(ends.values())
 
 
 @pytest.fixture(scope="module")
@@ -130,40 +106,38 @@ def retried(
     return {**topics, **{f"{name}-outcome": line for name, line in outcome.items()}}
 
 
-def _never_duplicates(kafka_cluster: KafkaCluster, retried: dict[str, str], name: str) -> None:
+def _values(records: list[Any]) -> list[int]:
+    return [int(r.value[:6]) for r in records]
+
+
+def _exactly_once(kafka_cluster: KafkaCluster, retried: dict[str, str], name: str) -> None:
     outcome = retried[f"{name}-outcome"]
-    values = anyio.run(_read, kafka_cluster, retried[name], "read_committed")
+    assert outcome == f"DONE {retried[name]}", outcome
+    values = _values(anyio.run(read_all, kafka_cluster, retried[name], 2))
     counts = Counter(values)
-    assert max(counts.values()) == 1, f"duplicated rows ({outcome})"
-    if outcome == f"DONE {retried[name]}":
-        # The failed attempt did not commit: the retry wrote the partition, exactly once,
-        # and the failed attempt's rows are in the log, aborted.
-        assert sorted(counts) == list(range(ROWS)), "lost rows"
-        assert anyio.run(_log_size, kafka_cluster, retried[name]) >= ROWS + WRITTEN
-    else:
-        # The failed attempt committed the rows it had when its input was cut; every retry
-        # then refused to write on top of them.
-        assert outcome.startswith(f"FAILED {retried[name]} ['ExactlyOnceReplayError']"), outcome
-        assert WRITTEN <= len(counts) < ROWS, len(counts)
+    assert max(counts.values()) == 1, "duplicated rows"
+    assert sorted(counts) == list(range(ROWS)), "lost rows"
+    # The failed attempt's rows are in the log, aborted.
+    assert anyio.run(log_ends, kafka_cluster, retried[name], 2) >= ROWS + WRITTEN
 
 
-def test_an_upstream_failure_in_an_exactly_once_batch_task_never_duplicates(
+def test_an_upstream_failure_in_an_exactly_once_batch_task_is_exactly_once(
     kafka_cluster: KafkaCluster, retried: dict[str, str]
 ) -> None:
-    _never_duplicates(kafka_cluster, retried, "eos")
+    _exactly_once(kafka_cluster, retried, "eos")
 
 
-def test_an_upstream_failure_in_an_exactly_once_streaming_task_never_duplicates(
+def test_an_upstream_failure_in_an_exactly_once_streaming_task_is_exactly_once(
     kafka_cluster: KafkaCluster, retried: dict[str, str]
 ) -> None:
-    _never_duplicates(kafka_cluster, retried, "stream")
+    _exactly_once(kafka_cluster, retried, "stream")
 
 
 def test_a_retried_at_least_once_task_duplicates_what_the_failed_attempt_wrote(
     kafka_cluster: KafkaCluster, retried: dict[str, str]
 ) -> None:
     assert retried["alo-outcome"] == f"DONE {retried['alo']}"
-    values = anyio.run(_read, kafka_cluster, retried["alo"], "read_uncommitted")
+    values = _values(anyio.run(read_all, kafka_cluster, retried["alo"], 2, "read_uncommitted"))
     counts = Counter(values)
     assert sorted(counts) == list(range(ROWS)), "lost rows"
     duplicates = len(values) - ROWS

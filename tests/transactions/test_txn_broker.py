@@ -105,8 +105,9 @@ class Log:
         return out
 
 
-async def read_log(bootstrap: str, topic: str, partition: int = 0) -> Log:
-    """The partition's log once no transaction is open in it (bounded wait).
+async def read_log(bootstrap: str, topic: str, partition: int = 0, *, settle: bool = True) -> Log:
+    """The partition's log once no transaction is open in it (bounded wait; ``settle``
+    False: as it is now).
 
     Kafka answers EndTxn once the coordinator has logged PREPARE_COMMIT/ABORT and writes the
     markers afterwards (WriteTxnMarkers), so right after ``commit_transaction()`` the marker
@@ -135,7 +136,7 @@ async def read_log(bootstrap: str, topic: str, partition: int = 0) -> Log:
             response = await cluster.request(leader, request, version=11)
             part = response.responses[0].partitions[0]
             assert part.error_code == 0
-            if not 0 <= part.last_stable_offset < part.high_watermark:
+            if not (settle and 0 <= part.last_stable_offset < part.high_watermark):
                 break
             await anyio.sleep(0.05)
     return Log(part.high_watermark, bytes(part.records or b""))
