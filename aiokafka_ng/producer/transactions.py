@@ -529,9 +529,9 @@ class TransactionManager:
     async def prepare(self, flush: Callable[[], Awaitable[None]]) -> PreparedTransaction:
         """Flush and check as commit does, then stop short of EndTxn: the transaction stays
         open on the coordinator for whoever holds the answer to commit or abort it
-        (``Producer.complete_transaction``), until a producer
-        with the same transactional id starts (its InitProducerId aborts it) or
-        ``transaction_timeout_ms`` passes. This producer can then only be closed."""
+        (``Producer.complete_transaction``), until a producer with the same transactional
+        id starts (its InitProducerId aborts it) or ``transaction_timeout_ms`` passes. This
+        producer can then only be closed."""
         await self._flush_for_end(flush, "prepare_transaction()")
         idem = self.idem
         pid, epoch = (
