@@ -1,23 +1,23 @@
 """Connection setup exchanges: ApiVersions negotiation and SASL authentication (KIP-152).
 
 These run before a connection is handed out, as plain request/response round trips (the
-``roundtrip`` callable writes one request and returns its raw response frame). They are kept
-apart from :mod:`aiokafka_ng.net.connection` so that module is only about pipelining.
+``exchange`` callable writes one request and returns its decoded response, through the
+connection's one correlation path); SASL runs again for re-authentication (KIP-368). They are
+kept apart from :mod:`aiokafka_ng.net.connection` so that module is only about pipelining.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from aiokafka_ng.errors import UnsupportedVersionError
 from aiokafka_ng.net.sasl import SaslMechanism
-from aiokafka_ng.protocol.errors import ProtocolError, error_for_code
-from aiokafka_ng.protocol.framing import decode_response
-from aiokafka_ng.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from aiokafka_ng.protocol.errors import error_for_code
+from aiokafka_ng.protocol.messages.api_versions import ApiVersionsRequest
 from aiokafka_ng.protocol.messages.sasl_authenticate import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -28,7 +28,6 @@ from aiokafka_ng.protocol.messages.sasl_handshake import (
 )
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
-RoundTrip = Callable[[ApiMessage, int], Awaitable[bytes]]
 R = TypeVar("R", bound=ApiMessage)
 
 
@@ -125,8 +124,13 @@ class BrokerVersions:
     features_epoch: int = -1
 
 
-async def negotiate_api_versions(roundtrip: RoundTrip, where: str) -> BrokerVersions:
-    """ApiVersions in our newest version, falling back once as the broker tells us."""
+async def negotiate_api_versions(exchange: Exchange, where: str) -> BrokerVersions:
+    """ApiVersions in our newest version, falling back once as the broker tells us.
+
+    ``exchange`` decodes the answer as
+    :func:`~aiokafka_ng.protocol.connection.decode_api_versions` does: an UNSUPPORTED_VERSION
+    answer (or one undecodable in the version asked) is read in the v0 format, which carries
+    the broker's range."""
     version = ApiVersionsRequest.MAX_STABLE_VERSION
     for attempt in range(2):
         request = ApiVersionsRequest(
@@ -134,21 +138,7 @@ async def negotiate_api_versions(roundtrip: RoundTrip, where: str) -> BrokerVers
             client_software_name="aiokafka-ng",
             client_software_version=_software_version(),
         )
-        frame = await roundtrip(request, version)
-        try:
-            _, response = decode_response(ApiVersionsResponse, version, frame)
-            fallback = response.error_code == _UNSUPPORTED_VERSION
-        except ProtocolError:
-            if version == 0:
-                raise
-            fallback = True
-        if fallback and version > 0:
-            # A broker that does not know our ApiVersions version answers in the v0 format
-            # with error 35 and its own range (ApiVersions response headers are always v0,
-            # so only the body differs); Java's ApiVersionsResponse.parse falls back the
-            # same way. A v0 body can happen to parse as a newer version, so error 35 is
-            # always re-read as v0.
-            _, response = decode_response(ApiVersionsResponse, 0, frame)
+        response = await exchange(request, version)
         if response.error_code == _UNSUPPORTED_VERSION and attempt == 0 and version > 0:
             theirs = {k.api_key: k.max_version for k in response.api_keys}
             # Retry in the newest version the broker named, or v0 if it named none.
