@@ -50,6 +50,7 @@ from aiokafka_ng.protocol.framing import (
     encode_request,
     peek_correlation_id,
 )
+from aiokafka_ng.protocol.handshake import api_name
 from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
 from aiokafka_ng.protocol.messages.api_versions import ApiVersionsResponse
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
@@ -114,10 +115,6 @@ class NeedData:
 
 
 NEED_DATA: Final = NeedData()
-
-
-def _api_name(request_type: type[ApiMessage]) -> str:
-    return request_type.__name__.removesuffix("Request")
 
 
 def _detached(exc: ProtocolError) -> ProtocolError:
@@ -216,7 +213,7 @@ class ClientConnection(Generic[C]):
         in_flight.append(
             InFlightRequest(
                 correlation_id,
-                _api_name(type(request)),
+                api_name(type(request)),
                 request.RESPONSE_TYPE,
                 version,
                 limits,
