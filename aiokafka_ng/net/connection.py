@@ -4,12 +4,10 @@ Theory of operation
 ===================
 
 Setup. ``Connection.run`` (for ``tg.start``) and :func:`connect` (standalone) open the
-TCP/TLS stream within ``connect_timeout_s``, then handshake with plain request/response
-round trips before any caller can send: ApiVersions in the newest version we know (a broker
-that does not know that version answers UNSUPPORTED_VERSION in the v0 format together with
-its own range, so that answer is read as v0 and we retry once in a version it supports), then, when
-SASL is configured, SaslHandshake v1 + SaslAuthenticate (KIP-152); those exchanges live in
-``_handshake.py``. Only then does the owner get the connection and the reader task start.
+TCP/TLS stream within ``connect_timeout_s``, then run the handshake's steps
+(:mod:`aiokafka_ng.protocol.handshake`: ApiVersions, then SASL when configured) as plain
+round trips read by the opening task. Only then does the owner get the connection and the
+reader task start.
 
 In-flight permits. A semaphore of exactly ``max_in_flight`` permits bounds the requests on
 the wire. ``send()`` takes a permit BEFORE writing; from the moment its request is
@@ -41,18 +39,8 @@ cancellation and bounded by the request's deadline instead, so a frame is either
 whole or the connection is poisoned; a caller cancelled mid-write gets its cancellation at
 its next checkpoint, with its request already in flight.
 
-Re-authentication (KIP-368). A broker with ``connections.max.reauth.ms`` (or a credential
-that expires, e.g. an OAUTHBEARER token) gives each SASL session a lifetime in its
-SaslAuthenticate answer and closes a connection used after it. Like the Java client we
-re-authenticate at 85-95% of that lifetime (the random spread keeps a client's connections
-from all doing it at once), lazily: the first ``submit()`` after that moment runs it before
-its own request. The token is fetched first; then, under the write lock so no other frame
-can get between them, SaslHandshake and SaslAuthenticate go out as ordinary in-flight entries
-(without permits: a permit-holding task may be queued on the write lock). Requests already
-on the wire are not disturbed: the broker answers them in order before reading the
-handshake. A failed re-authentication closes the connection (the broker would) and its
-error reaches the caller that triggered it; everyone else sees a retriable closed
-connection.
+Re-authentication (KIP-368) runs lazily, from the first ``submit()`` after the SASL
+session's renewal time, under the write lock; ``_reauth.py`` says how.
 
 Timeouts. ``send(timeout=...)`` (default ``request_timeout_s``) is one deadline for the whole
 call: waiting for a permit, for the write lock, writing, and the response. Running out
@@ -62,14 +50,10 @@ before the frame is written raises RequestTimeoutError and leaves the connection
 
 from __future__ import annotations
 
-import enum
 import logging
-import random
-import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar, overload
+from typing import Literal, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -81,10 +65,21 @@ from aiokafka_ng.errors import (
     RequestTimeoutError,
 )
 from aiokafka_ng.net import _handshake
-from aiokafka_ng.net._errors import IO_ERRORS, connection_error, describe, translate_io_errors
-from aiokafka_ng.net.sasl import SaslConfig
+from aiokafka_ng.net._connection_types import (
+    ConnectionConfig,
+    ConnectionState,
+    ConnectionStatistics,
+)
+from aiokafka_ng.net._errors import (
+    IO_ERRORS,
+    connection_error,
+    describe,
+    open_stream,
+    translate_io_errors,
+)
+from aiokafka_ng.net._pending import NO_RESPONSE, InFlight, PendingResponse
+from aiokafka_ng.net._reauth import Reauthentication
 from aiokafka_ng.protocol.connection import ClientConnection, NeedData, Poisoned, Response
-from aiokafka_ng.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
@@ -100,73 +95,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=ApiMessage)
-T_co = TypeVar("T_co", covariant=True)
 
 _READ_CHUNK = 256 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionConfig:
-    """Per-connection settings (the ``net`` slice of the client configuration)."""
-
-    client_id: str | None = "aiokafka-ng"
-    # max.in.flight.requests.per.connection: the exact number of semaphore permits.
-    max_in_flight: int = 5
-    request_timeout_s: float = 30.0
-    connect_timeout_s: float = 10.0
-    ssl_context: ssl.SSLContext | None = None
-    sasl: SaslConfig | None = None
-    # What one answer may make us allocate. A larger frame is refused at its size prefix,
-    # before a byte of it is buffered; the clients derive it from their own size settings
-    # (ClientConfig.max_response_bytes). decode_limits bounds the structs one frame may
-    # decode to (a frame-sized answer of small structs costs 15-40x its size in objects).
-    max_response_bytes: int = DEFAULT_MAX_FRAME_SIZE
-    decode_limits: DecodeLimits = DEFAULT_LIMITS
-
-    def __post_init__(self) -> None:
-        if self.max_in_flight < 1:
-            raise ValueError("max_in_flight must be >= 1")
-        if self.max_response_bytes < 1024:
-            raise ValueError("max_response_bytes must be >= 1024")
-        if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:
-            raise ValueError("timeouts must be > 0")
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionStatistics:
-    """A snapshot of one connection's counters."""
-
-    in_flight: int  # requests on the wire whose response has not arrived
-    max_in_flight: int  # configured permits
-    max_in_flight_seen: int
-    permits_available: int
-    tasks_waiting: int  # send() calls waiting for a permit
-    submitting: int  # submit() calls entered and not yet on the wire (or failed)
-    requests_sent: int
-    responses_received: int
-    responses_discarded: int  # arrived after their caller had been cancelled
-    bytes_sent: int
-    bytes_received: int
-
-
-class ConnectionState(enum.Enum):
-    CONNECTING = "connecting"
-    READY = "ready"
-    CLOSED = "closed"
-
-
-@dataclass(slots=True, eq=False)
-class _InFlight(Generic[T_co]):
-    """The waiting side of one request on the wire (the ClientConnection's ``context``);
-    it owns one permit until settled."""
-
-    api_name: str
-    correlation_id: int = -1  # -1 until registered (then the permit is the entry's)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    response: T_co = field(init=False)  # set when settled without error
-    error: KafkaError | None = None
-    abandoned: bool = False  # the caller stopped waiting; the response is discarded
-    holds_permit: bool = True  # False for the handshake's requests (module docstring)
 
 
 class Connection:
@@ -191,7 +121,7 @@ class Connection:
         self._where = f"{host}:{port}"
         self._state = ConnectionState.CONNECTING
         self._close_reason = ""
-        self._proto: ClientConnection[_InFlight[ApiMessage]] = ClientConnection(
+        self._proto: ClientConnection[InFlight[ApiMessage]] = ClientConnection(
             config.client_id,
             max_frame_size=config.max_response_bytes,
             decode_limits=config.decode_limits,
@@ -209,8 +139,7 @@ class Connection:
         self._requests_sent = 0
         self._responses_discarded = 0
         self._bytes_sent = 0
-        # anyio clock time at which the SASL session should be renewed (None: never/now busy)
-        self._reauth_at: float | None = None
+        self._reauth = None if config.sasl is None else Reauthentication(host, self._where, config)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -234,20 +163,7 @@ class Connection:
 
     @classmethod
     async def _open(cls, host: str, port: int, config: ConnectionConfig) -> Connection:
-        with translate_io_errors(f"connecting to {host}:{port}"):
-            with anyio.fail_after(config.connect_timeout_s):
-                stream: anyio.abc.ByteStream
-                if config.ssl_context is None:
-                    stream = await anyio.connect_tcp(host, port)
-                else:
-                    stream = await anyio.connect_tcp(
-                        host,
-                        port,
-                        ssl_context=config.ssl_context,
-                        tls_hostname=host,
-                        # Brokers may close without a TLS close_notify; treat that as EOF.
-                        tls_standard_compatible=False,
-                    )
+        stream = await open_stream(host, port, config)
         conn = cls(host, port, config, stream)
         try:
             await conn._handshake()
@@ -336,7 +252,7 @@ class Connection:
 
     def _settle(
         self,
-        entry: _InFlight[ApiMessage],
+        entry: InFlight[ApiMessage],
         *,
         response: ApiMessage | None = None,
         error: KafkaError | None = None,
@@ -377,11 +293,12 @@ class Connection:
                 self._where,
                 tls=self._config.ssl_context is not None,
             )
-            self._schedule_reauth(lifetime_ms)
+            assert self._reauth is not None  # made with the same config
+            self._reauth.schedule(lifetime_ms)
 
     async def _setup_exchange(self, request: ApiRequest[R], version: int) -> R:
         """Setup-time request/response, before the reader exists: this task reads."""
-        entry: _InFlight[R] = _InFlight(_handshake.api_name(type(request)), holds_permit=False)
+        entry: InFlight[R] = InFlight(_handshake.api_name(type(request)), holds_permit=False)
         proto = self._proto
         # The handshake's answers are held to the default limits, whatever the client's.
         frame = proto.send_request(request, version, entry, limits=DEFAULT_LIMITS)
@@ -396,62 +313,17 @@ class Connection:
                         self._settle(event.request.context, response=event.response)
                     elif isinstance(event, NeedData):
                         proto.receive_data(await self._stream.receive(_READ_CHUNK))
-                    elif event.mismatch:
-                        raise CorrelationIdMismatchError(
-                            f"{self._where}: {entry.api_name} during connection setup: "
-                            f"{event.reason}"
-                        )
-                    else:
-                        raise KafkaConnectionError(
-                            f"{self._where}: undecodable response during connection setup: "
-                            f"{event.cause}"
-                        ) from event.cause
+                    else:  # settles this entry with the poisoning's error
+                        self._on_poisoned(event)
+        if entry.error is not None:
+            raise entry.error
         return entry.response
-
-    def _schedule_reauth(self, lifetime_ms: int) -> None:
-        if lifetime_ms > 0:
-            # Java's SaslClientAuthenticator: 85% of the lifetime plus up to 10% jitter.
-            share = 0.85 + 0.10 * random.random()
-            self._reauth_at = anyio.current_time() + lifetime_ms / 1000 * share
-
-    async def _reauthenticate(self) -> None:
-        """KIP-368 re-authentication on this live connection (see the module docstring)."""
-        sasl = self._config.sasl
-        assert sasl is not None  # only scheduled after a SASL login
-        self._reauth_at = None  # this task does it; others go on meanwhile
-        try:
-            mechanism = await sasl.create_mechanism(self.host)
-        except Exception as exc:
-            self._poison(f"re-authentication failed: {exc}", cause=exc)
-            raise
-        except BaseException:  # cancelled while getting the token: the next caller retries
-            self._reauth_at = anyio.current_time()
-            raise
-        try:
-            # Shielded: an exchange cut in half leaves the broker mid-authentication.
-            with anyio.CancelScope(shield=True), anyio.fail_after(self._config.request_timeout_s):
-                async with self._write_lock:
-                    lifetime_ms = await _handshake.authenticate(
-                        self._locked_exchange,
-                        mechanism,
-                        self.api_versions,
-                        self._where,
-                        tls=self._config.ssl_context is not None,
-                    )
-        except TimeoutError as exc:
-            self._poison("re-authentication timed out", cause=exc)
-            raise RequestTimeoutError(f"{self._where}: re-authentication timed out") from None
-        except Exception as exc:
-            self._poison(f"re-authentication failed: {exc}", cause=exc)
-            raise
-        _log.debug("re-authenticated to %s", self._where)
-        self._schedule_reauth(lifetime_ms)
 
     async def _locked_exchange(self, request: ApiRequest[R], version: int) -> R:
         """One request as an in-flight entry without a permit; the caller holds the write
         lock. Returns the decoded response (delivered by the reader)."""
         self._raise_if_closed()
-        entry: _InFlight[R] = _InFlight(_handshake.api_name(type(request)), holds_permit=False)
+        entry: InFlight[R] = InFlight(_handshake.api_name(type(request)), holds_permit=False)
         frame = self._proto.send_request(request, version, entry)
         entry.correlation_id = self._proto.last_correlation_id
         await self._write_frame(frame, anyio.current_time() + self._config.request_timeout_s)
@@ -576,11 +448,14 @@ class Connection:
         limit = self._config.request_timeout_s if timeout is None else timeout
         deadline = anyio.current_time() + limit
         self._raise_if_closed()
-        if self._reauth_at is not None and anyio.current_time() >= self._reauth_at:
-            await self._reauthenticate()
+        if self._reauth is not None and self._reauth.due():
+            await self._reauth.run(
+                self._locked_exchange, self.api_versions, self._write_lock, self._poison
+            )
+            _log.debug("re-authenticated to %s", self._where)
         if not expect_response:
             await self._write(request, version, deadline, None, None)
-            return _NO_RESPONSE
+            return NO_RESPONSE
 
         acquired = False
         with anyio.move_on_at(deadline):
@@ -591,7 +466,7 @@ class Connection:
                 f"{self._where}: no in-flight slot within {limit:g}s "
                 f"({self._config.max_in_flight} requests outstanding)"
             )
-        entry: _InFlight[R] = _InFlight(_handshake.api_name(request_type))
+        entry: InFlight[R] = InFlight(_handshake.api_name(request_type))
         try:
             await self._write(request, version, deadline, entry, limits)
         except BaseException:
@@ -603,7 +478,16 @@ class Connection:
         finally:
             if entry.correlation_id < 0:  # never registered: the permit is still ours
                 self._permits.release()
-        return PendingResponse(self, entry, deadline, limit)
+        return PendingResponse(entry, deadline, limit, self._timed_out)
+
+    def _timed_out(self, entry: InFlight[ApiMessage], limit: float) -> KafkaError:
+        """A written request got no response in time: close (its late response could be taken
+        for the next request's) and return the error its caller raises."""
+        what = f"{entry.api_name} (correlation id {entry.correlation_id})"
+        self._poison(f"{what} timed out after {limit:g}s")
+        return RequestTimeoutError(
+            f"{self._where}: {what} got no response within {limit:g}s; connection closed"
+        )
 
     def _raise_if_closed(self) -> None:
         if self._state is ConnectionState.CLOSED:
@@ -614,7 +498,7 @@ class Connection:
         request: ApiRequest[ApiMessage],
         version: int,
         deadline: float,
-        entry: _InFlight[ApiMessage] | None,
+        entry: InFlight[ApiMessage] | None,
         limits: DecodeLimits | None,
     ) -> None:
         acquired = False
@@ -696,62 +580,6 @@ class Connection:
             f"<Connection {self._where} {self._state.value} "
             f"in_flight={self._proto.in_flight}/{self._config.max_in_flight}>"
         )
-
-
-class PendingResponse(Generic[T_co]):
-    """A request already written to its connection; :meth:`wait` returns its response."""
-
-    __slots__ = ("_conn", "_deadline", "_entry", "_limit")
-
-    def __init__(
-        self, conn: Connection, entry: _InFlight[T_co], deadline: float, limit: float
-    ) -> None:
-        self._conn = conn
-        self._entry = entry
-        self._deadline = deadline
-        self._limit = limit
-
-    async def wait(self) -> T_co:
-        """The decoded response (``None`` for a request that expects none).
-
-        A caller cancelled here leaves the request on the wire with its permit: the reader
-        releases it and discards the response when it arrives (see the module docstring).
-        """
-        entry = self._entry
-        try:
-            with anyio.move_on_at(self._deadline):
-                await entry.done.wait()
-        finally:
-            if not entry.done.is_set():
-                entry.abandoned = True
-        if not entry.done.is_set():
-            self._conn._poison(
-                f"{entry.api_name} (correlation id {entry.correlation_id}) "
-                f"timed out after {self._limit:g}s",
-            )
-            raise RequestTimeoutError(
-                f"{self._conn._where}: {entry.api_name} (correlation id "
-                f"{entry.correlation_id}) got no response within {self._limit:g}s; "
-                "connection closed"
-            )
-        if entry.error is not None:
-            raise entry.error
-        return entry.response
-
-
-class _NoResponse(PendingResponse[None]):
-    """What ``submit(expect_response=False)`` returns: nothing to wait for (acks=0)."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        pass
-
-    async def wait(self) -> None:
-        return None
-
-
-_NO_RESPONSE = _NoResponse()
 
 
 @asynccontextmanager
