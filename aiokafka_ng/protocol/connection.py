@@ -159,6 +159,7 @@ class ClientConnection(Generic[C]):
         "_decode_limits",
         "_frames",
         "_in_flight",
+        "_max_frame_size",
         "_max_in_flight_seen",
         "_next_id",
         "_poisoned",
@@ -178,6 +179,7 @@ class ClientConnection(Generic[C]):
     ) -> None:
         self._client_id = client_id
         self._decode_limits = decode_limits
+        self._max_frame_size = max_frame_size
         self._frames = FrameReader(max_frame_size)
         self._in_flight: deque[InFlightRequest[C]] = deque()
         self._unanswered: deque[int] = deque(maxlen=_UNANSWERED_IDS)
@@ -325,6 +327,9 @@ class ClientConnection(Generic[C]):
         pending = list(self._in_flight)
         self._in_flight.clear()
         self._unanswered.clear()
+        # Bytes received and not yet returned (up to a frame cap's worth) are let go now,
+        # not when the last reference to the connection goes.
+        self._frames = FrameReader(self._max_frame_size)
         return pending
 
     @property

@@ -160,9 +160,12 @@ def test_out_of_order_response_poisons_and_close_returns_every_pending_request()
     event = conn.next_event()
     assert isinstance(event, Poisoned) and event.mismatch and event.cause is None
     assert "correlation id 1 does not match the oldest in-flight request (0)" in event.reason
+    conn.receive_data(answer(frames[0], metadata(0)))
     assert conn.next_event() is event  # poisoned for good, even with good bytes after
     assert conn.closed and conn.poisoned is event
+    assert conn.buffered() > 0
     pending = conn.close()
+    assert conn.buffered() == 0  # what was buffered is let go at close
     assert [(p.context, p.correlation_id) for p in pending] == [("a", 0), ("b", 1)]
     assert conn.close() == []  # each request is handed back once
     with pytest.raises(RuntimeError):
