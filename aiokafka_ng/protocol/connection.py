@@ -50,7 +50,6 @@ from aiokafka_ng.protocol.framing import (
     encode_request,
     peek_correlation_id,
 )
-from aiokafka_ng.protocol.handshake import api_name
 from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
 from aiokafka_ng.protocol.messages.api_versions import ApiVersionsResponse
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
@@ -77,11 +76,14 @@ class InFlightRequest(Generic[C]):
     """A request on the wire whose response is awaited; ``context`` is the driver's own."""
 
     correlation_id: int
-    api_name: str
     response_type: type[ApiMessage]
     version: int
     limits: DecodeLimits | None  # None: the connection's decode limits
     context: C
+
+    @property
+    def api_name(self) -> str:
+        return self.response_type.__name__.removesuffix("Response")
 
 
 @dataclass(slots=True, eq=False)
@@ -215,7 +217,6 @@ class ClientConnection(Generic[C]):
         in_flight.append(
             InFlightRequest(
                 correlation_id,
-                api_name(type(request)),
                 request.RESPONSE_TYPE,
                 version,
                 limits,
