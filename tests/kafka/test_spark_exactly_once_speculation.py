@@ -1,0 +1,163 @@
+"""Speculative duplicate tasks (``spark.speculation=true``) against the sink, on Apache Kafka
+(issue 35, item 2).
+
+Spark speculates only on a cluster with more than one host (see
+tests/kafka/spark_speculation_driver.py: local mode never checks, and local-cluster has
+one host, where a copy is never launched); the driver starts a standalone cluster of the
+pip-installed Spark with two one-core workers on 127.0.0.2 and 127.0.0.3. In each of its
+writes the first attempt of task 0 waits, after it has put rows in Kafka, until Spark's
+speculative copy of the task has taken over, so Spark launches the copy every time (the
+test checks Spark's log and the attempts the UDF saw). What happens, measured here:
+
+* at-least-once: both copies' rows are in the output: duplicates, at least those the
+  first attempt wrote before the copy ran.
+* exactlyOnce (batch and streaming): the copy's InitProducerId fences the first attempt
+  and aborts its open transaction, the copy finishes first and Spark keeps it, its
+  transaction is committed by the driver: every row exactly once. (The first attempt, if
+  Spark has not killed it yet, fails on its next send: fenced.)
+
+Not forced here: Spark keeping a fenced attempt, which needs the copy to start between the
+first attempt's prepare and the driver's commit (milliseconds at the end of the task);
+then the driver's commit fails with ExactlyOnceCommitError and a rerun writes the slot
+once. tests/kafka/test_spark_exactly_once_slots.py drives that order by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokafka_ng.admin import NewTopic
+from aiokafka_ng.producer import Producer
+from aiokafka_ng.testing import KafkaCluster
+from tests.kafka.helpers import admin_for, log_ends, read_all, unique
+
+pytestmark = pytest.mark.kafka
+
+ROWS = 2_000  # per write; partition 0 of each write has ~half of them
+FAIL_AT = 600  # the first attempt of task 0 waits at this row of its partition ...
+WRITTEN = 200  # ... once the output holds at least this many records
+DRIVER = Path(__file__).with_name("spark_speculation_driver.py")
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = ("alo", "eos", "stream")
+
+
+async def _setup(cluster: KafkaCluster, topics: dict[str, str]) -> None:
+    async with admin_for(cluster) as admin:
+        new = [NewTopic(t, 2, 3) for t in topics.values()]
+        (await admin.create_topics(new)).raise_on_error()
+    async with Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=5) as producer:
+        for i in range(ROWS):
+            # Half in each partition, so the streaming write's task 0 has ~ROWS/2 rows too.
+            await producer.send(topics["input"], f"{i}".encode(), f"k{i}".encode(), i % 2)
+        await producer.flush()
+
+
+@pytest.fixture(scope="module")
+def speculated(
+    kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    """Runs the driver once (one Spark application for the three writes); the topics it
+    wrote and each write's outcome line."""
+    topics = {name: unique(f"spec-{name}") for name in ("input", *NAMES)}
+    anyio.run(_setup, kafka_cluster, topics)
+    tmp = tmp_path_factory.mktemp("speculation")
+    marks = tmp / "marks"
+    marks.mkdir()
+    log = tmp / "driver.log"
+    with log.open("w") as out:
+        driver = subprocess.Popen(
+            [
+                sys.executable,
+                str(DRIVER),
+                "--bootstrap",
+                kafka_cluster.bootstrap_servers,
+                "--rows",
+                str(ROWS),
+                "--input",
+                topics["input"],
+                "--alo-out",
+                topics["alo"],
+                "--eos-out",
+                topics["eos"],
+                "--stream-out",
+                topics["stream"],
+                "--fail-at",
+                str(FAIL_AT),
+                "--written",
+                str(WRITTEN),
+                "--marks",
+                str(marks),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its group: master, workers, executors, Python workers
+        )
+        try:
+            rc = driver.wait(timeout=400)
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait()
+    text = log.read_text(errors="replace")
+    assert rc == 0, f"driver rc {rc}\n{text[-4000:]}"
+    # Spark launched a speculative copy of task 0 in each write (three writes, one stage
+    # each), and it ran: its UDF saw attempt 1 of partition 0.
+    marked = [line for line in text.splitlines() if "as speculatable" in line]
+    started = [line for line in text.splitlines() if "Starting task 0.1 in stage" in line]
+    assert len(marked) == len(started) == len(NAMES), f"{marked}\n{started}\n{text[-4000:]}"
+    outcome = {
+        name: line
+        for line in text.splitlines()
+        for name in NAMES
+        if line.startswith(("DONE ", "FAILED ")) and line.split()[1] == topics[name]
+    }
+    return {**topics, **{f"{name}-outcome": line for name, line in outcome.items()}}
+
+
+def _values(records: list[Any]) -> list[int]:
+    return [int(r.value[:6]) for r in records]
+
+
+def _exactly_once(kafka_cluster: KafkaCluster, speculated: dict[str, str], name: str) -> None:
+    outcome = speculated[f"{name}-outcome"]
+    assert outcome == f"DONE {speculated[name]} attempts=[0, 1]", outcome
+    counts = Counter(_values(anyio.run(read_all, kafka_cluster, speculated[name], 2)))
+    assert max(counts.values()) == 1, "duplicated rows"
+    assert sorted(counts) == list(range(ROWS)), "lost rows"
+    # The first attempt's rows are in the log, aborted.
+    assert anyio.run(log_ends, kafka_cluster, speculated[name], 2) >= ROWS + WRITTEN
+
+
+def test_a_speculative_copy_of_an_exactly_once_batch_task_is_exactly_once(
+    kafka_cluster: KafkaCluster, speculated: dict[str, str]
+) -> None:
+    _exactly_once(kafka_cluster, speculated, "eos")
+
+
+def test_a_speculative_copy_of_an_exactly_once_streaming_task_is_exactly_once(
+    kafka_cluster: KafkaCluster, speculated: dict[str, str]
+) -> None:
+    _exactly_once(kafka_cluster, speculated, "stream")
+
+
+def test_a_speculative_copy_of_an_at_least_once_task_duplicates_rows(
+    kafka_cluster: KafkaCluster, speculated: dict[str, str]
+) -> None:
+    assert speculated["alo-outcome"] == f"DONE {speculated['alo']} attempts=[0, 1]"
+    values = _values(anyio.run(read_all, kafka_cluster, speculated["alo"], 2, "read_uncommitted"))
+    counts = Counter(values)
+    assert sorted(counts) == list(range(ROWS)), "lost rows"
+    assert len(values) - ROWS >= WRITTEN, len(values) - ROWS
+    # Only partition 0's rows (the speculated task's) are duplicated.
+    assert all(v < ROWS // 2 for v, n in counts.items() if n > 1)
