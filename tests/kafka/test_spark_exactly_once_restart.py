@@ -88,17 +88,25 @@ async def _add_partition(cluster: KafkaCluster, topic: str) -> None:
 
 
 def _query(
-    spark: Any, cluster: KafkaCluster, source: str, out: str, cp: Path, write_tasks: int | None
+    spark: Any,
+    cluster: KafkaCluster,
+    source: str,
+    out: str,
+    cp: Path,
+    write_tasks: int | None,
+    earliest: bool = True,
 ) -> Any:
     from pyspark.sql import functions as F
 
-    df = (
+    reader = (
         spark.readStream.format("aiokafka_ng")
         .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
         .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .load()
-        .select("key", F.concat(F.lit("out-"), F.col("value").cast("string")).alias("value"))
+    )
+    if earliest:  # else the default, latest
+        reader = reader.option("startingOffsets", "earliest")
+    df = reader.load().select(
+        "key", F.concat(F.lit("out-"), F.col("value").cast("string")).alias("value")
     )
     if write_tasks is not None:
         df = df.repartition(write_tasks, "key")  # the write stage's tasks: the slots
@@ -182,12 +190,13 @@ async def _settled(cluster: KafkaCluster, topic: str) -> None:
     assert stable == high, f"{topic}: a transaction still open after 60 s"
 
 
-def _assert_once(cluster: KafkaCluster, topic: str, n: int) -> None:
+def _assert_once(cluster: KafkaCluster, topic: str, n: int, first: int = 0) -> None:
+    """Rows ``first`` to ``n - 1`` are in ``topic`` once each, and nothing else."""
     anyio.run(_settled, cluster, topic)  # so that read_committed shows every commit
     counts = _values(anyio.run(read_all, cluster, topic, 2))
     dup = {v: c for v, c in counts.items() if c > 1}
     assert not dup, f"duplicated: {list(dup.items())[:5]}"
-    assert sorted(counts) == list(range(n)), f"{len(counts)} of {n} rows"
+    assert sorted(counts) == list(range(first, n)), f"{len(counts)} of {n - first} rows"
 
 
 def test_input_partitions_added_while_a_batch_is_pending(
@@ -246,3 +255,25 @@ def test_a_pending_batch_replayed_with_more_write_tasks_fails_and_duplicates_not
     assert error is None, error
     assert _committed(cp)[-1] == pending
     _assert_once(kafka_cluster, out, N1)
+
+
+def test_a_pending_first_batch_that_started_at_latest_is_replayed_as_it_ran(
+    spark: Any, kafka_cluster: KafkaCluster, tmp_path: Path
+) -> None:
+    """Spark asks the source for its initial offset again when it replays batch 0. When the
+    source resolved ``latest`` there, the replay started at the new end, past the batch's
+    end, and read the partitions from offset 0: ExactlyOnceReplayError for ever (0 rows
+    committed, N1 replayed), or with the at-least-once sink rows from before the start."""
+    source, out = unique("restart-in"), unique("restart-out")
+    anyio.run(_topics, kafka_cluster, source, out)
+    anyio.run(_produce, kafka_cluster, source, 0, N1, 2)  # before the start: never read
+    cp = tmp_path / "cp"
+    (cp / "commits").mkdir(parents=True)  # an empty commit log: Spark takes the checkpoint
+    pending = _pending_batch(spark, kafka_cluster, source, out, cp, None, False)
+    assert pending == 0
+
+    anyio.run(_produce, kafka_cluster, source, N1, N2, 2)
+    error = _run(_query(spark, kafka_cluster, source, out, cp, None, False))
+    assert error is None, error
+    assert _committed(cp) == [0, 1]
+    _assert_once(kafka_cluster, out, N1 + N2, first=N1)
