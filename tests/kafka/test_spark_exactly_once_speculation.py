@@ -24,7 +24,9 @@ once. tests/kafka/test_spark_exactly_once_slots.py drives that order by hand.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -112,16 +114,24 @@ def speculated(
     text = log.read_text(errors="replace")
     assert rc == 0, f"driver rc {rc}\n{text[-4000:]}"
     # Spark launched a speculative copy of task 0 in each write (three writes, one stage
-    # each), and it ran: its UDF saw attempt 1 of partition 0.
-    marked = [line for line in text.splitlines() if "as speculatable" in line]
-    started = [line for line in text.splitlines() if "Starting task 0.1 in stage" in line]
-    assert len(marked) == len(started) == len(NAMES), f"{marked}\n{started}\n{text[-4000:]}"
+    # each), and it ran: its UDF saw attempt 1 of partition 0. (Under load the copy may be
+    # slow enough to be copied again: at least one copy per stage.)
+    copied = set(re.findall(r"Starting task 0\.1 in stage (\d+)\.", text))
+    assert len(copied) == len(NAMES), f"speculative copies in stages {copied}\n{text[-4000:]}"
     outcome = {
-        name: line
+        name: line.split(" attempts=")[0]
         for line in text.splitlines()
         for name in NAMES
         if line.startswith(("DONE ", "FAILED ")) and line.split()[1] == topics[name]
     }
+    attempts = {
+        name: line.split(" attempts=")[-1]
+        for line in text.splitlines()
+        for name in NAMES
+        if line.startswith("DONE ") and line.split()[1] == topics[name]
+    }
+    for name, seen in attempts.items():  # what the UDF saw: the first attempt and a copy
+        assert {0, 1} <= set(json.loads(seen)), (name, seen)
     return {**topics, **{f"{name}-outcome": line for name, line in outcome.items()}}
 
 
@@ -131,7 +141,7 @@ def _values(records: list[Any]) -> list[int]:
 
 def _exactly_once(kafka_cluster: KafkaCluster, speculated: dict[str, str], name: str) -> None:
     outcome = speculated[f"{name}-outcome"]
-    assert outcome == f"DONE {speculated[name]} attempts=[0, 1]", outcome
+    assert outcome == f"DONE {speculated[name]}", outcome
     counts = Counter(_values(anyio.run(read_all, kafka_cluster, speculated[name], 2)))
     assert max(counts.values()) == 1, "duplicated rows"
     assert sorted(counts) == list(range(ROWS)), "lost rows"
@@ -154,7 +164,7 @@ def test_a_speculative_copy_of_an_exactly_once_streaming_task_is_exactly_once(
 def test_a_speculative_copy_of_an_at_least_once_task_duplicates_rows(
     kafka_cluster: KafkaCluster, speculated: dict[str, str]
 ) -> None:
-    assert speculated["alo-outcome"] == f"DONE {speculated['alo']} attempts=[0, 1]"
+    assert speculated["alo-outcome"] == f"DONE {speculated['alo']}"
     values = _values(anyio.run(read_all, kafka_cluster, speculated["alo"], 2, "read_uncommitted"))
     counts = Counter(values)
     assert sorted(counts) == list(range(ROWS)), "lost rows"
