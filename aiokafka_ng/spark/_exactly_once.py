@@ -50,14 +50,14 @@ and only while no later attempt fenced it (EndTxn with a fenced epoch fails).
   Arrow stream cut at a batch boundary reads as a whole one) and the attempt prepares its
   partial rows: tests/kafka/test_spark_exactly_once_retry.py. (When tasks committed their
   own transactions, such an attempt committed partial rows and every retry then failed.)
-- Speculative duplicates: the copy's step 1 fences the first attempt and aborts its open
-  transaction; the first attempt fails on its next send (or Spark kills it), Spark keeps
-  the copy and the driver commits it (tests/kafka/test_spark_exactly_once_speculation.py,
-  on a two-host standalone cluster: Spark never runs a copy on the host of the first).
-  Only a copy that starts after the first attempt prepared, but before the driver's
-  commit, leaves Spark keeping a fenced attempt: the driver's EndTxn for it fails, the
-  write fails with ExactlyOnceCommitError and nothing of that slot is visible; a restart
-  replays the batch and writes it once. Never a duplicate or a loss.
+- Speculative duplicates: the later step 1 of the two attempts fences the other and
+  aborts its open transaction; Spark keeps the attempt that finishes first. The same
+  attempt (usually the copy): the driver commits it. Different ones (the first attempt's
+  writer started after the copy's, or the copy started after the first prepared): the
+  driver's EndTxn for the kept one fails, the write fails with ExactlyOnceCommitError and
+  nothing of that slot is visible; running it again writes it once. Never a duplicate or
+  a loss (tests/kafka/test_spark_exactly_once_speculation.py, a two-host standalone
+  cluster: Spark never runs a copy on the host of the first attempt).
 - Driver killed after it committed some or all transactions but before the checkpoint's
   commit log has B: the restart replays B (same offsets, from the offset log); committed
   slots find their marker and write nothing, the others' open transactions are aborted by

@@ -11,15 +11,20 @@ test checks Spark's log and the attempts the UDF saw). What happens, measured he
 
 * at-least-once: both copies' rows are in the output: duplicates, at least those the
   first attempt wrote before the copy ran.
-* exactlyOnce (batch and streaming): the copy's InitProducerId fences the first attempt
-  and aborts its open transaction, the copy finishes first and Spark keeps it, its
-  transaction is committed by the driver: every row exactly once. (The first attempt, if
-  Spark has not killed it yet, fails on its next send: fenced.)
+* exactlyOnce (batch and streaming): every row exactly once. Usually the copy's
+  InitProducerId fences the first attempt and aborts its open transaction; the first
+  attempt fails on its next send (fenced) or is killed, Spark keeps the copy and the driver
+  commits its transaction. Under load the first attempt's writer may start its producer
+  after the copy's (seen once: the copy launched 2.6 s into the task): then it fences the
+  copy, which fails at its prepare, and Spark keeps the first attempt. Either way one
+  attempt's transaction is committed, the other's aborted.
 
-Not forced here: Spark keeping a fenced attempt, which needs the copy to start between the
-first attempt's prepare and the driver's commit (milliseconds at the end of the task);
-then the driver's commit fails with ExactlyOnceCommitError and a rerun writes the slot
-once. tests/kafka/test_spark_exactly_once_slots.py drives that order by hand.
+Seen as well (2 of 8 exactly-once writes in 4 runs): Spark keeps the attempt that finished
+first, but the other attempt's producer started later and fenced it (the first attempt's
+writer may start its producer seconds into the task, after the copy's). Then the driver's
+commit fails with ExactlyOnceCommitError and nothing of that task is visible; the driver
+runs the same write again (same exactlyOnceId, same checkpoint), which writes the slot
+once. The test accepts either way, and checks every row exactly once.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import pytest
 from aiokafka_ng.admin import NewTopic
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import KafkaCluster
-from tests.kafka.helpers import admin_for, log_ends, read_all, unique
+from tests.kafka.helpers import admin_for, read_all, unique
 
 pytestmark = pytest.mark.kafka
 
@@ -66,7 +71,7 @@ async def _setup(cluster: KafkaCluster, topics: dict[str, str]) -> None:
 @pytest.fixture(scope="module")
 def speculated(
     kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, str]:
+) -> dict[str, Any]:
     """Runs the driver once (one Spark application for the three writes); the topics it
     wrote and each write's outcome line."""
     topics = {name: unique(f"spec-{name}") for name in ("input", *NAMES)}
@@ -98,6 +103,8 @@ def speculated(
                 str(WRITTEN),
                 "--marks",
                 str(marks),
+                "--work",
+                str(tmp),
             ],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -118,11 +125,17 @@ def speculated(
     # slow enough to be copied again: at least one copy per stage.)
     copied = set(re.findall(r"Starting task 0\.1 in stage (\d+)\.", text))
     assert len(copied) == len(NAMES), f"speculative copies in stages {copied}\n{text[-4000:]}"
+    # And in each, the attempt Spark did not keep ended: killed, or failed (fenced).
+    lost = set(re.findall(r"Lost task 0\.\d in stage (\d+)\.", text))
+    assert lost == copied, f"{lost} {copied}\n{text[-4000:]}"
     outcome = {
-        name: line.split(" attempts=")[0]
-        for line in text.splitlines()
+        name: [
+            line.split(" attempts=")[0]
+            for line in text.splitlines()
+            if line.startswith(("DONE ", "FAILED ", "RERUN DONE "))
+            and line.split()[-1 if line.startswith("RERUN") else 1] == topics[name]
+        ]
         for name in NAMES
-        if line.startswith(("DONE ", "FAILED ")) and line.split()[1] == topics[name]
     }
     attempts = {
         name: line.split(" attempts=")[-1]
@@ -132,39 +145,44 @@ def speculated(
     }
     for name, seen in attempts.items():  # what the UDF saw: the first attempt and a copy
         assert {0, 1} <= set(json.loads(seen)), (name, seen)
-    return {**topics, **{f"{name}-outcome": line for name, line in outcome.items()}}
+    print(outcome)
+    return {**topics, **{f"{name}-outcome": lines for name, lines in outcome.items()}}
 
 
 def _values(records: list[Any]) -> list[int]:
     return [int(r.value[:6]) for r in records]
 
 
-def _exactly_once(kafka_cluster: KafkaCluster, speculated: dict[str, str], name: str) -> None:
+def _exactly_once(kafka_cluster: KafkaCluster, speculated: dict[str, Any], name: str) -> None:
+    topic = speculated[name]
     outcome = speculated[f"{name}-outcome"]
-    assert outcome == f"DONE {speculated[name]}", outcome
+    # Spark kept the attempt that was not fenced: done. Or (the copy started between the
+    # first attempt's prepare and the driver's commit) it kept a fenced one: the write
+    # failed with ExactlyOnceCommitError, and the same write run again completed.
+    if outcome != [f"DONE {topic}"]:
+        assert len(outcome) == 2 and outcome[1] == f"RERUN DONE {topic}", outcome
+        assert outcome[0].startswith(f"FAILED {topic} ['ExactlyOnceCommitError']"), outcome
     counts = Counter(_values(anyio.run(read_all, kafka_cluster, speculated[name], 2)))
     assert max(counts.values()) == 1, "duplicated rows"
     assert sorted(counts) == list(range(ROWS)), "lost rows"
-    # The first attempt's rows are in the log, aborted.
-    assert anyio.run(log_ends, kafka_cluster, speculated[name], 2) >= ROWS + WRITTEN
 
 
 def test_a_speculative_copy_of_an_exactly_once_batch_task_is_exactly_once(
-    kafka_cluster: KafkaCluster, speculated: dict[str, str]
+    kafka_cluster: KafkaCluster, speculated: dict[str, Any]
 ) -> None:
     _exactly_once(kafka_cluster, speculated, "eos")
 
 
 def test_a_speculative_copy_of_an_exactly_once_streaming_task_is_exactly_once(
-    kafka_cluster: KafkaCluster, speculated: dict[str, str]
+    kafka_cluster: KafkaCluster, speculated: dict[str, Any]
 ) -> None:
     _exactly_once(kafka_cluster, speculated, "stream")
 
 
 def test_a_speculative_copy_of_an_at_least_once_task_duplicates_rows(
-    kafka_cluster: KafkaCluster, speculated: dict[str, str]
+    kafka_cluster: KafkaCluster, speculated: dict[str, Any]
 ) -> None:
-    assert speculated["alo-outcome"] == f"DONE {speculated['alo']}"
+    assert speculated["alo-outcome"] == [f"DONE {speculated['alo']}"]
     values = _values(anyio.run(read_all, kafka_cluster, speculated["alo"], 2, "read_uncommitted"))
     counts = Counter(values)
     assert sorted(counts) == list(range(ROWS)), "lost rows"
