@@ -50,11 +50,14 @@ and only while no later attempt fenced it (EndTxn with a fenced epoch fails).
   Arrow stream cut at a batch boundary reads as a whole one) and the attempt prepares its
   partial rows: tests/kafka/test_spark_exactly_once_retry.py. (When tasks committed their
   own transactions, such an attempt committed partial rows and every retry then failed.)
-- Speculative duplicates: the copy started second fences the first. If Spark keeps the
-  second, its transaction commits. If Spark keeps the first (it finished first), the
-  driver's EndTxn for it fails: the write fails with ExactlyOnceCommitError and nothing of
-  that slot is visible; a restart replays the batch and writes it once. Never a duplicate
-  or a loss, but a failed batch: keep ``spark.speculation`` off for exactly-once writes.
+- Speculative duplicates: the later step 1 of the two attempts fences the other and
+  aborts its open transaction; Spark keeps the attempt that finishes first. The same
+  attempt (usually the copy): the driver commits it. Different ones (the first attempt's
+  writer started after the copy's, or the copy started after the first prepared): the
+  driver's EndTxn for the kept one fails, the write fails with ExactlyOnceCommitError and
+  nothing of that slot is visible; running it again writes it once. Never a duplicate or
+  a loss (tests/kafka/test_spark_exactly_once_speculation.py, a two-host standalone
+  cluster: Spark never runs a copy on the host of the first attempt).
 - Driver killed after it committed some or all transactions but before the checkpoint's
   commit log has B: the restart replays B (same offsets, from the offset log); committed
   slots find their marker and write nothing, the others' open transactions are aborted by
@@ -68,13 +71,18 @@ and only while no later attempt fenced it (EndTxn with a fenced epoch fails).
 *Determinism (what the replay must keep).* A replay of B must give slot s the same rows
 as the first run. Spark replays a micro-batch from the offsets in its offset log, so this
 holds for this source and any deterministic plan (narrow transformations, hash
-partitioning). A restart with a different number of write partitions for a batch that was
-half committed (a changed ``repartition(n)``, a changed plan, nondeterministic expressions)
-breaks it: new slots have no marker and rewrite rows old slots committed. Step 3 catches
-it on any slot whose row or byte count changed, failing the query rather than continuing;
-slots that already ran may have written duplicates. A restart with a different number of
-*input* partitions is fine: the pending batch keeps the partitions in its offset log, and
-the new ones join from the next batch (new slots start without a marker).
+partitioning); the source keeps ``startingOffsets=latest`` unresolved in batch 0's start,
+since Spark asks for the initial offset again when it replays batch 0. A restart with a
+different number of write partitions for a pending batch (a changed ``repartition(n)``, a
+changed plan, nondeterministic expressions) breaks it. Step 3 catches it on any slot
+whose row or byte count changed: the task fails with ExactlyOnceReplayError, so the write
+fails and the driver commits none of it (no duplicate for read_committed readers); the
+tasks of it that ran leave prepared transactions that hold read_committed readers until
+the slot runs again or ``transaction.timeout.ms`` passes. Restoring the plan replays the
+batch as it ran. A changed plan that keeps every slot's counts is not caught. A restart
+with more *input* partitions is fine: the pending batch keeps the partitions in its
+offset log, and the new ones join from the next batch
+(tests/kafka/test_spark_exactly_once_restart.py has these cases).
 
 *Cost.* Per task per micro-batch: InitProducerId, FindCoordinator + OffsetFetch,
 AddPartitionsToTxn, AddOffsetsToTxn + TxnOffsetCommit (or neither with transactions v2);

@@ -21,7 +21,10 @@ Records deleted after planning make the fetch go out of range: with ``failOnData
 resets to the log start and the task reads on.
 
 *Streaming.* Offsets are JSON ``{"topic": {"partition": next_offset}}``. ``initialOffset``
-resolves the starting position (default ``latest``, as Spark's Kafka source); each trigger's
+resolves the starting position (default ``latest``, as Spark's Kafka source), except that
+``latest`` stays -1 and means the end of the partition when the first batch is planned:
+Spark asks for the initial offset again when it replays batch 0 after a restart, and a
+resolved ``latest`` would have moved by then (the replay would read other rows); each trigger's
 ``latestOffset(start, limit)`` reads the high watermarks and, under ``maxOffsetsPerTrigger``,
 advances each partition by its share of the budget, proportional to its backlog; under
 ``minOffsetsPerTrigger`` it returns ``start`` (no batch) while fewer records wait and
@@ -49,7 +52,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.errors import KafkaTimeoutError, OffsetOutOfRangeError
 from aiokafka_ng.protocol.record_columns import RecordColumns
-from aiokafka_ng.spark._options import SparkOptionError, log
+from aiokafka_ng.spark._options import LATEST, OffsetSpec, SparkOptionError, log
 from aiokafka_ng.spark._plan import (
     DATA_LOSS_HINT,
     ReadPlan,
@@ -144,7 +147,10 @@ class KafkaBatchReader(DataSourceReader):  # type: ignore[misc,unused-ignore]
 
 def _begin(offset: int, high: int) -> int:
     """Where a partition's next batch starts: at ``offset``, unless the partition now ends
-    before it (re-created, and allowed by failOnDataLoss=false): then from its start."""
+    before it (re-created, and allowed by failOnDataLoss=false): then from its start.
+    ``LATEST`` (a start the first batch resolves, see ``initialOffset``): at ``high``."""
+    if offset == LATEST:
+        return high
     return offset if offset <= high else 0
 
 
@@ -166,7 +172,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         bounds = plan_bounds(self.plan)
         starts = resolve_positions(self.plan, self.plan.starting, bounds, "starting")
         out: dict[str, dict[str, int]] = {}
+        spec = self.plan.starting
         for tp, offset in starts.items():
+            if isinstance(spec, OffsetSpec) and spec.offset_for(tp.topic, tp.partition) == LATEST:
+                # Kept as LATEST: the first batch starts where it ends (reads nothing) and
+                # later batches from there. Spark does not keep a stream's initial offset in
+                # the checkpoint and asks again when it replays batch 0 after a restart;
+                # the high watermark then is later, and resolved now it would change the
+                # replayed batch's rows (read from the partition's start: beyond the end).
+                offset = LATEST
             out.setdefault(tp.topic, {})[str(tp.partition)] = offset
         return out
 

@@ -16,8 +16,9 @@ the sink in the same task, raises. Spark retries the task. What happens, measure
   aborted). Before the driver committed, such a partial commit failed every retry with
   ExactlyOnceReplayError and the rest of the partition was missing.
 
-Speculative tasks are not tested: Spark never launches them in local mode
-(``TaskSchedulerImpl.start`` starts the speculation checks only ``if (!isLocal && ...)``).
+Speculative tasks are in tests/kafka/test_spark_exactly_once_speculation.py: Spark never
+launches them in local mode (``TaskSchedulerImpl.start`` starts the speculation checks only
+``if (!isLocal && ...)``), so that test runs a two-host standalone cluster.
 """
 
 from __future__ import annotations
