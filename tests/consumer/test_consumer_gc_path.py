@@ -20,6 +20,18 @@ pytestmark = pytest.mark.anyio
 N = 3000
 
 
+def _ours(obj: object) -> bool:
+    """Part of a cycle our code made: an object of a type of ours, or a frame, coroutine or
+    function of our code. A CI run once found a cycle of the test harness's own (anyio's
+    TestRunner of an earlier test, its event loop, tasks and frames) becoming unreachable
+    during the measured loop: garbage, but not the consumer's."""
+    if type(obj).__module__.startswith("aiokafka_ng"):
+        return True
+    code = getattr(obj, "f_code", None) or getattr(obj, "cr_code", None)
+    code = code or getattr(obj, "__code__", None)
+    return code is not None and "/aiokafka_ng/" in code.co_filename
+
+
 async def test_async_for_leaves_nothing_per_record_for_the_collector(kafka_broker: Any) -> None:
     bootstrap = kafka_broker.bootstrap_servers
     topic = f"gc-{uuid.uuid4().hex[:10]}"
@@ -42,7 +54,7 @@ async def test_async_for_leaves_nothing_per_record_for_the_collector(kafka_broke
             values = [r.value for r in kept]
             del kept, record
             found = gc.collect()
-            garbage = [type(o).__name__ for o in gc.garbage]
+            garbage = [type(o).__name__ for o in gc.garbage if _ours(o)]
         finally:
             gc.set_debug(0)
             gc.garbage.clear()
@@ -58,4 +70,4 @@ async def test_async_for_leaves_nothing_per_record_for_the_collector(kafka_broke
         # Interpreted, records stay tracked (those of the first fetch were decoded
         # before the count began).
         assert 0 < records <= N - 1
-    assert (found, garbage) == (0, [])
+    assert garbage == [], (found, garbage)
