@@ -206,14 +206,17 @@ class Producer:
         self._pool = MemoryPool(config.buffer_memory, on_wait=self._wake_all)
         self._txn: TransactionManager | None = None
         self._idem: IdempotenceState | None = None
+        # One retry policy (KIP-580) for the batches' retries and the transactions' requests:
+        # a policy holds no state between calls (each operation keeps its own RetryState).
+        self._retry_backoff = ExponentialBackoff.retry(
+            config.retry_backoff_ms, config.retry_backoff_max_ms
+        )
         if config.transactional_id is not None:
             # Transactions own the producer id (init, epoch bumps after aborts).
             self._txn = TransactionManager(
                 config.transactional_id,
                 transaction_timeout_ms=config.transaction_timeout_ms,
-                retry_backoff=ExponentialBackoff.retry(
-                    config.retry_backoff_ms, config.retry_backoff_max_ms
-                ),
+                retry_backoff=self._retry_backoff,
                 request_timeout_ms=config.request_timeout_ms,
                 max_block_ms=config.max_block_ms,
             )
@@ -227,9 +230,7 @@ class Producer:
             compression=_CODECS[config.compression_type],
             max_request_size=config.max_request_size,
             delivery_timeout_ms=config.delivery_timeout_ms,
-            retry_backoff=ExponentialBackoff.retry(
-                config.retry_backoff_ms, config.retry_backoff_max_ms
-            ),
+            retry_backoff=self._retry_backoff,
             guarantee_order=config.max_in_flight_requests_per_connection == 1,
             idempotence=self._idem,
             partitioner=config.partitioner,
@@ -645,7 +646,7 @@ class Producer:
             self._cluster,
             prepared.transactional_id,
             transaction_timeout_ms=cfg.transaction_timeout_ms,
-            retry_backoff=ExponentialBackoff.retry(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms),
+            retry_backoff=self._retry_backoff,
             request_timeout_s=cfg.request_timeout_ms / 1000,
             max_block_s=cfg.max_block_ms / 1000,
         )
