@@ -685,6 +685,7 @@ class Producer:
             "request_latency_ms": self._acc.request_latency.snapshot(),
             "in_flight_batches": len(self._acc.flight),
             "in_flight_requests": sum(s.in_flight for s in self._senders.values()),
+            "in_flight_by_node": {n: s.in_flight for n, s in self._senders.items()},
             "retries": self._acc.retries,
             "splits": self._acc.splits,
             "expired_batches": self._acc.expired_batches,

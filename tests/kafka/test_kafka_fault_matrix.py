@@ -94,26 +94,34 @@ def idempotent_producer(cluster: KafkaCluster, **config: Any) -> Producer:
 
 async def test_leader_killed_while_send_many_runs(kafka_cluster: KafkaCluster) -> None:
     """Chunks of 500 keyed records through ``send_many``; the leader of partition 0 is
-    SIGKILLed after the third chunk is queued, with its batches in flight."""
+    SIGKILLed while produce requests to it are in flight (after a first chunk was
+    delivered, so the producer has its id and its connections: killed earlier, the broker
+    would only ever refuse connects, a different and easier case)."""
     chunks, size = 8, 500
     try:
         async with new_topic(kafka_cluster, PARTITIONS, 3, min_insync_replicas="2") as topic:
             victim = kafka_cluster.node(await leader_of(kafka_cluster, topic))
             acked: dict[int, list[int]] = {}
             async with idempotent_producer(kafka_cluster, request_timeout_ms=10000) as producer:
-                runs = []
-                for c in range(chunks):
+
+                async def queue(c: int) -> Any:
                     numbers = range(c * size, (c + 1) * size)
-                    runs.append(
-                        await producer.send_many(
-                            topic,
-                            [b"%06d" % i for i in numbers],
-                            keys=[b"k%d" % (i % 30) for i in numbers],
-                        )
+                    return await producer.send_many(
+                        topic,
+                        [b"%06d" % i for i in numbers],
+                        keys=[b"k%d" % (i % 30) for i in numbers],
                     )
-                    if c == 2:
-                        victim.kill()
-                    await anyio.lowlevel.checkpoint()
+
+                runs = [await queue(0)]
+                with anyio.fail_after(30):
+                    await runs[0]
+                runs += [await queue(c) for c in range(1, chunks)]
+                # The sender writes as soon as it runs; its request is in flight until the
+                # leader has the followers' acks (acks=all), many loop turns from now.
+                with anyio.fail_after(10):
+                    while not producer.statistics()["in_flight_by_node"].get(victim.node_id):
+                        await anyio.lowlevel.checkpoint()
+                victim.kill()
                 with anyio.fail_after(60):
                     for c, run in enumerate(runs):
                         for j, meta in enumerate(await run):
