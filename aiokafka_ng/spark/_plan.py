@@ -123,11 +123,13 @@ def _duration_s(options: Mapping[str, str], name: str, default: float) -> float:
     return int(m.group(1)) * _UNITS[m.group(2) or "ms"]
 
 
-def plan_read(options: Mapping[str, str], *, streaming: bool) -> ReadPlan:
+def plan_read(options: Mapping[str, str], *, streaming: bool | None) -> ReadPlan:
+    """The read's plan; ``streaming=None`` checks what both kinds of query share (all but
+    the rules of one kind: a batch cannot start at latest, a stream has no end)."""
     warn_unknown(options, READ_OPTIONS, "source")
     properties = consumer_properties(options)
     subscription = subscription_option(options)
-    starting = parse_limit(options, "starting", "latest" if streaming else "earliest")
+    starting = parse_limit(options, "starting", "earliest" if streaming is False else "latest")
     ending: OffsetSpec | TimestampSpec | None = None
     if streaming:
         for name, what in (
@@ -139,6 +141,8 @@ def plan_read(options: Mapping[str, str], *, streaming: bool) -> ReadPlan:
                 raise SparkOptionError(f"option '{name}': {what} not valid in streaming queries")
     else:
         ending = parse_limit(options, "ending", "latest")
+    if streaming is False:
+        assert ending is not None
         _check_batch_limits(starting, ending)
         for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
             if option_value(options, name) is not None:

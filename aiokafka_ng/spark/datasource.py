@@ -52,9 +52,12 @@ class KafkaDataSource(DataSource):  # type: ignore[misc,unused-ignore]
         return "aiokafka_ng"
 
     def schema(self) -> StructType:
-        # Called by ``load()`` (reads only): check the options now, so a bad one fails at
-        # ``load()`` rather than at the first action.
-        return read_schema(plan_read(self.options, streaming=False).include_headers)
+        # Called by ``load()`` of a batch and of a stream alike (it cannot tell which): check
+        # every option now, so a bad one fails at ``load()`` rather than at the first action;
+        # what is valid in one kind of query only (``startingOffsets=latest``, ``endingOffsets``)
+        # is checked when the query is planned (``reader()``/``streamReader()``), before any
+        # task runs.
+        return read_schema(plan_read(self.options, streaming=None).include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         plan = plan_read(self.options, streaming=False)

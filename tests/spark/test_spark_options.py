@@ -53,12 +53,15 @@ def test_bad_options_fail_at_planning_naming_the_option(spark: Any, kafka_broker
     _fails_at_planning(
         spark, read(**{"kafka.bootstrap.servers": bootstrap}), "assign, subscribe, subscribePattern"
     )
+    # Valid for a stream, which load() cannot tell from a batch: a batch query fails when
+    # it is planned (the first action), still before any job runs.
+    latest = {"kafka.bootstrap.servers": bootstrap, "subscribe": "t", "startingOffsets": "latest"}
+    frame = spark.read.format("aiokafka_ng").options(**latest).load()
+    _fails_at_planning(spark, frame.count, "starting offset can't be latest for batch queries")
     _fails_at_planning(
         spark,
-        read(
-            **{"kafka.bootstrap.servers": bootstrap, "subscribe": "t", "startingOffsets": "latest"}
-        ),
-        "starting offset can't be latest for batch queries",
+        lambda: spark.readStream.format("aiokafka_ng").options(**latest, endingOffsets="x").load(),
+        "endingOffsets",
     )
     _fails_at_planning(
         spark,

@@ -151,6 +151,45 @@ def test_streaming_read_restarts_from_checkpoint_once_each(
     assert {(p, o, None if v is None else bytes(v)) for p, o, v in got} == expected
 
 
+def test_streaming_read_from_latest_reads_only_what_comes_after(
+    spark: Any, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """``startingOffsets=latest`` set explicitly on ``readStream`` (``load()`` used to refuse
+    it with the batch rule): the first run starts at the end, the next reads what came since."""
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = topic_name("spark-stream-latest")
+    produce(bootstrap, topic, _rows(40, 3, "before"))
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def run() -> None:
+        query = (
+            spark.readStream.format("aiokafka_ng")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "latest")
+            .load()
+            .selectExpr("partition", "offset", "value")
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120)
+        assert query.exception() is None
+
+    run()
+    after = produce(bootstrap, topic, _rows(20, 3, "after"))
+    run()
+    rows = spark.read.parquet(str(out)).collect()
+    got = {
+        (r["partition"], r["offset"], None if r["value"] is None else bytes(r["value"]))
+        for r in rows
+    }
+    assert len(rows) == len(got) == 60
+    assert got == {(p, off, value) for p, off, _, value, _, _ in after}
+
+
 def test_assign_pattern_and_min_partitions(spark: Any, kafka_broker: Any) -> None:
     bootstrap = kafka_broker.bootstrap_servers
     prefix = topic_name("spark-pat")
