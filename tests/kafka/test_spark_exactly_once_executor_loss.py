@@ -85,7 +85,9 @@ def lost(kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) 
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdout=out,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its group: master, workers, executors, Python workers
+            # Its own group, with the master, workers and executors it starts (pyspark's
+            # daemons make groups of their own, and end when their JVM's pipe closes).
+            start_new_session=True,
         )
         try:
             rc = driver.wait(timeout=240)
