@@ -50,6 +50,8 @@ and only while no later attempt fenced it (EndTxn with a fenced epoch fails).
   Arrow stream cut at a batch boundary reads as a whole one) and the attempt prepares its
   partial rows: tests/kafka/test_spark_exactly_once_retry.py. (When tasks committed their
   own transactions, such an attempt committed partial rows and every retry then failed.)
+  An executor killed mid-write (SIGKILL of its JVM, then Spark reruns the task on
+  another executor): tests/kafka/test_spark_exactly_once_executor_loss.py.
 - Speculative duplicates: the later step 1 of the two attempts fences the other and
   aborts its open transaction; Spark keeps the attempt that finishes first. The same
   attempt (usually the copy): the driver commits it. Different ones (the first attempt's

@@ -6,9 +6,9 @@ not local), and in ``local-cluster[2,1,1024]`` it marks the slow task speculatab
 launches the copy: a copy never runs on a host where an attempt of the task ran
 (``TaskSetManager.dequeueTaskFromList``: ``!(speculative && hasAttemptOnHost(index,
 host))``) and every executor of a local cluster is on the same host. So this script starts
-a small standalone cluster of the pip-installed Spark (``bin/spark-class``): a master on
-127.0.0.1 and two workers of one core each on 127.0.0.2 and 127.0.0.3 (Linux routes all of
-127/8 to the loopback interface), which makes two hosts; it stops them on exit.
+a small standalone cluster of the pip-installed Spark (tests/kafka/spark_standalone.py: a
+master on 127.0.0.1 and two one-core workers on 127.0.0.2 and 127.0.0.3), which makes two
+hosts; it stops them on exit.
 
 Each write has two tasks (partition 0 of each holds ``--rows`` / 2 rows). A Python UDF in
 the projection makes the first attempt of partition 0 slow: at its ``--fail-at``-th row it
@@ -32,119 +32,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.kafka.spark_standalone import partition_end as _ends
+from tests.kafka.spark_standalone import session_builder, standalone_cluster
+
 PAD = "x" * 400
-ROOT = Path(__file__).resolve().parents[2]
-_LOG4J = """\
-rootLogger.level = warn
-rootLogger.appenderRef.stderr.ref = stderr
-appender.console.type = Console
-appender.console.name = stderr
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
-logger.tsm.name = org.apache.spark.scheduler.TaskSetManager
-logger.tsm.level = info
-"""
-
-
-def _spark_class() -> str:
-    from pyspark.find_spark_home import _find_spark_home
-
-    return os.path.join(_find_spark_home(), "bin", "spark-class")
-
-
-def _wait_for(log: Path, pattern: str, proc: subprocess.Popen[bytes], within: float) -> str:
-    """The first match of ``pattern`` in ``log`` (the daemon's output), bounded."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        found = re.search(pattern, log.read_text(errors="replace"))
-        if found:
-            return found.group(1)
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise RuntimeError(f"{log.name}: no {pattern!r} (rc {proc.poll()}):\n{log.read_text()}")
-
-
-@contextmanager
-def standalone_cluster(work: Path) -> Iterator[str]:
-    """A master and two one-core workers on distinct loopback hosts; the master's URL."""
-    env = {
-        **os.environ,
-        "SPARK_LOG_DIR": str(work),
-        "SPARK_DAEMON_MEMORY": "256m",
-        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
-        "PYTHONPATH": str(ROOT),
-    }
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def daemon(name: str, host: str, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
-        log = work / f"{name}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [_spark_class(), *args, "--host", host, "--webui-port", "0"],
-                env={**env, "SPARK_LOCAL_IP": host},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        procs.append(proc)
-        return proc, log
-
-    try:
-        master, log = daemon("master", "127.0.0.1", "org.apache.spark.deploy.master.Master")
-        url = _wait_for(log, r"Starting Spark master at (spark://\S+)", master, 120)
-        workers = [
-            daemon(
-                f"worker{h}",
-                f"127.0.0.{h}",
-                "org.apache.spark.deploy.worker.Worker",
-                "--cores",
-                "1",
-                "--memory",
-                "1g",
-                "--work-dir",
-                str(work / f"worker{h}"),
-                url,
-            )
-            for h in (2, 3)
-        ]
-        for proc, log in workers:
-            _wait_for(log, r"(Successfully registered with master)", proc, 120)
-        yield url
-    finally:
-        for proc in reversed(procs):  # workers first: they stop their executors
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _ends(bootstrap: str, topic: str, isolation: str) -> int:
-    """Partition 0's end: the high watermark, or under read_committed the last stable
-    offset."""
-    import anyio
-
-    from aiokafka_ng.consumer import Consumer
-    from aiokafka_ng.consumer.models import TopicPartition
-
-    async def end() -> int:
-        async with Consumer(bootstrap_servers=bootstrap, isolation_level=isolation) as c:
-            tp = TopicPartition(topic, 0)
-            return (await c.end_offsets([tp]))[tp]
-
-    return anyio.run(end)
 
 
 def _slow_first_attempt(
@@ -211,34 +107,15 @@ def main() -> None:
     args = p.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     work = Path(args.work)
-    (work / "log4j2.properties").write_text(_LOG4J)
-    from pyspark.sql import SparkSession
-
     from aiokafka_ng.spark import register
 
     with standalone_cluster(work) as master:
         spark = (
-            SparkSession.builder.master(master)
-            .appName("aiokafka_ng exactly-once speculation test")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config(
-                "spark.driver.extraJavaOptions",
-                f"-Dlog4j2.configurationFile=file:{work / 'log4j2.properties'}",
-            )
-            .config("spark.executorEnv.PYTHONPATH", str(ROOT))
-            .config("spark.executor.memory", "512m")
-            .config("spark.executor.cores", "1")
-            .config("spark.cores.max", "2")
-            # Both executors (one per host) before the first task: task 0 and task 1 run
-            # on different hosts, and the copy of task 0 goes where task 1 ran.
-            .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
-            .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "120s")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
+            session_builder(master, work, "aiokafka_ng exactly-once speculation test")
+            # Both executors (one per host) before the first task (session_builder): task 0
+            # and task 1 run on different hosts, and the copy of task 0 goes where task 1
+            # ran.
             .config("spark.speculation", "true")
             .config("spark.speculation.interval", "100ms")
             .config("spark.speculation.quantile", "0.5")

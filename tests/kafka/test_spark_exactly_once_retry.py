@@ -18,7 +18,9 @@ the sink in the same task, raises. Spark retries the task. What happens, measure
 
 Speculative tasks are in tests/kafka/test_spark_exactly_once_speculation.py: Spark never
 launches them in local mode (``TaskSchedulerImpl.start`` starts the speculation checks only
-``if (!isLocal && ...)``), so that test runs a two-host standalone cluster.
+``if (!isLocal && ...)``), so that test runs a two-host standalone cluster; so does
+tests/kafka/test_spark_exactly_once_executor_loss.py (an executor killed mid-write: in
+local mode the executor is the driver's JVM).
 """
 
 from __future__ import annotations
