@@ -292,7 +292,7 @@ def peer_runs(bootstrap: str, rows: int, repeat: int) -> dict[str, float]:
             topics = [NewTopic(n, 3, replicas) for n in names]
             (await admin.create_topics(topics)).raise_on_error()
 
-    spark = peer_session("bench_spark --peer")
+    spark = peer_session("bench_spark --peer", fast_start=False)
     fmts = ("kafka", "aiokafka_ng")
 
     def write(n: int, fmt: str) -> tuple[str, float]:

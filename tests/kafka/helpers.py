@@ -11,6 +11,7 @@ import anyio
 
 from aiokafka_ng.admin import AdminClient, NewTopic
 from aiokafka_ng.consumer import Consumer, TopicPartition
+from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import KafkaCluster
 
 T = TypeVar("T")
@@ -137,3 +138,20 @@ async def read_all(
                 for records in (await c.getmany(timeout_ms=500)).values():
                     out.extend(records)
     return out
+
+
+async def spark_topics(
+    cluster: KafkaCluster, topics: dict[str, str], rows: int, *, alternate: bool
+) -> None:
+    """The Spark sink tests' topics: each of ``topics`` with 2 partitions (replication 3),
+    and rows 0..``rows``-1 in ``topics["input"]`` (value ``b"<i>"``, key ``b"k<i>"``);
+    ``alternate`` puts them in partitions 0 and 1 in turn (a streaming write's task 0 then
+    gets half), else the keys decide."""
+    async with admin_for(cluster) as admin:
+        new = [NewTopic(t, 2, 3) for t in topics.values()]
+        (await admin.create_topics(new)).raise_on_error()
+    async with Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=5) as producer:
+        for i in range(rows):
+            partition = i % 2 if alternate else None
+            await producer.send(topics["input"], f"{i}".encode(), f"k{i}".encode(), partition)
+        await producer.flush()

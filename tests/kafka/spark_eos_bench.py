@@ -14,10 +14,10 @@ where the transaction's fixed cost per task shows.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import anyio
 
@@ -44,21 +44,12 @@ def main() -> None:
         cluster = KafkaCluster(brokers=3)
         cluster.start_sync()
         bootstrap = cluster.bootstrap_servers
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from aiokafka_ng.spark import register
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script
+    from tests.spark_session import local_builder, started
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = started(local_builder(app="aiokafka_ng exactlyOnce cost", fast_start=False))
     try:
         topic = f"eos-bench-{uuid.uuid4().hex[:8]}"
         anyio.run(_topic, bootstrap, topic)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 
@@ -51,23 +50,11 @@ def main() -> None:
     args = p.parse_args()
     began = time.monotonic()
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from aiokafka_ng.spark import register
+    from tests.spark_session import local_builder, started
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("aiokafka_ng exactly-once kill test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = started(local_builder(app="aiokafka_ng exactly-once kill test"))
     spark.streams.addListener(_listener()())
     print(f"SESSION {time.monotonic() - began:.1f}s", flush=True)
 

@@ -17,9 +17,10 @@ first of its Python process; :func:`peer_session` fails saying so otherwise.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
+
+from tests.spark_session import local_builder, started
 
 CONNECTOR = os.environ.get(
     "AIOKAFKA_NG_SPARK_KAFKA_PACKAGE", "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
@@ -31,29 +32,20 @@ _EXCLUDES = "org.apache.hadoop:hadoop-client-api,org.apache.hadoop:hadoop-client
 _PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 
-def peer_session(app_name: str) -> Any:
+def peer_session(app_name: str, *, fast_start: bool = True) -> Any:
     """A ``local[2]`` session where both ``kafka`` and ``aiokafka_ng`` are registered."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
 
     from aiokafka_ng.spark import register
 
     started_before = SparkContext._gateway is not None
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+    session = started(
+        local_builder(app=app_name, fast_start=fast_start)
         .config("spark.jars.packages", CONNECTOR)
         .config("spark.jars.excludes", _EXCLUDES)
-        .config("spark.jars.ivy", str(IVY_DIR))
-        .getOrCreate()
+        .config("spark.jars.ivy", str(IVY_DIR)),
+        register=False,
     )
-    session.sparkContext.setLogLevel("ERROR")
     try:
         session._jvm.java.lang.Class.forName(
             _PROVIDER, True, session._jvm.Thread.currentThread().getContextClassLoader()

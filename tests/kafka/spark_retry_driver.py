@@ -23,8 +23,6 @@ after each that failed; exits 0 unless something else went wrong.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import tempfile
 import time
 from typing import Any
@@ -84,25 +82,15 @@ def main() -> None:
     p.add_argument("--written", type=int, required=True)
     args = p.parse_args()
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from aiokafka_ng.spark import register
+    from tests.spark_session import local_builder, started
 
-    spark = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("aiokafka_ng exactly-once task retry test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+    spark = started(
+        local_builder("local[2,4]", "aiokafka_ng exactly-once task retry test")
         # Small Arrow batches: the writer gets rows while the UDF still has rows to go.
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
-        .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
     kafka = {"kafka.bootstrap.servers": args.bootstrap}
 
     def report(topic: str, write: Any) -> None:

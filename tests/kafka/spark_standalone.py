@@ -21,10 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.spark_session import JVM_OPTS
+
 ROOT = Path(__file__).resolve().parents[2]
-# Short-lived JVMs on a small shared machine: C1 only (less compiling) and the serial
-# collector (no GC threads) start them faster and take less of the other JVMs' CPU.
-_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 _LOG4J = """\
 rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = stderr
@@ -65,7 +64,7 @@ def standalone_cluster(work: Path) -> Iterator[str]:
         "SPARK_LOG_DIR": str(work),
         "SPARK_DAEMON_MEMORY": "256m",
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
-        "SPARK_DAEMON_JAVA_OPTS": _JVM_OPTS,
+        "SPARK_DAEMON_JAVA_OPTS": JVM_OPTS,
         "PYTHONPATH": str(ROOT),
     }
     procs: list[subprocess.Popen[bytes]] = []
@@ -131,9 +130,9 @@ def session_builder(master: str, work: Path, app: str) -> Any:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config(
             "spark.driver.extraJavaOptions",
-            f"-Dlog4j2.configurationFile=file:{work / 'log4j2.properties'} {_JVM_OPTS}",
+            f"-Dlog4j2.configurationFile=file:{work / 'log4j2.properties'} {JVM_OPTS}",
         )
-        .config("spark.executor.extraJavaOptions", _JVM_OPTS)
+        .config("spark.executor.extraJavaOptions", JVM_OPTS)
         .config("spark.executorEnv.PYTHONPATH", str(ROOT))
         .config("spark.executor.memory", "512m")
         .config("spark.executor.cores", "1")

@@ -24,16 +24,15 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from aiokafka_ng.admin import NewTopic
-from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import KafkaCluster
-from tests.kafka.helpers import admin_for, read_all, unique
+from tests.kafka.helpers import read_all, spark_topics, unique
 
 pytestmark = pytest.mark.kafka
 
@@ -45,23 +44,12 @@ ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("alo", "eos", "stream")
 
 
-async def _setup(cluster: KafkaCluster, topics: dict[str, str]) -> None:
-    async with admin_for(cluster) as admin:
-        new = [NewTopic(t, 2, 3) for t in topics.values()]
-        (await admin.create_topics(new)).raise_on_error()
-    async with Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=5) as producer:
-        for i in range(ROWS):
-            # Half in each partition, so the streaming write's task 0 has ~ROWS/2 rows too.
-            await producer.send(topics["input"], f"{i}".encode(), f"k{i}".encode(), i % 2)
-        await producer.flush()
-
-
 @pytest.fixture(scope="module")
 def lost(kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Runs the driver once (one Spark application for the three writes); the topics it
     wrote, after checking that each write lost the executor of its task 0 mid-task."""
     topics = {name: unique(f"exec-{name}") for name in ("input", *NAMES)}
-    anyio.run(_setup, kafka_cluster, topics)
+    anyio.run(partial(spark_topics, alternate=True), kafka_cluster, topics, ROWS)
     tmp = tmp_path_factory.mktemp("executor-loss")
     marks = tmp / "marks"
     marks.mkdir()

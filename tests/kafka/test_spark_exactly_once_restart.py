@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import KafkaCluster
 from tests.kafka.helpers import admin_for, eventually, log_ends, read_all, unique
+from tests.spark_session import local_builder, started
 
 pytestmark = pytest.mark.kafka
 
@@ -40,24 +40,10 @@ N2 = 300  # after it, over every partition: batch 1
 
 @pytest.fixture(scope="module")
 def spark(kafka_cluster: KafkaCluster) -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    from aiokafka_ng.spark import register
 
     started_before = SparkContext._active_spark_context is not None
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("aiokafka_ng exactly-once restart test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
+    session = started(local_builder(app="aiokafka_ng exactly-once restart test"))
     try:
         yield session
     finally:

@@ -29,16 +29,15 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from aiokafka_ng.admin import NewTopic
-from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import KafkaCluster
-from tests.kafka.helpers import admin_for, log_ends, read_all, unique
+from tests.kafka.helpers import log_ends, read_all, spark_topics, unique
 
 pytestmark = pytest.mark.kafka
 
@@ -49,23 +48,13 @@ DRIVER = Path(__file__).with_name("spark_retry_driver.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def _setup(cluster: KafkaCluster, topics: dict[str, str]) -> None:
-    async with admin_for(cluster) as admin:
-        new = [NewTopic(t, 2, 3) for t in topics.values()]
-        (await admin.create_topics(new)).raise_on_error()
-    async with Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=5) as producer:
-        for i in range(ROWS):
-            await producer.send(topics["input"], f"{i}".encode(), f"k{i}".encode())
-        await producer.flush()
-
-
 @pytest.fixture(scope="module")
 def retried(
     kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:
     """Runs the driver once (one JVM for the three writes); the topics it wrote."""
     topics = {name: unique(f"retry-{name}") for name in ("input", "eos", "alo", "stream")}
-    anyio.run(_setup, kafka_cluster, topics)
+    anyio.run(partial(spark_topics, alternate=False), kafka_cluster, topics, ROWS)
     log = tmp_path_factory.mktemp("retry") / "driver.log"
     with log.open("w") as out:
         done = subprocess.run(

@@ -36,16 +36,15 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from aiokafka_ng.admin import NewTopic
-from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import KafkaCluster
-from tests.kafka.helpers import admin_for, read_all, unique
+from tests.kafka.helpers import read_all, spark_topics, unique
 
 pytestmark = pytest.mark.kafka
 
@@ -57,17 +56,6 @@ ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("alo", "eos", "stream")
 
 
-async def _setup(cluster: KafkaCluster, topics: dict[str, str]) -> None:
-    async with admin_for(cluster) as admin:
-        new = [NewTopic(t, 2, 3) for t in topics.values()]
-        (await admin.create_topics(new)).raise_on_error()
-    async with Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=5) as producer:
-        for i in range(ROWS):
-            # Half in each partition, so the streaming write's task 0 has ~ROWS/2 rows too.
-            await producer.send(topics["input"], f"{i}".encode(), f"k{i}".encode(), i % 2)
-        await producer.flush()
-
-
 @pytest.fixture(scope="module")
 def speculated(
     kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
@@ -75,7 +63,7 @@ def speculated(
     """Runs the driver once (one Spark application for the three writes); the topics it
     wrote and each write's outcome line."""
     topics = {name: unique(f"spec-{name}") for name in ("input", *NAMES)}
-    anyio.run(_setup, kafka_cluster, topics)
+    anyio.run(partial(spark_topics, alternate=True), kafka_cluster, topics, ROWS)
     tmp = tmp_path_factory.mktemp("speculation")
     marks = tmp / "marks"
     marks.mkdir()

@@ -58,6 +58,7 @@ def test_bad_options_fail_at_planning_naming_the_option(spark: Any, kafka_broker
     latest = {"kafka.bootstrap.servers": bootstrap, "subscribe": "t", "startingOffsets": "latest"}
     frame = spark.read.format("aiokafka_ng").options(**latest).load()
     _fails_at_planning(spark, frame.count, "starting offset can't be latest for batch queries")
+    # A stream's load() still checks every value: a malformed one fails there.
     _fails_at_planning(
         spark,
         lambda: spark.readStream.format("aiokafka_ng").options(**latest, endingOffsets="x").load(),
