@@ -9,6 +9,7 @@ Benchmarks do not use this: C1-only code is slower once warm.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import Any
@@ -47,3 +48,22 @@ def started(builder: Any, *, register: bool = True) -> Any:
 
         register_source(session)
     return session
+
+
+def driver_arguments(description: str | None, *, cluster: bool) -> argparse.Namespace:
+    """The command line of the sink tests' driver scripts (retry, speculation, executor
+    loss): the three writes' topics and rows, where task 0's first attempt is stopped, and
+    with ``cluster`` the directories of a standalone cluster's run."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--rows", type=int, required=True, help="rows of each write")
+    p.add_argument("--input", required=True, help="topic the streaming query reads")
+    p.add_argument("--alo-out", required=True)
+    p.add_argument("--eos-out", required=True)
+    p.add_argument("--stream-out", required=True)
+    p.add_argument("--fail-at", type=int, required=True)
+    p.add_argument("--written", type=int, required=True)
+    if cluster:
+        p.add_argument("--marks", required=True, help="directory for the attempts' files")
+        p.add_argument("--work", required=True, help="directory for the cluster's logs")
+    return p.parse_args()

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.kafka.spark_standalone import partition_end, session_builder, standalone_cluster
+from tests.spark_session import driver_arguments
 
 PAD = "x" * 400
 EXECUTOR_MAIN = b"org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -140,18 +141,7 @@ def _kill_first_attempt(args: argparse.Namespace, topic: str) -> Any:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--bootstrap", required=True)
-    p.add_argument("--rows", type=int, required=True, help="rows of each write")
-    p.add_argument("--input", required=True, help="topic the streaming query reads")
-    p.add_argument("--alo-out", required=True)
-    p.add_argument("--eos-out", required=True)
-    p.add_argument("--stream-out", required=True)
-    p.add_argument("--fail-at", type=int, required=True)
-    p.add_argument("--written", type=int, required=True)
-    p.add_argument("--marks", required=True, help="directory for the attempts' files")
-    p.add_argument("--work", required=True, help="directory for the cluster's logs and files")
-    args = p.parse_args()
+    args = driver_arguments(__doc__, cluster=True)
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     work = Path(args.work)

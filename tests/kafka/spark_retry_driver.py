@@ -71,20 +71,11 @@ def _failing(bootstrap: str, topic: str, fail_at: int, written: int) -> object:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--bootstrap", required=True)
-    p.add_argument("--rows", type=int, required=True, help="rows of each batch write")
-    p.add_argument("--input", required=True, help="topic the streaming query reads")
-    p.add_argument("--eos-out", required=True)
-    p.add_argument("--alo-out", required=True)
-    p.add_argument("--stream-out", required=True)
-    p.add_argument("--fail-at", type=int, required=True)
-    p.add_argument("--written", type=int, required=True)
-    args = p.parse_args()
-
     from pyspark.sql import functions as F
 
-    from tests.spark_session import local_builder, started
+    from tests.spark_session import driver_arguments, local_builder, started
+
+    args = driver_arguments(__doc__, cluster=False)
 
     spark = started(
         local_builder("local[2,4]", "aiokafka_ng exactly-once task retry test")
