@@ -67,3 +67,52 @@ def driver_arguments(description: str | None, *, cluster: bool) -> argparse.Name
         p.add_argument("--marks", required=True, help="directory for the attempts' files")
         p.add_argument("--work", required=True, help="directory for the cluster's logs")
     return p.parse_args()
+
+
+def batch_write(
+    spark: Any, args: argparse.Namespace, udf: Any, topic: str, exactly_once: bool
+) -> None:
+    """The sink drivers' batch write: ``--rows`` ids in two tasks through ``udf`` to ``topic``,
+    each Spark partition to the Kafka partition of its number; exactlyOnce keyed by the topic."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(args.rows, numPartitions=2).select(
+        udf(F.col("id")).alias("value"), F.spark_partition_id().alias("partition")
+    )
+    writer = (
+        df.write.format("aiokafka_ng")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("topic", topic)
+    )
+    if exactly_once:
+        writer = writer.option("exactlyOnce", "true").option("exactlyOnceId", topic)
+    writer.mode("append").save()
+
+
+def stream_write(spark: Any, args: argparse.Namespace, udf: Any, checkpoint: str) -> None:
+    """The sink drivers' exactlyOnce streaming write: ``--input`` from the start through
+    ``udf`` to ``--stream-out``, until what is there now is written."""
+    from pyspark.sql import functions as F
+
+    kafka = {"kafka.bootstrap.servers": args.bootstrap}
+    source = (
+        spark.readStream.format("aiokafka_ng")
+        .options(**kafka)
+        .option("subscribe", args.input)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    query = (
+        source.select(
+            udf(F.col("value").cast("string").cast("long")).alias("value"),
+            F.spark_partition_id().alias("partition"),
+        )
+        .writeStream.format("aiokafka_ng")
+        .options(**kafka)
+        .option("topic", args.stream_out)
+        .option("exactlyOnce", "true")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()

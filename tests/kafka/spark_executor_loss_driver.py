@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.kafka.spark_standalone import partition_end, session_builder, standalone_cluster
-from tests.spark_session import driver_arguments
+from tests.spark_session import batch_write, driver_arguments, stream_write
 
 PAD = "x" * 400
 EXECUTOR_MAIN = b"org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -162,49 +162,12 @@ def main() -> None:
 
 
 def _writes(spark: Any, args: argparse.Namespace) -> None:
-    from pyspark.sql import functions as F
-
-    kafka = {"kafka.bootstrap.servers": args.bootstrap}
-
-    def batch_write(topic: str, exactly_once: bool) -> None:
-        udf = _kill_first_attempt(args, topic)
-        df = spark.range(args.rows, numPartitions=2).select(
-            udf(F.col("id")).alias("value"), F.spark_partition_id().alias("partition")
-        )
-        writer = df.write.format("aiokafka_ng").options(**kafka).option("topic", topic)
-        if exactly_once:
-            writer = writer.option("exactlyOnce", "true").option("exactlyOnceId", topic)
-        writer.mode("append").save()
+    for topic, exactly_once in ((args.alo_out, False), (args.eos_out, True)):
+        batch_write(spark, args, _kill_first_attempt(args, topic), topic, exactly_once)
         print(f"DONE {topic}", flush=True)
-
-    def stream_write() -> None:
-        udf = _kill_first_attempt(args, args.stream_out)
-        source = (
-            spark.readStream.format("aiokafka_ng")
-            .options(**kafka)
-            .option("subscribe", args.input)
-            .option("startingOffsets", "earliest")
-            .load()
-        )
-        query = (
-            source.select(
-                udf(F.col("value").cast("string").cast("long")).alias("value"),
-                F.spark_partition_id().alias("partition"),
-            )
-            .writeStream.format("aiokafka_ng")
-            .options(**kafka)
-            .option("topic", args.stream_out)
-            .option("exactlyOnce", "true")
-            .option("checkpointLocation", os.path.join(args.work, "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        print(f"DONE {args.stream_out}", flush=True)
-
-    batch_write(args.alo_out, False)
-    batch_write(args.eos_out, True)
-    stream_write()
+    udf = _kill_first_attempt(args, args.stream_out)
+    stream_write(spark, args, udf, os.path.join(args.work, "checkpoint"))
+    print(f"DONE {args.stream_out}", flush=True)
 
 
 if __name__ == "__main__":

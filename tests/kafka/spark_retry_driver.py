@@ -22,7 +22,6 @@ after each that failed; exits 0 unless something else went wrong.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from typing import Any
@@ -71,9 +70,14 @@ def _failing(bootstrap: str, topic: str, fail_at: int, written: int) -> object:
 
 
 def main() -> None:
-    from pyspark.sql import functions as F
 
-    from tests.spark_session import driver_arguments, local_builder, started
+    from tests.spark_session import (
+        batch_write,
+        driver_arguments,
+        local_builder,
+        started,
+        stream_write,
+    )
 
     args = driver_arguments(__doc__, cluster=False)
 
@@ -82,7 +86,6 @@ def main() -> None:
         # Small Arrow batches: the writer gets rows while the UDF still has rows to go.
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
     )
-    kafka = {"kafka.bootstrap.servers": args.bootstrap}
 
     def report(topic: str, write: Any) -> None:
         try:
@@ -93,50 +96,18 @@ def main() -> None:
         else:
             print(f"DONE {topic}", flush=True)
 
-    def batch_write(topic: str, exactly_once: bool) -> None:
+    def batch(topic: str, exactly_once: bool) -> None:
         udf = _failing(args.bootstrap, topic, args.fail_at, args.written)
-        df = spark.range(args.rows, numPartitions=2).select(
-            udf(F.col("id")).alias("value"), F.spark_partition_id().alias("partition")
-        )
-        writer = df.write.format("aiokafka_ng").options(**kafka).option("topic", topic)
-        if exactly_once:
-            writer = writer.option("exactlyOnce", "true").option("exactlyOnceId", topic)
-        writer.mode("append").save()
+        batch_write(spark, args, udf, topic, exactly_once)
 
-    def stream_write() -> None:
-        _stream(spark, args, kafka)
+    def stream() -> None:
+        udf = _failing(args.bootstrap, args.stream_out, args.fail_at, args.written)
+        stream_write(spark, args, udf, tempfile.mkdtemp(prefix="eos-retry-"))
 
-    report(args.alo_out, lambda: batch_write(args.alo_out, False))
-    report(args.eos_out, lambda: batch_write(args.eos_out, True))
-    report(args.stream_out, stream_write)
+    report(args.alo_out, lambda: batch(args.alo_out, False))
+    report(args.eos_out, lambda: batch(args.eos_out, True))
+    report(args.stream_out, stream)
     spark.stop()
-
-
-def _stream(spark: Any, args: argparse.Namespace, kafka: dict[str, str]) -> None:
-    from pyspark.sql import functions as F
-
-    udf = _failing(args.bootstrap, args.stream_out, args.fail_at, args.written)
-    source = (
-        spark.readStream.format("aiokafka_ng")
-        .options(**kafka)
-        .option("subscribe", args.input)
-        .option("startingOffsets", "earliest")
-        .load()
-    )
-    query = (
-        source.select(
-            udf(F.col("value").cast("string").cast("long")).alias("value"),
-            F.spark_partition_id().alias("partition"),
-        )
-        .writeStream.format("aiokafka_ng")
-        .options(**kafka)
-        .option("topic", args.stream_out)
-        .option("exactlyOnce", "true")
-        .option("checkpointLocation", tempfile.mkdtemp(prefix="eos-retry-"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from typing import Any
 
 from tests.kafka.spark_standalone import partition_end as _ends
 from tests.kafka.spark_standalone import session_builder, standalone_cluster
-from tests.spark_session import driver_arguments
+from tests.spark_session import batch_write, driver_arguments, stream_write
 
 PAD = "x" * 400
 
@@ -124,9 +124,6 @@ def main() -> None:
 
 
 def _writes(spark: Any, args: argparse.Namespace) -> None:
-    from pyspark.sql import functions as F
-
-    kafka = {"kafka.bootstrap.servers": args.bootstrap}
     marks = Path(args.marks)
 
     def report(topic: str, write: Any) -> None:
@@ -148,43 +145,17 @@ def _writes(spark: Any, args: argparse.Namespace) -> None:
             )
             print(f"DONE {topic} attempts={attempts}", flush=True)
 
-    def batch_write(topic: str, exactly_once: bool, slow: bool) -> None:
+    def batch(topic: str, exactly_once: bool, slow: bool) -> None:
         udf = _slow_first_attempt(args, topic, exactly_once, slow)
-        df = spark.range(args.rows, numPartitions=2).select(
-            udf(F.col("id")).alias("value"), F.spark_partition_id().alias("partition")
-        )
-        writer = df.write.format("aiokafka_ng").options(**kafka).option("topic", topic)
-        if exactly_once:
-            writer = writer.option("exactlyOnce", "true").option("exactlyOnceId", topic)
-        writer.mode("append").save()
+        batch_write(spark, args, udf, topic, exactly_once)
 
-    def stream_write(slow: bool) -> None:
+    def stream(slow: bool) -> None:
         udf = _slow_first_attempt(args, args.stream_out, True, slow)
-        source = (
-            spark.readStream.format("aiokafka_ng")
-            .options(**kafka)
-            .option("subscribe", args.input)
-            .option("startingOffsets", "earliest")
-            .load()
-        )
-        query = (
-            source.select(
-                udf(F.col("value").cast("string").cast("long")).alias("value"),
-                F.spark_partition_id().alias("partition"),
-            )
-            .writeStream.format("aiokafka_ng")
-            .options(**kafka)
-            .option("topic", args.stream_out)
-            .option("exactlyOnce", "true")
-            .option("checkpointLocation", os.path.join(args.work, "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
+        stream_write(spark, args, udf, os.path.join(args.work, "checkpoint"))
 
-    report(args.alo_out, lambda slow: batch_write(args.alo_out, False, slow))
-    report(args.eos_out, lambda slow: batch_write(args.eos_out, True, slow))
-    report(args.stream_out, stream_write)
+    report(args.alo_out, lambda slow: batch(args.alo_out, False, slow))
+    report(args.eos_out, lambda slow: batch(args.eos_out, True, slow))
+    report(args.stream_out, stream)
 
 
 if __name__ == "__main__":
