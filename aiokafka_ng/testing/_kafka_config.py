@@ -126,6 +126,12 @@ def node_properties(
         "share.coordinator.state.topic.replication.factor": replicas,
         "share.coordinator.state.topic.min.isr": min_isr,
         "group.initial.rebalance.delay.ms": "0",
+        # No deletion by age: tests write records with fixed timestamps years in the past,
+        # and the default 7-day retention, checked every 5 minutes, deleted such a topic's
+        # records between a test's write and its read (librdkafka then got
+        # OFFSET_OUT_OF_RANGE for offset 0 and reset to the end: a hang, not a failure).
+        # A topic's own retention.ms still applies.
+        "log.retention.ms": "-1",
         # Test clients use 1-2 s session timeouts so a lost member is noticed fast (and Tansu
         # holds a first join for half of it); Kafka's floor is 6 s by default.
         "group.min.session.timeout.ms": "1000",
