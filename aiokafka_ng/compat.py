@@ -194,7 +194,9 @@ class AIOKafkaProducer(Producer):
     def create_batch(self) -> BatchBuilder:
         """An empty :class:`BatchBuilder` (aiokafka's); nothing is sent until
         :meth:`send_batch` gets it."""
-        return BatchBuilder(self.config.batch_size, self._key_ser, self._value_ser)
+        return BatchBuilder(
+            self.config.batch_size, self.config.key_serializer, self.config.value_serializer
+        )
 
     # Two methods under one name: aiokafka's send_batch(batch, topic, *, partition) and the
     # native send_batch(topic, records, ...). The first argument's type tells them apart.

@@ -186,16 +186,16 @@ class Accumulator:
         record-specific problem: such a record's future fails instead."""
         t = self.topics.get(topic)
         if t is None:
-            t = self._new_topic(topic)
+            t = self.new_topic(topic)
         if t.ready and not t.pending:
-            self._place(t, partition, key, value, headers, timestamp_ms, size, future)
+            self.place(t, partition, key, value, headers, timestamp_ms, size, future)
             return
         if not t.pending:
             tm = self._meta.topics.get(topic)
             if tm is not None and tm.fatal and tm.error is not None:
                 # The last answer for this topic was an error retrying cannot fix (e.g.
                 # authorization): fail now, as the Java client's metadata wait would.
-                self._fail_record(future, size, tm.error(f"topic {topic!r}: {tm.error.__name__}"))
+                self.fail_record(future, size, tm.error(f"topic {topic!r}: {tm.error.__name__}"))
                 return
             self.request_metadata(topic)
         t.pending.append((partition, key, value, headers, timestamp_ms, size, future, self.clock()))
@@ -206,20 +206,20 @@ class Accumulator:
         if not t.pending:
             tm = self._meta.topics.get(t.name)
             if tm is not None and tm.fatal and tm.error is not None:
-                self._fail_run(run, tm.error(f"topic {t.name!r}: {tm.error.__name__}"))
+                self.fail_run(run, tm.error(f"topic {t.name!r}: {tm.error.__name__}"))
                 return
             self.request_metadata(t.name)
         run.enqueued_at = self.clock()
         t.pending.append(run)
 
-    def _fail_run(self, run: PendingRun, exc: BaseException) -> None:
+    def fail_run(self, run: PendingRun, exc: BaseException) -> None:
         shared, positions = run.shared, run.positions
         for j, (fut, size) in enumerate(zip(run.futures, run.sizes, strict=True)):
             if shared is not None and positions is not None:
                 shared._errors[positions[j]] = exc
-            self._fail_record(fut, size, exc)
+            self.fail_record(fut, size, exc)
 
-    def _new_topic(self, name: str) -> _Topic:
+    def new_topic(self, name: str) -> _Topic:
         t = self.topics[name] = _Topic(name)
         tm = self._meta.topics.get(name)
         if tm is not None and tm.ready:
@@ -230,7 +230,7 @@ class Accumulator:
                     self.nodes.setdefault(pq.leader, []).append(pq)
         return t
 
-    def _place(
+    def place(
         self,
         t: _Topic,
         partition: int,
@@ -252,7 +252,7 @@ class Accumulator:
                 partition = self.sticky_partition(t)
                 sticky = True
         if not 0 <= partition < n:
-            self._fail_record(future, size, no_partition_error(t, partition))
+            self.fail_record(future, size, no_partition_error(t, partition))
             return
         pq = t.partitions[partition]
         batches = pq.batches
@@ -270,7 +270,7 @@ class Accumulator:
                     return
                 self.batch_full(t, batch, sticky)
                 if sticky:
-                    self._place(t, t.sticky, key, value, headers, timestamp_ms, size, future)
+                    self.place(t, t.sticky, key, value, headers, timestamp_ms, size, future)
                     return
         batch = self.open_batch(t, pq)
         batch.builder.append(timestamp_ms, key, value, headers or ())
@@ -335,7 +335,7 @@ class Accumulator:
             self._ratios[batch.topic] = min(1.0, max(floor, new * _RATIO_MARGIN))
         return data
 
-    def _fail_record(self, future: Delivery[Any], size: int, exc: BaseException) -> None:
+    def fail_record(self, future: Delivery[Any], size: int, exc: BaseException) -> None:
         self.pool.release(size)
         self.records_failed += 1
         future._finish(exc)
@@ -380,7 +380,7 @@ class Accumulator:
                 entry.place(self, t, entry)
             else:
                 p, key, value, headers, ts, size, fut, _ = entry
-                self._place(t, p, key, value, headers, ts, size, fut)
+                self.place(t, p, key, value, headers, ts, size, fut)
             pending.popleft()
 
     def _fail_pending(self, t: _Topic, exc: BaseException) -> None:
@@ -389,9 +389,9 @@ class Accumulator:
 
     def _fail_entry(self, entry: Pending | PendingRun, exc: BaseException) -> None:
         if isinstance(entry, PendingRun):
-            self._fail_run(entry, exc)
+            self.fail_run(entry, exc)
         else:
-            self._fail_record(entry[6], entry[5], exc)
+            self.fail_record(entry[6], entry[5], exc)
 
     # ------------------------------------------------------------------ drain
 

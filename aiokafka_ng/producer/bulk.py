@@ -48,7 +48,7 @@ while it waits for memory, the record is not queued; at its checkpoint, it is.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import accumulate
 from time import time_ns
 from typing import TYPE_CHECKING, Any, cast
@@ -58,14 +58,14 @@ import anyio.lowlevel
 from aiokafka_ng.errors import BufferExhaustedError, KafkaError
 from aiokafka_ng.producer.accumulator import PendingRun, no_partition_error
 from aiokafka_ng.producer.future import BatchDelivery, Delivery, DeliveryFuture, _RunMember
-from aiokafka_ng.producer.producer import (
-    _PENDING_OVERHEAD,
-    _RECORD_OVERHEAD,
-    Producer,
+from aiokafka_ng.producer.intake import (
+    PENDING_OVERHEAD,
+    RECORD_OVERHEAD,
+    Intake,
     ProducerRecord,
-    _as_bytes,
-    _bad_partition,
-    _bad_timestamp,
+    as_bytes,
+    bad_partition,
+    bad_timestamp,
 )
 from aiokafka_ng.producer.runs import record_sizes, split_keyed_run
 from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
@@ -87,12 +87,17 @@ def _bytes_list(items: list[Any], name: str) -> list[bytes | None]:
         if item is not None and item.__class__ is not bytes:
             if out is items:
                 out = list(items)
-            out[i] = _as_bytes(item, name)
+            out[i] = as_bytes(item, name)
     return out
 
 
+#: ``Producer.send`` (records with headers, a partition or a timestamp of their own).
+SendOne = Callable[..., Awaitable[DeliveryFuture]]
+
+
 async def send_batch(
-    producer: Producer,
+    intake: Intake,
+    send: SendOne,
     topic: str,
     records: Iterable[Any],
     keys: Iterable[Any] | None,
@@ -101,8 +106,8 @@ async def send_batch(
 ) -> list[DeliveryFuture]:
     """:meth:`Producer.send_batch`: ProducerRecords with headers, a partition or a
     timestamp of their own go record by record through ``send()``; the rest in runs."""
-    if not producer._running:
-        raise producer._not_running()
+    if not intake.running:
+        raise intake.stopped()
     items = list(records)
     key_list = None if keys is None else list(keys)
     if any(isinstance(r, ProducerRecord) for r in items):
@@ -123,7 +128,7 @@ async def send_batch(
                 if not isinstance(rec, ProducerRecord):
                     rec = ProducerRecord(rec)
                 out.append(
-                    await producer.send(
+                    await send(
                         topic,
                         rec.value,
                         rec.key,
@@ -133,12 +138,12 @@ async def send_batch(
                     )
                 )
             return out
-    futures = await send_run(producer, topic, items, key_list, partition, timestamp_ms)
+    futures = await send_run(intake, topic, items, key_list, partition, timestamp_ms)
     return cast(list[DeliveryFuture], futures)  # one DeliveryFuture per record here
 
 
 async def send_many(
-    producer: Producer,
+    intake: Intake,
     topic: str,
     values: Iterable[Any],
     keys: Iterable[Any] | None,
@@ -147,16 +152,16 @@ async def send_many(
 ) -> BatchDelivery:
     """:meth:`Producer.send_many`: ``send_run`` with one :class:`BatchDelivery` for the
     whole run instead of a future per record."""
-    if not producer._running:
-        raise producer._not_running()
+    if not intake.running:
+        raise intake.stopped()
     vals = _run_items(values)
     ks = None if keys is None else _run_items(keys)
-    futures = await send_run(producer, topic, vals, ks, partition, timestamp_ms, together=True)
+    futures = await send_run(intake, topic, vals, ks, partition, timestamp_ms, together=True)
     if futures:
         outcome = futures[0]
         assert isinstance(outcome, BatchDelivery)
         return outcome
-    return BatchDelivery(topic, 0, producer._loop, 0)
+    return BatchDelivery(topic, 0, intake.loop, 0)
 
 
 def _run_items(items: Iterable[Any]) -> Sequence[Any]:
@@ -168,7 +173,7 @@ def _run_items(items: Iterable[Any]) -> Sequence[Any]:
 
 
 async def send_run(
-    producer: Producer,
+    intake: Intake,
     topic: str,
     values: Sequence[Any],
     keys: Sequence[Any] | None,
@@ -179,47 +184,48 @@ async def send_run(
 ) -> list[Delivery[Any]]:
     if keys is not None and len(keys) != len(values):
         raise ValueError(f"send_batch: {len(keys)} keys for {len(values)} values")
-    if producer._value_ser is not None:
-        values = [producer._value_ser(v) for v in values]
-    if keys is not None and producer._key_ser is not None:
-        keys = [producer._key_ser(k) for k in keys]
+    if intake.value_ser is not None:
+        values = [intake.value_ser(v) for v in values]
+    if keys is not None and intake.key_ser is not None:
+        keys = [intake.key_ser(k) for k in keys]
     vals: Sequence[bytes | None] = values
     ks: Sequence[bytes | None] | None = keys
-    sizes = record_sizes(values, keys, _RECORD_OVERHEAD)
+    sizes = record_sizes(values, keys, RECORD_OVERHEAD)
     if sizes is None:
         # Some key or value is not bytes: convert (bytearray, memoryview) or refuse it.
         vals = _bytes_list(list(values), "value")
         ks = None if keys is None else _bytes_list(list(keys), "key")
-        sizes = record_sizes(vals, ks, _RECORD_OVERHEAD)
+        sizes = record_sizes(vals, ks, RECORD_OVERHEAD)
         assert sizes is not None
-    if topic not in producer._valid_topics:
-        producer._check_topic(topic)
+    if topic not in intake.valid_topics:
+        intake.check_topic(topic)
     if partition is not None and (partition.__class__ is not int or partition < 0):
-        raise _bad_partition(partition)
+        raise bad_partition(partition)
     if timestamp_ms is None:
         timestamp_ms = time_ns() // 1_000_000
     elif timestamp_ms.__class__ is not int or timestamp_ms < 0:
-        raise _bad_timestamp(timestamp_ms)
-    if producer._txn is not None:
-        producer._txn.check_send()
-    loop = producer._loop
+        raise bad_timestamp(timestamp_ms)
+    txn = intake.txn
+    if txn is not None:
+        txn.check_send()
+    loop = intake.loop
     futures: list[Delivery[Any]]
     shared: BatchDelivery | None = None
     if together:
         # One object, once per record: the accumulator counts entries, not objects.
         shared = BatchDelivery(topic, timestamp_ms, loop, len(vals))
         futures = [shared] * len(vals)
-        if producer._txn is not None:
-            producer._txn.track(shared)  # the commit checks it: every record's outcome
+        if txn is not None:
+            txn.track(shared)  # the commit checks it: every record's outcome
     else:
         futures = [DeliveryFuture(topic, timestamp_ms, loop) for _ in vals]
-    max_record = producer._max_record
+    max_record = intake.max_record
     if max(sizes, default=0) > max_record:
         keep = []
         for i, size in enumerate(sizes):
             if size > max_record:
-                producer._acc.records_failed += 1
-                _fail_alone(futures[i], i, producer._too_large(size))
+                intake.acc.records_failed += 1
+                _fail_alone(futures[i], i, intake.too_large(size))
             else:
                 keep.append(i)
         positions: list[int] | None = keep  # run index -> index in the caller's values
@@ -233,7 +239,7 @@ async def send_run(
     part = -1 if partition is None else partition
     # Chunks: at most _CHUNK records and a quarter of the buffer, so a run larger than
     # buffer_memory streams through it instead of asking for more than exists.
-    limit = max(1, producer._pool.total // 4)
+    limit = max(1, intake.pool.total // 4)
     lo = 0
     count = len(run_vals)
     # ends[i]: the bytes of records [0, i) -- a chunk's end is found by bisection, not by a
@@ -255,20 +261,20 @@ async def send_run(
                 c_pos = list(range(lo, hi)) if positions is None else positions[lo:hi]
             try:
                 await _queue_chunk(
-                    producer, topic, part, timestamp_ms,
+                    intake, topic, part, timestamp_ms,
                     None if run_keys is None else run_keys[lo:hi],
                     run_vals[lo:hi], run_sizes[lo:hi], c_futs, shared, c_pos,
                 )  # fmt: skip
             except BufferExhaustedError as exc:
                 rest = range(lo, count) if positions is None else positions[lo:]
                 for fut, pos in zip(run_futs[lo:], rest, strict=True):
-                    producer._acc.records_failed += 1
+                    intake.acc.records_failed += 1
                     _fail_alone(fut, pos, exc)
                 break
             # Queued: no await between placing the chunk and these lines (see Cancellation).
-            if producer._txn is not None and shared is None:
+            if txn is not None and shared is None:
                 for fut in c_futs:
-                    producer._txn.track(fut)
+                    txn.track(fut)
             lo = hi
             # Let the senders take what filled up before queueing more (as send() does).
             await anyio.lowlevel.checkpoint()
@@ -308,7 +314,7 @@ def _fail_alone(fut: Delivery[Any], position: int, exc: BaseException) -> None:
 
 
 async def _queue_chunk(
-    producer: Producer,
+    intake: Intake,
     topic: str,
     partition: int,
     ts: int,
@@ -319,20 +325,20 @@ async def _queue_chunk(
     shared: BatchDelivery | None,
     positions: list[int] | None,
 ) -> None:
-    acc = producer._acc
+    acc = intake.acc
     # The topic's entry, made now if this is its first record: when the cluster knows the
     # topic already, its first run takes the bulk path too.
-    t = acc.topics.get(topic) or acc._new_topic(topic)
+    t = acc.topics.get(topic) or acc.new_topic(topic)
     fast = t.ready and not t.pending
     if not fast:
-        sizes = [s + _PENDING_OVERHEAD for s in sizes]
+        sizes = [s + PENDING_OVERHEAD for s in sizes]
     total = sum(sizes)
-    pool = producer._pool
+    pool = intake.pool
     if not pool.try_reserve(total):
-        await pool.reserve(total, producer._max_block_s)
-        if not producer._running:
+        await pool.reserve(total, intake.max_block_s)
+        if not intake.running:
             pool.release(total)
-            raise producer._not_running()
+            raise intake.stopped()
         fast = t.ready and not t.pending
     if not fast:
         # Not encoded before send_many returns: a column's data buffer is the caller's and
@@ -367,7 +373,7 @@ def _place_chunk(acc: Accumulator, t: _Topic, chunk: PendingRun) -> None:
             futures = [_RunMember(shared, pos) for pos in positions]
         for i, value in enumerate(values):
             key = None if keys is None else keys[i]
-            acc._place(t, -1, key, value, None, ts, sizes[i], futures[i])
+            acc.place(t, -1, key, value, None, ts, sizes[i], futures[i])
         return
     if partition >= 0 or keys is None:
         place_run(acc, t, partition, ts, keys, values, sizes, futures, shared, positions)
@@ -380,7 +386,7 @@ def _place_chunk(acc: Accumulator, t: _Topic, chunk: PendingRun) -> None:
         # count comes from a broker, so it is held to the decoder's per-topic limit here
         # too, should a snapshot ever come from elsewhere (10**8 partitions cost 1.5 GB
         # for one record).
-        acc._fail_run(
+        acc.fail_run(
             chunk,
             ResponseLimitError(
                 f"topic {t.name!r} has {num_partitions} partitions, more than the "
@@ -412,7 +418,7 @@ def place_run(
 ) -> None:
     """Append a run of header-less records, in order, to ``partition`` -- or, with
     ``partition`` -1, to the sticky partition, switching when a batch fills exactly as
-    ``Accumulator._place`` does. One builder call per batch, not per record. The topic is
+    ``Accumulator.place`` does. One builder call per batch, not per record. The topic is
     ready, its pending queue empty, memory reserved. ``shared``: every entry of
     ``futures`` is that one BatchDelivery, and ``positions`` are the records' places in
     it (kept beside the batch's entries)."""
@@ -424,7 +430,7 @@ def place_run(
         for j, (fut, size) in enumerate(zip(futures, sizes, strict=True)):
             if shared is not None and positions is not None:
                 shared._errors[positions[j]] = exc
-            acc._fail_record(fut, size, exc)
+            acc.fail_record(fut, size, exc)
         return
     i = 0
     count = len(values)

@@ -22,10 +22,8 @@ import asyncio
 import dataclasses
 import enum
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from dataclasses import dataclass
 from time import time_ns as _time_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Unpack, cast
@@ -48,16 +46,15 @@ from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import (
     ClosedBeforeDeliveryError,
     IllegalStateError,
-    InvalidTopicError,
     KafkaError,
     KafkaTimeoutError,
-    MessageSizeTooLargeError,
     ProducerClosedError,
     SaslAuthenticationFailedError,
     SendTimeoutError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.accumulator import Accumulator
+from aiokafka_ng.producer.bulk import send_batch, send_many
 from aiokafka_ng.producer.future import (
     BatchDelivery,
     DeliveryFuture,
@@ -65,6 +62,16 @@ from aiokafka_ng.producer.future import (
     callbacks_run,
 )
 from aiokafka_ng.producer.idempotence import IdempotenceState
+from aiokafka_ng.producer.intake import (
+    PENDING_OVERHEAD,
+    RECORD_OVERHEAD,
+    Intake,
+    ProducerRecord,
+    as_bytes,
+    bad_partition,
+    bad_timestamp,
+    check_headers,
+)
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.sender import NodeSender, Supervised
 from aiokafka_ng.producer.transactions import TransactionManager
@@ -72,7 +79,6 @@ from aiokafka_ng.producer.txn_coordinator import PreparedTransaction, TxnCoordin
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
-from aiokafka_ng.protocol.records import BATCH_OVERHEAD
 
 if TYPE_CHECKING:
     from aiokafka_ng._settings import ProducerSettings
@@ -84,7 +90,6 @@ log = logging.getLogger(__name__)
 #: InitProducerId is retried whatever the error: the producer keeps trying while it runs.
 _EVERY_ERROR = Retry(every_error=True)
 
-_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _CODECS = {
     "none": Compression.NONE,
     "gzip": Compression.GZIP,
@@ -92,16 +97,6 @@ _CODECS = {
     "lz4": Compression.LZ4,
     "zstd": Compression.ZSTD,
 }
-#: Per-record bytes charged to the memory pool on top of key/value/headers, so that
-#: buffer_memory bounds the process's real memory, not just the payload bytes. Measured with
-#: tracemalloc (CPython 3.11): a record in a batch costs its framing (~10-20 B), its
-#: DeliveryFuture (96 B), its offset-delta int (32 B above 256) and a list slot (8 B).
-_RECORD_OVERHEAD = 192
-#: Charged on top for a record that must wait for its topic's metadata: its queue entry
-#: (a tuple and a float, ~150 B) and the key/value bytes objects' own headers (33 B each).
-_PENDING_OVERHEAD = 128
-
-
 #: How many batch wake-ups send() lets pass before it yields to the senders (see _wake_node).
 _WAKES_PER_YIELD = 4
 
@@ -113,56 +108,11 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-@dataclass(slots=True)
-class ProducerRecord:
-    """One record for :meth:`Producer.send_batch` (plain values are accepted too)."""
-
-    value: Any = None
-    key: Any = None
-    partition: int | None = None
-    timestamp_ms: int | None = None
-    headers: list[tuple[str, bytes | None]] | None = None
-
-
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
     except RuntimeError:  # trio
         return None
-
-
-def _bad_partition(partition: Any) -> TypeError:
-    return TypeError(f"partition must be a non-negative int or None (got {partition!r})")
-
-
-def _bad_timestamp(timestamp_ms: Any) -> Exception:
-    if timestamp_ms.__class__ is not int:
-        return TypeError(f"timestamp_ms must be an int or None (got {timestamp_ms!r})")
-    # As the Java client: a negative timestamp is never "now"; None is.
-    return ValueError(f"timestamp_ms must be >= 0, or None for now (got {timestamp_ms})")
-
-
-def _as_bytes(obj: Any, name: str) -> bytes:
-    if isinstance(obj, bytes):
-        return obj
-    if isinstance(obj, bytearray | memoryview):
-        return bytes(obj)
-    raise TypeError(
-        f"{name} must be bytes or None (got {type(obj).__name__}); "
-        f"configure {name}_serializer to send other types"
-    )
-
-
-def _check_headers(headers: Any) -> list[tuple[str, bytes | None]]:
-    out: list[tuple[str, bytes | None]] = []
-    try:
-        for hkey, hvalue in headers:
-            if not isinstance(hkey, str):
-                raise TypeError
-            out.append((hkey, None if hvalue is None else _as_bytes(hvalue, "headers")))
-    except (TypeError, ValueError):
-        raise TypeError("headers must be a sequence of (str, bytes | None) pairs") from None
-    return out
 
 
 class Producer:
@@ -192,17 +142,8 @@ class Producer:
             raise TypeError("pass either a ProducerConfig or keyword settings, not both")
         self.config = config
         self._state = _State.NEW
-        self._key_ser = config.key_serializer
-        self._value_ser = config.value_serializer
-        self._max_block_s = config.max_block_ms / 1000
-        # The record estimate plus a batch header must fit a request and the buffer.
-        self._max_record = min(config.max_request_size, config.buffer_memory) - BATCH_OVERHEAD
-        self._running = False
-        self._valid_topics: set[str] = set()
-        self._last_ts = 0
         self._yield = False
         self._wakes = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._pool = MemoryPool(config.buffer_memory, on_wait=self._wake_all)
         self._txn: TransactionManager | None = None
         self._idem: IdempotenceState | None = None
@@ -237,6 +178,18 @@ class Producer:
             request_metadata=self._request_metadata,
             wake_node=self._wake_node,
         )
+        # What send() and the bulk path (bulk.py) read: see intake.py.
+        self._intake = Intake(
+            acc=self._acc,
+            pool=self._pool,
+            txn=self._txn,
+            key_serializer=config.key_serializer,
+            value_serializer=config.value_serializer,
+            max_request_size=config.max_request_size,
+            buffer_memory=config.buffer_memory,
+            max_block_ms=config.max_block_ms,
+            why_stopped=self._not_running,
+        )
         self._senders: dict[int, NodeSender] = {}
         self._cluster: Cluster | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -264,9 +217,9 @@ class Producer:
         await host.start(self._open)
         self._host = host
         self._state = _State.RUNNING
-        self._running = True
+        self._intake.running = True
         # Under asyncio, delivery futures are asyncio futures of this loop (see future.py).
-        self._loop = self._acc.loop = _asyncio_loop()
+        self._intake.loop = self._acc.loop = _asyncio_loop()
         cluster = self._cluster
         assert cluster is not None
         self._acc.update_metadata(cluster.metadata)
@@ -343,7 +296,7 @@ class Producer:
         if self._state is not _State.RUNNING:
             return
         self._state = _State.CLOSING
-        self._running = False
+        self._intake.running = False
         acc = self._acc
         if timeout is None:
             timeout = self.config.close_timeout_ms / 1000
@@ -360,7 +313,7 @@ class Producer:
             with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
                 for fut in acc.incomplete():
                     await fut.wait_done()
-                await callbacks_run(self._loop)
+                await callbacks_run(self._intake.loop)
         finally:
             assert self._tg is not None and self._host is not None
             self._tg.cancel_scope.cancel()
@@ -401,69 +354,71 @@ class Producer:
         """
         # The hot path: every check is cheap, the common case has no call beyond the
         # batch builder's append.
-        if not self._running:
-            raise self._not_running()
-        if self._key_ser is not None:
-            key = self._key_ser(key)
-        if self._value_ser is not None:
-            value = self._value_ser(value)
-        size = _RECORD_OVERHEAD
+        intake = self._intake
+        if not intake.running:
+            raise intake.stopped()
+        if intake.key_ser is not None:
+            key = intake.key_ser(key)
+        if intake.value_ser is not None:
+            value = intake.value_ser(value)
+        size = RECORD_OVERHEAD
         if value is not None:
             if value.__class__ is not bytes:
-                value = _as_bytes(value, "value")
+                value = as_bytes(value, "value")
             size += len(value)
         if key is not None:
             if key.__class__ is not bytes:
-                key = _as_bytes(key, "key")
+                key = as_bytes(key, "key")
             size += len(key)
-        if topic not in self._valid_topics:
-            self._check_topic(topic)
+        if topic not in intake.valid_topics:
+            intake.check_topic(topic)
         hdrs: list[tuple[str, bytes | None]] | None = None
         if headers:
-            hdrs = _check_headers(headers)
+            hdrs = check_headers(headers)
             for hkey, hvalue in hdrs:
                 size += len(hkey) + (len(hvalue) if hvalue is not None else 0) + 10
         if partition is None:
             partition = -1
         elif partition.__class__ is not int or partition < 0:
-            raise _bad_partition(partition)
+            raise bad_partition(partition)
         if timestamp_ms is None:
             timestamp_ms = _time_ns() // 1_000_000
             # Share one int object per millisecond: every future keeps its timestamp, and
             # a fresh 36-byte int per record is memory buffer_memory would not see.
-            if timestamp_ms == self._last_ts:
-                timestamp_ms = self._last_ts
+            if timestamp_ms == intake.last_ts:
+                timestamp_ms = intake.last_ts
             else:
-                self._last_ts = timestamp_ms
+                intake.last_ts = timestamp_ms
         elif timestamp_ms.__class__ is not int or timestamp_ms < 0:
-            raise _bad_timestamp(timestamp_ms)
-        if self._txn is not None:
-            self._txn.check_send()
-        fut = DeliveryFuture(topic, timestamp_ms, self._loop)
-        if size > self._max_record:
-            self._acc.records_failed += 1
-            fut._finish(self._too_large(size))
+            raise bad_timestamp(timestamp_ms)
+        txn = intake.txn
+        if txn is not None:
+            txn.check_send()
+        fut = DeliveryFuture(topic, timestamp_ms, intake.loop)
+        acc = intake.acc
+        if size > intake.max_record:
+            acc.records_failed += 1
+            fut._finish(intake.too_large(size))
             return fut
-        acc = self._acc
         t = acc.topics.get(topic)
         fast = t is not None and t.ready and not t.pending
         if not fast:
             # It will wait for metadata as a queue entry holding its own objects: charge it.
-            size += _PENDING_OVERHEAD
-        pool = self._pool
+            size += PENDING_OVERHEAD
+        pool = intake.pool
         if not pool.try_reserve(size):
-            await pool.reserve(size, self._max_block_s)
-            if not self._running:
+            await pool.reserve(size, intake.max_block_s)
+            if not intake.running:
                 pool.release(size)
-                raise self._not_running()
+                raise intake.stopped()
             fast = t is not None and t.ready and not t.pending
         if fast:
             assert t is not None
-            acc._place(t, partition, key, value, hdrs, timestamp_ms, size, fut)
+            acc.place(t, partition, key, value, hdrs, timestamp_ms, size, fut)
         else:
             acc.append(topic, partition, key, value, hdrs, timestamp_ms, size, fut)
-        if self._txn is not None:
-            self._txn.track(fut)
+        if txn is not None:
+            txn.track(fut)
         if self._yield:
             # A batch became ready: let the senders run before queueing more, so a tight
             # send() loop cannot starve the network.
@@ -532,10 +487,9 @@ class Producer:
         Cancelled, the records already queued are still delivered and the rest are not
         sent (see ``aiokafka_ng.producer.bulk``, Cancellation).
         """
-        # bulk.py builds on this module's helpers, so it is imported here, not at the top.
-        from aiokafka_ng.producer.bulk import send_batch
-
-        return await send_batch(self, topic, records, keys, partition, timestamp_ms)
+        return await send_batch(
+            self._intake, self.send, topic, records, keys, partition, timestamp_ms
+        )
 
     async def send_many(
         self,
@@ -566,9 +520,7 @@ class Producer:
         are part of it) and the rest are not sent; ``flush()`` and a commit do not wait
         for them.
         """
-        from aiokafka_ng.producer.bulk import send_many
-
-        return await send_many(self, topic, values, keys, partition, timestamp_ms)
+        return await send_many(self._intake, topic, values, keys, partition, timestamp_ms)
 
     async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
         """Send everything queued now and wait for its outcome (not raising delivery
@@ -583,7 +535,7 @@ class Producer:
             with anyio.move_on_after(timeout):
                 for fut in acc.incomplete():
                     await fut.wait_done()
-                await callbacks_run(self._loop)
+                await callbacks_run(self._intake.loop)
                 done = True
             if not done:
                 raise KafkaTimeoutError(f"flush did not complete within {timeout}s")
@@ -669,8 +621,8 @@ class Producer:
         """The partition ids of ``topic`` (waits for its metadata, up to max_block_ms)."""
         if self._state is not _State.RUNNING or self._cluster is None:
             raise self._not_running()
-        self._check_topic(topic)
-        found = await self._cluster.wait_for_topics([topic], timeout=self._max_block_s)
+        self._intake.check_topic(topic)
+        found = await self._cluster.wait_for_topics([topic], timeout=self._intake.max_block_s)
         return set(found[topic].partitions)
 
     def statistics(self) -> dict[str, Any]:
@@ -696,12 +648,6 @@ class Producer:
 
     # ------------------------------------------------------------------ internals
 
-    def _too_large(self, size: int) -> MessageSizeTooLargeError:
-        return MessageSizeTooLargeError(
-            f"record of ~{size} bytes exceeds max_request_size "
-            f"({self.config.max_request_size}) or buffer_memory ({self.config.buffer_memory})"
-        )
-
     def _not_running(self) -> KafkaError:
         if self._state is _State.NEW:
             return IllegalStateError("the producer is not started; call start() or use async with")
@@ -723,19 +669,10 @@ class Producer:
         if self._failure is not None:
             return
         self._failure = exc
-        self._running = False
+        self._intake.running = False
         # The other tasks stay until close(), which stops them; every call meanwhile raises
         # the failure (see _not_running).
         self._acc.abort_all(self._stopped_error(), in_flight=True)
-
-    def _check_topic(self, topic: Any) -> None:
-        if not isinstance(topic, str):
-            raise TypeError(f"topic must be a str (got {type(topic).__name__})")
-        if not _TOPIC_RE.fullmatch(topic) or topic in (".", ".."):
-            raise InvalidTopicError(
-                f"invalid topic name {topic!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'"
-            )
-        self._valid_topics.add(topic)
 
     def _request_metadata(self, topic: str) -> None:
         if self._cluster is not None:

@@ -261,7 +261,7 @@ def _pending_run(acc: Accumulator, placed: list[str]) -> tuple[BatchDelivery, Pe
     def place(acc: Accumulator, t: Any, entry: PendingRun) -> None:
         placed.append(t.name)
         for v, size in zip(entry.values, entry.sizes, strict=True):
-            acc._place(t, 0, None, v, None, 1, size, DeliveryFuture("t", 1))
+            acc.place(t, 0, None, v, None, 1, size, DeliveryFuture("t", 1))
 
     values = [b"r0", b"r1", b"r2"]
     return run, PendingRun(-1, 1, None, values, [40] * 3, [run] * 3, run, [0, 1, 2], place)
@@ -290,7 +290,7 @@ def test_pending_run_fails_by_position_at_delivery_timeout() -> None:
     acc, _, _ = make(clock)
     acc.update_metadata(meta(topic="other"))
     run, entry = _pending_run(acc, [])
-    acc.queue_run(acc._new_topic("t"), entry)
+    acc.queue_run(acc.new_topic("t"), entry)
     clock.now += 0.999
     acc.expire(clock.now)
     assert not run.done()

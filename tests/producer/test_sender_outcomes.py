@@ -293,7 +293,7 @@ def test_batch_delivery_knows_each_record_through_a_split_and_a_failure() -> Non
     from aiokafka_ng.producer.future import BatchDelivery
 
     acc, sender, _, clock = setup()
-    t = acc._new_topic("t")  # known to the metadata: ready at once
+    t = acc.new_topic("t")  # known to the metadata: ready at once
     run = BatchDelivery("t", 5, None, 6)
     assert acc.pool.try_reserve(70)
     place_run(acc, t, 0, 5, None, [b"a", b"b"], [10, 10], [run, run], run, [0, 1])
