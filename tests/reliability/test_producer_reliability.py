@@ -344,11 +344,19 @@ async def test_retriable_errors_follow_backoff_then_time_out(anyio_backend: str)
     )
     assert meta.partition == 0 and meta.offset >= 0 and again.offset >= 0
     assert len(ok_gaps) == 6
-    for n, gap in enumerate(ok_gaps, start=1):
-        base = min(initial * 2 ** (n - 1), cap) / 1000
-        assert 0.8 * base - 0.005 <= gap <= 1.2 * base + 0.08, (n, gap, base)
-    assert doomed_gaps and all(gap <= 1.2 * cap / 1000 + 0.08 for gap in doomed_gaps)
-    assert all(gap >= 0.8 * initial / 1000 - 0.005 for gap in doomed_gaps)
+    # No retry comes before its pause (the curve's low end: exact, whatever the load). The
+    # time *beyond* the curve's high end is the event loop's lateness plus the round trips:
+    # bounded in total, not per gap, so one stalled loop turn on a loaded machine passes,
+    # while a policy that grows too fast or ignores the cap (hundreds of ms late per gap
+    # from the third on) does not.
+    bases = [min(initial * 2 ** (n - 1), cap) / 1000 for n in range(1, 7)]
+    for n, (gap, base) in enumerate(zip(ok_gaps, bases, strict=True), start=1):
+        assert gap >= 0.8 * base - 0.005, (n, gap, base)
+    late = sum(max(0.0, gap - 1.2 * base) for gap, base in zip(ok_gaps, bases, strict=True))
+    assert late <= 0.25, (late, ok_gaps)
+    assert doomed_gaps and all(gap >= 0.8 * initial / 1000 - 0.005 for gap in doomed_gaps)
+    doomed_late = sum(max(0.0, gap - 1.2 * cap / 1000) for gap in doomed_gaps)
+    assert doomed_late <= 0.25, (doomed_late, doomed_gaps)
     assert 1.9 <= failed_after <= 3.0, failed_after
 
 
