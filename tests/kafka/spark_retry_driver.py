@@ -70,7 +70,6 @@ def _failing(bootstrap: str, topic: str, fail_at: int, written: int) -> object:
 
 
 def main() -> None:
-
     from tests.spark_session import (
         batch_write,
         driver_arguments,
