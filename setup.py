@@ -35,6 +35,7 @@ C_EXTENSION = (
         "aiokafka_ng/protocol/_speedups.c",
         "aiokafka_ng/protocol/_column.c",
         "aiokafka_ng/protocol/_decode.c",
+        "aiokafka_ng/producer/_send.c",
     ],
 )
 _TRUE = {"1", "true", "yes", "on"}
@@ -64,7 +65,11 @@ def _extensions() -> list[Any]:
         _warn(f"mypyc could not compile the hot modules ({exc!r}): pure-Python build")
         return []
     name, sources = C_EXTENSION
-    headers = ["aiokafka_ng/protocol/_column.h", "aiokafka_ng/protocol/_decode.h"]
+    headers = [
+        "aiokafka_ng/protocol/_column.h",
+        "aiokafka_ng/protocol/_decode.h",
+        "aiokafka_ng/producer/_send.h",
+    ]
     return [*compiled, Extension(name, sources, depends=headers)]
 
 

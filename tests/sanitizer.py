@@ -1,7 +1,7 @@
 """Run test files against the C kernel built with AddressSanitizer and UBSan.
 
 ``python -m tests.sanitizer [test paths] [-- pytest args]`` (and ``nox -s sanitize``) builds
-``_speedups.c``, ``_column.c`` and ``_decode.c`` with ``-fsanitize=address,undefined
+the kernel's sources (:data:`SOURCES`) with ``-fsanitize=address,undefined
 -fno-sanitize-recover=all`` into a temporary directory, then runs pytest on the test files in
 a child process whose ``aiokafka_ng.protocol._speedups`` is that build. Any sanitizer report
 (a heap overflow, a use after free, signed overflow, a misaligned load...) aborts the child,
@@ -35,7 +35,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL = ROOT / "aiokafka_ng" / "protocol"
-SOURCES = ("_speedups.c", "_column.c", "_decode.c")
+#: setup.py's C_EXTENSION sources (tests/protocol/test_speedups.py checks they agree).
+SOURCES = (
+    "aiokafka_ng/protocol/_speedups.c",
+    "aiokafka_ng/protocol/_column.c",
+    "aiokafka_ng/protocol/_decode.c",
+    "aiokafka_ng/producer/_send.c",
+)
 MODULE = "aiokafka_ng.protocol._speedups"
 
 #: The test files that exercise the C kernel, run under the sanitizers by the normal suite.
@@ -44,6 +50,7 @@ KERNEL_TESTS = (
     "tests/protocol/test_record_columns.py",
     "tests/protocol/test_speedups.py",
     "tests/protocol/test_binary_column_mutation.py",
+    "tests/producer/test_send_fast.py",
 )
 
 _FLAGS = (
@@ -70,7 +77,7 @@ def build(dest: Path) -> Path:
     out = dest / ("_speedups" + str(sysconfig.get_config_var("EXT_SUFFIX")))
     include = sysconfig.get_paths()["include"]
     cmd = [cc, *_FLAGS, f"-I{include}", f"-I{PROTOCOL}"]
-    cmd += [str(PROTOCOL / s) for s in SOURCES] + ["-o", str(out)]
+    cmd += [str(ROOT / s) for s in SOURCES] + ["-o", str(out)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out
 

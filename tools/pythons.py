@@ -56,6 +56,7 @@ PURE_EXCLUDED = (
     "--ignore=tests/protocol/test_speedups.py",
     "--ignore=tests/protocol/test_binary_column_mutation.py",
     "--ignore=tests/protocol/test_record_gc.py",
+    "--ignore=tests/producer/test_send_fast.py",  # send()'s C path against its Python twin
     "--deselect=tests/protocol/test_record_columns.py::test_the_c_decoder_takes_well_formed_batches",
     # The C entry points called directly (decode_columns, record_sizes) at their edges.
     "--deselect=tests/protocol/test_decode_overflow.py::test_the_input_as_an_output_buffer",

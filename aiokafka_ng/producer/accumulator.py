@@ -77,7 +77,7 @@ from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitione
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import RecordBatchBuilder, iter_batches
 
-__all__ = ["Accumulator", "PartitionQueue", "PendingRun", "ProducerBatch"]
+__all__ = ["Accumulator", "PartitionQueue", "PendingRun", "ProducerBatch", "TopicQueue"]
 
 #: How late an event-loop timer may fire (epoll's millisecond rounding): lingering batches
 #: are ready this much before their deadline, so they never leave after it.
@@ -90,7 +90,11 @@ _RATIO_MARGIN = 1.05
 Pending = tuple[int, bytes | None, bytes | None, Headers | None, int, int, Delivery[Any], float]
 
 
-class _Topic:
+class TopicQueue:
+    """One topic's state in the accumulator: its partitions' queues once metadata is known
+    (``ready``), the records waiting for it before then (``pending``), the sticky partition.
+    Slotted: ``intake.send_fast`` (C) reads these slots by offset."""
+
     __slots__ = (
         "all_partitions",
         "available",
@@ -149,7 +153,7 @@ class Accumulator:
         #: The asyncio loop the producer runs on (None under trio): futures' callbacks go
         #: through it, one call_soon per batch.
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.topics: dict[str, _Topic] = {}
+        self.topics: dict[str, TopicQueue] = {}
         self._meta = ClusterMetadata()
         #: topic -> compression ratio estimate for new batches (see _close)
         self._ratios: dict[str, float] = {}
@@ -200,7 +204,7 @@ class Accumulator:
             self.request_metadata(topic)
         t.pending.append((partition, key, value, headers, timestamp_ms, size, future, self.clock()))
 
-    def queue_run(self, t: _Topic, run: PendingRun) -> None:
+    def queue_run(self, t: TopicQueue, run: PendingRun) -> None:
         """Queue a bulk chunk in the pending queue of ``t``, whose metadata is not known yet
         or which has records waiting before it (memory already reserved)."""
         if not t.pending:
@@ -219,8 +223,8 @@ class Accumulator:
                 shared._errors[positions[j]] = exc
             self.fail_record(fut, size, exc)
 
-    def new_topic(self, name: str) -> _Topic:
-        t = self.topics[name] = _Topic(name)
+    def new_topic(self, name: str) -> TopicQueue:
+        t = self.topics[name] = TopicQueue(name)
         tm = self._meta.topics.get(name)
         if tm is not None and tm.ready:
             # Known already (another client call asked for it): no need to wait.
@@ -232,7 +236,7 @@ class Accumulator:
 
     def place(
         self,
-        t: _Topic,
+        t: TopicQueue,
         partition: int,
         key: bytes | None,
         value: bytes | None,
@@ -278,7 +282,7 @@ class Accumulator:
         batch.futures.append(future)
         batch.memory = size
 
-    def sticky_partition(self, t: _Topic) -> int:
+    def sticky_partition(self, t: TopicQueue) -> int:
         """KIP-794 uniform sticky: the partition unkeyed records stay on until its batch is
         full (drawn at random when there is none yet)."""
         n = len(t.partitions)
@@ -286,7 +290,7 @@ class Accumulator:
             t.sticky = self.sticky.pick(-1, n, t.available)
         return t.sticky
 
-    def batch_full(self, t: _Topic, batch: ProducerBatch, sticky: bool) -> None:
+    def batch_full(self, t: TopicQueue, batch: ProducerBatch, sticky: bool) -> None:
         """``batch`` refused a record: a later batch exists now, so it is ready -- close it
         and wake its sender. If it was the sticky partition's, switch (KIP-794): the next
         batch goes to a partition drawn uniformly at random; switching exactly on "full"
@@ -298,7 +302,7 @@ class Accumulator:
         if sticky:
             t.sticky = self.sticky.pick(pq.partition, len(t.partitions), t.available)
 
-    def open_batch(self, t: _Topic, pq: PartitionQueue) -> ProducerBatch:
+    def open_batch(self, t: TopicQueue, pq: PartitionQueue) -> ProducerBatch:
         """A new, empty batch at the tail of ``pq`` (sized by the topic's compression
         estimate)."""
         batch = ProducerBatch(
@@ -361,7 +365,7 @@ class Accumulator:
             if node not in old or nodes[node] != old[node]:
                 self.wake_node(node)
 
-    def _apply_topic(self, t: _Topic, tm: TopicMetadata) -> None:
+    def _apply_topic(self, t: TopicQueue, tm: TopicMetadata) -> None:
         count = max(tm.partitions) + 1
         while len(t.partitions) < count:
             t.partitions.append(PartitionQueue(t.name, len(t.partitions)))
@@ -383,7 +387,7 @@ class Accumulator:
                 self.place(t, p, key, value, headers, ts, size, fut)
             pending.popleft()
 
-    def _fail_pending(self, t: _Topic, exc: BaseException) -> None:
+    def _fail_pending(self, t: TopicQueue, exc: BaseException) -> None:
         while t.pending:
             self._fail_entry(t.pending.popleft(), exc)
 
@@ -667,7 +671,7 @@ def _enqueued_at(entry: Pending | PendingRun) -> float:
     return entry.enqueued_at if isinstance(entry, PendingRun) else entry[7]
 
 
-def no_partition_error(t: _Topic, partition: int) -> KafkaError:
+def no_partition_error(t: TopicQueue, partition: int) -> KafkaError:
     return UnknownTopicOrPartitionError(
         f"partition {partition} of {t.name!r} does not exist ({len(t.partitions)} partitions)"
     )

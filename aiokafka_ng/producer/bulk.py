@@ -72,7 +72,7 @@ from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitE
 from aiokafka_ng.protocol.speedups import BinaryColumn
 
 if TYPE_CHECKING:
-    from aiokafka_ng.producer.accumulator import Accumulator, _Topic
+    from aiokafka_ng.producer.accumulator import Accumulator, TopicQueue
 
 __all__ = ["chunk_end", "place_run", "send_batch", "send_run"]
 
@@ -360,7 +360,7 @@ def _own(items: Any) -> Any:
     return items
 
 
-def _place_chunk(acc: Accumulator, t: _Topic, chunk: PendingRun) -> None:
+def _place_chunk(acc: Accumulator, t: TopicQueue, chunk: PendingRun) -> None:
     """Place a chunk (memory reserved) in its partitions' batches; the topic is ready and
     nothing of it waits before the chunk."""
     partition, ts, keys, values = chunk.partition, chunk.timestamp_ms, chunk.keys, chunk.values
@@ -406,7 +406,7 @@ def _place_chunk(acc: Accumulator, t: _Topic, chunk: PendingRun) -> None:
 
 def place_run(
     acc: Accumulator,
-    t: _Topic,
+    t: TopicQueue,
     partition: int,
     timestamp_ms: int,
     keys: Sequence[bytes | None] | None,

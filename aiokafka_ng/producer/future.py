@@ -143,6 +143,8 @@ class FutureNotDoneError(IllegalStateError, asyncio.InvalidStateError):
 
 #: ``DeliveryFuture._exc`` while the outcome is unknown (None once delivered).
 _PENDING: BaseException = Exception("pending")
+#: The same, for the C ``send_fast`` (``intake.bind_send_fast``), which makes futures too.
+PENDING = _PENDING
 
 Callback = Callable[[Any], Any]
 # A waiter is a user's done-callback with the context it runs in (asyncio's rule), or --

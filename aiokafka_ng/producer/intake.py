@@ -7,23 +7,33 @@ the transaction, the serializers). Those live here, in one :class:`Intake` the p
 builds and owns, so the bulk path needs nothing private of :class:`Producer` and the two
 modules do not import each other. ``send()`` reads the intake's fields directly: it is the
 per-record hot path, and a field read costs what reading the producer's own did.
+
+``send()``'s common case (bytes or None key and value, no headers, serializer or
+transaction, metadata known) runs as one C call when the C kernel is built:
+:func:`bind_send_fast` hands ``_send.c`` these classes once, and ``send()`` calls the
+result first; it returns None -- having done nothing -- for every other case, which the
+Python path below it then takes (the reference twin: ``tests/producer/test_send_fast.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiokafka_ng.errors import InvalidTopicError, KafkaError, MessageSizeTooLargeError
+from aiokafka_ng.protocol import speedups
 from aiokafka_ng.protocol.records import BATCH_OVERHEAD
 
 if TYPE_CHECKING:
     from aiokafka_ng.producer.accumulator import Accumulator
     from aiokafka_ng.producer.memory import MemoryPool
     from aiokafka_ng.producer.transactions import TransactionManager
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "PENDING_OVERHEAD",
@@ -166,3 +176,25 @@ class Intake:
             f"record of ~{size} bytes exceeds max_request_size "
             f"({self._max_request_size}) or buffer_memory ({self._buffer_memory})"
         )
+
+
+def bind_send_fast() -> speedups.SendFast | None:
+    """The C kernel's ``send_fast``, given this package's classes; None without the kernel
+    or when it refuses their layout (then ``send()`` runs in Python alone)."""
+    setup = speedups.send_fast_setup
+    if setup is None or speedups.send_fast is None:
+        return None
+    # Imported here: the accumulator's modules are not needed to import the intake's checks.
+    from aiokafka_ng.producer.accumulator import PartitionQueue, ProducerBatch, TopicQueue
+    from aiokafka_ng.producer.future import PENDING, DeliveryFuture
+    from aiokafka_ng.producer.memory import MemoryPool
+
+    try:
+        setup(
+            Intake, TopicQueue, PartitionQueue, ProducerBatch, DeliveryFuture, MemoryPool,
+            RECORD_OVERHEAD, PENDING,
+        )  # fmt: skip
+    except TypeError as exc:  # a class changed shape: the C side would misread it
+        _log.warning("aiokafka_ng: send() runs without its C fast path (%s)", exc)
+        return None
+    return speedups.send_fast

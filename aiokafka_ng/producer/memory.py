@@ -53,7 +53,10 @@ class _Waiter:
 
 
 class MemoryPool:
-    """A byte budget with FIFO, piecemeal waiters and a deadline."""
+    """A byte budget with FIFO, piecemeal waiters and a deadline. (Slotted: the C
+    ``send_fast``, see :mod:`aiokafka_ng.producer.intake`, does ``try_reserve`` by offset.)"""
+
+    __slots__ = ("_available", "_peak_used", "_timeouts", "_total", "_waiters", "_waits", "on_wait")
 
     def __init__(self, total: int, on_wait: Callable[[], None] | None = None) -> None:
         if total <= 0:

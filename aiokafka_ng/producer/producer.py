@@ -70,6 +70,7 @@ from aiokafka_ng.producer.intake import (
     as_bytes,
     bad_partition,
     bad_timestamp,
+    bind_send_fast,
     check_headers,
 )
 from aiokafka_ng.producer.memory import MemoryPool
@@ -86,6 +87,8 @@ if TYPE_CHECKING:
 __all__ = ["Producer", "ProducerRecord"]
 
 log = logging.getLogger(__name__)
+#: send()'s common case in C (``intake.bind_send_fast``), or None: the Python path alone.
+_C_SEND_FAST = bind_send_fast()
 
 #: InitProducerId is retried whatever the error: the producer keeps trying while it runs.
 _EVERY_ERROR = Retry(every_error=True)
@@ -352,9 +355,17 @@ class Producer:
         ``BufferExhaustedError``. A record too large for ``max_request_size`` or
         ``buffer_memory`` gets a future failed with ``MessageSizeTooLargeError``.
         """
-        # The hot path: every check is cheap, the common case has no call beyond the
-        # batch builder's append.
+        # The hot path: the common case in one C call (None: not taken, nothing done),
+        # else every check here is cheap and the common case calls only the builder.
         intake = self._intake
+        c_send = _C_SEND_FAST
+        if c_send is not None:
+            fast = c_send(intake, topic, value, key, partition, timestamp_ms, headers)
+            if fast is not None:
+                if self._yield:
+                    self._yield = False
+                    await anyio.lowlevel.checkpoint()
+                return cast(DeliveryFuture, fast)
         if not intake.running:
             raise intake.stopped()
         if intake.key_ser is not None:

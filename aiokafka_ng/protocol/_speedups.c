@@ -28,6 +28,7 @@
  */
 #include "_column.h"
 #include "_decode.h"
+#include "../producer/_send.h"
 
 #include <string.h>
 
@@ -412,7 +413,7 @@ record_sizes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ------------------------------------------------------------------------- murmur2 */
 
 /* Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2), as a signed int32. */
-static int32_t
+int32_t
 murmur2_raw(const unsigned char *data, Py_ssize_t length)
 {
     const uint32_t m = 0x5bd1e995;
@@ -659,6 +660,12 @@ static PyMethodDef methods[] = {
      "decode_columns(data, pos, end, count, base_offset, log_append, low, high, index,"
      " next_offset, offset_runs, buffers) -> (added, next_offset, key_nulls, value_nulls)"
      " | None"},
+    {"send_fast", (PyCFunction)(void (*)(void))send_fast, METH_FASTCALL,
+     "send_fast(intake, topic, value, key, partition, timestamp_ms, headers)"
+     " -> DeliveryFuture | None"},
+    {"send_fast_setup", (PyCFunction)(void (*)(void))send_fast_setup, METH_FASTCALL,
+     "send_fast_setup(Intake, Topic, PartitionQueue, ProducerBatch, DeliveryFuture,"
+     " MemoryPool, record_overhead, pending) -> None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,6 +1,6 @@
 # Types of the C kernel (``_speedups.c``); ``speedups.py`` loads it when it was built.
 from collections.abc import Sequence
-from typing import overload
+from typing import Any, overload
 
 from typing_extensions import Buffer
 
@@ -70,3 +70,22 @@ def decode_columns(
 ) -> tuple[int, int, int, int] | None: ...
 def untrack(obj: object) -> None: ...
 def track(obj: object) -> None: ...
+def send_fast(
+    intake: object,
+    topic: str,
+    value: object,
+    key: object,
+    partition: object,
+    timestamp_ms: object,
+    headers: object,
+) -> Any: ...
+def send_fast_setup(
+    intake: type,
+    topic: type,
+    partition_queue: type,
+    batch: type,
+    future: type,
+    pool: type,
+    record_overhead: int,
+    pending: BaseException,
+) -> None: ...

@@ -24,6 +24,8 @@ __all__ = [
     "append_run",
     "decode_columns",
     "record_sizes",
+    "send_fast",
+    "send_fast_setup",
     "split_keyed",
     "track",
     "untrack",
@@ -44,11 +46,18 @@ SplitKeyed = Callable[
 #: next_offset, offset_runs, buffers) -> (added, next_offset, key_nulls, value_nulls) | None``
 DecodeColumns = Callable[..., tuple[int, int, int, int] | None]
 
+#: ``send_fast(intake, topic, value, key, partition, timestamp_ms, headers)`` -> the
+#: record's future, or None (nothing done: ``Producer.send`` takes the record); see
+#: :mod:`aiokafka_ng.producer.intake`.
+SendFast = Callable[[Any, str, Any, Any, Any, Any, Any], Any]
+
 append_record: AppendRecord | None = None
 append_run: AppendRun | None = None
 decode_columns: DecodeColumns | None = None
 record_sizes: RecordSizes | None = None
 split_keyed: SplitKeyed | None = None
+send_fast: SendFast | None = None
+send_fast_setup: Callable[..., None] | None = None
 #: Off and back on the cyclic GC's lists (``record_reader.ConsumerRecord``'s ``_C_TRACK``).
 untrack: Callable[[object], None] | None = None
 track: Callable[[object], None] | None = None
@@ -65,6 +74,8 @@ else:
     decode_columns = _speedups.decode_columns
     record_sizes = _speedups.record_sizes
     split_keyed = _speedups.split_keyed
+    send_fast = _speedups.send_fast
+    send_fast_setup = _speedups.send_fast_setup
     untrack = _speedups.untrack
     track = _speedups.track
     BinaryColumn = _speedups.BinaryColumn

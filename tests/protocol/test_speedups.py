@@ -28,6 +28,7 @@ from aiokafka_ng.producer import runs as runs_c
 from aiokafka_ng.protocol import _speedups, speedups
 from aiokafka_ng.protocol import records as records_c
 from aiokafka_ng.protocol.records import BATCH_OVERHEAD, iter_batches
+from tests import sanitizer
 from tests.protocol.arrow_columns import arrow_array, column
 
 records_py = _native.load_pure_twin("aiokafka_ng.protocol.records")
@@ -57,7 +58,8 @@ def test_setup_py_builds_the_named_extension() -> None:
         and any(isinstance(t, ast.Name) and t.id == "C_EXTENSION" for t in node.targets)
     )
     assert name == _native.C_EXTENSION
-    assert all((ROOT / source).is_file() for source in sources) and len(sources) == 3
+    assert all((ROOT / source).is_file() for source in sources) and len(sources) == 4
+    assert tuple(sources) == sanitizer.SOURCES  # the sanitized build compiles the same files
 
 
 def test_pure_python_env_switches_the_kernel_off() -> None:
