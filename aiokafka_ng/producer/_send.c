@@ -27,10 +27,12 @@
  * Slots may be unset (NULL): that also means the Python path.
  *
  * A future is made as Delivery.__init__ makes one (its eight slots set to the same
- * values; setup checks there are exactly those eight). Nothing here releases the GIL or
- * calls Python code before the memory is taken except DeliveryFuture allocation; after it,
- * builder.append and Accumulator.place are Python-level calls whose errors propagate as
- * they would from send().
+ * values; setup checks there are exactly those eight), first: allocating a GC object may
+ * run a collection and with it finalizers, so everything borrowed (the accumulator, the
+ * topic, the pool's count) is read after it, and nothing between those reads and the
+ * memory's reservation runs Python code or allocates a GC object. builder.append and
+ * Accumulator.place are Python-level calls made holding what they use; their errors
+ * propagate as they would from send().
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -360,58 +362,6 @@ send_fast(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (max_record < 0 || size > max_record) {
         Py_RETURN_NONE; /* send() fails the future */
     }
-    PyObject *acc = SLOT(intake, in_acc);
-    PyObject *pool = SLOT(intake, in_pool);
-    PyObject *loop = SLOT(intake, in_loop);
-    if (acc == NULL || pool == NULL || loop == NULL || !Py_IS_TYPE(pool, pool_t)) {
-        Py_RETURN_NONE;
-    }
-    PyObject *topics = PyObject_GetAttr(acc, str_topics);
-    if (topics == NULL) {
-        return NULL;
-    }
-    PyObject *t = PyDict_CheckExact(topics) ? PyDict_GetItemWithError(topics, topic) : NULL;
-    Py_DECREF(topics); /* the accumulator keeps the dict, the dict keeps t */
-    if (t == NULL) {
-        if (PyErr_Occurred()) {
-            return NULL;
-        }
-        Py_RETURN_NONE;
-    }
-    /* Borrowed until the first call into Python code (builder.append, place): from there
-     * on held (place() below). */
-    PyObject *pending = Py_IS_TYPE(t, topic_t) ? SLOT(t, tp_pending) : NULL;
-    if (pending == NULL || SLOT(t, tp_ready) != Py_True) {
-        Py_RETURN_NONE;
-    }
-    Py_ssize_t queued = PySequence_Size(pending);
-    if (queued != 0) {
-        if (queued < 0) {
-            return NULL;
-        }
-        Py_RETURN_NONE; /* records wait before this one */
-    }
-    PyObject *partitioner = PyObject_GetAttr(acc, str_partitioner);
-    if (partitioner == NULL) {
-        return NULL;
-    }
-    Py_DECREF(partitioner);
-    if (partitioner != Py_None) {
-        Py_RETURN_NONE;
-    }
-    PyObject *pool_waiters = SLOT(pool, pl_waiters);
-    Py_ssize_t available = slot_size(SLOT(pool, pl_available));
-    if (pool_waiters == NULL || available < 0 || size > available) {
-        Py_RETURN_NONE; /* send() waits for memory */
-    }
-    Py_ssize_t waiting = PySequence_Size(pool_waiters);
-    if (waiting != 0) {
-        if (waiting < 0) {
-            return NULL;
-        }
-        Py_RETURN_NONE;
-    }
-
     /* The timestamp: the caller's, or now -- one int object per millisecond (send()). */
     if (ts == Py_None) {
         struct timespec now;
@@ -441,22 +391,21 @@ send_fast(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_RETURN_NONE;
         }
     }
-    Py_INCREF(ts); /* the future's reference */
 
-    /* The future, as Delivery.__init__ makes it. */
+    /* The future, as Delivery.__init__ makes it -- made before anything below is read:
+     * allocating a GC object may run a collection (and finalizers), after which borrowed
+     * references and the pool's count read before it could be stale. Refused from here
+     * on, it is simply dropped. */
     PyObject *fut = fut_t->tp_alloc(fut_t, 0);
-    PyObject *size_obj = PyLong_FromSsize_t(size);
-    if (fut == NULL || size_obj == NULL) {
-        Py_DECREF(ts);
-        Py_XDECREF(fut);
-        Py_XDECREF(size_obj);
+    if (fut == NULL) {
         return NULL;
     }
     Py_INCREF(topic);
     SLOT(fut, f_topic) = topic;
+    Py_INCREF(ts);
     SLOT(fut, f_timestamp) = ts;
-    Py_INCREF(loop);
-    SLOT(fut, f_loop) = loop;
+    Py_INCREF(Py_None);
+    SLOT(fut, f_loop) = Py_None; /* the intake's loop, below */
     Py_INCREF(Py_None);
     SLOT(fut, f_batch) = Py_None;
     SLOT(fut, f_delta) = PyLong_FromLong(0); /* a cached small int: cannot fail */
@@ -467,14 +416,69 @@ send_fast(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(Py_None);
     SLOT(fut, f_ctx) = Py_None;
 
+    /* Nothing from here to place() runs Python code or allocates a GC object. */
+    PyObject *acc = SLOT(intake, in_acc);
+    PyObject *pool = SLOT(intake, in_pool);
+    PyObject *loop = SLOT(intake, in_loop);
+    if (acc == NULL || pool == NULL || loop == NULL || !Py_IS_TYPE(pool, pool_t)) {
+        goto refused;
+    }
+    PyObject *topics = PyObject_GetAttr(acc, str_topics);
+    if (topics == NULL) {
+        goto error;
+    }
+    PyObject *t = PyDict_CheckExact(topics) ? PyDict_GetItemWithError(topics, topic) : NULL;
+    Py_DECREF(topics); /* the accumulator keeps the dict, the dict keeps t */
+    if (t == NULL) {
+        if (PyErr_Occurred()) {
+            goto error;
+        }
+        goto refused;
+    }
+    PyObject *pending = Py_IS_TYPE(t, topic_t) ? SLOT(t, tp_pending) : NULL;
+    if (pending == NULL || SLOT(t, tp_ready) != Py_True) {
+        goto refused;
+    }
+    Py_ssize_t queued = PySequence_Size(pending);
+    if (queued != 0) {
+        if (queued < 0) {
+            goto error;
+        }
+        goto refused; /* records wait before this one */
+    }
+    PyObject *partitioner = PyObject_GetAttr(acc, str_partitioner);
+    if (partitioner == NULL) {
+        goto error;
+    }
+    Py_DECREF(partitioner); /* only compared: the accumulator keeps it */
+    if (partitioner != Py_None) {
+        goto refused;
+    }
+    PyObject *pool_waiters = SLOT(pool, pl_waiters);
+    Py_ssize_t available = slot_size(SLOT(pool, pl_available));
+    if (pool_waiters == NULL || available < 0 || size > available) {
+        goto refused; /* send() waits for memory */
+    }
+    Py_ssize_t waiting = PySequence_Size(pool_waiters);
+    if (waiting != 0) {
+        if (waiting < 0) {
+            goto error;
+        }
+        goto refused;
+    }
+
     /* Take the memory (MemoryPool.try_reserve), then place. */
     PyObject *left = PyLong_FromSsize_t(available - size);
-    if (left == NULL) {
-        Py_DECREF(fut);
-        Py_DECREF(size_obj);
-        return NULL;
+    PyObject *size_obj = PyLong_FromSsize_t(size);
+    if (left == NULL || size_obj == NULL) {
+        Py_XDECREF(left);
+        Py_XDECREF(size_obj);
+        goto error;
     }
     set_slot(pool, pl_available, left);
+    Py_INCREF(loop);
+    set_slot(fut, f_loop, loop);
+    /* place() calls Python code (builder.append, Accumulator.place): hold what it uses. */
     Py_INCREF(acc);
     Py_INCREF(t);
     int placed = place(acc, t, partition_arg, partition, key, value, ts, size_obj, size, fut);
@@ -482,8 +486,14 @@ send_fast(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(acc);
     Py_DECREF(size_obj);
     if (placed < 0) {
-        Py_DECREF(fut);
-        return NULL;
+        goto error;
     }
     return fut;
+
+refused:
+    Py_DECREF(fut);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(fut);
+    return NULL;
 }
