@@ -15,37 +15,38 @@ deliberately shuffles it), so the sender writes each request itself with
 response runs in a task of its own: up to ``max_in_flight`` requests pipeline, in drain
 order on the wire.
 
-Every batch of a request leaves the "in flight" state exactly once, on every path:
-
-* success or DUPLICATE_SEQUENCE_NUMBER: completed;
-* retriable error (connection error, timeout, NOT_LEADER, ...), not expired: re-queued at
-  the head after the retry backoff (the accumulator unmutes it *after* re-queueing, then
-  wakes this node: Sarama #3644/#3689); ``invalid_metadata`` errors ask for a metadata
-  refresh and apply the KIP-951 current-leader hint when the response has one;
-* MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE with more than one record: split in two and
-  re-queued (Java does the same); a single record that is too large fails;
-* OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID / fencing: see
-  :mod:`aiokafka_ng.producer.idempotence` (reset, then retry -- never a stalled producer);
-* anything else, or past ``delivery_timeout_ms``: failed.
+Every batch of a request leaves the "in flight" state exactly once, on every path: the
+answer (or the request's failure) is turned into outcomes by the pure functions of
+:mod:`aiokafka_ng.producer.settle`, which hold the rules (complete, retry at the head after
+the backoff, split, reset the producer id, fail), and :meth:`NodeSender.apply` carries them
+out in order. A re-queued batch is unmuted *after* it is queued, then this node is woken
+(Sarama #3644/#3689: the accumulator's ``requeue``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
-from aiokafka_ng.cluster.metadata import BrokerMetadata
 from aiokafka_ng.cluster.retry import RetryState
-from aiokafka_ng.errors import (
-    KafkaError,
-    KafkaTimeoutError,
-    UnsupportedVersionError,
+from aiokafka_ng.errors import KafkaError, UnsupportedVersionError
+from aiokafka_ng.producer.settle import (
+    Delivered,
+    Failed,
+    NewLeader,
+    Outcome,
+    Refresh,
+    ResetProducerId,
+    Retry,
+    Rules,
+    Split,
+    error_outcomes,
+    response_outcomes,
 )
-from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages.produce import (
     PartitionProduceData,
     ProduceRequest,
@@ -63,12 +64,6 @@ __all__ = ["NodeSender", "Supervised"]
 
 log = logging.getLogger(__name__)
 
-_DUPLICATE_SEQUENCE = 46
-_OUT_OF_ORDER_SEQUENCE = 45
-_INVALID_PRODUCER_EPOCH = 47
-_UNKNOWN_PRODUCER_ID = 59
-_PRODUCER_FENCED = 90
-_TOO_LARGE = (10, 18)  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE: split and retry
 #: Produce v3 is the first that carries v2 record batches. v12 only in a transaction of
 #: transactions v2 (``IdempotenceState.max_produce_version``); v13 names topics by id,
 #: which the producer does not track.
@@ -123,7 +118,7 @@ class NodeSender:
         self._acks = acks
         self._timeout_ms = request_timeout_ms
         self._max_in_flight = max_in_flight
-        self._retries = retries
+        self._rules = Rules(retries, accumulator.delivery_timeout, accumulator.idem)
         # Transactional batches must name their transaction in the request (the broker
         # checks it against AddPartitionsToTxn and writes the markers accordingly).
         self._transactional_id = transactional_id
@@ -225,8 +220,7 @@ class NodeSender:
                 expect_response=self._acks != 0,
             )
         except KafkaError as exc:
-            for b in batches:
-                self._handle_error(b, exc, None)
+            self.on_failure(batches, exc)
             self._request_done()
             return
         except BaseException:
@@ -260,13 +254,12 @@ class NodeSender:
             if not prev.is_set():
                 await prev.wait()
             if error is not None:
-                for b in batches:
-                    self._handle_error(b, error, None)
+                self.on_failure(batches, error)
             elif response is None:  # acks=0: nothing to wait for; offsets unknown
                 for b in batches:
                     self._acc.complete(b, -1, -1)
             else:
-                self._handle_response(response, batches)
+                self.on_response(response, batches)
         finally:
             handled.set()
             self._request_done()
@@ -276,74 +269,38 @@ class NodeSender:
         self.wake()
         self._on_idle()
 
-    def _handle_response(self, response: ProduceResponse, batches: list[ProducerBatch]) -> None:
-        index = {(b.topic, b.partition): b for b in batches}
-        endpoints = {
-            e.node_id: BrokerMetadata(e.node_id, e.host, e.port, e.rack)
-            for e in response.node_endpoints
-        }
+    def on_response(self, response: ProduceResponse, batches: list[ProducerBatch]) -> None:
+        """Settle the ``batches`` of one request by its answer (see :mod:`.settle`)."""
         acc = self._acc
-        for topic in response.responses:
-            for part in topic.partition_responses:
-                batch = index.pop((topic.name, part.index), None)
-                if batch is None:
-                    continue
-                code = part.error_code
-                if code == 0:
-                    acc.complete(
-                        batch, part.base_offset, part.log_append_time_ms, part.log_start_offset
-                    )
-                    continue
-                if code == _DUPLICATE_SEQUENCE:
-                    # Already written by an earlier attempt: delivered. Kafka repeats the
-                    # original offset; Tansu answers -1 (offsets then reported as -1).
-                    acc.complete(
-                        batch, part.base_offset, part.log_append_time_ms, part.log_start_offset
-                    )
-                    continue
-                if code in _TOO_LARGE and acc.split(batch):
-                    continue
-                err = error_for_code(code)
-                exc = err(part.error_message or err.message or f"error code {code}")
-                leader = part.current_leader
-                if err.invalid_metadata and leader.leader_id >= 0:
-                    self._cluster.update_leader(
-                        topic.name,
-                        part.index,
-                        leader.leader_id,
-                        leader.leader_epoch,
-                        endpoints.get(leader.leader_id),
-                    )
-                self._handle_error(batch, exc, code)
-        for batch in index.values():
-            # The broker did not answer for this partition: treat as a retriable failure.
-            self._handle_error(batch, KafkaTimeoutError("no response for this partition"), None)
+        self.apply(response_outcomes(response, batches, acc.clock(), self._rules))
 
-    def _handle_error(self, batch: ProducerBatch, exc: KafkaError, code: int | None) -> None:
+    def on_failure(self, batches: list[ProducerBatch], exc: KafkaError) -> None:
+        """Settle the ``batches`` of a request that failed as a whole (no answer)."""
         acc = self._acc
         now = acc.clock()
-        idem = acc.idem
-        if idem is not None and code in (
-            _OUT_OF_ORDER_SEQUENCE,
-            _UNKNOWN_PRODUCER_ID,
-            _INVALID_PRODUCER_EPOCH,
-            _PRODUCER_FENCED,
-        ):
-            if code != _OUT_OF_ORDER_SEQUENCE or idem.is_next(batch.pq, batch):
+        rules = self._rules
+        for batch in batches:
+            self.apply(error_outcomes(batch, exc, None, now, rules))
+
+    def apply(self, outcomes: Iterable[Outcome]) -> None:
+        """Carry out what :mod:`.settle` decided, in order."""
+        acc = self._acc
+        for o in outcomes:
+            if isinstance(o, Delivered):
+                acc.complete(o.batch, o.base_offset, o.log_append_time, o.log_start_offset)
+            elif isinstance(o, Retry):
+                acc.requeue(o.batch, acc.clock())
+            elif isinstance(o, Failed):
+                acc.fail(o.batch, o.exc)
+            elif isinstance(o, Split):
+                if not acc.split(o.batch):
+                    self.apply(o.fallback)
+            elif isinstance(o, NewLeader):
+                self._cluster.update_leader(o.topic, o.partition, o.leader, o.epoch, o.endpoint)
+            elif isinstance(o, Refresh):
+                self._cluster.request_update([o.topic])
+            elif isinstance(o, ResetProducerId):
                 # A real gap, or the broker lost/fenced our producer state (KIP-360).
-                log.info("producer: %s on %s; resetting producer id", type(exc).__name__, batch)
-                idem.request_reset(code)
-            retriable = True  # the batch itself was not written
-        else:
-            retriable = exc.retriable or exc.invalid_metadata
-        if exc.invalid_metadata:
-            self._cluster.request_update([batch.topic])
-        if retriable and batch.attempts < self._retries and not acc.expired(batch, now):
-            acc.requeue(batch, now)
-        else:
-            if acc.expired(batch, now) and retriable:
-                exc = KafkaTimeoutError(
-                    f"{batch.topic}-{batch.partition}: delivery_timeout_ms passed "
-                    f"(last error: {exc})"
-                )
-            acc.fail(batch, exc)
+                log.info("producer: %s on %s; resetting producer id", type(o.exc).__name__, o.batch)
+                assert acc.idem is not None
+                acc.idem.request_reset(o.code)

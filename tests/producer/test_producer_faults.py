@@ -184,7 +184,7 @@ async def test_a_bug_in_a_background_task_fails_records_loudly_not_a_hang(
     def broken(self: Any, response: Any, batches: Any) -> None:
         raise RuntimeError("injected bug")
 
-    monkeypatch.setattr(NodeSender, "_handle_response", broken)
+    monkeypatch.setattr(NodeSender, "on_response", broken)
     topic = f"bug-{uuid.uuid4().hex[:8]}"
     with anyio.fail_after(20):
         async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as p:

@@ -187,7 +187,7 @@ def run_model(seed: int, idempotent: bool) -> tuple[dict[int, list[bytes]], dict
             node = rng.choice(NODES)
             if wires[node]:
                 batches = wires[node].pop(0)
-                senders[node]._handle_response(broker.produce(batches), batches)
+                senders[node].on_response(broker.produce(batches), batches)
         elif op < 0.88 and producing:
             # connection cut: a prefix of the wire was processed, every answer is lost
             node = rng.choice(NODES)
@@ -197,7 +197,7 @@ def run_model(seed: int, idempotent: bool) -> tuple[dict[int, list[bytes]], dict
                 if i < processed:
                     broker.produce(batches)
                 for b in batches:
-                    senders[node]._handle_error(b, KafkaConnectionError("cut"), None)
+                    senders[node].on_failure([b], KafkaConnectionError("cut"))
             wire.clear()
         elif op < 0.9 and producing:
             # leadership moves (metadata update); requests already on the wire stay there
@@ -211,7 +211,7 @@ def run_model(seed: int, idempotent: bool) -> tuple[dict[int, list[bytes]], dict
     for node in NODES:
         while wires[node]:
             batches = wires[node].pop(0)
-            senders[node]._handle_response(broker.produce(batches), batches)
+            senders[node].on_response(broker.produce(batches), batches)
     for _ in range(100_000):
         if all(f.done() for f in futures):
             break
@@ -220,7 +220,7 @@ def run_model(seed: int, idempotent: bool) -> tuple[dict[int, list[bytes]], dict
         for node in NODES:
             batches, _ = acc.drain(node, clock.now)
             if batches:
-                senders[node]._handle_response(broker.produce(batches), batches)
+                senders[node].on_response(broker.produce(batches), batches)
     assert all(f.done() for f in futures), "some records never completed"
     assert all(f.exception() is None for f in futures)
     assert acc.pool.available == acc.pool.total

@@ -1,4 +1,5 @@
-"""NodeSender's response handling, on canned Produce responses (no I/O).
+"""NodeSender's response handling (``producer/settle.py``'s rules carried out by ``apply``), on
+canned Produce responses (no I/O).
 
 Tansu cannot show leader moves or sequence gaps, so the error paths are driven here with
 the exact response objects a broker would send.
@@ -60,7 +61,7 @@ class FakeCluster:
 
 
 def setup(
-    idem: IdempotenceState | None = None,
+    idem: IdempotenceState | None = None, retries: int = 10
 ) -> tuple[Accumulator, NodeSender, FakeCluster, Clock]:
     clock = Clock()
     acc = Accumulator(
@@ -91,7 +92,7 @@ def setup(
         acks=-1,
         request_timeout_ms=1000,
         max_in_flight=5,
-        retries=10,
+        retries=retries,
     )
     return acc, sender, cluster, clock
 
@@ -130,7 +131,7 @@ def response(partition: int, code: int, base_offset: int = 0, **kw: Any) -> Prod
 def test_success_resolves_offsets_and_log_append_time() -> None:
     acc, sender, _, clock = setup()
     b, futs = batch_for(acc, clock, 0)
-    sender._handle_response(response(0, 0, 40, log_append_time_ms=777, log_start_offset=12), [b])
+    sender.on_response(response(0, 0, 40, log_append_time_ms=777, log_start_offset=12), [b])
     assert [f.result().offset for f in futs] == [40, 41, 42]
     assert futs[0].result().timestamp == 777
     assert futs[0].result().timestamp_type == 1  # LogAppendTime
@@ -156,7 +157,7 @@ def test_not_leader_uses_kip951_hint_and_requeues() -> None:
         ],
         node_endpoints=[NodeEndpoint(node_id=2, host="127.0.0.1", port=2)],
     )
-    sender._handle_response(resp, [b])
+    sender.on_response(resp, [b])
     assert cluster.leaders and cluster.leaders[0][:4] == ("t", 1, 2, 9)
     assert cluster.leaders[0][4] == BrokerMetadata(2, "127.0.0.1", 2, None)
     assert ["t"] in cluster.updates
@@ -168,7 +169,7 @@ def test_not_leader_uses_kip951_hint_and_requeues() -> None:
 def test_connection_error_requeues_every_batch_at_head() -> None:
     acc, sender, _, clock = setup()
     b, futs = batch_for(acc, clock, 0)
-    sender._handle_error(b, KafkaConnectionError("cut"), None)
+    sender.on_failure([b], KafkaConnectionError("cut"))
     assert acc.topics["t"].partitions[0].batches[0] is b
     assert not futs[0].done()
 
@@ -176,7 +177,7 @@ def test_connection_error_requeues_every_batch_at_head() -> None:
 def test_fatal_error_fails_batch() -> None:
     acc, sender, _, clock = setup()
     b, futs = batch_for(acc, clock, 0)
-    sender._handle_response(response(0, 29), [b])  # TOPIC_AUTHORIZATION_FAILED
+    sender.on_response(response(0, 29), [b])  # TOPIC_AUTHORIZATION_FAILED
     assert all(isinstance(f.exception(), TopicAuthorizationFailedError) for f in futs)
     assert acc.pool.available == acc.pool.total
 
@@ -185,14 +186,14 @@ def test_retriable_error_after_delivery_timeout_fails_with_timeout() -> None:
     acc, sender, _, clock = setup()
     b, futs = batch_for(acc, clock, 0)
     clock.now += 11
-    sender._handle_error(b, KafkaConnectionError("cut"), None)
+    sender.on_failure([b], KafkaConnectionError("cut"))
     assert isinstance(futs[0].exception(), KafkaTimeoutError)
 
 
 def test_missing_partition_in_response_is_retried() -> None:
     acc, sender, _, clock = setup()
     b, futs = batch_for(acc, clock, 0)
-    sender._handle_response(ProduceResponse(responses=[]), [b])
+    sender.on_response(ProduceResponse(responses=[]), [b])
     assert not futs[0].done() and b.attempts == 1
 
 
@@ -205,7 +206,7 @@ def _idem() -> IdempotenceState:
 def test_duplicate_sequence_counts_as_delivered() -> None:
     acc, sender, _, clock = setup(_idem())
     b, futs = batch_for(acc, clock, 0)
-    sender._handle_response(response(0, 46, -1), [b])  # Tansu: base offset -1
+    sender.on_response(response(0, 46, -1), [b])  # Tansu: base offset -1
     assert all(f.exception() is None for f in futs)
     assert futs[0].result().offset == -1
 
@@ -216,8 +217,8 @@ def test_out_of_order_behind_a_failed_batch_just_retries() -> None:
     b1, _ = batch_for(acc, clock, 0)
     b2, _ = batch_for(acc, clock, 0)
     # b1 lost on a cut, b2 reached the broker first -> OOOSN for b2: not a real gap
-    sender._handle_error(b1, KafkaConnectionError("cut"), None)
-    sender._handle_response(response(0, 45), [b2])
+    sender.on_failure([b1], KafkaConnectionError("cut"))
+    sender.on_response(response(0, 45), [b2])
     assert idem.ready and idem.resets == 0
     pq = acc.topics["t"].partitions[0]
     assert list(pq.batches) == [b1, b2]
@@ -227,7 +228,7 @@ def test_out_of_order_for_next_sequence_resets_producer_id() -> None:
     idem = _idem()
     acc, sender, _, clock = setup(idem)
     b1, futs = batch_for(acc, clock, 0)
-    sender._handle_response(response(0, 45), [b1])  # b1 IS the next expected: real gap
+    sender.on_response(response(0, 45), [b1])  # b1 IS the next expected: real gap
     assert not idem.ready and idem.resets == 1
     assert not futs[0].done()  # retried after the reset, not failed
     acc.reset_sequences()
@@ -241,7 +242,7 @@ def test_lost_producer_state_resets(code: int) -> None:
     idem = _idem()
     acc, sender, _, clock = setup(idem)
     b, futs = batch_for(acc, clock, 0)
-    sender._handle_response(response(0, code), [b])
+    sender.on_response(response(0, code), [b])
     assert idem.resets == 1 and not futs[0].done()
 
 
@@ -258,30 +259,29 @@ def test_wake_sets_event() -> None:
 def test_message_too_large_splits_batch_keeping_order() -> None:
     acc, sender, _, clock = setup()
     b, futs = batch_for(acc, clock, 0, n=5)
-    sender._handle_response(response(0, 10), [b])  # MESSAGE_TOO_LARGE
+    sender.on_response(response(0, 10), [b])  # MESSAGE_TOO_LARGE
     pq = acc.topics["t"].partitions[0]
     assert [len(x.futures) for x in pq.batches] == [2, 3]
     assert not any(f.done() for f in futs)
     first, _ = acc.drain(1, clock.now + 1)
-    sender._handle_response(response(0, 0, 100), first)
+    sender.on_response(response(0, 0, 100), first)
     second, _ = acc.drain(1, clock.now + 1)
-    sender._handle_response(response(0, 0, 102), second)
+    sender.on_response(response(0, 0, 102), second)
     assert [f.result().offset for f in futs] == [100, 101, 102, 103, 104]
     assert acc.pool.available == acc.pool.total
     # a single record that is too large fails
     b1, f1 = batch_for(acc, clock, 1, n=1)
-    sender._handle_response(response(1, 10), [b1])
+    sender.on_response(response(1, 10), [b1])
     assert f1[0].exception() is not None
 
 
 def test_retries_exhausted_fails_with_last_error() -> None:
-    acc, sender, _, clock = setup()
-    sender._retries = 1
+    acc, sender, _, clock = setup(retries=1)
     b, futs = batch_for(acc, clock, 0)
-    sender._handle_error(b, KafkaConnectionError("cut"), None)
+    sender.on_failure([b], KafkaConnectionError("cut"))
     assert not futs[0].done() and b.attempts == 1
     (again,), _ = acc.drain(1, clock.now + 10)
-    sender._handle_error(again, KafkaConnectionError("cut again"), None)
+    sender.on_failure([again], KafkaConnectionError("cut again"))
     assert isinstance(futs[0].exception(), KafkaConnectionError)
 
 
@@ -305,13 +305,13 @@ def test_batch_delivery_knows_each_record_through_a_split_and_a_failure() -> Non
     batches, _ = acc.drain(1, clock.now)
     b0, b1 = sorted(batches, key=lambda b: b.partition)
     assert b0.positions == [0, 1, -1, 2, 3] and b1.positions == [5, 4]
-    sender._handle_response(response(0, 10), [b0])  # MESSAGE_TOO_LARGE: split 2 + 3
-    sender._handle_response(response(1, 29), [b1])  # TOPIC_AUTHORIZATION_FAILED: fatal
+    sender.on_response(response(0, 10), [b0])  # MESSAGE_TOO_LARGE: split 2 + 3
+    sender.on_response(response(1, 29), [b1])  # TOPIC_AUTHORIZATION_FAILED: fatal
     assert not run.done() and run.failed == 2
     first, _ = acc.drain(1, clock.now + 1)
-    sender._handle_response(response(0, 0, 100), first)  # a, b: this run's records only
+    sender.on_response(response(0, 0, 100), first)  # a, b: this run's records only
     second, _ = acc.drain(1, clock.now + 1)
-    sender._handle_response(response(0, 0, 102), second)  # x, c, d: shared with send()
+    sender.on_response(response(0, 0, 102), second)  # x, c, d: shared with send()
     assert run.done() and single.result().offset == 102
     assert [run.metadata(i).offset for i in range(4)] == [100, 101, 103, 104]
     assert sorted(run.errors()) == [4, 5]
