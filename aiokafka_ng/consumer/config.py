@@ -8,11 +8,15 @@ bad key, and ``ConsumerConfig.from_properties({"group.id": "g"})`` takes Kafka's
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from aiokafka_ng.config import ClientConfig
+from aiokafka_ng.errors import ConfigError
+
+if TYPE_CHECKING:
+    from aiokafka_ng.consumer.group import GroupSettings
 
 __all__ = ["ASSIGNOR_NAMES", "ConsumerConfig"]
 
@@ -153,3 +157,29 @@ class ConsumerConfig(ClientConfig):
     @property
     def effective_rebalance_timeout_ms(self) -> int:
         return self.rebalance_timeout_ms or self.max_poll_interval_ms
+
+    def group_settings(self) -> GroupSettings:
+        """What group membership needs (requires ``group_id``): the consumer builds it once
+        and hands it to :class:`~aiokafka_ng.consumer.group.GroupCoordinator`."""
+        from aiokafka_ng.consumer.group import GroupSettings
+
+        if self.group_id is None:
+            raise ConfigError({"group_id": "group membership requires a group_id"})
+        return GroupSettings(
+            group_id=self.group_id,
+            group_instance_id=self.group_instance_id,
+            assignors=self.partition_assignment_strategy,
+            remote_assignor=self.group_remote_assignor,
+            client_rack=self.client_rack or None,
+            session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.effective_rebalance_timeout_ms,
+            max_poll_interval_ms=self.max_poll_interval_ms,
+            heartbeat_interval_s=self.heartbeat_interval_ms / 1000,
+            request_timeout_s=self.request_timeout_ms / 1000,
+            metadata_max_age_s=self.metadata_max_age_ms / 1000,
+            retry_backoff_ms=self.retry_backoff_ms,
+            retry_backoff_max_ms=self.retry_backoff_max_ms,
+            enable_auto_commit=self.enable_auto_commit,
+            auto_commit_interval_s=self.auto_commit_interval_ms / 1000,
+            exclude_internal_topics=self.exclude_internal_topics,
+        )

@@ -185,7 +185,11 @@ class Consumer:
             if c.group_id is not None:
                 member = ConsumerGroupMember if c.group_protocol == "consumer" else GroupCoordinator
                 self._group = member(
-                    cluster, c, self._subs, self._offsets, on_assignment=self._fetcher.wake
+                    cluster,
+                    c.group_settings(),
+                    self._subs,
+                    self._offsets,
+                    on_assignment=self._fetcher.wake,
                 )
 
             async def open_(stack: AsyncExitStack) -> None:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -82,10 +83,9 @@ from aiokafka_ng.protocol.messages.sync_group import SyncGroupRequest, SyncGroup
 if TYPE_CHECKING:
     import re
 
-    from aiokafka_ng.consumer.config import ConsumerConfig
     from aiokafka_ng.consumer.offsets import OffsetsClient
 
-__all__ = ["ConsumerRebalanceListener", "GroupCoordinator", "MemberState"]
+__all__ = ["ConsumerRebalanceListener", "GroupCoordinator", "GroupSettings", "MemberState"]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,37 @@ class ConsumerRebalanceListener:
         return self.on_partitions_revoked(lost)
 
 
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """Exactly what group membership reads of the consumer's settings; the consumer builds
+    it once from its configuration (``ConsumerConfig.group_settings()``), whose defaults
+    these are. Values sent to the broker (JoinGroup's timeouts) or logged under their Kafka
+    names stay in ms; timers are in seconds.
+    """
+
+    group_id: str
+    group_instance_id: str | None = None
+    #: Assignor names or objects, in order of preference (``partition_assignment_strategy``).
+    assignors: tuple[Any, ...] = ("range", "cooperative-sticky", "roundrobin")
+    #: KIP-848's broker-side assignor (``group_remote_assignor``); None: the broker's default.
+    remote_assignor: str | None = None
+    client_rack: str | None = None  # None: no rack (``client_rack=""``)
+    session_timeout_ms: int = 45000
+    #: JoinGroup's (and KIP-848's) rebalance timeout: ``rebalance_timeout_ms`` or, unset,
+    #: ``max_poll_interval_ms``.
+    rebalance_timeout_ms: int = 300000
+    max_poll_interval_ms: int = 300000
+    heartbeat_interval_s: float = 3.0
+    request_timeout_s: float = 30.0
+    #: How often a pattern subscription looks for new matching topics.
+    metadata_max_age_s: float = 300.0
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1000
+    enable_auto_commit: bool = True
+    auto_commit_interval_s: float = 5.0
+    exclude_internal_topics: bool = True
+
+
 class MemberState(Enum):
     UNJOINED = "unjoined"
     JOINING = "joining"
@@ -119,26 +150,23 @@ class GroupCoordinator:
     def __init__(
         self,
         cluster: Cluster,
-        config: ConsumerConfig,
+        settings: GroupSettings,
         subscription: SubscriptionState,
         offsets: OffsetsClient,
         *,
         on_assignment: Any = None,
     ) -> None:
-        assert config.group_id is not None
         self._cluster = cluster
-        self._config = config
-        self._group_id: str = config.group_id
-        self._instance_id = config.group_instance_id
+        self._settings = settings
+        self._group_id = settings.group_id
+        self._instance_id = settings.group_instance_id
         self._subs = subscription
         self._offsets = offsets
         self._on_assignment = on_assignment
-        self._assignors: list[Assignor] = [
-            assignor_by_name(a) for a in config.partition_assignment_strategy
-        ]
+        self._assignors: list[Assignor] = [assignor_by_name(a) for a in settings.assignors]
         self.cooperative = all(a.cooperative for a in self._assignors)
         self._backoff = ExponentialBackoff.retry(
-            config.retry_backoff_ms, config.retry_backoff_max_ms
+            settings.retry_backoff_ms, settings.retry_backoff_max_ms
         )
         self.member_id = ""
         self.generation = -1
@@ -195,7 +223,7 @@ class GroupCoordinator:
             with self._run_scope:
                 task_status.started()
                 async with anyio.create_task_group() as tg:
-                    if self._config.enable_auto_commit:
+                    if self._settings.enable_auto_commit:
                         tg.start_soon(self._auto_commit_loop)
                     try:
                         await self._life()
@@ -245,7 +273,7 @@ class GroupCoordinator:
                 if await self._match_pattern():
                     matched = pattern
                     pattern_retry.succeeded()
-                    pattern_check_at = now + self._config.metadata_max_age_ms / 1000
+                    pattern_check_at = now + self._settings.metadata_max_age_s
                 else:
                     pause = pattern_retry.failed()
                     pattern_check_at = pattern_retry.retry_at
@@ -259,13 +287,13 @@ class GroupCoordinator:
                 await self._join_and_sync()
                 continue
             await self._heartbeat_once()
-            await self._sleep_until_woken(self._config.heartbeat_interval_ms / 1000)
+            await self._sleep_until_woken(self._settings.heartbeat_interval_s)
 
     async def _sleep_until_woken(self, seconds: float | None) -> None:
         self._wakeup = anyio.Event()
         if self._rejoin and self.state is MemberState.STABLE:
             return
-        poll_deadline = self._last_poll + self._config.max_poll_interval_ms / 1000
+        poll_deadline = self._last_poll + self._settings.max_poll_interval_ms / 1000
         limit = seconds if seconds is not None else float("inf")
         watch = self.state is MemberState.STABLE and not self._in_poll
         if watch:
@@ -277,7 +305,7 @@ class GroupCoordinator:
         if (
             self.state is MemberState.STABLE
             and not self._in_poll
-            and anyio.current_time() >= self._last_poll + self._config.max_poll_interval_ms / 1000
+            and anyio.current_time() >= self._last_poll + self._settings.max_poll_interval_ms / 1000
         ):
             await self._poll_timeout()
 
@@ -299,7 +327,7 @@ class GroupCoordinator:
         assignment, listener = self._unsubscribed
         self._unsubscribed = None
         if self.state is MemberState.STABLE and assignment:
-            if self._config.enable_auto_commit:
+            if self._settings.enable_auto_commit:
                 await self.commit_positions(assignment, swallow=True)
             await self._call("on_partitions_revoked", assignment, listener)
         self._forget(assignment)
@@ -317,7 +345,7 @@ class GroupCoordinator:
             log.info(
                 "group %s: joining (a broker may hold a new group's first join for a few "
                 "seconds; Tansu for half of session_timeout_ms=%d)",
-                self._group_id, self._config.session_timeout_ms,
+                self._group_id, self._settings.session_timeout_ms,
             )  # fmt: skip
         if not self.cooperative:
             await self._revoke(set(self._subs.assignment), commit=True)
@@ -364,7 +392,7 @@ class GroupCoordinator:
             f"this member offered {ours} (protocol type {_PROTOCOL_TYPE!r})"
         )
         try:
-            with anyio.fail_after(self._config.request_timeout_ms / 1000):
+            with anyio.fail_after(self._settings.request_timeout_s):
                 answer = await self._send(DescribeGroupsRequest(groups=[self._group_id]))
             group = answer.groups[0]
         except (KafkaError, OSError, TimeoutError, IndexError):
@@ -387,16 +415,16 @@ class GroupCoordinator:
             self._subs.topics,
             owned,
             self.generation,
-            self._config.client_rack or None,
+            self._settings.client_rack,
         )
 
     async def _join_once(self) -> list[TopicPartition]:
         self._lead_topics = frozenset()
         metadata = self._subscription_bytes()
-        rebalance_ms = self._config.effective_rebalance_timeout_ms
+        rebalance_ms = self._settings.rebalance_timeout_ms
         join = JoinGroupRequest(
             group_id=self._group_id,
-            session_timeout_ms=self._config.session_timeout_ms,
+            session_timeout_ms=self._settings.session_timeout_ms,
             rebalance_timeout_ms=rebalance_ms,
             member_id=self.member_id,
             group_instance_id=self._instance_id,
@@ -407,7 +435,7 @@ class GroupCoordinator:
         )
         # JoinGroup is answered only when the rebalance completes: up to the rebalance
         # timeout (plus the request timeout for the network).
-        timeout = rebalance_ms / 1000 + self._config.request_timeout_ms / 1000
+        timeout = rebalance_ms / 1000 + self._settings.request_timeout_s
         response = await self._send(join, timeout=timeout)
         if response.error_code:
             if response.error_code == MemberIdRequiredError.errno:
@@ -468,7 +496,7 @@ class GroupCoordinator:
             try:
                 # Briefly: the group waits for our SyncGroup. Topics missing now are assigned
                 # once they appear (_on_metadata rebalances then).
-                limit = min(self._config.request_timeout_ms, 5000) / 1000
+                limit = min(self._settings.request_timeout_s, 5.0)
                 await self._cluster.wait_for_topics(topics, timeout=limit)
             except KafkaError as exc:  # assign what exists; the rest waits for a rejoin
                 log.warning("group %s: topics unavailable: %r", self._group_id, exc)
@@ -508,7 +536,7 @@ class GroupCoordinator:
     async def _revoke(self, partitions: set[TopicPartition], *, commit: bool) -> None:
         if not partitions:
             return
-        if commit and self._config.enable_auto_commit:
+        if commit and self._settings.enable_auto_commit:
             await self.commit_positions(partitions, swallow=True)
         await self._call("on_partitions_revoked", partitions)
         self._forget(partitions)
@@ -556,7 +584,7 @@ class GroupCoordinator:
             group_instance_id=self._instance_id,
         )
         try:
-            response = await self._send(request, timeout=self._config.request_timeout_ms / 1000)
+            response = await self._send(request, timeout=self._settings.request_timeout_s)
             if response.error_code:
                 raise error_for_code(response.error_code)(f"Heartbeat {self._group_id}")
         except RebalanceInProgressError:
@@ -579,7 +607,7 @@ class GroupCoordinator:
     async def _poll_timeout(self) -> None:
         log.warning(
             "group %s: no poll for max_poll_interval_ms=%s; leaving the group",
-            self._group_id, self._config.max_poll_interval_ms,
+            self._group_id, self._settings.max_poll_interval_ms,
         )  # fmt: skip
         self._poll_expired = True
         await self.leave(reason="consumer poll timeout expired", force=True)
@@ -600,7 +628,7 @@ class GroupCoordinator:
             t.name
             for t in response.topics
             if t.name
-            and not (self._config.exclude_internal_topics and t.is_internal)
+            and not (self._settings.exclude_internal_topics and t.is_internal)
             and t.error_code == 0
         ]
         before = self._subs.topics
@@ -658,7 +686,7 @@ class GroupCoordinator:
             log.warning("group %s: auto-commit failed: %r", self._group_id, exc)
 
     async def _auto_commit_loop(self) -> None:
-        interval = self._config.auto_commit_interval_ms / 1000
+        interval = self._settings.auto_commit_interval_s
         while True:
             await anyio.sleep(interval)
             if self.state is MemberState.STABLE or self._subs.mode is SubscriptionMode.ASSIGNED:
@@ -678,7 +706,7 @@ class GroupCoordinator:
             ],
         )
         try:
-            with anyio.fail_after(self._config.request_timeout_ms / 1000):
+            with anyio.fail_after(self._settings.request_timeout_s):
                 response = await self._send(request)
             if response.error_code:
                 log.info("group %s: LeaveGroup error %s", self._group_id, response.error_code)
@@ -696,7 +724,7 @@ class GroupCoordinator:
             await self._run_done.wait()
         manual = self._subs.mode is SubscriptionMode.ASSIGNED
         if self.state is MemberState.STABLE or manual:
-            if self._config.enable_auto_commit:
+            if self._settings.enable_auto_commit:
                 self.mark_processed()  # closing: everything handed out was processed
                 await self.commit_positions(swallow=True)
             if not manual:

@@ -59,7 +59,7 @@ import anyio
 
 from aiokafka_ng.cluster import Cluster, ClusterMetadata
 from aiokafka_ng.consumer.errors import CommitFailedError
-from aiokafka_ng.consumer.group import GroupCoordinator, MemberState
+from aiokafka_ng.consumer.group import GroupCoordinator, GroupSettings, MemberState
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import (
@@ -77,7 +77,6 @@ from aiokafka_ng.protocol.messages.consumer_group_heartbeat import (
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 
 if TYPE_CHECKING:
-    from aiokafka_ng.consumer.config import ConsumerConfig
     from aiokafka_ng.consumer.offsets import OffsetsClient
 
 __all__ = ["ConsumerGroupMember"]
@@ -99,13 +98,13 @@ class ConsumerGroupMember(GroupCoordinator):
     def __init__(
         self,
         cluster: Cluster,
-        config: ConsumerConfig,
+        settings: GroupSettings,
         subscription: SubscriptionState,
         offsets: OffsetsClient,
         *,
         on_assignment: Any = None,
     ) -> None:
-        super().__init__(cluster, config, subscription, offsets, on_assignment=on_assignment)
+        super().__init__(cluster, settings, subscription, offsets, on_assignment=on_assignment)
         self.member_id = str(uuid.uuid4())  # KIP-1082: the member names itself
         self.generation = 0
         self._interval_s = _FIRST_INTERVAL_S
@@ -164,7 +163,7 @@ class ConsumerGroupMember(GroupCoordinator):
             )
 
     def _request(self) -> ConsumerGroupHeartbeatRequest:
-        cfg = self._config
+        cfg = self._settings
         pattern = self._subs.mode is SubscriptionMode.PATTERN and self._subs.pattern is not None
         owned: dict[uuid.UUID, list[int]] = {}
         for tp in self._subs.assignment:
@@ -176,13 +175,13 @@ class ConsumerGroupMember(GroupCoordinator):
             member_id=self.member_id,
             member_epoch=self.generation,
             instance_id=self._instance_id,
-            rack_id=cfg.client_rack or None,
-            rebalance_timeout_ms=cfg.effective_rebalance_timeout_ms,
+            rack_id=cfg.client_rack,
+            rebalance_timeout_ms=cfg.rebalance_timeout_ms,
             subscribed_topic_names=None if pattern else sorted(self._subs.topics),
             subscribed_topic_regex=(
                 self._subs.pattern.pattern if pattern and self._subs.pattern else None
             ),
-            server_assignor=cfg.group_remote_assignor,
+            server_assignor=cfg.remote_assignor,
             topic_partitions=[
                 TopicPartitions(topic_id=t, partitions=sorted(p)) for t, p in owned.items()
             ],
@@ -195,7 +194,7 @@ class ConsumerGroupMember(GroupCoordinator):
         request = self._request()
         try:
             response: ConsumerGroupHeartbeatResponse = await self._send(
-                request, timeout=self._config.request_timeout_ms / 1000
+                request, timeout=self._settings.request_timeout_s
             )
             if response.error_code:
                 raise error_for_code(response.error_code)(
@@ -330,7 +329,7 @@ class ConsumerGroupMember(GroupCoordinator):
         from the member task (while revoking) fails at once."""
         if self.fatal is not None:
             raise self.fatal
-        deadline = anyio.current_time() + self._config.request_timeout_ms / 1000
+        deadline = anyio.current_time() + self._settings.request_timeout_s
         stale = 0
         while True:
             joined = self.state is MemberState.STABLE
@@ -381,7 +380,7 @@ class ConsumerGroupMember(GroupCoordinator):
         request.member_epoch = _LEAVE_EPOCH if self._instance_id is None else _STATIC_LEAVE_EPOCH
         request.topic_partitions = None
         try:
-            with anyio.fail_after(self._config.request_timeout_ms / 1000):
+            with anyio.fail_after(self._settings.request_timeout_s):
                 response = await self._send(request)
             if response.error_code:
                 log.info("group %s: leave error %s", self._group_id, response.error_code)

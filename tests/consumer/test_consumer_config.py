@@ -6,6 +6,7 @@ import pytest
 
 from aiokafka_ng.consumer import Consumer, ConsumerStoppedError
 from aiokafka_ng.consumer.config import ConsumerConfig
+from aiokafka_ng.consumer.group import GroupSettings
 from aiokafka_ng.errors import ConfigError
 
 
@@ -27,6 +28,61 @@ def test_defaults_match_the_java_client() -> None:
     assert c.fetch_buffer_bytes == 64 * 1024 * 1024
     assert c.partition_assignment_strategy == ("range", "cooperative-sticky", "roundrobin")
     assert c.effective_rebalance_timeout_ms == 300000
+
+
+def test_group_settings_defaults_are_the_configs() -> None:
+    # GroupSettings repeats ConsumerConfig's defaults (tests build it directly): a default
+    # changed on one side only fails here.
+    assert ConsumerConfig(group_id="g").group_settings() == GroupSettings(group_id="g")
+    assert GroupSettings(group_id="g").client_rack is None  # "" means no rack on the wire
+
+
+def test_group_settings_carry_each_value_in_its_unit() -> None:
+    # Every value differs from its default, so a field left unmapped or mis-mapped (a ms
+    # value where seconds are read, the raw rebalance_timeout_ms) fails.
+    c = ConsumerConfig(
+        group_id="orders",
+        group_instance_id="host-7",
+        partition_assignment_strategy="roundrobin",
+        client_rack="rack-b",
+        session_timeout_ms=12000,
+        heartbeat_interval_ms=1500,
+        max_poll_interval_ms=90000,
+        rebalance_timeout_ms=70000,
+        request_timeout_ms=25000,
+        metadata_max_age_ms=60000,
+        retry_backoff_ms=150,
+        retry_backoff_max_ms=4000,
+        enable_auto_commit=False,
+        auto_commit_interval_ms=2500,
+        exclude_internal_topics=False,
+    )
+    assert c.group_settings() == GroupSettings(
+        group_id="orders",
+        group_instance_id="host-7",
+        assignors=("roundrobin",),
+        remote_assignor=None,
+        client_rack="rack-b",
+        session_timeout_ms=12000,
+        rebalance_timeout_ms=70000,
+        max_poll_interval_ms=90000,
+        heartbeat_interval_s=1.5,
+        request_timeout_s=25.0,
+        metadata_max_age_s=60.0,
+        retry_backoff_ms=150,
+        retry_backoff_max_ms=4000,
+        enable_auto_commit=False,
+        auto_commit_interval_s=2.5,
+        exclude_internal_topics=False,
+    )
+    # Without rebalance_timeout_ms the rebalance timeout is max_poll_interval_ms (Java's).
+    unset = ConsumerConfig(group_id="g", max_poll_interval_ms=90000).group_settings()
+    assert unset.rebalance_timeout_ms == 90000
+    kip848 = ConsumerConfig(group_id="g", group_protocol="consumer", group_remote_assignor="range")
+    assert kip848.group_settings().remote_assignor == "range"
+    with pytest.raises(ConfigError) as info:
+        ConsumerConfig().group_settings()
+    assert set(info.value.errors) == {"group_id"}
 
 
 def test_every_bad_key_is_named() -> None:

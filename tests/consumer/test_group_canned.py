@@ -16,8 +16,7 @@ import pytest
 from aiokafka_ng.cluster import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
 from aiokafka_ng.consumer import CommitFailedError, ConsumerRebalanceListener
 from aiokafka_ng.consumer.assignors import decode_assignment, encode_assignment
-from aiokafka_ng.consumer.config import ConsumerConfig
-from aiokafka_ng.consumer.group import GroupCoordinator
+from aiokafka_ng.consumer.group import GroupCoordinator, GroupSettings
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
@@ -186,15 +185,15 @@ class Coordinator:
 async def run_group(
     coordinator: Coordinator,
     body: Callable[[GroupCoordinator, Cluster, Listener], Any],
-    **config: Any,
+    **settings: Any,
 ) -> Cluster:
     cluster = Cluster(coordinator)
-    cfg = ConsumerConfig(
+    group_settings = GroupSettings(
         group_id="g",
         session_timeout_ms=2000,
-        heartbeat_interval_ms=20,
+        heartbeat_interval_s=0.02,
         enable_auto_commit=False,
-        **config,
+        **settings,
     )
     subs = SubscriptionState(lambda: None)
     offsets = OffsetsClient(
@@ -204,7 +203,7 @@ async def run_group(
         backoff=ExponentialBackoff(1, 5),
         timeout_s=5,
     )
-    group = GroupCoordinator(cluster, cfg, subs, offsets)  # type: ignore[arg-type]
+    group = GroupCoordinator(cluster, group_settings, subs, offsets)  # type: ignore[arg-type]
     listener = Listener()
     async with anyio.create_task_group() as tg:
         await tg.start(group.run)
