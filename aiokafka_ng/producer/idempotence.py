@@ -27,11 +27,11 @@ re-sent batch it already has is DUPLICATE_SEQUENCE_NUMBER (we count it delivered
   and any batch that fails for good while holding a sequence (a hole nobody will fill), call
   :meth:`IdempotenceState.request_reset`.
 * Reset (KIP-360's epoch bump, done the portable way): draining stops, and once nothing is
-  in flight the producer asks InitProducerId (v3+; Tansu rejects v0-2) for a *new* producer
-  id. Every partition restarts at sequence 0 and queued retries are re-stamped. We take a
-  new id rather than bumping the epoch locally because a broker that did not see the bump
-  fences a locally bumped epoch (Tansu answers PRODUCER_FENCED). The producer never stops
-  silently: records keep flowing after the reset.
+  in flight the producer id's owner (``producer_id.py``) asks InitProducerId (v3+; Tansu
+  rejects v0-2) for a *new* producer id. Every partition restarts at sequence 0 and queued
+  retries are re-stamped. We take a new id rather than bumping the epoch locally because a
+  broker that did not see the bump fences a locally bumped epoch (Tansu answers
+  PRODUCER_FENCED). The producer never stops silently: records keep flowing after the reset.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 :class:`~aiokafka_ng.producer.future.DeliveryFuture`. It never waits for metadata; it waits
 only for memory (``max_block_ms``). Everything else happens in tasks owned by the
 producer's task group: one :class:`~aiokafka_ng.producer.sender.NodeSender` per broker that
-leads a partition we write to, the producer-id task (idempotence) and the expiry timer.
+leads a partition we write to, the producer-id task (idempotence: a
+:class:`~aiokafka_ng.producer.producer_id.ProducerIdOwner`) and the expiry timer.
 
 That task group and the cluster live in a task of their own (a
 :class:`~aiokafka_ng.cluster.TaskHost`), so ``start()`` and ``close()`` may run in different
@@ -35,13 +36,10 @@ import anyio.lowlevel
 from aiokafka_ng.cluster import (
     ClientStatus,
     Cluster,
-    Retry,
-    RetryState,
     TaskHost,
     client_status,
     enter_task_group,
 )
-from aiokafka_ng.cluster.retry import retrying
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import (
     ClosedBeforeDeliveryError,
@@ -74,12 +72,11 @@ from aiokafka_ng.producer.intake import (
     check_headers,
 )
 from aiokafka_ng.producer.memory import MemoryPool
+from aiokafka_ng.producer.producer_id import ProducerIdOwner, idempotent_ask
 from aiokafka_ng.producer.sender import NodeSender, Supervised
 from aiokafka_ng.producer.transactions import TransactionManager
 from aiokafka_ng.producer.txn_coordinator import PreparedTransaction, TxnCoordinatorClient
 from aiokafka_ng.protocol.compression import Compression
-from aiokafka_ng.protocol.errors import error_for_code
-from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
 
 if TYPE_CHECKING:
     from aiokafka_ng._settings import ProducerSettings
@@ -89,9 +86,6 @@ __all__ = ["Producer", "ProducerRecord"]
 log = logging.getLogger(__name__)
 #: send()'s common case in C (``intake.bind_send_fast``), or None: the Python path alone.
 _C_SEND_FAST = bind_send_fast()
-
-#: InitProducerId is retried whatever the error: the producer keeps trying while it runs.
-_EVERY_ERROR = Retry(every_error=True)
 
 _CODECS = {
     "none": Compression.NONE,
@@ -109,6 +103,10 @@ class _State(enum.Enum):
     RUNNING = "running"
     CLOSING = "closing"
     CLOSED = "closed"
+
+
+def _nothing() -> None:
+    pass
 
 
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
@@ -150,6 +148,8 @@ class Producer:
         self._pool = MemoryPool(config.buffer_memory, on_wait=self._wake_all)
         self._txn: TransactionManager | None = None
         self._idem: IdempotenceState | None = None
+        #: The producer id's one owner (the transaction manager's when transactional).
+        self._ids: ProducerIdOwner | None = None
         # One retry policy (KIP-580) for the batches' retries and the transactions' requests:
         # a policy holds no state between calls (each operation keeps its own RetryState).
         self._retry_backoff = ExponentialBackoff.retry(
@@ -165,8 +165,10 @@ class Producer:
                 max_block_ms=config.max_block_ms,
             )
             self._idem = self._txn.idem
+            self._ids = self._txn.ids
         elif config.enable_idempotence:
-            self._idem = IdempotenceState(on_reset=self._on_reset)
+            self._idem = IdempotenceState()
+            self._ids = ProducerIdOwner(self._idem, label="producer", log=log)
         self._acc = Accumulator(
             pool=self._pool,
             batch_size=config.batch_size,
@@ -199,8 +201,8 @@ class Producer:
         self._tasks: Supervised | None = None  # start_soon for our background tasks
         self._failure: Exception | None = None  # what stopped a background task, if any
         self._host: TaskHost | None = None
-        self._reset_event: anyio.Event | None = None
-        self._idle_event: anyio.Event | None = None
+        # Senders tell the producer id's owner when a request ends (it waits for idle).
+        self._on_idle = self._ids.on_idle if self._ids is not None else _nothing
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -244,9 +246,14 @@ class Producer:
             except BaseException:
                 await self.close(timeout=0)
                 raise
-        elif self._idem is not None:
-            self._reset_event = anyio.Event()
-            tasks.start_soon(self._producer_id_loop)
+        elif self._ids is not None:
+            self._ids.attach(self._acc, self._wake_all)
+            tasks.start_soon(
+                self._ids.run,
+                idempotent_ask(cluster),
+                self._retry_backoff,
+                self._on_cluster_error,  # an authentication failure fails what waits
+            )
 
     async def _open(self, stack: AsyncExitStack) -> None:
         """Enter the cluster and the task group (run by the host task; see TaskHost)."""
@@ -691,7 +698,7 @@ class Producer:
 
     def _on_cluster_error(self, exc: KafkaError) -> None:
         # As Java's Sender on an authentication failure: what waits for metadata (or for a
-        # producer id: _producer_id_loop) fails with it now, not at delivery_timeout_ms.
+        # producer id: ProducerIdOwner.run) fails with it now, not at delivery_timeout_ms.
         # Later sends try again (credentials may be fixed, a token refreshed).
         if isinstance(exc, SaslAuthenticationFailedError):
             self._acc.abort_all(exc)
@@ -736,69 +743,9 @@ class Producer:
         for sender in self._senders.values():
             sender.wake()
 
-    def _on_reset(self) -> None:
-        if self._reset_event is not None:
-            self._reset_event.set()
-
-    def _on_idle(self) -> None:
-        if self._idle_event is not None:
-            self._idle_event.set()
-
     async def _expiry_loop(self) -> None:
         acc = self._acc
         interval = min(0.1, acc.delivery_timeout / 10)
         while True:
             await anyio.sleep(interval)
             acc.expire(acc.clock())
-
-    async def _producer_id_loop(self) -> None:
-        """Get a producer id at start and a new one whenever a reset is requested."""
-        idem = self._idem
-        cluster = self._cluster
-        assert idem is not None and cluster is not None
-        acc = self._acc
-        # One RetryState for the producer's life: the failure count (and the log's pacing)
-        # resets after each success.
-        pacing = RetryState(acc.retry_backoff)
-
-        async def init_producer_id() -> Any:
-            if not cluster.ready:
-                await cluster.wait_ready()  # started without the cluster: no point yet
-            response = await cluster.request_any(
-                InitProducerIdRequest(
-                    transactional_id=None,
-                    transaction_timeout_ms=60000,
-                    producer_id=-1,
-                    producer_epoch=-1,
-                )
-            )
-            if response.error_code:
-                err = error_for_code(response.error_code)
-                raise err(f"InitProducerId failed: {err.__name__}")
-            return response
-
-        async def note(exc: KafkaError) -> None:
-            self._on_cluster_error(exc)  # an authentication failure fails what waits
-            n = pacing.failures
-            if n in (1, 10, 100) or n % 1000 == 0:  # not at every retry
-                log.warning("producer: InitProducerId failed %d times (%s); retrying", n, exc)
-
-        while True:
-            if idem.ready:
-                assert self._reset_event is not None
-                await self._reset_event.wait()
-                self._reset_event = anyio.Event()
-                continue
-            # Old sequences must all be resolved before they are thrown away.
-            while acc.flight:
-                self._idle_event = anyio.Event()
-                await self._idle_event.wait()
-            response = await retrying(
-                init_producer_id, pacing, what="InitProducerId", retry=_EVERY_ERROR, on_retry=note
-            )
-            acc.reset_sequences()
-            idem.set_producer(response.producer_id, response.producer_epoch)
-            log.debug(
-                "producer: producer id %s epoch %s", response.producer_id, response.producer_epoch
-            )
-            self._wake_all()

@@ -62,6 +62,7 @@ from aiokafka_ng.errors import (
     UnsupportedVersionError,
 )
 from aiokafka_ng.producer.idempotence import IdempotenceState
+from aiokafka_ng.producer.producer_id import ProducerIdOwner
 from aiokafka_ng.producer.txn_coordinator import (
     ConsumerGroupMetadata,
     CoordinatorCluster,
@@ -294,6 +295,11 @@ class TransactionManager:
         self.request_timeout_s = request_timeout_ms / 1000
         self.max_block_s = max_block_ms / 1000
         self.idem = TransactionalIdempotence(self)
+        #: Gets and applies the producer id; this state machine decides when and judges
+        #: the errors (the module docstring of ``producer_id``).
+        self.ids = ProducerIdOwner(
+            self.idem, label=f"transaction {transactional_id}", log=log, level=logging.INFO
+        )
         self.state = S.UNINITIALIZED
         #: partitions added to the open transaction / waiting to be added
         self.partitions: set[tuple[str, int]] = set()
@@ -335,6 +341,7 @@ class TransactionManager:
         ``transaction_version``: the cluster's finalized ``transaction.version`` (0 when
         unknown), read at each begin."""
         self.accumulator = accumulator
+        self.ids.attach(accumulator, wake_senders)
         if transaction_version is not None:
             self._transaction_version = transaction_version
         self._wake_senders = wake_senders
@@ -445,25 +452,15 @@ class TransactionManager:
         client = self._client()
         self._to(S.INITIALIZING, "init_transactions()")
         try:
-            pid, epoch = await client.init_producer_id()
+            # -1/-1 whatever we held: fences any other producer using our transactional id.
+            await self.ids.renew(lambda _pid, _epoch: client.init_producer_id())
         except KafkaError as exc:
             if isinstance(exc, _FATAL_TYPES):
                 self.fail_fatal(exc)
             else:
                 self.state = S.UNINITIALIZED  # retriable: may be called again
             raise
-        self._set_producer(pid, epoch)
         self._to(S.READY, "init_transactions()")
-
-    def _set_producer(self, pid: int, epoch: int, *, routine: bool = False) -> None:
-        if self.accumulator is not None:
-            self.accumulator.reset_sequences()
-        self.idem.set_producer(pid, epoch)
-        # Transactions v2 move the epoch at every commit: routine, not worth an INFO line.
-        log.log(
-            logging.DEBUG if routine else logging.INFO,
-            "transaction %s: producer id %s epoch %s", self.transactional_id, pid, epoch,
-        )  # fmt: skip
 
     def begin(self) -> None:
         self._to(S.IN_TRANSACTION, "begin_transaction()")
@@ -480,7 +477,8 @@ class TransactionManager:
         """After EndTxn: under transactions v2 the coordinator moved the epoch (and maybe
         the producer id); the next transaction writes with those, sequences from 0."""
         if bumped is not None:
-            self._set_producer(*bumped, routine=True)
+            # Transactions v2 move the epoch at every commit: routine, not worth an INFO line.
+            self.ids.apply(*bumped, routine=True)
             self._bump_needed = False  # the new epoch also closes any sequence hole
 
     async def send_offsets(
@@ -602,7 +600,7 @@ class TransactionManager:
         if self._bump_needed:
             self._to(S.INITIALIZING, "abort_transaction()")
             try:
-                pid, epoch = await self._bump(client)
+                await self.ids.renew(self._bump)
             except KafkaError as exc:
                 if isinstance(exc, _FATAL_TYPES):
                     self.fail_fatal(exc)
@@ -611,19 +609,19 @@ class TransactionManager:
                     self.drain_error = self.last_error = exc
                 raise
             self._bump_needed = False
-            self._set_producer(pid, epoch)
         self.drain_error = None
         self.aborts += 1
         self._to(S.READY, "abort_transaction()")
 
-    async def _bump(self, client: TxnCoordinatorClient) -> tuple[int, int]:
-        """A new epoch for our producer id. KIP-360's form names the current id/epoch, so
-        a producer that was fenced meanwhile is told so instead of fencing its successor.
-        Tansu answers that form with an unknown error (-1); then the plain form (-1/-1),
-        which every broker accepts, bumps the epoch just the same."""
-        idem = self.idem
+    async def _bump(self, producer_id: int, epoch: int) -> tuple[int, int]:
+        """A new epoch for our producer id (how :attr:`ids` asks after a sequence hole).
+        KIP-360's form names the current id/epoch, so a producer that was fenced meanwhile
+        is told so instead of fencing its successor. Tansu answers that form with an
+        unknown error (-1); then the plain form (-1/-1), which every broker accepts, bumps
+        the epoch just the same."""
+        client = self._client()
         try:
-            return await client.init_producer_id(idem.producer_id, idem.epoch)
+            return await client.init_producer_id(producer_id, epoch)
         except KafkaError as exc:
             if isinstance(exc, _FATAL_TYPES) or exc.retriable:
                 raise
