@@ -50,7 +50,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import accumulate
-from time import time_ns
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio.lowlevel
@@ -64,8 +63,6 @@ from aiokafka_ng.producer.intake import (
     Intake,
     ProducerRecord,
     as_bytes,
-    bad_partition,
-    bad_timestamp,
 )
 from aiokafka_ng.producer.runs import record_sizes, split_keyed_run
 from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
@@ -197,17 +194,8 @@ async def send_run(
         ks = None if keys is None else _bytes_list(list(keys), "key")
         sizes = record_sizes(vals, ks, RECORD_OVERHEAD)
         assert sizes is not None
-    if topic not in intake.valid_topics:
-        intake.check_topic(topic)
-    if partition is not None and (partition.__class__ is not int or partition < 0):
-        raise bad_partition(partition)
-    if timestamp_ms is None:
-        timestamp_ms = time_ns() // 1_000_000
-    elif timestamp_ms.__class__ is not int or timestamp_ms < 0:
-        raise bad_timestamp(timestamp_ms)
+    part, timestamp_ms = intake.admit(topic, partition, timestamp_ms)
     txn = intake.txn
-    if txn is not None:
-        txn.check_send()
     loop = intake.loop
     futures: list[Delivery[Any]]
     shared: BatchDelivery | None = None
@@ -236,7 +224,6 @@ async def send_run(
     else:
         positions = None
         run_vals, run_keys, run_sizes, run_futs = vals, ks, sizes, futures
-    part = -1 if partition is None else partition
     # Chunks: at most _CHUNK records and a quarter of the buffer, so a run larger than
     # buffer_memory streams through it instead of asking for more than exists.
     limit = max(1, intake.pool.total // 4)

@@ -22,6 +22,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from time import time_ns
 from typing import TYPE_CHECKING, Any
 
 from aiokafka_ng.errors import InvalidTopicError, KafkaError, MessageSizeTooLargeError
@@ -170,6 +171,31 @@ class Intake:
                 f"invalid topic name {topic!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'"
             )
         self.valid_topics.add(topic)
+
+    def admit(self, topic: Any, partition: Any, timestamp_ms: Any) -> tuple[int, int]:
+        """The checks every record passes once its key and value are bytes -- ``send()``'s
+        and the bulk path's, in this order: the topic's name, the partition, the
+        timestamp, the transaction's state. Returns the partition (-1: the partitioner's
+        choice) and the timestamp (None: now)."""
+        if topic not in self.valid_topics:
+            self.check_topic(topic)
+        if partition is None:
+            partition = -1
+        elif partition.__class__ is not int or partition < 0:
+            raise bad_partition(partition)
+        if timestamp_ms is None:
+            timestamp_ms = time_ns() // 1_000_000
+            # Share one int object per millisecond: every future keeps its timestamp, and a
+            # fresh 36-byte int per record is memory buffer_memory would not see.
+            if timestamp_ms == self.last_ts:
+                timestamp_ms = self.last_ts
+            else:
+                self.last_ts = timestamp_ms
+        elif timestamp_ms.__class__ is not int or timestamp_ms < 0:
+            raise bad_timestamp(timestamp_ms)
+        if self.txn is not None:
+            self.txn.check_send()
+        return partition, timestamp_ms
 
     def too_large(self, size: int) -> MessageSizeTooLargeError:
         return MessageSizeTooLargeError(

@@ -25,7 +25,6 @@ import enum
 import logging
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from time import time_ns as _time_ns
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
@@ -66,8 +65,6 @@ from aiokafka_ng.producer.intake import (
     Intake,
     ProducerRecord,
     as_bytes,
-    bad_partition,
-    bad_timestamp,
     bind_send_fast,
     check_headers,
 )
@@ -388,30 +385,13 @@ class Producer:
             if key.__class__ is not bytes:
                 key = as_bytes(key, "key")
             size += len(key)
-        if topic not in intake.valid_topics:
-            intake.check_topic(topic)
         hdrs: list[tuple[str, bytes | None]] | None = None
         if headers:
             hdrs = check_headers(headers)
             for hkey, hvalue in hdrs:
                 size += len(hkey) + (len(hvalue) if hvalue is not None else 0) + 10
-        if partition is None:
-            partition = -1
-        elif partition.__class__ is not int or partition < 0:
-            raise bad_partition(partition)
-        if timestamp_ms is None:
-            timestamp_ms = _time_ns() // 1_000_000
-            # Share one int object per millisecond: every future keeps its timestamp, and
-            # a fresh 36-byte int per record is memory buffer_memory would not see.
-            if timestamp_ms == intake.last_ts:
-                timestamp_ms = intake.last_ts
-            else:
-                intake.last_ts = timestamp_ms
-        elif timestamp_ms.__class__ is not int or timestamp_ms < 0:
-            raise bad_timestamp(timestamp_ms)
+        partition, timestamp_ms = intake.admit(topic, partition, timestamp_ms)
         txn = intake.txn
-        if txn is not None:
-            txn.check_send()
         fut = DeliveryFuture(topic, timestamp_ms, intake.loop)
         acc = intake.acc
         if size > intake.max_record:
