@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import anyio
@@ -78,6 +79,7 @@ __all__ = [
     "repair",
     "retrying",
     "routed",
+    "timeout_scope",
 ]
 
 log = logging.getLogger(__name__)
@@ -385,3 +387,30 @@ async def routed(
             await on_retry(error)
 
     return await retrying(attempt, state, what=what, retry=retry, on_retry=after, limit=limit)
+
+
+class timeout_scope:
+    """``fail_after`` that raises KafkaTimeoutError with a message built when it fires."""
+
+    __slots__ = ("_describe", "_scope")
+
+    def __init__(self, seconds: float | None, describe: Callable[[], str]) -> None:
+        self._scope = anyio.CancelScope(
+            deadline=anyio.current_time() + seconds if seconds is not None else float("inf")
+        )
+        self._describe = describe
+
+    def __enter__(self) -> None:
+        self._scope.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        swallowed = self._scope.__exit__(exc_type, exc, tb)
+        if self._scope.cancelled_caught:
+            # Our deadline fired (not an outer cancellation): report what was missing.
+            raise KafkaTimeoutError(f"timed out: {self._describe()}") from None
+        return swallowed

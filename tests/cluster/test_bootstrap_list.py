@@ -77,7 +77,7 @@ async def test_no_answer_warning_and_wait_ready_error_are_bounded(
     closed_ports: list[tuple[str, int]],
 ) -> None:
     first = f"127.0.0.1:{closed_ports[0][1]}"
-    logger = logging.getLogger("aiokafka_ng.cluster.cluster")
+    logger = logging.getLogger("aiokafka_ng.cluster.refresher")
     waiter = _Waiter()
     logger.addHandler(waiter)
     try:
