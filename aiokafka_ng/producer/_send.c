@@ -278,6 +278,17 @@ place(PyObject *acc, PyObject *t, PyObject *partition_arg, Py_ssize_t partition,
         Py_DECREF(batch);
         goto slow;
     }
+    /* Read again: append was a call into Python code (a collection may have run). */
+    futures = SLOT(batch, b_futures);
+    positions = SLOT(batch, b_positions);
+    memory = SLOT(batch, b_memory);
+    if (futures == NULL || !PyList_CheckExact(futures) || positions == NULL ||
+        (positions != Py_None && !PyList_CheckExact(positions)) || slot_size(memory) < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "send_fast: the batch changed during append");
+        Py_DECREF(delta);
+        Py_DECREF(batch);
+        return -1;
+    }
     PyObject *new_memory = PyLong_FromSsize_t(slot_size(memory) + size);
     if (new_memory == NULL || PyList_Append(futures, fut) < 0 ||
         (positions != Py_None && PyList_Append(positions, minus_one) < 0)) {
