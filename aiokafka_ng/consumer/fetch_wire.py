@@ -4,7 +4,7 @@ Requests are sessionless (session id 0, epoch -1) and list the partitions in the
 fetcher gives them (least recently served first: brokers fill a response in request order,
 see the fetcher's *Fairness*). Fetch v13+ names topics by id; when a topic's id is not
 known (metadata from a broker without ids) the request falls back to v12, which names
-them, and the answer is mapped back to names the same way.
+them. A v13+ answer's topic ids are mapped back to names through the metadata.
 
 *Trimming* (:func:`keep_batches`). Brokers may answer with more than the fetch reserved
 (KIP-74 lets the first batch exceed the limit; some brokers ignore limits), so a
