@@ -19,7 +19,7 @@ from aiokafka_ng.consumer.errors import (
     RecordDeserializationError,
 )
 from aiokafka_ng.consumer.fetcher import FetcherStatistics
-from aiokafka_ng.consumer.group import ConsumerRebalanceListener
+from aiokafka_ng.consumer.membership import ConsumerRebalanceListener
 from aiokafka_ng.consumer.models import (
     ConsumerRecord,
     GroupMetadata,

@@ -16,7 +16,7 @@ from aiokafka_ng.config import ClientConfig
 from aiokafka_ng.errors import ConfigError
 
 if TYPE_CHECKING:
-    from aiokafka_ng.consumer.group import GroupSettings
+    from aiokafka_ng.consumer.membership import GroupSettings
 
 __all__ = ["ASSIGNOR_NAMES", "ConsumerConfig"]
 
@@ -160,8 +160,8 @@ class ConsumerConfig(ClientConfig):
 
     def group_settings(self) -> GroupSettings:
         """What group membership needs (requires ``group_id``): the consumer builds it once
-        and hands it to :class:`~aiokafka_ng.consumer.group.GroupCoordinator`."""
-        from aiokafka_ng.consumer.group import GroupSettings
+        and hands it to the group member (:mod:`aiokafka_ng.consumer.membership`)."""
+        from aiokafka_ng.consumer.membership import GroupSettings
 
         if self.group_id is None:
             raise ConfigError({"group_id": "group membership requires a group_id"})

@@ -22,14 +22,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 
 from aiokafka_ng.cluster import (
     ClientStatus,
@@ -41,9 +41,8 @@ from aiokafka_ng.cluster import (
 )
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError
-from aiokafka_ng.consumer.fetcher import Fetcher, FetcherStatistics, FetchSettings
+from aiokafka_ng.consumer.fetcher import Fetcher, FetcherStatistics
 from aiokafka_ng.consumer.group import GroupCoordinator
-from aiokafka_ng.consumer.group_consumer import ConsumerGroupMember
 from aiokafka_ng.consumer.models import (
     ConsumerRecord,
     GroupMetadata,
@@ -52,9 +51,9 @@ from aiokafka_ng.consumer.models import (
     TopicPartition,
 )
 from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
+from aiokafka_ng.consumer.parts import build_parts, supervised
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
-from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.records import RecordBatch
 
 if TYPE_CHECKING:
@@ -63,20 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["Consumer", "ConsumerStatistics"]
 
 log = logging.getLogger(__name__)
-
-
-class _Started:
-    """A task status that remembers whether the task reported itself started."""
-
-    __slots__ = ("_status", "done")
-
-    def __init__(self, status: TaskStatus[None]) -> None:
-        self._status = status
-        self.done = False
-
-    def started(self, value: None = None) -> None:
-        self.done = True
-        self._status.started(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,47 +135,7 @@ class Consumer:
         cluster = Cluster(cluster_config)
         self._host = TaskHost(f"consumer {c.client_id}")
         try:
-            backoff = ExponentialBackoff.retry(c.retry_backoff_ms, c.retry_backoff_max_ms)
-            isolation = 1 if c.isolation_level == "read_committed" else 0
-            self._offsets = OffsetsClient(
-                cluster,
-                group_id=c.group_id,
-                isolation_level=isolation,
-                backoff=backoff,
-                timeout_s=c.request_timeout_ms / 1000,
-            )
-            settings = FetchSettings(
-                min_bytes=c.fetch_min_bytes,
-                max_bytes=c.fetch_max_bytes,
-                max_wait_ms=c.fetch_max_wait_ms,
-                max_partition_bytes=c.max_partition_fetch_bytes,
-                buffer_bytes=c.fetch_buffer_bytes,
-                isolation_level=isolation,
-                check_crcs=c.check_crcs,
-                auto_offset_reset=c.auto_offset_reset,
-                rack_id=c.client_rack,
-                request_timeout_s=c.request_timeout_ms / 1000,
-                preferred_replica_ttl_s=c.metadata_max_age_ms / 1000,
-            )
-            self._fetcher = Fetcher(
-                cluster,
-                self._subs,
-                self._offsets,
-                settings,
-                backoff=backoff,
-                group_offsets=lambda: c.group_id is not None,
-                key_deserializer=c.key_deserializer,
-                value_deserializer=c.value_deserializer,
-            )
-            if c.group_id is not None:
-                member = ConsumerGroupMember if c.group_protocol == "consumer" else GroupCoordinator
-                self._group = member(
-                    cluster,
-                    c.group_settings(),
-                    self._subs,
-                    self._offsets,
-                    on_assignment=self._fetcher.wake,
-                )
+            self._offsets, self._fetcher, self._group = build_parts(c, cluster, self._subs)
 
             async def open_(stack: AsyncExitStack) -> None:
                 # Run by the host task (see TaskHost): the cluster and the task group are
@@ -198,9 +143,9 @@ class Consumer:
                 self._cluster = await stack.enter_async_context(cluster)
                 tg = self._tg = await enter_task_group(stack)
                 assert self._fetcher is not None
-                await tg.start(self._supervised, self._fetcher.run)
+                await tg.start(supervised, self._fetcher.run, self._task_failed)
                 if self._group is not None:
-                    await tg.start(self._supervised, self._group.run)
+                    await tg.start(supervised, self._group.run, self._task_failed)
                 else:
                     cluster.add_listener(self._assign_from_metadata)
 
@@ -259,29 +204,13 @@ class Consumer:
             # The host leaves the task group (cancelling its tasks) and the cluster.
             await self._host.stop()
 
-    async def _supervised(
-        self,
-        run: Callable[..., Awaitable[None]],
-        *,
-        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Run a background task (the fetcher, the group member). An exception it does not
-        handle is a bug of ours: it stops the consumer loudly -- every waiting and later
-        call raises it -- instead of cancelling the task group and with it the other
-        tasks under the application's feet; ``stop()`` cleans up."""
-        status = _Started(task_status)
-        try:
-            await run(task_status=status)
-        except Exception as exc:  # not BaseException: cancellation passes through
-            if not status.done:
-                raise  # during start(): start() raises it
-            while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
-                exc = exc.exceptions[0]  # the fetcher's own task group wraps its tasks'
-            log.error("consumer: a background task failed; the consumer stops", exc_info=exc)
-            if self._failure is None:
-                self._failure = exc
-            if self._fetcher is not None:
-                self._fetcher.wake()  # waiting polls re-check and raise
+    def _task_failed(self, exc: Exception) -> None:
+        """A background task failed (see :func:`~.parts.supervised`): the consumer stops."""
+        log.error("consumer: a background task failed; the consumer stops", exc_info=exc)
+        if self._failure is None:
+            self._failure = exc
+        if self._fetcher is not None:
+            self._fetcher.wake()  # waiting polls re-check and raise
 
     def _running(self) -> tuple[Cluster, Fetcher, OffsetsClient]:
         if self._closed or self._cluster is None:

@@ -8,7 +8,7 @@ for every broker that has no fetch in flight, starts one task sending one sessio
 (session id 0, epoch -1) over that broker's connection. A partition is fetchable when it is
 assigned, not paused, has a position, has **no buffered data** and no fetch in flight, is
 not backing off, and its leader is known. Partitions without a position are handed to one
-resolver task (committed offset from the group, else ``auto_offset_reset`` via ListOffsets).
+resolver task (:mod:`.positions`: committed offset, else ``auto_offset_reset``).
 A broker whose fetchable partitions are all at their log end (position at the last high
 watermark) gets no fetch while another of its partitions is being drained: that fetch
 would be a long poll (``fetch_max_wait_ms``) holding the broker's one fetch slot just when
@@ -23,13 +23,9 @@ than its partitions can bring (partitions x ``max_partition_fetch_bytes``): a fe
 broker sits on (a long poll, an answer that never comes until ``request_timeout_ms``) must
 not hold the budget the other brokers' partitions need
 (tests/reliability/test_fetch_budget_stall.py). Brokers
-may still answer with more than asked (KIP-74 lets the first batch exceed the limit; some
-brokers ignore limits), so a response is *trimmed*: partitions are kept, in the order they
-were asked for, batch by batch while they fit in the reservation; the rest is dropped and
-fetched again later from the same position (the kept bytes are copied out of a trimmed
-response, so the memory held is the memory counted). The one exception is a single batch
-larger than the whole budget when nothing else is buffered: it is kept, or the consumer
-could never make progress. So ``buffered`` never exceeds the cap except by that one
+may still answer with more than asked, so a response is *trimmed* (see
+:mod:`.fetch_wire`): partitions are kept, in the order they were asked for, while their
+batches fit in the reservation. So ``buffered`` never exceeds the cap except by one
 oversize batch, and the statistics show the largest value ever seen.
 
 *Fairness.* Partitions are listed in fetch requests least recently served first (a
@@ -45,54 +41,49 @@ when the partition's buffer is empty. The cap counts bytes as received (compress
 count compressed); decoded records exist for at most one batch per partition at a time.
 
 *Errors.* A failed request (connection, timeout) backs off that broker with the shared
-:class:`ExponentialBackoff`. Per partition: ``invalid_metadata`` errors (NOT_LEADER,
-FENCED_LEADER_EPOCH, ...) ask the cluster for a metadata refresh and apply any KIP-951 leader
-hint; other retriable errors back the partition off; OFFSET_OUT_OF_RANGE resets by
-``auto_offset_reset`` (or, with "none", raises OffsetOutOfRangeError to the application);
-anything else is raised to the application on its next poll.
+:class:`ExponentialBackoff`; a partition's error code is handled as :mod:`.fetch_wire`
+says (refresh metadata, back off, reset, or raise to the application on its next poll).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from aiokafka_ng.cluster import BrokerMetadata, Cluster, ClusterMetadata, RetryState
-from aiokafka_ng.consumer.buffer import BufferedFetch, batch_error
+from aiokafka_ng.cluster import Cluster, RetryState
+from aiokafka_ng.consumer.buffer import BufferedFetch
+from aiokafka_ng.consumer.fetch_wire import (
+    at_log_end,
+    fetch_node,
+    fetch_request,
+    keep_batches,
+    partition_answers,
+    partition_error,
+)
 from aiokafka_ng.consumer.models import ConsumerRecord, TopicPartition
-from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
+from aiokafka_ng.consumer.offsets import OffsetsClient
+from aiokafka_ng.consumer.positions import resolve_positions
 from aiokafka_ng.consumer.state import PartitionState, SubscriptionState
-from aiokafka_ng.errors import KafkaError, OffsetOutOfRangeError, error_for_code
+from aiokafka_ng.errors import KafkaError, error_for_code
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.latency import LatencyRecorder
-from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.messages.fetch import (
-    FetchPartition,
     FetchRequest,
     FetchResponse,
-    FetchTopic,
-    NodeEndpoint,
     PartitionData,
 )
-from aiokafka_ng.protocol.records import RecordBatch, iter_batches
-
-if TYPE_CHECKING:
-    pass
+from aiokafka_ng.protocol.records import RecordBatch
 
 __all__ = ["FetchSettings", "Fetcher", "FetcherStatistics"]
 
 log = logging.getLogger(__name__)
-
-_ZERO_UUID_INT = 0
-_MAX_NAMED_FETCH_VERSION = 12  # v13+ names topics by id
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,7 +379,7 @@ class Fetcher:
         draining: set[int] = set()  # where partitions whose buffered records are going fetch
         for state in sorted(states, key=_served):
             if state.buffer is not None and not state.paused:
-                node = _fetch_node(state, metadata, now)
+                node = fetch_node(state, metadata, now)
                 if node is not None:
                     draining.add(node)
             if (
@@ -402,7 +393,7 @@ class Fetcher:
             if state.retry_at > now:
                 next_due = state.retry_at if next_due is None else min(next_due, state.retry_at)
                 continue
-            node = _fetch_node(state, metadata, now)
+            node = fetch_node(state, metadata, now)
             if node is None:
                 self._cluster.request_update([state.tp.topic])
                 continue
@@ -410,7 +401,7 @@ class Fetcher:
         for node, parts in by_node.items():
             if node in self._in_flight:
                 continue
-            if node in draining and all(_at_log_end(state) for state in parts):
+            if node in draining and all(at_log_end(state) for state in parts):
                 # Only partitions at their log end: the broker would hold this fetch for
                 # fetch_max_wait_ms, and with it the node's one fetch slot, while the
                 # partitions being drained need their next fetch (measured: a 500 ms
@@ -444,7 +435,14 @@ class Fetcher:
 
     async def _resolve_positions(self, states: list[PartitionState]) -> None:
         try:
-            await self._resolve(states)
+            await resolve_positions(
+                states,
+                self._subs.assignment,
+                self._offsets,
+                group_offsets=self._group_offsets,
+                auto_offset_reset=self._settings.auto_offset_reset,
+                on_error=lambda: self._data.set(),
+            )
             self._resolve_pacing.succeeded()
         except KafkaError as exc:
             # Raised to the application once; retried after the shared backoff, so a
@@ -456,54 +454,6 @@ class Fetcher:
             self._resolving = False
             self._wake.set()
             self._data.set()  # position() waiters re-check
-
-    async def _resolve(self, states: list[PartitionState]) -> None:
-        live = [s for s in states if self._subs.assignment.get(s.tp) is s]
-        need_committed = [s for s in live if s.needs_committed]
-        if need_committed:
-            epochs = {id(s): s.epoch for s in need_committed}
-            if self._group_offsets():
-                committed = await self._offsets.fetch_committed([s.tp for s in need_committed])
-            else:
-                committed = {}
-            for s in need_committed:
-                if s.epoch != epochs[id(s)] or not s.needs_committed:
-                    continue  # seeked meanwhile
-                om = committed.get(s.tp)
-                s.needs_committed = False
-                if om is not None:
-                    s.position = om.offset
-                    s.leader_epoch = om.leader_epoch
-                    s.epoch += 1
-                else:
-                    s.reset = self._settings.auto_offset_reset
-        to_reset = [s for s in live if s.reset is not None and not s.needs_committed]
-        if not to_reset:
-            return
-        asks: dict[TopicPartition, int] = {}
-        for s in to_reset:
-            reset = s.reset
-            assert reset is not None
-            if reset == "none":
-                s.error = OffsetOutOfRangeError(
-                    f"no committed offset for {s.tp.topic}-{s.tp.partition} "
-                    "and auto_offset_reset='none'"
-                )
-                s.reset = None
-                self._data.set()
-                continue
-            asks[s.tp] = _reset_timestamp(reset)
-        epochs = {id(s): s.epoch for s in to_reset}
-        answers = await self._offsets.list_offsets(asks)
-        for s in to_reset:
-            answer = answers.get(s.tp)
-            if answer is None or s.epoch != epochs[id(s)]:
-                continue
-            offset = answer[0]
-            if offset < 0:  # no record at/after the timestamp: go to the end
-                s.request_reset("latest")
-                continue
-            s.seek(offset)
 
     # ------------------------------------------------------------------ fetching
 
@@ -545,41 +495,15 @@ class Fetcher:
     ) -> tuple[FetchResponse, int]:
         settings = self._settings
         conn = await self._cluster.connection(node)
-        version = conn.version_for(FetchRequest)
-        metadata = self._cluster.metadata
-        topic_ids = {}
-        for s in parts:
-            t = metadata.topics.get(s.tp.topic)
-            topic_ids[s.tp.topic] = t.topic_id if t is not None else None
-        if version > _MAX_NAMED_FETCH_VERSION and any(
-            i is None or i.int == _ZERO_UUID_INT for i in topic_ids.values()
-        ):
-            version = _MAX_NAMED_FETCH_VERSION
-        topics: dict[str, list[FetchPartition]] = {}
-        part_max = max(1, min(settings.max_partition_bytes, reserve))
-        for s in parts:
-            t = metadata.topics.get(s.tp.topic)
-            p = t.partitions.get(s.tp.partition) if t is not None else None
-            topics.setdefault(s.tp.topic, []).append(
-                FetchPartition(
-                    partition=s.tp.partition,
-                    current_leader_epoch=p.leader_epoch if p is not None else -1,
-                    fetch_offset=s.position or 0,
-                    partition_max_bytes=part_max,
-                )
-            )
-        request = FetchRequest(
-            replica_id=-1,
+        request, version = fetch_request(
+            parts,
+            self._cluster.metadata,
+            conn.version_for(FetchRequest),
+            max_bytes=reserve,
+            partition_max_bytes=max(1, min(settings.max_partition_bytes, reserve)),
             max_wait_ms=settings.max_wait_ms,
             min_bytes=settings.min_bytes,
-            max_bytes=reserve,
             isolation_level=settings.isolation_level,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchTopic(topic=name, topic_id=topic_ids[name] or _zero_uuid(), partitions=ps)
-                for name, ps in topics.items()
-            ],
             rack_id=settings.rack_id,
         )
         self._requests += 1
@@ -608,14 +532,7 @@ class Fetcher:
             # KIP-219: over quota, the broker wants no request on this connection for now.
             throttled_until = anyio.current_time() + response.throttle_time_ms / 1000
             self._pacing_of(node).retry_at = throttled_until
-        names_by_id = {}
-        if version > _MAX_NAMED_FETCH_VERSION:
-            names_by_id = {t.topic_id: t.name for t in self._cluster.metadata.topics.values()}
-        answers: dict[TopicPartition, PartitionData] = {}
-        for t in response.responses:
-            name = names_by_id.get(t.topic_id, t.topic) if names_by_id else t.topic
-            for part in t.partitions:
-                answers[TopicPartition(name, part.partition_index)] = part
+        answers = partition_answers(response, version, self._cluster.metadata)
         endpoints = {e.node_id: e for e in response.node_endpoints}
         budget = reserve
         for state, epoch in zip(parts, epochs, strict=True):
@@ -626,7 +543,9 @@ class Fetcher:
                 continue  # revoked or seeked while the fetch was in flight
             if p.error_code:
                 state.preferred_replica = -1
-                self._partition_error(state, p, endpoints)
+                reset = self._settings.auto_offset_reset
+                if partition_error(state, p, endpoints, self._cluster, self._backoff, reset):
+                    self._data.set()
                 continue
             state.failures = 0
             if p.preferred_read_replica >= 0 and p.preferred_read_replica != node:
@@ -649,38 +568,17 @@ class Fetcher:
     def _keep(self, state: PartitionState, p: PartitionData, budget: int) -> int:
         """Buffer the batches of ``p`` that fit in ``budget``; return the bytes kept."""
         data = p.records or b""  # never empty here: the caller skips those
-        position = state.position or 0
-        kept: list[RecordBatch] = []
-        size = 0
-        begin = end = 0  # the kept batches are data[begin:end] (batches are contiguous)
-        try:
-            for batch in iter_batches(data, verify_crc=self._settings.check_crcs):
-                n = batch.size_in_bytes
-                if batch.next_offset <= position:
-                    begin += n
-                    continue
-                alone = not kept and self._buffered == 0 and self._reserved == 0
-                if size + n > budget and not alone:
-                    break
-                kept.append(batch)
-                size += n
-        except ProtocolError as exc:  # CorruptRecordError, malformed batch
-            # Batches before the bad one are kept; it is fetched again once they are taken.
-            if not kept:
-                # The bad batch starts where the skipped ones end: name its base offset.
-                at = int.from_bytes(data[begin : begin + 8], "big", signed=True)
-                offset = at if len(data) >= begin + 8 else position
-                state.error = batch_error(exc, state.tp.topic, state.tp.partition, offset)
-                self._data.set()
-                return 0
+        alone, crc = self._buffered == 0 and self._reserved == 0, self._settings.check_crcs
+        kept, size, error = keep_batches(
+            data, state.tp, state.position or 0, budget, alone=alone, verify_crc=crc
+        )
+        if error is not None:
+            state.error = error
+            self._data.set()
+            return 0
         self._dropped += len(data) - size
         if not kept:
             return 0
-        end = begin + size
-        if end - begin < len(data):
-            # Kept batches reference their buffer: hold a copy of just the kept bytes, so
-            # the memory held is what the budget counts (not the whole trimmed response).
-            kept = list(iter_batches(data[begin:end], verify_crc=False))
         aborted = p.aborted_transactions if self._settings.isolation_level == 1 else None
         if aborted is None and self._settings.isolation_level == 1:
             aborted = []
@@ -693,70 +591,6 @@ class Fetcher:
         self._data.set()
         return size
 
-    def _partition_error(
-        self, state: PartitionState, p: PartitionData, endpoints: dict[int, NodeEndpoint]
-    ) -> None:
-        error = error_for_code(p.error_code)
-        tp = state.tp
-        if error is OffsetOutOfRangeError:
-            if self._settings.auto_offset_reset == "none":
-                state.error = OffsetOutOfRangeError(
-                    f"offset {state.position} is out of range for {tp.topic}-{tp.partition}"
-                )
-                self._data.set()
-            else:
-                log.info(
-                    "offset %s out of range for %s-%s; resetting to %s",
-                    state.position, tp.topic, tp.partition, self._settings.auto_offset_reset,
-                )  # fmt: skip
-                state.request_reset(self._settings.auto_offset_reset)
-            return
-        if error.invalid_metadata or error.retriable:
-            leader = p.current_leader
-            if leader.leader_id >= 0 and leader.leader_epoch >= 0:  # KIP-951 hint
-                e = endpoints.get(leader.leader_id)
-                broker = None if e is None else BrokerMetadata(e.node_id, e.host, e.port, e.rack)
-                self._cluster.update_leader(
-                    tp.topic, tp.partition, leader.leader_id, leader.leader_epoch, broker
-                )
-            if error.invalid_metadata:
-                self._cluster.request_update([tp.topic])
-            state.failures += 1
-            state.retry_at = anyio.current_time() + self._backoff.backoff_s(state.failures)
-            return
-        state.error = error(f"fetch {tp.topic}-{tp.partition}")
-        self._data.set()
-
-
-def _fetch_node(state: PartitionState, metadata: ClusterMetadata, now: float) -> int | None:
-    """The broker to fetch ``state`` from: its leader, or the replica the leader named
-    (KIP-392: the closest one) while that advice holds; None while the leader is unknown."""
-    leader = metadata.leader_for(state.tp.topic, state.tp.partition)
-    if leader is None:
-        return None
-    replica = state.preferred_replica
-    if replica >= 0 and now < state.preferred_until and replica in metadata.brokers:
-        return replica
-    return leader
-
-
-def _at_log_end(state: PartitionState) -> bool:
-    """Fetched up to the high watermark the last response gave (nothing to fetch now)."""
-    return state.highwater is not None and (state.position or 0) >= state.highwater
-
 
 def _served(state: PartitionState) -> int:
     return state.served
-
-
-def _reset_timestamp(reset: str | int) -> int:
-    if reset == "earliest":
-        return EARLIEST
-    if reset == "latest":
-        return LATEST
-    assert isinstance(reset, int)
-    return reset
-
-
-def _zero_uuid() -> uuid.UUID:
-    return uuid.UUID(int=0)

@@ -1,4 +1,7 @@
-"""Group membership (classic protocol): join, sync, heartbeat, leave, auto-commit.
+"""Group membership with the classic protocol: join, sync, heartbeat, leave.
+
+What the classic and the KIP-848 protocols share (the member task, the poll timer, revoking
+and losing partitions, commits and auto-commit, closing) is :class:`~.membership.GroupMembership`.
 
 Theory of operation
 -------------------
@@ -24,29 +27,19 @@ rejoin; UNKNOWN_MEMBER_ID/ILLEGAL_GENERATION mean this member was expelled: its 
 *lost* (``on_partitions_lost``: they may already belong to someone else, so nothing is
 committed) and it rejoins; coordinator errors forget the coordinator and find it again.
 
-*max_poll_interval_ms.* The consumer calls :meth:`notify_poll` on every poll. If the
-application does not poll in time, the heartbeat task sends LeaveGroup (so the group does not
-wait on a stuck member), drops the partitions as lost and waits for the next poll to rejoin.
+*max_poll_interval_ms* (see :mod:`.membership`): the leave sent is LeaveGroup.
 
 *Static membership* (KIP-345): with ``group_instance_id`` the member keeps its identity
 across restarts; close() does not send LeaveGroup (the coordinator keeps its partitions until
 ``session_timeout_ms``), as in the Java client.
-
-Rebalance listener callbacks may be plain or ``async`` methods; they run in this task, so the
-assignment does not change under them.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import TaskStatus
 
 from aiokafka_ng.cluster import Cluster, ClusterMetadata, Retry, RetryState
 from aiokafka_ng.cluster.retry import retrying
@@ -59,8 +52,13 @@ from aiokafka_ng.consumer.assignors import (
     encode_assignment,
     encode_subscription,
 )
-from aiokafka_ng.consumer.errors import CommitFailedError
-from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
+from aiokafka_ng.consumer.membership import (
+    ConsumerRebalanceListener,
+    GroupMembership,
+    GroupSettings,
+    MemberState,
+)
+from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import (
     FencedInstanceIdError,
@@ -72,7 +70,6 @@ from aiokafka_ng.errors import (
     UnknownMemberIdError,
     error_for_code,
 )
-from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.messages.describe_groups import DescribeGroupsRequest
 from aiokafka_ng.protocol.messages.heartbeat import HeartbeatRequest
 from aiokafka_ng.protocol.messages.join_group import JoinGroupRequest, JoinGroupRequestProtocol
@@ -85,6 +82,8 @@ if TYPE_CHECKING:
 
     from aiokafka_ng.consumer.offsets import OffsetsClient
 
+# ConsumerRebalanceListener, GroupSettings and MemberState live in membership.py; they stay
+# importable from here, where they were defined before.
 __all__ = ["ConsumerRebalanceListener", "GroupCoordinator", "GroupSettings", "MemberState"]
 
 log = logging.getLogger(__name__)
@@ -92,60 +91,8 @@ log = logging.getLogger(__name__)
 _PROTOCOL_TYPE = "consumer"
 
 
-class ConsumerRebalanceListener:
-    """Override what you need; methods may be ``async``. Partitions come as sets."""
-
-    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> Any:
-        """Before partitions are taken away (commit their offsets here if you manage them)."""
-
-    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> Any:
-        """After a rebalance; ``assigned`` is what was added (all of it, with eager)."""
-
-    def on_partitions_lost(self, lost: set[TopicPartition]) -> Any:
-        """Partitions already owned by someone else (expelled member). Default: revoked."""
-        return self.on_partitions_revoked(lost)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSettings:
-    """Exactly what group membership reads of the consumer's settings; the consumer builds
-    it once from its configuration (``ConsumerConfig.group_settings()``), whose defaults
-    these are. Values sent to the broker (JoinGroup's timeouts) or logged under their Kafka
-    names stay in ms; timers are in seconds.
-    """
-
-    group_id: str
-    group_instance_id: str | None = None
-    #: Assignor names or objects, in order of preference (``partition_assignment_strategy``).
-    assignors: tuple[Any, ...] = ("range", "cooperative-sticky", "roundrobin")
-    #: KIP-848's broker-side assignor (``group_remote_assignor``); None: the broker's default.
-    remote_assignor: str | None = None
-    client_rack: str | None = None  # None: no rack (``client_rack=""``)
-    session_timeout_ms: int = 45000
-    #: JoinGroup's (and KIP-848's) rebalance timeout: ``rebalance_timeout_ms`` or, unset,
-    #: ``max_poll_interval_ms``.
-    rebalance_timeout_ms: int = 300000
-    max_poll_interval_ms: int = 300000
-    heartbeat_interval_s: float = 3.0
-    request_timeout_s: float = 30.0
-    #: How often a pattern subscription looks for new matching topics.
-    metadata_max_age_s: float = 300.0
-    retry_backoff_ms: int = 100
-    retry_backoff_max_ms: int = 1000
-    enable_auto_commit: bool = True
-    auto_commit_interval_s: float = 5.0
-    exclude_internal_topics: bool = True
-
-
-class MemberState(Enum):
-    UNJOINED = "unjoined"
-    JOINING = "joining"
-    STABLE = "stable"
-    CLOSED = "closed"
-
-
-class GroupCoordinator:
-    """One consumer's membership in its group. See the module docstring."""
+class GroupCoordinator(GroupMembership):
+    """One consumer's membership in its group, classic protocol. See the module docstring."""
 
     def __init__(
         self,
@@ -156,35 +103,9 @@ class GroupCoordinator:
         *,
         on_assignment: Any = None,
     ) -> None:
-        self._cluster = cluster
-        self._settings = settings
-        self._group_id = settings.group_id
-        self._instance_id = settings.group_instance_id
-        self._subs = subscription
-        self._offsets = offsets
-        self._on_assignment = on_assignment
+        super().__init__(cluster, settings, subscription, offsets, on_assignment=on_assignment)
         self._assignors: list[Assignor] = [assignor_by_name(a) for a in settings.assignors]
         self.cooperative = all(a.cooperative for a in self._assignors)
-        self._backoff = ExponentialBackoff.retry(
-            settings.retry_backoff_ms, settings.retry_backoff_max_ms
-        )
-        self.member_id = ""
-        self.generation = -1
-        self.state = MemberState.UNJOINED
-        self._rejoin = True
-        self._wakeup = anyio.Event()
-        self._last_poll = anyio.current_time()
-        self._poll_expired = False
-        self._joined = anyio.Event()  # set after each successful join (tests, position waits)
-        self.fatal: KafkaError | None = None
-        self.rebalances = 0
-        self._last_committed: dict[TopicPartition, OffsetAndMetadata] = {}
-        self._processed: dict[TopicPartition, OffsetAndMetadata] = {}
-        self._run_scope = anyio.CancelScope()
-        self._run_done = anyio.Event()
-        self._started = False
-        self._in_poll = 0
-        self._unsubscribed: tuple[set[TopicPartition], Any] | None = None
         self._assigned_counts: dict[str, int] = {}  # leader: partition counts it assigned
         self._lead_topics: frozenset[str] = frozenset()  # leader: every member's topics
 
@@ -194,50 +115,7 @@ class GroupCoordinator:
             f"member_id={self.member_id!r}, generation={self.generation})"
         )
 
-    # ------------------------------------------------------------------ hooks
-
-    def request_rejoin(self) -> None:
-        self._rejoin = True
-        self._wakeup.set()
-
-    def notify_poll(self) -> None:
-        self._last_poll = anyio.current_time()
-        if self._poll_expired:
-            self._poll_expired = False
-            self.request_rejoin()
-
-    @property
-    def settled(self) -> bool:
-        """Stable, with no rejoin pending."""
-        return self.state is MemberState.STABLE and not self._rejoin
-
-    async def wait_joined(self) -> None:
-        await self._joined.wait()
-
     # ------------------------------------------------------------------ main task
-
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        self._started = True
-        remove = self._cluster.add_listener(self._on_metadata)
-        try:
-            with self._run_scope:
-                task_status.started()
-                async with anyio.create_task_group() as tg:
-                    if self._settings.enable_auto_commit:
-                        tg.start_soon(self._auto_commit_loop)
-                    try:
-                        await self._life()
-                    except KafkaError as exc:
-                        log.error("group %s: fatal error %r", self._group_id, exc)
-                        self.fatal = exc
-                        self.state = MemberState.UNJOINED
-                        self._joined.set()
-                        if self._on_assignment is not None:
-                            self._on_assignment()  # wakes a waiting poll, which raises it
-                    tg.cancel_scope.cancel()
-        finally:
-            remove()
-            self._run_done.set()
 
     def _on_metadata(self, snapshot: ClusterMetadata) -> None:
         """Leader only: rebalance when a subscribed topic appeared or changed its size."""
@@ -289,50 +167,6 @@ class GroupCoordinator:
             await self._heartbeat_once()
             await self._sleep_until_woken(self._settings.heartbeat_interval_s)
 
-    async def _sleep_until_woken(self, seconds: float | None) -> None:
-        self._wakeup = anyio.Event()
-        if self._rejoin and self.state is MemberState.STABLE:
-            return
-        poll_deadline = self._last_poll + self._settings.max_poll_interval_ms / 1000
-        limit = seconds if seconds is not None else float("inf")
-        watch = self.state is MemberState.STABLE and not self._in_poll
-        if watch:
-            limit = min(limit, max(0.0, poll_deadline - anyio.current_time()))
-        with anyio.move_on_after(limit):
-            await self._wakeup.wait()
-        # A getmany() waiting for data is polling (as Java's poll() loop keeps resetting
-        # its poll timer): only an application that does not call us at all times out.
-        if (
-            self.state is MemberState.STABLE
-            and not self._in_poll
-            and anyio.current_time() >= self._last_poll + self._settings.max_poll_interval_ms / 1000
-        ):
-            await self._poll_timeout()
-
-    def poll_started(self) -> None:
-        self._in_poll += 1
-        self.notify_poll()
-
-    def poll_ended(self) -> None:
-        self._in_poll -= 1
-        self._last_poll = anyio.current_time()
-
-    def note_unsubscribe(self, assignment: set[TopicPartition], listener: Any) -> None:
-        """Called before the subscription is dropped: revoke and leave in the group task."""
-        self._unsubscribed = (assignment, listener)
-        self._wakeup.set()
-
-    async def _leave_after_unsubscribe(self) -> None:
-        assert self._unsubscribed is not None
-        assignment, listener = self._unsubscribed
-        self._unsubscribed = None
-        if self.state is MemberState.STABLE and assignment:
-            if self._settings.enable_auto_commit:
-                await self.commit_positions(assignment, swallow=True)
-            await self._call("on_partitions_revoked", assignment, listener)
-        self._forget(assignment)
-        await self.leave(reason="the consumer unsubscribed")
-
     # ------------------------------------------------------------------ join / sync
 
     async def _join_and_sync(self) -> None:
@@ -375,11 +209,6 @@ class GroupCoordinator:
             on_retry=on_retry,
         )
         await self._install(assignment)
-
-    async def _send(self, request: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
-        node = await self._cluster.coordinator(self._group_id)
-        conn = await self._cluster.coordinator_connection(node)
-        return await conn.send(request, version=conn.version_for(type(request)), timeout=timeout)
 
     async def _no_common_assignor(self) -> str:
         """INCONSISTENT_GROUP_PROTOCOL's message: what this member offered and, as far as
@@ -531,49 +360,6 @@ class GroupCoordinator:
         if revoked and self.cooperative:
             self.request_rejoin()  # KIP-429: let the next rebalance hand them over
 
-    # ------------------------------------------------------------------ revoke / lose
-
-    async def _revoke(self, partitions: set[TopicPartition], *, commit: bool) -> None:
-        if not partitions:
-            return
-        if commit and self._settings.enable_auto_commit:
-            await self.commit_positions(partitions, swallow=True)
-        await self._call("on_partitions_revoked", partitions)
-        self._forget(partitions)
-        remaining = set(self._subs.assignment) - partitions
-        self._subs.set_assignment(remaining, needs_committed=True)
-
-    async def _lose(self) -> None:
-        lost = set(self._subs.assignment)
-        self.state = MemberState.UNJOINED
-        if lost:
-            self._forget(lost)
-            await self._call("on_partitions_lost", lost)
-            self._subs.set_assignment((), needs_committed=True)
-
-    def _forget(self, partitions: Iterable[TopicPartition]) -> None:
-        for tp in partitions:
-            self._processed.pop(tp, None)
-            self._last_committed.pop(tp, None)
-
-    async def _call(
-        self, method: str, partitions: set[TopicPartition], listener: Any = None
-    ) -> None:
-        listener = listener if listener is not None else self._subs.listener
-        if listener is None:
-            return
-        fn = getattr(listener, method, None)
-        if fn is None and method == "on_partitions_lost":
-            fn = getattr(listener, "on_partitions_revoked", None)
-        if fn is None:
-            return
-        try:
-            result = fn(set(partitions))
-            if inspect.isawaitable(result):
-                await result
-        except Exception:
-            log.exception("rebalance listener %s.%s failed", type(listener).__name__, method)
-
     # ------------------------------------------------------------------ heartbeat
 
     async def _heartbeat_once(self) -> None:
@@ -604,15 +390,6 @@ class GroupCoordinator:
             log.debug("group %s: heartbeat failed (%r)", self._group_id, exc)
             self._cluster.invalidate_coordinator(self._group_id)
 
-    async def _poll_timeout(self) -> None:
-        log.warning(
-            "group %s: no poll for max_poll_interval_ms=%s; leaving the group",
-            self._group_id, self._settings.max_poll_interval_ms,
-        )  # fmt: skip
-        self._poll_expired = True
-        await self.leave(reason="consumer poll timeout expired", force=True)
-        await self._lose()
-
     # ------------------------------------------------------------------ pattern
 
     async def _match_pattern(self) -> bool:
@@ -638,59 +415,7 @@ class GroupCoordinator:
             self.request_rejoin()
         return True
 
-    # ------------------------------------------------------------------ commits / leave
-
-    def mark_processed(self) -> None:
-        """The application polled again: what it was given before counts as processed.
-
-        Auto-commit (and commits on revocation) commit these offsets, not the live
-        positions, so records handed out but still being worked on are never committed
-        behind the application's back (the Java client's at-least-once rule).
-        """
-        processed: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, state in self._subs.assignment.items():
-            if state.has_position and state.position is not None:
-                processed[tp] = OffsetAndMetadata(state.position, "", state.leader_epoch)
-        self._processed = processed
-
-    def _positions(
-        self, partitions: Iterable[TopicPartition]
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        return {tp: self._processed[tp] for tp in partitions if tp in self._processed}
-
-    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit ``offsets`` with this member's generation (CommitFailedError if stale)."""
-        if self.fatal is not None:
-            raise self.fatal
-        await self._offsets.commit(
-            offsets,
-            generation=self.generation,
-            member_id=self.member_id,
-            group_instance_id=self._instance_id,
-        )
-
-    async def commit_positions(
-        self, partitions: Iterable[TopicPartition] | None = None, *, swallow: bool = False
-    ) -> None:
-        """Commit the current positions (all assigned partitions by default)."""
-        offsets = self._positions(self._subs.assignment if partitions is None else partitions)
-        offsets = {tp: om for tp, om in offsets.items() if self._last_committed.get(tp) != om}
-        if not offsets:
-            return
-        try:
-            await self.commit(offsets)
-            self._last_committed.update(offsets)
-        except (CommitFailedError, KafkaError) as exc:
-            if not swallow:
-                raise
-            log.warning("group %s: auto-commit failed: %r", self._group_id, exc)
-
-    async def _auto_commit_loop(self) -> None:
-        interval = self._settings.auto_commit_interval_s
-        while True:
-            await anyio.sleep(interval)
-            if self.state is MemberState.STABLE or self._subs.mode is SubscriptionMode.ASSIGNED:
-                await self.commit_positions(swallow=True)
+    # ------------------------------------------------------------------ leave
 
     async def leave(self, *, reason: str = "the consumer is closing", force: bool = False) -> None:
         """LeaveGroup (dynamic members only, unless ``force``); forgets the member id."""
@@ -716,18 +441,3 @@ class GroupCoordinator:
             self.member_id = ""
         self.generation = -1
         self.state = MemberState.UNJOINED
-
-    async def close(self) -> None:
-        """Stop heartbeats and auto-commit, then commit, revoke, and leave the group."""
-        self._run_scope.cancel()
-        if self._started:
-            await self._run_done.wait()
-        manual = self._subs.mode is SubscriptionMode.ASSIGNED
-        if self.state is MemberState.STABLE or manual:
-            if self._settings.enable_auto_commit:
-                self.mark_processed()  # closing: everything handed out was processed
-                await self.commit_positions(swallow=True)
-            if not manual:
-                await self._call("on_partitions_revoked", set(self._subs.assignment))
-        await self.leave()
-        self.state = MemberState.CLOSED

@@ -44,9 +44,9 @@ the epoch of the next heartbeat answer, until its deadline; a commit made while 
 member (``group_instance_id``) sends -2 instead, so the broker keeps its assignment for its
 return within the session timeout.
 
-This class reuses the classic :class:`~.group.GroupCoordinator` for what the two protocols
-share (commit bookkeeping, auto-commit, the poll timer, listener calls) and replaces the
-membership itself.
+This class reuses, through the classic :class:`~.group.GroupCoordinator`, what the two
+protocols share (:class:`~.membership.GroupMembership`: commit bookkeeping, auto-commit, the
+poll timer, listener calls) and replaces the membership itself.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ import anyio
 
 from aiokafka_ng.cluster import Cluster, ClusterMetadata
 from aiokafka_ng.consumer.errors import CommitFailedError
-from aiokafka_ng.consumer.group import GroupCoordinator, GroupSettings, MemberState
+from aiokafka_ng.consumer.group import GroupCoordinator
+from aiokafka_ng.consumer.membership import GroupSettings, MemberState
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import (

@@ -6,7 +6,7 @@ import pytest
 
 from aiokafka_ng.consumer import Consumer, ConsumerStoppedError
 from aiokafka_ng.consumer.config import ConsumerConfig
-from aiokafka_ng.consumer.group import GroupSettings
+from aiokafka_ng.consumer.membership import GroupSettings
 from aiokafka_ng.errors import ConfigError
 
 

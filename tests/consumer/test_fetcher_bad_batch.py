@@ -19,6 +19,7 @@ import pytest
 
 from aiokafka_ng import _native
 from aiokafka_ng.consumer import buffer as buffer_compiled
+from aiokafka_ng.consumer import fetch_wire
 from aiokafka_ng.consumer import fetcher as fetcher_module
 from aiokafka_ng.consumer.fetcher import Fetcher
 from aiokafka_ng.consumer.state import SubscriptionState
@@ -39,10 +40,10 @@ _PURE = {
 def build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The fetcher decoding with the compiled reader and buffer, or with the pure twins."""
     if request.param == "pure":
-        monkeypatch.setattr(fetcher_module, "iter_batches", _PURE["reader"].iter_batches)
+        monkeypatch.setattr(fetch_wire, "iter_batches", _PURE["reader"].iter_batches)
         monkeypatch.setattr(fetcher_module, "BufferedFetch", _PURE["buffer"].BufferedFetch)
     else:
-        assert fetcher_module.iter_batches is reader_compiled.iter_batches
+        assert fetch_wire.iter_batches is reader_compiled.iter_batches
         assert fetcher_module.BufferedFetch is buffer_compiled.BufferedFetch
     return str(request.param)
 

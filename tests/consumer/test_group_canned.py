@@ -16,7 +16,8 @@ import pytest
 from aiokafka_ng.cluster import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
 from aiokafka_ng.consumer import CommitFailedError, ConsumerRebalanceListener
 from aiokafka_ng.consumer.assignors import decode_assignment, encode_assignment
-from aiokafka_ng.consumer.group import GroupCoordinator, GroupSettings
+from aiokafka_ng.consumer.group import GroupCoordinator
+from aiokafka_ng.consumer.membership import GroupSettings
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState

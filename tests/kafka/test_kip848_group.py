@@ -15,7 +15,7 @@ import pytest
 
 from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.admin import NewTopic
-from aiokafka_ng.consumer.group import ConsumerRebalanceListener
+from aiokafka_ng.consumer.membership import ConsumerRebalanceListener
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.testing import KafkaCluster
 from tests.kafka.helpers import admin_for, new_topic, unique

@@ -1,0 +1,105 @@
+"""How a consumer is put together and kept running: its parts built from its configuration,
+and its background tasks supervised.
+
+:class:`~.consumer.Consumer` owns the parts (an :class:`~.offsets.OffsetsClient`, the
+:class:`~.fetcher.Fetcher` and, with a ``group_id``, a group member of the configured
+protocol) and runs the fetcher's and the member's tasks through :func:`supervised`: an
+exception a task does not handle is a bug of ours, and it stops the consumer loudly -- every
+waiting and later call raises it -- instead of cancelling the task group and with it the
+other tasks under the application's feet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+from anyio.abc import TaskStatus
+
+from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.consumer.config import ConsumerConfig
+from aiokafka_ng.consumer.fetcher import Fetcher, FetchSettings
+from aiokafka_ng.consumer.group import GroupCoordinator
+from aiokafka_ng.consumer.group_consumer import ConsumerGroupMember
+from aiokafka_ng.consumer.offsets import OffsetsClient
+from aiokafka_ng.consumer.state import SubscriptionState
+from aiokafka_ng.net.backoff import ExponentialBackoff
+
+__all__ = ["build_parts", "supervised"]
+
+
+def build_parts(
+    c: ConsumerConfig, cluster: Cluster, subscription: SubscriptionState
+) -> tuple[OffsetsClient, Fetcher, GroupCoordinator | None]:
+    """The offsets client, the fetcher and (with a ``group_id``) the group member."""
+    backoff = ExponentialBackoff.retry(c.retry_backoff_ms, c.retry_backoff_max_ms)
+    isolation = 1 if c.isolation_level == "read_committed" else 0
+    offsets = OffsetsClient(
+        cluster,
+        group_id=c.group_id,
+        isolation_level=isolation,
+        backoff=backoff,
+        timeout_s=c.request_timeout_ms / 1000,
+    )
+    settings = FetchSettings(
+        min_bytes=c.fetch_min_bytes,
+        max_bytes=c.fetch_max_bytes,
+        max_wait_ms=c.fetch_max_wait_ms,
+        max_partition_bytes=c.max_partition_fetch_bytes,
+        buffer_bytes=c.fetch_buffer_bytes,
+        isolation_level=isolation,
+        check_crcs=c.check_crcs,
+        auto_offset_reset=c.auto_offset_reset,
+        rack_id=c.client_rack,
+        request_timeout_s=c.request_timeout_ms / 1000,
+        preferred_replica_ttl_s=c.metadata_max_age_ms / 1000,
+    )
+    fetcher = Fetcher(
+        cluster,
+        subscription,
+        offsets,
+        settings,
+        backoff=backoff,
+        group_offsets=lambda: c.group_id is not None,
+        key_deserializer=c.key_deserializer,
+        value_deserializer=c.value_deserializer,
+    )
+    if c.group_id is None:
+        return offsets, fetcher, None
+    member = ConsumerGroupMember if c.group_protocol == "consumer" else GroupCoordinator
+    group = member(cluster, c.group_settings(), subscription, offsets, on_assignment=fetcher.wake)
+    return offsets, fetcher, group
+
+
+async def supervised(
+    run: Callable[..., Awaitable[None]],
+    on_failure: Callable[[Exception], None],
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a background task (the fetcher, the group member); an exception it does not
+    handle goes to ``on_failure`` (module docstring). During start-up -- before the task
+    reported itself started -- it is raised instead: ``start()`` raises it."""
+    status = _Started(task_status)
+    try:
+        await run(task_status=status)
+    except Exception as exc:  # not BaseException: cancellation passes through
+        if not status.done:
+            raise  # during start(): start() raises it
+        while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]  # the fetcher's own task group wraps its tasks'
+        on_failure(exc)
+
+
+class _Started:
+    """A task status that remembers whether the task reported itself started."""
+
+    __slots__ = ("_status", "done")
+
+    def __init__(self, status: TaskStatus[None]) -> None:
+        self._status = status
+        self.done = False
+
+    def started(self, value: None = None) -> None:
+        self.done = True
+        self._status.started(value)
