@@ -32,15 +32,10 @@ the temporary directory is worth a controlled shutdown) and deletes the director
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import random
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -62,6 +57,17 @@ from aiokafka_ng.testing._kafka_config import (
     scram_arguments,
 )
 from aiokafka_ng.testing._kafka_jars import KafkaSetupError, ensure_jars, find_java
+from aiokafka_ng.testing._kafka_procs import (
+    KafkaClusterError,
+    bind_failed,
+    die_with_parent,
+    first_leaf,
+    free_ports,
+    last_error,
+    listed_brokers,
+    port_clash,
+    port_is_free,
+)
 
 __all__ = ["DEFAULT_USERS", "KafkaCluster", "KafkaClusterError", "KafkaNode"]
 
@@ -80,18 +86,6 @@ _JVM_OPTIONS: Final = (
 )
 # The format step is a short-lived JVM: the C1 compiler alone starts it fastest.
 _TOOL_OPTIONS: Final = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
-
-
-class KafkaClusterError(RuntimeError):
-    """The cluster (or one node) could not start or stop; the first line says why.
-
-    ``reason`` is that line and ``log_tail`` the last lines of the node logs concerned.
-    """
-
-    def __init__(self, reason: str, log_tail: str = "") -> None:
-        self.reason = reason
-        self.log_tail = log_tail
-        super().__init__(f"{reason}\n{log_tail}" if log_tail else reason)
 
 
 class KafkaNode:
@@ -211,7 +205,7 @@ class KafkaNode:
 
     def _check_ports_free(self) -> None:
         for port in self.ports.all():
-            if not _port_is_free(port):
+            if not port_is_free(port):
                 raise KafkaClusterError(f"port {port} of node {self.node_id} is taken")
 
     def _spawn(self) -> None:
@@ -236,7 +230,7 @@ class KafkaNode:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
             except OSError as exc:
                 raise KafkaClusterError(f"cannot run {command[0]}: {exc}") from exc
@@ -263,7 +257,7 @@ class KafkaNode:
         proc = self._proc
         code = None if proc is None else proc.poll()
         if proc is None or code is not None:
-            return f"node {self.node_id} exited with code {code}: {_last_error(self.log_tail())}"
+            return f"node {self.node_id} exited with code {code}: {last_error(self.log_tail())}"
         return None
 
     async def _wait_listed(self, node_ids: set[int]) -> None:
@@ -272,7 +266,7 @@ class KafkaNode:
             problem = self._exit_problem()
             if problem is not None:
                 raise KafkaClusterError(problem, self.log_tail())
-            if node_ids <= await _listed_brokers(self.ports.PLAINTEXT):
+            if node_ids <= await listed_brokers(self.ports.PLAINTEXT):
                 return
             await anyio.sleep(_POLL_INTERVAL)
 
@@ -393,7 +387,7 @@ class KafkaCluster:
             except KafkaClusterError as exc:
                 # Free ports are picked, then bound by the JVMs seconds later: another
                 # process may take one in between. Once, pick new ports and start again.
-                if attempt == 2 or not (self._bind_failed or _port_clash(exc)):
+                if attempt == 2 or not (self._bind_failed or port_clash(exc)):
                     raise
         self.start_seconds = time.monotonic() - started
 
@@ -417,16 +411,16 @@ class KafkaCluster:
             tail = self.log_tail()
             # Read before the directory goes: a bind failure's line sits above a stack trace
             # and the shutdown lines, often out of the tail.
-            self._bind_failed = any(_bind_failed(node.log_path) for node in self.brokers)
+            self._bind_failed = any(bind_failed(node.log_path) for node in self.brokers)
             await self.stop()
             if isinstance(exc, TimeoutError):
                 raise KafkaClusterError(
                     f"the Kafka cluster did not start within {self.startup_timeout:g} s: "
-                    f"{_last_error(tail)}",
+                    f"{last_error(tail)}",
                     tail,
                 ) from None
             if isinstance(exc, BaseExceptionGroup):
-                first = _first_leaf(exc)
+                first = first_leaf(exc)
                 if isinstance(first, KafkaClusterError):
                     raise KafkaClusterError(first.reason, tail) from None
             raise
@@ -481,7 +475,7 @@ class KafkaCluster:
                 raise KafkaClusterError(str(exc)) from exc
             keystore, self._ca_file = tls.keystore, tls.ca_file
         (directory / "log4j2.properties").write_text(LOG4J2)
-        all_ports = _free_ports(5 * self.broker_count)
+        all_ports = free_ports(5 * self.broker_count)
         ports = [NodePorts(*all_ports[i * 5 : i * 5 + 5]) for i in range(self.broker_count)]
         voters = ",".join(f"{i + 1}@{HOST}:{p.CONTROLLER}" for i, p in enumerate(ports))
         token_secret = new_cluster_id()
@@ -516,7 +510,7 @@ class KafkaCluster:
                 if proc.returncode != 0:
                     raise KafkaClusterError(
                         f"formatting node {node.node_id}'s storage failed "
-                        f"(exit code {proc.returncode}): {_last_error(node.log_tail())}",
+                        f"(exit code {proc.returncode}): {last_error(node.log_tail())}",
                         node.log_tail(),
                     )
         finally:
@@ -547,109 +541,7 @@ class KafkaCluster:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
             except OSError as exc:
                 raise KafkaClusterError(f"cannot run {self.java}: {exc}") from exc
-
-
-async def _listed_brokers(port: int) -> set[int]:
-    """The node ids a Metadata answer from ``127.0.0.1:port`` lists; empty if no answer."""
-    from aiokafka_ng.net.connection import ConnectionConfig, connect
-    from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataResponse
-
-    config = ConnectionConfig(client_id="aiokafka-ng-testing", connect_timeout_s=2.0)
-    try:
-        with anyio.fail_after(5.0):
-            async with connect(HOST, port, config) as conn:
-                response = await conn.send(MetadataRequest(topics=[]))
-    except (Exception, TimeoutError):  # not up yet: refused, reset, timed out, ...
-        return set()
-    assert isinstance(response, MetadataResponse)
-    return {broker.node_id for broker in response.brokers}
-
-
-def _last_error(log_tail: str) -> str:
-    """The line of a log tail that best says why a node failed, for a one-line reason."""
-    lines = [line.strip() for line in log_tail.splitlines() if line.strip()]
-    for marker in ("Exception", "ERROR", "Error", "FATAL"):
-        for line in reversed(lines):
-            if marker in line:
-                return line[:300]
-    return lines[-1][:300] if lines else "(no log output)"
-
-
-def _bind_failed(log_path: Path) -> bool:
-    try:
-        return b"Address already in use" in log_path.read_bytes()
-    except OSError:
-        return False
-
-
-def _port_clash(exc: KafkaClusterError) -> bool:
-    return "is taken" in exc.reason or "Address already in use" in exc.log_tail
-
-
-def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports, below the kernel's ephemeral range where it allows.
-
-    Why not ``bind(0)``: that hands out a port of the ephemeral range and we release it at
-    once, while the node binds it seconds later. In between, the kernel may give the same
-    port to any outgoing connection on the machine as its local port -- including the
-    first nodes' own connections to the controller quorum, opened while a later node's JVM
-    is still booting -- and that node then dies with "Address already in use". Ports below
-    the ephemeral range are never handed out implicitly, so only a process that picks the
-    very same port on purpose can collide (and :meth:`KafkaCluster.start` retries once).
-    """
-    low, _high = _ephemeral_range()
-    pool_start = 10000
-    if low - pool_start < 20 * count:  # no room below the range: take what bind(0) gives
-        with contextlib.ExitStack() as stack:
-            ports = []
-            for _ in range(count):
-                sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-                sock.bind((HOST, 0))
-                ports.append(int(sock.getsockname()[1]))
-            return ports
-    rng = random.SystemRandom()
-    chosen: list[int] = []
-    for port in rng.sample(range(pool_start, low), min(low - pool_start, 50 * count)):
-        if _port_is_free(port):
-            chosen.append(port)
-            if len(chosen) == count:
-                return chosen
-    raise KafkaClusterError(f"no {count} free ports between {pool_start} and {low}")
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    """The kernel's range of implicitly assigned local ports (Linux; else IANA's)."""
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 49152, 65535
-
-
-def _port_is_free(port: int) -> bool:
-    # SO_REUSEADDR as the JVM binds with it: TIME_WAIT left by a previous run is no conflict.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: be SIGKILLed when the spawning thread's process dies."""
-    if sys.platform == "linux":
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)

@@ -14,7 +14,6 @@ import pytest
 
 from aiokafka_ng.testing import KafkaCluster, KafkaClusterError, KafkaNode
 from aiokafka_ng.testing import _kafka as kafka_module
-from aiokafka_ng.testing._kafka import _free_ports, _listed_brokers
 from aiokafka_ng.testing._kafka_config import NodePorts
 from aiokafka_ng.testing._kafka_jars import (
     HOME_ENV_VAR,
@@ -23,6 +22,7 @@ from aiokafka_ng.testing._kafka_jars import (
     kafka_home,
     missing_tools,
 )
+from aiokafka_ng.testing._kafka_procs import free_ports, listed_brokers
 from tests.kafka.helpers import eventually
 
 pytestmark = pytest.mark.kafka
@@ -32,7 +32,7 @@ ALL = {1, 2, 3}
 
 async def listed_by_others(cluster: KafkaCluster, node_id: int) -> set[int]:
     other = next(n for n in cluster.brokers if n.node_id != node_id)
-    return await _listed_brokers(other.port)
+    return await listed_brokers(other.port)
 
 
 @pytest.mark.anyio
@@ -43,7 +43,7 @@ async def test_kill_then_restart_a_node(kafka_cluster: KafkaCluster, anyio_backe
     pid = node.pid
     node.kill()
     assert not node.running and node.pid is None
-    assert await _listed_brokers(node.port) == set()  # nothing listens there any more
+    assert await listed_brokers(node.port) == set()  # nothing listens there any more
     # broker.session.timeout.ms is 6 s; a loaded machine delays the controller's check (a
     # CI-style run at a load average of ~18 missed the default 10 s of eventually()): 30 s.
     listed = await eventually(
@@ -54,7 +54,7 @@ async def test_kill_then_restart_a_node(kafka_cluster: KafkaCluster, anyio_backe
     assert listed == ALL - {node.node_id}  # fenced after broker.session.timeout.ms
     await node.restart()
     assert node.running and node.pid != pid
-    assert await _listed_brokers(node.port) >= ALL - {node.node_id} | {node.node_id}
+    assert await listed_brokers(node.port) >= ALL - {node.node_id} | {node.node_id}
     assert "=== start" in node.log_path.read_text(errors="replace")  # this run's mark
 
 
@@ -66,7 +66,7 @@ async def test_controlled_stop_and_start(kafka_cluster: KafkaCluster) -> None:
     # A controlled shutdown deregisters at once: no waiting for a session timeout.
     assert node.node_id not in await listed_by_others(kafka_cluster, node.node_id)
     await node.start()
-    assert node.node_id in await _listed_brokers(node.port)
+    assert node.node_id in await listed_brokers(node.port)
     with pytest.raises(KafkaClusterError, match="already running"):
         await node.start()
 
@@ -80,16 +80,16 @@ async def test_pause_and_resume(kafka_cluster: KafkaCluster) -> None:
         # The kernel still accepts connections for the stopped process ...
         stream = await anyio.connect_tcp("127.0.0.1", node.port)
         await stream.aclose()
-        # ... and nothing answers: no Metadata within _listed_brokers' own bound (5 s). (A
+        # ... and nothing answers: no Metadata within listed_brokers' own bound (5 s). (A
         # 1 s move_on_after around it failed once at a load average of ~15: the event loop
         # woke after both that deadline and the connection's inner one had passed, the
         # inner timeout took the cancellation, and the outer scope saw none.)
-        assert await _listed_brokers(node.port) == set()
+        assert await listed_brokers(node.port) == set()
     finally:
         node.resume()
     assert not node.paused
     assert node.node_id in await eventually(
-        lambda: _listed_brokers(node.port), lambda ids: node.node_id in ids
+        lambda: listed_brokers(node.port), lambda ids: node.node_id in ids
     )
 
 
@@ -114,7 +114,7 @@ def test_taken_port_is_named(kafka_cluster: KafkaCluster) -> None:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         taken = sock.getsockname()[1]
-        ports = NodePorts(*_free_ports(4), taken)  # CONTROLLER is the one taken
+        ports = NodePorts(*free_ports(4), taken)  # CONTROLLER is the one taken
         clone = KafkaNode(kafka_cluster, 9, ports, node.directory)
         with pytest.raises(KafkaClusterError, match=f"port {taken} of node 9 is taken"):
             clone._check_ports_free()
@@ -133,13 +133,13 @@ def test_a_port_taken_before_the_spawn_is_retried_on_new_ports(
         picks: list[list[int]] = []
 
         def pick(count: int) -> list[int]:
-            ports = _free_ports(count)
+            ports = free_ports(count)
             if not picks:
                 ports[0] = taken  # node 1's PLAINTEXT port, as if stolen
             picks.append(ports)
             return ports
 
-        monkeypatch.setattr(kafka_module, "_free_ports", pick)
+        monkeypatch.setattr(kafka_module, "free_ports", pick)
         with KafkaCluster(brokers=1, tls=False) as cluster:
             assert len(picks) == 2
             assert cluster.node(1).port == picks[1][0] != taken
