@@ -1,29 +1,13 @@
-"""Delivery futures and RecordMetadata.
+"""The producer's delivery futures -- :class:`DeliveryFuture` (one record),
+:class:`BatchDelivery` (a ``send_many`` run) -- their :class:`RecordMetadata`, and
+:func:`finish_all`, which decides a batch's futures at once.
 
 Theory of operation
 -------------------
-A :class:`DeliveryFuture` is one slotted object per record. Under asyncio it *is* an asyncio
-future as far as asyncio can tell (``asyncio.isfuture`` is true): it has the class attribute
-``_asyncio_future_blocking``, ``get_loop()`` and ``add_done_callback(fn, *, context=None)``,
-and its ``__await__`` yields itself to the Task, exactly as ``asyncio.Future`` does. So
-``gather``/``wait``/``wait_for``/``as_completed``/``shield``/``ensure_future`` use it directly
--- no Task per record (a duck-typed future is what asyncio's ``isfuture`` and the Task's
-step function were written to accept) -- and awaiting one allocates nothing.
-
-asyncio never runs a future's callbacks inside the code that completed it: they go through
-``loop.call_soon``. We keep that rule (a Task's wake-up must not run inside the sender's
-task; gather counts on it too), but a whole batch's futures are completed together with
-*one* ``call_soon`` (:func:`finish_all`), not one per callback: that is where asyncio.Future
-spends most of its time when thousands of records complete at once.
-
-Under trio there is no loop: awaiting waits on an ``anyio.Event`` created only when someone
-awaits, and done-callbacks run when the batch completes, as before.
-
-Cancellation: ``cancel()`` detaches the *waiters* (the future becomes cancelled, awaiting it
-raises ``CancelledError``); the record itself is not taken back -- it may already be on the
-wire -- and is delivered or fails as usual (aiokafka and the Java client behave the same).
-The producer's own waits (flush, close, transaction abort) follow the delivery, not the
-future, through waiters that cancellation leaves alone.
+A :class:`DeliveryFuture` is one slotted object per record and, under asyncio, an asyncio
+future as far as asyncio can tell: the protocol, cancellation and waiters are what every
+delivery shares (``delivery.py``); its done-callbacks run together, one ``call_soon`` per
+completed batch (``callbacks.py``).
 
 The outcome is stored by reference to the record's batch: completing a batch of N records
 does not build N ``RecordMetadata`` objects -- :meth:`DeliveryFuture.result` builds one.
@@ -66,33 +50,35 @@ offset) -- the offset is -1: the record *is* delivered, its offset is unknown.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import logging
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, overload
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple, overload
 
-import anyio
-
-from aiokafka_ng.errors import IllegalStateError
+from aiokafka_ng.producer.callbacks import EMPTY_CONTEXT as _EMPTY_CONTEXT  # noqa: F401
+from aiokafka_ng.producer.callbacks import callbacks_run
+from aiokafka_ng.producer.callbacks import dispatch as _dispatch
+from aiokafka_ng.producer.delivery import PENDING, Delivery, FutureNotDoneError
+from aiokafka_ng.producer.delivery import PENDING as _PENDING
+from aiokafka_ng.producer.delivery import Cancelled as _Cancelled
+from aiokafka_ng.producer.delivery import listed as _listed  # noqa: F401
+from aiokafka_ng.producer.delivery import take_waiters as _take_waiters
 from aiokafka_ng.producer.runs import run_stretches
 from aiokafka_ng.protocol import speedups
 from aiokafka_ng.protocol.record_reader import TopicPartition
 
-log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    from aiokafka_ng.producer.batch import ProducerBatch
-
 __all__ = [
+    "PENDING",
     "BatchDelivery",
     "Delivery",
     "DeliveryFuture",
     "FutureNotDoneError",
     "RecordMetadata",
+    "callbacks_run",
     "finish_all",
 ]
 
-T = TypeVar("T")
+# ``PENDING``, ``_EMPTY_CONTEXT``, ``_listed``, ``callbacks_run``, ``Delivery`` and
+# ``FutureNotDoneError`` are imported from here (the C ``send_fast``'s setup, the producer,
+# tests): they were defined here before ``delivery.py`` and ``callbacks.py``.
 
 
 class RecordMetadata(NamedTuple):
@@ -137,256 +123,6 @@ _tuple_new = tuple.__new__
 _C_UNTRACK = speedups.untrack
 
 
-class FutureNotDoneError(IllegalStateError, asyncio.InvalidStateError):
-    """``result()``/``exception()`` of a pending future (asyncio's ``InvalidStateError``)."""
-
-
-#: ``DeliveryFuture._exc`` while the outcome is unknown (None once delivered).
-_PENDING: BaseException = Exception("pending")
-#: The same, for the C ``send_fast`` (``intake.bind_send_fast``), which makes futures too.
-PENDING = _PENDING
-
-Callback = Callable[[Any], Any]
-# A waiter is a user's done-callback with the context it runs in (asyncio's rule), or --
-# an ``anyio.Event`` -- one of the producer's own waits for the *delivery*, which
-# cancelling the future does not release. ``_waiters`` holds None; one callback as it is,
-# its context in ``_ctx`` (the common case: a gather's, a Task's or a user's one callback);
-# a list of waiters, each callback there as a (callback, context) tuple; or
-# ``_Cancelled``. So a pending future with one callback is one object for the cyclic GC,
-# not three (no list, no tuple): see "The cyclic GC" above.
-
-#: The context a callback registered from an empty context runs in (a copy of it: see
-#: ``_caller_context``). ``copy_context()`` makes a new Context object per call, and one
-#: kept per pending record is one more object for the collector to walk.
-_EMPTY_CONTEXT = contextvars.Context()
-_copy_context = contextvars.copy_context
-_new_context = contextvars.Context
-
-
-def _caller_context() -> contextvars.Context:
-    """What ``add_done_callback`` keeps for a callback given no context: a copy of the
-    caller's context, as asyncio keeps -- or, when that is empty (no context variable set:
-    asyncio and anyio set none), the one shared empty context. That one is never entered:
-    each callback kept with it runs in a fresh empty context (``_call``), so sharing it
-    changes nothing a callback can see -- what one callback sets stays in its own."""
-    ctx = _copy_context()
-    return ctx if len(ctx) else _EMPTY_CONTEXT
-
-
-class _Cancelled:
-    """``DeliveryFuture._waiters`` once cancelled: the message and the producer's own
-    delivery waits, which still wait for the record's real outcome."""
-
-    __slots__ = ("events", "msg")
-
-    def __init__(self, msg: Any, events: list[anyio.Event]) -> None:
-        self.msg = msg
-        self.events = events
-
-
-class Delivery(Generic[T]):
-    """What :class:`DeliveryFuture` (one record) and :class:`BatchDelivery` (a run of
-    records) share: the delivery state, waiters and callbacks, and the asyncio future
-    protocol. ``result()`` gives a ``T`` once delivered."""
-
-    # Eight slots (96 bytes with the GC header): one lives per record in flight, and
-    # buffer_memory accounts for it. ``_exc`` is the delivery state (``_PENDING`` until the
-    # producer knows); ``_waiters`` holds callbacks and waits, or ``_Cancelled``; ``_ctx``
-    # the context of a lone callback in ``_waiters``.
-    __slots__ = ("_batch", "_ctx", "_delta", "_exc", "_loop", "_timestamp", "_waiters", "topic")
-
-    def __init__(
-        self, topic: str, timestamp_ms: int, loop: asyncio.AbstractEventLoop | None = None
-    ) -> None:
-        self.topic = topic
-        self._timestamp = timestamp_ms
-        self._loop = loop
-        self._batch: ProducerBatch | None = None
-        self._delta = 0
-        self._exc: BaseException | None = _PENDING
-        self._waiters: Any = None  # None, a callback, a list of waiters, or _Cancelled
-        self._ctx: contextvars.Context | None = None
-
-    # ------------------------------------------------------------------ asyncio protocol
-
-    @property
-    def _asyncio_future_blocking(self) -> bool | None:
-        # asyncio.isfuture() wants "not None"; a Task wants it true when the future is
-        # yielded to it and then resets it to False -- a no-op here, since __await__ only
-        # ever yields a pending future to a Task.
-        return True if self._loop is not None else None
-
-    @_asyncio_future_blocking.setter
-    def _asyncio_future_blocking(self, value: bool) -> None:
-        pass
-
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        """The asyncio loop the producer runs on (``RuntimeError`` under trio)."""
-        if self._loop is None:
-            raise RuntimeError("this delivery future belongs to a producer not on asyncio")
-        return self._loop
-
-    def _make_cancelled_error(self) -> asyncio.CancelledError:
-        # asyncio.gather asks a cancelled child for the error to propagate.
-        waiters = self._waiters
-        return asyncio.CancelledError(waiters.msg if isinstance(waiters, _Cancelled) else None)
-
-    # ------------------------------------------------------------------ consumer side
-
-    def done(self) -> bool:
-        return self._exc is not _PENDING or self._waiters.__class__ is _Cancelled
-
-    def cancelled(self) -> bool:
-        return self._waiters.__class__ is _Cancelled
-
-    def result(self) -> T:
-        """The delivered value; raises the delivery error, ``CancelledError`` if
-        cancelled, ``FutureNotDoneError`` (an ``asyncio.InvalidStateError``) if pending."""
-        if self._waiters.__class__ is _Cancelled:
-            raise self._make_cancelled_error()
-        exc = self._exc
-        if exc is not None:
-            if exc is _PENDING:
-                raise FutureNotDoneError("delivery future is not done yet")
-            raise exc
-        return self._value()
-
-    def _value(self) -> T:
-        raise NotImplementedError
-
-    def exception(self) -> BaseException | None:
-        if self._waiters.__class__ is _Cancelled:
-            raise self._make_cancelled_error()
-        if self._exc is _PENDING:
-            raise FutureNotDoneError("delivery future is not done yet")
-        return self._exc
-
-    def add_done_callback(
-        self, fn: Callback, *, context: contextvars.Context | None = None
-    ) -> None:
-        """Call ``fn(future)`` once done. Under asyncio it runs from the event loop, in
-        ``context`` (default: the current one), as asyncio.Future's callbacks do; under
-        trio in the producer's task. Keep it short; an exception it raises is logged."""
-        loop = self._loop
-        waiters = self._waiters
-        if self._exc is not _PENDING or waiters.__class__ is _Cancelled:  # done()
-            if loop is not None:
-                _dispatch(loop, [self, fn, _caller_context() if context is None else context])
-            else:
-                fn(self)  # in the caller's own task: its exception is the caller's
-            return
-        if loop is not None and context is None:
-            context = _caller_context()
-        if waiters is None and fn is not None:
-            self._waiters = fn
-            self._ctx = context
-        elif waiters is None:
-            self._waiters = [(fn, context)]  # None is not a lone callback's mark
-        elif waiters.__class__ is list:
-            waiters.append((fn, context))
-        else:
-            self._waiters = [(waiters, self._ctx), (fn, context)]
-            self._ctx = None
-
-    def remove_done_callback(self, fn: Callback) -> int:
-        """Remove every registration of ``fn``; return how many there were."""
-        waiters = _listed(self)
-        keep = [w for w in waiters if w.__class__ is not tuple or w[0] != fn]
-        removed = len(waiters) - len(keep)
-        if removed:
-            self._set_waiters(keep)
-        return removed
-
-    def _set_waiters(self, waiters: list[Any]) -> None:
-        """Keep ``waiters`` (of a pending future) in their most compact form."""
-        self._ctx = None
-        if not waiters:
-            self._waiters = None
-        elif len(waiters) == 1 and waiters[0].__class__ is tuple and waiters[0][0] is not None:
-            self._waiters, self._ctx = waiters[0]
-        else:
-            self._waiters = waiters
-
-    def cancel(self, msg: Any = None) -> bool:
-        """Detach the waiters: the future becomes cancelled. The record is *not* taken
-        back -- it is delivered (or fails) as if nothing happened. False if already done."""
-        if self.done():
-            return False
-        events: list[anyio.Event] = []
-        callbacks: list[Any] = []
-        for w in _listed(self):
-            (callbacks if w.__class__ is tuple else events).append(w)
-        self._waiters = _Cancelled(msg, events)
-        self._ctx = None
-        if callbacks:
-            _dispatch(self._loop, [self, callbacks, None])
-        return True
-
-    def __await__(self) -> Generator[Any, None, T]:
-        if not self.done():
-            if self._loop is not None:
-                # asyncio's Future protocol: the Task sees _asyncio_future_blocking, adds
-                # its wake-up as a done-callback and resumes us once we are done.
-                yield self
-                if not self.done():
-                    raise RuntimeError("await wasn't used with future")
-            else:
-                yield from self._wait_event().__await__()
-        return self.result()
-
-    __iter__ = __await__  # ``yield from fut`` in old-style coroutines, like asyncio.Future
-
-    async def _wait_event(self) -> None:
-        event = anyio.Event()
-        self.add_done_callback(lambda _f: event.set())
-        await event.wait()
-
-    # ------------------------------------------------------------------ producer side
-
-    async def wait_done(self) -> None:
-        """Wait until the record's delivery is decided, without raising its error. Unlike
-        awaiting the future, this follows the record even if the future was cancelled."""
-        if self._exc is _PENDING:
-            event = anyio.Event()
-            waiters = self._waiters
-            if waiters is None:
-                self._waiters = [event]
-            elif waiters.__class__ is _Cancelled:
-                waiters.events.append(event)
-            elif waiters.__class__ is list:
-                waiters.append(event)
-            else:
-                self._waiters = [(waiters, self._ctx), event]
-                self._ctx = None
-            await event.wait()
-
-    async def wait(self) -> T:
-        return await self
-
-    def delivery_error(self) -> BaseException | None:
-        """The record's own outcome (None: delivered), whether or not the future was
-        cancelled; ``FutureNotDoneError`` while undecided."""
-        if self._exc is _PENDING:
-            raise FutureNotDoneError("delivery is not decided yet")
-        return self._exc
-
-    def queued_error(self) -> BaseException | None:
-        """The outcome of what was queued (what a transaction's commit checks):
-        ``delivery_error()``, except that a run leaves out its withdrawn records."""
-        return self.delivery_error()
-
-    def _finish(self, exc: BaseException | None) -> None:
-        finish_all((self,), exc, self._loop)
-
-    def __repr__(self) -> str:
-        if self.cancelled():
-            state = "cancelled"
-        else:
-            exc = self._exc
-            state = "pending" if exc is _PENDING else ("failed" if exc else "done")
-        return f"<{type(self).__name__} {self.topic} {state}>"
-
-
 class DeliveryFuture(Delivery[RecordMetadata]):
     """The outcome of one ``send()``: awaitable, with ``add_done_callback``; an asyncio
     future to asyncio (``gather``, ``wait``, ``wait_for``, ``as_completed``, ``shield``)."""
@@ -399,6 +135,9 @@ class DeliveryFuture(Delivery[RecordMetadata]):
         if self._exc is None and self._waiters.__class__ is not _Cancelled:
             return self._value()
         return super().result()
+
+    def _finish(self, exc: BaseException | None) -> None:
+        finish_all((self,), exc, self._loop)
 
     def _value(self) -> RecordMetadata:
         batch = self._batch
@@ -580,6 +319,9 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
                 out[i] = outcome
         return out
 
+    def _finish(self, exc: BaseException | None) -> None:
+        finish_all((self,), exc, self._loop)
+
     def _value(self) -> Sequence[RecordMetadata]:
         return _Delivered(self)
 
@@ -709,98 +451,3 @@ def finish_all(
     if members is not None:
         for member in members:
             finish_all((member.run,), member._exc, loop)  # one record of the run decided
-
-
-def _listed(fut: Delivery[Any]) -> list[Any]:
-    """A future's waiters as a list, a callback as a (callback, context) tuple (empty for
-    none or a cancelled future's)."""
-    waiters = fut._waiters
-    if waiters is None or waiters.__class__ is _Cancelled:
-        return []
-    return waiters if waiters.__class__ is list else [(waiters, fut._ctx)]
-
-
-def _take_waiters(fut: Delivery[Any]) -> Any:
-    """A just-decided future's callbacks and waits to run, taken off it (a lone callback's
-    context is ``fut._ctx``, read before); a cancelled future's delivery waits are released
-    here (its callbacks ran when it was cancelled)."""
-    waiters = fut._waiters
-    if waiters is None:
-        return None
-    if isinstance(waiters, _Cancelled):
-        for event in waiters.events:
-            event.set()
-        waiters.events = []
-        return None
-    fut._waiters = None
-    fut._ctx = None
-    return waiters
-
-
-#: Per loop, the waiters due to run at its next turn. One ``call_soon`` runs them all:
-#: ``gather`` over 10k futures that are mostly done already would otherwise cost 10k
-#: loop handles. The lists are flat -- a future (or None), its waiters (a lone callback or
-#: a list), that callback's context (None with a list), a future, ... -- not a tuple per
-#: future: every tuple would be one more allocation the cyclic GC counts, in a burst of
-#: thousands that outlives the young collections it triggers.
-_due: dict[asyncio.AbstractEventLoop, list[Any]] = {}
-
-
-def _dispatch(loop: asyncio.AbstractEventLoop | None, todo: list[Any]) -> None:
-    if loop is None:
-        _run_waiters(todo)
-        return
-    due = _due.get(loop)
-    if due is None:
-        loop.call_soon(_run_due, loop)  # first: a closed loop raises, nothing is left behind
-        _due[loop] = todo
-    else:
-        due.extend(todo)
-
-
-async def callbacks_run(loop: asyncio.AbstractEventLoop | None) -> None:
-    """Return once every done-callback already due on ``loop`` has run: ``flush()`` must not
-    return while a finished batch's callbacks still wait for their loop turn (the Java
-    client runs them before the record's future completes)."""
-    due = None if loop is None else _due.get(loop)
-    if due is not None:
-        event = anyio.Event()
-        due += (None, [event], None)  # no future: runs after the queued ones
-        await event.wait()
-
-
-def _run_due(loop: asyncio.AbstractEventLoop) -> None:
-    _run_waiters(_due.pop(loop, []))
-
-
-def _run_waiters(todo: list[Any]) -> None:
-    for i in range(0, len(todo), 3):
-        fut = todo[i]
-        waiters = todo[i + 1]
-        if waiters.__class__ is not list:
-            _call(waiters, todo[i + 2], fut)
-            continue
-        for w in waiters:
-            if w.__class__ is tuple:
-                _call(w[0], w[1], fut)
-            else:
-                w.set()
-
-
-def _call(fn: Callback, ctx: contextvars.Context | None, fut: Any) -> None:
-    try:
-        if ctx is None:  # trio: in the producer's task
-            fn(fut)
-        elif ctx is _EMPTY_CONTEXT:
-            # The shared one is never entered itself: a fresh empty context per callback
-            # (made and freed here, nothing for the collector to keep counting), so no
-            # callback sees what another set.
-            _new_context().run(fn, fut)
-        else:
-            # The caller's copy, or the context given (a Task's own: its wake-up must run
-            # in it, not in a copy, or what the task sets after resuming would be lost).
-            ctx.run(fn, fut)
-    except Exception:
-        # A user callback must not take the producer (or the other callbacks of this
-        # batch) down; asyncio logs callback errors the same way.
-        log.exception("delivery callback %r failed", fn)

@@ -2,19 +2,13 @@
 
 Theory of operation
 -------------------
-*One state, one table.* :class:`TransactionState` and ``_TRANSITIONS`` below are the whole
-state machine; :meth:`TransactionManager._to` is the only place the state changes and it
-raises :class:`IllegalTransactionStateError` for a move the table does not list (commit
-without begin, begin twice, ...). A fatal error (we were fenced, not authorized) is a state
-of its own that nothing leaves: every later call raises that error again.
+:class:`TransactionManager` holds the transaction's state (the table of states and moves is
+``txn_state.py``) and makes every move; the producer's idempotence state while a
+transactional id is set is ``txn_idempotence.py``.
 
-*Partitions join before data.* A transactional producer must add a partition to the
-transaction (AddPartitionsToTxn) before its first batch for that partition is written,
-otherwise the broker rejects the batch. :class:`TransactionalIdempotence` (the producer's
-idempotence state when a ``transactional_id`` is set) refuses to drain a partition that is
-not in the transaction yet and queues it for the manager's background task
-(:meth:`TransactionManager.run`), which adds every queued partition in one request and then
-wakes the senders. So ``send()`` still never waits for the coordinator.
+*Partitions join before data* (``txn_idempotence.py``): the drain queues the partitions not
+in the transaction yet for :meth:`TransactionManager.run`, which adds every queued partition
+in one request (AddPartitionsToTxn) and then wakes the senders.
 
 *Errors.* Abortable errors (a record failed, an offset commit was rejected, the broker
 lost our sequence state) move the transaction to ``ABORTABLE_ERROR``: commit and send raise
@@ -41,7 +35,6 @@ EndTxn is skipped when nothing was added to the transaction (nothing to mark).
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -51,17 +44,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from aiokafka_ng.cluster.retry import Final, RetryState, retrying
-from aiokafka_ng.errors import (
-    IllegalStateError,
-    InvalidProducerEpochError,
-    InvalidTxnStateError,
-    KafkaError,
-    ProducerFencedError,
-    TransactionalIdAuthorizationFailedError,
-    TransactionCoordinatorFencedError,
-    UnsupportedVersionError,
-)
-from aiokafka_ng.producer.idempotence import IdempotenceState
+from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.producer.producer_id import ProducerIdOwner
 from aiokafka_ng.producer.txn_coordinator import (
     ConsumerGroupMetadata,
@@ -71,12 +54,21 @@ from aiokafka_ng.producer.txn_coordinator import (
     group_metadata,
     parse_offsets,
 )
-from aiokafka_ng.protocol.records import set_producer_state
+from aiokafka_ng.producer.txn_idempotence import TransactionalIdempotence
+from aiokafka_ng.producer.txn_state import (
+    FATAL_TYPES,
+    HINTS,
+    TRANSITIONS,
+    IllegalTransactionStateError,
+    TransactionAbortedError,
+    TransactionNotStartedError,
+    TransactionState,
+)
+from aiokafka_ng.producer.txn_state import TRANSITIONS as _TRANSITIONS  # noqa: F401 (tests)
 
 if TYPE_CHECKING:
     from aiokafka_ng.net.backoff import ExponentialBackoff
     from aiokafka_ng.producer.accumulator import Accumulator
-    from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
     from aiokafka_ng.producer.future import Delivery
 
 __all__ = [
@@ -91,153 +83,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_SEQ_MOD = 2**31
-#: PRODUCER_FENCED on Produce is final. INVALID_PRODUCER_EPOCH on Produce is not (KIP-588):
-#: the coordinator also bumps the epoch when a transaction times out, so it is abortable;
-#: if we really were fenced, the abort's EndTxn says so (and that is fatal).
-_PRODUCER_FENCED = 90
-
-#: Errors after which the transactional id is unusable by this producer.
-_FATAL_TYPES: tuple[type[KafkaError], ...] = (
-    ProducerFencedError,
-    InvalidProducerEpochError,
-    TransactionalIdAuthorizationFailedError,
-    TransactionCoordinatorFencedError,
-    InvalidTxnStateError,
-    UnsupportedVersionError,
-)
-
-
-class IllegalTransactionStateError(IllegalStateError):
-    """A transactional call the transaction's state does not allow (commit without begin,
-    begin twice, commit after an abortable error, ...)."""
-
-    message = "The transaction's state does not allow this call."
-
-
-class TransactionNotStartedError(IllegalTransactionStateError):
-    """``send()`` or ``send_offsets_to_transaction()`` on a transactional producer with no
-    transaction open: call ``begin_transaction()`` (or use ``async with
-    producer.transaction():``) first."""
-
-    message = "No transaction is open; call begin_transaction() first."
-
-
-class TransactionAbortedError(KafkaError):
-    """The record was not delivered because its transaction was aborted."""
-
-    message = "The record's transaction was aborted."
-
-
-class TransactionState(enum.Enum):
-    UNINITIALIZED = "uninitialized"
-    INITIALIZING = "initializing"
-    READY = "ready"
-    IN_TRANSACTION = "in_transaction"
-    COMMITTING = "committing"
-    ABORTING = "aborting"
-    ABORTABLE_ERROR = "abortable_error"
-    FATAL_ERROR = "fatal_error"
-    PREPARED = "prepared"
-
-
 S = TransactionState
-
-#: Every legal move. FATAL_ERROR is reachable from every state (see ``_fatal``).
-_TRANSITIONS: dict[TransactionState, frozenset[TransactionState]] = {
-    S.UNINITIALIZED: frozenset({S.INITIALIZING}),
-    # back to UNINITIALIZED when init timed out (it may be called again)
-    S.INITIALIZING: frozenset({S.READY, S.UNINITIALIZED, S.ABORTABLE_ERROR}),
-    S.READY: frozenset({S.IN_TRANSACTION}),
-    S.IN_TRANSACTION: frozenset({S.COMMITTING, S.ABORTING, S.ABORTABLE_ERROR}),
-    # PREPARED: flushed, EndTxn left to whoever holds the PreparedTransaction
-    S.COMMITTING: frozenset({S.READY, S.ABORTABLE_ERROR, S.PREPARED}),
-    # INITIALIZING: the epoch bump after an abort that left a sequence hole (KIP-360)
-    S.ABORTING: frozenset({S.READY, S.INITIALIZING}),
-    S.ABORTABLE_ERROR: frozenset({S.ABORTING}),
-    S.FATAL_ERROR: frozenset(),
-    S.PREPARED: frozenset(),
-}
-
-#: What to tell a caller whose call the current state does not allow.
-_HINTS = {
-    S.UNINITIALIZED: "call init_transactions() (start() does) first",
-    S.INITIALIZING: "init_transactions() is still running",
-    S.READY: "no transaction is open; call begin_transaction() first",
-    S.IN_TRANSACTION: "a transaction is already open",
-    S.COMMITTING: "the transaction is being committed",
-    S.ABORTING: "the transaction is being aborted",
-    S.ABORTABLE_ERROR: "the transaction failed; call abort_transaction()",
-    S.PREPARED: "the transaction is prepared: complete it with complete_transaction(); "
-    "this producer can only be closed",
-}
-
-
-class TransactionalIdempotence(IdempotenceState):
-    """Idempotence state of a transactional producer: sequences as usual, plus the
-    transaction's drain rules (see the module docstring)."""
-
-    __slots__ = ("manager",)
-
-    def __init__(self, manager: TransactionManager) -> None:
-        super().__init__()
-        self.manager = manager
-
-    def may_drain(self, pq: PartitionQueue, batch: ProducerBatch, node: int) -> bool:
-        m = self.manager
-        if m.drain_error is not None:
-            # Aborting or failed: what is queued will never be part of a committed
-            # transaction. Fail it now, so flush()/abort() need not wait for it.
-            acc = m.accumulator
-            if acc is not None:
-                exc = m.drain_error
-                while pq.batches:
-                    acc.fail(pq.batches.popleft(), exc)
-            return False
-        key = (pq.topic, pq.partition)
-        if key not in m.partitions:
-            if m.v2:  # Produce v12 adds it to the transaction
-                m.partitions.add(key)
-                return super().may_drain(pq, batch, node)
-            if key not in m.pending_partitions:
-                m.pending_partitions.add(key)
-                m.wake()
-            return False
-        return super().may_drain(pq, batch, node)
-
-    @property
-    def max_produce_version(self) -> int:  # type: ignore[override]
-        return 12 if self.manager.v2 else 11
-
-    def stamp(self, pq: PartitionQueue, batch: ProducerBatch) -> bytes:
-        # As the base class, plus the batch's transactional flag (the broker keeps such
-        # records from read_committed consumers until the transaction's marker).
-        data = batch.data
-        assert data is not None
-        if batch.base_sequence < 0:
-            seq = pq.next_sequence
-            batch.base_sequence = seq
-            pq.next_sequence = (seq + len(batch.futures)) % _SEQ_MOD
-            pq.in_flight.append(batch)
-            data = batch.data = set_producer_state(
-                data, self.producer_id, self.epoch, seq, is_transactional=True
-            )
-        return data
-
-    def request_reset(self, code: int | None = None) -> None:
-        # A transactional producer never swaps its producer id behind the user's back:
-        # the broker lost or rejected our sequence state, so this transaction cannot commit.
-        # Fenced: nothing can be done. Otherwise the epoch is bumped after the abort.
-        if code == _PRODUCER_FENCED:
-            self.manager.fail_fatal(
-                ProducerFencedError(
-                    f"producer fenced: another producer with transactional id "
-                    f"{self.manager.transactional_id!r} has started"
-                )
-            )
-            return
-        self.resets += 1
-        self.manager.sequence_hole()
 
 
 class _TransactionContext:
@@ -361,10 +207,10 @@ class TransactionManager:
         old = self.state
         if old is S.FATAL_ERROR:
             raise self._fatal_error(op)
-        if new not in _TRANSITIONS[old]:
+        if new not in TRANSITIONS[old]:
             exc = IllegalTransactionStateError(
                 f"cannot {op}: transaction of {self.transactional_id!r} is {old.value} "
-                f"({_HINTS[old]})"
+                f"({HINTS[old]})"
             )
             if old is S.ABORTABLE_ERROR:
                 raise exc from self.last_error
@@ -397,7 +243,7 @@ class TransactionManager:
 
     def _failed(self, exc: KafkaError) -> None:
         """Record a coordinator call's error: fatal or abortable by its type."""
-        if isinstance(exc, _FATAL_TYPES):
+        if isinstance(exc, FATAL_TYPES):
             self.fail_fatal(exc)
         else:
             self._fail_abortable(exc)
@@ -423,11 +269,11 @@ class TransactionManager:
                 raise self._fatal_error("send")
             if self.state is S.ABORTABLE_ERROR:
                 raise IllegalTransactionStateError(
-                    f"cannot send: {_HINTS[S.ABORTABLE_ERROR]}"
+                    f"cannot send: {HINTS[S.ABORTABLE_ERROR]}"
                 ) from self.last_error
             raise TransactionNotStartedError(
                 f"cannot send: transaction of {self.transactional_id!r} is {self.state.value} "
-                f"({_HINTS[self.state]})"
+                f"({HINTS[self.state]})"
             )
 
     def track(self, future: Delivery[Any]) -> None:
@@ -455,7 +301,7 @@ class TransactionManager:
             # -1/-1 whatever we held: fences any other producer using our transactional id.
             await self.ids.renew(lambda _pid, _epoch: client.init_producer_id())
         except KafkaError as exc:
-            if isinstance(exc, _FATAL_TYPES):
+            if isinstance(exc, FATAL_TYPES):
                 self.fail_fatal(exc)
             else:
                 self.state = S.UNINITIALIZED  # retriable: may be called again
@@ -592,7 +438,7 @@ class TransactionManager:
                     idem.producer_id, idem.epoch, commit=False, v2=self.v2
                 )
             except KafkaError as exc:
-                if isinstance(exc, _FATAL_TYPES):
+                if isinstance(exc, FATAL_TYPES):
                     self.fail_fatal(exc)
                 raise  # otherwise still ABORTING: abort may be called again
             self._end_txn_done(bumped)
@@ -602,7 +448,7 @@ class TransactionManager:
             try:
                 await self.ids.renew(self._bump)
             except KafkaError as exc:
-                if isinstance(exc, _FATAL_TYPES):
+                if isinstance(exc, FATAL_TYPES):
                     self.fail_fatal(exc)
                 else:
                     self.state = S.ABORTABLE_ERROR  # abort again to retry the bump
@@ -623,7 +469,7 @@ class TransactionManager:
         try:
             return await client.init_producer_id(producer_id, epoch)
         except KafkaError as exc:
-            if isinstance(exc, _FATAL_TYPES) or exc.retriable:
+            if isinstance(exc, FATAL_TYPES) or exc.retriable:
                 raise
             log.info("transaction %s: epoch bump refused (%s); re-initializing", self, exc)
             return await client.init_producer_id()

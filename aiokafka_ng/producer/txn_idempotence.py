@@ -1,0 +1,102 @@
+"""How a transactional producer drains: :class:`TransactionalIdempotence`, the producer's
+idempotence state when a ``transactional_id`` is set -- sequences as usual, plus the
+transaction's rules for what may be drained and how a batch is stamped.
+
+*Partitions join before data.* A transactional producer must add a partition to the
+transaction (AddPartitionsToTxn) before its first batch for that partition is written,
+otherwise the broker rejects the batch. :class:`TransactionalIdempotence` refuses to drain
+a partition that is not in the transaction yet and queues it for the manager's background task
+(:meth:`TransactionManager.run`), which adds every queued partition in one request and then
+wakes the senders. So ``send()`` still never waits for the coordinator.
+
+While the transaction is aborting or failed (``TransactionManager.drain_error``), queued
+batches fail at once (*Errors* in ``transactions.py``); under transactions v2 Produce v12
+adds a partition to the transaction by itself, so it drains at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiokafka_ng.errors import ProducerFencedError
+from aiokafka_ng.producer.idempotence import IdempotenceState
+from aiokafka_ng.protocol.records import set_producer_state
+
+if TYPE_CHECKING:
+    from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
+    from aiokafka_ng.producer.transactions import TransactionManager
+
+__all__ = ["TransactionalIdempotence"]
+
+_SEQ_MOD = 2**31
+#: PRODUCER_FENCED on Produce is final. INVALID_PRODUCER_EPOCH on Produce is not (KIP-588):
+#: the coordinator also bumps the epoch when a transaction times out, so it is abortable;
+#: if we really were fenced, the abort's EndTxn says so (and that is fatal).
+_PRODUCER_FENCED = 90
+
+
+class TransactionalIdempotence(IdempotenceState):
+    """Idempotence state of a transactional producer: sequences as usual, plus the
+    transaction's drain rules (see the module docstring)."""
+
+    __slots__ = ("manager",)
+
+    def __init__(self, manager: TransactionManager) -> None:
+        super().__init__()
+        self.manager = manager
+
+    def may_drain(self, pq: PartitionQueue, batch: ProducerBatch, node: int) -> bool:
+        m = self.manager
+        if m.drain_error is not None:
+            # Aborting or failed: what is queued will never be part of a committed
+            # transaction. Fail it now, so flush()/abort() need not wait for it.
+            acc = m.accumulator
+            if acc is not None:
+                exc = m.drain_error
+                while pq.batches:
+                    acc.fail(pq.batches.popleft(), exc)
+            return False
+        key = (pq.topic, pq.partition)
+        if key not in m.partitions:
+            if m.v2:  # Produce v12 adds it to the transaction
+                m.partitions.add(key)
+                return super().may_drain(pq, batch, node)
+            if key not in m.pending_partitions:
+                m.pending_partitions.add(key)
+                m.wake()
+            return False
+        return super().may_drain(pq, batch, node)
+
+    @property
+    def max_produce_version(self) -> int:  # type: ignore[override]
+        return 12 if self.manager.v2 else 11
+
+    def stamp(self, pq: PartitionQueue, batch: ProducerBatch) -> bytes:
+        # As the base class, plus the batch's transactional flag (the broker keeps such
+        # records from read_committed consumers until the transaction's marker).
+        data = batch.data
+        assert data is not None
+        if batch.base_sequence < 0:
+            seq = pq.next_sequence
+            batch.base_sequence = seq
+            pq.next_sequence = (seq + len(batch.futures)) % _SEQ_MOD
+            pq.in_flight.append(batch)
+            data = batch.data = set_producer_state(
+                data, self.producer_id, self.epoch, seq, is_transactional=True
+            )
+        return data
+
+    def request_reset(self, code: int | None = None) -> None:
+        # A transactional producer never swaps its producer id behind the user's back:
+        # the broker lost or rejected our sequence state, so this transaction cannot commit.
+        # Fenced: nothing can be done. Otherwise the epoch is bumped after the abort.
+        if code == _PRODUCER_FENCED:
+            self.manager.fail_fatal(
+                ProducerFencedError(
+                    f"producer fenced: another producer with transactional id "
+                    f"{self.manager.transactional_id!r} has started"
+                )
+            )
+            return
+        self.resets += 1
+        self.manager.sequence_hole()
