@@ -20,7 +20,8 @@ code over the two small classes defined here:
   single fields (partitions of one topic, topics of one Metadata answer). Going over raises
   :class:`~aiokafka_ng.protocol.limits.ResponseLimitError` naming the field, before the
   array is allocated (see :mod:`aiokafka_ng.protocol.limits`).
-* :class:`Writer` appends to a ``bytearray``.
+* :class:`Writer` appends to a ``bytearray`` (:mod:`aiokafka_ng.protocol.writer`, with the
+  fixed-width formats both use).
 
 Generated code groups runs of consecutive fixed-width fields into one precompiled
 ``struct.Struct`` and calls :meth:`Reader.fixed` / appends ``Struct.pack`` output directly;
@@ -38,7 +39,6 @@ it gets back (``Connection.send(req: ApiRequest[R]) -> R``). The bases own the p
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar
 from uuid import UUID
 
@@ -49,6 +49,17 @@ from aiokafka_ng.protocol.limits import (
     ResponseLimitError,
     StructBudget,
     located,
+)
+from aiokafka_ng.protocol.writer import (
+    F64,
+    FIXED_FORMATS,
+    I8,
+    I16,
+    I32,
+    I64,
+    U16,
+    U32,
+    Writer,
 )
 
 __all__ = [
@@ -61,25 +72,6 @@ __all__ = [
     "Writer",
 ]
 
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_U16 = struct.Struct(">H")
-_I32 = struct.Struct(">i")
-_U32 = struct.Struct(">I")
-_I64 = struct.Struct(">q")
-_F64 = struct.Struct(">d")
-_BOOL = struct.Struct(">?")
-
-_FIXED_FORMATS = {
-    "bool": "?",
-    "int8": "b",
-    "int16": "h",
-    "uint16": "H",
-    "int32": "i",
-    "uint32": "I",
-    "int64": "q",
-    "float64": "d",
-}
 _ZERO_UUID = UUID(int=0)
 
 # Exceptions that low-level decoding can raise on malformed input; translated to ProtocolError.
@@ -148,31 +140,31 @@ class Reader:
         return v
 
     def int8(self) -> int:
-        v: int = self._one(_I8)
+        v: int = self._one(I8)
         return v
 
     def int16(self) -> int:
-        v: int = self._one(_I16)
+        v: int = self._one(I16)
         return v
 
     def uint16(self) -> int:
-        v: int = self._one(_U16)
+        v: int = self._one(U16)
         return v
 
     def int32(self) -> int:
-        v: int = self._one(_I32)
+        v: int = self._one(I32)
         return v
 
     def uint32(self) -> int:
-        v: int = self._one(_U32)
+        v: int = self._one(U32)
         return v
 
     def int64(self) -> int:
-        v: int = self._one(_I64)
+        v: int = self._one(I64)
         return v
 
     def float64(self) -> float:
-        v: float = self._one(_F64)
+        v: float = self._one(F64)
         return v
 
     def boolean(self) -> bool:
@@ -238,13 +230,13 @@ class Reader:
     # Lengths: -1 means null. Anything below -1 is malformed.
 
     def _len16(self) -> int:
-        n: int = self._one(_I16)
+        n: int = self._one(I16)
         if n < -1:
             raise ProtocolError(f"negative length {n}")
         return n
 
     def _len32(self) -> int:
-        n: int = self._one(_I32)
+        n: int = self._one(I32)
         if n < -1:
             raise ProtocolError(f"negative length {n}")
         return n
@@ -329,7 +321,7 @@ class Reader:
 
     def fixed_array(self, kind: str, n: int) -> list[Any]:
         """``n`` fixed-width elements of primitive ``kind`` (``"int32"``, ...)."""
-        s = struct.Struct(f">{n}{_FIXED_FORMATS[kind]}")
+        s = struct.Struct(f">{n}{FIXED_FORMATS[kind]}")
         return list(self.fixed(s))
 
     # Tagged fields (flexible versions).
@@ -359,141 +351,6 @@ class Reader:
         for _ in range(self.tag_count()):
             tag = self.uvarint()
             into[tag] = self.raw(self.uvarint())
-
-
-class Writer:
-    """Appends Kafka primitives to ``buf``."""
-
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def getvalue(self) -> bytes:
-        return bytes(self.buf)
-
-    def int8(self, v: int) -> None:
-        self.buf += _I8.pack(v)
-
-    def int16(self, v: int) -> None:
-        self.buf += _I16.pack(v)
-
-    def uint16(self, v: int) -> None:
-        self.buf += _U16.pack(v)
-
-    def int32(self, v: int) -> None:
-        self.buf += _I32.pack(v)
-
-    def uint32(self, v: int) -> None:
-        self.buf += _U32.pack(v)
-
-    def int64(self, v: int) -> None:
-        self.buf += _I64.pack(v)
-
-    def float64(self, v: float) -> None:
-        self.buf += _F64.pack(v)
-
-    def boolean(self, v: bool) -> None:
-        self.buf.append(1 if v else 0)
-
-    def uvarint(self, v: int) -> None:
-        if v < 0:
-            raise ValueError(f"unsigned varint cannot encode {v}")
-        buf = self.buf
-        while v > 0x7F:
-            buf.append((v & 0x7F) | 0x80)
-            v >>= 7
-        buf.append(v)
-
-    def varint(self, v: int) -> None:
-        if not -(1 << 31) <= v < (1 << 31):
-            raise ValueError(f"varint out of range: {v}")
-        self.uvarint(((v << 1) ^ (v >> 31)) & 0xFFFFFFFF)
-
-    def varlong(self, v: int) -> None:
-        if not -(1 << 63) <= v < (1 << 63):
-            raise ValueError(f"varlong out of range: {v}")
-        self.uvarint(((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
-
-    def uuid(self, v: UUID) -> None:
-        self.buf += v.bytes
-
-    def raw(self, data: bytes | bytearray | memoryview) -> None:
-        self.buf += data
-
-    def string(self, s: str) -> None:
-        data = s.encode()
-        if len(data) > 0x7FFF:
-            raise ValueError(f"string of {len(data)} bytes exceeds the int16 length prefix")
-        self.buf += _I16.pack(len(data))
-        self.buf += data
-
-    def nullable_string(self, s: str | None) -> None:
-        if s is None:
-            self.buf += b"\xff\xff"
-        else:
-            self.string(s)
-
-    def compact_string(self, s: str) -> None:
-        data = s.encode()
-        self.uvarint(len(data) + 1)
-        self.buf += data
-
-    def compact_nullable_string(self, s: str | None) -> None:
-        if s is None:
-            self.buf.append(0)
-        else:
-            self.compact_string(s)
-
-    def bytes_(self, b: bytes) -> None:
-        self.buf += _I32.pack(len(b))
-        self.buf += b
-
-    def nullable_bytes(self, b: bytes | None) -> None:
-        if b is None:
-            self.buf += b"\xff\xff\xff\xff"
-        else:
-            self.bytes_(b)
-
-    def compact_bytes(self, b: bytes) -> None:
-        self.uvarint(len(b) + 1)
-        self.buf += b
-
-    def compact_nullable_bytes(self, b: bytes | None) -> None:
-        if b is None:
-            self.buf.append(0)
-        else:
-            self.compact_bytes(b)
-
-    def array_len(self, n: int) -> None:
-        self.buf += _I32.pack(n)
-
-    def compact_array_len(self, n: int) -> None:
-        self.uvarint(n + 1)
-
-    def fixed_array(self, kind: str, items: Sequence[Any]) -> None:
-        self.buf += struct.pack(f">{len(items)}{_FIXED_FORMATS[kind]}", *items)
-
-    def tagged_fields(
-        self, known: Iterable[tuple[int, bytes]], unknown: dict[int, bytes] | None
-    ) -> None:
-        """Write a tagged-field section: known fields plus preserved unknown ones, by tag."""
-        fields = list(known)
-        if unknown:
-            fields.extend(unknown.items())
-            fields.sort(key=lambda kv: kv[0])
-        self.uvarint(len(fields))
-        for tag, data in fields:
-            self.uvarint(tag)
-            self.uvarint(len(data))
-            self.buf += data
-
-    def unknown_tags(self, unknown: dict[int, bytes]) -> None:
-        """Tagged-field section of a struct with no known tagged fields in this version."""
-        if unknown:
-            self.tagged_fields((), unknown)
-        else:
-            self.buf.append(0)
 
 
 class FieldSpec(NamedTuple):
