@@ -11,7 +11,9 @@ import anyio
 
 from aiokafka_ng.admin import AdminClient, NewTopic
 from aiokafka_ng.consumer import Consumer, TopicPartition
+from aiokafka_ng.net.connection import ConnectionConfig, connect
 from aiokafka_ng.producer import Producer
+from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
 from aiokafka_ng.testing import KafkaCluster
 
 T = TypeVar("T")
@@ -39,12 +41,37 @@ async def new_topic(
                 [NewTopic(name, partitions, replicas, topic_configs=topic_configs)]
             )
         ).raise_on_error()
-        # Known to the broker that answers (see eventually) before the test uses it.
-        await eventually(lambda: admin.describe_topics([name]), lambda r: name in r.succeeded)
+        # Known to every broker before the test uses it (see eventually and
+        # known_everywhere): a test's next client may ask any of them.
+        await known_everywhere(cluster, name, partitions)
         try:
             yield name
         finally:
             await admin.delete_topics([name])
+
+
+async def known_everywhere(
+    cluster: KafkaCluster, topic: str, partitions: int, within: float = 30.0
+) -> None:
+    """Return once every running node's own Metadata answer lists ``topic`` with a leader
+    for each of its ``partitions``. (An admin client's describe goes to one broker, any
+    one: a topic it saw may still be unknown to the broker the next client asks.)"""
+    config = ConnectionConfig(client_id="aiokafka-ng-tests", connect_timeout_s=2.0)
+    request = MetadataRequest(
+        topics=[MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False
+    )
+    with anyio.fail_after(within):
+        for node in cluster.brokers:
+            if not node.running or node.paused:
+                continue
+            async with connect(node.host, node.port, config) as conn:
+                while True:
+                    answer = await conn.send(request)
+                    known = [t for t in answer.topics if t.name == topic and not t.error_code]
+                    parts = known[0].partitions if known else []
+                    if len(parts) == partitions and all(p.leader_id >= 0 for p in parts):
+                        break
+                    await anyio.sleep(0.05)
 
 
 async def eventually(

@@ -31,7 +31,7 @@ from aiokafka_ng.consumer import ConsumerRebalanceListener, TopicPartition
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.testing import KafkaCluster
 from tests.helpers import acked_numbers, send_numbered_until
-from tests.kafka.helpers import admin_for, new_topic, whole_again
+from tests.kafka.helpers import admin_for, eventually, new_topic, whole_again
 
 pytestmark = [pytest.mark.kafka, pytest.mark.anyio]
 
@@ -42,7 +42,12 @@ PARTITIONS = 3
 
 async def leader_of(cluster: KafkaCluster, topic: str, partition: int = 0) -> int:
     async with admin_for(cluster) as admin:
-        info = (await admin.describe_topics([topic])).result(topic).partitions[partition]
+        # A new admin client may ask a broker that has not applied the new topic yet
+        # (new_topic waited only for the broker its own client asked): see eventually.
+        found = await eventually(
+            lambda: admin.describe_topics([topic]), lambda r: topic in r.succeeded
+        )
+        info = found.result(topic).partitions[partition]
     assert info.leader is not None
     return info.leader.node_id
 
