@@ -16,7 +16,7 @@ status.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
@@ -37,42 +37,20 @@ class Pending(Protocol[T_co]):
 
 
 class Link(Protocol):
-    """The part of a connection the clients use: version negotiation, send and submit."""
+    """The part of a connection the clients use: version negotiation, ``send`` (always
+    answered) and ``submit`` (acks=0 Produce expects no response, so it says)."""
 
     def version_for(self, request_type: type[ApiMessage]) -> int: ...
 
-    @overload
     async def send(
         self,
         request: ApiRequest[R],
         *,
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109
-        expect_response: Literal[True] = True,
         limits: DecodeLimits | None = None,
     ) -> R: ...
-    @overload
-    async def send(
-        self,
-        request: ApiRequest[R],
-        *,
-        version: int | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109
-        expect_response: bool,
-        limits: DecodeLimits | None = None,
-    ) -> R | None: ...
 
-    @overload
-    async def submit(
-        self,
-        request: ApiRequest[R],
-        *,
-        version: int | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109
-        expect_response: Literal[True] = True,
-        limits: DecodeLimits | None = None,
-    ) -> Pending[R]: ...
-    @overload
     async def submit(
         self,
         request: ApiRequest[R],

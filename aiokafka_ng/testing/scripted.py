@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, Literal, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, cast
 
 import anyio.lowlevel
 
@@ -135,67 +135,26 @@ class ScriptedLink:
     def version_for(self, request_type: type[ApiMessage]) -> int:
         return self.cluster.version_for(request_type)
 
-    @overload
-    async def send(
-        self,
-        request: ApiRequest[R],
-        *,
-        version: int | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109
-        expect_response: Literal[True] = True,
-        limits: DecodeLimits | None = None,
-    ) -> R: ...
-    @overload
-    async def send(
-        self,
-        request: ApiRequest[R],
-        *,
-        version: int | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109
-        expect_response: bool,
-        limits: DecodeLimits | None = None,
-    ) -> R | None: ...
     async def send(
         self,
         request: ApiRequest[R],
         *,
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (the Connection.send signature)
-        expect_response: bool = True,
         limits: DecodeLimits | None = None,
-    ) -> R | None:
-        pending = await self.submit(
-            request, version=version, timeout=timeout, expect_response=expect_response
-        )
-        return await pending.wait()
+    ) -> R:
+        pending = await self.submit(request, version=version, timeout=timeout, expect_response=True)
+        response = await pending.wait()
+        assert response is not None, "a scripted answer to a send() is a response"
+        return response
 
-    @overload
-    async def submit(
-        self,
-        request: ApiRequest[R],
-        *,
-        version: int | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109
-        expect_response: Literal[True] = True,
-        limits: DecodeLimits | None = None,
-    ) -> _Pending[R]: ...
-    @overload
-    async def submit(
-        self,
-        request: ApiRequest[R],
-        *,
-        version: int | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109
-        expect_response: bool,
-        limits: DecodeLimits | None = None,
-    ) -> _Pending[R | None]: ...
     async def submit(
         self,
         request: ApiRequest[R],
         *,
         version: int | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (the Connection.submit signature)
-        expect_response: bool = True,
+        expect_response: bool,
         limits: DecodeLimits | None = None,
     ) -> _Pending[R | None]:
         await anyio.lowlevel.checkpoint()

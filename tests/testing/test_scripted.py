@@ -100,10 +100,11 @@ async def test_submit_records_when_written_and_answers_on_wait(anyio_backend: st
     cluster = ScriptedCluster()
     cluster.script(ApiVersionsRequest, ApiVersionsResponse(error_code=7))
     conn = await cluster.connection(1)
-    pending = await conn.submit(ApiVersionsRequest(), version=3)
+    pending = await conn.submit(ApiVersionsRequest(), version=3, expect_response=True)
     assert [s.version for s in cluster.sent] == [3]
     assert cluster.pending() == 1  # not answered yet
-    assert (await pending.wait()).error_code == 7
+    answer = await pending.wait()
+    assert answer is not None and answer.error_code == 7
     silent = await conn.submit(ApiVersionsRequest(), expect_response=False)
     assert await silent.wait() is None
     assert [s.expect_response for s in cluster.sent] == [True, False]
