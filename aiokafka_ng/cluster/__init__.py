@@ -8,6 +8,7 @@ Public to the producer, consumer and admin client (never to users directly)::
         response = await c.request(leader, some_request)
 """
 
+from aiokafka_ng.cluster.client import ClusterClient, Link, Pending
 from aiokafka_ng.cluster.cluster import (
     ClientStatus,
     Cluster,
@@ -49,6 +50,7 @@ __all__ = [
     "BrokerMetadata",
     "ClientStatus",
     "Cluster",
+    "ClusterClient",
     "ClusterConfig",
     "ClusterMetadata",
     "ClusterStatistics",
@@ -57,9 +59,11 @@ __all__ = [
     "Connector",
     "Coordinator",
     "Leader",
+    "Link",
     "Node",
     "NodeStatistics",
     "PartitionMetadata",
+    "Pending",
     "PoolStatistics",
     "Retry",
     "RetryState",

@@ -57,7 +57,6 @@ from aiokafka_ng.net.backoff import ExponentialBackoff
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster.metadata import ClusterMetadata
-    from aiokafka_ng.net.connection import Connection
 
 __all__ = [
     "ANY",
@@ -112,7 +111,7 @@ class Routing(CoordinatorRouting, Protocol):
 
     async def controller(self) -> int: ...
 
-    async def any_connection(self) -> Connection: ...
+    async def any_connection(self) -> Any: ...
 
     async def refresh(self, topics: list[str] | None = None) -> ClusterMetadata: ...
 

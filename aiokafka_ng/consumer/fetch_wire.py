@@ -28,7 +28,7 @@ import uuid
 
 import anyio
 
-from aiokafka_ng.cluster import BrokerMetadata, Cluster, ClusterMetadata
+from aiokafka_ng.cluster import BrokerMetadata, ClusterClient, ClusterMetadata
 from aiokafka_ng.consumer.buffer import batch_error
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.state import PartitionState
@@ -188,7 +188,7 @@ def partition_error(
     state: PartitionState,
     p: PartitionData,
     endpoints: dict[int, NodeEndpoint],
-    cluster: Cluster,
+    cluster: ClusterClient,
     backoff: ExponentialBackoff,
     auto_offset_reset: str,
 ) -> bool:

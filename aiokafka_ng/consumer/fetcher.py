@@ -57,7 +57,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from aiokafka_ng.cluster import Cluster, RetryState
+from aiokafka_ng.cluster import ClusterClient, RetryState
 from aiokafka_ng.consumer.buffer import BufferedFetch
 from aiokafka_ng.consumer.fetch_wire import (
     at_log_end,
@@ -122,7 +122,7 @@ class Fetcher:
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: ClusterClient,
         subscription: SubscriptionState,
         offsets: OffsetsClient,
         settings: FetchSettings,

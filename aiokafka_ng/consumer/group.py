@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from aiokafka_ng.cluster import Cluster, ClusterMetadata, Retry, RetryState
+from aiokafka_ng.cluster import ClusterClient, ClusterMetadata, Retry, RetryState
 from aiokafka_ng.cluster.retry import retrying
 from aiokafka_ng.consumer.assignors import (
     Assignor,
@@ -96,7 +96,7 @@ class GroupCoordinator(GroupMembership):
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: ClusterClient,
         settings: GroupSettings,
         subscription: SubscriptionState,
         offsets: OffsetsClient,

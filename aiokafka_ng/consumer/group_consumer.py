@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from aiokafka_ng.cluster import Cluster, ClusterMetadata
+from aiokafka_ng.cluster import ClusterClient, ClusterMetadata
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.consumer.group import GroupCoordinator
 from aiokafka_ng.consumer.membership import GroupSettings, MemberState
@@ -98,7 +98,7 @@ class ConsumerGroupMember(GroupCoordinator):
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: ClusterClient,
         settings: GroupSettings,
         subscription: SubscriptionState,
         offsets: OffsetsClient,

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
-from aiokafka_ng.cluster import Cluster, ClusterMetadata
+from aiokafka_ng.cluster import ClusterClient, ClusterMetadata
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
@@ -108,7 +108,7 @@ class GroupMembership:
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: ClusterClient,
         settings: GroupSettings,
         subscription: SubscriptionState,
         offsets: OffsetsClient,

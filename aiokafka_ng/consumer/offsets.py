@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from aiokafka_ng.cluster import Cluster, Coordinator, RetryState
+from aiokafka_ng.cluster import ClusterClient, Coordinator, Link, RetryState
 from aiokafka_ng.cluster.retry import retrying, routed
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
@@ -49,7 +49,7 @@ from aiokafka_ng.protocol.messages.offset_commit import (
 from aiokafka_ng.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
 
 if TYPE_CHECKING:
-    from aiokafka_ng.net.connection import Connection
+    pass
 
 __all__ = ["EARLIEST", "LATEST", "OffsetsClient"]
 
@@ -72,7 +72,7 @@ class OffsetsClient:
 
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: ClusterClient,
         *,
         group_id: str | None,
         isolation_level: int,
@@ -273,7 +273,7 @@ class OffsetsClient:
         coordinator that moved or failed); ``answer`` raises the response's errors."""
         assert self._group_id is not None
 
-        async def send(conn: Connection) -> T:
+        async def send(conn: Link) -> T:
             version = min(conn.version_for(type(request)), max_version)
             return answer(await conn.send(request, version=version))
 

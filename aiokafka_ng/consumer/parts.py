@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 from anyio.abc import TaskStatus
 
-from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.cluster import ClusterClient
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.fetcher import Fetcher, FetchSettings
 from aiokafka_ng.consumer.group import GroupCoordinator
@@ -29,7 +29,7 @@ __all__ = ["build_parts", "supervised"]
 
 
 def build_parts(
-    c: ConsumerConfig, cluster: Cluster, subscription: SubscriptionState
+    c: ConsumerConfig, cluster: ClusterClient, subscription: SubscriptionState
 ) -> tuple[OffsetsClient, Fetcher, GroupCoordinator | None]:
     """The offsets client, the fetcher and (with a ``group_id``) the group member."""
     backoff = ExponentialBackoff.retry(c.retry_backoff_ms, c.retry_backoff_max_ms)

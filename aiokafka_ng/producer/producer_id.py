@@ -45,7 +45,7 @@ from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
 
 if TYPE_CHECKING:
-    from aiokafka_ng.cluster import Cluster
+    from aiokafka_ng.cluster import ClusterClient
     from aiokafka_ng.net.backoff import ExponentialBackoff
     from aiokafka_ng.producer.accumulator import Accumulator
     from aiokafka_ng.producer.idempotence import IdempotenceState
@@ -61,7 +61,7 @@ Ask = Callable[[int, int], Awaitable[tuple[int, int]]]
 _EVERY_ERROR = Retry(every_error=True)
 
 
-def idempotent_ask(cluster: Cluster) -> Ask:
+def idempotent_ask(cluster: ClusterClient) -> Ask:
     """InitProducerId without a transactional id, to any broker: always a new producer id
     (-1/-1), which every broker accepts (``idempotence.py`` says why not a local bump)."""
 

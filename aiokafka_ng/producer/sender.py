@@ -55,8 +55,7 @@ from aiokafka_ng.protocol.messages.produce import (
 )
 
 if TYPE_CHECKING:
-    from aiokafka_ng.cluster import Cluster
-    from aiokafka_ng.net.connection import Connection, PendingResponse
+    from aiokafka_ng.cluster import ClusterClient, Link, Pending
     from aiokafka_ng.producer.accumulator import Accumulator
     from aiokafka_ng.producer.batch import ProducerBatch
 
@@ -101,7 +100,7 @@ class NodeSender:
         self,
         node_id: int,
         *,
-        cluster: Cluster,
+        cluster: ClusterClient,
         accumulator: Accumulator,
         task_group: anyio.abc.TaskGroup | Supervised,
         acks: int,
@@ -179,7 +178,7 @@ class NodeSender:
             with anyio.move_on_after(timeout):
                 await event.wait()
 
-    async def _send(self, conn: Connection, batches: list[ProducerBatch]) -> None:
+    async def _send(self, conn: Link, batches: list[ProducerBatch]) -> None:
         try:
             idem = self._acc.idem
             cap = _MAX_PRODUCE_VERSION if idem is None else idem.max_produce_version
@@ -231,7 +230,7 @@ class NodeSender:
 
     async def _await_response(
         self,
-        pending: PendingResponse[ProduceResponse | None],
+        pending: Pending[ProduceResponse | None],
         batches: list[ProducerBatch],
         prev: anyio.Event,
         handled: anyio.Event,

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
+from aiokafka_ng.cluster.client import ClusterClient
 from aiokafka_ng.cluster.retry import Coordinator, Final, RetryState, routed
 from aiokafka_ng.errors import (
     KafkaError,
@@ -97,16 +98,9 @@ GROUP_KEY = 0
 R = TypeVar("R")
 
 
-class CoordinatorCluster(Protocol):
-    """What the client needs of :class:`~aiokafka_ng.cluster.Cluster` (tests pass fakes)."""
-
-    async def coordinator(self, key: str, key_type: int = 0) -> int: ...
-
-    def invalidate_coordinator(self, key: str, key_type: int = 0) -> None: ...
-
-    async def connection(self, node_id: int) -> Any: ...
-
-    async def coordinator_connection(self, node_id: int) -> Any: ...
+#: The name the transaction manager knows the cluster by (tests pass
+#: :class:`aiokafka_ng.testing.ScriptedCluster`).
+CoordinatorCluster = ClusterClient
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ provides the ``kafka_broker``, ``kafka_broker_factory`` and ``fresh_kafka_broker
 ``python -m aiokafka_ng.testing`` runs a broker in the foreground. :class:`ClusterSimulator`
 presents one real broker as an N-node cluster with leader moves and injected faults.
 :class:`KafkaCluster` runs real Apache Kafka (KRaft, 3 nodes by default) from jars that Maven
-fetches once; it needs Java 17+ and, for the first fetch, ``mvn``.
+fetches once; it needs Java 17+ and, for the first fetch, ``mvn``. :class:`ScriptedCluster`
+is a scripted stand-in for the cluster client (no broker) for canned-response tests.
 """
 
 from aiokafka_ng.testing._broker import BINARY_ENV_VAR, LocalBroker, LocalBrokerError
@@ -17,6 +18,7 @@ from aiokafka_ng.testing._kafka_config import (
     oauth_properties,
 )
 from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION
+from aiokafka_ng.testing.scripted import ScriptedCluster, make_metadata
 from aiokafka_ng.testing.simulator import ClusterSimulator
 
 __all__ = [
@@ -29,6 +31,8 @@ __all__ = [
     "KafkaNode",
     "LocalBroker",
     "LocalBrokerError",
+    "ScriptedCluster",
     "kerberos_properties",
+    "make_metadata",
     "oauth_properties",
 ]

@@ -47,6 +47,8 @@ class Received:
     at: float  # anyio.current_time() when it arrived
 
 
+# Stays a wire-level broker, not a ScriptedCluster: the admin client builds its own real
+# Cluster from bootstrap servers, so what it talks to must be sockets speaking the protocol.
 @dataclass
 class FakeCluster:
     """Nodes ``node_ids`` on free ports; ``controller`` is what Metadata reports."""

@@ -41,6 +41,8 @@ from aiokafka_ng.protocol.messages.list_offsets import (
     ListOffsetsTopicResponse,
 )
 from aiokafka_ng.protocol.records import ControlRecordType, RecordBatchBuilder, control_record_key
+from aiokafka_ng.testing import ScriptedCluster, make_metadata
+from aiokafka_ng.testing.scripted import LeaderUpdate
 
 pytestmark = pytest.mark.anyio
 
@@ -82,61 +84,27 @@ def marker(offset: int, pid: int, kind: ControlRecordType) -> bytes:
     return b.build()
 
 
-class FakeConn:
-    def __init__(self, handler: Callable[[Any], Any]) -> None:
-        self.handler = handler
+def fake_cluster(handler: Callable[[Any], Any]) -> ScriptedCluster:
+    """Nodes 1 and 2, topic ``t`` with one partition led by node 1 (epoch 3); every request
+    goes to ``handler(request)``, whose ``None`` means nothing more to say: the answer is an
+    empty long poll after a short wait, as a broker's would be."""
 
-    def version_for(self, request_type: type) -> int:
-        return 12 if request_type is FetchRequest else 5
-
-    async def send(
-        self,
-        request: Any,
-        *,
-        version: int,
-        timeout: float | None = None,  # noqa: ASYNC109 (the Connection.send signature)
-    ) -> Any:
-        response = self.handler(request)
-        if response is None:  # nothing more to say: behave like an empty long poll
+    async def answer(node: int, request: Any, version: int) -> Any:
+        response = handler(request)
+        if response is None:
             await anyio.sleep(0.05)
             return FetchResponse(responses=[])
         return response
 
+    return ScriptedCluster(
+        metadata=make_metadata({"t": 1}, nodes=(1, 2), leader=1, leader_epoch=3),
+        handler=answer,
+        versions={FetchRequest: 12, ListOffsetsRequest: 5},
+    )
 
-class FakeCluster:
-    def __init__(self, handler: Callable[[Any], Any]) -> None:
-        self.conn = FakeConn(handler)
-        part = PartitionMetadata(partition=0, leader=1, leader_epoch=3)
-        self.metadata = ClusterMetadata(
-            brokers=MappingProxyType(
-                {1: BrokerMetadata(1, "127.0.0.1", 1), 2: BrokerMetadata(2, "127.0.0.1", 2)}
-            ),
-            topics=MappingProxyType(
-                {"t": TopicMetadata("t", partitions=MappingProxyType({0: part}))}
-            ),
-        )
-        self.updates: list[Any] = []
-        self.leader_hints: list[Any] = []
-        self.nodes: list[int] = []
 
-    async def connection(self, node_id: int) -> FakeConn:
-        self.nodes.append(node_id)
-        return self.conn
-
-    async def coordinator_connection(self, node_id: int) -> FakeConn:
-        return await self.connection(node_id)
-
-    async def leader_for(self, topic: str, partition: int) -> int:
-        return 1
-
-    def add_listener(self, cb: Any) -> Callable[[], None]:
-        return lambda: None
-
-    def request_update(self, topics: Any = ()) -> None:
-        self.updates.append(set(topics))
-
-    def update_leader(self, *args: Any) -> None:
-        self.leader_hints.append(args)
+def updated(cluster: ScriptedCluster) -> list[set[str]]:
+    return [set(u) for u in cluster.updates]
 
 
 def fetch_response(records: bytes | None = None, **fields: Any) -> FetchResponse:
@@ -149,19 +117,19 @@ async def run_fetcher(
     body: Callable[[Fetcher, SubscriptionState], Any],
     value_deserializer: Callable[[bytes | None], Any] | None = None,
     **settings: Any,
-) -> FakeCluster:
-    cluster = FakeCluster(handler)
+) -> ScriptedCluster:
+    cluster = fake_cluster(handler)
     subs = SubscriptionState(lambda: None)
     backoff = ExponentialBackoff(1, 5)
     offsets = OffsetsClient(
-        cluster,  # type: ignore[arg-type]
+        cluster,
         group_id=None,
         isolation_level=settings.get("isolation_level", 0),
         backoff=backoff,
         timeout_s=5,
     )
     fetcher = Fetcher(
-        cluster,  # type: ignore[arg-type]
+        cluster,
         subs,
         offsets,
         FetchSettings(**settings),
@@ -178,8 +146,8 @@ async def run_fetcher(
     return cluster
 
 
-async def drain_values(fetcher: Fetcher, until: int) -> list[tuple[int, bytes | None]]:
-    out: list[tuple[int, bytes | None]] = []
+async def drain_values(fetcher: Fetcher, until: int) -> list[tuple[int, Any]]:
+    out: list[tuple[int, Any]] = []  # values as deserialized
     while not out or out[-1][0] < until:
         for records in fetcher.drain(100).values():
             out.extend((r.offset, r.value) for r in records)
@@ -303,8 +271,10 @@ async def test_not_leader_refreshes_metadata_and_applies_kip951_hint() -> None:
         assert await drain_values(fetcher, 0) == [(0, b"ok")]
 
     cluster = await run_fetcher(handler, body)
-    assert cluster.leader_hints == [("t", 0, 2, 4, BrokerMetadata(2, "127.0.0.1", 2, None))]
-    assert {"t"} in cluster.updates
+    assert cluster.leader_updates == [
+        LeaderUpdate("t", 0, 2, 4, BrokerMetadata(2, "127.0.0.1", 2, None))
+    ]
+    assert {"t"} in updated(cluster)
 
 
 @pytest.mark.parametrize("check_crcs", [True, False])
@@ -381,9 +351,9 @@ async def test_list_offsets_retries_leader_errors_and_reads_answers() -> None:
         ]
         return ListOffsetsResponse(topics=[ListOffsetsTopicResponse("t", parts)])
 
-    cluster = FakeCluster(handler)
+    cluster = fake_cluster(handler)
     offsets = OffsetsClient(
-        cluster,  # type: ignore[arg-type]
+        cluster,
         group_id=None,
         isolation_level=1,
         backoff=ExponentialBackoff(1, 5),
@@ -391,7 +361,7 @@ async def test_list_offsets_retries_leader_errors_and_reads_answers() -> None:
     )
     assert await offsets.list_offsets({TP0: -1}) == {TP0: (42, 1234)}
     assert asked == [[-1], [-1]]
-    assert {"t"} in cluster.updates  # the leader error asked for fresh metadata
+    assert {"t"} in updated(cluster)  # the leader error asked for fresh metadata
     answers = iter([0])
     assert await offsets.list_offsets({TP0: 5000}) == {TP0: (-1, -1)}
 
@@ -411,7 +381,7 @@ async def test_preferred_read_replica_is_followed() -> None:
         assert await drain_values(fetcher, 0) == [(0, b"r")]
 
     cluster = await run_fetcher(handler, body, rack_id="rack-a")
-    assert cluster.nodes[:2] == [1, 2]
+    assert cluster.connected[:2] == [1, 2]
 
 
 async def test_failing_position_lookup_is_raised_and_backed_off() -> None:
@@ -499,7 +469,8 @@ async def test_no_long_poll_for_partitions_at_log_end_while_others_drain() -> No
         parts = {p: PartitionMetadata(partition=p, leader=1, leader_epoch=3) for p in (0, 1)}
         topic = TopicMetadata("t", partitions=MappingProxyType(parts))
         cluster = fetcher._cluster
-        cluster.metadata = ClusterMetadata(  # type: ignore[misc]
+        assert isinstance(cluster, ScriptedCluster)
+        cluster.metadata = ClusterMetadata(
             brokers=cluster.metadata.brokers, topics=MappingProxyType({"t": topic})
         )
         subs.assign_manual([TP0, tp1])

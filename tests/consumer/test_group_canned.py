@@ -7,13 +7,11 @@ commit on demand; here each case is scripted and the requests the member sends a
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import MappingProxyType
 from typing import Any
 
 import anyio
 import pytest
 
-from aiokafka_ng.cluster import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
 from aiokafka_ng.consumer import CommitFailedError, ConsumerRebalanceListener
 from aiokafka_ng.consumer.assignors import decode_assignment, encode_assignment
 from aiokafka_ng.consumer.group import GroupCoordinator
@@ -42,68 +40,11 @@ from aiokafka_ng.protocol.messages.offset_commit import (
     OffsetCommitResponseTopic,
 )
 from aiokafka_ng.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from aiokafka_ng.testing import ScriptedCluster, make_metadata
 
 pytestmark = pytest.mark.anyio
 
 T = "t"
-
-
-class Conn:
-    def __init__(self, handler: Callable[[Any], Any]) -> None:
-        self.handler = handler
-        self.requests: list[Any] = []
-
-    def version_for(self, request_type: type) -> int:
-        return int(getattr(request_type, "MAX_STABLE_VERSION", 0))
-
-    async def send(self, request: Any, **_: Any) -> Any:
-        self.requests.append(request)
-        return self.handler(request)
-
-
-class Cluster:
-    def __init__(self, handler: Callable[[Any], Any]) -> None:
-        self.conn = Conn(handler)
-        parts = {p: PartitionMetadata(partition=p, leader=1) for p in range(4)}
-        self.metadata = ClusterMetadata(
-            brokers=MappingProxyType({1: BrokerMetadata(1, "127.0.0.1", 1)}),
-            topics=MappingProxyType({T: TopicMetadata(T, partitions=MappingProxyType(parts))}),
-        )
-        self.invalidated = 0
-        self.listeners: list[Any] = []
-
-    async def coordinator(self, key: str, key_type: int = 0) -> int:
-        return 1
-
-    async def connection(self, node_id: int) -> Conn:
-        return self.conn
-
-    async def coordinator_connection(self, node_id: int) -> Conn:
-        return await self.connection(node_id)
-
-    def invalidate_coordinator(self, key: str, key_type: int = 0) -> None:
-        self.invalidated += 1
-
-    async def wait_for_topics(self, topics: Any, timeout: float | None = None) -> Any:  # noqa: ASYNC109
-        return {t: self.metadata.topics[t] for t in topics}
-
-    def request_update(self, topics: Any = ()) -> None:
-        pass
-
-    def add_listener(self, callback: Any) -> Callable[[], None]:
-        self.listeners.append(callback)
-        return lambda: None
-
-    def grow(self, topic: str, count: int) -> None:
-        """The topic now has ``count`` partitions: install and announce a new snapshot."""
-        parts = {p: PartitionMetadata(partition=p, leader=1) for p in range(count)}
-        topics = dict(self.metadata.topics)
-        topics[topic] = TopicMetadata(topic, partitions=MappingProxyType(parts))
-        self.metadata = ClusterMetadata(
-            brokers=self.metadata.brokers, topics=MappingProxyType(topics)
-        )
-        for callback in self.listeners:
-            callback(self.metadata)
 
 
 class Listener(ConsumerRebalanceListener):
@@ -185,10 +126,12 @@ class Coordinator:
 
 async def run_group(
     coordinator: Coordinator,
-    body: Callable[[GroupCoordinator, Cluster, Listener], Any],
+    body: Callable[[GroupCoordinator, ScriptedCluster, Listener], Any],
     **settings: Any,
-) -> Cluster:
-    cluster = Cluster(coordinator)
+) -> ScriptedCluster:
+    cluster = ScriptedCluster(
+        metadata=make_metadata({T: 4}), handler=lambda node, request, version: coordinator(request)
+    )
     group_settings = GroupSettings(
         group_id="g",
         session_timeout_ms=2000,
@@ -198,13 +141,13 @@ async def run_group(
     )
     subs = SubscriptionState(lambda: None)
     offsets = OffsetsClient(
-        cluster,  # type: ignore[arg-type]
+        cluster,
         group_id="g",
         isolation_level=0,
         backoff=ExponentialBackoff(1, 5),
         timeout_s=5,
     )
-    group = GroupCoordinator(cluster, group_settings, subs, offsets)  # type: ignore[arg-type]
+    group = GroupCoordinator(cluster, group_settings, subs, offsets)
     listener = Listener()
     async with anyio.create_task_group() as tg:
         await tg.start(group.run)
@@ -222,20 +165,20 @@ async def run_group(
 async def test_member_id_required_then_join_with_that_id() -> None:
     coordinator = Coordinator()
 
-    async def body(group: GroupCoordinator, cluster: Cluster, listener: Listener) -> None:
+    async def body(group: GroupCoordinator, cluster: ScriptedCluster, listener: Listener) -> None:
         assert [j.member_id for j in coordinator.joins] == ["", "m-1"]
         assert group.member_id == "m-1" and group.generation == 1
         assert listener.events == [("assigned", ALL)]
 
     cluster = await run_group(coordinator, body)
-    leaves = [r for r in cluster.conn.requests if isinstance(r, LeaveGroupRequest)]
+    leaves = [r for r in cluster.requests() if isinstance(r, LeaveGroupRequest)]
     assert len(leaves) == 1 and leaves[0].members[0].member_id == "m-1"
 
 
 async def test_expelled_member_loses_partitions_and_rejoins() -> None:
     coordinator = Coordinator()
 
-    async def body(group: GroupCoordinator, cluster: Cluster, listener: Listener) -> None:
+    async def body(group: GroupCoordinator, cluster: ScriptedCluster, listener: Listener) -> None:
         coordinator.heartbeat_errors = [UnknownMemberIdError.errno]
         while group.generation < 2 or not group.settled:
             await group.wait_joined()
@@ -250,11 +193,11 @@ async def test_expelled_member_loses_partitions_and_rejoins() -> None:
 async def test_static_member_sends_instance_id_and_does_not_leave() -> None:
     coordinator = Coordinator()
 
-    async def body(group: GroupCoordinator, cluster: Cluster, listener: Listener) -> None:
+    async def body(group: GroupCoordinator, cluster: ScriptedCluster, listener: Listener) -> None:
         assert all(j.group_instance_id == "host-1" for j in coordinator.joins)
 
     cluster = await run_group(coordinator, body, group_instance_id="host-1")
-    sent = cluster.conn.requests
+    sent = cluster.requests()
     assert not any(isinstance(r, LeaveGroupRequest) for r in sent)
     assert all(r.group_instance_id == "host-1" for r in sent if isinstance(r, HeartbeatRequest))
 
@@ -262,12 +205,12 @@ async def test_static_member_sends_instance_id_and_does_not_leave() -> None:
 async def test_commit_retries_coordinator_errors_and_fails_on_stale_generation() -> None:
     coordinator = Coordinator()
 
-    async def body(group: GroupCoordinator, cluster: Cluster, listener: Listener) -> None:
+    async def body(group: GroupCoordinator, cluster: ScriptedCluster, listener: Listener) -> None:
         tp = TopicPartition(T, 0)
         coordinator.commit_errors = [NotCoordinatorError.errno]
         await group.commit({tp: OffsetAndMetadata(5)})
-        assert cluster.invalidated >= 1
-        commits = [r for r in cluster.conn.requests if isinstance(r, OffsetCommitRequest)]
+        assert len(cluster.invalidated) >= 1
+        commits = [r for r in cluster.requests() if isinstance(r, OffsetCommitRequest)]
         assert len(commits) == 2
         assert commits[-1].generation_id_or_member_epoch == group.generation
         assert commits[-1].member_id == group.member_id
@@ -282,14 +225,14 @@ async def test_commit_retries_coordinator_errors_and_fails_on_stale_generation()
 async def test_leader_rebalances_when_partitions_are_added() -> None:
     coordinator = Coordinator()
 
-    async def body(group: GroupCoordinator, cluster: Cluster, listener: Listener) -> None:
+    async def body(group: GroupCoordinator, cluster: ScriptedCluster, listener: Listener) -> None:
         joins = len(coordinator.joins)
-        cluster.grow(T, 6)
+        cluster.set_metadata(make_metadata({T: 6}))  # partitions added: a new snapshot
         while len(coordinator.joins) == joins or not group.settled:
             await group.wait_joined()
         assert len(coordinator.joins) == joins + 1
 
     cluster = await run_group(coordinator, body)
-    syncs = [r for r in cluster.conn.requests if isinstance(r, SyncGroupRequest)]
+    syncs = [r for r in cluster.requests() if isinstance(r, SyncGroupRequest)]
     assert len(syncs) == 2
     assert len(decode_assignment(syncs[-1].assignments[0].assignment)) == 6

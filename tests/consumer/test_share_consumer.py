@@ -18,6 +18,7 @@ from aiokafka_ng.consumer.share._wire import _GAP, _runs
 from aiokafka_ng.errors import ConfigError, IllegalStateError
 from aiokafka_ng.protocol.messages import share_fetch as sf
 from aiokafka_ng.protocol.records import RecordBatchBuilder
+from aiokafka_ng.testing import ScriptedCluster
 
 pytestmark = pytest.mark.unit
 
@@ -45,15 +46,11 @@ def consumer(**config: Any) -> ShareConsumer:
     return c
 
 
-class NoCluster:
-    """_take_partition asks the cluster for metadata only after a partition error."""
-
-    def request_update(self, topics: Any) -> None:
-        raise AssertionError("no metadata refresh expected")
-
-
-def take(c: ShareConsumer, p: sf.PartitionData) -> None:
-    c._take_partition(NoCluster(), TP, p)  # type: ignore[arg-type]
+def take(c: ShareConsumer, p: sf.PartitionData, tp: TopicPartition = TP) -> None:
+    # _take_partition asks the cluster for metadata only after a partition error.
+    cluster = ScriptedCluster()
+    c._take_partition(cluster, tp, p)
+    assert cluster.updates == [], "no metadata refresh expected"
 
 
 def test_settings_are_checked() -> None:
@@ -192,23 +189,17 @@ def test_renewal_keeps_the_record_unacknowledged_and_waits_for_share_acknowledge
 
 
 def test_subscribe_releases_buffered_records_of_the_topics_left() -> None:
-    class Updates:
-        asked: list[list[str]] = []
-
-        def request_update(self, topics: Any) -> None:
-            self.asked.append(list(topics))
-
-    updates = Updates()
+    cluster = ScriptedCluster()
     c = consumer()
-    c._cluster = updates  # type: ignore[assignment]  # subscribe() only asks for metadata
+    c._cluster = cluster  # type: ignore[assignment]  # subscribe() only asks for metadata
     c._host = object()  # type: ignore[assignment]  # as if started
     other = TopicPartition("u", 0)
     c._topics = ["t", "u"]
     c._assignment = frozenset({TP, other})
     take(c, answer(batch(0, b"a"), (0, 0, 1)))
-    c._take_partition(NoCluster(), other, answer(batch(0, b"b"), (0, 0, 1)))  # type: ignore[arg-type]
+    take(c, answer(batch(0, b"b"), (0, 0, 1)), other)
     c.subscribe(["u"])
-    assert c.subscription() == {"u"} and updates.asked == [["u"]]
+    assert c.subscription() == {"u"} and cluster.updates == [("u",)]
     assert c._hb_wake.is_set()  # the heartbeat carries it at once
     assert [r.topic for r in c._buffer] == ["u"]
     assert c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}

@@ -44,6 +44,7 @@ from aiokafka_ng.protocol.messages.produce import (
     TopicProduceResponse,
 )
 from aiokafka_ng.protocol.records import iter_batches
+from aiokafka_ng.testing import ScriptedCluster
 
 PARTITIONS = 3
 NODES = (1, 2)
@@ -54,14 +55,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class NullCluster:
-    def request_update(self, topics: object = ()) -> None:
-        pass
-
-    def update_leader(self, *args: object) -> None:
-        pass
 
 
 class Broker:
@@ -136,7 +129,7 @@ def run_model(seed: int, idempotent: bool) -> tuple[dict[int, list[bytes]], dict
     senders = {
         n: NodeSender(
             n,
-            cluster=NullCluster(),  # type: ignore[arg-type]
+            cluster=ScriptedCluster(),  # asked for nothing but metadata updates
             accumulator=acc,
             task_group=None,  # type: ignore[arg-type]
             acks=-1,

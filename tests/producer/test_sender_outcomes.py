@@ -39,6 +39,7 @@ from aiokafka_ng.protocol.messages.produce import (
     ProduceResponse,
     TopicProduceResponse,
 )
+from aiokafka_ng.testing import ScriptedCluster
 
 
 class Clock:
@@ -48,21 +49,9 @@ class Clock:
         return self.now
 
 
-class FakeCluster:
-    def __init__(self) -> None:
-        self.updates: list[Any] = []
-        self.leaders: list[tuple[Any, ...]] = []
-
-    def request_update(self, topics: Any = ()) -> None:
-        self.updates.append(list(topics))
-
-    def update_leader(self, *args: Any) -> None:
-        self.leaders.append(args)
-
-
 def setup(
     idem: IdempotenceState | None = None, retries: int = 10
-) -> tuple[Accumulator, NodeSender, FakeCluster, Clock]:
+) -> tuple[Accumulator, NodeSender, ScriptedCluster, Clock]:
     clock = Clock()
     acc = Accumulator(
         pool=MemoryPool(1 << 20),
@@ -83,10 +72,10 @@ def setup(
             topics=MappingProxyType({"t": TopicMetadata("t", partitions=MappingProxyType(parts))}),
         )
     )
-    cluster = FakeCluster()
+    cluster = ScriptedCluster()
     sender = NodeSender(
         1,
-        cluster=cluster,  # type: ignore[arg-type]
+        cluster=cluster,
         accumulator=acc,
         task_group=None,  # type: ignore[arg-type]
         acks=-1,
@@ -158,9 +147,11 @@ def test_not_leader_uses_kip951_hint_and_requeues() -> None:
         node_endpoints=[NodeEndpoint(node_id=2, host="127.0.0.1", port=2)],
     )
     sender.on_response(resp, [b])
-    assert cluster.leaders and cluster.leaders[0][:4] == ("t", 1, 2, 9)
-    assert cluster.leaders[0][4] == BrokerMetadata(2, "127.0.0.1", 2, None)
-    assert ["t"] in cluster.updates
+    assert cluster.leader_updates
+    hint = cluster.leader_updates[0]
+    assert (hint.topic, hint.partition, hint.leader_id, hint.leader_epoch) == ("t", 1, 2, 9)
+    assert hint.broker == BrokerMetadata(2, "127.0.0.1", 2, None)
+    assert ("t",) in cluster.updates
     assert not futs[0].done()
     pq = acc.topics["t"].partitions[1]
     assert pq.batches[0] is b and b.attempts == 1

@@ -13,19 +13,14 @@ ABORT markers in that log).
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import MappingProxyType
 from typing import Any
 
 import anyio
 import pytest
 
 from aiokafka_ng.cluster import (
-    BrokerMetadata,
     Cluster,
     ClusterConfig,
-    ClusterMetadata,
-    PartitionMetadata,
-    TopicMetadata,
     parse_bootstrap_servers,
 )
 from aiokafka_ng.consumer import Consumer
@@ -51,7 +46,7 @@ from aiokafka_ng.protocol.messages.fetch import (
     PartitionData,
 )
 from aiokafka_ng.protocol.records import iter_batches
-from aiokafka_ng.testing import ClusterSimulator, LocalBroker
+from aiokafka_ng.testing import ClusterSimulator, LocalBroker, ScriptedCluster, make_metadata
 from tests.helpers import topic_name
 from tests.kafka.helpers import eventually
 
@@ -401,51 +396,22 @@ async def process(
             done += sum(len(recs) for recs in records.values())
 
 
-class _FakeConn:
-    def __init__(self, answer: Callable[[Any], Any]) -> None:
-        self.answer = answer
+def _fake_cluster(topic: str, answer: Callable[[Any], Any]) -> ScriptedCluster:
+    """Just enough of a cluster for a Fetcher reading one partition from node 1: Fetch v11
+    goes to ``answer(request)``, whose ``None`` is an empty long poll after a short wait."""
 
-    def version_for(self, request_type: type) -> int:
-        return 11
-
-    async def send(self, request: Any, *, version: int, timeout: float | None = None) -> Any:  # noqa: ASYNC109
-        response = self.answer(request)
+    async def fetch(node: int, request: Any, version: int) -> Any:
+        response = answer(request)
         if response is None:
             await anyio.sleep(0.05)
             return FetchResponse(responses=[])
         return response
 
-
-class _FakeCluster:
-    """Just enough of Cluster for a Fetcher reading one partition from node 1."""
-
-    def __init__(self, topic: str, answer: Callable[[Any], Any]) -> None:
-        self.conn = _FakeConn(answer)
-        part = PartitionMetadata(partition=0, leader=1, leader_epoch=0)
-        self.metadata = ClusterMetadata(
-            brokers=MappingProxyType({1: BrokerMetadata(1, "127.0.0.1", 1)}),
-            topics=MappingProxyType(
-                {topic: TopicMetadata(topic, partitions=MappingProxyType({0: part}))}
-            ),
-        )
-
-    async def connection(self, node_id: int) -> _FakeConn:
-        return self.conn
-
-    async def coordinator_connection(self, node_id: int) -> _FakeConn:
-        return await self.connection(node_id)
-
-    async def leader_for(self, topic: str, partition: int) -> int:
-        return 1
-
-    def add_listener(self, cb: Any) -> Callable[[], None]:
-        return lambda: None
-
-    def request_update(self, topics: Any = ()) -> None:
-        pass
-
-    def update_leader(self, *args: Any) -> None:
-        pass
+    cluster = ScriptedCluster(
+        metadata=make_metadata({topic: 1}, leader=1, leader_epoch=0), versions={FetchRequest: 11}
+    )
+    cluster.on(FetchRequest, fetch)
+    return cluster
 
 
 async def read_committed_values(topic: str, log: Log) -> list[bytes | None]:
@@ -465,18 +431,18 @@ async def read_committed_values(topic: str, log: Log) -> list[bytes | None]:
         )
         return FetchResponse(responses=[FetchableTopicResponse(topic=topic, partitions=[data])])
 
-    cluster = _FakeCluster(topic, answer)
+    cluster = _fake_cluster(topic, answer)
     subs = SubscriptionState(lambda: None)
     backoff = ExponentialBackoff(1, 5)
     offsets = OffsetsClient(
-        cluster,  # type: ignore[arg-type]
+        cluster,
         group_id=None,
         isolation_level=1,
         backoff=backoff,
         timeout_s=5,
     )
     fetcher = Fetcher(
-        cluster,  # type: ignore[arg-type]
+        cluster,
         subs,
         offsets,
         FetchSettings(isolation_level=1),

@@ -23,11 +23,11 @@ from aiokafka_ng.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnResp
 from aiokafka_ng.protocol.messages.end_txn import EndTxnResponse
 from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdResponse
 from tests.transactions.fakes import (
-    FakeCluster,
     add_partitions_answer,
     client,
     init_ok,
     ok_handler,
+    txn_cluster,
     txn_offset_commit_answer,
 )
 
@@ -35,9 +35,9 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_init_producer_id_carries_the_transactional_id_and_timeout() -> None:
-    cluster = FakeCluster(ok_handler(pid=42, epoch=3))
+    cluster = txn_cluster(ok_handler(pid=42, epoch=3))
     assert await client(cluster).init_producer_id() == (42, 3)
-    _node, req, version = cluster.sent[0]
+    req, version = cluster.sent[0].request, cluster.sent[0].version
     assert (req.transactional_id, req.transaction_timeout_ms) == ("txn-1", 60000)
     assert (req.producer_id, req.producer_epoch) == (-1, -1)
     assert version == 5  # capped at v5 even though the codec knows more
@@ -45,9 +45,9 @@ async def test_init_producer_id_carries_the_transactional_id_and_timeout() -> No
 
 
 async def test_bump_sends_current_id_and_epoch_on_v3_plus() -> None:
-    cluster = FakeCluster(ok_handler(pid=42, epoch=4))
+    cluster = txn_cluster(ok_handler(pid=42, epoch=4))
     assert await client(cluster).init_producer_id(42, 3) == (42, 4)
-    _, req, _ = cluster.sent[0]
+    req = cluster.sent[0].request
     assert (req.producer_id, req.producer_epoch) == (42, 3)
 
 
@@ -58,7 +58,7 @@ async def test_busy_coordinator_is_retried_with_backoff(code: int) -> None:
     def handle(node: int, request: Any, version: int) -> Any:
         return answers.pop(0)
 
-    cluster = FakeCluster(handle)
+    cluster = txn_cluster(handle)
     c = client(cluster)
     await c.end_txn(7, 0, commit=True)
     assert cluster.names() == ["EndTxn"] * 4
@@ -69,7 +69,7 @@ async def test_busy_coordinator_is_retried_with_backoff(code: int) -> None:
 
 @pytest.mark.parametrize("code", [15, 16])  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 async def test_not_coordinator_finds_the_coordinator_again(code: int) -> None:
-    cluster = FakeCluster(lambda n, r, v: None)
+    cluster = txn_cluster(lambda n, r, v: None)
     cluster.coordinators[("txn-1", 1)] = 1
 
     def handle(node: int, request: Any, version: int) -> Any:
@@ -80,7 +80,7 @@ async def test_not_coordinator_finds_the_coordinator_again(code: int) -> None:
 
     cluster.handler = handle
     await client(cluster).add_offsets(7, 0, "group")
-    assert [n for n, _, _ in cluster.sent] == [1, 2]
+    assert [x.node_id for x in cluster.sent] == [1, 2]
     assert cluster.invalidated == [("txn-1", 1)]
     assert cluster.lookups == [("txn-1", 1), ("txn-1", 1)]
 
@@ -94,38 +94,38 @@ async def test_connection_failure_finds_the_coordinator_again() -> None:
             raise KafkaConnectionError("dropped")
         return init_ok()
 
-    cluster = FakeCluster(handle)
+    cluster = txn_cluster(handle)
     assert await client(cluster).init_producer_id() == (7, 0)
     assert len(calls) == 2 and cluster.invalidated == [("txn-1", 1)]
 
 
 @pytest.mark.parametrize("code", [47, 90])  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 async def test_fencing_is_raised_as_producer_fenced(code: int) -> None:
-    cluster = FakeCluster(lambda n, r, v: EndTxnResponse(error_code=code))
+    cluster = txn_cluster(lambda n, r, v: EndTxnResponse(error_code=code))
     with pytest.raises(ProducerFencedError, match="another producer with transactional id"):
         await client(cluster).end_txn(7, 0, commit=False)
     assert len(cluster.sent) == 1  # never retried
 
 
 async def test_other_errors_are_raised_at_once() -> None:
-    cluster = FakeCluster(lambda n, r, v: InitProducerIdResponse(error_code=48))
+    cluster = txn_cluster(lambda n, r, v: InitProducerIdResponse(error_code=48))
     with pytest.raises(InvalidTxnStateError):
         await client(cluster).init_producer_id()
     assert len(cluster.sent) == 1
 
 
 async def test_retries_stop_at_max_block() -> None:
-    cluster = FakeCluster(lambda n, r, v: EndTxnResponse(error_code=51))
+    cluster = txn_cluster(lambda n, r, v: EndTxnResponse(error_code=51))
     with pytest.raises(KafkaTimeoutError, match="ConcurrentTransactionsError"):
         await client(cluster, max_block_s=0.1).end_txn(7, 0, commit=True)
     assert len(cluster.sent) > 3
 
 
 async def test_add_partitions_batches_all_partitions_in_one_v3_request() -> None:
-    cluster = FakeCluster(ok_handler())
+    cluster = txn_cluster(ok_handler())
     await client(cluster).add_partitions(7, 1, [("b", 0), ("a", 2), ("a", 1)])
     assert len(cluster.sent) == 1
-    _, req, version = cluster.sent[0]
+    req, version = cluster.sent[0].request, cluster.sent[0].version
     assert version == 3  # v4+ is the broker-to-broker form
     assert (req.v3_and_below_transactional_id, req.v3_and_below_producer_id) == ("txn-1", 7)
     assert req.v3_and_below_producer_epoch == 1
@@ -141,13 +141,13 @@ async def test_add_partitions_failure_names_the_partition_not_the_skipped_ones()
         resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code = 29
         return resp
 
-    cluster = FakeCluster(handle)
+    cluster = txn_cluster(handle)
     with pytest.raises(TopicAuthorizationFailedError, match="a-0"):
         await client(cluster).add_partitions(7, 0, [("a", 0), ("a", 1)])
 
 
 async def test_txn_offset_commit_goes_to_the_group_coordinator() -> None:
-    cluster = FakeCluster(lambda n, r, v: None)
+    cluster = txn_cluster(lambda n, r, v: None)
     cluster.coordinators[("grp", 0)] = 5
     answers = ["load", "ok"]
 
@@ -161,7 +161,7 @@ async def test_txn_offset_commit_goes_to_the_group_coordinator() -> None:
         7, 2, meta, {("in", 1): (10, "md", 4), ("in", 0): (5, "", -1)}
     )
     assert len(cluster.sent) == 2
-    _, req, version = cluster.sent[-1]
+    req, version = cluster.sent[-1].request, cluster.sent[-1].version
     assert version == 4
     assert (
         req.group_id,

@@ -40,17 +40,18 @@ from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.messages.end_txn import EndTxnResponse
 from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdResponse
 from aiokafka_ng.protocol.records import iter_batches
-from tests.transactions.fakes import FakeCluster, Handler, add_partitions_answer, ok_handler
+from aiokafka_ng.testing.scripted import Handler
+from tests.transactions.fakes import add_partitions_answer, ok_handler, txn_cluster
 
 pytestmark = pytest.mark.anyio
 S = TransactionState
 
 
 class Setup:
-    """A TransactionManager attached to an Accumulator and a FakeCluster."""
+    """A TransactionManager attached to an Accumulator and a scripted cluster."""
 
     def __init__(self, handler: Handler | None = None) -> None:
-        self.cluster = FakeCluster(handler or ok_handler())
+        self.cluster = txn_cluster(handler or ok_handler())
         self.now = 1000.0
         self.manager = TransactionManager(
             "txn-1",
@@ -201,7 +202,7 @@ async def test_partition_is_added_before_its_first_batch_drains() -> None:
     s.complete(batches)
     await m.commit(s.flush)
     assert fut.done() and fut.exception() is None
-    assert s.cluster.names()[-1] == "EndTxn" and s.cluster.sent[-1][1].committed is True
+    assert s.cluster.names()[-1] == "EndTxn" and s.cluster.sent[-1].request.committed is True
     assert state(m) is S.READY and m.partitions == set()
     # The next transaction adds the partition again.
     m.begin()
@@ -244,8 +245,8 @@ async def test_send_offsets_adds_the_group_once_then_commits_offsets() -> None:
         "TxnOffsetCommit",
         "EndTxn",
     ]
-    assert s.cluster.sent[4][1].group_id == "other-group"
-    first, second = s.cluster.sent[2][1], s.cluster.sent[3][1]
+    assert s.cluster.sent[4].request.group_id == "other-group"
+    first, second = s.cluster.sent[2].request, s.cluster.sent[3].request
     assert (first.generation_id_or_member_epoch, first.member_id) == (4, "member")
     p = second.topics[0].partitions[0]
     assert (p.committed_offset, p.committed_metadata, p.committed_leader_epoch) == (11, "m", 2)
@@ -345,7 +346,7 @@ async def test_failed_record_makes_commit_fail_and_abort_required() -> None:
     # The hole forced an epoch bump: KIP-360 form with the current id/epoch.
     names = s.cluster.names()
     assert names[-2:] == ["EndTxn", "InitProducerId"]
-    bump = s.cluster.sent[-1][1]
+    bump = s.cluster.sent[-1].request
     assert (bump.producer_id, bump.producer_epoch) == (7, 0)
     assert state(m) is S.READY
 
@@ -401,7 +402,7 @@ async def test_abort_fails_queued_records_and_sends_end_txn_abort() -> None:
             assert state(m) is S.ABORTING  # waits for the in-flight batch
             assert isinstance(queued.exception(), TransactionAbortedError)
             s.complete(sent)
-    assert s.cluster.sent[-1][1].committed is False and state(m) is S.READY
+    assert s.cluster.sent[-1].request.committed is False and state(m) is S.READY
 
 
 async def test_commit_resumes_after_end_txn_timed_out() -> None:
@@ -431,12 +432,12 @@ async def test_transaction_context_commits_or_aborts() -> None:
     await m.init()
     async with m.context(s.flush):
         await m.send_offsets({("in", 0): 1}, "g")
-    assert s.cluster.sent[-1][1].committed is True
+    assert s.cluster.sent[-1].request.committed is True
     with pytest.raises(RuntimeError, match="boom"):
         async with m.context(s.flush):
             await m.send_offsets({("in", 0): 2}, "g")
             raise RuntimeError("boom")
-    assert s.cluster.sent[-1][1].committed is False
+    assert s.cluster.sent[-1].request.committed is False
     # Cancelled mid-transaction: no I/O in the cancelled task; the transaction can no
     # longer commit and an abort (here by hand: no producer task group) makes it usable.
     with anyio.move_on_after(0.05) as scope:
@@ -446,9 +447,9 @@ async def test_transaction_context_commits_or_aborts() -> None:
     assert scope.cancelled_caught
     assert state(m) is S.ABORTABLE_ERROR
     assert isinstance(m.last_error, TransactionAbortedError)
-    assert [type(r).__name__ for _, r, _ in s.cluster.sent].count("EndTxnRequest") == 2
+    assert [type(r).__name__ for r in s.cluster.requests()].count("EndTxnRequest") == 2
     await m.abort()
-    assert s.cluster.sent[-1][1].committed is False and state(m) is S.READY
+    assert s.cluster.sent[-1].request.committed is False and state(m) is S.READY
 
 
 async def test_cancelled_transaction_is_aborted_by_a_background_task() -> None:
@@ -463,9 +464,9 @@ async def test_cancelled_transaction_is_aborted_by_a_background_task() -> None:
                 await anyio.sleep_forever()
         # The next transaction waits for the background abort, then begins.
         async with m.context(s.flush):
-            assert s.cluster.sent[-1][1].committed is False
+            assert s.cluster.sent[-1].request.committed is False
             await m.send_offsets({("in", 0): 4}, "g")
-    assert s.cluster.sent[-1][1].committed is True and state(m) is S.READY
+    assert s.cluster.sent[-1].request.committed is True and state(m) is S.READY
     assert m.aborts == 1 and m.transactions == 1
 
 
@@ -523,4 +524,4 @@ async def test_cancelled_during_end_txn_commit_stays_committing() -> None:
     hold[0] = False
     await m.commit(s.flush)
     assert state(m) is S.READY
-    assert all(r.committed for _, r, _ in s.cluster.sent if type(r).__name__ == "EndTxnRequest")
+    assert all(r.committed for r in s.cluster.requests() if type(r).__name__ == "EndTxnRequest")

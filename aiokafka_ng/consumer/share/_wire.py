@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.cluster import ClusterClient
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
@@ -96,7 +96,7 @@ class _ShareWire:
 
     _config: ConsumerConfig
     _topics: list[str]
-    _cluster: Cluster | None
+    _cluster: ClusterClient | None
     _assignment: frozenset[TopicPartition]
     _sessions: dict[int, _Session]
     _acks: dict[TopicPartition, dict[int, int]]
@@ -111,7 +111,7 @@ class _ShareWire:
 
     # ------------------------------------------------------------------ fetching
 
-    def _leaders(self, cluster: Cluster) -> dict[int, list[TopicPartition]]:
+    def _leaders(self, cluster: ClusterClient) -> dict[int, list[TopicPartition]]:
         by_node: dict[int, list[TopicPartition]] = {}
         unknown = False
         for tp in sorted(self._assignment):
@@ -128,7 +128,7 @@ class _ShareWire:
             by_node.setdefault(node, [])  # to forget partitions that moved away
         return by_node
 
-    async def _fetch_round(self, cluster: Cluster, limit: int, wait_ms: int) -> None:
+    async def _fetch_round(self, cluster: ClusterClient, limit: int, wait_ms: int) -> None:
         by_node = self._leaders(cluster)
         if not any(by_node.values()) and not any(s.partitions for s in self._sessions.values()):
             await anyio.sleep(self._backoff.backoff_s(1))  # leaders not known yet
@@ -144,7 +144,7 @@ class _ShareWire:
 
     async def _fetch_node(
         self,
-        cluster: Cluster,
+        cluster: ClusterClient,
         node: int,
         wanted: frozenset[TopicPartition],
         limit: int,
@@ -227,7 +227,9 @@ class _ShareWire:
             for tp, offsets in sent.items():
                 self._acked(tp, offsets, None)  # not named in the answer: nothing went wrong
 
-    def _take_partition(self, cluster: Cluster, tp: TopicPartition, p: sf.PartitionData) -> None:
+    def _take_partition(
+        self, cluster: ClusterClient, tp: TopicPartition, p: sf.PartitionData
+    ) -> None:
         if p.error_code:
             err = error_for_code(p.error_code)
             if err.invalid_metadata:
@@ -298,7 +300,7 @@ class _ShareWire:
         if not acks:
             del self._acks[tp]
 
-    def _topic_ids(self, cluster: Cluster) -> dict[str, uuid.UUID]:
+    def _topic_ids(self, cluster: ClusterClient) -> dict[str, uuid.UUID]:
         # Every known topic, not only the subscribed ones: acknowledgements for a topic that
         # was unsubscribed still have to name it.
         return {n: t.topic_id for n, t in cluster.metadata.topics.items() if t.topic_id.int}
@@ -384,7 +386,7 @@ class _ShareWire:
 
     async def _acknowledge_node(
         self,
-        cluster: Cluster,
+        cluster: ClusterClient,
         node: int,
         tps: list[TopicPartition],
         closing: bool,
@@ -398,7 +400,7 @@ class _ShareWire:
 
     async def _acknowledge_locked(
         self,
-        cluster: Cluster,
+        cluster: ClusterClient,
         node: int,
         session: _Session,
         tps: list[TopicPartition],

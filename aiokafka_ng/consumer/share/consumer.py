@@ -57,7 +57,7 @@ from typing import Any, Literal, Self
 import anyio
 from anyio.abc import TaskStatus
 
-from aiokafka_ng.cluster import Cluster, TaskHost, enter_task_group
+from aiokafka_ng.cluster import Cluster, ClusterClient, TaskHost, enter_task_group
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
@@ -408,7 +408,7 @@ class ShareConsumer(_ShareWire):
             target = resp.assignment
         return 0, target, True
 
-    async def _apply(self, cluster: Cluster, assignment: sgh.Assignment) -> bool:
+    async def _apply(self, cluster: ClusterClient, assignment: sgh.Assignment) -> bool:
         """Topic ids -> names, from metadata (refreshed if an id is not known yet); True
         when every topic of ``assignment`` was named."""
         wanted = {t.topic_id for t in assignment.topic_partitions}
