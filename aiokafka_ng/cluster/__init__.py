@@ -9,6 +9,7 @@ Public to the producer, consumer and admin client (never to users directly)::
 """
 
 from aiokafka_ng.cluster.cluster import (
+    ClientStatistics,
     ClientStatus,
     Cluster,
     ClusterConfig,
@@ -47,6 +48,7 @@ __all__ = [
     "ANY",
     "CONTROLLER",
     "BrokerMetadata",
+    "ClientStatistics",
     "ClientStatus",
     "Cluster",
     "ClusterConfig",
