@@ -184,9 +184,10 @@ class Consumer:
                     await self._group.close()
                 if scope.cancelled_caught:
                     log.warning(
-                        "consumer %s: group %s not left cleanly within %g s (close_timeout_ms);"
+                        "consumer %s: group %s not left cleanly within %g s (%s);"
                         " its final commit may be lost",
                         self._config.client_id, self._config.group_id, limit,
+                        "close_timeout_ms" if timeout is None else "close's timeout",
                     )  # fmt: skip
         finally:
             await self._shutdown()
