@@ -174,5 +174,5 @@ class AdminClient(
         )
 
     def __repr__(self) -> str:
-        state = "open" if self._state == "running" else self._state
+        state = "open" if self._state == "running" else "closed"
         return f"<AdminClient {describe_servers(self._config.bootstrap_addresses)} {state}>"
