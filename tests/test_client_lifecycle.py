@@ -145,15 +145,12 @@ async def test_close_timeout_bounds_an_unreachable_cluster(kind: str) -> None:
             await fut
 
 
-GROUP_TIMING = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}  # see below
-
-
 async def test_consumer_close_timeout_overrides_close_timeout_ms(
     fresh_kafka_broker: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A joined member whose broker is gone: leaving the group waits for an answer that
     # never comes, for close's timeout (1 s), not close_timeout_ms (two minutes). Tansu
-    # delays a new group's first join by session_timeout_ms / 2: GROUP_TIMING keeps it short.
+    # delays a new group's first join by session_timeout_ms / 2: keep it short.
     broker = fresh_kafka_broker
     topic = topic_name("life-leave")
     with anyio.fail_after(30):
@@ -162,7 +159,7 @@ async def test_consumer_close_timeout_overrides_close_timeout_ms(
         consumer = Consumer(
             topic, bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}",
             client_id="life-leave", auto_offset_reset="earliest", close_timeout_ms=LONG_MS,
-            **GROUP_TIMING,
+            session_timeout_ms=2000, heartbeat_interval_ms=500,
         )  # fmt: skip
         await consumer.start()
         assert (await consumer.getone()).value == b"one"  # joined, assigned, fetching
