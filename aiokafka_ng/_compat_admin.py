@@ -93,10 +93,8 @@ def _node_id(node: Node | None) -> int:
 
 
 class AdminCompat(AdminClient):
-    """The aiokafka-shaped methods; see the module docstring."""
-
-    async def start(self) -> None:
-        await self.__aenter__()
+    """The aiokafka-shaped methods; see the module docstring. (``start()`` and ``close()``
+    are AdminClient's own.)"""
 
     async def create_topics(  # type: ignore[override]
         self, new_topics: Iterable[Any], timeout_ms: int | None = None, validate_only: bool = False

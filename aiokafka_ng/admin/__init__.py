@@ -1,7 +1,7 @@
 """The admin client: ``AdminClient`` and its typed inputs, results and per-item outcomes."""
 
 from aiokafka_ng.admin._topics import validate_topic_name
-from aiokafka_ng.admin.client import AdminClient
+from aiokafka_ng.admin.client import AdminClient, AdminStatistics
 from aiokafka_ng.admin.cluster_admin import (
     NewPartitionReassignment,
     PartitionReassignment,
@@ -100,6 +100,7 @@ __all__ = [
     "AdminBatchError",
     "AdminClient",
     "AdminConfig",
+    "AdminStatistics",
     "AlterConfigOp",
     "AlterConfigOpType",
     "ClientQuotaAlteration",

@@ -6,7 +6,8 @@ the quorum, ``txn_admin`` for fencing and aborts, ``tokens`` for delegation toke
 ``features`` for features and all-types group listing, ``replica_dirs`` for JBOD moves,
 ``share_groups`` for KIP-932 share groups, and ``offset_reset`` for lag and offset resets);
 routing and the retry driver in ``_core``.
-This module owns the lifecycle: validating the config once, entering and leaving the
+This module owns the lifecycle -- ``start()``/``close(timeout)``/``async with``, as the
+producer and the consumer have it: validating the config once, entering and leaving the
 :class:`Cluster` -- in a task of its own (a :class:`~aiokafka_ng.cluster.TaskHost`), so the
 client may be opened in one task and closed in another.
 """
@@ -17,7 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, Unpack, cast
+from typing import TYPE_CHECKING, Any, Literal, Self, Unpack, cast
 
 from aiokafka_ng.admin._acls import AclOps
 from aiokafka_ng.admin._configs import ConfigOps
@@ -34,14 +35,27 @@ from aiokafka_ng.admin.replica_dirs import ReplicaDirOps
 from aiokafka_ng.admin.share_groups import ShareGroupOps
 from aiokafka_ng.admin.tokens import TokenOps
 from aiokafka_ng.admin.txn_admin import TxnAdminOps
-from aiokafka_ng.cluster import ClientStatus, Cluster, TaskHost, client_status, describe_servers
+from aiokafka_ng.cluster import (
+    ClientStatistics,
+    ClientStatus,
+    Cluster,
+    TaskHost,
+    client_status,
+    describe_servers,
+)
 from aiokafka_ng.errors import IllegalStateError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
 if TYPE_CHECKING:
     from aiokafka_ng._settings import AdminSettings
 
-__all__ = ["AdminClient"]
+__all__ = ["AdminClient", "AdminStatistics"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AdminStatistics(ClientStatistics):
+    """The admin client's ``statistics()`` snapshot: the part every client's has (state,
+    client id, the cluster's counters). Its operations keep no counters of their own."""
 
 
 class AdminClient(
@@ -76,7 +90,9 @@ class AdminClient(
         self._backoff = ExponentialBackoff.retry(
             self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
         )
-        self._open_cluster: Cluster | None = None
+        self._open_cluster: Cluster | None = None  # while running
+        self._last_cluster: Cluster | None = None  # the last one opened, for statistics()
+        self._state: Literal["new", "running", "closed"] = "new"
         self._host: TaskHost | None = None
         self._next_any = 0
 
@@ -90,9 +106,12 @@ class AdminClient(
     def config(self) -> AdminConfig:
         return self._config
 
-    async def __aenter__(self) -> Self:
-        if self._open_cluster is not None:
-            raise IllegalStateError("this AdminClient is already open")
+    async def start(self) -> None:
+        """Open the cluster (``async with`` does this). The client does not wait for a
+        broker (see :meth:`wait_ready`). Once only: ``IllegalStateError`` on a started or
+        closed client. ``start()`` and ``close()`` may run in different tasks."""
+        if self._state != "new":
+            raise IllegalStateError(f"this AdminClient is {self._state}; start() runs once")
         # Admin calls must not create topics as a side effect of looking up leaders.
         cluster_config = dataclasses.replace(
             self._config.cluster_config(), allow_auto_topic_creation=False, role="admin"
@@ -105,7 +124,11 @@ class AdminClient(
         host = TaskHost(f"admin {self._config.client_id}")
         await host.start(open_)
         self._host = host
-        self._open_cluster = cluster
+        self._open_cluster = self._last_cluster = cluster
+        self._state = "running"
+
+    async def __aenter__(self) -> Self:
+        await self.start()
         return self
 
     async def __aexit__(
@@ -116,8 +139,14 @@ class AdminClient(
     ) -> None:
         await self.close()
 
-    async def close(self) -> None:
-        """Close every connection; idempotent. May run in another task than the opening."""
+    async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
+        """Close every connection; idempotent. May run in another task than ``start()``.
+
+        ``timeout`` is accepted for the clients' common shape: an admin client holds no
+        queued work to finish, so it closes at once whatever the timeout (operations still
+        running in other tasks fail with a connection error). Closing a client that was
+        never started just marks it closed."""
+        self._state = "closed"
         host, self._host = self._host, None
         self._open_cluster = None
         if host is not None:
@@ -132,9 +161,18 @@ class AdminClient(
 
     def status(self) -> ClientStatus:
         """Health at a glance, without waiting (see :class:`ClientStatus`)."""
-        state = "running" if self._open_cluster is not None else "closed"
-        return client_status(self._open_cluster, state, self._config.bootstrap_servers)
+        return client_status(self._open_cluster, self._state, self._config.bootstrap_servers)
+
+    def statistics(self) -> AdminStatistics:
+        """Counters for monitoring and tests, in any state (never blocks): the common part
+        only (state, client id, the cluster's counters; None before ``start()``)."""
+        cluster = self._last_cluster
+        return AdminStatistics(
+            state=self._state,
+            client_id=self._config.client_id,
+            cluster=None if cluster is None else cluster.statistics(),
+        )
 
     def __repr__(self) -> str:
-        state = "open" if self._open_cluster is not None else "closed"
+        state = "open" if self._state == "running" else "closed"
         return f"<AdminClient {describe_servers(self._config.bootstrap_addresses)} {state}>"

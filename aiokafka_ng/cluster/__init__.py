@@ -10,6 +10,7 @@ Public to the producer, consumer and admin client (never to users directly)::
 
 from aiokafka_ng.cluster.client import ClusterClient, Link, Pending
 from aiokafka_ng.cluster.cluster import (
+    ClientStatistics,
     ClientStatus,
     Cluster,
     ClusterConfig,
@@ -48,6 +49,7 @@ __all__ = [
     "ANY",
     "CONTROLLER",
     "BrokerMetadata",
+    "ClientStatistics",
     "ClientStatus",
     "Cluster",
     "ClusterClient",

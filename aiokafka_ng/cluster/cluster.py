@@ -93,6 +93,19 @@ class ClientStatus:
     last_error: str | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientStatistics:
+    """What every client's ``statistics()`` snapshot holds; each client's own class
+    (``ProducerStatistics``, ``ConsumerStatistics``, ``AdminStatistics``) adds its fields.
+
+    Keyword-only, so the subclasses' own fields keep their positions."""
+
+    state: str  # as in ClientStatus: "new", "running", "closing", "closed"
+    client_id: str | None
+    #: The client's cluster (metadata, coordinators, connections); None before start().
+    cluster: ClusterStatistics | None
+
+
 def client_status(
     cluster: Cluster | None, state: str, bootstrap_servers: str | list[str]
 ) -> ClientStatus:

@@ -5,8 +5,9 @@
 ``group_id``, the :class:`~.group.GroupCoordinator` task, all in one task group owned by the
 consumer. Leaving the block commits (with auto-commit), leaves the group and stops them.
 The task group and the cluster live in a task of their own (a
-:class:`~aiokafka_ng.cluster.TaskHost`), so ``start()`` and ``stop()`` may run in different
-tasks; committing and leaving the group on ``stop()`` take at most ``close_timeout_ms``.
+:class:`~aiokafka_ng.cluster.TaskHost`), so ``start()`` and ``close()`` (``stop()``,
+aiokafka's name) may run in different tasks; committing and leaving the group on close take
+at most ``close_timeout_ms`` (or ``close(timeout)``).
 
 Without a ``group_id``, ``subscribe(topics)`` reads every partition of the topics (kept up to
 date from metadata) and nothing is committed; ``assign()`` works with or without a group.
@@ -32,6 +33,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from aiokafka_ng.cluster import (
+    ClientStatistics,
     ClientStatus,
     Cluster,
     ClusterMetadata,
@@ -65,7 +67,10 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerStatistics:
+class ConsumerStatistics(ClientStatistics):
+    """The consumer's ``statistics()`` snapshot: the common part (state, client id, cluster;
+    keyword-only) and the fetcher's and the group's counters."""
+
     fetcher: FetcherStatistics
     assignment: tuple[TopicPartition, ...]
     group_state: str | None
@@ -117,12 +122,13 @@ class Consumer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.stop()
+        await self.close()
 
     async def start(self) -> None:
-        """Connect and start the background tasks (``async with`` does this).
+        """Connect and start the background tasks (``async with`` does this). Once only:
+        ``IllegalStateError`` on a started or closed consumer.
 
-        ``start()`` and ``stop()`` may be called from different tasks.
+        ``start()`` and ``close()`` may be called from different tasks.
         """
         if self._host is not None or self._closed:
             raise IllegalStateError("a consumer can be started only once")
@@ -156,11 +162,14 @@ class Consumer:
         if self._initial_topics:
             self.subscribe(self._initial_topics)
 
-    async def stop(self) -> None:
+    async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
         """Commit (auto-commit), leave the group, stop the tasks, close the connections.
 
-        Committing and leaving take at most ``close_timeout_ms``: an unreachable coordinator
-        must not hold an application's shutdown."""
+        Committing and leaving take at most ``timeout`` seconds (default
+        ``close_timeout_ms``): an unreachable coordinator must not hold an application's
+        shutdown; then the rest is stopped anyway. Idempotent; closing a consumer that was
+        never started just marks it closed. ``stop()`` is the same method (aiokafka's name).
+        """
         if self._closed:
             return
         self._closed = True
@@ -170,19 +179,21 @@ class Consumer:
             if self._group is not None and self._tg is not None:
                 # Shielded (a cancelled owner still leaves the group cleanly), but bounded:
                 # an unreachable coordinator must not hold the shutdown forever.
-                limit = self._config.close_timeout_ms / 1000
+                limit = self._config.close_timeout_ms / 1000 if timeout is None else timeout
                 with anyio.move_on_after(limit, shield=True) as scope:
                     await self._group.close()
                 if scope.cancelled_caught:
                     log.warning(
-                        "consumer %s: group %s not left cleanly within %g s (close_timeout_ms);"
+                        "consumer %s: group %s not left cleanly within %g s (%s);"
                         " its final commit may be lost",
                         self._config.client_id, self._config.group_id, limit,
+                        "close_timeout_ms" if timeout is None else "close's timeout",
                     )  # fmt: skip
         finally:
             await self._shutdown()
 
-    close = stop
+    #: aiokafka's name for :meth:`close` (same method, same ``timeout``).
+    stop = close
 
     async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until a broker answered (the consumer starts without the cluster). For
@@ -552,9 +563,14 @@ class Consumer:
         )
 
     def statistics(self) -> ConsumerStatistics:
+        """Counters for monitoring and tests (never blocks). Only while running: a consumer
+        not started, closed or stopped by a failure raises (its fetcher is gone)."""
         _, fetcher, _ = self._running()
         g = self._group
         return ConsumerStatistics(
+            state="running",
+            client_id=self._config.client_id,
+            cluster=None if self._cluster is None else self._cluster.statistics(),
             fetcher=fetcher.statistics(),
             assignment=tuple(self._subs.assignment),
             group_state=None if g is None else g.state.value,

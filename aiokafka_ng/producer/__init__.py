@@ -2,6 +2,7 @@
 
 from aiokafka_ng.producer.future import BatchDelivery, DeliveryFuture, RecordMetadata
 from aiokafka_ng.producer.producer import Producer, ProducerRecord
+from aiokafka_ng.producer.statistics import ProducerStatistics
 from aiokafka_ng.producer.transactions import (
     ConsumerGroupMetadata,
     IllegalTransactionStateError,
@@ -18,6 +19,7 @@ __all__ = [
     "PreparedTransaction",
     "Producer",
     "ProducerRecord",
+    "ProducerStatistics",
     "RecordMetadata",
     "TransactionAbortedError",
     "TransactionNotStartedError",

@@ -71,6 +71,7 @@ from aiokafka_ng.producer.intake import (
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.producer_id import ProducerIdOwner, idempotent_ask
 from aiokafka_ng.producer.sender import NodeSender, Supervised
+from aiokafka_ng.producer.statistics import ProducerStatistics
 from aiokafka_ng.producer.transactions import TransactionManager
 from aiokafka_ng.producer.txn_coordinator import PreparedTransaction, TxnCoordinatorClient
 from aiokafka_ng.protocol.compression import Compression
@@ -78,7 +79,7 @@ from aiokafka_ng.protocol.compression import Compression
 if TYPE_CHECKING:
     from aiokafka_ng._settings import ProducerSettings
 
-__all__ = ["Producer", "ProducerRecord"]
+__all__ = ["Producer", "ProducerRecord", "ProducerStatistics"]
 
 log = logging.getLogger(__name__)
 #: send()'s common case in C (``intake.bind_send_fast``), or None: the Python path alone.
@@ -623,26 +624,31 @@ class Producer:
         found = await self._cluster.wait_for_topics([topic], timeout=self._intake.max_block_s)
         return set(found[topic].partitions)
 
-    def statistics(self) -> dict[str, Any]:
-        """Counters for monitoring and tests."""
-        return {
-            "memory": self._pool.statistics(),
-            "senders": {n: s.requests for n, s in self._senders.items()},
-            "records_sent": self._acc.records_sent,
-            "records_failed": self._acc.records_failed,
-            "batches_sent": self._acc.batches_sent,
-            "buffer_bytes_used": self.config.buffer_memory - self._pool.available,
-            "request_latency_ms": self._acc.request_latency.snapshot(),
-            "in_flight_batches": len(self._acc.flight),
-            "in_flight_requests": sum(s.in_flight for s in self._senders.values()),
-            "in_flight_by_node": {n: s.in_flight for n, s in self._senders.items()},
-            "retries": self._acc.retries,
-            "splits": self._acc.splits,
-            "expired_batches": self._acc.expired_batches,
-            "producer_id": None if self._idem is None else self._idem.producer_id,
-            "producer_id_resets": 0 if self._idem is None else self._idem.resets,
-            "transaction_state": None if self._txn is None else self._txn.state.value,
-        }
+    def statistics(self) -> ProducerStatistics:
+        """Counters for monitoring and tests, in any state (never blocks). Also a read-only
+        mapping with the keys of the dict it returned before (``stats["records_sent"]``)."""
+        acc = self._acc
+        return ProducerStatistics(
+            state=self._state.value,
+            client_id=self.config.client_id,
+            cluster=None if self._cluster is None else self._cluster.statistics(),
+            memory=self._pool.statistics(),
+            senders={n: s.requests for n, s in self._senders.items()},
+            records_sent=acc.records_sent,
+            records_failed=acc.records_failed,
+            batches_sent=acc.batches_sent,
+            buffer_bytes_used=self.config.buffer_memory - self._pool.available,
+            request_latency_ms=acc.request_latency.snapshot(),
+            in_flight_batches=len(acc.flight),
+            in_flight_requests=sum(s.in_flight for s in self._senders.values()),
+            in_flight_by_node={n: s.in_flight for n, s in self._senders.items()},
+            retries=acc.retries,
+            splits=acc.splits,
+            expired_batches=acc.expired_batches,
+            producer_id=None if self._idem is None else self._idem.producer_id,
+            producer_id_resets=0 if self._idem is None else self._idem.resets,
+            transaction_state=None if self._txn is None else self._txn.state.value,
+        )
 
     # ------------------------------------------------------------------ internals
 

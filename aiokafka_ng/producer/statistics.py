@@ -1,0 +1,54 @@
+"""``ProducerStatistics``: the producer's ``statistics()`` snapshot.
+
+A frozen dataclass like the consumer's and the admin client's (the common part is
+:class:`~aiokafka_ng.cluster.ClientStatistics`), and also a read-only
+``Mapping[str, Any]`` over its fields: ``statistics()`` returned a plain dict before, and
+``stats["records_sent"]``, ``stats.get(...)``, ``dict(stats)`` keep working with the same keys
+and values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from aiokafka_ng.cluster import ClientStatistics
+from aiokafka_ng.producer.memory import MemoryPoolStatistics
+
+__all__ = ["ProducerStatistics"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProducerStatistics(ClientStatistics, Mapping[str, Any]):
+    memory: MemoryPoolStatistics
+    senders: dict[int, int]  # requests sent, by broker node id
+    records_sent: int
+    records_failed: int
+    batches_sent: int
+    buffer_bytes_used: int
+    request_latency_ms: dict[str, float]  # {"count", "avg", "max"}
+    in_flight_batches: int
+    in_flight_requests: int
+    in_flight_by_node: dict[int, int]
+    retries: int
+    splits: int
+    expired_batches: int
+    producer_id: int | None
+    producer_id_resets: int
+    transaction_state: str | None
+
+    # Mapping's read access (the dict statistics() returned before): every field by name.
+    def __getitem__(self, key: str) -> Any:
+        if key not in _KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_KEYS)
+
+    def __len__(self) -> int:
+        return len(_KEYS)
+
+
+_KEYS: dict[str, None] = dict.fromkeys(f.name for f in dataclasses.fields(ProducerStatistics))
