@@ -113,6 +113,16 @@ class IdempotenceState:
         """True when ``batch`` is the next sequence the broker should expect."""
         return batch.base_sequence == (pq.last_acked + 1) % _SEQ_MOD
 
+    def gap_at(self, pq: PartitionQueue, batch: ProducerBatch) -> bool:
+        """OUT_OF_ORDER_SEQUENCE_NUMBER on ``batch`` is a gap no retry fills: ``batch`` is
+        the next expected sequence, or no earlier sequence of its partition is unresolved
+        (it is the first in flight), so nothing ahead of it can still make it fit. The
+        second case: a broker takes any first sequence from a producer it has no state for,
+        so when this batch's first attempt failed (a leader not yet elected on a new topic,
+        say) and a later one of ours got in, the partition is past this batch for good.
+        Otherwise an earlier batch is still on its way and this one is retried behind it."""
+        return self.is_next(pq, batch) or (bool(pq.in_flight) and pq.in_flight[0] is batch)
+
     def acked(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
         if batch.base_sequence < 0:
             return

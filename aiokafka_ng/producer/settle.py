@@ -19,8 +19,9 @@ Every batch of a request gets exactly one final outcome:
   error's outcomes instead (``fallback``);
 * OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID / INVALID_PRODUCER_EPOCH /
   PRODUCER_FENCED with idempotence: the batch was not written, so it is retried; a real gap
-  (the out-of-order batch is the next expected one) or lost/fenced producer state also
-  asks for a new producer id first (:class:`ResetProducerId`, KIP-360);
+  (the out-of-order batch is the next expected one, or the first unresolved one of its
+  partition: ``IdempotenceState.gap_at``) or lost/fenced producer state also asks for a
+  new producer id first (:class:`ResetProducerId`, KIP-360);
 * a retriable error (connection lost, timeout, NOT_LEADER...), fewer attempts than
   ``retries`` and younger than ``delivery_timeout_ms``: :class:`Retry` (re-queued at the
   head after the backoff); ``invalid_metadata`` errors also ask for a metadata refresh
@@ -126,7 +127,7 @@ def error_outcomes(
     out: list[Outcome] = []
     idem = rules.idem
     if idem is not None and code in _PRODUCER_STATE:
-        if code != _OUT_OF_ORDER_SEQUENCE or idem.is_next(batch.pq, batch):
+        if code != _OUT_OF_ORDER_SEQUENCE or idem.gap_at(batch.pq, batch):
             out.append(ResetProducerId(code, batch, exc))
         retriable = True  # the batch itself was not written
     else:

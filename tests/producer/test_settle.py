@@ -154,12 +154,23 @@ def idempotent(last_acked: int, base_sequence: int, attempts: int = 0) -> tuple[
     return b, Rules(retries=3, delivery_timeout=30.0, idem=IdempotenceState())
 
 
-def test_out_of_order_resets_only_for_the_next_expected_batch() -> None:
+def test_out_of_order_resets_only_when_nothing_ahead_can_fill_the_gap() -> None:
     nxt, rules = idempotent(last_acked=9, base_sequence=10)
     out = response_outcomes(answer(part(0, 45)), [nxt], NOW, rules)
     assert kinds(out) == [ResetProducerId, Retry] and out[0].code == 45  # type: ignore[union-attr]
+    # Behind an earlier batch still unresolved (its retry may fill the gap): retry only.
     behind, rules = idempotent(last_acked=9, base_sequence=13)
+    earlier = batch()
+    earlier.base_sequence = 10
+    behind.pq.in_flight[:] = [earlier, behind]
     assert response_outcomes(answer(part(0, 45)), [behind], NOW, rules) == [Retry(behind)]
+    # The first unresolved batch, yet not next: the partition is already past it (a later
+    # batch of ours got in first -- a broker takes any first sequence from a producer it
+    # has no state for), so no retry under this producer id can ever fit: reset.
+    passed, rules = idempotent(last_acked=333, base_sequence=0)
+    passed.pq.in_flight[:] = [passed]
+    out = response_outcomes(answer(part(0, 45)), [passed], NOW, rules)
+    assert kinds(out) == [ResetProducerId, Retry]
 
 
 @pytest.mark.parametrize("code", [59, 47, 90])
