@@ -270,8 +270,8 @@ class NodeSender:
 
     def on_response(self, response: ProduceResponse, batches: list[ProducerBatch]) -> None:
         """Settle the ``batches`` of one request by its answer (see :mod:`.settle`)."""
-        acc = self._acc
-        self.apply(response_outcomes(response, batches, acc.clock(), self._rules))
+        now = self._acc.clock()
+        self.apply(response_outcomes(response, batches, now, self._rules), now)
 
     def on_failure(self, batches: list[ProducerBatch], exc: KafkaError) -> None:
         """Settle the ``batches`` of a request that failed as a whole (no answer)."""
@@ -279,21 +279,21 @@ class NodeSender:
         now = acc.clock()
         rules = self._rules
         for batch in batches:
-            self.apply(error_outcomes(batch, exc, None, now, rules))
+            self.apply(error_outcomes(batch, exc, None, now, rules), now)
 
-    def apply(self, outcomes: Iterable[Outcome]) -> None:
-        """Carry out what :mod:`.settle` decided, in order."""
+    def apply(self, outcomes: Iterable[Outcome], now: float) -> None:
+        """Carry out what :mod:`.settle` decided at ``now``, in order."""
         acc = self._acc
         for o in outcomes:
             if isinstance(o, Delivered):
                 acc.complete(o.batch, o.base_offset, o.log_append_time, o.log_start_offset)
             elif isinstance(o, Retry):
-                acc.requeue(o.batch, acc.clock())
+                acc.requeue(o.batch, now)
             elif isinstance(o, Failed):
                 acc.fail(o.batch, o.exc)
             elif isinstance(o, Split):
                 if not acc.split(o.batch):
-                    self.apply(o.fallback)
+                    self.apply(o.fallback, now)
             elif isinstance(o, NewLeader):
                 self._cluster.update_leader(o.topic, o.partition, o.leader, o.epoch, o.endpoint)
             elif isinstance(o, Refresh):
