@@ -56,6 +56,9 @@ class IdempotenceState:
 
     __slots__ = ("epoch", "on_reset", "producer_id", "ready", "resets")
 
+    #: Whether stamped batches carry the transactional flag (the transactional subclass).
+    transactional = False
+
     def __init__(self, on_reset: Callable[[], None] = lambda: None) -> None:
         self.producer_id = -1
         self.epoch = -1
@@ -104,7 +107,9 @@ class IdempotenceState:
             batch.base_sequence = seq
             pq.next_sequence = (seq + len(batch.futures)) % _SEQ_MOD
             pq.in_flight.append(batch)
-            data = batch.data = set_producer_state(data, self.producer_id, self.epoch, seq)
+            data = batch.data = set_producer_state(
+                data, self.producer_id, self.epoch, seq, is_transactional=self.transactional
+            )
         return data
 
     # ------------------------------------------------------------------ outcomes

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from aiokafka_ng.errors import ProducerFencedError
 from aiokafka_ng.producer.idempotence import IdempotenceState
-from aiokafka_ng.protocol.records import set_producer_state
 
 if TYPE_CHECKING:
     from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TransactionalIdempotence"]
 
-_SEQ_MOD = 2**31
 #: PRODUCER_FENCED on Produce is final. INVALID_PRODUCER_EPOCH on Produce is not (KIP-588):
 #: the coordinator also bumps the epoch when a transaction times out, so it is abortable;
 #: if we really were fenced, the abort's EndTxn says so (and that is fatal).
@@ -40,6 +38,10 @@ class TransactionalIdempotence(IdempotenceState):
     transaction's drain rules (see the module docstring)."""
 
     __slots__ = ("manager",)
+
+    #: Stamped batches carry the transactional flag (the broker keeps such records from
+    #: read_committed consumers until the transaction's marker): ``IdempotenceState.stamp``.
+    transactional = True
 
     def __init__(self, manager: TransactionManager) -> None:
         super().__init__()
@@ -70,21 +72,6 @@ class TransactionalIdempotence(IdempotenceState):
     @property
     def max_produce_version(self) -> int:  # type: ignore[override]
         return 12 if self.manager.v2 else 11
-
-    def stamp(self, pq: PartitionQueue, batch: ProducerBatch) -> bytes:
-        # As the base class, plus the batch's transactional flag (the broker keeps such
-        # records from read_committed consumers until the transaction's marker).
-        data = batch.data
-        assert data is not None
-        if batch.base_sequence < 0:
-            seq = pq.next_sequence
-            batch.base_sequence = seq
-            pq.next_sequence = (seq + len(batch.futures)) % _SEQ_MOD
-            pq.in_flight.append(batch)
-            data = batch.data = set_producer_state(
-                data, self.producer_id, self.epoch, seq, is_transactional=True
-            )
-        return data
 
     def request_reset(self, code: int | None = None) -> None:
         # A transactional producer never swaps its producer id behind the user's back:
