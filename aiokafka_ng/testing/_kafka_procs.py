@@ -129,7 +129,9 @@ def ephemeral_range() -> tuple[int, int]:
 
 
 def port_is_free(port: int) -> bool:
-    # SO_REUSEADDR as the JVM binds with it: TIME_WAIT left by a previous run is no conflict.
+    """No listener on ``127.0.0.1:port`` (also :class:`~aiokafka_ng.testing.LocalBroker`'s
+    check). SO_REUSEADDR, as the JVM and Tansu (tokio) bind with it: connections left in
+    TIME_WAIT by a previous run must not count as "in use", only another listener does."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
