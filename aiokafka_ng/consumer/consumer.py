@@ -25,7 +25,6 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 
@@ -33,7 +32,6 @@ import anyio
 from anyio.abc import TaskGroup
 
 from aiokafka_ng.cluster import (
-    ClientStatistics,
     ClientStatus,
     Cluster,
     ClusterMetadata,
@@ -43,7 +41,7 @@ from aiokafka_ng.cluster import (
 )
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError
-from aiokafka_ng.consumer.fetcher import Fetcher, FetcherStatistics
+from aiokafka_ng.consumer.fetcher import Fetcher
 from aiokafka_ng.consumer.group import GroupCoordinator
 from aiokafka_ng.consumer.models import (
     ConsumerRecord,
@@ -53,7 +51,7 @@ from aiokafka_ng.consumer.models import (
     TopicPartition,
 )
 from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
-from aiokafka_ng.consumer.parts import build_parts, supervised
+from aiokafka_ng.consumer.parts import ConsumerStatistics, build_parts, supervised
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
 from aiokafka_ng.protocol.records import RecordBatch
@@ -64,19 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["Consumer", "ConsumerStatistics"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerStatistics(ClientStatistics):
-    """The consumer's ``statistics()`` snapshot: the common part (state, client id, cluster;
-    keyword-only) and the fetcher's and the group's counters."""
-
-    fetcher: FetcherStatistics
-    assignment: tuple[TopicPartition, ...]
-    group_state: str | None
-    generation: int | None
-    member_id: str | None
-    rebalances: int
 
 
 class Consumer:

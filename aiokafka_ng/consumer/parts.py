@@ -6,26 +6,42 @@ and its background tasks supervised.
 protocol) and runs the fetcher's and the member's tasks through :func:`supervised`: an
 exception a task does not handle is a bug of ours, and it stops the consumer loudly -- every
 waiting and later call raises it -- instead of cancelling the task group and with it the
-other tasks under the application's feet.
+other tasks under the application's feet. :class:`ConsumerStatistics` is the shape of its
+``statistics()`` snapshot.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskStatus
 
-from aiokafka_ng.cluster import ClusterClient
+from aiokafka_ng.cluster import ClientStatistics, ClusterClient
 from aiokafka_ng.consumer.config import ConsumerConfig
-from aiokafka_ng.consumer.fetcher import Fetcher, FetchSettings
+from aiokafka_ng.consumer.fetcher import Fetcher, FetcherStatistics, FetchSettings
 from aiokafka_ng.consumer.group import GroupCoordinator
 from aiokafka_ng.consumer.group_consumer import ConsumerGroupMember
+from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
-__all__ = ["build_parts", "supervised"]
+__all__ = ["ConsumerStatistics", "build_parts", "supervised"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerStatistics(ClientStatistics):
+    """The consumer's ``statistics()`` snapshot: the common part (state, client id, cluster;
+    keyword-only) and the fetcher's and the group's counters."""
+
+    fetcher: FetcherStatistics
+    assignment: tuple[TopicPartition, ...]
+    group_state: str | None
+    generation: int | None
+    member_id: str | None
+    rebalances: int
 
 
 def build_parts(
