@@ -7,18 +7,21 @@ tests/kafka/test_kafka_share.py.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import uuid
+from types import MappingProxyType
 from typing import Any
 
+import anyio
 import pytest
 
 from aiokafka_ng import AcknowledgeType, ShareConsumer, TopicPartition
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.share._wire import _GAP, _runs
-from aiokafka_ng.errors import ConfigError, IllegalStateError
+from aiokafka_ng.errors import ConfigError, IllegalStateError, KafkaConnectionError
 from aiokafka_ng.protocol.messages import share_fetch as sf
 from aiokafka_ng.protocol.records import RecordBatchBuilder
-from aiokafka_ng.testing import ScriptedCluster
+from aiokafka_ng.testing import ScriptedCluster, make_metadata
 
 pytestmark = pytest.mark.unit
 
@@ -205,3 +208,50 @@ def test_subscribe_releases_buffered_records_of_the_topics_left() -> None:
     assert c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
     with pytest.raises(IllegalStateError, match="needs topic names"):
         c.subscribe([])
+
+
+def share_cluster() -> ScriptedCluster:
+    """One node (1) leading t-0, the topic with an id (a ShareFetch names topics by id)."""
+    meta = make_metadata({"t": 1})
+    topic = dataclasses.replace(meta.topics["t"], topic_id=uuid.uuid4())
+    return ScriptedCluster(
+        metadata=dataclasses.replace(meta, topics=MappingProxyType({"t": topic}))
+    )
+
+
+@pytest.mark.anyio
+async def test_failed_share_fetches_back_off_more_with_each_failure(anyio_backend: str) -> None:
+    # The shared policy (KIP-580) per broker: consecutive failures grow the pause; an
+    # answer starts it over. (A session-lost answer reopens at once: see _SESSION_LOST.)
+    cluster = share_cluster()
+    down = KafkaConnectionError("node 1 down")
+    cluster.script(
+        sf.ShareFetchRequest,
+        down,
+        down,
+        sf.ShareFetchResponse(error_code=7),  # REQUEST_TIMED_OUT: retriable, paced
+        sf.ShareFetchResponse(),
+        down,
+    )
+    c = consumer(retry_backoff_ms=1, retry_backoff_max_ms=50)
+    failures: list[int] = []
+    for _ in range(5):
+        with anyio.fail_after(10):
+            await c._fetch_node(cluster, 1, frozenset({TP}), 10, 500)
+        failures.append(c._sessions[1].pacing.failures)  # the pause is backoff(failures)
+    assert failures == [1, 2, 3, 0, 1]
+    assert len(cluster.requests(sf.ShareFetchRequest)) == 5 and cluster.pending() == 0
+
+
+@pytest.mark.anyio
+async def test_a_share_fetch_backoff_never_outlasts_the_round(anyio_backend: str) -> None:
+    # Deep into failures the policy asks for up to a minute; poll()'s round (wait_ms) bounds
+    # the pause so poll keeps its timeout. Without the bound this call sleeps ~60 s.
+    cluster = share_cluster()
+    cluster.script(sf.ShareFetchRequest, KafkaConnectionError("node 1 down"))
+    c = consumer(retry_backoff_ms=1, retry_backoff_max_ms=60_000)
+    await c._fetch_node(cluster, 1, frozenset(), 10, 0)  # opens no session: creates pacing
+    c._sessions[1].pacing.failures = 30
+    with anyio.fail_after(10):
+        await c._fetch_node(cluster, 1, frozenset({TP}), 10, 20)
+    assert c._sessions[1].pacing.failures == 31

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from aiokafka_ng.cluster import ClusterClient
+from aiokafka_ng.cluster import ClusterClient, RetryState
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
@@ -77,8 +77,13 @@ class ShareRecord(Generic[K, V]):
 
 @dataclass(slots=True)
 class _Session:
-    """The share session of this member on one broker (see the module docstring)."""
+    """The share session of this member on one broker (see the module docstring).
 
+    ``pacing`` outlives the session: consecutive failed fetches from the broker (an
+    error or a refused session) back off by the shared policy (KIP-580), growing with each
+    failure and starting over after an answer, as the classic fetcher's per-node pacing."""
+
+    pacing: RetryState
     epoch: int = 0
     partitions: set[TopicPartition] = field(default_factory=set)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -131,7 +136,9 @@ class _ShareWire:
     async def _fetch_round(self, cluster: ClusterClient, limit: int, wait_ms: int) -> None:
         by_node = self._leaders(cluster)
         if not any(by_node.values()) and not any(s.partitions for s in self._sessions.values()):
-            await anyio.sleep(self._backoff.backoff_s(1))  # leaders not known yet
+            # Leaders not known yet: asked for above; the refresher paces the asking (this
+            # is the interval at which we look again, not a retry against a broker).
+            await anyio.sleep(self._backoff.backoff_s(1))
             return
         async with anyio.create_task_group() as tg:
             for node, tps in by_node.items():
@@ -142,6 +149,16 @@ class _ShareWire:
             if tp not in held:
                 self._drop_acks(tp)  # its session is gone and no fetch will name it again
 
+    @staticmethod
+    async def _paced(session: _Session, error: KafkaError, wait_ms: int) -> None:
+        """A failed fetch from the session's broker: back off before the next one by the
+        shared policy, the pause growing with consecutive failures -- but for no longer
+        than this round may wait (``poll``'s timeout holds) unless that is shorter than the
+        policy's first step (a ``poll(timeout_ms=0)`` loop still paces its retries)."""
+        pause = session.pacing.failed(error)
+        first = session.pacing.backoff.initial_ms / 1000
+        await anyio.sleep(min(pause, max(wait_ms / 1000, first)))
+
     async def _fetch_node(
         self,
         cluster: ClusterClient,
@@ -150,7 +167,9 @@ class _ShareWire:
         limit: int,
         wait_ms: int,
     ) -> None:
-        session = self._sessions.setdefault(node, _Session())
+        session = self._sessions.get(node)
+        if session is None:
+            session = self._sessions[node] = _Session(RetryState(self._backoff))
         async with session.lock:
             ids = self._topic_ids(cluster)
             # Only partitions the request can name (their topic id known) join the session.
@@ -199,7 +218,7 @@ class _ShareWire:
                 session.reset()
                 for tp, offsets in sent.items():
                     self._acked(tp, offsets, exc)
-                await anyio.sleep(self._backoff.backoff_s(1))
+                await self._paced(session, exc, wait_ms)
                 return
             if resp.error_code:
                 top = error_for_code(resp.error_code)(resp.error_message)
@@ -208,8 +227,9 @@ class _ShareWire:
                 for tp, offsets in sent.items():
                     self._acked(tp, offsets, top)
                 if resp.error_code not in _SESSION_LOST:
-                    await anyio.sleep(self._backoff.backoff_s(1))
+                    await self._paced(session, top, wait_ms)
                 return
+            session.pacing.succeeded()
             session.advance()
             session.partitions = set(wanted)
             names = {v: k for k, v in ids.items()}
