@@ -14,8 +14,9 @@ request order.
 * The *upstream reader* pops the oldest forwarded slot for each response frame (checking the
   correlation id) and marks it done.
 * The *writer* takes slots in request order, waits for forwarded ones, applies the response
-  transform (Metadata rewrite, merge of split Produce/Fetch answers), the node's delay and
-  any garbage injection, and writes to the client.
+  transform (Metadata rewrite, merge of split Produce/Fetch answers) and the node's response
+  faults (delay, black hole, garbage, swap, byte cut: see
+  :mod:`aiokafka_ng.testing._simulator_faults`), and writes to the client.
 
 Closing the client side (cut, kill, client EOF) cancels pump and writer at once. The upstream
 side stays open until every forwarded request has been answered (or ``linger`` passes), so a

@@ -176,8 +176,11 @@ class ClusterSimulator(SimulatorFaults):
         self.connections: dict[int, int] = dict.fromkeys(self.nodes, 0)
         #: refused[node]: connections accepted and closed at once (killed node or over limit).
         self.refused: dict[int, int] = dict.fromkeys(self.nodes, 0)
-        #: connection_attempts[node]: ``time.monotonic()`` of every accept, refused ones too.
-        self.connection_attempts: dict[int, list[float]] = {n: [] for n in self.nodes}
+        #: connection_attempts[node]: ``time.monotonic()`` of every accept, refused ones too
+        #: (the last 100 000).
+        self.connection_attempts: dict[int, deque[float]] = {
+            n: deque(maxlen=_MAX_TIMES) for n in self.nodes
+        }
         #: max_in_flight_by_node[node]: most requests awaiting a response on one connection.
         self.max_in_flight_by_node: dict[int, int] = dict.fromkeys(self.nodes, 0)
         #: errors_answered[(node, api_key, error_code)]: partitions/requests answered with an

@@ -134,7 +134,7 @@ async def test_reconnect_attempts_follow_the_backoff_curve(kafka_broker: Any) ->
                 while len(proxy.connection_attempts[0]) < 8:
                     with pytest.raises(KafkaConnectionError):
                         await pool.get(111)
-            attempts = list(proxy.connection_attempts[0][:8])
+            attempts = list(proxy.connection_attempts[0])[:8]
             failures = [a for a in pool.statistics().nodes[111].attempts if not a.ok][:8]
 
     # The pool asked the policy once per failure, and the policy drew each pause from the
