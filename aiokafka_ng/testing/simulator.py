@@ -50,7 +50,8 @@ Requests are forwarded as raw bytes unless the simulator has a reason to look at
 With ``passthrough=True`` none of this happens: every node forwards requests and answers
 untouched (the broker's own node ids and addresses reach the client, so after bootstrap it
 connects to the broker directly unless the broker advertises a simulator port), and only
-the faults below act: a plain fault-injecting TCP proxy.
+the faults below act: a plain fault-injecting TCP proxy. (Tansu's answer to an ``acks=0``
+Produce is still swallowed, so clients see Kafka's behaviour there too.)
 
 Faults: :meth:`kill` closes a node's connections and accepts-and-closes new ones until
 :meth:`restart` (each accept is timestamped in ``connection_attempts``); :meth:`delay` holds
