@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aiokafka_ng.testing._kafka_procs import free_ports
+
 if TYPE_CHECKING:
     from aiokafka_ng.producer import DeliveryFuture, Producer
 
@@ -20,6 +22,12 @@ def topic_name(prefix: str = "t") -> str:
     """A name no other test (nor an earlier run against the same broker) uses:
     ``prefix-<10 hex digits>``. For topics, and for group and transactional ids too."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def free_port() -> int:
+    """A 127.0.0.1 port nothing listened on a moment ago (below the ephemeral range, so no
+    outgoing connection is handed it meanwhile): for a broker that is not there yet."""
+    return free_ports(1)[0]
 
 
 async def send_numbered_until(

@@ -39,7 +39,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -56,7 +56,7 @@ from aiokafka_ng.errors import (
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
 if TYPE_CHECKING:
-    from aiokafka_ng.cluster.metadata import ClusterMetadata
+    from aiokafka_ng.cluster.client import ClusterClient, Link
 
 __all__ = [
     "ANY",
@@ -65,14 +65,12 @@ __all__ = [
     "AnyBroker",
     "Controller",
     "Coordinator",
-    "CoordinatorRouting",
     "Final",
     "Leader",
     "Node",
     "Retry",
     "RetryState",
     "Route",
-    "Routing",
     "connect",
     "raise_top_level_error",
     "repair",
@@ -90,30 +88,6 @@ STALE_COORDINATOR = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaCon
 
 
 # ---------------------------------------------------------------------- routes
-
-
-class CoordinatorRouting(Protocol):
-    """What a coordinator route needs of the cluster (clients' tests pass fakes of it)."""
-
-    async def coordinator(self, key: str, key_type: int = 0) -> int: ...
-
-    def invalidate_coordinator(self, key: str, key_type: int = 0) -> None: ...
-
-    async def connection(self, node_id: int) -> Any: ...
-
-    async def coordinator_connection(self, node_id: int) -> Any: ...
-
-
-class Routing(CoordinatorRouting, Protocol):
-    """What every route needs of the cluster (:class:`~aiokafka_ng.cluster.Cluster`)."""
-
-    async def leader_for(self, topic: str, partition: int) -> int: ...
-
-    async def controller(self) -> int: ...
-
-    async def any_connection(self) -> Any: ...
-
-    async def refresh(self, topics: list[str] | None = None) -> ClusterMetadata: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +297,7 @@ def raise_top_level_error(response: Any) -> Any:
     return response
 
 
-async def repair(cluster: CoordinatorRouting, route: Route, error: KafkaError) -> None:
+async def repair(cluster: ClusterClient, route: Route, error: KafkaError) -> None:
     """Undo what ``error`` says is stale about ``route`` before the next attempt."""
     if isinstance(route, Coordinator):
         if isinstance(error, STALE_COORDINATOR):
@@ -334,18 +308,18 @@ async def repair(cluster: CoordinatorRouting, route: Route, error: KafkaError) -
         # so retrying before it changes would go to the same stale leader or controller.
         topics = [route.topic] if isinstance(route, Leader) else None
         try:
-            await cast(Routing, cluster).refresh(topics)
+            await cluster.refresh(topics)
         except KafkaError as exc:
             # Not this operation's failure: the next attempt fails on its own if the
             # cluster is still unreachable.
             log.debug("metadata refresh after %r failed: %r", error, exc)
 
 
-async def connect(cluster: CoordinatorRouting, route: Route) -> Any:
+async def connect(cluster: ClusterClient, route: Route) -> Link:
     """A ready connection to where ``route`` points now (routing reads the caches).
 
-    A coordinator route needs only :class:`CoordinatorRouting`; the others a
-    :class:`Routing` (the real Cluster is both)."""
+    The drivers take the same :class:`~aiokafka_ng.cluster.client.ClusterClient` protocol
+    as the clients, so a test double of it serves both."""
     if isinstance(route, Coordinator):
         node = await cluster.coordinator(route.key, route.key_type)
         if route.link:
@@ -353,18 +327,17 @@ async def connect(cluster: CoordinatorRouting, route: Route) -> Any:
     elif isinstance(route, Node):
         node = route.node_id
     else:
-        full = cast(Routing, cluster)
         if isinstance(route, AnyBroker):
-            return await full.any_connection()
+            return await cluster.any_connection()
         if isinstance(route, Leader):
-            node = await full.leader_for(route.topic, route.partition)
+            node = await cluster.leader_for(route.topic, route.partition)
         else:
-            node = await full.controller()
+            node = await cluster.controller()
     return await cluster.connection(node)
 
 
 async def routed(
-    cluster: CoordinatorRouting,
+    cluster: ClusterClient,
     route: Route,
     send: Callable[[Any], Awaitable[T]],
     state: RetryState,

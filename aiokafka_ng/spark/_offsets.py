@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TypeVar
 
 from aiokafka_ng.cluster import Cluster, Retry, RetryState
+from aiokafka_ng.cluster.client import ClusterClient
 from aiokafka_ng.cluster.retry import retrying
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.models import TopicPartition
@@ -67,7 +68,7 @@ async def subscribed_bounds(
 ) -> Bounds:
     """The partitions ``sub`` reads, with their earliest offset and high watermark."""
 
-    async def once(cluster: Cluster) -> Bounds:
+    async def once(cluster: ClusterClient) -> Bounds:
         if sub.kind == "subscribe":
             return await _bounds_once(cluster, list(sub.topics))
         if sub.kind == "subscribePattern":
@@ -102,7 +103,7 @@ async def offsets_for_times(
 ) -> dict[TopicPartition, int | None]:
     """The first offset at or after each timestamp (ms); None when no record is that late."""
 
-    async def once(cluster: Cluster) -> dict[TopicPartition, int | None]:
+    async def once(cluster: ClusterClient) -> dict[TopicPartition, int | None]:
         by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
         for tp in times:
             by_leader[await cluster.leader_for(tp.topic, tp.partition)].append(tp)
@@ -119,7 +120,7 @@ async def offsets_for_times(
 async def _with_retries(
     properties: Mapping[str, str],
     names: list[str],
-    once: Callable[[Cluster], Awaitable[T]],
+    once: Callable[[ClusterClient], Awaitable[T]],
     retries: int = _RETRIES,
     retry_interval_ms: int = _RETRY_INTERVAL_MS,
 ) -> T:
@@ -142,7 +143,7 @@ async def _with_retries(
         )
 
 
-async def _bounds_once(cluster: Cluster, names: list[str]) -> Bounds:
+async def _bounds_once(cluster: ClusterClient, names: list[str]) -> Bounds:
     found = await cluster.wait_for_topics(names)
     by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
     for name in names:
@@ -171,14 +172,14 @@ def _grouped(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
 
 
 async def _earliest(
-    cluster: Cluster, leader: int, tps: list[TopicPartition]
+    cluster: ClusterClient, leader: int, tps: list[TopicPartition]
 ) -> dict[TopicPartition, int]:
     found = await _list_offsets(cluster, leader, dict.fromkeys(tps, -2))
     return {tp: max(o, 0) for tp, o in found.items()}
 
 
 async def _list_offsets(
-    cluster: Cluster, leader: int, timestamps: Mapping[TopicPartition, int]
+    cluster: ClusterClient, leader: int, timestamps: Mapping[TopicPartition, int]
 ) -> dict[TopicPartition, int]:
     """ListOffsets at ``leader``: -2 asks for the earliest offset, a timestamp for the first
     offset at or after it (-1 back when there is none)."""
@@ -211,7 +212,7 @@ async def _list_offsets(
 
 
 async def _high_watermarks(
-    cluster: Cluster, leader: int, earliest: Mapping[TopicPartition, int]
+    cluster: ClusterClient, leader: int, earliest: Mapping[TopicPartition, int]
 ) -> dict[TopicPartition, int]:
     conn = await cluster.connection(leader)
     version = min(conn.version_for(FetchRequest), _MAX_NAMED_FETCH_VERSION)

@@ -14,8 +14,9 @@ request order.
 * The *upstream reader* pops the oldest forwarded slot for each response frame (checking the
   correlation id) and marks it done.
 * The *writer* takes slots in request order, waits for forwarded ones, applies the response
-  transform (Metadata rewrite, merge of split Produce/Fetch answers), the node's delay and
-  any garbage injection, and writes to the client.
+  transform (Metadata rewrite, merge of split Produce/Fetch answers) and the node's response
+  faults (delay, black hole, garbage, swap, byte cut: see
+  :mod:`aiokafka_ng.testing._simulator_faults`), and writes to the client.
 
 Closing the client side (cut, kill, client EOF) cancels pump and writer at once. The upstream
 side stays open until every forwarded request has been answered (or ``linger`` passes), so a
@@ -101,6 +102,10 @@ class Cut:
     remaining: int
     every: int | None  # re-arm with this count after firing (repeat=True)
     forward_last: bool
+    scope: str = "node"  # "node": close all the node's connections; "connection": one
+
+    def fresh(self) -> Cut:
+        return Cut(self.remaining, self.every, self.forward_last, self.scope)
 
 
 @dataclass(slots=True, eq=False)
@@ -109,7 +114,12 @@ class Node:
     port: int = 0
     alive: bool = True
     delay: float = 0.0  # seconds each response is held after it is ready
-    cut: Cut | None = None
+    api_delays: dict[int, float] = field(default_factory=dict)  # the same, per API key
+    cut: Cut | None = None  # counts the node's requests
+    each_cut: Cut | None = None  # template of every connection's own cut rule
+    byte_cut: int | None = None  # response bytes left before a connection is cut
+    black_hole: bool = False
+    swaps: int = 0  # response pairs still to deliver swapped
     garbage: deque[int | None] = field(default_factory=deque)  # api key filter per shot
     conns: set[SimConnection] = field(default_factory=set)
 
@@ -134,6 +144,7 @@ class SimConnection:
         self.max_in_flight = 0
         self.closed = False
         self.close_reason: str | None = None
+        self.cut_rule = None if node.each_cut is None else node.each_cut.fresh()
         self._client = client
         self._upstream = upstream
         self._fifo: deque[Slot] = deque()
@@ -205,14 +216,14 @@ class SimConnection:
                 return
             self.requests += 1
             sim._count_request(node, header.api_key)
-            cut = sim._take_cut(node)
-            if cut is not None and not cut:
-                sim._cut_node(node, "cut_after (request dropped)")
+            if node.black_hole:
+                self._count_in_flight()  # as the client sees it: never answered
+                continue
+            cut = sim._take_cut(self)
+            if cut is not None and not cut[0]:
+                self._cut_after(cut[1], "cut_after (request dropped)")
                 return
-            decoded = None
-            if header.api_key == 0:  # Produce: fresh producer ids for client-bumped epochs
-                decoded = await sim.producer_epochs.prepare_frame(frame)
-            plan = sim._plan(node, header, frame, decoded)
+            plan = await sim._plan(node, header, frame)
             if plan.close:
                 self.close_reason = "closed by the broker (acks=0 request failed)"
                 return
@@ -234,13 +245,24 @@ class SimConnection:
             else:
                 slot = Slot(header, anyio.current_time(), frame=plan.local)
             if slot is not None:
-                self.in_flight += 1
-                self.max_in_flight = max(self.max_in_flight, self.in_flight)
-                sim._note_in_flight(node, self.in_flight)
+                self._count_in_flight()
                 await send.send(slot)
             if cut is not None:
-                sim._cut_node(node, "cut_after")
+                self._cut_after(cut[1], "cut_after")
                 return
+
+    def _count_in_flight(self) -> None:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.sim._note_in_flight(self.node, self.in_flight)
+        self.sim._notify()
+
+    def _cut_after(self, whole_node: bool, reason: str) -> None:
+        if whole_node:
+            self.sim._cut_node(self.node, reason)
+        else:
+            self.cut(reason)
+            self.sim._notify()
 
     async def _read_upstream(self) -> None:
         rx = BufferedByteReceiveStream(self._upstream)
@@ -275,26 +297,59 @@ class SimConnection:
                 self._upstream_scope.cancel()
 
     async def _write(self, recv: MemoryObjectReceiveStream[Slot]) -> None:
+        held: bytes | None = None  # the first response of a swapped pair
         try:
             async for slot in recv:
-                if slot.done is not None:
-                    await slot.done.wait()
-                    slot.frame = self._finish(slot)
-                assert slot.frame is not None
-                wait = slot.arrived + self.node.delay - anyio.current_time()
-                if wait > 0:
-                    await anyio.sleep(wait)
-                frame = self.sim._maybe_garbage(self.node, slot.header, slot.frame)
-                try:
-                    await self._client.send(frame)
-                except STREAM_ERRORS:
-                    self.close_reason = self.close_reason or "client closed"
-                    return
-                self.in_flight -= 1
-                self.responses += 1
-                self.sim._notify()
+                frame = await self._ready(slot)
+                if self.node.black_hole:
+                    continue  # dropped: its request stays in flight, as the client sees it
+                frame = self.sim._maybe_garbage(self.node, slot.header, frame)
+                if held is None and self.node.swaps:
+                    self.node.swaps -= 1
+                    held = frame
+                    continue
+                for out in (frame,) if held is None else (frame, held):
+                    if not await self._deliver(out):
+                        return
+                held = None
         finally:
             self._client_scope.cancel()
+
+    async def _ready(self, slot: Slot) -> bytes:
+        """The client-bound frame of ``slot``, once its answer is in and its delay passed."""
+        if slot.done is not None:
+            await slot.done.wait()
+            slot.frame = self._finish(slot)
+        assert slot.frame is not None
+        while True:
+            node = self.node
+            delay = max(node.delay, node.api_delays.get(slot.header.api_key, 0.0))
+            wait = slot.arrived + delay - anyio.current_time()
+            if wait <= 0:
+                return slot.frame
+            changed = self.sim._changed  # a delay set lower releases held responses early
+            with anyio.move_on_after(wait):
+                await changed.wait()
+
+    async def _deliver(self, frame: bytes) -> bool:
+        """Write one response; False once the connection is finished."""
+        left = self.node.byte_cut
+        cut = left is not None and len(frame) >= left
+        if left is not None:
+            self.node.byte_cut = None if cut else left - len(frame)
+            frame = frame[:left]
+        try:
+            await self._client.send(frame)
+        except STREAM_ERRORS:
+            self.close_reason = self.close_reason or "client closed"
+            return False
+        if cut:
+            self.cut("cut_after_bytes")
+            return False
+        self.in_flight -= 1
+        self.responses += 1
+        self.sim._notify()
+        return True
 
     def _finish(self, slot: Slot) -> bytes:
         if slot.transform is not None:

@@ -47,16 +47,25 @@ Requests are forwarded as raw bytes unless the simulator has a reason to look at
   controller get NOT_CONTROLLER for every item; group and transaction requests sent to a
   node that is not their coordinator get NOT_COORDINATOR.
 
+With ``passthrough=True`` none of this happens: every node forwards requests and answers
+untouched (the broker's own node ids and addresses reach the client, so after bootstrap it
+connects to the broker directly unless the broker advertises a simulator port), and only
+the faults below act: a plain fault-injecting TCP proxy. (Tansu's answer to an ``acks=0``
+Produce is still swallowed, so clients see Kafka's behaviour there too.)
+
 Faults: :meth:`kill` closes a node's connections and accepts-and-closes new ones until
-:meth:`restart`; :meth:`delay` holds a node's responses; :meth:`cut_after` closes a node's
-connections after N more requests; :meth:`inject_garbage` replaces responses with a frame
-no schema decodes. All of it is bounded: loopback only, ``max_connections`` in total.
+:meth:`restart` (each accept is timestamped in ``connection_attempts``); :meth:`delay` holds
+a node's responses (all, or one API's); :meth:`cut_after` closes connections after N more
+requests, :meth:`cut_after_bytes` in the middle of a response; :meth:`black_hole` swallows
+requests and responses; :meth:`swap_next_responses` reorders two responses;
+:meth:`inject_garbage` replaces responses with a frame no schema decodes (see
+:mod:`aiokafka_ng.testing._simulator_faults`). All of it is bounded: loopback only,
+``max_connections`` in total.
 """
 
 from __future__ import annotations
 
 import random
-import struct
 import time
 import zlib
 from collections import Counter, deque
@@ -70,11 +79,11 @@ import anyio
 import anyio.abc
 
 from aiokafka_ng.protocol.framing import RequestHeader
-from aiokafka_ng.protocol.primitives import ApiMessage
-from aiokafka_ng.testing._simulator_codec import PARTITIONED_APIS, TP, can_answer_with_error
-from aiokafka_ng.testing._simulator_conn import Cut, Node, Plan, SimConnection
+from aiokafka_ng.testing._simulator_codec import TP
+from aiokafka_ng.testing._simulator_conn import Node, Plan, SimConnection
+from aiokafka_ng.testing._simulator_faults import SimulatorFaults, passthrough_plan
 from aiokafka_ng.testing._simulator_producers import ProducerEpochs
-from aiokafka_ng.testing._simulator_routing import Injection, Match, plan_request
+from aiokafka_ng.testing._simulator_routing import Injection, plan_request
 
 __all__ = ["BrokerAddress", "ClusterSimulator", "Injection", "SimConnection"]
 
@@ -95,7 +104,14 @@ class BrokerAddress(Protocol):
     def port(self) -> int: ...
 
 
-class ClusterSimulator:
+def _loopback(broker: BrokerAddress) -> tuple[str, int]:
+    host = str(broker.host)
+    if host not in (LOOPBACK, "localhost"):
+        raise ValueError(f"the upstream broker must be on {LOOPBACK}, not {host}")
+    return (LOOPBACK, int(broker.port))
+
+
+class ClusterSimulator(SimulatorFaults):
     """Present one real broker (``.host``/``.port``, e.g. a LocalBroker) as ``brokers`` nodes.
 
     Args:
@@ -110,6 +126,8 @@ class ClusterSimulator:
         max_connections: client connections open at once over all nodes; more are closed.
         upstream_linger: seconds a closed connection's upstream side may wait for answers to
             requests already forwarded.
+        passthrough: forward everything untouched (no rewriting, routing checks or
+            injections; the fault controls still act), see the module docstring.
     """
 
     def __init__(
@@ -122,13 +140,12 @@ class ClusterSimulator:
         enforce_coordinators: bool = True,
         max_connections: int = 256,
         upstream_linger: float = 2.0,
+        passthrough: bool = False,
     ) -> None:
         if not 1 <= brokers <= 64:
             raise ValueError("brokers must be between 1 and 64")
-        host = str(broker.host)
-        if host not in (LOOPBACK, "localhost"):
-            raise ValueError(f"the upstream broker must be on {LOOPBACK}, not {host}")
-        self.upstream: tuple[str, int] = (LOOPBACK, int(broker.port))
+        self.upstream = _loopback(broker)
+        self.passthrough = passthrough
         self.max_connections = max_connections
         self.enforce_coordinators = enforce_coordinators
         self.upstream_linger = upstream_linger
@@ -160,6 +177,11 @@ class ClusterSimulator:
         self.connections: dict[int, int] = dict.fromkeys(self.nodes, 0)
         #: refused[node]: connections accepted and closed at once (killed node or over limit).
         self.refused: dict[int, int] = dict.fromkeys(self.nodes, 0)
+        #: connection_attempts[node]: ``time.monotonic()`` of every accept, refused ones too
+        #: (the last 100 000).
+        self.connection_attempts: dict[int, deque[float]] = {
+            n: deque(maxlen=_MAX_TIMES) for n in self.nodes
+        }
         #: max_in_flight_by_node[node]: most requests awaiting a response on one connection.
         self.max_in_flight_by_node: dict[int, int] = dict.fromkeys(self.nodes, 0)
         #: errors_answered[(node, api_key, error_code)]: partitions/requests answered with an
@@ -180,11 +202,6 @@ class ClusterSimulator:
     # ---- addresses ------------------------------------------------------------------------
 
     @property
-    def nodes(self) -> list[int]:
-        """Node ids, ``[0, 1, ..., brokers-1]``."""
-        return [n.node_id for n in self._nodes]
-
-    @property
     def ports(self) -> list[int]:
         """Listening port of each node, indexed by node id."""
         return [n.port for n in self._nodes]
@@ -197,11 +214,6 @@ class ClusterSimulator:
     def address(self, node: int) -> str:
         """``"127.0.0.1:<port>"`` of one node."""
         return f"{LOOPBACK}:{self._node(node).port}"
-
-    def _node(self, node: int) -> Node:
-        if not 0 <= node < len(self._nodes):
-            raise ValueError(f"no simulated node {node} (nodes are {self.nodes})")
-        return self._nodes[node]
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -236,6 +248,7 @@ class ClusterSimulator:
         assert self._tg is not None
         while True:
             client = await listener.accept()
+            self.connection_attempts[node.node_id].append(time.monotonic())
             try:
                 await self._tg.start(self._serve, node, client)
             except BaseException:
@@ -289,6 +302,12 @@ class ClusterSimulator:
             finally:
                 node.conns.discard(conn)
                 self._notify()
+
+    def set_upstream(self, broker: BrokerAddress) -> None:
+        """Send new connections to another broker from now on (current ones stay): the
+        same addresses, a new cluster behind them."""
+        self.upstream = _loopback(broker)
+        self.producer_epochs = ProducerEpochs(self.upstream)
 
     # ---- topology -------------------------------------------------------------------------
 
@@ -411,79 +430,6 @@ class ClusterSimulator:
     def alive(self, node: int) -> bool:
         return self._node(node).alive
 
-    def delay(self, node: int, ms: float) -> None:
-        """Hold each response of ``node`` ``ms`` after it is ready (0 stops).
-
-        Responses stay in order, so later ones wait behind a held one.
-        """
-        self._node(node).delay = max(0.0, ms) / 1000
-
-    def cut_after(
-        self,
-        node: int,
-        requests: int,
-        *,
-        forward_last: bool = True,
-        repeat: bool = False,
-    ) -> None:
-        """Close all of ``node``'s client connections when its ``requests``-th request from
-        now has been read.
-
-        ``forward_last``: that request is still handled (the broker acts on it, the client
-        never sees the answer) or dropped. ``repeat``: re-arm after each cut, until
-        :meth:`clear_faults`.
-        """
-        if requests < 1:
-            raise ValueError("requests must be >= 1")
-        self._node(node).cut = Cut(requests, requests if repeat else None, forward_last)
-
-    def inject(
-        self,
-        api_key: int,
-        error_code: int,
-        times: int | None = 1,
-        match: Match = None,
-    ) -> Injection:
-        """Answer matching requests with ``error_code`` instead of forwarding them.
-
-        ``match``: None (every request of this API), a node id (requests to that node), or,
-        for Produce/Fetch/ListOffsets, a predicate ``(topic, partition) -> bool`` choosing
-        the partitions that fail (the rest of the request is forwarded). ``times``: how many
-        requests to hit (None: until :meth:`clear_injections`). Partitions another node
-        leads get NOT_LEADER_OR_FOLLOWER first and do not use up a hit.
-        """
-        if not can_answer_with_error(api_key):
-            raise ValueError(f"cannot synthesize an error response for API {api_key}")
-        if callable(match) and api_key not in PARTITIONED_APIS:
-            raise ValueError("a (topic, partition) predicate needs Produce, Fetch or ListOffsets")
-        if isinstance(match, bool):
-            raise TypeError("match is a node id, a (topic, partition) predicate or None")
-        if isinstance(match, int):
-            self._node(match)
-        if times is not None and times < 1:
-            raise ValueError("times must be >= 1 or None")
-        rule = Injection(api_key, error_code, times, match)
-        self._injections.append(rule)
-        return rule
-
-    def clear_injections(self) -> None:
-        self._injections.clear()
-
-    def inject_garbage(self, node: int, times: int = 1, api_key: int | None = None) -> None:
-        """Replace ``node``'s next ``times`` responses (of ``api_key`` only, if given) with a
-        well-framed response carrying the right correlation id and an undecodable body."""
-        self._node(node).garbage.extend([api_key] * times)
-
-    def clear_faults(self) -> None:
-        """Undo delays, cuts, garbage and injections and restart every node (not moves)."""
-        for n in self._nodes:
-            n.alive = True
-            n.delay = 0.0
-            n.cut = None
-            n.garbage.clear()
-        self._injections.clear()
-        self._notify()
-
     # ---- counters and waiting -------------------------------------------------------------
 
     @property
@@ -536,6 +482,7 @@ class ClusterSimulator:
         for n in self.nodes:
             self.requests[n].clear()
             self.connections[n] = self.refused[n] = 0
+            self.connection_attempts[n].clear()
             self.max_in_flight_by_node[n] = 0
         self.errors_answered.clear()
         self._times.clear()
@@ -578,36 +525,10 @@ class ClusterSimulator:
         if in_flight > self.max_in_flight_by_node[node.node_id]:
             self.max_in_flight_by_node[node.node_id] = in_flight
 
-    def _take_cut(self, node: Node) -> bool | None:
-        """None: no cut now; else the cut fires and the value says whether to forward."""
-        cut = node.cut
-        if cut is None:
-            return None
-        cut.remaining -= 1
-        if cut.remaining > 0:
-            return None
-        if cut.every is None:
-            node.cut = None
-        else:
-            cut.remaining = cut.every
-        return cut.forward_last
-
-    def _cut_node(self, node: Node, reason: str) -> None:
-        for conn in list(node.conns):
-            conn.cut(reason)
-        self._notify()
-
-    def _maybe_garbage(self, node: Node, header: RequestHeader, frame: bytes) -> bytes:
-        if not node.garbage:
-            return frame
-        wanted = node.garbage[0]
-        if wanted is not None and wanted != header.api_key:
-            return frame
-        node.garbage.popleft()
-        # Correlation id, then one byte: too short for any response header+body to decode.
-        return struct.pack(">ii", 5, header.correlation_id) + b"\xff"
-
-    def _plan(
-        self, node: Node, header: RequestHeader, frame: bytes, decoded: ApiMessage | None
-    ) -> Plan:
+    async def _plan(self, node: Node, header: RequestHeader, frame: bytes) -> Plan:
+        if self.passthrough:
+            return passthrough_plan(header, frame)
+        decoded = None
+        if header.api_key == 0:  # Produce: fresh producer ids for client-bumped epochs
+            decoded = await self.producer_epochs.prepare_frame(frame)
         return plan_request(self, node, header, frame, decoded)

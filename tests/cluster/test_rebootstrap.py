@@ -1,8 +1,9 @@
 """Re-bootstrap (KIP-899/KIP-1102, ``metadata_recovery_strategy``) on the bundled broker.
 
-The bootstrap address is a TCP proxy in front of broker A; after bootstrap the client talks
-to A's advertised address directly. A is then stopped and broker B started on another port,
-and the proxy sends new connections to B: the same bootstrap address, a new cluster behind it
+The bootstrap address is a TCP proxy (a ClusterSimulator in pass-through mode: nothing
+rewritten) in front of broker A; after bootstrap the client talks to A's advertised address
+directly. A is then stopped and broker B started on another port, and the proxy sends new
+connections to B: the same bootstrap address, a new cluster behind it
 (a DNS name or load balancer moved to new machines). Only a client that goes back to
 ``bootstrap_servers`` can find B. The Apache Kafka version of this test is in
 tests/kafka/test_kafka_rebootstrap.py.
@@ -15,11 +16,10 @@ from collections.abc import Callable
 
 import anyio
 import pytest
-from fault_proxy import FaultProxy
 
 from aiokafka_ng import Producer
 from aiokafka_ng.errors import SendTimeoutError
-from aiokafka_ng.testing import LocalBroker
+from aiokafka_ng.testing import ClusterSimulator, LocalBroker
 from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
@@ -38,14 +38,14 @@ async def test_a_replaced_cluster_is_found_again_through_the_bootstrap_address(
     first = kafka_broker_factory()
     topic = topic_name("reboot")
     async with (
-        FaultProxy("127.0.0.1", first.port) as proxy,
-        Producer(bootstrap_servers=proxy.address, **FAST) as producer,
+        ClusterSimulator(first, brokers=1, passthrough=True) as proxy,
+        Producer(bootstrap_servers=proxy.bootstrap_servers, **FAST) as producer,
     ):
         before = await producer.send_and_wait(topic, b"before")
         assert before.offset == 0
         second = kafka_broker_factory()  # the new cluster, on another port
         await anyio.to_thread.run_sync(first.stop_sync)
-        proxy.upstream = ("127.0.0.1", second.port)
+        proxy.set_upstream(second)
         with caplog.at_level(logging.WARNING), anyio.fail_after(60):
             after = await producer.send_and_wait(topic, b"after")
         assert after.offset == 0  # a record of the new cluster's topic
@@ -60,9 +60,9 @@ async def test_strategy_none_keeps_asking_the_old_brokers(
     first = kafka_broker_factory()
     topic = topic_name("reboot-none")
     async with (
-        FaultProxy("127.0.0.1", first.port) as proxy,
+        ClusterSimulator(first, brokers=1, passthrough=True) as proxy,
         Producer(
-            bootstrap_servers=proxy.address,
+            bootstrap_servers=proxy.bootstrap_servers,
             metadata_recovery_strategy="none",
             close_timeout_ms=500,
             **FAST,
@@ -71,10 +71,10 @@ async def test_strategy_none_keeps_asking_the_old_brokers(
         await producer.send_and_wait(topic, b"before")
         second = kafka_broker_factory()
         await anyio.to_thread.run_sync(first.stop_sync)
-        proxy.upstream = ("127.0.0.1", second.port)
+        proxy.set_upstream(second)
         # Twice the trigger time and more: still asking the broker that is gone.
         with pytest.raises(SendTimeoutError):
             await producer.send_and_wait(topic, b"after", timeout=4)
         assert producer._cluster is not None
         assert producer._cluster.statistics().rebootstraps == 0
-        assert proxy.connections == 1  # the bootstrap connection, never again
+        assert proxy.connections[0] == 1  # the bootstrap connection, never again

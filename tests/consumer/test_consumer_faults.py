@@ -1,4 +1,5 @@
-"""The consumer through the fault proxy: connections cut mid-response, slow fetches.
+"""The consumer through a ClusterSimulator (one node): connections cut mid-response, slow
+fetches.
 
 Every record must still arrive exactly once, in order per partition: a fetch whose
 connection dies is retried (after the shared backoff) from the unchanged position.
@@ -10,10 +11,10 @@ from typing import Any
 
 import anyio
 import pytest
-from fault_proxy import proxied_broker
 
 from aiokafka_ng.consumer import Consumer, ConsumerStoppedError, TopicPartition
 from aiokafka_ng.errors import IllegalStateError
+from aiokafka_ng.testing import ClusterSimulator, LocalBroker
 from tests.consumer.helpers import Row, confluent_produce_async
 from tests.helpers import topic_name
 
@@ -24,14 +25,14 @@ FETCH = 1
 
 
 async def test_cut_connections_lose_and_duplicate_nothing() -> None:
-    async with proxied_broker() as (broker, proxy):
+    async with LocalBroker() as broker, ClusterSimulator(broker, brokers=1) as sim:
         topic = topic_name("cut")
         rows: list[Row] = [(i % 2, None, b"%06d" % i, [], 1) for i in range(3000)]
         await confluent_produce_async(
             f"127.0.0.1:{broker.port}", topic, rows, **{"batch.num.messages": 100}
         )
         async with Consumer(
-            bootstrap_servers=proxy.address,
+            bootstrap_servers=sim.bootstrap_servers,
             auto_offset_reset="earliest",
             fetch_max_bytes=8 * 1024,  # many small fetches, so cuts land in the middle
             retry_backoff_ms=10,
@@ -51,9 +52,9 @@ async def test_cut_connections_lose_and_duplicate_nothing() -> None:
                         cuts += 1
                         # Alternate: a response cut halfway, and a request that never returns.
                         if cuts % 2:
-                            proxy.cut_after_bytes(3000)
+                            sim.cut_after_bytes(0, 3000)
                         else:
-                            proxy.cut_after_requests(1, forward_last=True)
+                            sim.cut_after(0, 1, forward_last=True, scope="connection")
                     got = await consumer.getmany(timeout_ms=200, max_records=40)
                     for tp, records in got.items():
                         seen[tp.partition].extend(r.value for r in records)
@@ -66,18 +67,20 @@ async def test_cut_connections_lose_and_duplicate_nothing() -> None:
 
 
 async def test_slow_fetch_does_not_block_getmany_timeout() -> None:
-    async with proxied_broker() as (broker, proxy):
+    async with LocalBroker() as broker, ClusterSimulator(broker, brokers=1) as sim:
         topic = topic_name("slow")
         await confluent_produce_async(f"127.0.0.1:{broker.port}", topic, [(0, None, b"x", [], 1)])
-        async with Consumer(bootstrap_servers=proxy.address, auto_offset_reset="earliest") as c:
+        async with Consumer(
+            bootstrap_servers=sim.bootstrap_servers, auto_offset_reset="earliest"
+        ) as c:
             tp = TopicPartition(topic, 0)
             c.assign([tp])
             assert (await c.getone()).value == b"x"
-            proxy.delay_api(FETCH, 2.0)
+            sim.delay(0, 2000, api_key=FETCH)
             start = anyio.current_time()
             assert await c.getmany(timeout_ms=300) == {}
             assert anyio.current_time() - start < 1.5
-            proxy.delay_api(FETCH, 0)
+            sim.delay(0, 0, api_key=FETCH)
 
 
 async def test_a_bug_in_the_fetcher_task_fails_polls_loudly_not_a_hang(

@@ -21,13 +21,13 @@ import anyio.from_thread
 import pytest
 import trustme
 from anyio.streams.tls import TLSListener
-from fault_proxy import free_port
 
 from aiokafka_ng.cli import main
 from aiokafka_ng.cli._common import client_settings, resolve_connection
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import ConfigError
 from aiokafka_ng.properties import load_properties, translate_security
+from tests.helpers import free_port
 
 SECRET = "Cmd-Config-S3cret"
 

@@ -15,11 +15,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from fault_proxy import free_port
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.errors import KafkaTimeoutError
 from aiokafka_ng.testing import LocalBroker
+from tests.helpers import free_port
 
 APP_PATH = Path(__file__).resolve().parents[2] / "examples" / "fastapi_app" / "app.py"
 

@@ -1,8 +1,9 @@
-"""Re-bootstrap (KIP-1102) on Apache Kafka: the bootstrap address is a TCP proxy in front of
-one single-node cluster; that cluster is killed and a new one, on other ports and with
-another cluster id, takes its place behind the same address. The client finds it again only
-by going back to ``bootstrap_servers`` (tests/cluster/test_rebootstrap.py has the same on
-the bundled broker, and the strategy "none" counterpart)."""
+"""Re-bootstrap (KIP-1102) on Apache Kafka: the bootstrap address is a TCP proxy (a
+ClusterSimulator in pass-through mode: nothing rewritten) in front of one single-node
+cluster; that cluster is killed and a new one, on other ports and with another cluster id,
+takes its place behind the same address. The client finds it again only by going back to
+``bootstrap_servers`` (tests/cluster/test_rebootstrap.py has the same on the bundled broker,
+and the strategy "none" counterpart)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ import logging
 
 import anyio
 import pytest
-from fault_proxy import FaultProxy
 
 from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.consumer import TopicPartition
-from aiokafka_ng.testing import KafkaCluster
+from aiokafka_ng.testing import ClusterSimulator, KafkaCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.anyio]
 
@@ -32,9 +32,9 @@ async def test_a_replaced_cluster_is_found_again(
     await old.start()
     try:
         async with (
-            FaultProxy("127.0.0.1", old.brokers[0].ports.PLAINTEXT) as proxy,
+            ClusterSimulator(old.brokers[0], brokers=1, passthrough=True) as proxy,
             Producer(
-                bootstrap_servers=proxy.address,
+                bootstrap_servers=proxy.bootstrap_servers,
                 metadata_recovery_rebootstrap_trigger_ms=2000,
                 retry_backoff_max_ms=300,
                 reconnect_backoff_max_ms=300,
@@ -43,7 +43,7 @@ async def test_a_replaced_cluster_is_found_again(
             assert (await producer.send_and_wait("moved", b"old")).offset == 0
             await new.start()
             await old.stop()
-            proxy.upstream = ("127.0.0.1", new.brokers[0].ports.PLAINTEXT)
+            proxy.set_upstream(new.brokers[0])
             with caplog.at_level(logging.WARNING), anyio.fail_after(90):
                 meta = await producer.send_and_wait("moved", b"new")
             assert meta.offset == 0  # written to the new cluster's topic

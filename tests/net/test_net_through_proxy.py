@@ -1,9 +1,9 @@
-"""Network-core guarantees observed from the outside, through the fault proxy.
+"""Network-core guarantees observed from the outside, through a fault-injecting proxy.
 
-The proxy (tests/fault_proxy.py) sits between our client and the real local broker and
-counts what is actually on the wire, so these tests do not trust the client's own
-bookkeeping: in-flight bounds, correlation-mismatch poisoning, the reconnect backoff curve
-and recovery from a broker restart.
+A ClusterSimulator in pass-through mode (one node, nothing rewritten) sits between our
+client and the real local broker and counts what is actually on the wire, so these tests do
+not trust the client's own bookkeeping: in-flight bounds, correlation-mismatch poisoning,
+the reconnect backoff curve and recovery from a broker restart.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 
 import anyio
 import pytest
-from fault_proxy import FaultProxy, free_port
 
 from aiokafka_ng.cluster import Cluster, ClusterConfig
 from aiokafka_ng.cluster.pool import ConnectionPool
@@ -21,9 +20,14 @@ from aiokafka_ng.errors import KafkaConnectionError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.connection import ConnectionConfig, connect
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
-from aiokafka_ng.testing import LocalBroker
+from aiokafka_ng.testing import ClusterSimulator, LocalBroker
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.anyio
+
+
+def _proxy(broker: Any) -> ClusterSimulator:
+    return ClusterSimulator(broker, brokers=1, passthrough=True)
 
 
 def _metadata(topic: str) -> MetadataRequest:
@@ -32,10 +36,10 @@ def _metadata(topic: str) -> MetadataRequest:
 
 @pytest.mark.parametrize("max_in_flight", [1, 2, 5])
 async def test_in_flight_never_exceeds_the_semaphore(kafka_broker: Any, max_in_flight: int) -> None:
-    async with FaultProxy(kafka_broker.host, kafka_broker.port) as proxy:
+    async with _proxy(kafka_broker) as proxy:
         config = ConnectionConfig(max_in_flight=max_in_flight, request_timeout_s=20)
-        async with connect(proxy.host, proxy.port, config) as conn:
-            proxy.delay_responses(0.15)  # slow answers: a pipelining client piles requests up
+        async with connect("127.0.0.1", proxy.ports[0], config) as conn:
+            proxy.delay(0, 150)  # slow answers: a pipelining client piles requests up
             results: list[Any] = []
 
             async def one(i: int) -> None:
@@ -53,10 +57,10 @@ async def test_in_flight_never_exceeds_the_semaphore(kafka_broker: Any, max_in_f
 async def test_correlation_mismatch_poisons_and_next_request_reconnects(
     kafka_broker: Any,
 ) -> None:
-    async with FaultProxy(kafka_broker.host, kafka_broker.port) as proxy:
+    async with _proxy(kafka_broker) as proxy:
         config = ConnectionConfig(max_in_flight=5, request_timeout_s=20)
-        async with connect(proxy.host, proxy.port, config) as conn:
-            proxy.swap_next_responses()
+        async with connect("127.0.0.1", proxy.ports[0], config) as conn:
+            proxy.swap_next_responses(0)
             outcomes: list[BaseException | object] = []
 
             async def one() -> None:
@@ -74,14 +78,14 @@ async def test_correlation_mismatch_poisons_and_next_request_reconnects(
             assert conn.closed
             with pytest.raises(KafkaConnectionError):
                 await conn.send(_metadata("swap"))
-        await proxy.wait_until(lambda: not proxy.open_connections, within=5)
+        await proxy.wait_until(lambda: proxy.open_connections() == 0, within=5)
 
         # The pool hands out a fresh connection for the next request.
         pool_config = ConnectionConfig(request_timeout_s=20)
         async with ConnectionPool(pool_config) as pool:
-            pool.set_address(111, proxy.host, proxy.port)
+            pool.set_address(111, "127.0.0.1", proxy.ports[0])
             first = await pool.get(111)
-            proxy.swap_next_responses()
+            proxy.swap_next_responses(0)
             with anyio.fail_after(10):
                 async with anyio.create_task_group() as tg:
                     for _ in range(2):
@@ -92,7 +96,7 @@ async def test_correlation_mismatch_poisons_and_next_request_reconnects(
             assert second is not first
             response = await second.send(_metadata("swap2"))
             assert response.topics[0].name == "swap2"
-            assert proxy.connections >= 3
+            assert proxy.connections[0] >= 3
 
 
 async def _swallow(coro: Any) -> None:
@@ -120,17 +124,17 @@ class _RecordedBackoff(ExponentialBackoff):
 async def test_reconnect_attempts_follow_the_backoff_curve(kafka_broker: Any) -> None:
     initial_ms, max_ms = 50.0, 1000.0
     backoff = _RecordedBackoff(initial_ms, max_ms)
-    async with FaultProxy(kafka_broker.host, kafka_broker.port) as proxy:
-        proxy.refuse(True)  # accept-and-close: every attempt is timestamped by the proxy
+    async with _proxy(kafka_broker) as proxy:
+        proxy.kill(0)  # accept-and-close: every attempt is timestamped by the proxy
         async with ConnectionPool(
             ConnectionConfig(connect_timeout_s=5), reconnect_backoff=backoff
         ) as pool:
-            pool.set_address(111, proxy.host, proxy.port)
+            pool.set_address(111, "127.0.0.1", proxy.ports[0])
             with anyio.fail_after(20):
-                while len(proxy.connection_attempts) < 8:
+                while len(proxy.connection_attempts[0]) < 8:
                     with pytest.raises(KafkaConnectionError):
                         await pool.get(111)
-            attempts = list(proxy.connection_attempts[:8])
+            attempts = list(proxy.connection_attempts[0])[:8]
             failures = [a for a in pool.statistics().nodes[111].attempts if not a.ok][:8]
 
     # The pool asked the policy once per failure, and the policy drew each pause from the
@@ -189,10 +193,10 @@ async def test_broker_restart_is_reconnected_without_user_action() -> None:
 
 async def test_submit_writes_in_call_order_and_answers_each_request(kafka_broker: Any) -> None:
     async with (
-        FaultProxy(kafka_broker.host, kafka_broker.port) as proxy,
-        connect(proxy.host, proxy.port, ConnectionConfig(max_in_flight=5)) as conn,
+        _proxy(kafka_broker) as proxy,
+        connect("127.0.0.1", proxy.ports[0], ConnectionConfig(max_in_flight=5)) as conn,
     ):
-        proxy.delay_responses(0.1)
+        proxy.delay(0, 100)
         before = conn.statistics().requests_sent
         pending = [await conn.submit(_metadata(f"submit-{i}")) for i in range(5)]
         # All five were written before any answer came back: pipelined, in call order.

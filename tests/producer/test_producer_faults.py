@@ -1,7 +1,8 @@
-"""The producer through the fault proxy: slow metadata, cut connections, a black-holed broker.
+"""The producer through a ClusterSimulator: slow metadata, cut connections, a black-holed
+broker.
 
-The broker advertises the proxy's port, so every connection the producer makes (bootstrap
-and leader) goes through the proxy.
+The simulator presents the broker as one node on its own port, so every connection the
+producer makes (bootstrap and leader) goes through it.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
-from fault_proxy import FaultProxy, proxied_broker
 
 from aiokafka_ng.errors import BufferExhaustedError, IllegalStateError, KafkaTimeoutError
 from aiokafka_ng.producer import Producer
+from aiokafka_ng.testing import ClusterSimulator, LocalBroker
 
 # broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
 pytestmark = [pytest.mark.anyio, pytest.mark.broker]
@@ -49,10 +50,11 @@ def read_back(bootstrap: str, topic: str, partitions: int, n: int) -> dict[int, 
 
 async def test_send_does_not_wait_for_slow_metadata() -> None:
     async with (
-        proxied_broker() as (_, proxy),
-        Producer(bootstrap_servers=proxy.address) as producer,
+        LocalBroker() as broker,
+        ClusterSimulator(broker, brokers=1) as sim,
+        Producer(bootstrap_servers=sim.bootstrap_servers) as producer,
     ):
-        proxy.delay_api(METADATA, 0.5)
+        sim.delay(0, 500, api_key=METADATA)
         topic = f"slowmeta-{uuid.uuid4().hex[:8]}"
         t0 = time.perf_counter()
         futs = [await producer.send(topic, b"%d" % i) for i in range(1000)]
@@ -64,35 +66,37 @@ async def test_send_does_not_wait_for_slow_metadata() -> None:
         assert all(f.exception() is None for f in futs)
         # The producer starts without waiting for bootstrap, so its first (delayed)
         # Metadata request may already carry the topic: one request or more.
-        assert proxy.requests_by_api[METADATA] >= 1
+        assert sim.requests[0][METADATA] >= 1
 
 
-async def _produce_under_cuts(proxy: FaultProxy, producer: Producer, topic: str, n: int) -> None:
+async def _produce_under_cuts(
+    sim: ClusterSimulator, producer: Producer, topic: str, n: int
+) -> None:
     # Every connection dies after its 6th request, which still reaches the broker (its
     # answer is lost): the nastiest case, a write that happened but was not acknowledged.
-    proxy.cut_after_requests(6, forward_last=True, per_connection=True)
+    sim.cut_after(0, 6, forward_last=True, scope="each")
     try:
         futs = [await producer.send(topic, b"%06d" % i, partition=i % 4) for i in range(n)]
         await producer.flush(timeout=120)
     finally:
-        proxy.reset()
+        sim.clear_faults()
     failed = [f.exception() for f in futs if f.exception() is not None]
     assert failed == []
-    assert proxy.connections >= 5  # the cuts really happened
+    assert sim.connections[0] >= 5  # the cuts really happened
 
 
 async def test_idempotent_cuts_no_loss_no_dup_no_reorder() -> None:
     n = 20_000
-    async with proxied_broker() as (broker, proxy):
+    async with LocalBroker() as broker, ClusterSimulator(broker, brokers=1) as sim:
         topic = f"cuts-idem-{uuid.uuid4().hex[:8]}"
         async with Producer(
-            bootstrap_servers=proxy.address,
+            bootstrap_servers=sim.bootstrap_servers,
             batch_size=1024,
             linger_ms=1,
             max_in_flight_requests_per_connection=5,
         ) as producer:
             await producer.partitions_for(topic)
-            await _produce_under_cuts(proxy, producer, topic, n)
+            await _produce_under_cuts(sim, producer, topic, n)
         got = await anyio.to_thread.run_sync(read_back, broker.bootstrap_servers, topic, 4, n)
     for p in range(4):
         assert got[p] == [b"%06d" % i for i in range(p, n, 4)], f"partition {p}"
@@ -100,18 +104,18 @@ async def test_idempotent_cuts_no_loss_no_dup_no_reorder() -> None:
 
 async def test_non_idempotent_one_in_flight_cuts_keep_order() -> None:
     n = 10_000
-    async with proxied_broker() as (broker, proxy):
+    async with LocalBroker() as broker, ClusterSimulator(broker, brokers=1) as sim:
         topic = f"cuts-ord-{uuid.uuid4().hex[:8]}"
         async with Producer(
-            bootstrap_servers=proxy.address,
+            bootstrap_servers=sim.bootstrap_servers,
             enable_idempotence=False,
             max_in_flight_requests_per_connection=1,
             batch_size=1024,
             linger_ms=1,
         ) as producer:
             await producer.partitions_for(topic)
-            await _produce_under_cuts(proxy, producer, topic, n)
-            assert proxy.max_in_flight <= 1
+            await _produce_under_cuts(sim, producer, topic, n)
+            assert sim.max_in_flight <= 1
         got = await anyio.to_thread.run_sync(read_back, broker.bootstrap_servers, topic, 4, n)
     for p in range(4):
         want = [b"%06d" % i for i in range(p, n, 4)]
@@ -132,16 +136,16 @@ def _rss() -> int:
 
 async def test_black_holed_broker_blocks_then_raises_within_memory() -> None:
     buffer_memory = 4 * 1024 * 1024
-    async with proxied_broker() as (_, proxy):
+    async with LocalBroker() as broker, ClusterSimulator(broker, brokers=1) as sim:
         topic = f"bh-{uuid.uuid4().hex[:8]}"
         async with Producer(
-            bootstrap_servers=proxy.address,
+            bootstrap_servers=sim.bootstrap_servers,
             buffer_memory=buffer_memory,
             max_block_ms=300,
             request_timeout_ms=2000,
         ) as producer:
             await producer.send_and_wait(topic, b"warm-up")
-            proxy.black_hole(True)
+            sim.black_hole(0)
             value = b"v" * 100
             before = _rss()
             futs = []

@@ -10,13 +10,13 @@ from typing import Any
 
 import anyio
 import pytest
-from fault_proxy import free_port
 
 from aiokafka_ng import AdminClient, ClientStatus, Consumer, KafkaTimeoutError, NewTopic
 from aiokafka_ng.consumer import TopicPartition
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import LocalBroker
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.anyio
 
