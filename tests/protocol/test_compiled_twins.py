@@ -14,7 +14,9 @@ sure that a machine able to compile did.
 from __future__ import annotations
 
 import ast
+import itertools
 import random
+import re
 import shutil
 import struct
 import sysconfig
@@ -513,3 +515,30 @@ def test_run_stretches_identical(layout: list[tuple[int, int]]) -> None:
         assert bounds == expected_bounds
         assert len(others) == len(expected_others)
         assert all(a is b for a, b in zip(others, expected_others, strict=True))
+
+
+def test_the_table_of_kernel_functions_is_complete() -> None:
+    """``docs/internals.md``'s table of what runs where names every function of the C
+    kernel, its Python references exist, and so does every test it names."""
+    text = (ROOT / "docs" / "internals.md").read_text()
+    lines = text[text.index("| function | C kernel") :].splitlines()
+    rows = [cells.split(" | ") for cells in itertools.takewhile(bool, lines[2:])]
+    assert rows and all(len(row) == 5 for row in rows)
+    in_c = {name for row in rows for name in re.findall(r"`(\w+)`", row[1])}
+    assert set(speedups.Kernel.__slots__) <= in_c
+    modules = {
+        "records": records_compiled,
+        "runs": runs_compiled,
+        "partitioner": partitioner_compiled,
+    }
+    for row in rows:
+        for module, attr in re.findall(r"`(\w+)\.(?!py`)(\w+)`", row[3]):
+            if module in modules:
+                assert hasattr(modules[module], attr), (module, attr)
+    named = re.findall(r"(test_\w+\.py)(?:::(test_\w+?)(\*?))?`", " ".join(row[4] for row in rows))
+    assert len(named) >= 20
+    for file, test, star in named:
+        (path,) = (ROOT / "tests").rglob(file)
+        if test:
+            source = path.read_text()
+            assert f"def {test}{'' if star else '('}" in source, (file, test)
