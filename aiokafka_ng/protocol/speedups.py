@@ -5,8 +5,9 @@ and GC (un)tracking of decoded records.
 
 ``setup.py`` builds ``aiokafka_ng.protocol._speedups`` beside the mypyc modules when a C
 compiler is present (both or neither: see ``aiokafka_ng._native``, the switch);
-``AIOKAFKA_NG_PURE_PYTHON=1`` (at build or at run time) leaves it out. It is imported here,
-once, and nowhere else in the package.
+``AIOKAFKA_NG_PURE_PYTHON=1`` (at build or at run time) leaves it out. Its functions are
+bound here, once, and nowhere else in the package (``_native.compiled_modules`` only
+reports whether it loads).
 
 The convention, the same in every module that uses it: the module binds each function it
 calls into a module global named ``_C_<NAME>``, all from ``kernel(__name__)`` at import
