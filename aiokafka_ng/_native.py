@@ -5,14 +5,20 @@ The modules in :data:`COMPILED_MODULES` are plain, ``mypy --strict``-clean Pytho
 extension module sits beside its ``.py`` twin and wins the import; the ``.py`` file stays
 the reference (tests run the two side by side, ``tests/protocol/test_compiled_twins.py``).
 :data:`C_EXTENSION` is the one hand-written C module (loops that copy bytes: record batches
-built from runs and decoded into columns; GC tracking of decoded records); the modules using
-it keep its functions in ``_C_*`` globals beside their own Python code, which is its twin
+built from runs and decoded into columns; murmur2; GC tracking of decoded records); the
+modules using it bind its functions through :func:`aiokafka_ng.protocol.speedups.kernel`
+into ``_C_*`` globals beside their own Python code, which is its twin
 (``tests/protocol/test_speedups.py``, ``test_record_columns.py``, ``test_record_gc.py``).
 
-``AIOKAFKA_NG_PURE_PYTHON=1`` in the environment when ``aiokafka_ng`` is first imported
-makes those modules load from their ``.py`` files even where the compiled ones exist, and
-the C extension fail to import: :func:`honour_pure_python_env` puts a finder ahead of the
-normal ones for just those names.
+This module is the one switch between the two builds, and there are only two: compiled
+(every module of :data:`COMPILED_MODULES` *and* the C kernel) or pure Python (none of
+them). ``setup.py`` builds all of them or none, and ``AIOKAFKA_NG_PURE_PYTHON=1`` in the
+environment when ``aiokafka_ng`` is first imported switches all of them off: the modules
+load from their ``.py`` files even where the compiled ones exist, and the C extension
+fails to import (:func:`honour_pure_python_env` puts a finder ahead of the normal ones for
+just those names). So no module asks whether it is itself compiled: code that differs by
+build keys on whether the C kernel is bound (a ``_C_*`` global is None), which is the same
+question.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from types import ModuleType
 __all__ = [
     "COMPILED_MODULES",
     "C_EXTENSION",
+    "PURE_TWIN_SUFFIX",
     "compiled_modules",
     "honour_pure_python_env",
     "is_compiled",
@@ -49,6 +56,9 @@ COMPILED_MODULES = (
 #: Built by ``setup.py`` from ``aiokafka_ng/protocol/_speedups.c`` and the other sources its
 #: ``C_EXTENSION`` lists (a test checks the two agree).
 C_EXTENSION = "aiokafka_ng.protocol._speedups"
+#: A pure twin of module ``m`` is registered as ``m + PURE_TWIN_SUFFIX``;
+#: ``speedups.kernel`` gives such a module no C functions.
+PURE_TWIN_SUFFIX = "_pure_twin"
 _TRUE = {"1", "true", "yes", "on"}
 _log = logging.getLogger("aiokafka_ng")
 
@@ -118,9 +128,10 @@ def is_compiled() -> bool:
 
 def load_pure_twin(name: str) -> ModuleType:
     """A fresh copy of module ``name`` executed from its ``.py`` file, registered as
-    ``name + "_pure_twin"`` (for differential tests; the normal import is untouched), with
-    its ``_C_*`` globals set to None so that it runs its own loops, not the C extension's."""
-    twin_name = name + "_pure_twin"
+    ``name + PURE_TWIN_SUFFIX`` (for differential tests; the normal import is untouched).
+    It runs as the pure build does: ``speedups.kernel`` binds its ``_C_*`` globals to None
+    (checked here: a ``_C_*`` global bound some other way would make the twin run C)."""
+    twin_name = name + PURE_TWIN_SUFFIX
     if twin_name in sys.modules:
         return sys.modules[twin_name]
     spec = importlib.util.spec_from_file_location(twin_name, _source_path(name))
@@ -129,7 +140,8 @@ def load_pure_twin(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[twin_name] = module
     spec.loader.exec_module(module)
-    for attr in list(vars(module)):
-        if attr.startswith("_C_"):
-            setattr(module, attr, None)
+    bound = [attr for attr, value in vars(module).items() if attr.startswith("_C_") and value]
+    if bound:
+        del sys.modules[twin_name]
+        raise ImportError(f"{name}: {bound} not bound through speedups.kernel(__name__)")
     return module

@@ -164,7 +164,10 @@ def _child(pytest_args: list[str]) -> int:
         def pytest_sessionstart(session: pytest.Session) -> None:
             from aiokafka_ng.protocol import _speedups, speedups
 
-            if _speedups.__file__ != path or speedups.decode_columns is not module.decode_columns:
+            if (
+                _speedups.__file__ != path
+                or speedups.KERNEL.decode_columns is not module.decode_columns
+            ):
                 pytest.exit(f"not the sanitized kernel: {_speedups.__file__}", 3)
 
     return int(pytest.main(pytest_args, plugins=[CheckKernel()]))

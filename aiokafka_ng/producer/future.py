@@ -120,7 +120,7 @@ _tuple_new = tuple.__new__
 #: 200k of them made each full collection walk them all (GC time in the flush pattern
 #: 125-156 -> 66-71 ms per 200k records). A failed future keeps its exception (whose
 #: traceback may reach back to it) and stays tracked.
-_C_UNTRACK = speedups.untrack
+_C_UNTRACK = speedups.kernel(__name__).untrack
 
 
 class DeliveryFuture(Delivery[RecordMetadata]):

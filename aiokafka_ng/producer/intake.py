@@ -204,11 +204,11 @@ class Intake:
         )
 
 
-def bind_send_fast() -> speedups.SendFast | None:
-    """The C kernel's ``send_fast``, given this package's classes; None without the kernel
+def bind_send_fast(kernel: speedups.Kernel) -> speedups.SendFast | None:
+    """``kernel``'s ``send_fast``, given this package's classes; None without the kernel
     or when it refuses their layout (then ``send()`` runs in Python alone)."""
-    setup = speedups.send_fast_setup
-    if setup is None or speedups.send_fast is None:
+    setup = kernel.send_fast_setup
+    if setup is None or kernel.send_fast is None:
         return None
     # Imported here: the accumulator's modules are not needed to import the intake's checks.
     from aiokafka_ng.producer.accumulator import PartitionQueue, ProducerBatch, TopicQueue
@@ -223,4 +223,4 @@ def bind_send_fast() -> speedups.SendFast | None:
     except TypeError as exc:  # a class changed shape: the C side would misread it
         _log.warning("aiokafka_ng: send() runs without its C fast path (%s)", exc)
         return None
-    return speedups.send_fast
+    return kernel.send_fast

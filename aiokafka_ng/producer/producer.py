@@ -74,6 +74,7 @@ from aiokafka_ng.producer.sender import NodeSender, Supervised
 from aiokafka_ng.producer.statistics import ProducerStatistics
 from aiokafka_ng.producer.transactions import TransactionManager
 from aiokafka_ng.producer.txn_coordinator import PreparedTransaction, TxnCoordinatorClient
+from aiokafka_ng.protocol import speedups
 from aiokafka_ng.protocol.compression import Compression
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ __all__ = ["Producer", "ProducerRecord", "ProducerStatistics"]
 
 log = logging.getLogger(__name__)
 #: send()'s common case in C (``intake.bind_send_fast``), or None: the Python path alone.
-_C_SEND_FAST = bind_send_fast()
+_C_SEND_FAST = bind_send_fast(speedups.kernel(__name__))
 
 _CODECS = {
     "none": Compression.NONE,

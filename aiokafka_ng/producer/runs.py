@@ -11,15 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from aiokafka_ng.producer.partitioner import COMPILED, _murmur2_native, _murmur2_words
+from aiokafka_ng.producer.partitioner import _murmur2_py
 from aiokafka_ng.protocol import speedups
 
 __all__ = ["KeyedRun", "record_sizes", "run_stretches", "split_keyed_run"]
 
-# The C kernel's versions of the two loops below, or None (then the loops run; they are the
-# reference, see ``aiokafka_ng.protocol.speedups``).
-_C_RECORD_SIZES = speedups.record_sizes
-_C_SPLIT_KEYED = speedups.split_keyed
+# The C kernel's versions of the two loops below, or None (then the loops run, interpreted:
+# the compiled build always has the kernel; they are the reference, see
+# ``aiokafka_ng.protocol.speedups``).
+_KERNEL = speedups.kernel(__name__)
+_C_RECORD_SIZES = _KERNEL.record_sizes
+_C_SPLIT_KEYED = _KERNEL.split_keyed
 
 
 def record_sizes(
@@ -102,15 +104,14 @@ def split_keyed_run(
     # Groups by partition + 1 in a list (a dict lookup per record cost more than the rest);
     # the dict returned is built once at the end, in partition order.
     by_partition: list[_Lists | None] = [None] * (num_partitions + 1)
-    native = COMPILED  # the partitioner's build picks the murmur2 formulation
     for i in range(len(keys)):
         key = keys[i]
         if key is None:
             slot = 0
         else:
-            # A direct call of the right formulation (the ``murmur2`` alias would be a
-            # generic call from compiled code).
-            h = _murmur2_native(key) if native else _murmur2_words(key)
+            # The Python reference, like the rest of this loop (which runs only without the
+            # kernel, whose split_keyed hashes with its own murmur2).
+            h = _murmur2_py(key)
             slot = (h & 0x7FFFFFFF) % num_partitions + 1
         lists = by_partition[slot]
         if lists is None:

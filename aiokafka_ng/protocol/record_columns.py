@@ -44,7 +44,7 @@ from aiokafka_ng.protocol.record_reader import (
 __all__ = ["RecordColumns"]
 
 #: The C kernel's decoder (or None: then ``RecordColumns._parse`` runs; it is the reference).
-_C_DECODE_COLUMNS = speedups.decode_columns
+_C_DECODE_COLUMNS = speedups.kernel(__name__).decode_columns
 
 
 class RecordColumns:

@@ -187,8 +187,9 @@ _CONSUMER_FIELDS = (
 # untracks its own tuples and dicts of atomic values. Every public attribute is a property
 # whose setter tracks the record again unless the new value is of an atomic type, so a
 # record that could be part of a cycle is always visible to the GC.
-_C_TRACK = speedups.track
-_C_UNTRACK = speedups.untrack
+_KERNEL = speedups.kernel(__name__)
+_C_TRACK = _KERNEL.track
+_C_UNTRACK = _KERNEL.untrack
 _ATOMIC: Final = frozenset({type(None), bool, int, float, str, bytes})
 
 
@@ -378,14 +379,10 @@ class ConsumerRecord(Generic[K, V]):
         return TopicPartition(self._topic, self._partition)
 
 
-def _probe() -> None:
-    """Compiled by mypyc, a function has no ``__code__``: how this module knows it is."""
-
-
-if hasattr(_probe, "__code__"):
-    # Interpreted, records are never untracked, and a property read costs ~30 ns more than
-    # a slot's: each field is its slot (whose setter then has nothing to re-track).
-    _C_UNTRACK = None
+if _C_UNTRACK is None:
+    # Without the kernel (the pure build: interpreted, see ``aiokafka_ng._native``) records
+    # are never untracked, and a property read costs ~30 ns more than a slot's: each field
+    # is its slot (whose setter then has nothing to re-track).
     for _name in _CONSUMER_FIELDS:
         setattr(ConsumerRecord, _name, getattr(ConsumerRecord, "_" + _name))
 

@@ -105,24 +105,14 @@ _SMALL: Final = 16384
 _ZZ: Final[tuple[bytes, ...]] = tuple(_zigzag_bytes(i) for i in range(_SMALL))
 
 
-def _probe() -> None:
-    """Compiled by mypyc, a function has no ``__code__``: how this module knows it is."""
-
-
-#: Whether this is the compiled build. The builder writes a record one of two ways, each
-#: the faster where it runs (``bench/bench_records.py``, 100 B records): compiled, the
-#: record's length is summed first and the record joined *with* its length prefix -- one
-#: bytes object and one bytearray append (6.5-7.0M records/s against 5.7M the other way);
-#: interpreted, each ``len()`` is a call, so the record is joined, measured, and appended
-#: after its prefix (2.47M against 2.2M). Both write the same bytes; the twin tests compare.
-COMPILED: Final = not hasattr(_probe, "__code__")
-
 #: The C versions of :meth:`RecordBatchBuilder.append`'s record writing and of
 #: :meth:`~RecordBatchBuilder.append_run`'s loop (``_speedups.c``), or None: then the Python
 #: code below runs, the reference the C code is tested against (see ``speedups.py``).
-#: A 100-byte record takes about 20 ns in a run, against 150 for the compiled loop.
-_C_APPEND_RECORD = speedups.append_record
-_C_APPEND_RUN = speedups.append_run
+#: A 100-byte record takes about 20 ns in a run, against 150 for the compiled loop. The
+#: compiled build always has them (``aiokafka_ng._native``): the Python code runs interpreted.
+_KERNEL = speedups.kernel(__name__)
+_C_APPEND_RECORD = _KERNEL.append_record
+_C_APPEND_RUN = _KERNEL.append_run
 
 
 def _varint_size(value: int) -> int:
@@ -317,25 +307,10 @@ class RecordBatchBuilder:
             n = len(value)
             value_enc = zz[n] if n < _SMALL else _zigzag_bytes(n)
         headers_enc = _encode_headers(headers) if headers else b"\x00"
-        record: bytes | None = None
-        if COMPILED:
-            # Length first (native len() is free), then one join with the length prefix:
-            # one bytes object and one append per record (see ``COMPILED``).
-            n = (
-                1  # record attributes: unused
-                + len(ts_enc)
-                + len(delta_enc)
-                + len(key_enc)
-                + len(key)
-                + len(value_enc)
-                + len(value)
-                + len(headers_enc)
-            )
-        else:
-            record = b"".join(
-                (b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, headers_enc)
-            )
-            n = len(record)
+        # Joined, measured, and appended after its length prefix: interpreted, each len() is
+        # a call, so this beats summing the parts' lengths first (2.47M records/s against 2.2M).
+        record = b"".join((b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, headers_enc))
+        n = len(record)
         length_enc = zz[n] if n < _SMALL else _zigzag_bytes(n)
         buf = self._buf
         if delta:
@@ -349,23 +324,8 @@ class RecordBatchBuilder:
             if not -(1 << 63) <= timestamp_ms < (1 << 63):
                 raise ValueError(f"timestamp {timestamp_ms} does not fit in int64")
             self._base_ts = self._max_ts = timestamp_ms
-        if record is None:
-            buf += b"".join(
-                (
-                    length_enc,
-                    b"\x00",
-                    ts_enc,
-                    delta_enc,
-                    key_enc,
-                    key,
-                    value_enc,
-                    value,
-                    headers_enc,
-                )
-            )
-        else:
-            buf += length_enc
-            buf += record
+        buf += length_enc
+        buf += record
         self._count = delta + 1
         return delta
 
@@ -406,8 +366,6 @@ class RecordBatchBuilder:
                 self._refused = True
             self._count = delta + i - start
             return i
-        fixed = 2 + len(ts_enc)  # attributes, timestamp delta, header count
-        compiled = COMPILED
         join = b"".join
         i = start
         while i < stop:
@@ -426,34 +384,14 @@ class RecordBatchBuilder:
             else:
                 n = len(value)
                 value_enc = zz[n] if n < small else _zigzag_bytes(n)
-            if compiled:  # as in append()
-                n = fixed + len(delta_enc) + len(key_enc) + len(key) + len(value_enc) + len(value)
-                length_enc = zz[n] if n < small else _zigzag_bytes(n)
-                if len(buf) + len(length_enc) + n > limit:
-                    self._refused = True
-                    break
-                buf += join(
-                    (
-                        length_enc,
-                        b"\x00",
-                        ts_enc,
-                        delta_enc,
-                        key_enc,
-                        key,
-                        value_enc,
-                        value,
-                        b"\x00",
-                    )
-                )
-            else:
-                record = join((b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, b"\x00"))
-                n = len(record)
-                length_enc = zz[n] if n < small else _zigzag_bytes(n)
-                if len(buf) + len(length_enc) + n > limit:
-                    self._refused = True
-                    break
-                buf += length_enc
-                buf += record
+            record = join((b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, b"\x00"))
+            n = len(record)
+            length_enc = zz[n] if n < small else _zigzag_bytes(n)
+            if len(buf) + len(length_enc) + n > limit:
+                self._refused = True
+                break
+            buf += length_enc
+            buf += record
             delta += 1
             i += 1
         self._count = delta

@@ -14,7 +14,9 @@ sure that a machine able to compile did.
 from __future__ import annotations
 
 import ast
+import itertools
 import random
+import re
 import shutil
 import struct
 import sysconfig
@@ -36,6 +38,7 @@ from aiokafka_ng.producer import partitioner as partitioner_compiled
 from aiokafka_ng.producer import runs as runs_compiled
 from aiokafka_ng.protocol import record_reader as reader_compiled
 from aiokafka_ng.protocol import records as records_compiled
+from aiokafka_ng.protocol import speedups
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.errors import ProtocolError
 from tests.consumer.test_buffer_property import build_log, steps
@@ -280,11 +283,9 @@ def test_readers_agree_on_compressed_legacy_wrappers() -> None:
 
 @given(st.binary(max_size=600), st.integers(1, 10_000))
 def test_murmur2_identical(key: bytes, partitions: int) -> None:
+    # The compiled build's murmur2 is the C kernel's, the pure twin's its Python reference.
     assert partitioner_compiled.murmur2(key) == partitioner_pure.murmur2(key)
-    # Each build picks the formulation fastest for it; both formulations, in both twins.
-    expected = partitioner_pure._murmur2_words(key)
-    for mod in (partitioner_compiled, partitioner_pure):
-        assert mod._murmur2_words(key) == mod._murmur2_native(key) == expected
+    assert partitioner_compiled._murmur2_py(key) == partitioner_pure.murmur2(key)
     assert partitioner_compiled.default_partition(
         key, partitions
     ) == partitioner_pure.default_partition(key, partitions)
@@ -346,24 +347,24 @@ def test_record_sizes_identical(records: list[tuple[Any, Any]], keyed: bool, ove
 def test_murmur2_known_values() -> None:
     # Values of org.apache.kafka.common.utils.Utils.murmur2 (Java client's partitioner test).
     for mod in (partitioner_compiled, partitioner_pure):
-        for fn in (mod.murmur2, mod._murmur2_words, mod._murmur2_native):
+        for fn in (mod.murmur2, mod._murmur2_py):
             assert fn(b"21") == -973932308
             assert fn(b"foobar") == -790332482
             assert fn(b"a-little-bit-long-string") == -985981536
             assert fn(b"") == 275646681
 
 
-def test_each_twin_knows_whether_it_is_compiled() -> None:
-    assert partitioner_pure.COMPILED is False
-    # The record builder writes a record one of two ways (see records.COMPILED): the
-    # byte-identity tests above compare the two ways whenever the compiled build is in.
-    assert records_pure.COMPILED is False
-    assert records_compiled.COMPILED is aiokafka_ng.__compiled__
-    assert partitioner_pure.murmur2 is partitioner_pure._murmur2_words
-    compiled = aiokafka_ng.__compiled__
-    assert partitioner_compiled.COMPILED is compiled
+def test_the_builds_are_compiled_with_the_kernel_or_pure_without_it() -> None:
+    """The one switch (``aiokafka_ng._native``): the mypyc modules and the C kernel come
+    together or not at all, so the modules' Python code only ever runs interpreted where
+    it has a C twin -- and a pure twin binds no kernel at all."""
+    assert aiokafka_ng.__compiled__ is speedups.AVAILABLE
+    assert all(_native.compiled_modules().values()) or not any(_native.compiled_modules().values())
+    for twin in (records_pure, reader_pure, partitioner_pure, runs_pure):
+        assert [v for k, v in vars(twin).items() if k.startswith("_C_") and v is not None] == []
+    assert partitioner_pure.murmur2 is partitioner_pure._murmur2_py
     assert partitioner_compiled.murmur2 is (
-        partitioner_compiled._murmur2_native if compiled else partitioner_compiled._murmur2_words
+        speedups.KERNEL.murmur2 if speedups.AVAILABLE else partitioner_compiled._murmur2_py
     )
 
 
@@ -514,3 +515,30 @@ def test_run_stretches_identical(layout: list[tuple[int, int]]) -> None:
         assert bounds == expected_bounds
         assert len(others) == len(expected_others)
         assert all(a is b for a, b in zip(others, expected_others, strict=True))
+
+
+def test_the_table_of_kernel_functions_is_complete() -> None:
+    """``docs/internals.md``'s table of what runs where names every function of the C
+    kernel, its Python references exist, and so does every test it names."""
+    text = (ROOT / "docs" / "internals.md").read_text()
+    lines = text[text.index("| function | C kernel") :].splitlines()
+    rows = [cells.split(" | ") for cells in itertools.takewhile(bool, lines[2:])]
+    assert rows and all(len(row) == 5 for row in rows)
+    in_c = {name for row in rows for name in re.findall(r"`(\w+)`", row[1])}
+    assert set(speedups.Kernel.__slots__) <= in_c
+    modules = {
+        "records": records_compiled,
+        "runs": runs_compiled,
+        "partitioner": partitioner_compiled,
+    }
+    for row in rows:
+        for module, attr in re.findall(r"`(\w+)\.(?!py`)(\w+)`", row[3]):
+            if module in modules:
+                assert hasattr(modules[module], attr), (module, attr)
+    named = re.findall(r"(test_\w+\.py)(?:::(test_\w+?)(\*?))?`", " ".join(row[4] for row in rows))
+    assert len(named) >= 20
+    for file, test, star in named:
+        (path,) = (ROOT / "tests").rglob(file)
+        if test:
+            source = path.read_text()
+            assert f"def {test}{'' if star else '('}" in source, (file, test)

@@ -131,7 +131,7 @@ def test_one_buffer_passed_twice(alias: tuple[str, str]) -> None:
 def test_the_input_as_an_output_buffer() -> None:
     # decode_columns given the batch bytes as its own key buffer (a bytearray) or an
     # exported key buffer: it declines (None), writing nothing; the Python loop decides.
-    decode = speedups.decode_columns
+    decode = speedups.KERNEL.decode_columns
     assert decode is not None  # the C kernel is built wherever a compiler is (as in CI)
     region = record(b"k", b"v")
     keys = bytearray(region)
@@ -173,7 +173,7 @@ def test_exported_buffer_fails_alike() -> None:
 def test_record_sizes_at_int64_edges(overhead: Any) -> None:
     # Issue 34 finding 6: overhead + len overflowed int64 in C (signed overflow, UB).
     # The C function itself (mypyc's runs.record_sizes refuses a non-int before calling it).
-    c_sizes = speedups.record_sizes
+    c_sizes = speedups.KERNEL.record_sizes
     assert c_sizes is not None
     values = [b"abcd", None, b"", b"x" * 10]
     keys = [None, b"kk", b"k", b""]
@@ -188,7 +188,7 @@ def test_record_sizes_at_int64_edges(overhead: Any) -> None:
 def test_record_sizes_with_an_overhead_that_does_not_add() -> None:
     for values, keys in (([b"a"], None), ([None], None), ([b"a"], [b"b"]), ([b"a"], [1])):
         outcomes = []
-        for fn in (speedups.record_sizes, runs_pure.record_sizes):
+        for fn in (speedups.KERNEL.record_sizes, runs_pure.record_sizes):
             assert fn is not None
             try:
                 outcomes.append(("ok", fn(values, keys, "x")))

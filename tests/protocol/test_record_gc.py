@@ -1,7 +1,7 @@
 """Decoded consumer records are off the cyclic GC's lists until a field could hold a cycle.
 
 ``record_reader.ConsumerRecord`` is untracked by the decoder (where the C kernel is built:
-``speedups.untrack``), since a record holding only ints, str, bytes/None and tuples of those
+``speedups.KERNEL.untrack``), since a record holding only ints, str, bytes/None and tuples of those
 cannot be part of a reference cycle; any field set to a value of another type tracks it
 again. These tests hold both halves: decoded records are untracked (so decoding thousands
 of them does not feed the collector), and a cycle made through any field of such a record,
