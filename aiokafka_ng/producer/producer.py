@@ -8,6 +8,14 @@ producer's task group: one :class:`~aiokafka_ng.producer.sender.NodeSender` per 
 leads a partition we write to, the producer-id task (idempotence: a
 :class:`~aiokafka_ng.producer.producer_id.ProducerIdOwner`) and the expiry timer.
 
+The parts do not call each other back: the accumulator, the memory pool, the senders and
+the producer-id owner signal on one wake-up channel
+(:class:`~aiokafka_ng.producer.wakeups.Wakeups`), the producer's
+:class:`~aiokafka_ng.producer.senders.Senders`, which makes the per-node senders, wakes them,
+asks the cluster for metadata and tells ``send()`` when to yield. The cluster's metadata
+reaches the accumulator through the producer's listener (``_on_metadata``), which turns a
+bug there into the producer's failure rather than the cluster task's.
+
 That task group and the cluster live in a task of their own (a
 :class:`~aiokafka_ng.cluster.TaskHost`), so ``start()`` and ``close()`` may run in different
 tasks, as web frameworks' startup and shutdown hooks do.
