@@ -170,14 +170,7 @@ class Producer:
             self._ids = ProducerIdOwner(self._idem, label="producer", log=log)
         # The wake-up channel of the accumulator, the pool, the senders and the producer
         # id's owner; it makes the per-node senders once start() attaches it.
-        self._senders = Senders(
-            acks=config.acks,
-            request_timeout_ms=config.request_timeout_ms,
-            max_in_flight=config.max_in_flight_requests_per_connection,
-            retries=config.retries,
-            transactional_id=config.transactional_id,
-            ids=self._ids,
-        )
+        self._senders = Senders(config, self._ids)
         self._pool = MemoryPool(config.buffer_memory, wakeups=self._senders)
         self._acc = Accumulator(
             pool=self._pool,

@@ -35,6 +35,7 @@ from aiokafka_ng.producer.sender import NodeSender, Supervised
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster import ClusterClient
+    from aiokafka_ng.config import ProducerConfig
     from aiokafka_ng.producer.accumulator import Accumulator
     from aiokafka_ng.producer.producer_id import ProducerIdOwner
 
@@ -50,24 +51,13 @@ class Senders:
     ``by_node`` holds every sender made (kept after close, for statistics); ``send()`` reads
     and clears ``yield_due``."""
 
-    def __init__(
-        self,
-        *,
-        acks: int,
-        request_timeout_ms: int,
-        max_in_flight: int,
-        retries: int,
-        transactional_id: str | None,
-        ids: ProducerIdOwner | None,
-    ) -> None:
+    def __init__(self, config: ProducerConfig, ids: ProducerIdOwner | None) -> None:
+        """``config``: the senders' settings; ``ids``: the producer id's owner, told when a
+        request ends (None without idempotence)."""
         self.by_node: dict[int, NodeSender] = {}
         self.yield_due = False
         self._wakes = 0
-        self._acks = acks
-        self._request_timeout_ms = request_timeout_ms
-        self._max_in_flight = max_in_flight
-        self._retries = retries
-        self._transactional_id = transactional_id
+        self._config = config
         self._ids = ids
         self._cluster: ClusterClient | None = None
         self._acc: Accumulator | None = None
@@ -123,17 +113,18 @@ class Senders:
         tasks, cluster, acc = self._tasks, self._cluster, self._acc
         if tasks is None or cluster is None or acc is None:
             return None
+        cfg = self._config
         sender = self.by_node[node] = NodeSender(
             node,
             cluster=cluster,
             accumulator=acc,
             task_group=tasks,
-            acks=self._acks,
-            request_timeout_ms=self._request_timeout_ms,
-            max_in_flight=self._max_in_flight,
-            retries=self._retries,
-            transactional_id=self._transactional_id,
             wakeups=self,
+            acks=cfg.acks,
+            request_timeout_ms=cfg.request_timeout_ms,
+            max_in_flight=cfg.max_in_flight_requests_per_connection,
+            retries=cfg.retries,
+            transactional_id=cfg.transactional_id,
         )
         tasks.start_soon(sender.run)
         return sender
