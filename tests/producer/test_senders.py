@@ -11,13 +11,11 @@ import anyio
 import pytest
 
 from aiokafka_ng.config import ProducerConfig
-from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.accumulator import Accumulator
-from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.sender import Supervised
 from aiokafka_ng.producer.senders import _WAKES_PER_YIELD, Senders
-from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.testing import ScriptedCluster
+from tests.producer.test_accumulator import Clock, make
 
 pytestmark = pytest.mark.anyio
 
@@ -34,18 +32,7 @@ class Idle:
 
 def parts(ids: Any = None) -> tuple[Senders, Accumulator, ScriptedCluster]:
     senders = Senders(ProducerConfig(bootstrap_servers="127.0.0.1:9092"), ids)
-    acc = Accumulator(
-        pool=MemoryPool(1 << 20, wakeups=senders),
-        batch_size=1000,
-        linger_ms=5,
-        compression=Compression.NONE,
-        max_request_size=1 << 20,
-        delivery_timeout_ms=1000,
-        retry_backoff=ExponentialBackoff(100, 1000, jitter=0),
-        guarantee_order=False,
-        idempotence=None,
-        wakeups=senders,
-    )
+    acc, _, _ = make(Clock())  # what the senders drain (nothing: no metadata)
     return senders, acc, ScriptedCluster()
 
 
