@@ -55,6 +55,12 @@ ignored).
 
 Memory: each record reserves its estimated size from the ``MemoryPool`` in ``send()``; a
 batch releases the sum when it completes or fails.
+
+Wake-ups: the accumulator never calls a sender. It signals on the producer's wake-up channel
+(:mod:`aiokafka_ng.producer.wakeups`): ``batch_ready(node)`` whenever a node's drain may
+take something or its next deadline moved (a batch closed, a new head batch, an unmute, a
+re-queue or split, a leader moved there), ``metadata_needed(topic)`` when a record starts
+waiting for its topic.
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ from aiokafka_ng.producer.future import Delivery, finish_all
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitioner, murmur2
+from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import RecordBatchBuilder, iter_batches
 
@@ -132,8 +139,7 @@ class Accumulator:
         idempotence: IdempotenceState | None,
         partitioner: CustomPartitioner | None = None,
         sticky: StickyPartitioner | None = None,
-        request_metadata: Callable[[str], None] = lambda topic: None,
-        wake_node: Callable[[int], None] = lambda node: None,
+        wakeups: Wakeups = UNWIRED,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pool = pool
@@ -147,8 +153,8 @@ class Accumulator:
         self.idem = idempotence
         self.partitioner = partitioner
         self.sticky = sticky or StickyPartitioner()
-        self.request_metadata = request_metadata
-        self.wake_node = wake_node
+        #: Where it signals a node's batch becoming ready and a topic needing metadata.
+        self.wakeups = wakeups
         self.clock = clock
         #: The asyncio loop the producer runs on (None under trio): futures' callbacks go
         #: through it, one call_soon per batch.
@@ -201,7 +207,7 @@ class Accumulator:
                 # authorization): fail now, as the Java client's metadata wait would.
                 self.fail_record(future, size, tm.error(f"topic {topic!r}: {tm.error.__name__}"))
                 return
-            self.request_metadata(topic)
+            self.wakeups.metadata_needed(topic)
         t.pending.append((partition, key, value, headers, timestamp_ms, size, future, self.clock()))
 
     def queue_run(self, t: TopicQueue, run: PendingRun) -> None:
@@ -212,7 +218,7 @@ class Accumulator:
             if tm is not None and tm.fatal and tm.error is not None:
                 self.fail_run(run, tm.error(f"topic {t.name!r}: {tm.error.__name__}"))
                 return
-            self.request_metadata(t.name)
+            self.wakeups.metadata_needed(t.name)
         run.enqueued_at = self.clock()
         t.pending.append(run)
 
@@ -298,7 +304,7 @@ class Accumulator:
         self._close(batch)
         pq = batch.pq
         if pq.leader >= 0:
-            self.wake_node(pq.leader)
+            self.wakeups.batch_ready(pq.leader)
         if sticky:
             t.sticky = self.sticky.pick(pq.partition, len(t.partitions), t.available)
 
@@ -318,7 +324,7 @@ class Accumulator:
         batches.append(batch)
         if len(batches) == 1 and pq.leader >= 0:
             # A new head batch: its sender must learn the linger deadline.
-            self.wake_node(pq.leader)
+            self.wakeups.batch_ready(pq.leader)
         return batch
 
     def _close(self, batch: ProducerBatch) -> bytes:
@@ -363,7 +369,7 @@ class Accumulator:
         self.nodes = nodes
         for node in nodes:
             if node not in old or nodes[node] != old[node]:
-                self.wake_node(node)
+                self.wakeups.batch_ready(node)
 
     def _apply_topic(self, t: TopicQueue, tm: TopicMetadata) -> None:
         count = max(tm.partitions) + 1
@@ -493,7 +499,7 @@ class Accumulator:
         if pq.batches and pq.leader >= 0:
             # Sarama #3689: unmuting (or an idempotence slot freeing up) must wake the
             # drain, or the partition's next batch waits forever.
-            self.wake_node(pq.leader)
+            self.wakeups.batch_ready(pq.leader)
 
     def complete(
         self,
@@ -595,7 +601,7 @@ class Accumulator:
         batch.done = True
         pq.batches.extendleft(reversed(parts))
         if pq.leader >= 0:
-            self.wake_node(pq.leader)
+            self.wakeups.batch_ready(pq.leader)
         return True
 
     def expired(self, batch: ProducerBatch, now: float) -> bool:

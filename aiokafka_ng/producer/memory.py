@@ -15,18 +15,19 @@ buffers, since Python allocates anyway):
   the producer before it gets here; the pool itself refuses with ``ValueError``).
 
 While anyone waits, the accumulator treats every batch as ready (``waiters > 0``) so memory
-is freed as fast as the brokers allow; ``on_wait`` is how it hears about a new waiter.
+is freed as fast as the brokers allow; the pool signals each new waiter on the producer's
+wake-up channel (``Wakeups.memory_wanted``), which wakes the senders to drain.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
 
 from aiokafka_ng.errors import BufferExhaustedError
+from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
 
 __all__ = ["MemoryPool", "MemoryPoolStatistics"]
 
@@ -56,9 +57,9 @@ class MemoryPool:
     """A byte budget with FIFO, piecemeal waiters and a deadline. (Slotted: the C
     ``send_fast``, see :mod:`aiokafka_ng.producer.intake`, does ``try_reserve`` by offset.)"""
 
-    __slots__ = ("_available", "_peak_used", "_timeouts", "_total", "_waiters", "_waits", "on_wait")
+    __slots__ = ("_available", "_peak_used", "_timeouts", "_total", "_waiters", "_waits", "wakeups")
 
-    def __init__(self, total: int, on_wait: Callable[[], None] | None = None) -> None:
+    def __init__(self, total: int, wakeups: Wakeups = UNWIRED) -> None:
         if total <= 0:
             raise ValueError("total must be > 0")
         self._total = total
@@ -67,7 +68,7 @@ class MemoryPool:
         self._waits = 0
         self._timeouts = 0
         self._peak_used = 0
-        self.on_wait = on_wait
+        self.wakeups = wakeups
 
     @property
     def total(self) -> int:
@@ -103,8 +104,7 @@ class MemoryPool:
         self._waits += 1
         # Anything already free goes to the head (which may be us).
         self._distribute()
-        if self.on_wait is not None:
-            self.on_wait()
+        self.wakeups.memory_wanted()
         try:
             with anyio.move_on_after(timeout):
                 await waiter.event.wait()

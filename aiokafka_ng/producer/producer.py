@@ -8,6 +8,14 @@ producer's task group: one :class:`~aiokafka_ng.producer.sender.NodeSender` per 
 leads a partition we write to, the producer-id task (idempotence: a
 :class:`~aiokafka_ng.producer.producer_id.ProducerIdOwner`) and the expiry timer.
 
+The parts do not call each other back: the accumulator, the memory pool, the senders and
+the producer-id owner signal on one wake-up channel
+(:class:`~aiokafka_ng.producer.wakeups.Wakeups`), the producer's
+:class:`~aiokafka_ng.producer.senders.Senders`, which makes the per-node senders, wakes them,
+asks the cluster for metadata and tells ``send()`` when to yield. The cluster's metadata
+reaches the accumulator through the producer's listener (``_on_metadata``), which turns a
+bug there into the producer's failure rather than the cluster task's.
+
 That task group and the cluster live in a task of their own (a
 :class:`~aiokafka_ng.cluster.TaskHost`), so ``start()`` and ``close()`` may run in different
 tasks, as web frameworks' startup and shutdown hooks do.
@@ -70,7 +78,8 @@ from aiokafka_ng.producer.intake import (
 )
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.producer_id import ProducerIdOwner, idempotent_ask
-from aiokafka_ng.producer.sender import NodeSender, Supervised
+from aiokafka_ng.producer.sender import Supervised
+from aiokafka_ng.producer.senders import Senders
 from aiokafka_ng.producer.statistics import ProducerStatistics
 from aiokafka_ng.producer.transactions import TransactionManager
 from aiokafka_ng.producer.txn_coordinator import PreparedTransaction, TxnCoordinatorClient
@@ -93,8 +102,6 @@ _CODECS = {
     "lz4": Compression.LZ4,
     "zstd": Compression.ZSTD,
 }
-#: How many batch wake-ups send() lets pass before it yields to the senders (see _wake_node).
-_WAKES_PER_YIELD = 4
 
 
 class _State(enum.Enum):
@@ -102,10 +109,6 @@ class _State(enum.Enum):
     RUNNING = "running"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-def _nothing() -> None:
-    pass
 
 
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
@@ -142,9 +145,6 @@ class Producer:
             raise TypeError("pass either a ProducerConfig or keyword settings, not both")
         self.config = config
         self._state = _State.NEW
-        self._yield = False
-        self._wakes = 0
-        self._pool = MemoryPool(config.buffer_memory, on_wait=self._wake_all)
         self._txn: TransactionManager | None = None
         self._idem: IdempotenceState | None = None
         #: The producer id's one owner (the transaction manager's when transactional).
@@ -168,6 +168,10 @@ class Producer:
         elif config.enable_idempotence:
             self._idem = IdempotenceState()
             self._ids = ProducerIdOwner(self._idem, label="producer", log=log)
+        # The wake-up channel of the accumulator, the pool, the senders and the producer
+        # id's owner; it makes the per-node senders once start() attaches it.
+        self._senders = Senders(config, self._ids)
+        self._pool = MemoryPool(config.buffer_memory, wakeups=self._senders)
         self._acc = Accumulator(
             pool=self._pool,
             batch_size=config.batch_size,
@@ -179,8 +183,7 @@ class Producer:
             guarantee_order=config.max_in_flight_requests_per_connection == 1,
             idempotence=self._idem,
             partitioner=config.partitioner,
-            request_metadata=self._request_metadata,
-            wake_node=self._wake_node,
+            wakeups=self._senders,
         )
         # What send() and the bulk path (bulk.py) read: see intake.py.
         self._intake = Intake(
@@ -194,14 +197,11 @@ class Producer:
             max_block_ms=config.max_block_ms,
             why_stopped=self._not_running,
         )
-        self._senders: dict[int, NodeSender] = {}
         self._cluster: Cluster | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._tasks: Supervised | None = None  # start_soon for our background tasks
         self._failure: Exception | None = None  # what stopped a background task, if any
         self._host: TaskHost | None = None
-        # Senders tell the producer id's owner when a request ends (it waits for idle).
-        self._on_idle = self._ids.on_idle if self._ids is not None else _nothing
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -209,7 +209,7 @@ class Producer:
         return cls(ProducerConfig.from_properties(properties))
 
     def __repr__(self) -> str:
-        return f"<Producer {self._state.value} senders={sorted(self._senders)}>"
+        return f"<Producer {self._state.value} senders={sorted(self._senders.by_node)}>"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -235,7 +235,7 @@ class Producer:
             self._txn.attach(
                 cluster,
                 self._acc,
-                self._wake_all,
+                self._senders,
                 spawn=tasks.start_soon,
                 transaction_version=lambda: cluster.feature_level("transaction.version"),
             )
@@ -246,7 +246,7 @@ class Producer:
                 await self.close(timeout=0)
                 raise
         elif self._ids is not None:
-            self._ids.attach(self._acc, self._wake_all)
+            self._ids.attach(self._acc, self._senders)
             tasks.start_soon(
                 self._ids.run,
                 idempotent_ask(cluster),
@@ -264,6 +264,7 @@ class Producer:
         self._cluster = cluster
         self._tg = await enter_task_group(stack)
         self._tasks = Supervised(self._tg, self._crashed)
+        self._senders.attach(cluster, self._acc, self._tasks)
         stack.callback(cluster.add_listener(self._on_metadata))
         stack.callback(cluster.add_error_listener(self._on_cluster_error))
 
@@ -318,7 +319,7 @@ class Producer:
                 # may never be answered).
                 await self._txn.abort_quietly(timeout)
             acc.closing = True
-            self._wake_all()
+            self._senders.wake_all()
             with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
                 for fut in acc.incomplete():
                     await fut.wait_done()
@@ -341,6 +342,7 @@ class Producer:
                     self.config.client_id, acc.records_failed - failed_before, timeout,
                 )  # fmt: skip
             self._state = _State.CLOSED
+            self._senders.detach()
             # The host leaves the task group and the cluster in its own task (see TaskHost).
             await self._host.stop()
 
@@ -368,8 +370,8 @@ class Producer:
         if c_send is not None:
             fast = c_send(intake, topic, value, key, partition, timestamp_ms, headers)
             if fast is not None:
-                if self._yield:
-                    self._yield = False
+                if self._senders.yield_due:
+                    self._senders.yield_due = False
                     await anyio.lowlevel.checkpoint()
                 return cast(DeliveryFuture, fast)
         if not intake.running:
@@ -419,10 +421,10 @@ class Producer:
             acc.append(topic, partition, key, value, hdrs, timestamp_ms, size, fut)
         if txn is not None:
             txn.track(fut)
-        if self._yield:
-            # A batch became ready: let the senders run before queueing more, so a tight
-            # send() loop cannot starve the network.
-            self._yield = False
+        if self._senders.yield_due:
+            # Batches became ready: let the senders run before queueing more, so a tight
+            # send() loop cannot starve the network (senders.py, Yielding).
+            self._senders.yield_due = False
             await anyio.lowlevel.checkpoint()
         return fut
 
@@ -529,7 +531,7 @@ class Producer:
             raise self._not_running()
         acc = self._acc
         acc.flushing += 1
-        self._wake_all()
+        self._senders.wake_all()
         try:
             done = False
             with anyio.move_on_after(timeout):
@@ -634,15 +636,15 @@ class Producer:
             client_id=self.config.client_id,
             cluster=None if self._cluster is None else self._cluster.statistics(),
             memory=self._pool.statistics(),
-            senders={n: s.requests for n, s in self._senders.items()},
+            senders={n: s.requests for n, s in self._senders.by_node.items()},
             records_sent=acc.records_sent,
             records_failed=acc.records_failed,
             batches_sent=acc.batches_sent,
             buffer_bytes_used=self.config.buffer_memory - self._pool.available,
             request_latency_ms=acc.request_latency.snapshot(),
             in_flight_batches=len(acc.flight),
-            in_flight_requests=sum(s.in_flight for s in self._senders.values()),
-            in_flight_by_node={n: s.in_flight for n, s in self._senders.items()},
+            in_flight_requests=sum(s.in_flight for s in self._senders.by_node.values()),
+            in_flight_by_node={n: s.in_flight for n, s in self._senders.by_node.items()},
             retries=acc.retries,
             splits=acc.splits,
             expired_batches=acc.expired_batches,
@@ -679,10 +681,6 @@ class Producer:
         # the failure (see _not_running).
         self._acc.abort_all(self._stopped_error(), in_flight=True)
 
-    def _request_metadata(self, topic: str) -> None:
-        if self._cluster is not None:
-            self._cluster.request_update([topic])
-
     def _on_cluster_error(self, exc: KafkaError) -> None:
         # As Java's Sender on an authentication failure: what waits for metadata (or for a
         # producer id: ProducerIdOwner.run) fails with it now, not at delivery_timeout_ms.
@@ -695,40 +693,6 @@ class Producer:
             self._acc.update_metadata(snapshot)
         except Exception as exc:  # a bug of ours, run in the cluster's task: fail loudly here
             self._crashed(exc)
-
-    def _wake_node(self, node: int) -> None:
-        # send() yields to the senders after every few wake-ups rather than after each: a
-        # request carries at most one batch per partition, so letting a few batches become
-        # ready first lets one request carry several (measured: ~2x fewer requests and
-        # ~25-45% less CPU per record). The sender's event is set at once regardless, so
-        # nothing waits longer than the caller's next await.
-        self._wakes += 1
-        if self._wakes >= _WAKES_PER_YIELD:
-            self._wakes = 0
-            self._yield = True
-        sender = self._senders.get(node)
-        if sender is None:
-            if self._tasks is None or self._cluster is None or self._state is _State.CLOSED:
-                return
-            cfg = self.config
-            sender = self._senders[node] = NodeSender(
-                node,
-                cluster=self._cluster,
-                accumulator=self._acc,
-                task_group=self._tasks,
-                acks=cfg.acks,
-                request_timeout_ms=cfg.request_timeout_ms,
-                max_in_flight=cfg.max_in_flight_requests_per_connection,
-                retries=cfg.retries,
-                transactional_id=cfg.transactional_id,
-                on_idle=self._on_idle,
-            )
-            self._tasks.start_soon(sender.run)
-        sender.wake()
-
-    def _wake_all(self) -> None:
-        for sender in self._senders.values():
-            sender.wake()
 
     async def _expiry_loop(self) -> None:
         acc = self._acc

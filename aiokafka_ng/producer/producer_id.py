@@ -9,16 +9,17 @@ Replacing the id is always the same three steps:
 1. Wait until no batch is in flight (:meth:`ProducerIdOwner.wait_idle`). A batch on the wire
    holds a sequence of the old id; its answer must be settled (written, a duplicate, or a
    hole that asks for a reset) before sequences are thrown away, or a late answer would be
-   read against the new id's sequences. Senders call :meth:`ProducerIdOwner.on_idle` at the
-   end of every request, which is the only moment ``flight`` can shrink to empty with an
-   answer in hand.
+   read against the new id's sequences. :meth:`ProducerIdOwner.on_idle` is called at the
+   end of every request (the senders' ``Wakeups.request_ended``), which is the only moment
+   ``flight`` can shrink to empty with an answer in hand.
 2. Ask for the new id/epoch. *How* is the caller's, an :data:`Ask` given the current id
    and epoch: :func:`idempotent_ask` for a producer without a transactional id (always a
    fresh id, see ``idempotence.py`` for why), the transaction coordinator's InitProducerId
    (fencing at init, KIP-360's epoch bump after an abort) for a transactional one.
 3. Apply it (:meth:`ProducerIdOwner.apply`): every partition restarts at sequence 0, queued
    retries lose their old sequence (re-stamped at their next drain), the state takes the
-   id (drain resumes) and the senders are woken.
+   id (drain resumes) and the senders are woken (the producer's wake-up channel,
+   ``Wakeups.wake_all``).
 
 *When* is the caller's too. An idempotent producer runs :meth:`ProducerIdOwner.run` as a
 background task: an id at start, and a new one each time the idempotence state requests a
@@ -41,6 +42,7 @@ import anyio
 
 from aiokafka_ng.cluster.retry import Retry, RetryState, retrying
 from aiokafka_ng.errors import KafkaError
+from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
 from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
 
@@ -95,7 +97,7 @@ class ProducerIdOwner:
         "label",
         "level",
         "log",
-        "wake_senders",
+        "wakeups",
     )
 
     def __init__(
@@ -116,7 +118,7 @@ class ProducerIdOwner:
         self.log = log
         self.level = level
         self.accumulator: Accumulator | None = None
-        self.wake_senders: Callable[[], None] = lambda: None
+        self.wakeups: Wakeups = UNWIRED
         # Made by the task that waits on them (an anyio Event needs a running loop).
         self._renewal: anyio.Event | None = None
         self._idle: anyio.Event | None = None
@@ -125,10 +127,11 @@ class ProducerIdOwner:
         i = self.idem
         return f"<ProducerIdOwner {self.label} pid={i.producer_id} epoch={i.epoch} ready={i.ready}>"
 
-    def attach(self, accumulator: Accumulator, wake_senders: Callable[[], None]) -> None:
-        """The accumulator whose sequences a new id resets, and how to wake the senders."""
+    def attach(self, accumulator: Accumulator, wakeups: Wakeups) -> None:
+        """The accumulator whose sequences a new id resets, and the channel that wakes the
+        senders."""
         self.accumulator = accumulator
-        self.wake_senders = wake_senders
+        self.wakeups = wakeups
 
     @property
     def producer_id(self) -> int:
@@ -169,7 +172,7 @@ class ProducerIdOwner:
             logging.DEBUG if routine else self.level,
             "%s: producer id %s epoch %s", self.label, producer_id, epoch,
         )  # fmt: skip
-        self.wake_senders()
+        self.wakeups.wake_all()
 
     async def renew(self, ask: Ask) -> tuple[int, int]:
         """Wait until nothing is in flight, ``ask`` for an id, apply it; returns it. What

@@ -47,6 +47,7 @@ from aiokafka_ng.producer.settle import (
     error_outcomes,
     response_outcomes,
 )
+from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
 from aiokafka_ng.protocol.messages.produce import (
     PartitionProduceData,
     ProduceRequest,
@@ -108,7 +109,7 @@ class NodeSender:
         max_in_flight: int,
         retries: int,
         transactional_id: str | None = None,
-        on_idle: Callable[[], None] = lambda: None,
+        wakeups: Wakeups = UNWIRED,
     ) -> None:
         self.node_id = node_id
         self._cluster = cluster
@@ -121,7 +122,8 @@ class NodeSender:
         # Transactional batches must name their transaction in the request (the broker
         # checks it against AddPartitionsToTxn and writes the markers accordingly).
         self._transactional_id = transactional_id
-        self._on_idle = on_idle
+        #: Told when each request ends (the producer-id owner waits for an empty flight).
+        self._wakeups = wakeups
         self._event = anyio.Event()
         self.in_flight = 0
         self.requests = 0
@@ -266,7 +268,7 @@ class NodeSender:
     def _request_done(self) -> None:
         self.in_flight -= 1
         self.wake()
-        self._on_idle()
+        self._wakeups.request_ended()
 
     def on_response(self, response: ProduceResponse, batches: list[ProducerBatch]) -> None:
         """Settle the ``batches`` of one request by its answer (see :mod:`.settle`)."""

@@ -65,6 +65,7 @@ from aiokafka_ng.producer.txn_state import (
     TransactionState,
 )
 from aiokafka_ng.producer.txn_state import TRANSITIONS as _TRANSITIONS  # noqa: F401 (tests)
+from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
 
 if TYPE_CHECKING:
     from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -155,7 +156,7 @@ class TransactionManager:
         self.last_error: KafkaError | None = None
         self.accumulator: Accumulator | None = None
         self.client: TxnCoordinatorClient | None = None
-        self._wake_senders: Callable[[], None] = lambda: None
+        self._wakeups: Wakeups = UNWIRED
         self._spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None
         self._background: anyio.Event | None = None  # set when a background abort ends
         self._event = anyio.Event()
@@ -179,7 +180,7 @@ class TransactionManager:
         self,
         cluster: CoordinatorCluster,
         accumulator: Accumulator,
-        wake_senders: Callable[[], None],
+        wakeups: Wakeups,
         spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None,
         transaction_version: Callable[[], int] | None = None,
     ) -> None:
@@ -187,10 +188,10 @@ class TransactionManager:
         ``transaction_version``: the cluster's finalized ``transaction.version`` (0 when
         unknown), read at each begin."""
         self.accumulator = accumulator
-        self.ids.attach(accumulator, wake_senders)
+        self.ids.attach(accumulator, wakeups)
         if transaction_version is not None:
             self._transaction_version = transaction_version
-        self._wake_senders = wake_senders
+        self._wakeups = wakeups
         self._spawn = spawn
         self.client = TxnCoordinatorClient(
             cluster,
@@ -231,7 +232,7 @@ class TransactionManager:
         self.state = S.FATAL_ERROR
         self.last_error = exc
         self.drain_error = exc
-        self._wake_senders()
+        self._wakeups.wake_all()
 
     def _fail_abortable(self, exc: KafkaError) -> None:
         if self.state in (S.IN_TRANSACTION, S.COMMITTING, S.INITIALIZING):
@@ -239,7 +240,7 @@ class TransactionManager:
             self.state = S.ABORTABLE_ERROR
             self.last_error = exc
             self.drain_error = exc
-            self._wake_senders()
+            self._wakeups.wake_all()
 
     def _failed(self, exc: KafkaError) -> None:
         """Record a coordinator call's error: fatal or abortable by its type."""
@@ -354,7 +355,7 @@ class TransactionManager:
         """Flush and check every record of the transaction was delivered (COMMITTING)."""
         if self.state is not S.COMMITTING:  # COMMITTING: a timed-out commit, resumed
             self._to(S.COMMITTING, op)
-        self._wake_senders()
+        self._wakeups.wake_all()
         await flush()
         if self.state is not S.COMMITTING:  # an error arrived while flushing
             self._to(S.COMMITTING, op)  # raises the right error
@@ -424,7 +425,7 @@ class TransactionManager:
         acc = self.accumulator
         if acc is not None:
             acc.abort_all(self.drain_error)
-            self._wake_senders()
+            self._wakeups.wake_all()
             # In flight: their outcome no longer matters, but they must not be written
             # after the abort marker. Re-queued retries fail at their next drain.
             for fut in acc.incomplete():
@@ -553,7 +554,7 @@ class TransactionManager:
                     break
                 self.partitions |= batch
                 self.pending_partitions -= batch
-                self._wake_senders()
+                self._wakeups.wake_all()
 
     async def _add_pending(self) -> set[tuple[str, int]] | None:
         """One attempt of :meth:`run`: the partitions pending now, added (and returned);

@@ -22,6 +22,7 @@ from aiokafka_ng.producer.accumulator import Accumulator, PendingRun
 from aiokafka_ng.producer.future import BatchDelivery, DeliveryFuture
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
+from aiokafka_ng.producer.wakeups import Unwired
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import iter_batches
 
@@ -47,6 +48,20 @@ def meta(
     )
 
 
+class Heard(Unwired):
+    """The accumulator's wake-ups, recorded: nodes woken and topics asked for, in order."""
+
+    def __init__(self) -> None:
+        self.woken: list[int] = []
+        self.requested: list[str] = []
+
+    def batch_ready(self, node: int) -> None:
+        self.woken.append(node)
+
+    def metadata_needed(self, topic: str) -> None:
+        self.requested.append(topic)
+
+
 def make(
     clock: Clock,
     *,
@@ -57,8 +72,7 @@ def make(
     idem: IdempotenceState | None = None,
     pool: MemoryPool | None = None,
 ) -> tuple[Accumulator, list[int], list[str]]:
-    woken: list[int] = []
-    requested: list[str] = []
+    heard = Heard()
     acc = Accumulator(
         pool=pool or MemoryPool(1 << 20),
         batch_size=batch_size,
@@ -69,11 +83,10 @@ def make(
         retry_backoff=ExponentialBackoff(100, 1000, jitter=0),
         guarantee_order=guarantee_order,
         idempotence=idem,
-        request_metadata=requested.append,
-        wake_node=woken.append,
+        wakeups=heard,
         clock=clock,
     )
-    return acc, woken, requested
+    return acc, heard.woken, heard.requested
 
 
 def send(
@@ -476,7 +489,6 @@ def test_topic_with_fatal_metadata_error_fails_records() -> None:
 
 def test_compression_ratio_estimate_fills_batches_to_compressed_size() -> None:
     clock = Clock()
-    woken: list[int] = []
     acc = Accumulator(
         pool=MemoryPool(1 << 30),
         batch_size=4096,
@@ -487,7 +499,6 @@ def test_compression_ratio_estimate_fills_batches_to_compressed_size() -> None:
         retry_backoff=ExponentialBackoff(100, 1000, jitter=0),
         guarantee_order=False,
         idempotence=None,
-        wake_node=woken.append,
         clock=clock,
     )
     acc.update_metadata(meta(partitions=1))

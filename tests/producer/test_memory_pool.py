@@ -7,17 +7,19 @@ import pytest
 
 from aiokafka_ng.errors import BufferExhaustedError
 from aiokafka_ng.producer.memory import MemoryPool
+from aiokafka_ng.producer.wakeups import Unwired
 
 
-class Waits:
-    """Counts ``on_wait`` notifications; ``await waits.until(n)`` for the n-th waiter."""
+class Waits(Unwired):
+    """Counts the pool's ``memory_wanted`` wake-ups; ``await waits.until(n)`` for the n-th
+    waiter."""
 
     def __init__(self, pool: MemoryPool) -> None:
         self.count = 0
         self._event = anyio.Event()
-        pool.on_wait = self._on_wait
+        pool.wakeups = self
 
-    def _on_wait(self) -> None:
+    def memory_wanted(self) -> None:
         self.count += 1
         self._event.set()
 

@@ -32,6 +32,7 @@ from aiokafka_ng.producer.future import DeliveryFuture
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.producer_id import ProducerIdOwner
+from aiokafka_ng.producer.wakeups import Unwired
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import iter_batches
 from tests.helpers import topic_name
@@ -41,9 +42,9 @@ pytestmark = pytest.mark.anyio
 _LOG = logging.getLogger("tests.producer_id")
 
 
-class Rig:
+class Rig(Unwired):
     """An owner over a real IdempotenceState and Accumulator; the ask answers ``ids`` in
-    turn and records the (id, epoch) it was asked with."""
+    turn and records the (id, epoch) it was asked with; its wake-up channel is the rig."""
 
     def __init__(self, ids: list[tuple[int, int]], failures: int = 0) -> None:
         self.idem = IdempotenceState()
@@ -70,7 +71,7 @@ class Rig:
             )
         )
         self.applied = anyio.Event()
-        self.owner.attach(self.acc, self.applied.set)  # apply() wakes the senders last
+        self.owner.attach(self.acc, self)  # apply() wakes the senders last: wake_all
         self.ids = ids
         self.failures = failures
         self.asked: list[tuple[int, int]] = []
@@ -85,7 +86,9 @@ class Rig:
     async def next_id(self) -> None:
         await self.applied.wait()
         self.applied = anyio.Event()
-        self.owner.wake_senders = self.applied.set
+
+    def wake_all(self) -> None:  # the owner's wake-up channel: an id was applied
+        self.applied.set()
 
     def send(self, partition: int) -> DeliveryFuture:
         fut = DeliveryFuture("t", 0)

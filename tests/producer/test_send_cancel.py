@@ -3,8 +3,9 @@
 ``flush()`` and ``commit_transaction()`` return, and every byte of ``buffer_memory`` comes
 back. The only waits of ``send``/``send_batch``/``send_many`` are for memory (and the
 checkpoint after each chunk), so each test cancels its send deterministically at the moment
-it blocks: ``cancel_when_blocked`` cancels the scope from the memory pool's ``on_wait``
-hook, which ``MemoryPool.reserve`` calls just before it waits -- no sleeps, no timing.
+it blocks: ``cancel_when_blocked`` cancels the scope from the memory pool's wake-up
+(``memory_wanted``), which ``MemoryPool.reserve`` signals just before it waits -- no
+sleeps, no timing.
 
 What a cancelled call had queued is read back from partition 0's log as stored
 (``read_log``): the values must be the run's first ``q`` records, in order, each once, and
@@ -71,18 +72,18 @@ class Blocked:
 @contextmanager
 def cancel_when_blocked(p: Producer) -> Iterator[Blocked]:
     """Run the body in a cancel scope that is cancelled the first time a send blocks on
-    the producer's memory pool. The pool's ``on_wait`` hook (the producer's wake-up,
-    kept) runs synchronously inside ``reserve()`` right before it waits, so the cancel is
-    delivered at that wait -- or, if memory came free in the same loop turn, at the send's
-    next checkpoint, after that chunk was queued; the tests allow for both."""
+    the producer's memory pool. The pool's wake-up (``memory_wanted`` of the producer's
+    wake-up channel, still called) runs synchronously inside ``reserve()`` right before it
+    waits, so the cancel is delivered at that wait -- or, if memory came free in the same
+    loop turn, at the send's next checkpoint, after that chunk was queued; the tests allow
+    for both."""
     pool = p._pool
-    wake = pool.on_wait
+    wake = p._senders.memory_wanted
     seen = Blocked()
     with anyio.CancelScope() as scope:
 
-        def on_wait() -> None:
-            if wake is not None:
-                wake()
+        def memory_wanted() -> None:
+            wake()
             if not seen.times:
                 runs = [f for f in p._acc.incomplete() if isinstance(f, BatchDelivery)]
                 seen.runs = list({id(r): r for r in runs}.values())  # one per batch: once
@@ -91,11 +92,11 @@ def cancel_when_blocked(p: Producer) -> Iterator[Blocked]:
                 scope.cancel()
             seen.times += 1
 
-        pool.on_wait = on_wait
+        p._senders.memory_wanted = memory_wanted
         try:
             yield seen
         finally:
-            pool.on_wait = wake
+            p._senders.memory_wanted = wake
     assert scope.cancelled_caught and seen.times == 1
 
 
@@ -152,13 +153,13 @@ async def test_send_many_cancelled_while_its_topic_has_no_metadata(kafka_broker:
     # is delivered at that wait: what it had queued is what held the memory then.
     topic, vals = topic_name("cu"), values()
     async with producer(kafka_broker) as p:
-        request = p._acc.request_metadata
-        p._acc.request_metadata = lambda topic: None  # keep the topic unknown for now
+        request = p._senders.metadata_needed
+        p._senders.metadata_needed = lambda topic: None  # keep the topic unknown for now
         with cancel_when_blocked(p) as seen:
             await p.send_many(topic, vals, partition=0)
         [run] = seen.runs
         assert not run.done()  # queued records are waiting for the metadata
-        p._acc.request_metadata = request
+        p._senders.metadata_needed = request
         await p.partitions_for(topic)  # the metadata comes: the queued chunks are placed
         with anyio.fail_after(20):
             await p.flush()
@@ -205,13 +206,13 @@ async def test_send_many_cancelled_before_its_first_chunk(kafka_broker: Any) -> 
     topic = topic_name("cf")
     first_vals, second_vals = values(120, b"a"), values(500, b"b")
     async with producer(kafka_broker) as p:
-        request = p._acc.request_metadata
-        p._acc.request_metadata = lambda topic: None
+        request = p._senders.metadata_needed
+        p._senders.metadata_needed = lambda topic: None
         first = await p.send_many(topic, first_vals, partition=0)
         with cancel_when_blocked(p) as seen:
             await p.send_many(topic, second_vals, partition=0)
         assert seen.runs == [first]  # nothing of the second run was queued
-        p._acc.request_metadata = request
+        p._senders.metadata_needed = request
         await p.partitions_for(topic)
         with anyio.fail_after(20):
             await p.flush()
@@ -244,8 +245,8 @@ async def test_send_cancelled_waiting_for_memory(kafka_broker: Any) -> None:
     # must wait for memory is cancelled there (also through send_and_wait): not queued.
     topic = topic_name("cs")
     async with producer(kafka_broker) as p:
-        request = p._acc.request_metadata
-        p._acc.request_metadata = lambda topic: None
+        request = p._senders.metadata_needed
+        p._senders.metadata_needed = lambda topic: None
         vals: list[bytes] = []
         futs = []
         while p._pool.available >= 1000:  # each takes less: none of them waits
@@ -256,7 +257,7 @@ async def test_send_cancelled_waiting_for_memory(kafka_broker: Any) -> None:
         with cancel_when_blocked(p):
             await p.send_and_wait(topic, b"c" * 1000, partition=0)
         assert p._pool.statistics().waiters == 0
-        p._acc.request_metadata = request
+        p._senders.metadata_needed = request
         await p.partitions_for(topic)
         with anyio.fail_after(20):
             await p.flush()
@@ -286,13 +287,13 @@ async def test_send_many_cancelled_in_a_transaction_commits_what_was_queued(
         # Cancelled before its first chunk (the buffer full of the first run, whose topic
         # has no metadata yet): nothing of the second run is in the transaction.
         other = topic_name("ct")
-        request = p._acc.request_metadata
-        p._acc.request_metadata = lambda topic: None
+        request = p._senders.metadata_needed
+        p._senders.metadata_needed = lambda topic: None
         p.begin_transaction()
         first = await p.send_many(other, values(120, b"a"), partition=0)
         with cancel_when_blocked(p):
             await p.send_many(other, values(500, b"b"), partition=0)
-        p._acc.request_metadata = request
+        p._senders.metadata_needed = request
         await p.partitions_for(other)
         with anyio.fail_after(20):
             await p.commit_transaction()
@@ -353,14 +354,13 @@ async def test_closed_while_send_many_waits_for_memory(kafka_broker: Any) -> Non
         async with anyio.create_task_group() as tg:
             await p.start()  # inside the task group: close() below leaves it in order
             await p.partitions_for(topic)
-            wake = p._pool.on_wait
-            assert wake is not None
+            wake = p._senders.memory_wanted
 
-            def on_wait() -> None:
+            def memory_wanted() -> None:
                 wake()
                 blocked.set()
 
-            p._pool.on_wait = on_wait
+            p._senders.memory_wanted = memory_wanted
             tg.start_soon(send_many)
             await blocked.wait()
             runs = [f for f in p._acc.incomplete() if isinstance(f, BatchDelivery)]

@@ -124,15 +124,15 @@ async def test_unknown_topic_run_waits_as_one_entry_per_chunk_in_send_order(
     # record; when the metadata comes every record lands in send order.
     topic = topic_name()
     async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as p:
-        ask = p._acc.request_metadata
-        p._acc.request_metadata = lambda topic: None  # the topic stays unknown until asked
+        ask = p._senders.metadata_needed
+        p._senders.metadata_needed = lambda topic: None  # the topic stays unknown until asked
         before = await p.send(topic, b"before", partition=0)
         run = await p.send_many(topic, as_run([b"r%d" % i for i in range(5000)]), partition=0)
         after = await p.send(topic, b"after", partition=0)
         pending = p._acc.topics[topic].pending
         assert [len(e.values) if hasattr(e, "values") else 1 for e in pending] == [1, 4096, 904, 1]
         assert run._members == [] and not run.done()
-        p._acc.request_metadata = ask
+        p._senders.metadata_needed = ask
         ask(topic)
         metas = await run
         assert (await before).offset == 0 and (await after).offset == 5001
@@ -268,7 +268,7 @@ async def test_closing_fails_every_queued_record_by_position(kafka_broker: Any) 
     await p.start()
     await p.partitions_for(known)
     queued = await p.send_many(known, [b"q%d" % i for i in range(30)], partition=0)
-    p._acc.request_metadata = lambda topic: None  # keep the unknown topic unknown
+    p._senders.metadata_needed = lambda topic: None  # keep the unknown topic unknown
     waiting = await p.send_many(unknown, [b"w%d" % i for i in range(5)])
     cancelled = await p.send_many(known, [b"c"], partition=1)
     assert cancelled.cancel() and cancelled.cancelled()  # detaches the waiters only

@@ -88,11 +88,11 @@ async def test_changes_after_send_many_returns_change_nothing_sent(
     values = [b"value-%04d" % i for i in range(N)]
     keys = [b"key-%d" % (i % 7) for i in range(N)]
     async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers, batch_size=4096) as p:
-        ask = p._acc.request_metadata
+        ask = p._senders.metadata_needed
         if metadata == "known":
             await p.partitions_for(topic)
         else:
-            p._acc.request_metadata = lambda topic: None  # the topic stays unknown until asked
+            p._senders.metadata_needed = lambda topic: None  # the topic stays unknown until asked
         vals, ks = Caller(form, values), Caller(form, keys) if keyed else None
         run = await p.send_many(topic, vals.arg, keys=None if ks is None else ks.arg)
         if metadata == "unknown":
@@ -103,7 +103,7 @@ async def test_changes_after_send_many_returns_change_nothing_sent(
         if ks is not None:
             ks.scribble(b"K")
         if metadata == "unknown":
-            p._acc.request_metadata = ask
+            p._senders.metadata_needed = ask
             ask(topic)
         vals.scribble(b"W")  # and again just before the flush
         await p.flush()

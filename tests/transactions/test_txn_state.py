@@ -36,6 +36,7 @@ from aiokafka_ng.producer.transactions import (
     TransactionNotStartedError,
     TransactionState,
 )
+from aiokafka_ng.producer.wakeups import Unwired
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.messages.end_txn import EndTxnResponse
 from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdResponse
@@ -47,8 +48,9 @@ pytestmark = pytest.mark.anyio
 S = TransactionState
 
 
-class Setup:
-    """A TransactionManager attached to an Accumulator and a scripted cluster."""
+class Setup(Unwired):
+    """A TransactionManager attached to an Accumulator and a scripted cluster; the setup is
+    its wake-up channel (counting ``wake_all``)."""
 
     def __init__(self, handler: Handler | None = None) -> None:
         self.cluster = txn_cluster(handler or ok_handler())
@@ -82,9 +84,9 @@ class Setup:
             )
         )
         self.wakes = 0
-        self.manager.attach(self.cluster, self.acc, self._wake)
+        self.manager.attach(self.cluster, self.acc, self)  # its wake-up channel
 
-    def _wake(self) -> None:
+    def wake_all(self) -> None:
         self.wakes += 1
 
     def send(self, value: bytes, partition: int = 0) -> DeliveryFuture:
@@ -456,7 +458,7 @@ async def test_cancelled_transaction_is_aborted_by_a_background_task() -> None:
     s = Setup()
     m = s.manager
     async with anyio.create_task_group() as tg:
-        m.attach(s.cluster, s.acc, lambda: None, spawn=tg.start_soon)
+        m.attach(s.cluster, s.acc, Unwired(), spawn=tg.start_soon)
         await m.init()
         with anyio.move_on_after(0.05):
             async with m.context(s.flush):
