@@ -15,8 +15,8 @@ and it turns each event into the one thing that follows from it:
   nothing to be in flight before it replaces the id.
 
 Senders are made only between :meth:`Senders.attach` (the producer's cluster and task group
-exist) and :meth:`Senders.detach` (the producer closed); a wake-up outside that window only
-marks nothing -- the accumulator keeps the batch, and the next wake-up after ``attach``
+exist) and :meth:`Senders.detach` (the producer closed); a wake-up outside that window starts
+no sender -- the accumulator keeps the batch, and the next wake-up after ``attach``
 finds it.
 
 Yielding. ``send()`` does not await anything in its common case, so a tight ``send()`` loop
