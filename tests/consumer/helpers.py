@@ -20,8 +20,19 @@ def confluent_produce(
     rows: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]], int]],
     **config: Any,
 ) -> None:
-    """Write ``(partition, key, value, headers, timestamp_ms)`` rows with librdkafka."""
-    producer = ConfluentProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config})
+    """Write ``(partition, key, value, headers, timestamp_ms)`` rows with librdkafka, in order.
+
+    Idempotence is on because the tests compare each partition's order: without it
+    librdkafka keeps up to a million requests in flight and a retried batch (the topic is
+    auto-created, so its first batches can meet NOT_LEADER_OR_FOLLOWER) lands behind later
+    ones -- seen once on Apache Kafka (record 4 at offset 0 of partition 0).
+    """
+    producer = ConfluentProducer({
+        "bootstrap.servers": bootstrap,
+        "linger.ms": 5,
+        "enable.idempotence": True,
+        **config,
+    })  # fmt: skip
     errors: list[Any] = []
     for partition, key, value, headers, ts in rows:
         producer.produce(
