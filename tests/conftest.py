@@ -59,10 +59,34 @@ def uses_a_broker(item: pytest.Item) -> bool:
 SPARK_PEER = "tests/kafka/test_spark_connector_peer.py"
 
 
-@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these markers
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: Where every test runs a JVM of the session's: the Kafka cluster, or Spark in this process.
+JVM_PATHS = ("tests/kafka/", "tests/spark/")
+
+
+def worker_group(item: pytest.Item) -> str:
+    """The pytest-xdist group of a test (``--dist loadgroup`` runs a group on one worker).
+
+    Every test of the session's JVMs (the 3-node Kafka cluster, the in-process Spark) is in
+    one group, "jvm": on two workers each would otherwise start its own cluster (three
+    more JVMs on two cores) and a Spark JVM whose options the first test to start it fixes
+    (the connector peer's must come first, see ``_SparkPeerFirst``). Every other test is
+    grouped with its file, so module-scoped fixtures start once.
+    """
+    names = getattr(item, "fixturenames", ())
+    if item.get_closest_marker("kafka") or "kafka_cluster" in names:
+        return "jvm"
+    if item.nodeid.startswith(JVM_PATHS):
+        return "jvm"
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these markers, and before xdist
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    distributed = config.pluginmanager.hasplugin("xdist")
     for item in items:
         item.add_marker(pytest.mark.broker if uses_a_broker(item) else pytest.mark.unit)
+        if distributed:
+            item.add_marker(pytest.mark.xdist_group(worker_group(item)))
 
 
 class _SparkPeerFirst:

@@ -92,7 +92,7 @@ def test_a_clone_without_schemas_skips_the_drift_check(
     drift check skips, saying why); under CI=true the same absence fails it."""
     env = {**os.environ, "AIOKAFKA_NG_SCHEMAS": str(tmp_path / "absent"), "CI": ci}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-n", "0",
          "tests/test_quality.py::test_generated_protocol_is_current"],
         cwd=ROOT, capture_output=True, text=True, env=env, timeout=120, check=False,
     )  # fmt: skip
