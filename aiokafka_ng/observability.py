@@ -23,7 +23,8 @@ Usage::
     from opentelemetry import metrics
     instrument_opentelemetry(metrics.get_meter("my-app"), {"orders-producer": producer})
 
-A client whose ``statistics()`` raises (not started yet, or closed) is skipped.
+Our clients answer in any state (before ``start()``, after ``close()``); anything else whose
+``statistics()`` raises is skipped.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def _collect(clients: Mapping[str, StatisticsSource]) -> Iterator[tuple[str, Sam
     for client_name, client in list(clients.items()):
         try:
             stats = client.statistics()
-        except Exception:  # not started or already closed: nothing to report now
+        except Exception:  # a source that cannot report now (ours answer in any state)
             continue
         for sample in samples(stats):
             yield client_name, sample

@@ -80,13 +80,10 @@ async def test_start_ready_statistics_close_twice(kind: str, kafka_broker: Local
         await client.start()  # no reopening
     with pytest.raises(IllegalStateError):
         await client.wait_ready(1)
-    if kind == "consumer":
-        # The consumer's statistics live in its fetcher, gone once closed: it raises, and
-        # observability's collectors skip it (tests/ecosystem/test_observability.py).
-        with pytest.raises(IllegalStateError):
-            client.statistics()
-    else:
-        check_statistics(kind, client, "closed")
+    # Every client answers once closed, with its last counters.
+    closed = check_statistics(kind, client, "closed")
+    assert isinstance(closed.cluster, ClusterStatistics)
+    assert closed.cluster.metadata_requests >= stats.cluster.metadata_requests
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -106,9 +103,11 @@ async def test_async_with_then_no_reentry(kind: str, kafka_broker: LocalBroker) 
 async def test_closing_an_unstarted_client(kind: str) -> None:
     # Nothing connects: the address is never dialled.
     client = make(kind, "127.0.0.1:1")
-    if kind != "consumer":  # the consumer's statistics need its (started) fetcher
-        stats = check_statistics(kind, client, "new")
-        assert stats.cluster is None
+    stats = check_statistics(kind, client, "new")
+    assert stats.cluster is None
+    if isinstance(stats, ConsumerStatistics):  # nothing fetched yet, the limit configured
+        assert stats.fetcher.fetch_requests == stats.fetcher.records_consumed == 0
+        assert stats.fetcher.buffer_limit == client.config.fetch_buffer_bytes
     await client.close()
     assert client.status().state == "closed"
     await client.close(timeout=1)

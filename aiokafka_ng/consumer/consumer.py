@@ -51,7 +51,7 @@ from aiokafka_ng.consumer.models import (
     TopicPartition,
 )
 from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
-from aiokafka_ng.consumer.parts import ConsumerStatistics, build_parts, supervised
+from aiokafka_ng.consumer.parts import ConsumerStatistics, build_parts, no_fetches, supervised
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
 from aiokafka_ng.protocol.records import RecordBatch
@@ -73,6 +73,7 @@ class Consumer:
         self._initial_topics = topics
         self._subs = SubscriptionState(self._on_subscription_change)
         self._cluster: Cluster | None = None
+        self._last_cluster: Cluster | None = None  # the one opened, kept for statistics()
         self._tg: TaskGroup | None = None
         self._host: TaskHost | None = None
         self._fetcher: Fetcher | None = None
@@ -131,7 +132,7 @@ class Consumer:
             async def open_(stack: AsyncExitStack) -> None:
                 # Run by the host task (see TaskHost): the cluster and the task group are
                 # entered and left there, whichever tasks call start() and stop().
-                self._cluster = await stack.enter_async_context(cluster)
+                self._cluster = self._last_cluster = await stack.enter_async_context(cluster)
                 tg = self._tg = await enter_task_group(stack)
                 assert self._fetcher is not None
                 await tg.start(supervised, self._fetcher.run, self._task_failed)
@@ -548,15 +549,18 @@ class Consumer:
         )
 
     def statistics(self) -> ConsumerStatistics:
-        """Counters for monitoring and tests (never blocks). Only while running: a consumer
-        not started, closed or stopped by a failure raises (its fetcher is gone)."""
-        _, fetcher, _ = self._running()
+        """Counters for monitoring and tests, in any state (never blocks), as the producer's
+        and the admin client's: before ``start()`` nothing fetched and no cluster, after
+        ``close()`` the last counters."""
+        c = self._config
+        fetcher = self._fetcher
+        cluster = self._last_cluster
         g = self._group
         return ConsumerStatistics(
-            state="running",
-            client_id=self._config.client_id,
-            cluster=None if self._cluster is None else self._cluster.statistics(),
-            fetcher=fetcher.statistics(),
+            state=self.status().state,
+            client_id=c.client_id,
+            cluster=None if cluster is None else cluster.statistics(),
+            fetcher=no_fetches(c.fetch_buffer_bytes) if fetcher is None else fetcher.statistics(),
             assignment=tuple(self._subs.assignment),
             group_state=None if g is None else g.state.value,
             generation=None if g is None else g.generation,

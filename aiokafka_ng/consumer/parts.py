@@ -28,7 +28,7 @@ from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
-__all__ = ["ConsumerStatistics", "build_parts", "supervised"]
+__all__ = ["ConsumerStatistics", "build_parts", "no_fetches", "supervised"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,23 @@ class ConsumerStatistics(ClientStatistics):
     generation: int | None
     member_id: str | None
     rebalances: int
+
+
+def no_fetches(buffer_limit: int) -> FetcherStatistics:
+    """The fetcher's counters of a consumer not started yet: nothing fetched."""
+    return FetcherStatistics(
+        buffered_bytes=0,
+        max_buffered_bytes=0,
+        reserved_bytes=0,
+        buffer_limit=buffer_limit,
+        fetches_in_flight=0,
+        fetch_requests=0,
+        fetch_failures=0,
+        bytes_dropped=0,
+        partitions_buffered=0,
+        records_consumed=0,
+        fetch_latency_ms={},
+    )
 
 
 def build_parts(
