@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 
@@ -41,8 +41,21 @@ from aiokafka_ng.producer.callbacks import Callback
 from aiokafka_ng.producer.callbacks import caller_context as _caller_context
 from aiokafka_ng.producer.callbacks import dispatch as _dispatch
 
-if TYPE_CHECKING:
-    from aiokafka_ng.producer.batch import ProducerBatch
+
+class Placed(Protocol):
+    """Where a record's batch was written, as its delivery reads it once done: the batch
+    (``batch.ProducerBatch``, which imports this module through ``future``; a protocol here
+    keeps the two from importing each other)."""
+
+    @property
+    def partition(self) -> int: ...
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def log_append_time(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+
 
 __all__ = ["PENDING", "Cancelled", "Delivery", "FutureNotDoneError", "listed", "take_waiters"]
 
@@ -95,7 +108,7 @@ class Delivery(Generic[T]):
         self.topic = topic
         self._timestamp = timestamp_ms
         self._loop = loop
-        self._batch: ProducerBatch | None = None
+        self._batch: Placed | None = None
         self._delta = 0
         self._exc: BaseException | None = _PENDING
         self._waiters: Any = None  # None, a callback, a list of waiters, or Cancelled

@@ -16,16 +16,44 @@ adds a partition to the transaction by itself, so it drains at once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from aiokafka_ng.errors import ProducerFencedError
+from aiokafka_ng.errors import KafkaError, ProducerFencedError
 from aiokafka_ng.producer.idempotence import IdempotenceState
 
 if TYPE_CHECKING:
     from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch
-    from aiokafka_ng.producer.transactions import TransactionManager
 
-__all__ = ["TransactionalIdempotence"]
+__all__ = ["Transaction", "TransactionalIdempotence"]
+
+
+class BatchFailer(Protocol):
+    """The accumulator, as far as the drain rules use it."""
+
+    def fail(self, batch: ProducerBatch, exc: BaseException) -> None: ...
+
+
+class Transaction(Protocol):
+    """What the drain rules read and call of the transaction manager
+    (``transactions.TransactionManager``, which imports this module: a protocol here keeps
+    the two from importing each other)."""
+
+    @property
+    def transactional_id(self) -> str: ...
+    @property
+    def drain_error(self) -> KafkaError | None: ...
+    @property
+    def accumulator(self) -> BatchFailer | None: ...
+    @property
+    def partitions(self) -> set[tuple[str, int]]: ...
+    @property
+    def pending_partitions(self) -> set[tuple[str, int]]: ...
+    @property
+    def v2(self) -> bool: ...
+    def wake(self) -> None: ...
+    def fail_fatal(self, exc: KafkaError) -> None: ...
+    def sequence_hole(self) -> None: ...
+
 
 #: PRODUCER_FENCED on Produce is final. INVALID_PRODUCER_EPOCH on Produce is not (KIP-588):
 #: the coordinator also bumps the epoch when a transaction times out, so it is abortable;
@@ -43,7 +71,7 @@ class TransactionalIdempotence(IdempotenceState):
     #: read_committed consumers until the transaction's marker): ``IdempotenceState.stamp``.
     transactional = True
 
-    def __init__(self, manager: TransactionManager) -> None:
+    def __init__(self, manager: Transaction) -> None:
         super().__init__()
         self.manager = manager
 
