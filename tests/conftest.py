@@ -63,30 +63,64 @@ SPARK_PEER = "tests/kafka/test_spark_connector_peer.py"
 JVM_PATHS = ("tests/kafka/", "tests/spark/")
 
 
-def worker_group(item: pytest.Item) -> str:
-    """The pytest-xdist group of a test (``--dist loadgroup`` runs a group on one worker).
+def worker_group(nodeid: str) -> str:
+    """The work unit of a test under pytest-xdist (``--dist loadgroup``, scheduled by
+    :func:`pytest_xdist_make_scheduler`): a unit runs on one worker.
 
     Every test of the session's JVMs (the 3-node Kafka cluster, the in-process Spark) is in
-    one group, "jvm": on two workers each would otherwise start its own cluster (three
-    more JVMs on two cores) and a Spark JVM whose options the first test to start it fixes
-    (the connector peer's must come first, see ``_SparkPeerFirst``). Every other test is
-    grouped with its file, so module-scoped fixtures start once.
+    one unit, "jvm": on two workers each would otherwise start its own cluster (three more
+    JVMs on two cores) and a Spark JVM whose options the first test to start it fixes (the
+    connector peer's must come first, see ``_SparkPeerFirst``). Every other test is grouped
+    with its file, so module-scoped fixtures start once. Read from the node id alone, as
+    the controller sees only ids: a test on the Kafka cluster is under ``JVM_PATHS`` or has
+    ``kafka`` among its parameter ids (``kafka_broker``'s); collection checks that every test
+    that uses the cluster is found so (``pytest_collection_modifyitems``).
     """
-    names = getattr(item, "fixturenames", ())
-    if item.get_closest_marker("kafka") or "kafka_cluster" in names:
+    path, _, rest = nodeid.partition("::")
+    if path.startswith(JVM_PATHS):
         return "jvm"
-    if item.nodeid.startswith(JVM_PATHS):
-        return "jvm"
-    return item.nodeid.split("::", 1)[0]
+    params = rest[rest.find("[") + 1 : -1] if rest.endswith("]") else ""
+    return "jvm" if "kafka" in params.split("-") else path
 
 
-@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these markers, and before xdist
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    distributed = config.pluginmanager.hasplugin("xdist")
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.broker if uses_a_broker(item) else pytest.mark.unit)
-        if distributed:
-            item.add_marker(pytest.mark.xdist_group(worker_group(item)))
+        names = getattr(item, "fixturenames", ())
+        on_kafka = item.get_closest_marker("kafka") or "kafka_cluster" in names
+        if on_kafka and worker_group(item.nodeid) != "jvm":
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the Kafka cluster outside {JVM_PATHS} without a 'kafka' "
+                "parameter id: pytest-xdist would start a second cluster for it (conftest.py, "
+                "worker_group)"
+            )
+
+
+try:  # pytest-xdist's scheduler, when it is installed (it is in the dev extra)
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pragma: no cover
+    LoadScopeScheduling = None
+
+if LoadScopeScheduling is not None:
+
+    class _ByWorkerGroup(LoadScopeScheduling):  # type: ignore[misc]
+        """``--dist loadscope`` with :func:`worker_group` for the scope, in collection order
+        (not largest first): the Spark peer's tests come first (``_SparkPeerFirst``), so
+        the "jvm" unit, the longest by far, starts at once on the first worker. (xdist's
+        own ``loadgroup`` renames node ids, which pytest 9's structured ids do not allow.)"""
+
+        def __init__(self, config: pytest.Config, log: Any) -> None:
+            config.option.loadscopereorder = False
+            super().__init__(config, log)
+
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        if config.getvalue("dist") != "loadgroup":
+            return None  # another --dist: xdist's own
+        return _ByWorkerGroup(config, log)
 
 
 class _SparkPeerFirst:
