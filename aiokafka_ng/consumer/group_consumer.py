@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from aiokafka_ng.cluster import ClusterClient, ClusterMetadata
+from aiokafka_ng.cluster import ClusterClient, ClusterMetadata, RetryState
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.consumer.group import GroupCoordinator
 from aiokafka_ng.consumer.membership import GroupSettings, MemberState
@@ -109,7 +109,7 @@ class ConsumerGroupMember(GroupCoordinator):
         self.member_id = str(uuid.uuid4())  # KIP-1082: the member names itself
         self.generation = 0
         self._interval_s = _FIRST_INTERVAL_S
-        self._failures = 0
+        self._pacing = RetryState(self._backoff)  # consecutive failed heartbeats
         # The broker's latest target, by topic id; None when it has not sent one since
         # (re)joining. Partitions of ids not resolved to names yet wait in it.
         self._target: dict[uuid.UUID, frozenset[int]] | None = None
@@ -158,9 +158,11 @@ class ConsumerGroupMember(GroupCoordinator):
             changed = await self._heartbeat()
             if changed or self._unresolved:
                 await self._reconcile()
-            failures = self._failures
+            pacing = self._pacing
             await self._sleep_until_woken(
-                self._backoff.backoff_s(failures) if failures else self._interval_s
+                max(0.0, pacing.retry_at - anyio.current_time())
+                if pacing.failures
+                else self._interval_s
             )
 
     def _request(self) -> ConsumerGroupHeartbeatRequest:
@@ -210,12 +212,12 @@ class ConsumerGroupMember(GroupCoordinator):
                 raise
             log.debug("group %s: heartbeat failed (%r)", self._group_id, exc)
             self._cluster.invalidate_coordinator(self._group_id)
-            self._failures += 1
+            self._pacing.failed(exc)
             return False
         finally:
             self._heartbeat_done.set()
             self._heartbeat_done = anyio.Event()
-        self._failures = 0
+        self._pacing.succeeded()
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "group %s: heartbeat (epoch %d, owned %d) answered epoch %d, %s",

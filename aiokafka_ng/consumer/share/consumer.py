@@ -57,7 +57,7 @@ from typing import Any, Literal, Self
 import anyio
 from anyio.abc import TaskStatus
 
-from aiokafka_ng.cluster import Cluster, ClusterClient, TaskHost, enter_task_group
+from aiokafka_ng.cluster import Cluster, ClusterClient, RetryState, TaskHost, enter_task_group
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
@@ -328,7 +328,7 @@ class ShareConsumer(_ShareWire):
         cluster = self._cluster
         group = self._config.group_id
         assert cluster is not None and group is not None
-        failures = 0
+        pacing = RetryState(self._backoff)  # consecutive failed heartbeats, the shared policy
         interval = 1.0
         timeout = self._config.request_timeout_ms / 1000
         # The broker sends an assignment only when it changes: one naming a topic id our
@@ -336,8 +336,8 @@ class ShareConsumer(_ShareWire):
         target: sgh.Assignment | None = None
         # Ends when closing: a heartbeat after the leave (epoch -1) would join again.
         while not self._closed:
-            if failures:
-                await anyio.sleep(self._backoff.backoff_s(failures))
+            if pacing.failures:
+                await pacing.pause()
             if not self._topics:
                 # Unsubscribed (unsubscribe() left the group): idle until subscribe().
                 target = None
@@ -360,7 +360,7 @@ class ShareConsumer(_ShareWire):
                     link = await cluster.coordinator_connection(node)
                     resp = await link.send(req, timeout=timeout)
                 except KafkaError as exc:
-                    failures += 1
+                    pacing.failed(exc)
                     log.debug("share group %s heartbeat failed: %r", group, exc)
                     cluster.invalidate_coordinator(group)
                     continue
@@ -368,7 +368,7 @@ class ShareConsumer(_ShareWire):
                     # The subscription changed while this heartbeat was out: send the new
                     # one at once rather than after a whole interval.
                     self._hb_wake.set()
-                failures, target, ok = self._heartbeat_answer(resp, failures, target)
+                target, ok = self._heartbeat_answer(resp, pacing, target)
                 if not ok:
                     if self._failure is not None:
                         return
@@ -384,10 +384,11 @@ class ShareConsumer(_ShareWire):
     def _heartbeat_answer(
         self,
         resp: sgh.ShareGroupHeartbeatResponse,
-        failures: int,
+        pacing: RetryState,
         target: sgh.Assignment | None,
-    ) -> tuple[int, sgh.Assignment | None, bool]:
-        """Apply a heartbeat answer: (failures, assignment to apply, whether it succeeded)."""
+    ) -> tuple[sgh.Assignment | None, bool]:
+        """Apply a heartbeat answer (counted in ``pacing``): (assignment to apply, whether
+        it succeeded)."""
         cluster = self._cluster
         group = self._config.group_id
         assert cluster is not None and group is not None
@@ -402,11 +403,13 @@ class ShareConsumer(_ShareWire):
                 self._set_assignment(frozenset())
             elif code not in _RETRY:
                 self._fail(error_for_code(code)(resp.error_message))
-            return failures + 1, target, False
+            pacing.failed(error_for_code(code)(resp.error_message))
+            return target, False
+        pacing.succeeded()
         self._epoch = resp.member_epoch
         if resp.assignment is not None:
             target = resp.assignment
-        return 0, target, True
+        return target, True
 
     async def _apply(self, cluster: ClusterClient, assignment: sgh.Assignment) -> bool:
         """Topic ids -> names, from metadata (refreshed if an id is not known yet); True
