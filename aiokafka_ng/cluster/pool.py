@@ -385,9 +385,7 @@ class ConnectionPool:
         """Connect after the node's backoff, publish the result, hold the connection."""
         established: Connection | None = None
         try:
-            delay = node.pacing.retry_at - anyio.current_time()
-            if delay > 0:
-                await anyio.sleep(delay)
+            await node.pacing.pause()  # until the node's backoff allows the attempt
             host, port = node.host, node.port
             started = anyio.current_time()
             try:
