@@ -200,11 +200,18 @@ async def answer(received: Any, lifetime_ms: int) -> None:
         await received.reply(MetadataResponse())
 
 
+#: The login's session in the re-authentication test: re-authentication is due after 85-95 %
+#: of it. Long enough that the test's first two requests go out well before (a 1 ms session
+#: expired between them on a loaded machine, which then re-authenticated a request early and
+#: the script below waited for a third request that never came).
+LOGIN_SESSION_MS = 1000
+
+
 async def in_order_broker(server: FakeKafka, seen: list[str]) -> None:
     """Answers like Kafka, strictly in arrival order: the login, then holds two Metadata
     requests until the re-authentication's SaslHandshake has arrived behind them."""
     for _ in range(2):
-        await answer(await server.next_request(), lifetime_ms=1)
+        await answer(await server.next_request(), lifetime_ms=LOGIN_SESSION_MS)
     held = [await server.next_request() for _ in range(3)]
     seen.extend(type(r.request).__name__ for r in held)
     for received in held:
@@ -230,7 +237,8 @@ async def test_reauthentication_keeps_in_flight_requests_and_the_connection() ->
             # Two requests on the wire, unanswered, when re-authentication becomes due.
             first = await conn.submit(MetadataRequest(topics=[]))
             second = await conn.submit(MetadataRequest(topics=[]))
-            await anyio.sleep(0.005)  # the 1 ms session is over: wall-clock time must pass
+            # The session is over (wall-clock time must pass: the deadline is the clock's).
+            await anyio.sleep(LOGIN_SESSION_MS / 1000)
             with anyio.fail_after(10):
                 third = await conn.submit(MetadataRequest(topics=[]))
                 for pending in (first, second, third):
