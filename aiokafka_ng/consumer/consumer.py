@@ -92,9 +92,12 @@ class Consumer:
     def config(self) -> ConsumerConfig:
         return self._config
 
+    @property
+    def _state(self) -> str:
+        return "closed" if self._closed else ("running" if self._tg else "new")
+
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("running" if self._tg else "new")
-        return f"Consumer(group_id={self._config.group_id!r}, {state})"
+        return f"Consumer(group_id={self._config.group_id!r}, {self._state})"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -190,8 +193,7 @@ class Consumer:
 
     def status(self) -> ClientStatus:
         """Health at a glance, without waiting (see :class:`ClientStatus`)."""
-        state = "closed" if self._closed else ("running" if self._tg else "new")
-        return client_status(self._cluster, state, self._config.bootstrap_servers)
+        return client_status(self._cluster, self._state, self._config.bootstrap_servers)
 
     async def _shutdown(self) -> None:
         self._closed = True
@@ -557,7 +559,7 @@ class Consumer:
         cluster = self._last_cluster
         g = self._group
         return ConsumerStatistics(
-            state=self.status().state,
+            state=self._state,
             client_id=c.client_id,
             cluster=None if cluster is None else cluster.statistics(),
             fetcher=no_fetches(c.fetch_buffer_bytes) if fetcher is None else fetcher.statistics(),

@@ -394,16 +394,17 @@ class ShareConsumer(_ShareWire):
         assert cluster is not None and group is not None
         code = resp.error_code
         if code:
+            error = error_for_code(code)(resp.error_message)
             if code in _COORDINATOR:
                 cluster.invalidate_coordinator(group)
             elif code in _REJOIN:
-                log.info("share group %s: %s, joining again", group, error_for_code(code).name)
+                log.info("share group %s: %s, joining again", group, error.name)
                 self._epoch = 0
                 target = None
                 self._set_assignment(frozenset())
             elif code not in _RETRY:
-                self._fail(error_for_code(code)(resp.error_message))
-            pacing.failed(error_for_code(code)(resp.error_message))
+                self._fail(error)
+            pacing.failed(error)
             return target, False
         pacing.succeeded()
         self._epoch = resp.member_epoch
