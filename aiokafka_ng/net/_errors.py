@@ -1,4 +1,5 @@
-"""The one place where anyio/OS/TLS errors become aiokafka_ng errors.
+"""The one place where anyio/OS/TLS errors become aiokafka_ng errors (and where a
+connection's stream is opened, the first place they arise).
 
 Everything below ``net`` speaks ``OSError``, ``ssl.SSLError`` and anyio's stream exceptions;
 everything above it sees :class:`~aiokafka_ng.errors.KafkaConnectionError` (retriable) with
@@ -15,8 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import anyio
+import anyio.abc
 
 from aiokafka_ng.errors import KafkaConnectionError, SslAuthenticationError
+from aiokafka_ng.net._connection_types import ConnectionConfig
 
 # TimeoutError (from anyio.fail_after) and ssl.SSLError are OSError subclasses.
 IO_ERRORS: tuple[type[BaseException], ...] = (
@@ -61,3 +64,19 @@ def translate_io_errors(where: str) -> Iterator[None]:
         yield
     except IO_ERRORS as exc:
         raise connection_error(where, exc) from exc
+
+
+async def open_stream(host: str, port: int, config: ConnectionConfig) -> anyio.abc.ByteStream:
+    """A TCP (or TLS, with ``config.ssl_context``) stream within ``connect_timeout_s``."""
+    with translate_io_errors(f"connecting to {host}:{port}"):
+        with anyio.fail_after(config.connect_timeout_s):
+            if config.ssl_context is None:
+                return await anyio.connect_tcp(host, port)
+            return await anyio.connect_tcp(
+                host,
+                port,
+                ssl_context=config.ssl_context,
+                tls_hostname=host,
+                # Brokers may close without a TLS close_notify; treat that as EOF.
+                tls_standard_compatible=False,
+            )

@@ -1,0 +1,81 @@
+"""The waiting side of a request on the wire: its in-flight entry and PendingResponse."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import anyio
+
+from aiokafka_ng.errors import KafkaError
+
+__all__ = ["NO_RESPONSE", "InFlight", "PendingResponse"]
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+@dataclass(slots=True, eq=False)
+class InFlight(Generic[T_co]):
+    """The waiting side of one request on the wire (the ClientConnection's ``context``);
+    it owns one permit until settled."""
+
+    api_name: str
+    correlation_id: int = -1  # -1 until registered (then the permit is the entry's)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    response: T_co = field(init=False)  # set when settled without error
+    error: KafkaError | None = None
+    abandoned: bool = False  # the caller stopped waiting; the response is discarded
+    holds_permit: bool = True  # False for the handshake's requests (net/connection.py)
+
+
+class PendingResponse(Generic[T_co]):
+    """A request already written to its connection; :meth:`wait` returns its response."""
+
+    __slots__ = ("_deadline", "_entry", "_limit", "_timed_out")
+
+    def __init__(
+        self,
+        entry: InFlight[T_co],
+        deadline: float,
+        limit: float,
+        timed_out: Callable[[InFlight[T_co], float], KafkaError],
+    ) -> None:
+        self._entry = entry
+        self._deadline = deadline
+        self._limit = limit
+        self._timed_out = timed_out  # closes the connection; returns the error to raise
+
+    async def wait(self) -> T_co:
+        """The decoded response (``None`` for a request that expects none).
+
+        A caller cancelled here leaves the request on the wire with its permit: the reader
+        releases it and discards the response when it arrives (see net/connection.py).
+        """
+        entry = self._entry
+        try:
+            with anyio.move_on_at(self._deadline):
+                await entry.done.wait()
+        finally:
+            if not entry.done.is_set():
+                entry.abandoned = True
+        if not entry.done.is_set():
+            raise self._timed_out(entry, self._limit)
+        if entry.error is not None:
+            raise entry.error
+        return entry.response
+
+
+class _NoResponse(PendingResponse[None]):
+    """What ``submit(expect_response=False)`` returns: nothing to wait for (acks=0)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
+
+    async def wait(self) -> None:
+        return None
+
+
+NO_RESPONSE = _NoResponse()
