@@ -76,7 +76,8 @@ from aiokafka_ng.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPart
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.latency import LatencyRecorder
 from aiokafka_ng.producer.batch import PartitionQueue, PendingRun, ProducerBatch
-from aiokafka_ng.producer.future import Delivery, finish_all
+from aiokafka_ng.producer.delivery import decide, place
+from aiokafka_ng.producer.future import Delivery, fail_position, finish_all
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitioner, murmur2
@@ -226,7 +227,7 @@ class Accumulator:
         shared, positions = run.shared, run.positions
         for j, (fut, size) in enumerate(zip(run.futures, run.sizes, strict=True)):
             if shared is not None and positions is not None:
-                shared._errors[positions[j]] = exc
+                fail_position(shared, positions[j], exc)
             self.fail_record(fut, size, exc)
 
     def new_topic(self, name: str) -> TopicQueue:
@@ -271,8 +272,7 @@ class Accumulator:
             if batch.data is None:
                 delta = batch.builder.append(timestamp_ms, key, value, headers or ())
                 if delta is not None:
-                    future._batch = batch
-                    future._delta = delta
+                    place(future, batch, delta)
                     batch.futures.append(future)
                     if batch.positions is not None:
                         batch.positions.append(-1)
@@ -284,7 +284,7 @@ class Accumulator:
                     return
         batch = self.open_batch(t, pq)
         batch.builder.append(timestamp_ms, key, value, headers or ())
-        future._batch = batch
+        place(future, batch, 0)
         batch.futures.append(future)
         batch.memory = size
 
@@ -348,7 +348,7 @@ class Accumulator:
     def fail_record(self, future: Delivery[Any], size: int, exc: BaseException) -> None:
         self.pool.release(size)
         self.records_failed += 1
-        future._finish(exc)
+        decide(future, exc)
 
     # ------------------------------------------------------------------ metadata
 
@@ -588,8 +588,8 @@ class Accumulator:
             if batch.positions is not None:
                 new.positions = batch.positions[lo:hi]
             for rec, fut in zip(records[lo:hi], batch.futures[lo:hi], strict=True):
-                fut._batch = new
-                fut._delta = new.builder.append(rec.timestamp, rec.key, rec.value, rec.headers) or 0
+                delta = new.builder.append(rec.timestamp, rec.key, rec.value, rec.headers)
+                place(fut, new, delta or 0)
                 new.futures.append(fut)
             new.close()
             new.attempts = batch.attempts

@@ -31,7 +31,7 @@ the chunks already queued and the records not yet queued:
 * the records not queued were never sent. With ``send_many`` they are still counted by the
   run's :class:`BatchDelivery` -- which the accumulator holds for the records it did queue,
   and ``flush()`` and a transaction's commit wait for -- so they are *withdrawn* from it
-  (:meth:`BatchDelivery._withdraw`): decided at once with an error saying they were not
+  (``future.withdraw``): decided at once with an error saying they were not
   queued, without which the run, and every ``flush()`` after it, would wait forever. A
   commit does not count them (``queued_error``): as in the Java client, a record whose send
   was interrupted before it was appended is simply not part of the transaction -- abort it
@@ -56,7 +56,15 @@ import anyio.lowlevel
 
 from aiokafka_ng.errors import BufferExhaustedError, KafkaError
 from aiokafka_ng.producer.accumulator import PendingRun, no_partition_error
-from aiokafka_ng.producer.future import BatchDelivery, Delivery, DeliveryFuture, _RunMember
+from aiokafka_ng.producer.delivery import decide, place_each
+from aiokafka_ng.producer.future import (
+    BatchDelivery,
+    Delivery,
+    DeliveryFuture,
+    fail_position,
+    run_members,
+    withdraw,
+)
 from aiokafka_ng.producer.intake import (
     PENDING_OVERHEAD,
     RECORD_OVERHEAD,
@@ -269,8 +277,10 @@ async def send_run(
         # Cancelled (or the producer closed) with records [lo, count) not queued: see
         # Cancellation above. Only a run's BatchDelivery counts them.
         if shared is not None and lo < count:
-            shared._withdraw(
-                range(lo, count) if positions is None else positions[lo:], _not_queued(exc)
+            withdraw(
+                shared,
+                range(lo, count) if positions is None else positions[lo:],
+                _not_queued(exc),
             )
         raise
     return futures
@@ -296,8 +306,8 @@ def _fail_alone(fut: Delivery[Any], position: int, exc: BaseException) -> None:
     """Fail one record on its own (too large, no memory, no partition): its future, or its
     entry in a BatchDelivery, which keeps the error by the record's position."""
     if isinstance(fut, BatchDelivery):
-        fut._errors[position] = exc
-    fut._finish(exc)
+        fail_position(fut, position, exc)
+    decide(fut, exc)
 
 
 async def _queue_chunk(
@@ -357,7 +367,7 @@ def _place_chunk(acc: Accumulator, t: TopicQueue, chunk: PendingRun) -> None:
         # of its own, which counts into the run.
         if shared is not None:
             assert positions is not None
-            futures = [_RunMember(shared, pos) for pos in positions]
+            futures = run_members(shared, positions)
         for i, value in enumerate(values):
             key = None if keys is None else keys[i]
             acc.place(t, -1, key, value, None, ts, sizes[i], futures[i])
@@ -416,7 +426,7 @@ def place_run(
         exc = no_partition_error(t, partition)
         for j, (fut, size) in enumerate(zip(futures, sizes, strict=True)):
             if shared is not None and positions is not None:
-                shared._errors[positions[j]] = exc
+                fail_position(shared, positions[j], exc)
             acc.fail_record(fut, size, exc)
         return
     i = 0
@@ -442,15 +452,9 @@ def place_run(
         else:
             if batch.positions is not None:
                 batch.positions.extend([-1] * (stop - i))
-            memory = 0
-            for j in range(i, stop):
-                fut = futures[j]
-                fut._batch = batch
-                fut._delta = delta
-                delta += 1
-                bfuts.append(fut)
-                memory += sizes[j]
-            batch.memory += memory
+            place_each(futures, i, stop, batch, delta)
+            bfuts.extend(futures[i:stop])
+            batch.memory += sum(sizes[i:stop])
         i = stop
         if i < count:
             # Full: on in a new batch -- of another partition if this run is sticky.

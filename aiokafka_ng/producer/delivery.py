@@ -57,7 +57,17 @@ class Placed(Protocol):
     def log_start_offset(self) -> int: ...
 
 
-__all__ = ["PENDING", "Cancelled", "Delivery", "FutureNotDoneError", "listed", "take_waiters"]
+__all__ = [
+    "PENDING",
+    "Cancelled",
+    "Delivery",
+    "FutureNotDoneError",
+    "decide",
+    "listed",
+    "place",
+    "place_each",
+    "take_waiters",
+]
 
 T = TypeVar("T")
 
@@ -320,3 +330,29 @@ def take_waiters(fut: Delivery[Any]) -> Any:
     fut._waiters = None
     fut._ctx = None
     return waiters
+
+
+# The producer's side of a future, for the accumulator and ``send()``/``send_many``: module
+# functions, not methods, so the futures users hold show none of it. ``place`` is called
+# once per record on the Python send path; ``place_each`` keeps a run's loop in one call.
+
+
+def place(fut: Delivery[Any], batch: Placed, delta: int) -> None:
+    """``fut``'s record is entry ``delta`` of ``batch`` (read once the batch is decided)."""
+    fut._batch = batch
+    fut._delta = delta
+
+
+def place_each(futures: list[Any], start: int, stop: int, batch: Placed, delta: int) -> None:
+    """``futures[start:stop]`` are consecutive entries of ``batch`` from ``delta`` on."""
+    for j in range(start, stop):
+        fut = futures[j]
+        fut._batch = batch
+        fut._delta = delta
+        delta += 1
+
+
+def decide(fut: Delivery[Any], exc: BaseException | None) -> None:
+    """Decide ``fut``'s delivery alone (``exc``; None: delivered) -- a record that failed
+    before it reached a batch."""
+    fut._finish(exc)

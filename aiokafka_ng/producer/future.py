@@ -73,7 +73,10 @@ __all__ = [
     "FutureNotDoneError",
     "RecordMetadata",
     "callbacks_run",
+    "fail_position",
     "finish_all",
+    "run_members",
+    "withdraw",
 ]
 
 # ``PENDING``, ``_EMPTY_CONTEXT``, ``_listed``, ``callbacks_run``, ``Delivery`` and
@@ -227,29 +230,6 @@ class BatchDelivery(Delivery[Sequence[RecordMetadata]]):
         if self._remaining > 0:
             return _PENDING
         return self._first_exc if self._first_exc is not None else self._withdrawn_exc
-
-    def _withdraw(self, positions: Sequence[int], exc: BaseException) -> None:
-        """Records ``positions`` of the run were never queued (its ``send_many`` was
-        cancelled or stopped first): decide them now with ``exc``. The run is then decided
-        as soon as the records it did queue are."""
-        if not positions or self._exc is not _PENDING:
-            return
-        errors = self._errors
-        for pos in positions:
-            errors[pos] = exc
-        n = len(positions)
-        self.withdrawn += n
-        self.failed += n
-        if self._withdrawn_exc is None:
-            self._withdrawn_exc = exc
-        self._remaining -= n
-        if self._remaining > 0:
-            return
-        self._exc = self._first_exc if self._first_exc is not None else exc
-        ctx = self._ctx
-        waiters = _take_waiters(self)
-        if waiters is not None:
-            _dispatch(self._loop, [self, waiters, ctx])
 
     def queued_error(self) -> BaseException | None:
         """The first error of a record that was queued (None: all of them delivered);
@@ -451,3 +431,43 @@ def finish_all(
     if members is not None:
         for member in members:
             finish_all((member.run,), member._exc, loop)  # one record of the run decided
+
+
+# A run's side for the producer (``send_many``, the accumulator): module functions, so the
+# BatchDelivery users hold shows none of it.
+
+
+def fail_position(run: BatchDelivery, position: int, exc: BaseException) -> None:
+    """Record ``position`` of ``run`` failed on its own (too large, no memory, no
+    partition): kept by position; counting it is ``decide``'s (or ``finish_all``'s)."""
+    run._errors[position] = exc
+
+
+def run_members(run: BatchDelivery, positions: Iterable[int]) -> list[Delivery[Any]]:
+    """Per-record futures for records ``positions`` of ``run`` (placed one by one by a
+    custom partitioner); each counts into the run when decided."""
+    return [_RunMember(run, pos) for pos in positions]
+
+
+def withdraw(run: BatchDelivery, positions: Sequence[int], exc: BaseException) -> None:
+    """Records ``positions`` of ``run`` were never queued (its ``send_many`` was cancelled
+    or stopped first): decide them now with ``exc``. The run is then decided as soon as
+    the records it did queue are."""
+    if not positions or run._exc is not _PENDING:
+        return
+    errors = run._errors
+    for pos in positions:
+        errors[pos] = exc
+    n = len(positions)
+    run.withdrawn += n
+    run.failed += n
+    if run._withdrawn_exc is None:
+        run._withdrawn_exc = exc
+    run._remaining -= n
+    if run._remaining > 0:
+        return
+    run._exc = run._first_exc if run._first_exc is not None else exc
+    ctx = run._ctx
+    waiters = _take_waiters(run)
+    if waiters is not None:
+        _dispatch(run._loop, [run, waiters, ctx])

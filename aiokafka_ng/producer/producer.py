@@ -60,6 +60,7 @@ from aiokafka_ng.errors import (
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.accumulator import Accumulator
 from aiokafka_ng.producer.bulk import send_batch, send_many
+from aiokafka_ng.producer.delivery import decide
 from aiokafka_ng.producer.future import (
     BatchDelivery,
     DeliveryFuture,
@@ -400,7 +401,7 @@ class Producer:
         acc = intake.acc
         if size > intake.max_record:
             acc.records_failed += 1
-            fut._finish(intake.too_large(size))
+            decide(fut, intake.too_large(size))
             return fut
         t = acc.topics.get(topic)
         fast = t is not None and t.ready and not t.pending

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
-from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata
+from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata, withdraw
 
 
 class FakeBatch:
@@ -140,7 +140,7 @@ def test_withdrawn_records_decide_a_run_without_counting_for_a_commit() -> None:
         run = BatchDelivery("t", 1, None, 5)
         seen: list[BaseException | None] = []
         run.add_done_callback(lambda f, seen=seen: seen.append(f.exception()))
-        run._withdraw(range(2, 5), gone)
+        withdraw(run, range(2, 5), gone)
         assert not run.done() and (run.withdrawn, run.failed) == (3, 3) and seen == []
         with pytest.raises(FutureNotDoneError):
             run.queued_error()
@@ -153,7 +153,7 @@ def test_withdrawn_records_decide_a_run_without_counting_for_a_commit() -> None:
     finish_all([late], None, None)
     seen = []
     late.add_done_callback(lambda f: seen.append(f.exception()))
-    late._withdraw([1, 2], gone)  # the queued record was already delivered: decided now
+    withdraw(late, [1, 2], gone)  # the queued record was already delivered: decided now
     assert late.done() and seen == [gone] and late.queued_error() is None
 
 
