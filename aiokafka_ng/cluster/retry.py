@@ -53,7 +53,7 @@ from aiokafka_ng.errors import (
     NotCoordinatorError,
     error_for_code,
 )
-from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.net.backoff import RetryState
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster.client import ClusterClient, Link
@@ -163,78 +163,6 @@ class Final(Exception):
     def __init__(self, error: KafkaError) -> None:
         super().__init__(error)
         self.error = error
-
-
-class RetryState:
-    """Timing of one retried operation: consecutive failures, when the next attempt may go,
-    the deadline, and the last error (for the timeout's message).
-
-    Holds no task and no lock: a loop that sleeps calls :meth:`pause`; a loop that
-    schedules (a refresher, a fetcher) reads :attr:`retry_at` after :meth:`failed`.
-    """
-
-    __slots__ = ("backoff", "deadline", "failures", "last_error", "retry_at", "started")
-
-    def __init__(
-        self,
-        backoff: ExponentialBackoff,
-        *,
-        timeout: float | None = None,
-        deadline: float | None = None,
-    ) -> None:
-        self.backoff = backoff
-        # Without a deadline the state may be made outside a running event loop (a
-        # refresher's or fetcher's __init__); the clock is only read when it matters.
-        self.started = 0.0
-        if timeout is not None or deadline is not None:
-            self.started = anyio.current_time()
-        if deadline is None and timeout is not None:
-            deadline = self.started + max(timeout, 0.0)
-        self.deadline = deadline
-        self.failures = 0
-        self.retry_at = 0.0
-        self.last_error: BaseException | None = None
-
-    def failed(self, error: BaseException | None = None, *, now: float | None = None) -> float:
-        """Count a failure; returns the pause (seconds) and sets :attr:`retry_at`."""
-        self.failures += 1
-        if error is not None:
-            self.last_error = error
-        pause = self.backoff.backoff_s(self.failures)
-        self.retry_at = (anyio.current_time() if now is None else now) + pause
-        return pause
-
-    def succeeded(self) -> None:
-        """A success: the next failure starts the backoff from the beginning."""
-        self.failures = 0
-        self.retry_at = 0.0
-
-    def remaining(self, *, now: float | None = None) -> float:
-        """Seconds left before the deadline (``inf`` without one, never negative)."""
-        if self.deadline is None:
-            return float("inf")
-        return max(0.0, self.deadline - (anyio.current_time() if now is None else now))
-
-    async def pause(self) -> None:
-        """Sleep until :attr:`retry_at` (the caller's cancel scopes bound it)."""
-        delay = self.retry_at - anyio.current_time()
-        if delay > 0:
-            await anyio.sleep(delay)
-        else:
-            await anyio.lowlevel.checkpoint()
-
-    def timeout_error(self, what: str, limit: str | None = None) -> KafkaTimeoutError:
-        """``KafkaTimeoutError`` for ``what``, naming the limit and the last error seen."""
-        if limit is None:
-            total = (self.deadline or self.started) - self.started
-            limit = f"{total * 1000:.0f} ms"
-        cause = self.last_error
-        err = KafkaTimeoutError(
-            f"timed out: {what} did not complete within {limit}"
-            + (f"; last error: {type(cause).__name__}: {cause}" if cause is not None else "")
-        )
-        err.__cause__ = cause
-        return err
 
 
 # ---------------------------------------------------------------------- the loop

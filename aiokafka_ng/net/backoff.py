@@ -11,6 +11,11 @@ which is how Kafka treats ``retry.backoff.max.ms`` set below ``retry.backoff.ms`
 the cap is exactly ``max_ms`` and the bounds are symmetric. Callers count failures and reset
 the count on success; the policy object itself holds no per-call state, so one instance can
 be shared by every partition or node it paces.
+
+:class:`RetryState` is that count for one retried operation (with its deadline and last
+error): every retry loop of the package keeps one, from the OIDC token fetch here in
+``net`` to the control-plane driver (``cluster.retry``, which re-exports it) and the data
+plane's per-node pacing.
 """
 
 from __future__ import annotations
@@ -18,7 +23,12 @@ from __future__ import annotations
 import math
 import random
 
-__all__ = ["ExponentialBackoff"]
+import anyio
+import anyio.lowlevel
+
+from aiokafka_ng.errors import KafkaTimeoutError
+
+__all__ = ["ExponentialBackoff", "RetryState"]
 
 
 class ExponentialBackoff:
@@ -105,3 +115,75 @@ class ExponentialBackoff:
             f"ExponentialBackoff(initial_ms={self._initial_ms:g}, max_ms={self._max_ms:g}, "
             f"multiplier={self._multiplier:g}, jitter={self._jitter:g})"
         )
+
+
+class RetryState:
+    """Timing of one retried operation: consecutive failures, when the next attempt may go,
+    the deadline, and the last error (for the timeout's message).
+
+    Holds no task and no lock: a loop that sleeps calls :meth:`pause`; a loop that
+    schedules (a refresher, a fetcher) reads :attr:`retry_at` after :meth:`failed`.
+    """
+
+    __slots__ = ("backoff", "deadline", "failures", "last_error", "retry_at", "started")
+
+    def __init__(
+        self,
+        backoff: ExponentialBackoff,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        self.backoff = backoff
+        # Without a deadline the state may be made outside a running event loop (a
+        # refresher's or fetcher's __init__); the clock is only read when it matters.
+        self.started = 0.0
+        if timeout is not None or deadline is not None:
+            self.started = anyio.current_time()
+        if deadline is None and timeout is not None:
+            deadline = self.started + max(timeout, 0.0)
+        self.deadline = deadline
+        self.failures = 0
+        self.retry_at = 0.0
+        self.last_error: BaseException | None = None
+
+    def failed(self, error: BaseException | None = None, *, now: float | None = None) -> float:
+        """Count a failure; returns the pause (seconds) and sets :attr:`retry_at`."""
+        self.failures += 1
+        if error is not None:
+            self.last_error = error
+        pause = self.backoff.backoff_s(self.failures)
+        self.retry_at = (anyio.current_time() if now is None else now) + pause
+        return pause
+
+    def succeeded(self) -> None:
+        """A success: the next failure starts the backoff from the beginning."""
+        self.failures = 0
+        self.retry_at = 0.0
+
+    def remaining(self, *, now: float | None = None) -> float:
+        """Seconds left before the deadline (``inf`` without one, never negative)."""
+        if self.deadline is None:
+            return float("inf")
+        return max(0.0, self.deadline - (anyio.current_time() if now is None else now))
+
+    async def pause(self) -> None:
+        """Sleep until :attr:`retry_at` (the caller's cancel scopes bound it)."""
+        delay = self.retry_at - anyio.current_time()
+        if delay > 0:
+            await anyio.sleep(delay)
+        else:
+            await anyio.lowlevel.checkpoint()
+
+    def timeout_error(self, what: str, limit: str | None = None) -> KafkaTimeoutError:
+        """``KafkaTimeoutError`` for ``what``, naming the limit and the last error seen."""
+        if limit is None:
+            total = (self.deadline or self.started) - self.started
+            limit = f"{total * 1000:.0f} ms"
+        cause = self.last_error
+        err = KafkaTimeoutError(
+            f"timed out: {what} did not complete within {limit}"
+            + (f"; last error: {type(cause).__name__}: {cause}" if cause is not None else "")
+        )
+        err.__cause__ = cause
+        return err

@@ -41,7 +41,7 @@ import anyio
 import anyio.to_thread
 
 from aiokafka_ng.errors import KafkaConnectionError, SaslAuthenticationFailedError
-from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState
 from aiokafka_ng.net.oauth import OAuthBearerToken, jwt_claims, refresh_time
 
 __all__ = ["ClientCredentialsTokenProvider"]
@@ -114,8 +114,8 @@ class ClientCredentialsTokenProvider:
         self._token = None
 
     async def _fetch(self) -> OAuthBearerToken:
-        failures = 0
-        waited_ms = 0.0
+        retry = RetryState(self._backoff)
+        waited_s = 0.0
         while True:
             try:
                 status, body = await anyio.to_thread.run_sync(self._post, abandon_on_cancel=True)
@@ -130,21 +130,22 @@ class ClientCredentialsTokenProvider:
                         f"{self.client_id!r}: HTTP {status} {_oauth_error(body)}"
                     )
                 problem = f"HTTP {status} {_oauth_error(body)}"
-            failures += 1
-            pause_ms = self._backoff.backoff_ms(failures)
-            if waited_ms + pause_ms > self._retry_budget_ms:
+            pause_s = retry.failed()
+            # The budget counts the pauses, not the requests' own time (as Java's
+            # sasl.login.retry.backoff.max.ms bounds its retries' waits).
+            if (waited_s + pause_s) * 1000 > self._retry_budget_ms:
                 raise KafkaConnectionError(
                     f"token endpoint {self.token_endpoint_url}: no token after "
-                    f"{failures} attempts ({problem})"
+                    f"{retry.failures} attempts ({problem})"
                 )
             _log.warning(
                 "token endpoint %s: %s; retrying in %.0f ms",
                 self.token_endpoint_url,
                 problem,
-                pause_ms,
+                pause_s * 1000,
             )
-            waited_ms += pause_ms
-            await anyio.sleep(pause_ms / 1000)
+            waited_s += pause_s
+            await retry.pause()
 
     def _post(self) -> tuple[int, bytes]:
         """One token request (runs in a worker thread)."""
