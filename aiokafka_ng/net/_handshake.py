@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Protocol, TypeVar
 
+from aiokafka_ng.net._connection_types import ConnectionConfig
 from aiokafka_ng.net.sasl import SaslMechanism
 from aiokafka_ng.protocol import handshake
 from aiokafka_ng.protocol.handshake import (
@@ -35,6 +36,7 @@ __all__ = [
     "check_version",
     "common_version",
     "negotiate_api_versions",
+    "setup",
 ]
 
 R = TypeVar("R", bound=ApiMessage)
@@ -114,3 +116,19 @@ async def authenticate(
     steps = handshake.sasl_authenticate(mechanism, api_versions, where)
     plain_in_clear = where if mechanism.name == "PLAIN" and not tls else ""
     return await _run(steps, exchange, plain_in_clear=plain_in_clear)
+
+
+async def setup(
+    exchange: Exchange, config: ConnectionConfig, host: str, where: str
+) -> tuple[BrokerVersions, int | None]:
+    """A new connection's handshake: ApiVersions, then SASL when ``config`` asks for it.
+
+    Returns the broker's versions and the SASL session's lifetime in ms (None without SASL;
+    0: the session does not expire), for re-authentication."""
+    versions = await negotiate_api_versions(exchange, where)
+    if config.sasl is None:
+        return versions, None
+    mechanism = await config.sasl.create_mechanism(host)
+    tls = config.ssl_context is not None
+    lifetime_ms = await authenticate(exchange, mechanism, versions.api_versions, where, tls=tls)
+    return versions, lifetime_ms

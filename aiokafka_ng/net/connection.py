@@ -4,10 +4,11 @@ Theory of operation
 ===================
 
 Setup. ``Connection.run`` (for ``tg.start``) and :func:`connect` (standalone) open the
-TCP/TLS stream within ``connect_timeout_s``, then run the handshake's steps
-(:mod:`aiokafka_ng.protocol.handshake`: ApiVersions, then SASL when configured) as plain
-round trips read by the opening task. Only then does the owner get the connection and the
-reader task start.
+TCP/TLS stream within ``connect_timeout_s`` (``_errors.open_stream``), then run the
+handshake's steps (:mod:`aiokafka_ng.protocol.handshake`: ApiVersions, then SASL when
+configured; ``_handshake.setup`` sequences them) as plain round trips read by the opening
+task. Only then does the owner get the connection and the reader task start. Both read with
+``_reading.read_until``: bytes into the ClientConnection, its events acted on.
 
 In-flight permits. A semaphore of exactly ``max_in_flight`` permits bounds the requests on
 the wire. ``send()`` takes a permit BEFORE writing; from the moment its request is
@@ -78,8 +79,9 @@ from aiokafka_ng.net._errors import (
     translate_io_errors,
 )
 from aiokafka_ng.net._pending import NO_RESPONSE, InFlight, PendingResponse
+from aiokafka_ng.net._reading import read_until
 from aiokafka_ng.net._reauth import Reauthentication
-from aiokafka_ng.protocol.connection import ClientConnection, NeedData, Poisoned, Response
+from aiokafka_ng.protocol.connection import ClientConnection, Poisoned
 from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
@@ -95,8 +97,6 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=ApiMessage)
-
-_READ_CHUNK = 256 * 1024
 
 
 class Connection:
@@ -280,21 +280,15 @@ class Connection:
     # -- handshake ---------------------------------------------------------------------------
 
     async def _handshake(self) -> None:
-        versions = await _handshake.negotiate_api_versions(self._setup_exchange, self._where)
+        versions, sasl_lifetime_ms = await _handshake.setup(
+            self._setup_exchange, self._config, self.host, self._where
+        )
         self.api_versions = versions.api_versions
         self.features = versions.features
         self.features_epoch = versions.features_epoch
-        if self._config.sasl is not None:
-            mechanism = await self._config.sasl.create_mechanism(self.host)
-            lifetime_ms = await _handshake.authenticate(
-                self._setup_exchange,
-                mechanism,
-                self.api_versions,
-                self._where,
-                tls=self._config.ssl_context is not None,
-            )
+        if sasl_lifetime_ms is not None:
             assert self._reauth is not None  # made with the same config
-            self._reauth.schedule(lifetime_ms)
+            self._reauth.schedule(sasl_lifetime_ms)
 
     async def _setup_exchange(self, request: ApiRequest[R], version: int) -> R:
         """Setup-time request/response, before the reader exists: this task reads."""
@@ -307,14 +301,10 @@ class Connection:
             with anyio.fail_after(self._config.request_timeout_s):
                 await self._stream.send(frame)
                 self._count_sent(frame)
-                while not entry.done.is_set():
-                    event = proto.next_event()
-                    if isinstance(event, Response):
-                        self._settle(event.request.context, response=event.response)
-                    elif isinstance(event, NeedData):
-                        proto.receive_data(await self._stream.receive(_READ_CHUNK))
-                    else:  # settles this entry with the poisoning's error
-                        self._on_poisoned(event)
+                # A poisoning settles this entry too, with its error.
+                await read_until(
+                    entry.done.is_set, proto, self._stream, self._settle, self._on_poisoned
+                )
         if entry.error is not None:
             raise entry.error
         return entry.response
@@ -542,17 +532,14 @@ class Connection:
     # -- reader ------------------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
-        proto = self._proto
-        stream = self._stream
         try:
-            while self._state is not ConnectionState.CLOSED:
-                event = proto.next_event()
-                if isinstance(event, Response):
-                    self._settle(event.request.context, response=event.response)
-                elif isinstance(event, NeedData):
-                    proto.receive_data(await stream.receive(_READ_CHUNK))
-                else:
-                    self._on_poisoned(event)
+            await read_until(
+                lambda: self._state is ConnectionState.CLOSED,
+                self._proto,
+                self._stream,
+                self._settle,
+                self._on_poisoned,
+            )
         except IO_ERRORS as exc:
             self._poison(describe(exc), cause=exc)
 
