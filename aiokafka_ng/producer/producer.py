@@ -6,7 +6,8 @@
 only for memory (``max_block_ms``). Everything else happens in tasks owned by the
 producer's task group: one :class:`~aiokafka_ng.producer.sender.NodeSender` per broker that
 leads a partition we write to, the producer-id task (idempotence: a
-:class:`~aiokafka_ng.producer.producer_id.ProducerIdOwner`) and the expiry timer.
+:class:`~aiokafka_ng.producer.producer_id.ProducerIdOwner`) and the expiry timer. The parts
+are made from the config, and those two tasks started, in :mod:`aiokafka_ng.producer.parts`.
 
 The parts do not call each other back: the accumulator, the memory pool, the senders and
 the producer-id owner signal on one wake-up channel
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import logging
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -53,12 +53,9 @@ from aiokafka_ng.errors import (
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
-    ProducerClosedError,
     SaslAuthenticationFailedError,
     SendTimeoutError,
 )
-from aiokafka_ng.net.backoff import ExponentialBackoff
-from aiokafka_ng.producer.accumulator import Accumulator
 from aiokafka_ng.producer.bulk import send_batch, send_many
 from aiokafka_ng.producer.delivery import decide
 from aiokafka_ng.producer.future import (
@@ -67,25 +64,22 @@ from aiokafka_ng.producer.future import (
     RecordMetadata,
     callbacks_run,
 )
-from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.intake import (
     PENDING_OVERHEAD,
     RECORD_OVERHEAD,
-    Intake,
     ProducerRecord,
     as_bytes,
     bind_send_fast,
     check_headers,
 )
-from aiokafka_ng.producer.memory import MemoryPool
-from aiokafka_ng.producer.producer_id import ProducerIdOwner, idempotent_ask
+from aiokafka_ng.producer.lifecycle import State as _State
+from aiokafka_ng.producer.lifecycle import not_running_error, stopped_error
+from aiokafka_ng.producer.parts import build_parts, start_tasks
 from aiokafka_ng.producer.sender import Supervised
-from aiokafka_ng.producer.senders import Senders
-from aiokafka_ng.producer.statistics import ProducerStatistics
+from aiokafka_ng.producer.statistics import ProducerStatistics, collect
 from aiokafka_ng.producer.transactions import TransactionManager
-from aiokafka_ng.producer.txn_coordinator import PreparedTransaction, TxnCoordinatorClient
+from aiokafka_ng.producer.txn_coordinator import PreparedTransaction, complete_prepared
 from aiokafka_ng.protocol import speedups
-from aiokafka_ng.protocol.compression import Compression
 
 if TYPE_CHECKING:
     from aiokafka_ng._settings import ProducerSettings
@@ -95,21 +89,6 @@ __all__ = ["Producer", "ProducerRecord", "ProducerStatistics"]
 log = logging.getLogger(__name__)
 #: send()'s common case in C (``intake.bind_send_fast``), or None: the Python path alone.
 _C_SEND_FAST = bind_send_fast(speedups.kernel(__name__))
-
-_CODECS = {
-    "none": Compression.NONE,
-    "gzip": Compression.GZIP,
-    "snappy": Compression.SNAPPY,
-    "lz4": Compression.LZ4,
-    "zstd": Compression.ZSTD,
-}
-
-
-class _State(enum.Enum):
-    NEW = "new"
-    RUNNING = "running"
-    CLOSING = "closing"
-    CLOSED = "closed"
 
 
 def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
@@ -146,58 +125,16 @@ class Producer:
             raise TypeError("pass either a ProducerConfig or keyword settings, not both")
         self.config = config
         self._state = _State.NEW
-        self._txn: TransactionManager | None = None
-        self._idem: IdempotenceState | None = None
-        #: The producer id's one owner (the transaction manager's when transactional).
-        self._ids: ProducerIdOwner | None = None
-        # One retry policy (KIP-580) for the batches' retries and the transactions' requests:
-        # a policy holds no state between calls (each operation keeps its own RetryState).
-        self._retry_backoff = ExponentialBackoff.retry(
-            config.retry_backoff_ms, config.retry_backoff_max_ms
-        )
-        if config.transactional_id is not None:
-            # Transactions own the producer id (init, epoch bumps after aborts).
-            self._txn = TransactionManager(
-                config.transactional_id,
-                transaction_timeout_ms=config.transaction_timeout_ms,
-                retry_backoff=self._retry_backoff,
-                request_timeout_ms=config.request_timeout_ms,
-                max_block_ms=config.max_block_ms,
-            )
-            self._idem = self._txn.idem
-            self._ids = self._txn.ids
-        elif config.enable_idempotence:
-            self._idem = IdempotenceState()
-            self._ids = ProducerIdOwner(self._idem, label="producer", log=log)
-        # The wake-up channel of the accumulator, the pool, the senders and the producer
-        # id's owner; it makes the per-node senders once start() attaches it.
-        self._senders = Senders(config, self._ids)
-        self._pool = MemoryPool(config.buffer_memory, wakeups=self._senders)
-        self._acc = Accumulator(
-            pool=self._pool,
-            batch_size=config.batch_size,
-            linger_ms=config.linger_ms,
-            compression=_CODECS[config.compression_type],
-            max_request_size=config.max_request_size,
-            delivery_timeout_ms=config.delivery_timeout_ms,
-            retry_backoff=self._retry_backoff,
-            guarantee_order=config.max_in_flight_requests_per_connection == 1,
-            idempotence=self._idem,
-            partitioner=config.partitioner,
-            wakeups=self._senders,
-        )
-        # What send() and the bulk path (bulk.py) read: see intake.py.
-        self._intake = Intake(
-            acc=self._acc,
-            pool=self._pool,
-            txn=self._txn,
-            key_serializer=config.key_serializer,
-            value_serializer=config.value_serializer,
-            max_request_size=config.max_request_size,
-            buffer_memory=config.buffer_memory,
-            max_block_ms=config.max_block_ms,
-            why_stopped=self._not_running,
-        )
+        parts = build_parts(config, why_stopped=self._not_running, log=log)
+        self._retry_backoff = parts.retry_backoff
+        self._txn = parts.txn
+        self._idem = parts.idem
+        self._ids = parts.ids  # the producer id's one owner (the transaction manager's)
+        self._senders = parts.senders  # the wake-up channel; makes the per-node senders
+        self._pool = parts.pool
+        self._acc = parts.acc
+        self._intake = parts.intake  # what send() and the bulk path read
+        self._parts = parts
         self._cluster: Cluster | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._tasks: Supervised | None = None  # start_soon for our background tasks
@@ -230,30 +167,13 @@ class Producer:
         self._acc.update_metadata(cluster.metadata)
         tasks = self._tasks
         assert tasks is not None
-        tasks.start_soon(self._expiry_loop)
+        start_tasks(self._parts, cluster, tasks, self._on_cluster_error)
         if self._txn is not None:
-            # spawn: a transaction whose task was cancelled is aborted by a task of ours.
-            self._txn.attach(
-                cluster,
-                self._acc,
-                self._senders,
-                spawn=tasks.start_soon,
-                transaction_version=lambda: cluster.feature_level("transaction.version"),
-            )
-            tasks.start_soon(self._txn.run)
             try:
                 await self._txn.init()  # fences older producers with our transactional id
             except BaseException:
                 await self.close(timeout=0)
                 raise
-        elif self._ids is not None:
-            self._ids.attach(self._acc, self._senders)
-            tasks.start_soon(
-                self._ids.run,
-                idempotent_ask(cluster),
-                self._retry_backoff,
-                self._on_cluster_error,  # an authentication failure fails what waits
-            )
 
     async def _open(self, stack: AsyncExitStack) -> None:
         """Enter the cluster and the task group (run by the host task; see TaskHost)."""
@@ -597,15 +517,15 @@ class Producer:
         if self._cluster is None:
             raise IllegalStateError("the producer is not started")
         cfg = self.config
-        client = TxnCoordinatorClient(
+        await complete_prepared(
             self._cluster,
-            prepared.transactional_id,
+            prepared,
+            commit=commit,
             transaction_timeout_ms=cfg.transaction_timeout_ms,
             retry_backoff=self._retry_backoff,
             request_timeout_s=cfg.request_timeout_ms / 1000,
             max_block_s=cfg.max_block_ms / 1000,
         )
-        await client.end_txn(prepared.producer_id, prepared.epoch, commit=commit, v2=prepared.v2)
 
     def transaction(self) -> AbstractAsyncContextManager[None]:
         """``async with producer.transaction():`` -- commit on success, abort on error."""
@@ -631,44 +551,18 @@ class Producer:
     def statistics(self) -> ProducerStatistics:
         """Counters for monitoring and tests, in any state (never blocks). Also a read-only
         mapping with the keys of the dict it returned before (``stats["records_sent"]``)."""
-        acc = self._acc
-        return ProducerStatistics(
+        return collect(
+            self._parts,
             state=self._state.value,
             client_id=self.config.client_id,
-            cluster=None if self._cluster is None else self._cluster.statistics(),
-            memory=self._pool.statistics(),
-            senders={n: s.requests for n, s in self._senders.by_node.items()},
-            records_sent=acc.records_sent,
-            records_failed=acc.records_failed,
-            batches_sent=acc.batches_sent,
-            buffer_bytes_used=self.config.buffer_memory - self._pool.available,
-            request_latency_ms=acc.request_latency.snapshot(),
-            in_flight_batches=len(acc.flight),
-            in_flight_requests=sum(s.in_flight for s in self._senders.by_node.values()),
-            in_flight_by_node={n: s.in_flight for n, s in self._senders.by_node.items()},
-            retries=acc.retries,
-            splits=acc.splits,
-            expired_batches=acc.expired_batches,
-            producer_id=None if self._idem is None else self._idem.producer_id,
-            producer_id_resets=0 if self._idem is None else self._idem.resets,
-            transaction_state=None if self._txn is None else self._txn.state.value,
+            cluster=self._cluster,
+            buffer_memory=self.config.buffer_memory,
         )
 
     # ------------------------------------------------------------------ internals
 
     def _not_running(self) -> KafkaError:
-        if self._state is _State.NEW:
-            return IllegalStateError("the producer is not started; call start() or use async with")
-        if self._failure is not None and self._state is _State.RUNNING:
-            return self._stopped_error()
-        return ProducerClosedError("the producer is closed")
-
-    def _stopped_error(self) -> IllegalStateError:
-        err = IllegalStateError(
-            f"the producer stopped: a background task failed ({self._failure!r}); close it"
-        )
-        err.__cause__ = self._failure
-        return err
+        return not_running_error(self._state, self._failure)
 
     def _crashed(self, exc: Exception) -> None:
         """A background task raised (see :class:`Supervised`): stop sending, fail every
@@ -680,7 +574,7 @@ class Producer:
         self._intake.running = False
         # The other tasks stay until close(), which stops them; every call meanwhile raises
         # the failure (see _not_running).
-        self._acc.abort_all(self._stopped_error(), in_flight=True)
+        self._acc.abort_all(stopped_error(exc), in_flight=True)
 
     def _on_cluster_error(self, exc: KafkaError) -> None:
         # As Java's Sender on an authentication failure: what waits for metadata (or for a
@@ -694,10 +588,3 @@ class Producer:
             self._acc.update_metadata(snapshot)
         except Exception as exc:  # a bug of ours, run in the cluster's task: fail loudly here
             self._crashed(exc)
-
-    async def _expiry_loop(self) -> None:
-        acc = self._acc
-        interval = min(0.1, acc.delivery_timeout / 10)
-        while True:
-            await anyio.sleep(interval)
-            acc.expire(acc.clock())

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka_ng.cluster import ClientStatistics
 from aiokafka_ng.producer.memory import MemoryPoolStatistics
 
-__all__ = ["ProducerStatistics"]
+if TYPE_CHECKING:
+    from aiokafka_ng.cluster import Cluster
+    from aiokafka_ng.producer.parts import Parts
+
+__all__ = ["ProducerStatistics", "collect"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,3 +56,35 @@ class ProducerStatistics(ClientStatistics, Mapping[str, Any]):
 
 
 _KEYS: dict[str, None] = dict.fromkeys(f.name for f in dataclasses.fields(ProducerStatistics))
+
+
+def collect(
+    parts: Parts, *, state: str, client_id: str | None, cluster: Cluster | None, buffer_memory: int
+) -> ProducerStatistics:
+    """The snapshot of a producer made of ``parts`` (``Producer.statistics``): reads
+    counters only, so it never blocks and works in any state."""
+    acc = parts.acc
+    pool = parts.pool
+    by_node = parts.senders.by_node
+    idem = parts.idem
+    return ProducerStatistics(
+        state=state,
+        client_id=client_id,
+        cluster=None if cluster is None else cluster.statistics(),
+        memory=pool.statistics(),
+        senders={n: s.requests for n, s in by_node.items()},
+        records_sent=acc.records_sent,
+        records_failed=acc.records_failed,
+        batches_sent=acc.batches_sent,
+        buffer_bytes_used=buffer_memory - pool.available,
+        request_latency_ms=acc.request_latency.snapshot(),
+        in_flight_batches=len(acc.flight),
+        in_flight_requests=sum(s.in_flight for s in by_node.values()),
+        in_flight_by_node={n: s.in_flight for n, s in by_node.items()},
+        retries=acc.retries,
+        splits=acc.splits,
+        expired_batches=acc.expired_batches,
+        producer_id=None if idem is None else idem.producer_id,
+        producer_id_resets=0 if idem is None else idem.resets,
+        transaction_state=None if parts.txn is None else parts.txn.state.value,
+    )

@@ -62,6 +62,7 @@ __all__ = [
     "ConsumerGroupMetadata",
     "CoordinatorCluster",
     "TxnCoordinatorClient",
+    "complete_prepared",
     "group_metadata",
     "parse_offsets",
 ]
@@ -356,6 +357,31 @@ class TxnCoordinatorClient:
                 f"{self.transactional_id!r} has started (error {err.__name__})"
             )
         return err(f"{what}{place} failed: {err.__name__}")
+
+
+async def complete_prepared(
+    cluster: CoordinatorCluster,
+    prepared: PreparedTransaction,
+    *,
+    commit: bool,
+    transaction_timeout_ms: int,
+    retry_backoff: ExponentialBackoff,
+    request_timeout_s: float,
+    max_block_s: float,
+) -> None:
+    """Commit (or abort) ``prepared`` with EndTxn under its own transactional id, producer
+    id and epoch, from any producer's cluster (``Producer.complete_transaction``)."""
+    if prepared.producer_id < 0:
+        return  # nothing was added to it: nothing to end
+    client = TxnCoordinatorClient(
+        cluster,
+        prepared.transactional_id,
+        transaction_timeout_ms=transaction_timeout_ms,
+        retry_backoff=retry_backoff,
+        request_timeout_s=request_timeout_s,
+        max_block_s=max_block_s,
+    )
+    await client.end_txn(prepared.producer_id, prepared.epoch, commit=commit, v2=prepared.v2)
 
 
 def group_metadata(group: ConsumerGroupMetadata | str | Any) -> ConsumerGroupMetadata:
