@@ -67,15 +67,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from aiokafka_ng.cluster.metadata import ClusterMetadata, TopicMetadata
-from aiokafka_ng.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
+from aiokafka_ng.errors import KafkaError, KafkaTimeoutError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.latency import LatencyRecorder
-from aiokafka_ng.producer.batch import PartitionQueue, PendingRun, ProducerBatch
+from aiokafka_ng.producer.batch import (
+    Headers,
+    PartitionQueue,
+    Pending,
+    PendingRun,
+    ProducerBatch,
+    TopicQueue,
+    halves,
+    no_partition_error,
+)
 from aiokafka_ng.producer.delivery import decide, place
 from aiokafka_ng.producer.future import Delivery, fail_position, finish_all
 from aiokafka_ng.producer.idempotence import IdempotenceState
@@ -83,7 +91,7 @@ from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitioner, murmur2
 from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
 from aiokafka_ng.protocol.compression import Compression
-from aiokafka_ng.protocol.records import RecordBatchBuilder, iter_batches
+from aiokafka_ng.protocol.records import RecordBatchBuilder
 
 __all__ = ["Accumulator", "PartitionQueue", "PendingRun", "ProducerBatch", "TopicQueue"]
 
@@ -91,36 +99,8 @@ __all__ = ["Accumulator", "PartitionQueue", "PendingRun", "ProducerBatch", "Topi
 #: are ready this much before their deadline, so they never leave after it.
 _TIMER_SLACK = 0.001
 
-Headers = list[tuple[str, bytes | None]]
 #: New batches assume compression 5% worse than observed (Java's estimation factor).
 _RATIO_MARGIN = 1.05
-# (partition or -1, key, value, headers, timestamp_ms, size, future, enqueued_at)
-Pending = tuple[int, bytes | None, bytes | None, Headers | None, int, int, Delivery[Any], float]
-
-
-class TopicQueue:
-    """One topic's state in the accumulator: its partitions' queues once metadata is known
-    (``ready``), the records waiting for it before then (``pending``), the sticky partition.
-    Slotted: ``intake.send_fast`` (C) reads these slots by offset."""
-
-    __slots__ = (
-        "all_partitions",
-        "available",
-        "name",
-        "partitions",
-        "pending",
-        "ready",
-        "sticky",
-    )
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.sticky = -1
-        self.pending: deque[Pending | PendingRun] = deque()
-        self.partitions: list[PartitionQueue] = []
-        self.all_partitions: list[int] = []
-        self.available: list[int] = []
-        self.ready = False
 
 
 class Accumulator:
@@ -574,28 +554,11 @@ class Accumulator:
         if n < 2 or batch.done or batch.data is None:
             return False
         self.splits += 1
-        records = [r for b in iter_batches(batch.data) for r in b.records()]
         pq = batch.pq
         if self.idem is not None:
             self.idem.failed(pq, batch)  # its sequence range is abandoned: reset
         self._leave_flight(batch)
-        half = n // 2
-        parts = []
-        for lo, hi in ((0, half), (half, n)):
-            new = ProducerBatch(
-                pq, RecordBatchBuilder(self.compression, max_size=1 << 31), batch.created
-            )
-            if batch.positions is not None:
-                new.positions = batch.positions[lo:hi]
-            for rec, fut in zip(records[lo:hi], batch.futures[lo:hi], strict=True):
-                delta = new.builder.append(rec.timestamp, rec.key, rec.value, rec.headers)
-                place(fut, new, delta or 0)
-                new.futures.append(fut)
-            new.close()
-            new.attempts = batch.attempts
-            new.memory = batch.memory * (hi - lo) // n
-            parts.append(new)
-        parts[1].memory = batch.memory - parts[0].memory
+        parts = halves(batch, self.compression)
         batch.memory = 0
         batch.futures = []
         batch.done = True
@@ -675,12 +638,6 @@ class Accumulator:
 
 def _enqueued_at(entry: Pending | PendingRun) -> float:
     return entry.enqueued_at if isinstance(entry, PendingRun) else entry[7]
-
-
-def no_partition_error(t: TopicQueue, partition: int) -> KafkaError:
-    return UnknownTopicOrPartitionError(
-        f"partition {partition} of {t.name!r} does not exist ({len(t.partitions)} partitions)"
-    )
 
 
 def _expired_error(batch: ProducerBatch, now: float) -> KafkaError:

@@ -1,5 +1,8 @@
-"""ProducerBatch (one record batch from first append to outcome) and PartitionQueue (a
-partition's batches, leader, mute flag and idempotence sequence state).
+"""The accumulator's containers: ProducerBatch (one record batch from first append to
+outcome), PartitionQueue (a partition's batches, leader, mute flag and idempotence sequence
+state), TopicQueue (a topic's partitions, the records waiting for its metadata, the sticky
+partition) and PendingRun (a run of records waiting for metadata); and ``halves``, a batch
+rewritten as two (MESSAGE_TOO_LARGE).
 
 Plain slotted containers; the rules that move batches between states live in
 :mod:`aiokafka_ng.producer.accumulator` and :mod:`aiokafka_ng.producer.idempotence`.
@@ -11,10 +14,21 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from aiokafka_ng.errors import KafkaError, UnknownTopicOrPartitionError
+from aiokafka_ng.producer.delivery import place
 from aiokafka_ng.producer.future import Delivery
-from aiokafka_ng.protocol.records import RecordBatchBuilder
+from aiokafka_ng.protocol.compression import Compression
+from aiokafka_ng.protocol.records import RecordBatchBuilder, iter_batches
 
-__all__ = ["PartitionQueue", "PendingRun", "ProducerBatch"]
+__all__ = [
+    "PartitionQueue",
+    "Pending",
+    "PendingRun",
+    "ProducerBatch",
+    "TopicQueue",
+    "halves",
+    "no_partition_error",
+]
 
 
 class ProducerBatch:
@@ -143,3 +157,65 @@ class PendingRun:
         self.positions = positions
         self.place = place
         self.enqueued_at = 0.0
+
+
+Headers = list[tuple[str, bytes | None]]
+# (partition or -1, key, value, headers, timestamp_ms, size, future, enqueued_at)
+Pending = tuple[int, bytes | None, bytes | None, Headers | None, int, int, Delivery[Any], float]
+
+
+class TopicQueue:
+    """One topic's state in the accumulator: its partitions' queues once metadata is known
+    (``ready``), the records waiting for it before then (``pending``), the sticky partition.
+    Slotted: ``intake.send_fast`` (C) reads these slots by offset."""
+
+    __slots__ = (
+        "all_partitions",
+        "available",
+        "name",
+        "partitions",
+        "pending",
+        "ready",
+        "sticky",
+    )
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sticky = -1
+        self.pending: deque[Pending | PendingRun] = deque()
+        self.partitions: list[PartitionQueue] = []
+        self.all_partitions: list[int] = []
+        self.available: list[int] = []
+        self.ready = False
+
+
+def no_partition_error(t: TopicQueue, partition: int) -> KafkaError:
+    return UnknownTopicOrPartitionError(
+        f"partition {partition} of {t.name!r} does not exist ({len(t.partitions)} partitions)"
+    )
+
+
+def halves(batch: ProducerBatch, compression: Compression) -> list[ProducerBatch]:
+    """``batch`` (closed, two records or more) rewritten as two closed batches of its first
+    and second half, each record's future moved to its new place; the memory it holds is
+    shared between them by record count (``split``: MESSAGE_TOO_LARGE)."""
+    assert batch.data is not None
+    records = [r for b in iter_batches(batch.data) for r in b.records()]
+    n = len(batch.futures)
+    parts: list[ProducerBatch] = []
+    for lo, hi in ((0, n // 2), (n // 2, n)):
+        new = ProducerBatch(
+            batch.pq, RecordBatchBuilder(compression, max_size=1 << 31), batch.created
+        )
+        if batch.positions is not None:
+            new.positions = batch.positions[lo:hi]
+        for rec, fut in zip(records[lo:hi], batch.futures[lo:hi], strict=True):
+            delta = new.builder.append(rec.timestamp, rec.key, rec.value, rec.headers)
+            place(fut, new, delta or 0)
+            new.futures.append(fut)
+        new.close()
+        new.attempts = batch.attempts
+        new.memory = batch.memory * (hi - lo) // n
+        parts.append(new)
+    parts[1].memory = batch.memory - parts[0].memory
+    return parts

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio.lowlevel
 
 from aiokafka_ng.errors import BufferExhaustedError, KafkaError
-from aiokafka_ng.producer.accumulator import PendingRun, no_partition_error
+from aiokafka_ng.producer.batch import PendingRun, no_partition_error
 from aiokafka_ng.producer.delivery import decide, place_each
 from aiokafka_ng.producer.future import (
     BatchDelivery,
@@ -77,7 +77,8 @@ from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitE
 from aiokafka_ng.protocol.speedups import BinaryColumn
 
 if TYPE_CHECKING:
-    from aiokafka_ng.producer.accumulator import Accumulator, TopicQueue
+    from aiokafka_ng.producer.accumulator import Accumulator
+    from aiokafka_ng.producer.batch import TopicQueue
 
 __all__ = ["chunk_end", "place_run", "send_batch", "send_run"]
 

@@ -211,7 +211,7 @@ def bind_send_fast(kernel: speedups.Kernel) -> speedups.SendFast | None:
     if setup is None or kernel.send_fast is None:
         return None
     # Imported here: the accumulator's modules are not needed to import the intake's checks.
-    from aiokafka_ng.producer.accumulator import PartitionQueue, ProducerBatch, TopicQueue
+    from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch, TopicQueue
     from aiokafka_ng.producer.future import PENDING, DeliveryFuture
     from aiokafka_ng.producer.memory import MemoryPool
 
