@@ -344,10 +344,16 @@ async def test_kill_closes_and_refuses_until_restart(sim: ClusterSimulator) -> N
 
 
 async def test_delay_pipelining_and_counters(sim: ClusterSimulator) -> None:
-    sim.delay(2, 150)
+    # Held for a minute until all five are in: with the 150 ms alone, a loaded machine
+    # could take longer than that to send them, and the first answer left before the fifth
+    # request came (max in flight 4, seen in a CI-style run). Lowering the delay applies to
+    # held responses too, and each is still held 150 ms after it was ready.
+    sim.delay(2, 60_000)
     async with connect(sim, 2) as c2:
         started = time.monotonic()
         cids = [await c2.send(MetadataRequest(topics=[]), 12) for _ in range(5)]
+        await sim.wait_until(lambda: sim.max_in_flight_by_node[2] == 5)
+        sim.delay(2, 150)
         for cid in cids:
             await c2.receive(MetadataResponse, 12, cid)
         assert time.monotonic() - started >= 0.15
