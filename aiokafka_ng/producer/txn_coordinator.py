@@ -370,9 +370,8 @@ async def complete_prepared(
     max_block_s: float,
 ) -> None:
     """Commit (or abort) ``prepared`` with EndTxn under its own transactional id, producer
-    id and epoch, from any producer's cluster (``Producer.complete_transaction``)."""
-    if prepared.producer_id < 0:
-        return  # nothing was added to it: nothing to end
+    id and epoch, from any producer's cluster (``Producer.complete_transaction``, which
+    skips a transaction nothing was added to: ``producer_id < 0``)."""
     client = TxnCoordinatorClient(
         cluster,
         prepared.transactional_id,
