@@ -8,8 +8,10 @@ replication factor is 3, and no separate controller to keep alive. Three voters 
 node down, which is what the fault tests do (one node killed, stopped or paused at a time).
 
 Start. The jars come from :func:`~aiokafka_ng.testing._kafka_jars.ensure_jars` (Maven, once,
-into a shared cache). In a fresh temporary directory: a CA and server certificate (trustme;
-Kafka reads the PEM keystore as is), then per node a ``server.properties``, and storage
+into a shared cache); every node maps the JVM class archive beside them if ``aiokafka-ng
+broker --kafka --fetch-only`` made one for this ``java`` (``_kafka_cds``). In a fresh
+temporary directory: a CA and server certificate (trustme; Kafka reads the PEM keystore as
+is), then per node a ``server.properties``, and storage
 formatted by ``kafka.tools.StorageTool`` with one cluster id and the SCRAM users
 (``--add-scram``), all nodes at once. Then every node is spawned, and the cluster is ready
 when each node answers a Metadata request, over our own :func:`aiokafka_ng.net.connect`,
@@ -46,6 +48,7 @@ from typing import Any, Final, Self
 import anyio
 import anyio.to_thread
 
+from aiokafka_ng.testing._kafka_cds import archive_for
 from aiokafka_ng.testing._kafka_config import (
     HOST,
     LOG4J2,
@@ -77,9 +80,13 @@ DEFAULT_USERS: Final[Mapping[str, str]] = {"admin": "admin-secret", "alice": "al
 _POLL_INTERVAL: Final = 0.1
 _LOG_TAIL_LINES: Final = 40
 # Kept small: several JVMs share a 2-core machine with the tests. SerialGC starts fastest
-# and needs no GC threads.
+# and needs no GC threads. The C1 compiler alone (no C2) halves the CPU a node's start
+# takes -- with both cores busy, a restart took 13.6 s with C2 and 7 s without (both with
+# the class archive, _kafka_cds.py) -- at the cost of peak speed a test cluster does not
+# need; ``java_options=["-XX:TieredStopAtLevel=4"]`` brings C2 back (the last one counts).
 _JVM_OPTIONS: Final = (
     "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
     "-XX:+ExitOnOutOfMemoryError",
     "-Djava.awt.headless=true",
     "-Dnetworkaddress.cache.ttl=0",
@@ -214,6 +221,7 @@ class KafkaNode:
             f"-Xmx{self._cluster.heap}",
             f"-Xms{self._cluster.heap}",
             *_JVM_OPTIONS,
+            *self._cluster.class_archive_options,
             *self._cluster.java_options,
             f"-Dlog4j2.configurationFile={self._cluster.directory / 'log4j2.properties'}",
             "-cp",
@@ -319,6 +327,8 @@ class KafkaCluster:
         self.brokers: list[KafkaNode] = []
         self.java = ""
         self.libs = Path()
+        #: ``-XX:SharedArchiveFile=...`` when this java's class archive exists (_kafka_cds).
+        self.class_archive_options: tuple[str, ...] = ()
         self._directory: Path | None = None
         self._ca_file: Path | None = None
         #: seconds the last :meth:`start` took, jars fetch excluded.
@@ -379,6 +389,10 @@ class KafkaCluster:
             self.libs = await anyio.to_thread.run_sync(ensure_jars)
         except KafkaSetupError as exc:
             raise KafkaClusterError(str(exc)) from exc
+        archive = archive_for(self.java, self.libs.parent)
+        self.class_archive_options = (
+            (f"-XX:SharedArchiveFile={archive}",) if archive.is_file() else ()
+        )
         started = time.monotonic()
         for attempt in (1, 2):
             try:

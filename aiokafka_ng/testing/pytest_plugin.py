@@ -43,7 +43,8 @@ import pytest
 
 from aiokafka_ng.testing._broker import LocalBroker, LocalBrokerError
 from aiokafka_ng.testing._kafka import KafkaCluster, KafkaClusterError
-from aiokafka_ng.testing._kafka_jars import missing_tools
+from aiokafka_ng.testing._kafka_cds import make_archive
+from aiokafka_ng.testing._kafka_jars import KafkaSetupError, missing_tools
 
 _KAFKA_MODES = ("auto", "require", "off")
 _BROKER_CHOICES = ("default", "tansu", "kafka", "both")
@@ -191,6 +192,13 @@ def kafka_cluster(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
         broker_properties={"num.partitions": "4", "default.replication.factor": "3"},
         heap="1g",
     )
+    try:
+        # Made once per machine (.ci/run makes it before the tests): every node start of the
+        # session is faster with it. Without it (the JVM could not write one) only speed is
+        # lost; test_kafka_cluster.py's test of the archive then fails and says why.
+        make_archive()
+    except KafkaSetupError:
+        pass
     try:
         cluster.start_sync()
     except KafkaClusterError as exc:

@@ -7,6 +7,7 @@ running and listed) when they end, as the other Kafka tests expect.
 from __future__ import annotations
 
 import socket
+import subprocess
 from pathlib import Path
 
 import anyio
@@ -14,6 +15,7 @@ import pytest
 
 from aiokafka_ng.testing import KafkaCluster, KafkaClusterError, KafkaNode
 from aiokafka_ng.testing import _kafka as kafka_module
+from aiokafka_ng.testing._kafka_cds import archive_for, make_archive
 from aiokafka_ng.testing._kafka_config import NodePorts
 from aiokafka_ng.testing._kafka_jars import (
     HOME_ENV_VAR,
@@ -144,6 +146,53 @@ def test_a_port_taken_before_the_spawn_is_retried_on_new_ports(
             assert len(picks) == 2
             assert cluster.node(1).port == picks[1][0] != taken
             assert cluster.node(1).running
+
+
+def test_every_node_maps_the_class_archive(kafka_cluster: KafkaCluster) -> None:
+    """The JVM class archive (_kafka_cds) exists and every running node has it mapped: it
+    halves a node's start, which the fault tests pay many times."""
+    archive = make_archive()  # made before the cluster started (the fixture): found here
+    assert archive == archive_for(kafka_cluster.java, kafka_cluster.libs.parent)
+    assert kafka_cluster.class_archive_options == (f"-XX:SharedArchiveFile={archive}",)
+    for node in kafka_cluster.brokers:
+        if node.pid is None:
+            continue  # another test's node between stop and start
+        maps = Path(f"/proc/{node.pid}/maps").read_text()
+        # A JVM that could not use the archive runs on without mapping it.
+        assert str(archive) in maps, f"node {node.node_id} runs without {archive}"
+
+
+def test_the_class_archive_is_named_for_the_java_that_made_it(tmp_path: Path) -> None:
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_bytes(b"one build")
+    link = tmp_path / "java"
+    link.symlink_to(java)
+    first = archive_for(str(link), tmp_path / "home")
+    assert first.parent == tmp_path / "home"
+    assert first.suffix == ".jsa"
+    assert archive_for(str(java), tmp_path / "home") == first  # the resolved binary counts
+    java.write_bytes(b"another build")  # an upgraded JDK: its own archive, not a stale one
+    assert archive_for(str(link), tmp_path / "home") != first
+
+
+def test_an_unusable_class_archive_does_not_stop_the_jvm(
+    kafka_cluster: KafkaCluster, tmp_path: Path
+) -> None:
+    """What a stale or damaged archive costs is the speed, not the start (as _kafka_cds
+    relies on): the JVM runs on without it."""
+    # kafka_cluster: only for its checks (Java present, or a skip with reason).
+    garbage = tmp_path / "garbage.jsa"
+    garbage.write_bytes(bytes(range(256)) * 64)
+    done = subprocess.run(
+        [kafka_cluster.java, f"-XX:SharedArchiveFile={garbage}", "-version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "version" in done.stderr
 
 
 def test_missing_java_and_maven_are_one_line_reasons(tmp_path: Path) -> None:
