@@ -57,7 +57,6 @@ def uses_a_broker(item: pytest.Item) -> bool:
 #: Tests that need a Spark JVM started with Spark's own Kafka connector (spark.jars.packages
 #: is read only at JVM start, and one JVM serves the whole process).
 SPARK_PEER = "tests/kafka/test_spark_connector_peer.py"
-LONGEST_OTHER_UNIT = "tests/test_pythons.py"
 
 
 #: Where every test runs a JVM of the session's: the Kafka cluster, or Spark in this process.
@@ -127,23 +126,13 @@ if LoadScopeScheduling is not None:
 class _SparkPeerFirst:
     """After every reordering: the Spark connector's peer tests go first. pytest groups the
     tests of the parametrised session broker together, which put tests/spark (a JVM without
-    the connector) ahead of them and failed them all.
-
-    Then ``tests/test_pythons.py``, the longest unit after "jvm" (one test, 25 of a CI
-    run's 44 minutes): as the second unit in order it starts at once on the second worker,
-    and the short units fill both workers after it. Collected near the end (its name sorts
-    after the test directories), it started only once the second worker had run every other
-    unit, and the run ended with it (43.5 min, 25 of them this test, in a CI-style run at
-    3bdb7de).
-    """
+    the connector) ahead of them and failed them all."""
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        first = [i for i in items if i.nodeid.startswith(SPARK_PEER)]
-        second = [i for i in items if i.nodeid.startswith(LONGEST_OTHER_UNIT)]
-        if first or second:
-            rest = [i for i in items if not i.nodeid.startswith((SPARK_PEER, LONGEST_OTHER_UNIT))]
-            items[:] = first + second + rest
+        peer = [item for item in items if item.nodeid.startswith(SPARK_PEER)]
+        if peer:
+            items[:] = peer + [i for i in items if not i.nodeid.startswith(SPARK_PEER)]
 
 
 @pytest.fixture(autouse=True)
