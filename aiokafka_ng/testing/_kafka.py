@@ -80,8 +80,8 @@ DEFAULT_USERS: Final[Mapping[str, str]] = {"admin": "admin-secret", "alice": "al
 _POLL_INTERVAL: Final = 0.1
 _LOG_TAIL_LINES: Final = 40
 # Kept small: several JVMs share a 2-core machine with the tests. SerialGC starts fastest
-# and needs no GC threads. The C1 compiler alone (no C2) halves the CPU a node's start
-# takes -- with both cores busy, a restart took 13.6 s with C2 and 7 s without (both with
+# and needs no GC threads. The C1 compiler alone (no C2) nearly halves a node's start on a
+# busy machine -- with both cores busy, a restart took 13.6 s with C2 and 7 s without (both with
 # the class archive, _kafka_cds.py) -- at the cost of peak speed a test cluster does not
 # need; ``java_options=["-XX:TieredStopAtLevel=4"]`` brings C2 back (the last one counts).
 _JVM_OPTIONS: Final = (
