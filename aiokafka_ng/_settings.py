@@ -48,6 +48,7 @@ class ClientSettings(TypedDict, total=False):
     sasl_plain_username: str | None
     security_protocol: SecurityProtocol | str
     ssl_context: ssl.SSLContext | None
+    transport: Any
 
 
 class ProducerSettings(ClientSettings, total=False):

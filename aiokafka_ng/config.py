@@ -126,6 +126,10 @@ class ClientConfig(BaseModel):
     connections_max_idle_ms: int = Field(default=540000, gt=0)
     security_protocol: SecurityProtocol = "PLAINTEXT"
     ssl_context: ssl.SSLContext | None = None
+    #: An async callable ``(host, port) -> anyio.abc.ByteStream`` that opens each broker
+    #: connection instead of TCP (TLS is not applied to it): ``FakeKafka.transport`` connects
+    #: a client to an in-process cluster in memory. None: TCP.
+    transport: Any = None
     sasl_mechanism: SaslMechanism | None = None
     sasl_plain_username: str | None = None
     #: A secret: shown as ``'**********'`` by repr, str, model_dump and model_dump_json (as
@@ -175,6 +179,13 @@ class ClientConfig(BaseModel):
         errors.update(self._cross_check())
         if errors:
             raise ConfigError(errors)
+
+    @field_validator("transport")
+    @classmethod
+    def _check_transport(cls, v: Any) -> Any:
+        if v is not None and not callable(v):
+            raise ValueError("must be an async callable (host, port) -> byte stream, or None")
+        return v
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -327,6 +338,7 @@ class ClientConfig(BaseModel):
             ssl_context=ctx,
             sasl=sasl,
             max_response_bytes=self.max_response_bytes,
+            transport=self.transport,
         )
 
     def oauth_token_provider(self) -> Any:

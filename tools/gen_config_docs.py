@@ -34,7 +34,7 @@ from aiokafka_ng.consumer.config import ConsumerConfig  # noqa: E402
 OUTPUT = ROOT / "docs" / "configuration.md"
 
 #: Settings with no Kafka property (Python objects).
-PYTHON_ONLY = frozenset({"ssl_context"})
+PYTHON_ONLY = frozenset({"ssl_context", "transport"})
 
 #: One line per setting whose model field has no ``#:`` comment of its own. A setting missing
 #: here and in the source just has an empty "notes" cell; the drift check still covers it.

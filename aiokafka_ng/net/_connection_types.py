@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka_ng.net.sasl import SaslConfig
 from aiokafka_ng.protocol.framing import DEFAULT_MAX_FRAME_SIZE
@@ -30,6 +32,9 @@ class ConnectionConfig:
     # decode to (a frame-sized answer of small structs costs 15-40x its size in objects).
     max_response_bytes: int = DEFAULT_MAX_FRAME_SIZE
     decode_limits: DecodeLimits = DEFAULT_LIMITS
+    # An async ``(host, port) -> anyio ByteStream`` opening the byte stream instead of TCP
+    # (and TLS): a test's in-process cluster (``FakeKafka.transport``). None: TCP.
+    transport: Callable[[str, int], Awaitable[Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1:

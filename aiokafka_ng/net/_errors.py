@@ -70,6 +70,9 @@ async def open_stream(host: str, port: int, config: ConnectionConfig) -> anyio.a
     """A TCP (or TLS, with ``config.ssl_context``) stream within ``connect_timeout_s``."""
     with translate_io_errors(f"connecting to {host}:{port}"):
         with anyio.fail_after(config.connect_timeout_s):
+            if config.transport is not None:
+                stream: anyio.abc.ByteStream = await config.transport(host, port)
+                return stream
             if config.ssl_context is None:
                 return await anyio.connect_tcp(host, port)
             return await anyio.connect_tcp(

@@ -1,0 +1,5 @@
+"""FakeKafka: an in-process model of a Kafka 4 cluster for tests (see :mod:`._server`)."""
+
+from aiokafka_ng.testing.fake._server import FakeKafka, FakeNode
+
+__all__ = ["FakeKafka", "FakeNode"]

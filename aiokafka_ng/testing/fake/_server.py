@@ -1,0 +1,645 @@
+"""FakeKafka: an in-process Kafka cluster for tests, reached over TCP or in memory.
+
+Usage::
+
+    async with FakeKafka(brokers=3) as kafka:
+        kafka.create_topic("events", partitions=3)
+        async with Producer(**kafka.client_config()) as producer:   # in memory
+            await producer.send_and_wait("events", b"v")
+        kafka.kill(1)                       # partitions node 1 led elect another replica
+        kafka.inject(0, 6, times=2)         # the next two Produce: NOT_LEADER_OR_FOLLOWER
+        kafka.records("events", 0)          # what the log holds, for assertions
+
+Any Kafka client (confluent-kafka, aiokafka, the Java client) reaches it over TCP at
+``kafka.bootstrap_servers``; aiokafka_ng clients can also connect in memory through the
+``transport`` setting (:meth:`FakeKafka.client_config` gives both), which is what makes a
+test on virtual time exact: no socket, so no wait the event loop's clock does not see.
+
+Theory of operation
+-------------------
+State lives in a :class:`~aiokafka_ng.testing.fake._cluster.FakeCluster` (synchronous);
+each client connection is served by one task that reads a request, answers it, writes the
+answer and only then reads the next request -- as a Kafka broker mutes a connection while
+one of its requests is being processed, so answers are in request order and a long-poll
+Fetch holds up the requests behind it on that connection. Produce with ``acks=0`` gets no
+answer (an error closes the connection instead, as Kafka does).
+
+Time is ``anyio.current_time()`` (virtual under a mock clock) for waits and deadlines;
+record timestamps the broker assigns (LogAppendTime) use ``wall_clock`` (default
+``time.time``), since clients compare them with their own wall clock.
+
+Faults act on the serving tasks: a killed node refuses new connections and closes its
+open ones, and the cluster elects new leaders for its partitions (:meth:`kill`); an isolated
+node keeps its roles but is unreachable (:meth:`isolate`); :meth:`delay`,
+:meth:`black_hole`, :meth:`cut_after`, :meth:`cut_after_bytes` and :meth:`inject` change
+what a node answers and when. Everything is loopback-only and bounded by
+``max_connections``.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+from uuid import UUID
+
+import anyio
+import anyio.abc
+
+from aiokafka_ng.protocol.errors import ProtocolError
+from aiokafka_ng.protocol.framing import FrameReader, decode_request, encode_response
+from aiokafka_ng.protocol.messages import REQUEST_TYPES
+from aiokafka_ng.protocol.primitives import ApiMessage
+from aiokafka_ng.protocol.record_reader import Record, iter_batches
+from aiokafka_ng.testing._simulator_codec import PARTITIONED_APIS, error_response
+from aiokafka_ng.testing._simulator_routing import Injection, Match
+from aiokafka_ng.testing.fake import _codes as E
+from aiokafka_ng.testing.fake import _handlers as H
+from aiokafka_ng.testing.fake._cluster import Broker, FakeCluster, Topic
+from aiokafka_ng.testing.fake._memory import MemoryByteStream, stream_pair
+
+__all__ = ["FakeKafka", "FakeNode"]
+
+LOOPBACK = "127.0.0.1"
+PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
+_SIZE = struct.Struct(">i")
+_STREAM_ERRORS = (
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.IncompleteRead,
+    OSError,
+)
+MAX_FRAME = 100 * 1024 * 1024
+
+
+class _Close(Exception):
+    """Drop the connection now (a fault, or Kafka closing it)."""
+
+
+@dataclass(slots=True, eq=False)
+class FakeNode:
+    """One broker's serving side: its address and the faults set on it."""
+
+    node_id: int
+    port: int
+    isolated: bool = False
+    black_hole: bool = False
+    delay_s: float = 0.0
+    api_delays: dict[int, float] = field(default_factory=dict)
+    cut_after: int | None = None  # requests left before the node's connections are closed
+    cut_after_bytes: int | None = None  # response bytes left before a connection is cut
+    connections: set[_Conn] = field(default_factory=set)
+    requests: Counter[int] = field(default_factory=Counter)
+
+
+class _Conn:
+    __slots__ = ("node", "scope", "stream")
+
+    def __init__(self, node: FakeNode, stream: anyio.abc.ByteStream) -> None:
+        self.node = node
+        self.stream = stream
+        self.scope = anyio.CancelScope()
+
+    def cut(self) -> None:
+        if isinstance(self.stream, MemoryByteStream):
+            self.stream.close_now()
+        self.scope.cancel()
+
+
+class FakeKafka:
+    """An in-process Kafka cluster of ``brokers`` nodes (ids ``1..brokers``).
+
+    Args:
+        brokers: number of broker nodes.
+        tcp: also listen on 127.0.0.1 (a free port per node) so that any client can connect;
+            False serves only the in-memory transport (no socket at all).
+        default_partitions: partitions of an auto-created topic, or of a CreateTopics
+            request that asks for the broker default (-1).
+        auto_create_topics: Kafka's ``auto.create.topics.enable`` (default true).
+        cluster_id: what Metadata and DescribeCluster report.
+        group_initial_rebalance_delay_ms: Kafka's ``group.initial.rebalance.delay.ms``
+            (Kafka's default is 3000; 0 here, as test configurations usually set).
+        wall_clock: the clock of broker-assigned timestamps (seconds since the epoch).
+        max_connections: connections accepted in all (a bound for runaway clients).
+    """
+
+    def __init__(
+        self,
+        brokers: int = 3,
+        *,
+        tcp: bool = True,
+        default_partitions: int = 1,
+        auto_create_topics: bool = True,
+        cluster_id: str = "fake-kafka-cluster",
+        group_initial_rebalance_delay_ms: int = 0,
+        wall_clock: Callable[[], float] = time.time,
+        max_connections: int = 10_000,
+    ) -> None:
+        if not 1 <= brokers <= 64:
+            raise ValueError("brokers must be between 1 and 64")
+        self._tcp = tcp
+        self._wall_clock = wall_clock
+        self._max_connections = max_connections
+        self._accepted = 0
+        # Ports: real ones once listening (tcp), else stand-ins only the transport knows.
+        self.nodes: dict[int, FakeNode] = {
+            n: FakeNode(n, 0 if tcp else 19092 + n) for n in range(1, brokers + 1)
+        }
+        self.cluster = FakeCluster(
+            [Broker(n, LOOPBACK, node.port) for n, node in self.nodes.items()],
+            cluster_id=cluster_id,
+            default_partitions=default_partitions,
+            auto_create_topics=auto_create_topics,
+        )
+        self._group_delay_ms = group_initial_rebalance_delay_ms
+        self._injections: list[Injection] = []
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._listeners: list[anyio.abc.Listener[Any]] = []
+        self._appended: anyio.Event | None = None
+        self._changed: anyio.Event | None = None
+        self._components = self._build_components()
+        self._handled: dict[int, Callable[..., Any]] = {}
+        for component in self._components:
+            for key in component.API_KEYS:
+                self._handled[key] = component.handle
+        keys = {PRODUCE, FETCH, API_VERSIONS, *H.HANDLERS, *self._handled}
+        self.api_versions = H.supported_versions(keys)
+
+    def _build_components(self) -> list[Any]:
+        from aiokafka_ng.testing.fake._groups import GroupCoordinator
+        from aiokafka_ng.testing.fake._transactions import TransactionCoordinator
+
+        groups = GroupCoordinator(self.cluster, initial_rebalance_delay_ms=self._group_delay_ms)
+        return [groups, TransactionCoordinator(self.cluster)]
+
+    def __repr__(self) -> str:
+        live = sum(b.alive for b in self.cluster.brokers.values())
+        return f"<FakeKafka brokers={len(self.nodes)} live={live} topics={len(self.cluster.topics)}>"
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self._appended = anyio.Event()
+        self._changed = anyio.Event()
+        try:
+            if self._tcp:
+                for node in self.nodes.values():
+                    multi = await anyio.create_tcp_listener(local_host=LOOPBACK, local_port=0)
+                    self._listeners.append(multi)
+                    (listener,) = multi.listeners
+                    assert isinstance(listener, anyio.abc.SocketListener)
+                    node.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+                    self.cluster.brokers[node.node_id].port = node.port
+                    tg.start_soon(self._accept_loop, node, listener)
+            for component in self._components:
+                start = getattr(component, "start", None)
+                if start is not None:
+                    start(tg)
+        except BaseException:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return
+        tg.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            for listener in self._listeners:
+                await listener.aclose()
+        self._listeners.clear()
+        await tg.__aexit__(None, None, None)
+
+    # ---- addresses -------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{LOOPBACK}:{node.port}" for node in self.nodes.values())
+
+    def client_config(self, *, memory: bool = True) -> dict[str, Any]:
+        """Keyword arguments that point an aiokafka_ng client at this cluster: in memory
+        (``transport``) by default, over TCP with ``memory=False``."""
+        config: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers}
+        if memory:
+            config["transport"] = self.transport
+        elif not self._tcp:
+            raise ValueError("this FakeKafka was made with tcp=False")
+        return config
+
+    async def transport(self, host: str, port: int) -> anyio.abc.ByteStream:
+        """Open an in-memory connection to the node at ``host:port`` (the ``transport``
+        setting of aiokafka_ng's clients). Refused like TCP when the node is down."""
+        node = next((n for n in self.nodes.values() if n.port == port), None)
+        if host not in (LOOPBACK, "localhost") or node is None:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, f"no fake broker at {host}:{port}")
+        if self._tg is None:
+            raise RuntimeError("FakeKafka is not running (use it with 'async with')")
+        await anyio.lowlevel.checkpoint()
+        if not self._reachable(node):
+            raise ConnectionRefusedError(errno.ECONNREFUSED, f"broker {node.node_id} is down")
+        self._count_accept()
+        client, server = stream_pair()
+        self._tg.start_soon(self._serve, node, server)
+        return client
+
+    def _reachable(self, node: FakeNode) -> bool:
+        return self.cluster.brokers[node.node_id].alive and not node.isolated
+
+    def _count_accept(self) -> None:
+        self._accepted += 1
+        if self._accepted > self._max_connections:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, "FakeKafka max_connections reached")
+
+    async def _accept_loop(self, node: FakeNode, listener: anyio.abc.SocketListener) -> None:
+        assert self._tg is not None
+        tg = self._tg
+        while True:
+            try:
+                stream = await listener.accept()
+            except (anyio.ClosedResourceError, OSError):
+                return
+            try:
+                self._count_accept()
+            except ConnectionRefusedError:
+                await stream.aclose()
+                continue
+            if not self._reachable(node):
+                await stream.aclose()
+                continue
+            tg.start_soon(self._serve, node, stream)
+
+    # ---- serving ---------------------------------------------------------------------------
+
+    async def _serve(self, node: FakeNode, stream: anyio.abc.ByteStream) -> None:
+        conn = _Conn(node, stream)
+        node.connections.add(conn)
+        frames = FrameReader(MAX_FRAME)
+        try:
+            with conn.scope:
+                while True:
+                    frame = frames.next_frame()
+                    if frame is None:
+                        frames.feed(await stream.receive())
+                        continue
+                    await self._answer(conn, frame)
+        except (*_STREAM_ERRORS, ProtocolError, _Close):
+            pass
+        finally:
+            node.connections.discard(conn)
+            with anyio.CancelScope(shield=True):
+                try:
+                    await stream.aclose()
+                except _STREAM_ERRORS:
+                    pass
+
+    async def _answer(self, conn: _Conn, frame: bytes) -> None:
+        node = conn.node
+        if not self._reachable(node):
+            raise _Close
+        if node.black_hole:
+            return
+        header, request = decode_request(frame)  # ProtocolError: drop the connection
+        node.requests[header.api_key] += 1
+        self._notify()
+        if node.cut_after is not None:
+            node.cut_after -= 1
+            if node.cut_after < 0:
+                node.cut_after = None
+                self._cut_node(node)
+                raise _Close
+        version = header.api_version
+        response = await self._respond(node, header.api_key, version, request)
+        delay = node.api_delays.get(header.api_key, node.delay_s)
+        if delay > 0:
+            await anyio.sleep(delay)
+        if response is None:
+            return  # acks=0
+        if not self._reachable(node):
+            raise _Close
+        payload = encode_response(response, version, header.correlation_id)
+        if node.cut_after_bytes is not None:
+            left = node.cut_after_bytes
+            if len(payload) >= left:
+                node.cut_after_bytes = None
+                if left:
+                    await conn.stream.send(payload[:left])
+                raise _Close
+            node.cut_after_bytes = left - len(payload)
+        await conn.stream.send(payload)
+
+    async def _respond(
+        self, node: FakeNode, api_key: int, version: int, request: ApiMessage
+    ) -> ApiMessage | None:
+        lo_hi = self.api_versions.get(api_key)
+        if api_key == API_VERSIONS:
+            if lo_hi is None or version > lo_hi[1]:
+                # Kafka answers an ApiVersions it cannot parse in v0, with its versions.
+                resp = H.api_versions(self.api_versions, request, 0)  # type: ignore[arg-type]
+                resp.error_code = E.UNSUPPORTED_VERSION
+                return resp
+            return H.api_versions(self.api_versions, request, version)  # type: ignore[arg-type]
+        if lo_hi is None or not lo_hi[0] <= version <= lo_hi[1]:
+            raise _Close  # Kafka closes a connection that sends a version it lacks
+        injected = self._injected(node, api_key, version, request)
+        if injected is not None:
+            if api_key == PRODUCE and getattr(request, "acks", 1) == 0:
+                raise _Close
+            return injected
+        cluster = self.cluster
+        if api_key == PRODUCE:
+            now_ms = int(self._wall_clock() * 1000)
+            response = H.produce(cluster, node.node_id, version, request, now_ms)  # type: ignore[arg-type]
+            self._data_changed()
+            if getattr(request, "acks", 1) == 0:
+                if any(p.error_code for t in response.responses for p in t.partition_responses):
+                    raise _Close
+                return None
+            return response
+        if api_key == FETCH:
+            return await self._fetch(node, version, request)
+        sync = H.HANDLERS.get(api_key)
+        if sync is not None:
+            response = sync(cluster, node.node_id, version, request)
+            self._data_changed()
+            return response
+        handler = self._handled[api_key]
+        response = await handler(node.node_id, version, request)
+        self._data_changed()
+        return response  # type: ignore[no-any-return]
+
+    async def _fetch(self, node: FakeNode, version: int, request: Any) -> ApiMessage:
+        deadline = anyio.current_time() + max(0, request.max_wait_ms) / 1000
+        while True:
+            appended = self._appended
+            assert appended is not None
+            result = H.fetch(self.cluster, node.node_id, version, request)
+            enough = result.bytes_found >= max(1, request.min_bytes) or result.has_error
+            left = deadline - anyio.current_time()
+            if enough or left <= 0 or not self._reachable(node):
+                return result.response
+            with anyio.move_on_after(left):
+                await appended.wait()
+
+    def _injected(
+        self, node: FakeNode, api_key: int, version: int, request: ApiMessage
+    ) -> ApiMessage | None:
+        for rule in self._injections:
+            if not (rule.active and rule.api_key == api_key and rule.for_node(node.node_id)):
+                continue
+            if api_key in PARTITIONED_APIS and callable(rule.match):
+                adapter = PARTITIONED_APIS[api_key]
+                tps = adapter.partitions(self, request, version)
+                hit = {tp: rule.error_code for tp in tps if rule.matches(node.node_id, tp)}
+                if not hit:
+                    continue
+                if len(hit) != len(tps):
+                    # Some partitions fail, the others are answered for real: not modelled
+                    # for one request (Kafka answers every partition in one go); fail them all.
+                    hit = {tp: rule.error_code for tp in tps}
+                rule.consume()
+                return adapter.error_response(self, request, version, hit)
+            response = error_response(self, request, version, rule.error_code)
+            if response is None:
+                continue
+            rule.consume()
+            return response
+        return None
+
+    # ---- change notification ---------------------------------------------------------------
+
+    def _data_changed(self) -> None:
+        if self._appended is not None:
+            self._appended.set()
+            self._appended = anyio.Event()
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def wait_until(self, predicate: Callable[[], bool], within: float | None = 10.0) -> None:
+        """Wait until ``predicate()`` holds, re-checked after every request any node gets
+        (``within``: seconds on the event loop's clock, virtual under a mock clock)."""
+        with anyio.fail_after(within):
+            while not predicate():
+                assert self._changed is not None
+                await self._changed.wait()
+
+    # ---- Topology (for the shared error-response builders) --------------------------------
+
+    @property
+    def controller(self) -> int:
+        return self.cluster.controller_id
+
+    def endpoints(self) -> list[tuple[int, str, int]]:
+        return [(n, b.host, b.port) for n, b in sorted(self.cluster.brokers.items())]
+
+    def leader(self, topic: str, partition: int) -> int:
+        p = self.cluster.partition(topic, partition)
+        return -1 if p is None else p.leader
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        p = self.cluster.partition(topic, partition)
+        return -1 if p is None else p.leader_epoch
+
+    def replicas(self, leader: int) -> list[int]:
+        return [leader]
+
+    def coordinator_for(self, key: str) -> int:
+        return self.cluster.coordinator(key)
+
+    def learn_topic(self, name: str, topic_id: UUID, partitions: int) -> None:
+        pass  # the fake knows its topics
+
+    def topic_name(self, topic_id: UUID) -> str | None:
+        topic = self.cluster.topic_by_id(topic_id)
+        return None if topic is None else topic.name
+
+    # ---- test-facing state -----------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int | None = None,
+        *,
+        configs: dict[str, str] | None = None,
+    ) -> Topic:
+        """Create a topic now (as an admin client would, without a request)."""
+        problem = H.topic_name_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        if name in self.cluster.topics:
+            raise ValueError(f"topic {name!r} already exists")
+        return self.cluster.create_topic(name, partitions, replication_factor, configs=configs)
+
+    def records(self, topic: str, partition: int) -> list[Record]:
+        """Every data record the partition's log holds (control records left out)."""
+        p = self.cluster.partition(topic, partition)
+        if p is None:
+            raise KeyError(f"no partition {topic}-{partition}")
+        out: list[Record] = []
+        for info in p.log.batches:
+            if info.control:
+                continue
+            for batch in iter_batches(info.data, verify_crc=False):
+                out.extend(r for r in batch.records() if r.offset >= p.log.log_start_offset)
+        return out
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        p = self.cluster.partition(topic, partition)
+        if p is None:
+            raise KeyError(f"no partition {topic}-{partition}")
+        return p.log.high_watermark
+
+    def committed(self, group: str) -> dict[tuple[str, int], int]:
+        """The group's committed offsets: (topic, partition) -> offset."""
+        return {tp: entry[0] for tp, entry in self.cluster.offsets.get(group, {}).items()}
+
+    def requests(self, node: int | None = None) -> Counter[int]:
+        """Requests received, by API key (of one node, or all)."""
+        if node is not None:
+            return Counter(self._node(node).requests)
+        total: Counter[int] = Counter()
+        for n in self.nodes.values():
+            total.update(n.requests)
+        return total
+
+    def open_connections(self, node: int | None = None) -> int:
+        nodes = self.nodes.values() if node is None else [self._node(node)]
+        return sum(len(n.connections) for n in nodes)
+
+    # ---- faults -----------------------------------------------------------------------------
+
+    def _node(self, node: int) -> FakeNode:
+        try:
+            return self.nodes[node]
+        except KeyError:
+            raise ValueError(f"no node {node} (nodes: {sorted(self.nodes)})") from None
+
+    def _cut_node(self, node: FakeNode) -> None:
+        for conn in list(node.connections):
+            conn.cut()
+
+    def kill(self, node: int) -> None:
+        """Stop ``node``: its connections close, new ones are refused, and each partition it
+        led elects the next live replica (leader epoch + 1), or has no leader."""
+        n = self._node(node)
+        self.cluster.kill(node)
+        self._cut_node(n)
+        self._data_changed()
+        self._notify()
+
+    def restart(self, node: int) -> None:
+        """Start ``node`` again (its log is kept; it leads partitions left leaderless)."""
+        self._node(node)
+        self.cluster.restart(node)
+        self._notify()
+
+    def alive(self, node: int) -> bool:
+        return self.cluster.brokers[self._node(node).node_id].alive
+
+    def isolate(self, node: int, on: bool = True) -> None:
+        """Cut the clients off ``node`` (connections closed and refused) while the cluster
+        still sees it alive: it keeps leading its partitions, as behind a network partition
+        between the client and one broker."""
+        n = self._node(node)
+        n.isolated = on
+        if on:
+            self._cut_node(n)
+        self._notify()
+
+    def move_leader(self, topic: str, partition: int, to_node: int | None = None) -> int:
+        """Make ``to_node`` (default: the next live replica) the partition's leader; the
+        epoch goes up by one. Returns the new leader."""
+        p = self.cluster.partition(topic, partition)
+        if p is None:
+            raise KeyError(f"no partition {topic}-{partition}")
+        if to_node is None:
+            live = [n for n in p.replicas if n != p.leader and self.alive(n)]
+            if not live:
+                raise ValueError(f"{topic}-{partition} has no other live replica")
+            to_node = live[0]
+        self._node(to_node)
+        if to_node not in p.replicas:
+            p.replicas.append(to_node)
+        self.cluster.set_leader(p, to_node)
+        self._data_changed()
+        return to_node
+
+    def move_coordinator(self, key: str, to_node: int) -> None:
+        """Group or transactional id ``key`` is coordinated by ``to_node`` from now on."""
+        self._node(to_node)
+        self.cluster.coordinator_overrides[key] = to_node
+
+    def move_controller(self, to_node: int) -> None:
+        self._node(to_node)
+        self.cluster.controller_id = to_node
+
+    def delay(self, node: int, ms: float, *, api_key: int | None = None) -> None:
+        """Hold each answer of ``node`` (of one API, if given) ``ms`` before writing it."""
+        n = self._node(node)
+        if api_key is None:
+            n.delay_s = ms / 1000
+        else:
+            n.api_delays[api_key] = ms / 1000
+
+    def black_hole(self, node: int, on: bool = True) -> None:
+        """``node`` reads requests and never answers them."""
+        self._node(node).black_hole = on
+
+    def cut_after(self, node: int, requests: int) -> None:
+        """Close every connection of ``node`` when it gets its ``requests``-th next request
+        (that request is not answered)."""
+        self._node(node).cut_after = requests
+
+    def cut_after_bytes(self, node: int, n: int) -> None:
+        """Close the connection that writes the ``n``-th next response byte of ``node``,
+        mid-response."""
+        self._node(node).cut_after_bytes = n
+
+    def inject(
+        self, api_key: int, error_code: int, times: int | None = 1, match: Match = None
+    ) -> Injection:
+        """Answer requests of ``api_key`` with ``error_code``, doing nothing else.
+
+        ``match``: None (any node), a node id, or for Produce/Fetch/ListOffsets a predicate
+        ``(topic, partition) -> bool``; ``times``: requests to hit (None: until
+        :meth:`clear_faults`)."""
+        if api_key not in REQUEST_TYPES:
+            raise ValueError(f"unknown API key {api_key}")
+        if isinstance(match, int) and not isinstance(match, bool):
+            self._node(match)
+        if times is not None and times < 1:
+            raise ValueError("times must be >= 1 or None")
+        rule = Injection(api_key, error_code, times, match)
+        self._injections.append(rule)
+        return rule
+
+    def clear_faults(self) -> None:
+        """Undo every fault but kills and leader moves."""
+        self._injections.clear()
+        for n in self.nodes.values():
+            n.black_hole = False
+            n.isolated = False
+            n.delay_s = 0.0
+            n.api_delays.clear()
+            n.cut_after = None
+            n.cut_after_bytes = None
+        self._notify()
