@@ -100,6 +100,9 @@ def build_parts(
         idempotence=idem,
         partitioner=config.partitioner,
         wakeups=senders,
+        # The event loop's clock, which linger, retry and delivery timers sleep on: the same
+        # as time.monotonic on asyncio, and virtual under trio's MockClock (tests).
+        clock=anyio.current_time,
     )
     # What send() and the bulk path (bulk.py) read: see intake.py.
     intake = Intake(

@@ -8,6 +8,9 @@ presents one real broker as an N-node cluster with leader moves and injected fau
 :class:`KafkaCluster` runs real Apache Kafka (KRaft, 3 nodes by default) from jars that Maven
 fetches once; it needs Java 17+ and, for the first fetch, ``mvn``. :class:`ScriptedCluster`
 is a scripted stand-in for the cluster client (no broker) for canned-response tests.
+:class:`FakeKafka` is an in-process model of a Kafka cluster (no process, no port needed:
+clients connect in memory, or over TCP) with fault methods, for fast tests on virtual time
+(:mod:`aiokafka_ng.testing.virtual_time`).
 """
 
 from aiokafka_ng.testing._broker import BINARY_ENV_VAR, LocalBroker, LocalBrokerError
@@ -18,6 +21,7 @@ from aiokafka_ng.testing._kafka_config import (
     oauth_properties,
 )
 from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION
+from aiokafka_ng.testing.fake import FakeKafka
 from aiokafka_ng.testing.scripted import ScriptedCluster, make_metadata
 from aiokafka_ng.testing.simulator import ClusterSimulator
 
@@ -26,6 +30,7 @@ __all__ = [
     "KAFKA_VERSION",
     "OAUTH_ALLOWED_URLS",
     "ClusterSimulator",
+    "FakeKafka",
     "KafkaCluster",
     "KafkaClusterError",
     "KafkaNode",

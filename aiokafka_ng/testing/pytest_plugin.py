@@ -21,6 +21,13 @@ give a test a broker of its own.
 
 A broker that cannot start fails the test (``pytest.fail``); it is never skipped.
 
+In-process (:class:`~aiokafka_ng.testing.FakeKafka`, no broker process at all):
+
+- ``fake_kafka`` (function, async: the test is an anyio test): a started 3-node FakeKafka
+  of the test's own, on TCP and in memory; ``**fake_kafka.client_config()`` connects an
+  aiokafka_ng client in memory (exact under virtual time: :mod:`aiokafka_ng.testing.virtual_time`),
+  ``fake_kafka.bootstrap_servers`` any client over TCP.
+
 Apache Kafka (:class:`~aiokafka_ng.testing.KafkaCluster`):
 
 - ``kafka_cluster`` (session): one 3-node KRaft cluster for the whole run, started on first
@@ -35,7 +42,7 @@ Apache Kafka (:class:`~aiokafka_ng.testing.KafkaCluster`):
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,6 +52,7 @@ from aiokafka_ng.testing._broker import LocalBroker, LocalBrokerError
 from aiokafka_ng.testing._kafka import KafkaCluster, KafkaClusterError
 from aiokafka_ng.testing._kafka_cds import make_archive
 from aiokafka_ng.testing._kafka_jars import KafkaSetupError, missing_tools
+from aiokafka_ng.testing.fake import FakeKafka
 
 _KAFKA_MODES = ("auto", "require", "off")
 _BROKER_CHOICES = ("default", "tansu", "kafka", "both")
@@ -267,3 +275,10 @@ def kafka_broker_factory() -> Iterator[Callable[..., LocalBroker]]:
 def fresh_kafka_broker(kafka_broker_factory: Callable[..., LocalBroker]) -> LocalBroker:
     """A broker of the test's own, which the test may stop and start again."""
     return kafka_broker_factory()
+
+
+@pytest.fixture
+async def fake_kafka(anyio_backend: Any) -> AsyncIterator[FakeKafka]:
+    """A started 3-node :class:`FakeKafka` of the test's own (see the module docstring)."""
+    async with FakeKafka() as kafka:
+        yield kafka

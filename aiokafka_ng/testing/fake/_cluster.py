@@ -142,7 +142,11 @@ class FakeCluster:
     ) -> Topic:
         count = self.default_partitions if partitions is None or partitions < 0 else partitions
         nodes = sorted(self.brokers)
-        rf = min(3, len(nodes)) if replication_factor is None or replication_factor < 0 else replication_factor
+        rf = (
+            min(3, len(nodes))
+            if replication_factor is None or replication_factor < 0
+            else replication_factor
+        )
         if not 1 <= rf <= len(nodes):
             raise ValueError(f"replication factor {rf} with {len(nodes)} brokers")
         topic = Topic(name, uuid.uuid4(), [], dict(configs or {}), internal)
@@ -194,7 +198,9 @@ class FakeCluster:
         live = self.live_brokers()
         if not live:
             return -1
-        slot = coordinator_partition(key, TXN_STATE_PARTITIONS if transaction else OFFSETS_PARTITIONS)
+        slot = coordinator_partition(
+            key, TXN_STATE_PARTITIONS if transaction else OFFSETS_PARTITIONS
+        )
         # The internal topic's partition p is led like any topic's: round robin over nodes,
         # moving to the next live one when its leader is down.
         nodes = sorted(self.brokers)

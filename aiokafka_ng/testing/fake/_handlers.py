@@ -34,7 +34,11 @@ from aiokafka_ng.protocol.messages import fetch as _fetch
 from aiokafka_ng.protocol.messages import list_offsets as _lo
 from aiokafka_ng.protocol.messages import metadata as _md
 from aiokafka_ng.protocol.messages import produce as _produce
-from aiokafka_ng.protocol.messages.api_versions import ApiVersion, ApiVersionsRequest, ApiVersionsResponse
+from aiokafka_ng.protocol.messages.api_versions import (
+    ApiVersion,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+)
 from aiokafka_ng.protocol.messages.create_partitions import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -71,7 +75,7 @@ from aiokafka_ng.protocol.primitives import ApiMessage
 from aiokafka_ng.testing.fake import _codes as E
 from aiokafka_ng.testing.fake._cluster import FakeCluster, Partition, Topic
 
-__all__ = ["FetchResult", "api_versions", "supported_versions", "HANDLERS"]
+__all__ = ["HANDLERS", "FetchResult", "api_versions", "supported_versions"]
 
 _LEADER_EPOCH = struct.Struct(">i")
 _UUID_ZERO = UUID(int=0)
@@ -91,7 +95,10 @@ def topic_name_problem(name: str) -> str | None:
     if len(name) > MAX_TOPIC_NAME:
         return f"the topic name is longer than {MAX_TOPIC_NAME} characters"
     if not set(name) <= LEGAL_TOPIC_CHARS:
-        return f"the topic name {name!r} has characters other than ASCII letters, digits, '.', '_' and '-'"
+        return (
+            f"the topic name {name!r} has characters other than ASCII letters, digits, "
+            "'.', '_' and '-'"
+        )
     return None
 
 
@@ -111,7 +118,9 @@ def supported_versions(api_keys: Iterable[int]) -> dict[int, tuple[int, int]]:
 def api_versions(
     versions: dict[int, tuple[int, int]], request: ApiVersionsRequest, version: int
 ) -> ApiVersionsResponse:
-    keys = [ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in versions.items()]
+    keys = [
+        ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in versions.items()
+    ]
     return ApiVersionsResponse(error_code=E.NONE, api_keys=keys)
 
 
@@ -159,7 +168,9 @@ def metadata(
     )
     wanted = request.topics
     if wanted is None or (version == 0 and not wanted):
-        resp.topics = [_topic_metadata(cluster, t) for t in cluster.topics.values() if not t.internal]
+        resp.topics = [
+            _topic_metadata(cluster, t) for t in cluster.topics.values() if not t.internal
+        ]
         return resp
     allow_create = request.allow_auto_topic_creation if version >= 4 else True
     for item in wanted:
@@ -227,7 +238,9 @@ def produce(
         result = _produce.TopicProduceResponse(name=t.name, topic_id=t.topic_id)
         out.responses.append(result)
         for pd in t.partition_data:
-            r = _produce.PartitionProduceResponse(index=pd.index, base_offset=-1, log_start_offset=-1)
+            r = _produce.PartitionProduceResponse(
+                index=pd.index, base_offset=-1, log_start_offset=-1
+            )
             result.partition_responses.append(r)
             if request.acks not in (-1, 0, 1):
                 r.error_code = E.INVALID_REQUIRED_ACKS
@@ -298,11 +311,15 @@ def fetch(
             p = None if topic is None else cluster.partition(topic.name, fp.partition)
             if topic is None or p is None:
                 pd.error_code = (
-                    E.UNKNOWN_TOPIC_ID if topic is None and version >= 13 else E.UNKNOWN_TOPIC_OR_PARTITION
+                    E.UNKNOWN_TOPIC_ID
+                    if topic is None and version >= 13
+                    else E.UNKNOWN_TOPIC_OR_PARTITION
                 )
                 has_error = True
                 continue
-            code = _leader_problem(cluster, node_id, p) or _epoch_problem(p, fp.current_leader_epoch)
+            code = _leader_problem(cluster, node_id, p) or _epoch_problem(
+                p, fp.current_leader_epoch
+            )
             if code:
                 pd.error_code = code
                 has_error = True
@@ -328,7 +345,12 @@ def fetch(
             if read_committed:
                 end = fp.fetch_offset + 1
                 if chunks:
-                    end = log.batches[log.first_batch_index(fp.fetch_offset) + len(chunks) - 1].last_offset + 1
+                    end = (
+                        log.batches[
+                            log.first_batch_index(fp.fetch_offset) + len(chunks) - 1
+                        ].last_offset
+                        + 1
+                    )
                 pd.aborted_transactions = [
                     _fetch.AbortedTransaction(producer_id=pid, first_offset=first)
                     for pid, first in log.aborted_between(fp.fetch_offset, end)
@@ -362,7 +384,9 @@ def list_offsets(
             if p is None:
                 r.error_code = E.UNKNOWN_TOPIC_OR_PARTITION
                 continue
-            code = _leader_problem(cluster, node_id, p) or _epoch_problem(p, lp.current_leader_epoch)
+            code = _leader_problem(cluster, node_id, p) or _epoch_problem(
+                p, lp.current_leader_epoch
+            )
             if code:
                 r.error_code = code
                 continue
@@ -422,18 +446,29 @@ def create_topics(
             r.error_code, r.error_message = E.INVALID_TOPIC_EXCEPTION, problem
             continue
         if t.name in cluster.topics:
-            r.error_code, r.error_message = E.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists."
+            r.error_code, r.error_message = (
+                E.TOPIC_ALREADY_EXISTS,
+                f"Topic '{t.name}' already exists.",
+            )
             continue
         if t.assignments:
             count, rf = len(t.assignments), len(t.assignments[0].broker_ids)
         else:
             count = cluster.default_partitions if t.num_partitions == -1 else t.num_partitions
-            rf = min(3, len(cluster.brokers)) if t.replication_factor == -1 else t.replication_factor
+            rf = (
+                min(3, len(cluster.brokers)) if t.replication_factor == -1 else t.replication_factor
+            )
         if count < 1:
-            r.error_code, r.error_message = E.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+            r.error_code, r.error_message = (
+                E.INVALID_PARTITIONS,
+                "Number of partitions must be larger than 0.",
+            )
             continue
         if rf < 1:
-            r.error_code, r.error_message = E.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
+            r.error_code, r.error_message = (
+                E.INVALID_REPLICATION_FACTOR,
+                "Replication factor must be larger than 0.",
+            )
             continue
         if rf > len(cluster.live_brokers()):
             r.error_code = E.INVALID_REPLICATION_FACTOR
@@ -495,7 +530,8 @@ def create_partitions(
         if t.count <= have:
             r.error_code = E.INVALID_PARTITIONS
             r.error_message = (
-                f"The topic {t.name} currently has {have} partition(s); {t.count} would not be an increase."
+                f"The topic {t.name} currently has {have} partition(s); "
+                f"{t.count} would not be an increase."
             )
             continue
         if not request.validate_only:
@@ -558,7 +594,9 @@ def find_coordinator(
         node = cluster.coordinator(key, transaction=transaction)
         if node < 0:
             found.append(
-                Coordinator(key=key, node_id=-1, host="", port=-1, error_code=E.COORDINATOR_NOT_AVAILABLE)
+                Coordinator(
+                    key=key, node_id=-1, host="", port=-1, error_code=E.COORDINATOR_NOT_AVAILABLE
+                )
             )
         else:
             b = cluster.brokers[node]

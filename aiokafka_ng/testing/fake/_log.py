@@ -188,12 +188,11 @@ class PartitionLog:
             verdict = self._check_producer(pid, epoch, first_seq, last_seq)
             if verdict is not None:
                 return verdict
-            if batch.is_transactional and self.txn_verified is not None:
-                if pid not in self.txn_verified:
-                    return Appended(
-                        INVALID_TXN_STATE,
-                        message="the partition was not added to the transaction",
-                    )
+            verified = self.txn_verified
+            if batch.is_transactional and verified is not None and pid not in verified:
+                return Appended(
+                    INVALID_TXN_STATE, message="the partition was not added to the transaction"
+                )
             entry = self.producers.get(pid)
         elif batch.is_transactional:
             return Appended(INVALID_RECORD, message="a transactional batch needs a producer id")
@@ -325,7 +324,9 @@ class PartitionLog:
 
     def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted transactions overlapping [start, end)."""
-        return [(pid, first) for pid, first, marker in self.aborted if first < end and marker >= start]
+        return [
+            (pid, first) for pid, first, marker in self.aborted if first < end and marker >= start
+        ]
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``timestamp`` (by batch max
@@ -360,5 +361,7 @@ class PartitionLog:
         del self.batches[:keep]
         del self._last_offsets[:keep]
         live = {b.producer_id for b in self.batches if b.producer_id >= 0}
-        for pid in [p for p, e in self.producers.items() if p not in live and e.txn_first_offset is None]:
+        for pid in [
+            p for p, e in self.producers.items() if p not in live and e.txn_first_offset is None
+        ]:
             del self.producers[pid]

@@ -180,7 +180,9 @@ class FakeKafka:
 
     def __repr__(self) -> str:
         live = sum(b.alive for b in self.cluster.brokers.values())
-        return f"<FakeKafka brokers={len(self.nodes)} live={live} topics={len(self.cluster.topics)}>"
+        return (
+            f"<FakeKafka brokers={len(self.nodes)} live={live} topics={len(self.cluster.topics)}>"
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -199,7 +201,7 @@ class FakeKafka:
                     assert isinstance(listener, anyio.abc.SocketListener)
                     node.port = listener.extra(anyio.abc.SocketAttribute.local_port)
                     self.cluster.brokers[node.node_id].port = node.port
-                    tg.start_soon(self._accept_loop, node, listener)
+                    tg.start_soon(self._accept_loop, tg, node, listener)
             for component in self._components:
                 start = getattr(component, "start", None)
                 if start is not None:
@@ -266,9 +268,9 @@ class FakeKafka:
         if self._accepted > self._max_connections:
             raise ConnectionRefusedError(errno.ECONNREFUSED, "FakeKafka max_connections reached")
 
-    async def _accept_loop(self, node: FakeNode, listener: anyio.abc.SocketListener) -> None:
-        assert self._tg is not None
-        tg = self._tg
+    async def _accept_loop(
+        self, tg: anyio.abc.TaskGroup, node: FakeNode, listener: anyio.abc.SocketListener
+    ) -> None:
         while True:
             try:
                 stream = await listener.accept()
@@ -375,13 +377,13 @@ class FakeKafka:
             return await self._fetch(node, version, request)
         sync = H.HANDLERS.get(api_key)
         if sync is not None:
-            response = sync(cluster, node.node_id, version, request)
+            answer = sync(cluster, node.node_id, version, request)
             self._data_changed()
-            return response
+            return answer
         handler = self._handled[api_key]
-        response = await handler(node.node_id, version, request)
+        answer = await handler(node.node_id, version, request)
         self._data_changed()
-        return response  # type: ignore[no-any-return]
+        return answer  # type: ignore[no-any-return]
 
     async def _fetch(self, node: FakeNode, version: int, request: Any) -> ApiMessage:
         deadline = anyio.current_time() + max(0, request.max_wait_ms) / 1000

@@ -1,0 +1,176 @@
+"""FakeKafka end to end in memory: our clients, the fault methods, and virtual time (every
+test here runs on a virtual clock, asyncio's and trio's: the timings asserted are exact, and
+a 30 s timeout costs no wall time). Over TCP, and other clients: test_fake_kafka_tcp.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokafka_ng import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from aiokafka_ng.errors import KafkaTimeoutError, NotEnoughReplicasError
+from aiokafka_ng.testing import FakeKafka, virtual_time
+
+pytestmark = pytest.mark.anyio
+
+PRODUCE, FETCH = 0, 1
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
+
+
+async def consume(config: dict[str, Any], topic: str, partitions: int, n: int) -> list[bytes]:
+    """The values of the first ``n`` records of ``topic``, partition by partition."""
+    out: list[bytes] = []
+    async with Consumer(**config, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        with anyio.fail_after(60):
+            async for record in consumer:
+                assert record.value is not None
+                out.append(record.value)
+                if len(out) == n:
+                    break
+    return out
+
+
+async def test_admin_producer_and_consumer_round_trip_in_memory() -> None:
+    async with FakeKafka(brokers=3, tcp=False) as kafka:
+        config = kafka.client_config()
+        async with AdminClient(**config) as admin:
+            await admin.create_topics([NewTopic("t", num_partitions=3, replication_factor=3)])
+            cluster = await admin.describe_cluster()
+        assert sorted(b.node_id for b in cluster.brokers) == [1, 2, 3]
+        async with Producer(**config) as producer:
+            futures = [await producer.send("t", b"v%d" % i, key=b"k%d" % i) for i in range(60)]
+            metas = [await f for f in futures]
+        by_partition = {p: [m.offset for m in metas if m.partition == p] for p in range(3)}
+        for p, offsets in by_partition.items():
+            assert offsets == list(range(len(offsets)))  # in order, no gap, per partition
+            assert kafka.end_offset("t", p) == len(offsets)
+        values = await consume(config, "t", 3, 60)
+        assert sorted(values) == sorted(b"v%d" % i for i in range(60))
+
+
+async def test_a_record_sent_later_ends_a_waiting_fetch_at_once() -> None:
+    async with FakeKafka(brokers=1) as kafka:
+        kafka.create_topic("t")
+        config = kafka.client_config()
+        got: list[float] = []
+        async with Consumer(**config, auto_offset_reset="earliest", fetch_max_wait_ms=500) as c:
+            c.assign([TopicPartition("t", 0)])
+
+            async def read_one() -> None:
+                async for _record in c:
+                    got.append(anyio.current_time())
+                    return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read_one)
+                await anyio.sleep(10)  # virtual: twenty long polls come and go empty
+                async with Producer(**config, linger_ms=0) as producer:
+                    sent_at = anyio.current_time()
+                    await producer.send_and_wait("t", b"late")
+        assert got and got[0] - sent_at < 0.5  # the waiting fetch answered, not the next one
+
+
+async def test_delivery_timeout_is_exact_on_virtual_time() -> None:
+    async with FakeKafka(brokers=1) as kafka:
+        kafka.create_topic("t")
+        async with Producer(
+            **kafka.client_config(),
+            linger_ms=0,
+            delivery_timeout_ms=30_000,
+            request_timeout_ms=10_000,
+        ) as producer:
+            await producer.send_and_wait("t", b"first")
+            kafka.black_hole(1)
+            start = anyio.current_time()
+            future = await producer.send("t", b"lost")
+            with pytest.raises(KafkaTimeoutError):
+                await future
+            waited = anyio.current_time() - start
+        # delivery_timeout_ms, plus at most the producer's expiry tick (100 ms).
+        assert 30.0 <= waited <= 30.1
+        assert kafka.end_offset("t", 0) == 1
+
+
+async def test_injected_errors_are_retried_and_each_record_is_written_once() -> None:
+    async with FakeKafka(brokers=3) as kafka:
+        kafka.create_topic("t", partitions=1)
+        rule = kafka.inject(PRODUCE, NotEnoughReplicasError.errno, times=3)
+        async with Producer(**kafka.client_config(), retry_backoff_ms=100) as producer:
+            metas = [await producer.send_and_wait("t", b"%d" % i) for i in range(5)]
+        assert rule.hits == 3
+        assert [m.offset for m in metas] == [0, 1, 2, 3, 4]
+        assert [r.value for r in kafka.records("t", 0)] == [b"%d" % i for i in range(5)]
+
+
+async def test_killing_the_leader_loses_and_duplicates_nothing() -> None:
+    async with FakeKafka(brokers=3) as kafka:
+        kafka.create_topic("t", partitions=2, replication_factor=3)
+        leader = kafka.cluster.partition("t", 0).leader
+        async with Producer(**kafka.client_config(), linger_ms=2) as producer:
+            futures = []
+            for i in range(200):
+                futures.append(await producer.send("t", b"%d" % i, partition=i % 2))
+                if i == 100:
+                    kafka.kill(leader)
+                if i % 10 == 0:
+                    await anyio.sleep(0.001)
+            metas = [await f for f in futures]
+        assert kafka.cluster.partition("t", 0).leader != leader
+        for p in range(2):
+            values = [r.value for r in kafka.records("t", p)]
+            assert values == [b"%d" % i for i in range(p, 200, 2)]  # all, once, in order
+            assert [m.offset for m in metas if m.partition == p] == list(range(100))
+
+
+async def test_an_isolated_node_keeps_its_partitions_and_the_producer_waits_for_it() -> None:
+    async with FakeKafka(brokers=2) as kafka:
+        kafka.create_topic("t", partitions=1, replication_factor=2)
+        leader = kafka.cluster.partition("t", 0).leader
+        async with Producer(**kafka.client_config(), delivery_timeout_ms=60_000) as producer:
+            await producer.send_and_wait("t", b"a")
+            kafka.isolate(leader)
+            future = await producer.send("t", b"b")
+            await anyio.sleep(5)
+            assert not future.done() and kafka.open_connections(leader) == 0
+            kafka.isolate(leader, on=False)
+            meta = await future
+        assert (meta.offset, kafka.cluster.partition("t", 0).leader) == (1, leader)
+
+
+async def test_a_moved_leader_answers_not_leader_and_the_client_follows() -> None:
+    async with FakeKafka(brokers=3) as kafka:
+        kafka.create_topic("t", partitions=1, replication_factor=3)
+        async with Producer(**kafka.client_config()) as producer:
+            await producer.send_and_wait("t", b"a")
+            old = kafka.cluster.partition("t", 0).leader
+            new = kafka.move_leader("t", 0)
+            meta = await producer.send_and_wait("t", b"b")
+        assert new != old and meta.offset == 1
+        assert kafka.cluster.partition("t", 0).leader_epoch == 1
+        assert kafka.requests(new)[PRODUCE] >= 1
+
+
+async def test_a_cut_connection_mid_response_is_reconnected() -> None:
+    async with FakeKafka(brokers=1) as kafka:
+        kafka.create_topic("t")
+        async with Producer(**kafka.client_config()) as producer:
+            await producer.send_and_wait("t", b"a")
+            kafka.cut_after_bytes(1, 10)
+            meta = await producer.send_and_wait("t", b"b")
+        # The cut answer's batch was written; the retry is a duplicate answered with its offset.
+        assert meta.offset == 1
+        assert [r.value for r in kafka.records("t", 0)] == [b"a", b"b"]
+
+
+async def test_the_fixture_serves_a_client(fake_kafka: FakeKafka) -> None:
+    async with Producer(**fake_kafka.client_config()) as producer:
+        meta = await producer.send_and_wait("auto-created", b"v")
+    assert meta.offset == 0
+    assert fake_kafka.end_offset("auto-created", 0) == 1
