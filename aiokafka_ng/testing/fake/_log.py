@@ -292,7 +292,10 @@ class PartitionLog:
         )  # fmt: skip
         entry = self.producers.get(pid)
         if entry is None or epoch > entry.epoch:
-            entry = ProducerEntry(epoch)
+            # A marker at a bumped epoch (fencing, a timeout, every end of a KIP-890
+            # transaction) still ends the open transaction: keep where it began.
+            began = entry.txn_first_offset if entry is not None else None
+            entry = ProducerEntry(epoch, txn_first_offset=began)
             self.producers[pid] = entry
         if entry.txn_first_offset is not None and not commit:
             self.aborted.append((pid, entry.txn_first_offset, base))
