@@ -72,6 +72,7 @@ from aiokafka_ng.protocol.messages.find_coordinator import (
     FindCoordinatorResponse,
 )
 from aiokafka_ng.protocol.primitives import ApiMessage
+from aiokafka_ng.protocol.record_reader import iter_batches
 from aiokafka_ng.testing.fake import _codes as E
 from aiokafka_ng.testing.fake._cluster import FakeCluster, Partition, Topic
 
@@ -226,10 +227,34 @@ def _topic_metadata(cluster: FakeCluster, topic: Topic) -> _md.MetadataResponseT
 # ---- Produce ---------------------------------------------------------------------------
 
 
+#: ``(transactional_id, producer_id, epoch, topic, partition, produce_version=) -> error``:
+#: the transaction coordinator's check of a transactional batch before its append (KIP-890).
+TxnCheck = Callable[..., int]
+
+
+def _txn_header(records: bytes) -> tuple[int, int] | None:
+    """(producer id, epoch) of a transactional batch, None for anything else."""
+    try:
+        first = next(iter_batches(records, verify_crc=False), None)
+    except Exception:
+        return None  # the append names what is wrong with it
+    if first is None or not first.is_transactional:
+        return None
+    return first.producer_id, first.producer_epoch
+
+
 def produce(
-    cluster: FakeCluster, node_id: int, version: int, request: _produce.ProduceRequest, now_ms: int
+    cluster: FakeCluster,
+    node_id: int,
+    version: int,
+    request: _produce.ProduceRequest,
+    now_ms: int,
+    *,
+    verify_txn: TxnCheck | None = None,
 ) -> _produce.ProduceResponse:
-    """Appends what this node leads; the response even for acks=0 (the server drops it)."""
+    """Appends what this node leads; the response even for acks=0 (the server drops it).
+    A transactional batch is first checked by ``verify_txn`` (the partition must be in the
+    producer's transaction, or Produce v12+ adds it: KIP-890)."""
     hinted: set[int] = set()
     out = _produce.ProduceResponse()
     for t in request.topic_data:
@@ -258,7 +283,21 @@ def produce(
                     )
                     hinted.add(p.leader)
                 continue
-            done = p.log.append(pd.records or b"", now_ms=now_ms, leader_epoch=p.leader_epoch)
+            records = pd.records or b""
+            txn = _txn_header(records) if verify_txn is not None else None
+            if txn is not None and verify_txn is not None:
+                if request.transactional_id is None:
+                    r.error_code = E.INVALID_RECORD
+                    r.error_message = "a transactional batch in a Produce with no transactional id"
+                    continue
+                code = verify_txn(
+                    request.transactional_id, txn[0], txn[1], topic.name, pd.index,
+                    produce_version=version,
+                )  # fmt: skip
+                if code:
+                    r.error_code = code
+                    continue
+            done = p.log.append(records, now_ms=now_ms, leader_epoch=p.leader_epoch)
             r.error_code = done.error_code
             r.error_message = done.message
             r.log_start_offset = p.log.log_start_offset

@@ -176,7 +176,8 @@ class FakeKafka:
         from aiokafka_ng.testing.fake._transactions import TransactionCoordinator
 
         groups = GroupCoordinator(self.cluster, initial_rebalance_delay_ms=self._group_delay_ms)
-        return [groups, TransactionCoordinator(self.cluster)]
+        self.transactions = TransactionCoordinator(self.cluster, wall_clock=self._wall_clock)
+        return [groups, self.transactions]
 
     def __repr__(self) -> str:
         live = sum(b.alive for b in self.cluster.brokers.values())
@@ -366,7 +367,14 @@ class FakeKafka:
         cluster = self.cluster
         if api_key == PRODUCE:
             now_ms = int(self._wall_clock() * 1000)
-            response = H.produce(cluster, node.node_id, version, request, now_ms)  # type: ignore[arg-type]
+            response = H.produce(
+                cluster,
+                node.node_id,
+                version,
+                request,  # type: ignore[arg-type]
+                now_ms,
+                verify_txn=self.transactions.verify_produce,
+            )
             self._data_changed()
             if getattr(request, "acks", 1) == 0:
                 if any(p.error_code for t in response.responses for p in t.partition_responses):
@@ -390,6 +398,8 @@ class FakeKafka:
         while True:
             appended = self._appended
             assert appended is not None
+            # Transactions past their timeout are aborted before the last stable offset is read.
+            self.transactions.catch_up()
             result = H.fetch(self.cluster, node.node_id, version, request)
             enough = result.bytes_found >= max(1, request.min_bytes) or result.has_error
             left = deadline - anyio.current_time()
