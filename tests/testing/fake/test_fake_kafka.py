@@ -174,3 +174,61 @@ async def test_the_fixture_serves_a_client(fake_kafka: FakeKafka) -> None:
         meta = await producer.send_and_wait("auto-created", b"v")
     assert meta.offset == 0
     assert fake_kafka.end_offset("auto-created", 0) == 1
+
+
+async def test_read_committed_sees_committed_transactions_only() -> None:
+    async with FakeKafka(brokers=3) as kafka:
+        kafka.create_topic("t", partitions=1)
+        config = kafka.client_config()
+        async with Producer(**config, transactional_id="tx") as producer:
+            async with producer.transaction():
+                for i in range(3):
+                    await producer.send("t", b"c%d" % i)
+            with pytest.raises(RuntimeError):
+                async with producer.transaction():
+                    await producer.send_and_wait("t", b"aborted")  # written, then aborted
+                    raise RuntimeError("abort")
+            async with producer.transaction():
+                await producer.send("t", b"last")
+        log = kafka.cluster.partition("t", 0).log
+        assert len(log.aborted) == 1 and log.last_stable_offset == log.high_watermark
+        assert [r.value for r in kafka.records("t", 0)] == [
+            b"c0",
+            b"c1",
+            b"c2",
+            b"aborted",
+            b"last",
+        ]
+        async with Consumer(
+            **config, isolation_level="read_committed", auto_offset_reset="earliest"
+        ) as c:
+            c.assign([TopicPartition("t", 0)])
+            seen: list[bytes | None] = []
+            with anyio.fail_after(60):
+                async for record in c:
+                    seen.append(record.value)
+                    if record.value == b"last":
+                        break
+        assert seen == [b"c0", b"c1", b"c2", b"last"]
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_a_group_consumes_every_partition_and_commits(protocol: str) -> None:
+    async with FakeKafka(brokers=3) as kafka:
+        kafka.create_topic("t", partitions=3)
+        config = kafka.client_config()
+        async with Producer(**config) as producer:
+            for i in range(30):
+                await producer.send_and_wait("t", b"%d" % i, partition=i % 3)
+        got = 0
+        async with Consumer(
+            "t", **config, group_id="g", group_protocol=protocol, auto_offset_reset="earliest"
+        ) as consumer:
+            with anyio.fail_after(120):
+                async for _record in consumer:
+                    got += 1
+                    if got == 30:
+                        break
+            await consumer.commit()
+        assert got == 30
+        assert kafka.committed("g") == {("t", p): 10 for p in range(3)}
