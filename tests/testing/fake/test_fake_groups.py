@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 import pytest
 
+from aiokafka_ng import Consumer, Producer, TopicPartition
 from aiokafka_ng.consumer.assignors import encode_subscription
 from aiokafka_ng.protocol.messages.consumer_group_describe import (
     ConsumerGroupDescribeRequest,
@@ -70,7 +71,7 @@ from aiokafka_ng.protocol.messages.sync_group import (
     SyncGroupResponse,
 )
 from aiokafka_ng.protocol.primitives import ApiMessage
-from aiokafka_ng.testing import virtual_time
+from aiokafka_ng.testing import FakeKafka, virtual_time
 from aiokafka_ng.testing.fake._cluster import Broker, FakeCluster
 from aiokafka_ng.testing.fake._codes import (
     COORDINATOR_NOT_AVAILABLE,
@@ -532,6 +533,28 @@ async def test_a_member_that_does_not_rejoin_is_removed_at_the_rebalance_timeout
     assert await b.heartbeat() == UNKNOWN_MEMBER_ID
 
 
+async def test_a_member_that_never_syncs_is_removed_at_the_rebalance_timeout() -> None:
+    _, coord, node = setup()
+    # Sessions longer than the 30 s rebalance timeout, so that only the latter can end b.
+    a, b = Classic(coord, node, session_ms=45_000), Classic(coord, node, session_ms=45_000)
+    await a.join()
+    await a.sync()
+    async with anyio.create_task_group() as tg:
+        b_join = Background(tg, b.join)
+        await anyio.wait_all_tasks_blocked()
+        await a.join()
+        await b_join.result()
+    start = anyio.current_time()
+    await a.sync({a.member_id: b"", b.member_id: b""})  # b never sends its SyncGroup
+    for _ in range(7):
+        await anyio.sleep(4)
+        assert await a.heartbeat() == NONE
+    await anyio.sleep(4)  # 32 s: past the 30 s rebalance timeout
+    assert await a.heartbeat() == REBALANCE_IN_PROGRESS
+    assert anyio.current_time() - start == pytest.approx(32)
+    assert await describe(coord, node) == ("PreparingRebalance", {a.member_id})
+
+
 async def test_the_initial_rebalance_waits_for_members_that_keep_arriving() -> None:
     cluster = make_cluster()
     coord = GroupCoordinator(cluster, initial_rebalance_delay_ms=3000)  # Kafka's default
@@ -909,6 +932,26 @@ async def test_a_static_consumer_member_keeps_its_partitions_across_a_restart() 
     assert (await twin.heartbeat()).error_code == UNRELEASED_INSTANCE_ID
 
 
+async def test_a_consumer_member_that_does_not_revoke_in_time_is_fenced() -> None:
+    cluster, coord, node = setup(t=2)
+    t = cluster.topics["t"].topic_id
+    a, b = Member848(coord, node, ["t"]), Member848(coord, node, ["t"])
+    await a.heartbeat()
+    await b.heartbeat()
+    told = await a.heartbeat()  # to give one partition up, within its 30 s rebalance timeout
+    assert told.member_epoch == 1
+    start = anyio.current_time()
+    everything = {t: {0, 1}}
+    for _ in range(7):  # keeps heartbeating, but still owning both
+        await anyio.sleep(4)
+        assert (await a.heartbeat(owned=everything)).error_code == NONE
+    await anyio.sleep(4)
+    assert anyio.current_time() - start == pytest.approx(32)
+    assert (await a.heartbeat(owned=everything)).error_code == UNKNOWN_MEMBER_ID
+    await b.heartbeat()
+    assert b.partitions(t) == {0, 1}
+
+
 async def test_a_silent_consumer_member_is_fenced_after_its_session() -> None:
     cluster, coord, node = setup(t=2)
     t = cluster.topics["t"].topic_id
@@ -930,3 +973,66 @@ async def test_a_silent_consumer_member_is_fenced_after_its_session() -> None:
     assert a.epoch == 3
     assert a.partitions(t) == {0, 1}
     assert (await b.heartbeat()).error_code == UNKNOWN_MEMBER_ID
+
+
+# ---- end to end: our Consumer against FakeKafka -------------------------------------------
+
+
+async def consume_together(consumers: list[Consumer], n: int) -> list[list[tuple[int, bytes]]]:
+    """``n`` records read by ``consumers`` at once: (partition, value) per consumer."""
+    got: list[list[tuple[int, bytes]]] = [[] for _ in consumers]
+
+    async def read(i: int, consumer: Consumer, scope: anyio.CancelScope) -> None:
+        async for record in consumer:
+            assert record.value is not None
+            got[i].append((record.partition, record.value))
+            if sum(map(len, got)) == n:
+                scope.cancel()
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for i, consumer in enumerate(consumers):
+                tg.start_soon(read, i, consumer, tg.cancel_scope)
+    return got
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_two_consumers_split_a_topic_and_one_takes_over_when_the_other_leaves(
+    protocol: str,
+) -> None:
+    async with FakeKafka(brokers=3, tcp=False) as kafka:
+        kafka.create_topic("t", partitions=4)
+        config = kafka.client_config()
+        group: dict[str, Any] = {
+            "group_id": "g",
+            "group_protocol": protocol,
+            "auto_offset_reset": "earliest",
+        }
+        everything = frozenset(TopicPartition("t", p) for p in range(4))
+
+        async with Producer(**config) as producer, Consumer("t", **config, **group) as first:
+            async with Consumer("t", **config, **group) as second:
+
+                def split() -> bool:
+                    mine, theirs = first.assignment(), second.assignment()
+                    return bool(mine) and bool(theirs) and mine | theirs == everything
+
+                await kafka.wait_until(split, within=60)
+                assert not first.assignment() & second.assignment()
+                for i in range(40):
+                    await producer.send_and_wait("t", b"%d" % i, partition=i % 4)
+                by_first, by_second = await consume_together([first, second], 40)
+                # Each read exactly the records of its own partitions.
+                for consumer, got in ((first, by_first), (second, by_second)):
+                    own = {tp.partition for tp in consumer.assignment()}
+                    assert {p for p, _ in got} == own
+                    assert len(got) == 10 * len(own)
+                await second.commit()
+            # second has left the group: first gets every partition, from second's commits.
+            await kafka.wait_until(lambda: first.assignment() == everything, within=60)
+            for i in range(40, 48):
+                await producer.send_and_wait("t", b"%d" % i, partition=i % 4)
+            (later,) = await consume_together([first], 8)
+            assert sorted(later) == sorted((i % 4, b"%d" % i) for i in range(40, 48))
+            await first.commit()
+        assert kafka.committed("g") == {("t", p): 12 for p in range(4)}
