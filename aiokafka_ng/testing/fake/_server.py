@@ -175,9 +175,14 @@ class FakeKafka:
         from aiokafka_ng.testing.fake._groups import GroupCoordinator
         from aiokafka_ng.testing.fake._transactions import TransactionCoordinator
 
-        groups = GroupCoordinator(self.cluster, initial_rebalance_delay_ms=self._group_delay_ms)
         self.transactions = TransactionCoordinator(self.cluster, wall_clock=self._wall_clock)
-        return [groups, self.transactions]
+        # OffsetFetch(require_stable) asks the transaction coordinator for pending offsets.
+        self.groups = GroupCoordinator(
+            self.cluster,
+            initial_rebalance_delay_ms=self._group_delay_ms,
+            pending_txn_offsets=self.transactions.pending_offsets,
+        )
+        return [self.groups, self.transactions]
 
     def __repr__(self) -> str:
         live = sum(b.alive for b in self.cluster.brokers.values())
@@ -599,6 +604,7 @@ class FakeKafka:
         """Group or transactional id ``key`` is coordinated by ``to_node`` from now on."""
         self._node(to_node)
         self.cluster.coordinator_overrides[key] = to_node
+        self.groups.wake()  # a JoinGroup/SyncGroup parked on the old node: NOT_COORDINATOR
 
     def move_controller(self, to_node: int) -> None:
         self._node(to_node)
