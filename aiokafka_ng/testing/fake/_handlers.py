@@ -83,6 +83,9 @@ _UUID_ZERO = UUID(int=0)
 LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 MAX_TOPIC_NAME = 249
 
+#: Topic configs the fake reads as numbers: a value that is not one is INVALID_CONFIG.
+NUMERIC_CONFIGS = ("max.message.bytes",)
+
 #: ListOffsets' special timestamps.
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 
@@ -518,6 +521,11 @@ def create_topics(
             )
             continue
         configs = {c.name: c.value for c in t.configs if c.value is not None}
+        bad = [k for k in NUMERIC_CONFIGS if k in configs and not configs[k].lstrip("-").isdigit()]
+        if bad:
+            r.error_code = E.code("INVALID_CONFIG")
+            r.error_message = f"Invalid value {configs[bad[0]]} for configuration {bad[0]}"
+            continue
         r.num_partitions, r.replication_factor = count, rf
         r.configs = [CreatableTopicConfigs(name=k, value=v) for k, v in sorted(configs.items())]
         if request.validate_only:

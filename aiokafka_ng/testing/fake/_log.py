@@ -18,9 +18,9 @@ Idempotent producers follow Kafka's ``ProducerStateManager`` / ``ProducerAppendI
 1. an epoch below the one the partition knows: ``INVALID_PRODUCER_EPOCH`` (KIP-588);
 2. a batch equal (first and last sequence) to one of the last five the producer wrote at
    this epoch: a duplicate, answered with the original batch's offsets and no error;
-3. a new epoch, or a producer the partition has no state for, must start at sequence 0:
-   otherwise ``OUT_OF_ORDER_SEQUENCE_NUMBER`` for a known producer at a new epoch, and
-   ``UNKNOWN_PRODUCER_ID`` for one the partition has never seen (the first-sequence rule);
+3. a producer the partition has no state for may start at any sequence (Kafka 4 accepts
+   it, as measured against Kafka 4.4: ``UNKNOWN_PRODUCER_ID`` is not answered here); a known
+   producer at a new epoch must start at 0, else ``OUT_OF_ORDER_SEQUENCE_NUMBER``;
 4. at the same epoch the first sequence must follow the last one written (wrapping from
    2**31-1 to 0): otherwise ``OUT_OF_ORDER_SEQUENCE_NUMBER``.
 
@@ -49,7 +49,6 @@ from aiokafka_ng.testing.fake._codes import (
     INVALID_TXN_STATE,
     MESSAGE_TOO_LARGE,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
-    UNKNOWN_PRODUCER_ID,
 )
 
 __all__ = ["Appended", "BatchInfo", "PartitionLog", "ProducerEntry", "in_sequence"]
@@ -239,16 +238,15 @@ class PartitionLog:
             for b_first, b_last, b_base, _b_end in entry.batches:
                 if b_first == first_seq and b_last == last_seq:
                     return Appended(0, b_base, -1, duplicate=True)
-        if entry is None or epoch != entry.epoch:
+        if entry is None:
+            # A producer the partition has no state for (new, or its batches were deleted):
+            # Kafka 4 accepts whatever sequence it starts at (tests/kafka/test_fake_differential).
+            return None
+        if epoch != entry.epoch:
             if first_seq != 0:
-                if entry is not None:
-                    return Appended(
-                        OUT_OF_ORDER_SEQUENCE_NUMBER,
-                        message=f"invalid sequence {first_seq} for a new epoch {epoch}",
-                    )
                 return Appended(
-                    UNKNOWN_PRODUCER_ID,
-                    message=f"no record of producer {pid} (first sequence {first_seq})",
+                    OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    message=f"invalid sequence {first_seq} for a new epoch {epoch}",
                 )
             return None
         if not in_sequence(entry.last_seq, first_seq):

@@ -71,10 +71,12 @@ def test_a_duplicate_of_one_of_the_last_five_batches_gets_its_original_offsets()
     assert log.high_watermark == REMEMBERED_BATCHES + 1
 
 
-def test_an_unknown_producer_must_start_at_sequence_zero() -> None:
+def test_an_unknown_producer_may_start_at_any_sequence_then_must_follow_it() -> None:
+    # Kafka 4.4 answers so (tests/kafka/test_fake_differential.py found it).
     log = PartitionLog()
-    assert append(log, batch(1, pid=PID, epoch=0, seq=7))[0] == E.UNKNOWN_PRODUCER_ID
-    assert append(log, batch(1, pid=PID, epoch=0, seq=0)) == (E.NONE, 0)
+    assert append(log, batch(1, pid=PID, epoch=0, seq=7)) == (E.NONE, 0)
+    assert append(log, batch(1, pid=PID, epoch=0, seq=0))[0] == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert append(log, batch(1, pid=PID, epoch=0, seq=8)) == (E.NONE, 1)
 
 
 def test_a_new_epoch_restarts_at_zero_and_fences_the_old_one() -> None:
