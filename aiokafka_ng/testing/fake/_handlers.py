@@ -5,8 +5,8 @@ Each handler answers as a Kafka 4.x broker (KRaft) answers the request version i
 
 * Metadata lists the live brokers, the controller, and per partition its leader, leader
   epoch, replicas, ISR and offline replicas; an unknown topic is created when the request
-  allows it and the cluster auto-creates (answered ``LEADER_NOT_AVAILABLE`` this once, as
-  Kafka answers while the creation propagates), else ``UNKNOWN_TOPIC_OR_PARTITION``.
+  allows it and the cluster auto-creates; either way that answer is
+  ``UNKNOWN_TOPIC_OR_PARTITION``, as Kafka 4.4 answers while the creation propagates.
 * Produce, Fetch, ListOffsets and DeleteRecords check partition by partition: unknown topic
   (``UNKNOWN_TOPIC_ID`` for topics named by id), not the leader (``NOT_LEADER_OR_FOLLOWER``
   with KIP-951's current-leader hint and the leader's endpoint), leader epoch fencing
@@ -111,11 +111,14 @@ def topic_name_problem(name: str) -> str | None:
 
 def supported_versions(api_keys: Iterable[int]) -> dict[int, tuple[int, int]]:
     """(min, max) per API key: the generated schemas' range (Kafka's own, from the pinned
-    kafka-clients jar), capped at the last stable version of request and response."""
+    kafka-clients jar) up to the schema's last stable version, as a Kafka broker of that
+    release advertises. (The request classes' MAX_STABLE_VERSION is the client's own cap,
+    tools/protocol_caps.py; the response classes keep the schema's.) Kafka 4 also lists
+    Produce v0-v2 for old librdkafka clients; the generated codec starts at v3."""
     out: dict[int, tuple[int, int]] = {}
     for key in sorted(api_keys):
         req, resp = REQUEST_TYPES[key], RESPONSE_TYPES[key]
-        out[key] = (req.MIN_VERSION, min(req.MAX_STABLE_VERSION, resp.MAX_STABLE_VERSION))
+        out[key] = (req.MIN_VERSION, min(req.MAX_VERSION, resp.MAX_STABLE_VERSION))
     return out
 
 
@@ -133,7 +136,7 @@ def api_versions(
 
 def _leader_problem(cluster: FakeCluster, node_id: int, p: Partition) -> int:
     if p.leader == -1:
-        return E.LEADER_NOT_AVAILABLE if p.leader == -1 else E.NONE
+        return E.LEADER_NOT_AVAILABLE
     return E.NONE if p.leader == node_id else E.NOT_LEADER_OR_FOLLOWER
 
 
@@ -198,7 +201,7 @@ def metadata(
             code = E.INVALID_TOPIC_EXCEPTION
         elif allow_create and cluster.auto_create_topics:
             cluster.create_topic(item.name)
-            code = E.LEADER_NOT_AVAILABLE
+            code = E.UNKNOWN_TOPIC_OR_PARTITION  # Kafka 4.4's answer while it creates it
         resp.topics.append(_md.MetadataResponseTopic(error_code=code, name=item.name))
     return resp
 
@@ -303,12 +306,10 @@ def produce(
             done = p.log.append(records, now_ms=now_ms, leader_epoch=p.leader_epoch)
             r.error_code = done.error_code
             r.error_message = done.message
-            r.log_start_offset = p.log.log_start_offset
-            if done.error_code == E.NONE:
+            if done.error_code == E.NONE:  # Kafka leaves the log start at -1 on errors
                 r.base_offset = done.base_offset
                 r.log_append_time_ms = done.log_append_time
-            elif done.error_code == E.INVALID_RECORD:
-                r.record_errors = []
+                r.log_start_offset = p.log.log_start_offset
     if version >= 10:
         out.node_endpoints = _endpoints(cluster, hinted, _produce.NodeEndpoint)
     return out
@@ -359,7 +360,9 @@ def fetch(
                 )
                 has_error = True
                 continue
-            code = _leader_problem(cluster, node_id, p) or _epoch_problem(
+            # Consumers may fetch from any live replica (KIP-392); the fake has no follower lag.
+            serves = node_id in p.replicas and p.leader >= 0 and cluster.brokers[node_id].alive
+            code = (E.NONE if serves else _leader_problem(cluster, node_id, p)) or _epoch_problem(
                 p, fp.current_leader_epoch
             )
             if code:
@@ -372,13 +375,13 @@ def fetch(
                     hinted.add(p.leader)
                 continue
             log = p.log
+            if not log.log_start_offset <= fp.fetch_offset <= log.log_end_offset:
+                pd.error_code = E.OFFSET_OUT_OF_RANGE  # watermarks stay -1, as Kafka's
+                has_error = True
+                continue
             pd.high_watermark = log.high_watermark
             pd.last_stable_offset = log.last_stable_offset
             pd.log_start_offset = log.log_start_offset
-            if not log.log_start_offset <= fp.fetch_offset <= log.log_end_offset:
-                pd.error_code = E.OFFSET_OUT_OF_RANGE
-                has_error = True
-                continue
             upto = log.last_stable_offset if read_committed else log.high_watermark
             limit = min(fp.partition_max_bytes, budget)
             chunks = log.read(fp.fetch_offset, limit, upto, min_one=found == 0)
@@ -475,15 +478,25 @@ def create_topics(
     cluster: FakeCluster, node_id: int, version: int, request: CreateTopicsRequest
 ) -> CreateTopicsResponse:
     out = CreateTopicsResponse()
-    seen: set[str] = set()
+    names = [t.name for t in request.topics]
+    duplicated = {n for n in names if names.count(n) > 1}
+    for name in sorted(duplicated):
+        # Kafka answers a topic named twice once, with INVALID_REQUEST, and creates neither.
+        out.topics.append(
+            CreatableTopicResult(
+                name=name,
+                num_partitions=-1,
+                replication_factor=-1,
+                error_code=E.INVALID_REQUEST,
+                error_message=f"Create topics request from client contains duplicate topic {name}",
+            )
+        )
     for t in request.topics:
+        if t.name in duplicated:
+            continue
         r = CreatableTopicResult(name=t.name, num_partitions=-1, replication_factor=-1)
         out.topics.append(r)
         problem = topic_name_problem(t.name)
-        if t.name in seen:
-            r.error_code, r.error_message = E.INVALID_REQUEST, "duplicate topic in the request"
-            continue
-        seen.add(t.name)
         if problem is not None:
             r.error_code, r.error_message = E.INVALID_TOPIC_EXCEPTION, problem
             continue
@@ -581,8 +594,27 @@ def create_partitions(
                 f"{t.count} would not be an increase."
             )
             continue
+        if t.assignments:
+            rf = len(topic.partitions[0].replicas)
+            bad = len(t.assignments) != t.count - have or any(
+                len(a.broker_ids) != rf
+                or len(set(a.broker_ids)) != rf
+                or not set(a.broker_ids) <= set(cluster.brokers)
+                for a in t.assignments
+            )
+            if bad:
+                r.error_code = E.code("INVALID_REPLICA_ASSIGNMENT")
+                r.error_message = (
+                    f"Increasing the number of partitions by {t.count - have} needs that many "
+                    f"assignments of {rf} existing brokers each."
+                )
+                continue
         if not request.validate_only:
             cluster.add_partitions(topic, t.count)
+            for a, p in zip(t.assignments or [], topic.partitions[have:], strict=False):
+                p.replicas = list(a.broker_ids)
+                live = p.isr(cluster)
+                p.leader = live[0] if live else -1
     return out
 
 

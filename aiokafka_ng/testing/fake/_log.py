@@ -337,15 +337,18 @@ class PartitionLog:
                 continue
             for batch in iter_batches(info.data, verify_crc=False):
                 for record in batch.records():
-                    if record.timestamp >= timestamp:
+                    if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
                         return record.offset, record.timestamp
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
-        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3).
+
+        Records below the log start still count while their batch is kept: Kafka reads the
+        segment's time index and deletes only whole segments (measured on Kafka 4.4)."""
         best: tuple[int, int] | None = None
         for info in self.batches:
-            if info.control or info.base_offset < self.log_start_offset:
+            if info.control:
                 continue
             for batch in iter_batches(info.data, verify_crc=False):
                 for record in batch.records():
@@ -356,12 +359,10 @@ class PartitionLog:
     def delete_records(self, before: int) -> None:
         """Move the log start offset up to ``before`` (DeleteRecords, retention)."""
         self.log_start_offset = max(self.log_start_offset, min(before, self.log_end_offset))
-        keep = self.first_batch_index(self.log_start_offset)
-        # A batch straddling the new start stays (Kafka deletes whole segments; readers
-        # skip records below the start offset themselves).
-        del self.batches[:keep]
-        del self._last_offsets[:keep]
-        live = {b.producer_id for b in self.batches if b.producer_id >= 0}
+        # The batches stay, as records stay in a Kafka segment until the whole segment goes
+        # (the fake has one segment); reads start at the log start offset.
+        first = self.first_batch_index(self.log_start_offset)
+        live = {b.producer_id for b in self.batches[first:] if b.producer_id >= 0}
         for pid in [
             p for p, e in self.producers.items() if p not in live and e.txn_first_offset is None
         ]:

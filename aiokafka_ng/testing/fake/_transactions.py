@@ -328,7 +328,7 @@ class TransactionCoordinator:
             error = self._add(None, transactional_id, producer_id, producer_epoch, {tp}, now)
         else:
             error = self._verify(None, transactional_id, producer_id, producer_epoch, [tp])[tp]
-            if error == TRANSACTION_ABORTABLE and produce_version < 12:
+            if error == TRANSACTION_ABORTABLE and produce_version < 11:
                 error = INVALID_TXN_STATE  # what clients before KIP-890 part 2 expect
         if error == PRODUCER_FENCED:
             error = INVALID_PRODUCER_EPOCH

@@ -128,8 +128,12 @@ def test_offset_for_timestamp(timestamp: int, expected: tuple[int, int] | None) 
 
 def test_delete_records_moves_the_start_and_forgets_producers_with_no_batch_left() -> None:
     log = PartitionLog()
-    append(log, batch(2, pid=PID, epoch=0, seq=0))
-    append(log, batch(2))
-    log.delete_records(4)
-    assert log.log_start_offset == 4 and len(log) == 0
+    append(log, batch(2, pid=PID, epoch=0, seq=0, ts=50))  # offsets 0-1
+    append(log, batch(3, ts=10))  # offsets 2-4
+    log.delete_records(3)
+    assert log.log_start_offset == 3
     assert PID not in log.producers
+    # Kafka 4.4: a time lookup answers no offset below the start; the largest timestamp still
+    # counts records below it while their segment (here: batch) is kept.
+    assert log.offset_for_timestamp(0) == (3, 11)
+    assert log.max_timestamp() == (1, 51)
