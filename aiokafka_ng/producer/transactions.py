@@ -163,6 +163,9 @@ class TransactionManager:
         self._offset_groups: set[str] = set()  # groups added (AddOffsetsToTxn) in this txn
         self._ending = False  # EndTxn(commit) on the wire: its outcome is unknown if cut
         self._bump_needed = False  # a sequence hole: bump the epoch after the abort
+        #: The AddPartitionsToTxn call of run() in progress (its cancel scope and an event
+        #: set when it has ended), for _abort to end it first: see _stop_adding.
+        self._adding: tuple[anyio.CancelScope, anyio.Event] | None = None
         #: Transactions v2 for the open transaction (decided at begin, module docstring).
         self.v2 = False
         self._transaction_version: Callable[[], int] = lambda: 0
@@ -430,6 +433,7 @@ class TransactionManager:
             # after the abort marker. Re-queued retries fail at their next drain.
             for fut in acc.incomplete():
                 await fut.wait_done()
+        await self._stop_adding()
         self.pending_partitions.clear()
         client = self._client()
         idem = self.idem
@@ -459,6 +463,23 @@ class TransactionManager:
         self.drain_error = None
         self.aborts += 1
         self._to(S.READY, "abort_transaction()")
+
+    async def _stop_adding(self) -> None:
+        """End run()'s AddPartitionsToTxn call, if one is in progress, before EndTxn.
+
+        Its retries carry the producer id and epoch of the transaction being aborted: left
+        running, the next attempt reaches the coordinator after the abort's epoch bump and
+        is answered PRODUCER_FENCED, a fatal error (replayed by the simulation explorer,
+        seed 81: a response cut mid-way, then an abort). Java's client never overlaps them:
+        its transaction requests go one at a time. What the ended call may have added gets
+        a marker from this EndTxn when other partitions were added, else the coordinator
+        aborts it at the epoch bump or the transaction timeout."""
+        adding = self._adding
+        if adding is None:
+            return
+        scope, ended = adding
+        scope.cancel()
+        await ended.wait()
 
     async def _bump(self, producer_id: int, epoch: int) -> tuple[int, int]:
         """A new epoch for our producer id (how :attr:`ids` asks after a sequence hole).
@@ -545,12 +566,18 @@ class TransactionManager:
             await self._event.wait()
             self._event = anyio.Event()
             while True:
+                scope, ended = anyio.CancelScope(), anyio.Event()
+                self._adding = (scope, ended)
                 try:
-                    batch = await retrying(self._add_pending, pacing, what="AddPartitionsToTxn")
+                    with scope:
+                        batch = await retrying(self._add_pending, pacing, what="AddPartitionsToTxn")
                 except KafkaError as exc:
                     self._failed(exc)
                     break
-                if batch is None:
+                finally:
+                    self._adding = None
+                    ended.set()
+                if scope.cancelled_caught or batch is None:
                     break
                 self.partitions |= batch
                 self.pending_partitions -= batch
