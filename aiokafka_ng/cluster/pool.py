@@ -205,7 +205,8 @@ class ConnectionPool:
         self._connector = connector or self._default_connector
         self._nodes: dict[int, _Node] = {}
         self._tg: TaskGroup | None = None
-        self._rng = random.Random()
+        # Seeded from the global generator: random.seed() in a test replays the choices.
+        self._rng = random.Random(random.getrandbits(64))
         # Names the client in the outage log lines ("producer web-1: lost broker ...").
         self._client = log_name or config.client_id or "aiokafka-ng"
         self._closing = False

@@ -52,6 +52,7 @@ poll timer, listener calls) and replaces the membership itself.
 from __future__ import annotations
 
 import logging
+import random
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -106,7 +107,9 @@ class ConsumerGroupMember(GroupCoordinator):
         on_assignment: Any = None,
     ) -> None:
         super().__init__(cluster, settings, subscription, offsets, on_assignment=on_assignment)
-        self.member_id = str(uuid.uuid4())  # KIP-1082: the member names itself
+        # KIP-1082: the member names itself. A version-4 UUID from the global generator, so a
+        # test's random.seed() replays a group's assignments (which order members by id).
+        self.member_id = str(uuid.UUID(int=random.getrandbits(128), version=4))
         self.generation = 0
         self._interval_s = _FIRST_INTERVAL_S
         self._pacing = RetryState(self._backoff)  # consecutive failed heartbeats

@@ -56,8 +56,9 @@ class ExponentialBackoff:
         self._multiplier = float(multiplier)
         self._jitter = float(jitter)
         # A private Random keeps a seeded policy deterministic even when other code draws
-        # from the global generator in between.
-        self._rng = rng if rng is not None else random.Random()
+        # from the global generator in between; it is seeded from the global one, so a
+        # test's random.seed() makes every policy made after it replay (simulation seeds).
+        self._rng = rng if rng is not None else random.Random(random.getrandbits(64))
 
     @classmethod
     def retry(

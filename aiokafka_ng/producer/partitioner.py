@@ -86,7 +86,8 @@ class StickyPartitioner:
     __slots__ = ("_rng",)
 
     def __init__(self, rng: random.Random | None = None) -> None:
-        self._rng = rng or random.Random()
+        # Seeded from the global generator: random.seed() in a test replays the choices.
+        self._rng = rng or random.Random(random.getrandbits(64))
 
     def pick(self, current: int, num_partitions: int, available: Sequence[int]) -> int:
         """A uniformly random partition among ``available`` (all if none), not ``current``
