@@ -99,12 +99,15 @@ class FakeNode:
 
 
 class _Conn:
-    __slots__ = ("node", "scope", "stream")
+    __slots__ = ("node", "scope", "stream", "swallowing")
 
     def __init__(self, node: FakeNode, stream: anyio.abc.ByteStream) -> None:
         self.node = node
         self.stream = stream
         self.scope = anyio.CancelScope()
+        #: A request was swallowed by a black hole: answer nothing more on this connection
+        #: (answering later requests would skip one, which no network does).
+        self.swallowing = False
 
     def cut(self) -> None:
         if isinstance(self.stream, MemoryByteStream):
@@ -320,7 +323,8 @@ class FakeKafka:
         node = conn.node
         if not self._reachable(node):
             raise _Close
-        if node.black_hole:
+        if node.black_hole or conn.swallowing:
+            conn.swallowing = True
             return
         header, request = decode_request(frame)  # ProtocolError: drop the connection
         node.requests[header.api_key] += 1
@@ -619,7 +623,8 @@ class FakeKafka:
             n.api_delays[api_key] = ms / 1000
 
     def black_hole(self, node: int, on: bool = True) -> None:
-        """``node`` reads requests and never answers them."""
+        """``node`` reads requests and never answers them; a connection that lost a request
+        so stays silent after ``on=False`` too (new connections are answered again)."""
         self._node(node).black_hole = on
 
     def cut_after(self, node: int, requests: int) -> None:
