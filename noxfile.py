@@ -85,6 +85,15 @@ def soak(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def explore(session: nox.Session) -> None:
+    """The simulation explorer's long mode (default 20,000 fault schedules on FakeKafka):
+    `nox -s explore -- --start 100000 --count 50000`; `--seed N` replays one."""
+    _install(session)
+    args = session.posargs or ["--count", "20000"]
+    session.run("python", "-m", "tests.simulation.explorer", *args)
+
+
+@nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Side-by-side benchmarks against aiokafka and confluent-kafka (one run, ratios)."""
     _install(session)
