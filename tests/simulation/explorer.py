@@ -3,7 +3,8 @@ schedules, on virtual time (issue 46, item 4).
 
 One *schedule* is everything a seed decides: the cluster (3 brokers, a topic of 1-4
 partitions, replication 3), the producer's settings (idempotent with 1-5 in flight, linger,
-``send`` or ``send_many``, or transactional), when each record is sent, and a list of faults
+``send`` or ``send_many``, or transactional) or a consumer group of two members (classic or
+KIP-848) reading what was written, when each record is sent, and a list of faults
 at virtual times (a node killed then restarted, a leader moved, a node isolated, black-holed
 or delayed, a response cut mid-way, an error answered to Produce). :func:`run` plays it on
 asyncio's :class:`~aiokafka_ng.testing.virtual_time.VirtualTimeLoop` with every source of
@@ -16,9 +17,10 @@ choices come from the global generator), so a seed replays exactly::
 After each schedule every fault is undone and the producer flushed, then the invariants are
 checked (:func:`check`): every future settled; every acknowledged record is in the log, once,
 at the offset its metadata gave; no record at all is in the log twice (idempotence); each
-partition's records are in send order; the producer's buffer memory is back to zero; and a
-read_committed consumer reads exactly the committed records of a transactional run. A
-violation raises :class:`Violation` naming the seed.
+partition's records are in send order; the producer's buffer memory is back to zero; a
+read_committed consumer reads exactly the committed records of a transactional run; and a
+group reads every record, its committed offsets (sampled after every request) never going
+back. A violation raises :class:`Violation` naming the seed.
 
 asyncio only: trio picks among ready tasks with a generator of its own (not reachable
 through ``random.seed``), so a trio run would not replay.
@@ -42,6 +44,7 @@ from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.testing import FakeKafka, virtual_time
 
 TOPIC = "sim"
+GROUP = "sim-group"
 PRODUCE = 0
 #: Retriable errors a broker answers a Produce with (injected faults).
 PRODUCE_ERRORS = (
@@ -74,7 +77,7 @@ class Schedule:
     seed: int
     partitions: int
     records: int
-    mode: str  # "send", "send_many", "transactional"
+    mode: str  # "send", "send_many", "transactional", or "group" (two consumers)
     max_in_flight: int
     linger_ms: int
     gaps: list[float]  # virtual seconds before each send (or each send_many chunk)
@@ -92,7 +95,7 @@ class Schedule:
 def make_schedule(seed: int) -> Schedule:
     """Everything ``seed`` decides, drawn from its own generator."""
     rng = random.Random(seed)
-    mode = rng.choice(("send", "send", "send_many", "transactional"))
+    mode = rng.choice(("send", "send", "send_many", "transactional", "group", "group"))
     records = rng.randint(10, 60)
     chunks = records if mode != "send_many" else rng.randint(1, 6)
     schedule = Schedule(
@@ -106,9 +109,10 @@ def make_schedule(seed: int) -> Schedule:
     )
     span = max(0.05, sum(schedule.gaps))
     for _ in range(rng.randint(0, 4)):
-        kind = rng.choice(
-            ("kill", "move_leader", "isolate", "black_hole", "delay", "cut_bytes", "inject")
-        )
+        kinds = ("kill", "move_leader", "isolate", "black_hole", "delay", "cut_bytes", "inject")
+        if mode == "group":
+            kinds = ("kill", "move_leader", "isolate", "delay", "cut_bytes", "move_coordinator")
+        kind = rng.choice(kinds)
         fault = Fault(at=rng.uniform(0, span), kind=kind, node=rng.randint(1, 3))
         if kind in ("kill", "isolate", "black_hole", "delay"):
             fault.lasts = rng.choice((0.05, 0.5, 3.0, 20.0))
@@ -121,6 +125,9 @@ def make_schedule(seed: int) -> Schedule:
         elif kind == "move_leader":
             fault.arg = rng.randrange(schedule.partitions)
         schedule.faults.append(fault)
+    if mode == "group":
+        # The consumers' group protocol; the faults start once they read (see _group).
+        schedule.linger_ms = rng.choice((0, 1))  # 0: classic, 1: consumer (KIP-848)
     schedule.faults.sort(key=lambda f: f.at)
     return schedule
 
@@ -164,6 +171,8 @@ async def _apply(kafka: FakeKafka, fault: Fault, tg: anyio.abc.TaskGroup) -> Non
         kafka.cut_after_bytes(node, fault.arg)
     elif fault.kind == "inject":
         kafka.inject(PRODUCE, fault.arg, times=1)
+    elif fault.kind == "move_coordinator":
+        kafka.move_coordinator(GROUP, node)
 
 
 async def _later(delay: float, action: Callable[[], None]) -> None:
@@ -294,6 +303,75 @@ class _Abort(Exception):
     pass
 
 
+async def _group(kafka: FakeKafka, s: Schedule) -> Outcome:
+    """Two consumers of one group read every record while the faults happen, committing
+    what they read; the group's committed offsets are sampled after every request."""
+    values = _values(s.seed, s.records)
+    async with Producer(**kafka.client_config()) as producer:
+        for i, value in enumerate(values):
+            await producer.send(TOPIC, value, partition=i % s.partitions)
+        await producer.flush()
+    protocol = "classic" if s.linger_ms == 0 else "consumer"
+    seen: set[bytes] = set()
+    went_back: list[str] = []
+    high: dict[tuple[str, int], int] = {}
+
+    def sample() -> bool:
+        for tp, offset in kafka.committed(GROUP).items():
+            if offset < high.get(tp, 0):
+                went_back.append(f"{tp}: {high[tp]} -> {offset}")
+            high[tp] = max(high.get(tp, 0), offset)
+        return False
+
+    async def watch() -> None:
+        with anyio.move_on_after(None):
+            await kafka.wait_until(sample, within=None)
+
+    async def member(name: str) -> None:
+        config = {**kafka.client_config(), "client_id": name}
+        async with Consumer(
+            TOPIC, **config, group_id=GROUP, group_protocol=protocol,
+            auto_offset_reset="earliest", enable_auto_commit=False,
+        ) as consumer:  # fmt: skip
+            while len(seen) < len(values):
+                batch = await consumer.getmany(timeout_ms=100)
+                for records in batch.values():
+                    seen.update(r.value or b"" for r in records)
+                if batch:
+                    try:
+                        await consumer.commit()
+                    except KafkaError:
+                        pass  # a rebalance took the partitions: the next owner reads them
+
+    stalled = False
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        async with anyio.create_task_group() as faults:
+            start = anyio.current_time()
+
+            async def inject_faults() -> None:
+                for fault in s.faults:
+                    await anyio.sleep_until(start + fault.at)
+                    await _apply(kafka, fault, faults)
+
+            faults.start_soon(inject_faults)
+            with anyio.move_on_after(600) as bound:
+                async with anyio.create_task_group() as members:
+                    members.start_soon(member, "a")
+                    members.start_soon(member, "b")
+            stalled = bound.cancelled_caught
+            faults.cancel_scope.cancel()
+        tg.cancel_scope.cancel()
+    sample()
+    failed = {b"(stalled)": "no progress in 600 s"} if stalled else {}
+    missing = [v for v in values if v not in seen]
+    for value in missing[:5]:
+        failed[value] = "never consumed"
+    if went_back:
+        failed[b"(committed offsets went back)"] = "; ".join(went_back[:3])
+    return Outcome([], {}, failed, {}, {}, None, None, [], [], 0, 0)
+
+
 async def _read_committed(kafka: FakeKafka, s: Schedule, expected: int) -> list[bytes]:
     got: list[bytes] = []
     if expected == 0:
@@ -320,6 +398,8 @@ async def play(s: Schedule) -> Outcome:
     random.seed(s.seed)
     async with FakeKafka(brokers=3, tcp=False) as kafka:
         kafka.create_topic(TOPIC, partitions=s.partitions, replication_factor=3)
+        if s.mode == "group":
+            return await _group(kafka, s)
         outcome = await _produce(kafka, s)
         kafka.clear_faults()
         for node in kafka.nodes:
@@ -338,7 +418,9 @@ def check(s: Schedule, o: Outcome) -> None:
     # Every fault ends long before delivery_timeout_ms (120 s) and no error injected is
     # fatal: a record that failed outside a transaction, or a transactional producer that
     # hit a fatal error (no other producer shares its id), is a bug.
-    if s.mode != "transactional" and o.failed:
+    if s.mode == "group" and o.failed:
+        problems.append(f"the group: {o.failed}")
+    elif s.mode != "transactional" and o.failed:
         problems.append(f"{len(o.failed)} record(s) failed: {sorted(set(o.failed.values()))}")
     fatal = [e for e in o.transaction_errors if "Fenced" in e or "fatal" in e.lower()]
     if fatal:

@@ -1,5 +1,6 @@
 """The seeded explorer (tests/simulation/explorer.py) in CI: 2,000 fault schedules of the
-real producer (idempotent, send_many, transactional) on FakeKafka, on virtual time, every
+real producer (idempotent, send_many, transactional) and consumer groups on FakeKafka, on
+virtual time, every
 invariant checked after each; a failure names the seed that replays it."""
 
 from __future__ import annotations
