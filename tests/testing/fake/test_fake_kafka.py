@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from aiokafka_ng import AdminClient, Consumer, NewTopic, Producer, TopicPartition
-from aiokafka_ng.errors import KafkaTimeoutError, NotEnoughReplicasError
+from aiokafka_ng.errors import KafkaTimeoutError, NotEnoughReplicasError, NotLeaderOrFollowerError
 from aiokafka_ng.testing import FakeKafka, virtual_time
 
 pytestmark = pytest.mark.anyio
@@ -232,3 +232,30 @@ async def test_a_group_consumes_every_partition_and_commits(protocol: str) -> No
             await consumer.commit()
         assert got == 30
         assert kafka.committed("g") == {("t", p): 10 for p in range(3)}
+
+
+async def test_a_failed_first_batch_behind_an_accepted_second_one_is_not_lost() -> None:
+    """Stop 47's anomaly (140 records expired on Apache Kafka, fixed then by analysis),
+    replayed: a partition's first batch fails, the pipelined second one is accepted by a
+    broker that takes any first sequence from a producer it has no state for, and the first
+    batch's retry is out of sequence for good. The producer takes a new producer id and
+    writes it after the second: nothing lost, nothing twice (Kafka reordered them)."""
+    async with FakeKafka(brokers=1) as kafka:
+        kafka.create_topic("t")
+        produces: list[int] = []
+
+        def first_produce(topic: str, partition: int) -> bool:
+            produces.append(partition)
+            return len(produces) == 1
+
+        kafka.inject(PRODUCE, NotLeaderOrFollowerError.errno, times=1, match=first_produce)
+        kafka.delay(1, 50, api_key=PRODUCE)  # the first request is still out when the second goes
+        async with Producer(**kafka.client_config(), linger_ms=0) as producer:
+            first = await producer.send("t", b"a")
+            await kafka.wait_until(lambda: kafka.requests(1)[PRODUCE] >= 1)
+            second = await producer.send("t", b"b")
+            metas = [await first, await second]
+            resets = producer.statistics().producer_id_resets
+        assert [m.offset for m in metas] == [1, 0]
+        assert resets == 1
+        assert [r.value for r in kafka.records("t", 0)] == [b"b", b"a"]
