@@ -96,6 +96,8 @@ class FakeNode:
     cut_after_bytes: int | None = None  # response bytes left before a connection is cut
     connections: set[_Conn] = field(default_factory=set)
     requests: Counter[int] = field(default_factory=Counter)
+    #: ``anyio.current_time()`` of every connection attempt, refused ones included.
+    attempts: list[float] = field(default_factory=list)
 
 
 class _Conn:
@@ -262,6 +264,7 @@ class FakeKafka:
         if self._tg is None:
             raise RuntimeError("FakeKafka is not running (use it with 'async with')")
         await anyio.lowlevel.checkpoint()
+        node.attempts.append(anyio.current_time())
         if not self._reachable(node):
             raise ConnectionRefusedError(errno.ECONNREFUSED, f"broker {node.node_id} is down")
         self._count_accept()
@@ -285,6 +288,7 @@ class FakeKafka:
                 stream = await listener.accept()
             except (anyio.ClosedResourceError, OSError):
                 return
+            node.attempts.append(anyio.current_time())
             try:
                 self._count_accept()
             except ConnectionRefusedError:
@@ -541,6 +545,11 @@ class FakeKafka:
         for n in self.nodes.values():
             total.update(n.requests)
         return total
+
+    def connection_attempts(self, node: int) -> list[float]:
+        """When clients tried to connect to ``node`` (``anyio.current_time()``), refused
+        attempts included: a killed or isolated node still sees them."""
+        return list(self._node(node).attempts)
 
     def open_connections(self, node: int | None = None) -> int:
         nodes = self.nodes.values() if node is None else [self._node(node)]
