@@ -82,11 +82,13 @@ class Schedule:
     linger_ms: int
     gaps: list[float]  # virtual seconds before each send (or each send_many chunk)
     faults: list[Fault] = field(default_factory=list)
+    transaction_version: int = 2  # the cluster's (KIP-890): which transaction protocol
 
     def __str__(self) -> str:
         lines: list[str] = [
             f"seed {self.seed}: {self.mode}, {self.records} records to {self.partitions} "
-            f"partition(s), max in flight {self.max_in_flight}, linger {self.linger_ms} ms"
+            f"partition(s), max in flight {self.max_in_flight}, linger {self.linger_ms} ms, "
+            f"transaction.version {self.transaction_version}"
         ]
         lines += [f"  {f}" for f in self.faults]
         return "\n".join(lines)
@@ -107,6 +109,7 @@ def make_schedule(seed: int) -> Schedule:
         linger_ms=rng.choice((0, 1, 5, 20)),
         gaps=[rng.choice((0.0, 0.0, 0.001, 0.01, 0.05)) for _ in range(chunks)],
     )
+    schedule.transaction_version = rng.choice((1, 2))
     span = max(0.05, sum(schedule.gaps))
     for _ in range(rng.randint(0, 4)):
         kinds = ("kill", "move_leader", "isolate", "black_hole", "delay", "cut_bytes", "inject")
@@ -408,7 +411,7 @@ async def _read_committed(kafka: FakeKafka, s: Schedule, expected: int) -> list[
 async def play(s: Schedule) -> Outcome:
     """Play schedule ``s`` on a fresh FakeKafka (in memory) and return what happened."""
     random.seed(s.seed)
-    async with FakeKafka(brokers=3, tcp=False) as kafka:
+    async with FakeKafka(brokers=3, tcp=False, transaction_version=s.transaction_version) as kafka:
         kafka.create_topic(TOPIC, partitions=s.partitions, replication_factor=3)
         if s.mode == "group":
             return await _group(kafka, s)

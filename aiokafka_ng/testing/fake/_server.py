@@ -54,6 +54,7 @@ import anyio.abc
 from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.framing import FrameReader, decode_request, encode_response
 from aiokafka_ng.protocol.messages import REQUEST_TYPES
+from aiokafka_ng.protocol.messages.api_versions import FinalizedFeatureKey, SupportedFeatureKey
 from aiokafka_ng.protocol.primitives import ApiMessage
 from aiokafka_ng.protocol.record_reader import Record, iter_batches
 from aiokafka_ng.testing._simulator_codec import PARTITIONED_APIS, error_response
@@ -76,6 +77,8 @@ _STREAM_ERRORS = (
     OSError,
 )
 MAX_FRAME = 100 * 1024 * 1024
+#: The highest level of each feature the fake models (Kafka 4's for these two).
+_MAX_LEVELS = {"transaction.version": 2, "group.version": 1}
 
 
 class _Close(Exception):
@@ -130,6 +133,9 @@ class FakeKafka:
         cluster_id: what Metadata and DescribeCluster report.
         group_initial_rebalance_delay_ms: Kafka's ``group.initial.rebalance.delay.ms``
             (Kafka's default is 3000; 0 here, as test configurations usually set).
+        transaction_version: the cluster's finalized ``transaction.version`` (KIP-890): 2,
+            a Kafka 4 cluster's default (Produce v12 adds partitions itself, EndTxn v5 bumps
+            the epoch), or 1 (clients add partitions with AddPartitionsToTxn).
         wall_clock: the clock of broker-assigned timestamps (seconds since the epoch).
         max_connections: connections accepted in all (a bound for runaway clients).
     """
@@ -143,6 +149,7 @@ class FakeKafka:
         auto_create_topics: bool = True,
         cluster_id: str = "fake-kafka-cluster",
         group_initial_rebalance_delay_ms: int = 0,
+        transaction_version: int = 2,
         wall_clock: Callable[[], float] = time.time,
         max_connections: int = 10_000,
     ) -> None:
@@ -163,6 +170,16 @@ class FakeKafka:
             auto_create_topics=auto_create_topics,
         )
         self._group_delay_ms = group_initial_rebalance_delay_ms
+        self._features_epoch = 1
+        if transaction_version not in (1, 2):
+            raise ValueError("transaction_version is 1 or 2")
+        self._transaction_version = transaction_version
+        #: The cluster's finalized feature levels (KIP-584), as a Kafka 4 cluster made with
+        #: its defaults has them; ApiVersions v3+ reports them.
+        self.features: dict[str, int] = {
+            "transaction.version": transaction_version,
+            "group.version": 1,
+        }
         self._injections: list[Injection] = []
         self._tg: anyio.abc.TaskGroup | None = None
         self._listeners: list[anyio.abc.Listener[Any]] = []
@@ -175,12 +192,21 @@ class FakeKafka:
                 self._handled[key] = component.handle
         keys = {PRODUCE, FETCH, API_VERSIONS, *H.HANDLERS, *self._handled}
         self.api_versions = H.supported_versions(keys)
+        if transaction_version < 2:
+            # Kafka offers the KIP-890 part 2 versions only from transaction.version 2.
+            for key, top in ((0, 11), (24, 4), (26, 4), (28, 4)):
+                lo, hi = self.api_versions[key]
+                self.api_versions[key] = (lo, min(hi, top))
 
     def _build_components(self) -> list[Any]:
         from aiokafka_ng.testing.fake._groups import GroupCoordinator
         from aiokafka_ng.testing.fake._transactions import TransactionCoordinator
 
-        self.transactions = TransactionCoordinator(self.cluster, wall_clock=self._wall_clock)
+        self.transactions = TransactionCoordinator(
+            self.cluster,
+            wall_clock=self._wall_clock,
+            transaction_version=self._transaction_version,
+        )
         # OffsetFetch(require_stable) asks the transaction coordinator for pending offsets.
         self.groups = GroupCoordinator(
             self.cluster,
@@ -369,7 +395,17 @@ class FakeKafka:
                 resp = H.api_versions(self.api_versions, request, 0)  # type: ignore[arg-type]
                 resp.error_code = E.UNSUPPORTED_VERSION
                 return resp
-            return H.api_versions(self.api_versions, request, version)  # type: ignore[arg-type]
+            resp = H.api_versions(self.api_versions, request, version)  # type: ignore[arg-type]
+            resp.supported_features = [
+                SupportedFeatureKey(name=name, min_version=0, max_version=_MAX_LEVELS[name])
+                for name in sorted(self.features)
+            ]
+            resp.finalized_features_epoch = self._features_epoch
+            resp.finalized_features = [
+                FinalizedFeatureKey(name=name, min_version_level=level, max_version_level=level)
+                for name, level in sorted(self.features.items())
+            ]
+            return resp
         if lo_hi is None or not lo_hi[0] <= version <= lo_hi[1]:
             raise _Close  # Kafka closes a connection that sends a version it lacks
         injected = self._injected(node, api_key, version, request)

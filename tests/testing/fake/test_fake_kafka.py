@@ -259,3 +259,4 @@ async def test_a_failed_first_batch_behind_an_accepted_second_one_is_not_lost() 
         assert [m.offset for m in metas] == [1, 0]
         assert resets == 1
         assert [r.value for r in kafka.records("t", 0)] == [b"b", b"a"]
+
