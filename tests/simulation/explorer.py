@@ -46,6 +46,8 @@ from aiokafka_ng.testing import FakeKafka, virtual_time
 TOPIC = "sim"
 GROUP = "sim-group"
 PRODUCE = 0
+INIT_PRODUCER_ID = 22
+COORDINATOR_LOAD_IN_PROGRESS = 14  # a fresh cluster's answer while it loads its state
 #: Retriable errors a broker answers a Produce with (injected faults).
 PRODUCE_ERRORS = (
     6,
@@ -112,12 +114,18 @@ def make_schedule(seed: int) -> Schedule:
     schedule.transaction_version = rng.choice((1, 2))
     span = max(0.05, sum(schedule.gaps))
     for _ in range(rng.randint(0, 4)):
-        kinds = ("kill", "move_leader", "isolate", "black_hole", "delay", "cut_bytes", "inject")
+        kinds = (
+            "kill", "crash", "move_leader", "isolate", "black_hole", "delay", "cut_bytes",
+            "inject", "inject_init",
+        )  # fmt: skip
         if mode == "group":
-            kinds = ("kill", "move_leader", "isolate", "delay", "cut_bytes", "move_coordinator")
+            kinds = (
+                "kill", "crash", "move_leader", "isolate", "delay", "cut_bytes",
+                "move_coordinator",
+            )  # fmt: skip
         kind = rng.choice(kinds)
         fault = Fault(at=rng.uniform(0, span), kind=kind, node=rng.randint(1, 3))
-        if kind in ("kill", "isolate", "black_hole", "delay"):
+        if kind in ("kill", "crash", "isolate", "black_hole", "delay"):
             fault.lasts = rng.choice((0.05, 0.5, 3.0, 20.0))
         if kind == "delay":
             fault.arg = rng.choice((10, 100, 1000))
@@ -125,6 +133,9 @@ def make_schedule(seed: int) -> Schedule:
             fault.arg = rng.randint(1, 200)
         elif kind == "inject":
             fault.arg = rng.choice(PRODUCE_ERRORS)
+        elif kind == "inject_init":
+            fault.at = 0.0  # while the producer asks for its id
+            fault.arg = rng.choice((1, 3, 10))
         elif kind == "move_leader":
             fault.arg = rng.randrange(schedule.partitions)
         schedule.faults.append(fault)
@@ -158,6 +169,14 @@ async def _apply(kafka: FakeKafka, fault: Fault, tg: anyio.abc.TaskGroup) -> Non
         if sum(kafka.alive(n) for n in kafka.nodes) > 1 and kafka.alive(node):
             kafka.kill(node)
             tg.start_soon(_later, fault.lasts, lambda: kafka.restart(node))
+    elif fault.kind == "crash":
+        # The cluster notices after broker.session.timeout.ms (9 s): until then the node
+        # still leads its partitions in Metadata.
+        if sum(kafka.alive(n) for n in kafka.nodes) > 1 and kafka.alive(node):
+            kafka.kill(node, failover_after=9.0)
+            tg.start_soon(_later, fault.lasts, lambda: kafka.restart(node))
+    elif fault.kind == "inject_init":
+        kafka.inject(INIT_PRODUCER_ID, COORDINATOR_LOAD_IN_PROGRESS, times=fault.arg)
     elif fault.kind == "move_leader":
         try:
             kafka.move_leader(TOPIC, fault.arg)
@@ -491,7 +510,11 @@ def check(s: Schedule, o: Outcome) -> None:
 
 def run(seed: int) -> Outcome:
     """Play and check one seed on a fresh virtual-time event loop."""
-    s = make_schedule(seed)
+    return run_schedule(make_schedule(seed))
+
+
+def run_schedule(s: Schedule) -> Outcome:
+    """Play and check one schedule (a seed's, or one written out: a pinned regression)."""
     # The clients log every lost connection at WARNING: thousands per run here.
     logging.getLogger("aiokafka_ng").setLevel(logging.ERROR)
 

@@ -99,6 +99,8 @@ class FakeNode:
     cut_after_bytes: int | None = None  # response bytes left before a connection is cut
     connections: set[_Conn] = field(default_factory=set)
     requests: Counter[int] = field(default_factory=Counter)
+    #: A crash the cluster has not noticed yet (kill's ``failover_after``), else None.
+    crash: object | None = None
     #: ``anyio.current_time()`` of every connection attempt, refused ones included.
     attempts: list[float] = field(default_factory=list)
 
@@ -603,18 +605,43 @@ class FakeKafka:
         for conn in list(node.connections):
             conn.cut()
 
-    def kill(self, node: int) -> None:
+    def kill(self, node: int, *, failover_after: float = 0.0) -> None:
         """Stop ``node``: its connections close, new ones are refused, and each partition it
-        led elects the next live replica (leader epoch + 1), or has no leader."""
+        led elects the next live replica (leader epoch + 1), or has no leader.
+
+        ``failover_after`` (seconds): a crash rather than a clean stop. The node is gone at
+        once, but the cluster notices only that much later (Kafka's controller waits for
+        ``broker.session.timeout.ms``, 9 s by default): until then Metadata still names it
+        leader of its partitions and lists it; then the partitions elect, as above."""
         n = self._node(node)
+        if failover_after > 0:
+            if self._tg is None:
+                raise RuntimeError("FakeKafka is not running (use it with 'async with')")
+            crash = object()
+            n.crash = crash
+            n.isolated = True
+            self._cut_node(n)
+            self._tg.start_soon(self._fail_over, n, failover_after, crash)
+            self._notify()
+            return
         self.cluster.kill(node)
         self._cut_node(n)
         self._data_changed()
         self._notify()
 
+    async def _fail_over(self, n: FakeNode, delay: float, crash: object) -> None:
+        await anyio.sleep(delay)
+        if n.crash is crash:  # not restarted meanwhile
+            n.crash = None
+            n.isolated = False
+            self.kill(n.node_id)
+
     def restart(self, node: int) -> None:
         """Start ``node`` again (its log is kept; it leads partitions left leaderless)."""
-        self._node(node)
+        n = self._node(node)
+        if n.crash is not None:  # back before the cluster noticed: nothing moved
+            n.crash = None
+            n.isolated = False
         self.cluster.restart(node)
         self._notify()
 
