@@ -8,9 +8,10 @@ covered by the batch CRC, so the records are never re-encoded; a topic with
 ``message.timestamp.type=LogAppendTime`` also gets its timestamp type and max timestamp set
 and the CRC recomputed, as Kafka does.
 
-There is no replication lag: an append is at once below the high watermark, whatever
-``acks`` asked for. (Kafka's ISR and follower fetching are not modelled; a leader move keeps
-the log, as a clean election does.)
+Live followers replicate at once: an append is below the high watermark as soon as it is
+written, unless an in-sync follower has crashed unnoticed (``hw_limit``: the server sets it
+from the crash until the cluster fences that follower, and ``acks=all`` produces wait for
+it). A leader move keeps the log, as a clean election from the ISR does.
 
 Idempotent producers follow Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo`` rules
 (KIP-98, KIP-360), checked per partition in this order:
@@ -137,11 +138,17 @@ class PartitionLog:
         #: Producer ids allowed to write transactional batches here (KIP-890 verification:
         #: the partition was added to the producer's transaction). None: no verification.
         self.txn_verified: set[int] | None = None
+        #: Where the high watermark stops while an in-sync follower has crashed and the
+        #: cluster has not noticed yet (it cannot fetch, so nothing past this is committed);
+        #: None: followers are in sync and the high watermark is the log end.
+        self.hw_limit: int | None = None
 
     # ---- reading state ----------------------------------------------------------------
 
     @property
     def high_watermark(self) -> int:
+        if self.hw_limit is not None:
+            return min(self.hw_limit, self.log_end_offset)
         return self.log_end_offset
 
     @property

@@ -431,6 +431,8 @@ class FakeKafka:
                 if any(p.error_code for t in response.responses for p in t.partition_responses):
                     raise _Close
                 return None
+            if getattr(request, "acks", 1) == -1:
+                await self._wait_committed(request, response)
             return response
         if api_key == FETCH:
             return await self._fetch(node, version, request)
@@ -443,6 +445,35 @@ class FakeKafka:
         answer = await handler(node.node_id, version, request)
         self._data_changed()
         return answer  # type: ignore[no-any-return]
+
+    async def _wait_committed(self, request: Any, response: Any) -> None:
+        """acks=all: hold the answer until every appended batch is below its partition's
+        high watermark, at most the request's ``timeout_ms``; a batch still above it then
+        gets REQUEST_TIMED_OUT -- written, not acknowledged, as Kafka's purgatory answers."""
+        waiting = []
+        for t in response.responses:
+            topic = (
+                self.cluster.topics.get(t.name) if t.name else self.cluster.topic_by_id(t.topic_id)
+            )
+            for r in t.partition_responses:
+                p = None if topic is None else self.cluster.partition(topic.name, r.index)
+                if p is not None and r.error_code == E.NONE and r.base_offset >= 0:
+                    waiting.append((p.log, r))
+        deadline = anyio.current_time() + max(0, request.timeout_ms) / 1000
+        while True:
+            appended = self._appended
+            assert appended is not None
+            pending = [(log, r) for log, r in waiting if r.base_offset >= log.high_watermark]
+            left = deadline - anyio.current_time()
+            if not pending:
+                return
+            if left <= 0:
+                for _log, r in pending:
+                    r.error_code = E.code("REQUEST_TIMED_OUT")
+                    r.base_offset = -1
+                return
+            with anyio.move_on_after(left):
+                await appended.wait()
 
     async def _fetch(self, node: FakeNode, version: int, request: Any) -> ApiMessage:
         deadline = anyio.current_time() + max(0, request.max_wait_ms) / 1000
@@ -621,6 +652,11 @@ class FakeKafka:
             n.crash = crash
             n.isolated = True
             self._cut_node(n)
+            # Partitions it follows stop committing: it is in their ISR and cannot fetch.
+            for topic in self.cluster.topics.values():
+                for p in topic.partitions:
+                    if node in p.replicas and p.leader not in (node, -1) and p.log.hw_limit is None:
+                        p.log.hw_limit = p.log.high_watermark
             self._tg.start_soon(self._fail_over, n, failover_after, crash)
             self._notify()
             return
@@ -634,7 +670,18 @@ class FakeKafka:
         if n.crash is crash:  # not restarted meanwhile
             n.crash = None
             n.isolated = False
-            self.kill(n.node_id)
+            self.kill(n.node_id)  # fenced: out of every ISR, its partitions elect
+            self._release_high_watermarks()
+
+    def _release_high_watermarks(self) -> None:
+        """No crash is pending: high watermarks move to the log ends again (the fenced
+        follower left the ISR, or it came back and caught up), and waiting produces end."""
+        if any(n.crash is not None for n in self.nodes.values()):
+            return
+        for topic in self.cluster.topics.values():
+            for p in topic.partitions:
+                p.log.hw_limit = None
+        self._data_changed()
 
     def restart(self, node: int) -> None:
         """Start ``node`` again (its log is kept; it leads partitions left leaderless)."""
@@ -642,6 +689,7 @@ class FakeKafka:
         if n.crash is not None:  # back before the cluster noticed: nothing moved
             n.crash = None
             n.isolated = False
+            self._release_high_watermarks()
         self.cluster.restart(node)
         self._notify()
 

@@ -260,3 +260,28 @@ async def test_a_failed_first_batch_behind_an_accepted_second_one_is_not_lost() 
         assert resets == 1
         assert [r.value for r in kafka.records("t", 0)] == [b"b", b"a"]
 
+
+async def test_a_crashed_follower_holds_acks_all_until_the_cluster_fences_it() -> None:
+    async with FakeKafka(brokers=3) as kafka:
+        kafka.create_topic("t", partitions=1, replication_factor=3)
+        partition = kafka.cluster.partition("t", 0)
+        assert partition is not None
+        leader, follower = partition.leader, partition.replicas[1]
+        config = kafka.client_config()
+        async with (
+            Producer(**config, request_timeout_ms=30_000) as producer,
+            Producer(**config, acks=1, enable_idempotence=False) as one,
+        ):
+            await producer.send_and_wait("t", b"before")
+            await one.send_and_wait("t", b"before, acks=1")
+            kafka.kill(follower, failover_after=9.0)
+            start = anyio.current_time()
+            await one.send_and_wait("t", b"acks=1")  # the leader alone: at once
+            assert anyio.current_time() - start < 0.01
+            start = anyio.current_time()
+            meta = await producer.send_and_wait("t", b"acks=all")
+            # Committed once the cluster fenced the follower (9 s after the crash) and the
+            # ISR shrank: not before, and the leader never moved.
+            assert anyio.current_time() - start == pytest.approx(9.0, abs=0.1)
+        assert (meta.offset, partition.leader) == (3, leader)
+        assert follower not in partition.isr(kafka.cluster)
