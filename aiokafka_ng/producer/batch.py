@@ -98,6 +98,7 @@ class PartitionQueue:
     """The batches of one partition, its leader, mute flag and sequence state."""
 
     __slots__ = (
+        "acked_producer_id",
         "batches",
         "in_flight",
         "last_acked",
@@ -119,6 +120,8 @@ class PartitionQueue:
         self.next_sequence = 0
         self.last_acked = -1
         self.in_flight: list[ProducerBatch] = []
+        #: The producer id this partition last acknowledged a batch of (-1: none yet).
+        self.acked_producer_id = -1
 
 
 class PendingRun:

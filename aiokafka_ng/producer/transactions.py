@@ -470,10 +470,11 @@ class TransactionManager:
         Its retries carry the producer id and epoch of the transaction being aborted: left
         running, the next attempt reaches the coordinator after the abort's epoch bump and
         is answered PRODUCER_FENCED, a fatal error (found by the simulation explorer: a
-        response cut mid-way, then an abort; tests/simulation/test_explorer.py replays it). Java's client never overlaps them:
-        its transaction requests go one at a time. What the ended call may have added gets
-        a marker from this EndTxn when other partitions were added, else the coordinator
-        aborts it at the epoch bump or the transaction timeout."""
+        response cut mid-way, then an abort; tests/simulation/test_explorer.py replays it).
+        Java's client never overlaps them: its transaction requests go one at a time. What
+        the ended call may have added gets a marker from this EndTxn when other partitions
+        were added, else the coordinator aborts it at the epoch bump or the transaction
+        timeout."""
         adding = self._adding
         if adding is None:
             return

@@ -350,16 +350,23 @@ def test_idempotent_sequences_and_ordered_retry() -> None:
     idem = IdempotenceState(on_reset=lambda: resets.append(1))
     acc, _, _ = make(clock, batch_size=80, idem=idem)
     acc.update_metadata(meta(partitions=1))
-    for i in range(6):
+    for i in range(9):
         send(acc, b"r%02d" % i + b"." * 20, partition=0)
     clock.now += 1
     assert acc.drain(1, clock.now)[0] == []  # no producer id yet
     idem.set_producer(7, 0)
+    b0 = acc.drain(1, clock.now)[0][0]
+    n0 = b0.record_count
+    # The partition's first batch of this producer id goes alone (a broker with no state
+    # for the id would take a later batch first if this one failed): nothing until it is in.
+    assert acc.drain(1, clock.now)[0] == []
+    acc.complete(b0, 0, -1)
     b1 = acc.drain(1, clock.now)[0][0]
     b2 = acc.drain(1, clock.now)[0][0]
-    assert b1.base_sequence == 0 and b2.base_sequence == b1.record_count
+    assert b1.base_sequence == n0
+    assert b2.base_sequence == n0 + b1.record_count
     hdr = next(iter_batches(b2.close()))
-    assert (hdr.producer_id, hdr.producer_epoch, hdr.base_sequence) == (7, 0, b1.record_count)
+    assert (hdr.producer_id, hdr.producer_epoch, hdr.base_sequence) == (7, 0, b2.base_sequence)
     # b2 fails first (e.g. OOOSN because b1 is still in flight), then b1 fails
     acc.requeue(b2, clock.now)
     acc.requeue(b1, clock.now)
@@ -367,7 +374,7 @@ def test_idempotent_sequences_and_ordered_retry() -> None:
     assert list(pq.batches)[:2] == [b1, b2]  # sequence order
     clock.now += 10
     (first,), _ = acc.drain(1, clock.now)
-    assert first is b1 and first.base_sequence == 0  # sequence kept
+    assert first is b1 and first.base_sequence == n0  # sequence kept
     assert acc.drain(1, clock.now)[0] == []  # b2 is not the lowest in flight: waits
     acc.complete(b1, 0, -1)
     assert acc.drain(1, clock.now)[0] == [b2]
@@ -391,10 +398,12 @@ def test_new_batches_wait_for_the_old_leaders_answer_after_a_leader_move() -> No
     idem = IdempotenceState()
     acc, woken, _ = make(clock, batch_size=80, idem=idem)
     acc.update_metadata(meta(partitions=1))
-    for i in range(4):
+    for i in range(5):
         send(acc, b"r%02d" % i + b"." * 20, partition=0)
     idem.set_producer(7, 0)
     clock.now += 1
+    (b0,), _ = acc.drain(1, clock.now)
+    acc.complete(b0, 0, -1)  # the partition knows producer 7: batches may pipeline
     (b1,), _ = acc.drain(1, clock.now)
     acc.update_metadata(meta(partitions=1, leaders={0: 2}))  # the leader moved to broker 2
     assert acc.drain(2, clock.now)[0] == []  # b1's answer from broker 1 is still due

@@ -205,6 +205,9 @@ def test_duplicate_sequence_counts_as_delivered() -> None:
 def test_out_of_order_behind_a_failed_batch_just_retries() -> None:
     idem = _idem()
     acc, sender, _, clock = setup(idem)
+    # The partition has written a batch of this producer id: later ones pipeline.
+    b0, _ = batch_for(acc, clock, 0)
+    sender.on_response(response(0, 0), [b0])
     b1, _ = batch_for(acc, clock, 0)
     b2, _ = batch_for(acc, clock, 0)
     # b1 lost on a cut, b2 reached the broker first -> OOOSN for b2: not a real gap
