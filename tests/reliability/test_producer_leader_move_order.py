@@ -7,37 +7,39 @@ bump its epoch and re-send, writing duplicates. Here the same moves hit our prod
 several batches of the moved partition are in flight: the ones the old leader refuses must
 reach the new leader before any later batch, so nothing is lost, duplicated or reordered and
 the broker never sees a sequence gap (no producer id reset).
+
+On a FakeKafka of 3 nodes, on virtual time; a tap on the client's connections
+(tests/wire_tap.py) sees what is in flight and what the old leaders refused.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
-import anyio.lowlevel
 import pytest
 
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.producer.partitioner import default_partition
-from aiokafka_ng.testing import ClusterSimulator
-from tests.helpers import topic_name
-from tests.reliability.helpers import (
-    PRODUCE,
-    read_back,
-    record_count,
-    simulated_cluster,
-    tally,
-    value,
-)
+from aiokafka_ng.testing import FakeKafka, virtual_time
+from tests.reliability.helpers import MISPLACED, record_count, tally, unpack, value
+from tests.wire_tap import WireTap
 
-# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
-pytestmark = [pytest.mark.anyio, pytest.mark.broker]
+pytestmark = pytest.mark.anyio
 
-PARTITIONS = 4  # Tansu auto-creates topics with 4 partitions
+PARTITIONS = 4
 NOT_LEADER = 6
 KEYS = [f"key-{i}".encode() for i in range(16)]
 MOVES = 12
+TOPIC = "move-order"
 
 
-async def move_under_load(sim: ClusterSimulator, topic: str, done: anyio.Event) -> None:
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
+
+
+async def move_under_load(kafka: FakeKafka, tap: WireTap, done: anyio.Event) -> int:
     """``MOVES`` times: wait until a connection has 3+ requests awaiting answers, move a
     partition its node leads, then wait for two more requests naming that partition."""
     busy: list[int] = []
@@ -45,43 +47,47 @@ async def move_under_load(sim: ClusterSimulator, topic: str, done: anyio.Event) 
     def pipelined() -> bool:
         busy[:] = [
             p
-            for c in sim.connection_list()
+            for c in tap.open_connections()
             if c.in_flight >= 3
             for p in range(PARTITIONS)
-            if sim.leader(topic, p) == c.node.node_id
+            if kafka.leader(TOPIC, p) == c.node
         ]
         return bool(busy)
 
+    moves = 0
     for _ in range(MOVES):
-        await sim.wait_until(pipelined, within=30)
+        await kafka.wait_until(pipelined, within=30)
         partition = busy[0]
-        before = len(sim.partition_request_times(PRODUCE, topic, partition))
-        sim.move_leader(topic, partition)
+        before = tap.produce_requests[(TOPIC, partition)]
+        kafka.move_leader(TOPIC, partition)
+        moves += 1
         # The partition's next batches went somewhere: refused by the old leader (the
         # scenario) or, if a metadata refresh for an earlier move came first, to the new one.
-        await sim.wait_until(
-            lambda p=partition, n=before: (
-                len(sim.partition_request_times(PRODUCE, topic, p)) >= n + 2
-            ),
+        await kafka.wait_until(
+            lambda p=partition, n=before: tap.produce_requests[(TOPIC, p)] >= n + 2,
             within=30,
         )
     done.set()
+    return moves
 
 
 async def test_idempotent_keeps_order_when_leaders_move_under_in_flight_batches(
-    anyio_backend: str,
+    anyio_backend: tuple[str, dict[str, Any]],
 ) -> None:
     """Idempotent, 5 in flight, keyed records in small batches; every node answers 20 ms
     late so batches pipeline, and 12 times a partition moves while its leader has 3+
     requests in flight. 0 lost, 0 duplicated, 0 reordered per partition, no producer id
     reset. At least 20k records on asyncio, 8k on trio (it sends until the moves are done)."""
-    floor = record_count(anyio_backend, 20_000, 8_000)
-    topic = topic_name("move-order")
+    backend = anyio_backend[0]
+    floor = record_count(backend, 20_000, 8_000)
     partition_of = {key: default_partition(key, PARTITIONS) for key in KEYS}
     assert len(set(partition_of.values())) == PARTITIONS  # every partition gets keys
-    async with simulated_cluster(seed=17) as (broker, sim):
+    moves = 0
+    async with FakeKafka(brokers=3, tcp=False) as kafka:
+        kafka.create_topic(TOPIC, PARTITIONS, replication_factor=3)
+        tap = WireTap(kafka)
         async with Producer(
-            bootstrap_servers=sim.bootstrap_servers,
+            **tap.client_config(),
             enable_idempotence=True,
             max_in_flight_requests_per_connection=5,
             linger_ms=2,
@@ -89,35 +95,48 @@ async def test_idempotent_keeps_order_when_leaders_move_under_in_flight_batches(
             retry_backoff_ms=10,
             retry_backoff_max_ms=50,
         ) as producer:
-            await producer.partitions_for(topic)
-            for node in sim.nodes:
-                sim.delay(node, 20)
+            await producer.partitions_for(TOPIC)
+            for node in kafka.nodes:
+                kafka.delay(node, 20)
             sent = dict.fromkeys(range(PARTITIONS), 0)
             futures = []
             done = anyio.Event()
+
+            async def mover() -> None:
+                nonlocal moves
+                moves = await move_under_load(kafka, tap, done)
+
             with anyio.fail_after(120):
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(move_under_load, sim, topic, done)
+                    tg.start_soon(mover)
                     i = 0
                     # keep sending past the last move, so it too has batches behind it
                     while not done.is_set() or i < floor:
                         key = KEYS[i % len(KEYS)]
                         p = partition_of[key]
-                        futures.append(await producer.send(topic, value(p, sent[p]), key=key))
+                        futures.append(await producer.send(TOPIC, value(p, sent[p]), key=key))
                         sent[p] += 1
                         i += 1
-                        if i % 200 == 0:
-                            await anyio.lowlevel.checkpoint()  # let the mover look at the pipeline
+                        if i % 20 == 0:
+                            # The send rate: 20 records per virtual millisecond, faster than
+                            # the 20 ms answers drain them, so batches queue and pipeline.
+                            await anyio.sleep(0.001)
                     await producer.flush()
             stats = producer.statistics()
-        sim.clear_faults()
-        got = await read_back(broker.bootstrap_servers, topic, range(PARTITIONS), i)
+        kafka.clear_faults()
+        got = {
+            p: [
+                seq if part == p else MISPLACED
+                for part, seq in (unpack(r.value or b"") for r in kafka.records(TOPIC, p))
+            ]
+            for p in range(PARTITIONS)
+        }
     t = tally("idempotent, 5 in flight, moves under in-flight batches", sent, got)
     t.extra.update(
-        backend=anyio_backend,
-        moves=sim.leader_moves,
-        not_leader=sim.errors(PRODUCE, NOT_LEADER),
-        max_in_flight=sim.max_in_flight,
+        backend=backend,
+        moves=moves,
+        not_leader=tap.produce_errors[NOT_LEADER],
+        max_in_flight=tap.max_in_flight,
         retries=stats["retries"],
     )
     t.report()
@@ -129,5 +148,5 @@ async def test_idempotent_keeps_order_when_leaders_move_under_in_flight_batches(
     assert (t.lost, t.duplicated, t.reordered) == (0, 0, 0)
     assert stats["producer_id_resets"] == 0  # the broker never saw a sequence gap
     # The first move at least is refused (no metadata refresh can precede it).
-    assert sim.leader_moves == MOVES and sim.errors(PRODUCE, NOT_LEADER) > 0
-    assert sim.max_in_flight >= 3
+    assert moves == MOVES and tap.produce_errors[NOT_LEADER] > 0
+    assert tap.max_in_flight >= 3
