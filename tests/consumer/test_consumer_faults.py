@@ -64,7 +64,7 @@ async def test_cut_connections_lose_and_duplicate_nothing() -> None:
                         if cuts % 2:
                             kafka.cut_after_bytes(1, 3000)
                         else:
-                            kafka.cut_after(1, 0)  # the next request: its connection closes
+                            kafka.cut_after(1, 1)  # the next request: its connection closes
                     got = await consumer.getmany(timeout_ms=200, max_records=40)
                     for tp, records in got.items():
                         seen[tp.partition].extend(r.value or b"" for r in records)

@@ -363,7 +363,7 @@ class FakeKafka:
         self._notify()
         if node.cut_after is not None:
             node.cut_after -= 1
-            if node.cut_after < 0:
+            if node.cut_after <= 0:
                 node.cut_after = None
                 self._cut_node(node)
                 raise _Close
@@ -749,7 +749,9 @@ class FakeKafka:
 
     def cut_after(self, node: int, requests: int) -> None:
         """Close every connection of ``node`` when it gets its ``requests``-th next request
-        (that request is not answered)."""
+        (that request is not answered): ``requests=1`` cuts at the next one."""
+        if requests < 1:
+            raise ValueError("requests must be >= 1")
         self._node(node).cut_after = requests
 
     def cut_after_bytes(self, node: int, n: int) -> None:

@@ -286,3 +286,17 @@ async def test_a_crashed_follower_holds_acks_all_until_the_cluster_fences_it() -
             assert anyio.current_time() - start == pytest.approx(9.0, abs=0.1)
         assert (meta.offset, partition.leader) == (3, leader)
         assert follower not in partition.isr(kafka.cluster)
+
+
+async def test_cut_after_cuts_at_the_nth_next_request() -> None:
+    async with FakeKafka(brokers=1) as kafka:
+        kafka.create_topic("t")
+        async with Producer(**kafka.client_config(), linger_ms=0) as producer:
+            await producer.send_and_wait("t", b"a")
+            connects = len(kafka.connection_attempts(1))
+            kafka.cut_after(1, 1)
+            meta = await producer.send_and_wait("t", b"b")  # cut, reconnected, retried
+            assert len(kafka.connection_attempts(1)) > connects
+        assert meta.offset == 1 and kafka.end_offset("t", 0) == 2
+        with pytest.raises(ValueError):
+            kafka.cut_after(1, 0)
