@@ -470,8 +470,11 @@ class ConsumerMember:
 class ConsumerGroup:
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
-        self.group_epoch = 0
-        self.assignment_epoch = 0
+        # A new group starts at epoch 1 with a target assignment at epoch 1 (Kafka 4.4's
+        # ModernGroup and TargetAssignmentMetadata.INITIAL), so its first member's join
+        # bumps the group to epoch 2 and is given member epoch 2, as Kafka 4.4 answered.
+        self.group_epoch = 1
+        self.assignment_epoch = 1
         self.members: dict[str, ConsumerMember] = {}
         self.target: dict[str, Partitions] = {}
         #: Subscribed topic -> (id, partitions): a change bumps the group epoch.

@@ -86,6 +86,60 @@ MAX_TOPIC_NAME = 249
 #: Topic configs the fake reads as numbers: a value that is not one is INVALID_CONFIG.
 NUMERIC_CONFIGS = ("max.message.bytes",)
 
+#: Every topic config name Kafka 4.4 knows (its ``LogConfig.configNames()``: TopicConfig's
+#: names and the internal ``internal.segment.bytes``); CreateTopics with any other name is
+#: INVALID_CONFIG ("Unknown topic config name"), as Kafka 4.4 answered.
+TOPIC_CONFIG_NAMES = frozenset(
+    {
+        "cleanup.policy",
+        "compression.gzip.level",
+        "compression.lz4.level",
+        "compression.type",
+        "compression.zstd.level",
+        "delete.retention.ms",
+        "errors.deadletterqueue.group.enable",
+        "file.delete.delay.ms",
+        "flush.messages",
+        "flush.ms",
+        "follower.replication.throttled.replicas",
+        "index.interval.bytes",
+        "internal.segment.bytes",
+        "leader.replication.throttled.replicas",
+        "local.retention.bytes",
+        "local.retention.ms",
+        "max.compaction.lag.ms",
+        "max.decompressed.message.bytes",
+        "max.message.bytes",
+        "message.timestamp.after.max.ms",
+        "message.timestamp.before.max.ms",
+        "message.timestamp.type",
+        "min.cleanable.dirty.ratio",
+        "min.compaction.lag.ms",
+        "min.insync.replicas",
+        "preallocate",
+        "remote.copy.lag.bytes",
+        "remote.copy.lag.ms",
+        "remote.log.copy.disable",
+        "remote.log.delete.on.disable",
+        "remote.storage.enable",
+        "retention.bytes",
+        "retention.ms",
+        "segment.bytes",
+        "segment.index.bytes",
+        "segment.jitter.ms",
+        "segment.ms",
+        "unclean.leader.election.enable",
+    }
+)
+
+#: Append errors Kafka answers with a log start offset of -1 (see :func:`produce`).
+_UNREADABLE_BATCH = frozenset({E.MESSAGE_TOO_LARGE, E.CORRUPT_MESSAGE, E.INVALID_RECORD})
+
+#: Requests whose latest version Kafka 4.4's request schema calls unstable
+#: (``latestVersionUnstable``, which the response schema does not carry): it advertised
+#: InitProducerId only up to v5 (v6 is KIP-939's two-phase commit).
+_UNSTABLE_LATEST = frozenset({22})
+
 #: ListOffsets' special timestamps.
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 
@@ -118,7 +172,10 @@ def supported_versions(api_keys: Iterable[int]) -> dict[int, tuple[int, int]]:
     out: dict[int, tuple[int, int]] = {}
     for key in sorted(api_keys):
         req, resp = REQUEST_TYPES[key], RESPONSE_TYPES[key]
-        out[key] = (req.MIN_VERSION, min(req.MAX_VERSION, resp.MAX_STABLE_VERSION))
+        hi = min(req.MAX_VERSION, resp.MAX_STABLE_VERSION)
+        if key in _UNSTABLE_LATEST:
+            hi = min(hi, req.MAX_VERSION - 1)
+        out[key] = (req.MIN_VERSION, hi)
     return out
 
 
@@ -306,10 +363,15 @@ def produce(
             done = p.log.append(records, now_ms=now_ms, leader_epoch=p.leader_epoch)
             r.error_code = done.error_code
             r.error_message = done.message
-            if done.error_code == E.NONE:  # Kafka leaves the log start at -1 on errors
+            # A batch Kafka cannot take as a batch (too large, corrupt, invalid: its
+            # RecordTooLarge/CorruptRecord exceptions) is answered with a log start of -1;
+            # one the producer state refuses (sequence, epoch) with the partition's log
+            # start, as Kafka 4.4 answered.
+            if done.error_code not in _UNREADABLE_BATCH:
+                r.log_start_offset = p.log.log_start_offset
+            if done.error_code == E.NONE:
                 r.base_offset = done.base_offset
                 r.log_append_time_ms = done.log_append_time
-                r.log_start_offset = p.log.log_start_offset
     if version >= 10:
         out.node_endpoints = _endpoints(cluster, hinted, _produce.NodeEndpoint)
     return out
@@ -506,6 +568,18 @@ def create_topics(
                 f"Topic '{t.name}' already exists.",
             )
             continue
+        # Kafka's controller checks the configs before the partitions and replicas.
+        configs = {c.name: c.value for c in t.configs if c.value is not None}
+        unknown = [c.name for c in t.configs if c.name not in TOPIC_CONFIG_NAMES]
+        bad = [k for k in NUMERIC_CONFIGS if k in configs and not configs[k].lstrip("-").isdigit()]
+        if unknown:
+            r.error_code = E.code("INVALID_CONFIG")
+            r.error_message = f"Unknown topic config name: {unknown[0]}"
+            continue
+        if bad:
+            r.error_code = E.code("INVALID_CONFIG")
+            r.error_message = f"Invalid value {configs[bad[0]]} for configuration {bad[0]}"
+            continue
         if t.assignments:
             count, rf = len(t.assignments), len(t.assignments[0].broker_ids)
         else:
@@ -532,12 +606,6 @@ def create_topics(
                 f"of {rf} cannot be reached because only {len(cluster.live_brokers())} broker(s) "
                 "are registered."
             )
-            continue
-        configs = {c.name: c.value for c in t.configs if c.value is not None}
-        bad = [k for k in NUMERIC_CONFIGS if k in configs and not configs[k].lstrip("-").isdigit()]
-        if bad:
-            r.error_code = E.code("INVALID_CONFIG")
-            r.error_message = f"Invalid value {configs[bad[0]]} for configuration {bad[0]}"
             continue
         r.num_partitions, r.replication_factor = count, rf
         r.configs = [CreatableTopicConfigs(name=k, value=v) for k, v in sorted(configs.items())]

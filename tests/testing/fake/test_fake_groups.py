@@ -801,39 +801,39 @@ async def test_consumer_group_members_split_partitions_and_revoke_before_reassig
     everything = set(range(6))
 
     joined = await a.heartbeat()
-    assert (joined.error_code, joined.member_epoch) == (NONE, 1)
+    assert (joined.error_code, joined.member_epoch) == (NONE, 2)
     assert joined.heartbeat_interval_ms == 5000
     assert a.partitions(t) == everything
 
     joined = await b.heartbeat()
-    assert joined.member_epoch == 2
+    assert joined.member_epoch == 3
     assert b.partitions(t) == set()  # a still holds them all
     revoking = await a.heartbeat(owned=a.assigned)
-    assert revoking.member_epoch == 1  # keeps its epoch until it has revoked
+    assert revoking.member_epoch == 2  # keeps its epoch until it has revoked
     kept = a.partitions(t)
     assert len(kept) == 3
     assert_nobody_shares(t, a, b)
     await b.heartbeat()
     assert b.partitions(t) == set()  # a has not confirmed yet
     done = await a.heartbeat(owned={t: kept})  # revoked: no longer owned
-    assert done.member_epoch == 2
+    assert done.member_epoch == 3
     await b.heartbeat()
     assert b.partitions(t) == everything - kept
-    assert b.epoch == 2
+    assert b.epoch == 3
 
     # A third member: each gives up one partition, and c gets each only once released.
     await c.heartbeat()
-    assert c.epoch == 3
+    assert c.epoch == 4
     assert c.partitions(t) == set()
     await a.heartbeat()
     await b.heartbeat()
     assert len(a.partitions(t)) == len(b.partitions(t)) == 2
-    assert (a.epoch, b.epoch) == (2, 2)  # both still revoking
+    assert (a.epoch, b.epoch) == (3, 3)  # both still revoking
     assert_nobody_shares(t, a, b, c)
     await c.heartbeat()
     assert c.partitions(t) == set()
     await a.heartbeat()  # a confirms: owns what it was left
-    assert a.epoch == 3
+    assert a.epoch == 4
     await c.heartbeat()
     assert len(c.partitions(t)) == 1  # a's; b's is still b's
     assert_nobody_shares(t, a, b, c)
@@ -851,12 +851,12 @@ async def test_consumer_group_members_split_partitions_and_revoke_before_reassig
         ConsumerGroupDescribeResponse,
     )
     (group,) = described.groups
-    assert (group.group_state, group.group_epoch, group.assignment_epoch) == ("Stable", 3, 3)
+    assert (group.group_state, group.group_epoch, group.assignment_epoch) == ("Stable", 4, 4)
     assert group.assignor_name == "uniform"
     assert {m.member_id: m.member_epoch for m in group.members} == {
-        a.member_id: 3,
-        b.member_id: 3,
-        c.member_id: 3,
+        a.member_id: 4,
+        b.member_id: 4,
+        c.member_id: 4,
     }
 
 
@@ -873,7 +873,7 @@ async def test_consumer_group_fencing_leaving_and_commits_by_member_epoch() -> N
     await a.heartbeat()
     await a.heartbeat()
     await b.heartbeat()
-    assert a.epoch == b.epoch == 2
+    assert a.epoch == b.epoch == 3
     assert len(a.partitions(t)) == len(b.partitions(t)) == 2
 
     # Commits carry the member epoch: an old one is stale (KIP-848), v8 is too old.
@@ -889,7 +889,7 @@ async def test_consumer_group_fencing_leaving_and_commits_by_member_epoch() -> N
     left = await b.heartbeat(epoch=-1)
     assert (left.error_code, left.member_epoch) == (NONE, -1)
     await a.heartbeat()
-    assert a.epoch == 3
+    assert a.epoch == 4
     assert a.partitions(t) == set(range(4))  # b's partitions were free at once
 
 
@@ -922,7 +922,7 @@ async def test_a_static_consumer_member_keeps_its_partitions_across_a_restart() 
 
     back = Member848(coord, node, ["t"], instance_id="pod-1")  # a new member id
     await back.heartbeat()
-    assert back.epoch == 3
+    assert back.epoch == 4
     assert len(back.partitions(t)) == 2
     assert back.partitions(t) < mine  # its own, less the one it now gives up
     await intruder.heartbeat()
@@ -939,7 +939,7 @@ async def test_a_consumer_member_that_does_not_revoke_in_time_is_fenced() -> Non
     await a.heartbeat()
     await b.heartbeat()
     told = await a.heartbeat()  # to give one partition up, within its 30 s rebalance timeout
-    assert told.member_epoch == 1
+    assert told.member_epoch == 2
     start = anyio.current_time()
     everything = {t: {0, 1}}
     for _ in range(7):  # keeps heartbeating, but still owning both
@@ -967,10 +967,10 @@ async def test_a_silent_consumer_member_is_fenced_after_its_session() -> None:
         await anyio.sleep(4)
         assert (await a.heartbeat()).error_code == NONE
     assert anyio.current_time() - start == pytest.approx(44)
-    assert a.epoch == 2  # b's session (45 s) has a second to go
+    assert a.epoch == 3  # b's session (45 s) has a second to go
     await anyio.sleep(2)
     await a.heartbeat()
-    assert a.epoch == 3
+    assert a.epoch == 4
     assert a.partitions(t) == {0, 1}
     assert (await b.heartbeat()).error_code == UNKNOWN_MEMBER_ID
 
