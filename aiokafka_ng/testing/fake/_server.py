@@ -241,10 +241,6 @@ class FakeKafka:
                     node.port = listener.extra(anyio.abc.SocketAttribute.local_port)
                     self.cluster.brokers[node.node_id].port = node.port
                     tg.start_soon(self._accept_loop, tg, node, listener)
-            for component in self._components:
-                start = getattr(component, "start", None)
-                if start is not None:
-                    start(tg)
         except BaseException:
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
