@@ -124,6 +124,12 @@ class FakeCluster:
                 if p.leader == -1 and node_id in p.replicas:
                     self.set_leader(p, node_id)
 
+    def assign(self, p: Partition, replicas: list[int]) -> None:
+        """Place ``p`` on ``replicas`` (a manual assignment): the first live one leads."""
+        p.replicas = list(replicas)
+        live = p.isr(self)
+        p.leader = live[0] if live else -1
+
     @staticmethod
     def set_leader(p: Partition, node_id: int) -> None:
         p.leader = node_id

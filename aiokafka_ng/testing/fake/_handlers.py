@@ -614,9 +614,7 @@ def create_topics(
         topic = cluster.create_topic(t.name, count, rf, configs=configs)
         if t.assignments:
             for a, p in zip(t.assignments, topic.partitions, strict=True):
-                p.replicas = list(a.broker_ids)
-                live = p.isr(cluster)
-                p.leader = live[0] if live else -1
+                cluster.assign(p, a.broker_ids)
         r.topic_id = topic.topic_id
     return out
 
@@ -680,9 +678,7 @@ def create_partitions(
         if not request.validate_only:
             cluster.add_partitions(topic, t.count)
             for a, p in zip(t.assignments or [], topic.partitions[have:], strict=False):
-                p.replicas = list(a.broker_ids)
-                live = p.isr(cluster)
-                p.leader = live[0] if live else -1
+                cluster.assign(p, a.broker_ids)
     return out
 
 
