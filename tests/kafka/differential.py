@@ -62,6 +62,7 @@ NO_TOPIC_ID = uuid.UUID(int=0)
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 #: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR.
 NOT_READY = frozenset({14, 15, 16})
+NOT_LEADER_OR_FOLLOWER = 6
 
 
 async def until(
@@ -147,6 +148,8 @@ class Side:
         self.versions: dict[int, int] = {}
         #: (leader id, leader epoch) hinted by the last Produce or Fetch answer (KIP-951).
         self.last_hint = (-1, -1)
+        #: NOT_LEADER_OR_FOLLOWER answers to Produce routed by Metadata, retried (``produce``).
+        self.transients: list[str] = []
 
     def __repr__(self) -> str:
         return f"<Side {self.name}>"
@@ -328,14 +331,28 @@ class Side:
     ) -> tuple[int, int, int]:
         """(error code, base offset, log start offset) of one batch produced to the
         partition's leader (or ``node``)."""
-        if node is None:
-            node, _ = await self.leader(topic, partition)
+        routed, epoch = node is None, -1
         request = self._produce_request(topic, partition, records, acks, transactional_id)
-        resp = await self.send(request, node, version=version)
-        (t,) = resp.responses
-        (p,) = t.partition_responses
-        self.last_hint = (p.current_leader.leader_id, p.current_leader.leader_epoch)
-        return p.error_code, p.base_offset, p.log_start_offset
+        with anyio.fail_after(30):
+            while True:
+                if routed:
+                    node, epoch = await self.leader(topic, partition)
+                resp = await self.send(request, node, version=version)
+                (t,) = resp.responses
+                (p,) = t.partition_responses
+                self.last_hint = (p.current_leader.leader_id, p.current_leader.leader_epoch)
+                if not (routed and p.error_code == NOT_LEADER_OR_FOLLOWER):
+                    return p.error_code, p.base_offset, p.log_start_offset
+                # The leader Metadata named no longer leads (nothing was appended): a
+                # leadership change of the cluster's own, which a client meets by asking
+                # Metadata again. Kept, to be reported, and retried like a client would.
+                _, now = await self.leader(topic, partition)
+                self.transients.append(
+                    f"{topic}-{partition}: Produce to node {node} at leader epoch {epoch} "
+                    f"answered NOT_LEADER_OR_FOLLOWER ({p.error_message!r}); the epoch is "
+                    f"now {now}, the answer's hint {self.last_hint}"
+                )
+                await anyio.sleep(0.05)
 
     async def produce_no_ack(self, topic: str, records: bytes, *, partition: int = 0) -> None:
         """One batch with acks=0 (no answer), then a Metadata round trip on the same

@@ -898,6 +898,8 @@ SCENARIOS: dict[str, Scenario] = {
 async def test_same_answers(sides: tuple[Side, Side], name: str) -> None:
     kafka, fake = sides
     got_kafka, got_fake = await run_both(kafka, fake, SCENARIOS[name], unique("diff"))
+    for line in kafka.transients:  # shown with -s, and with a failure
+        print(f"retried on Kafka: {line}")
     problem = compare(got_kafka, got_fake)
     assert problem is None, problem
 
