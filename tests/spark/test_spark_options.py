@@ -4,14 +4,18 @@ option or column; plus the option parsing and the maxOffsetsPerTrigger split, wi
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from aiokafka_ng.consumer import TopicPartition
+from aiokafka_ng.producer import Producer
 from aiokafka_ng.spark._options import (
     EARLIEST,
     LATEST,
@@ -23,6 +27,9 @@ from aiokafka_ng.spark._options import (
 from aiokafka_ng.spark._plan import split_ranges
 from aiokafka_ng.spark._read import KafkaDataLossError, KafkaStreamReader, plan_read
 from aiokafka_ng.spark._write import SINK_BATCH_SIZE, plan_write
+from aiokafka_ng.testing import FakeKafka
+
+T = TypeVar("T")
 
 
 def _fails_at_planning(spark: Any, action: Callable[[], Any], *needles: str) -> None:
@@ -284,33 +291,76 @@ def test_min_partitions_and_max_records_split_like_spark() -> None:
         plan_read({**BOOT, "subscribe": "t", "minPartitions": "0"}, streaming=False)
 
 
-def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay() -> None:
-    options = {**BOOT, "subscribe": "t", "minOffsetsPerTrigger": "100"}
-    reader = KafkaStreamReader(plan_read({**options, "maxTriggerDelay": "1h"}, streaming=True))
-    assert not reader._delay(5)  # the first trigger always runs, as in Spark
-    assert reader._delay(99)  # too few records, and the delay has not passed
-    assert not reader._delay(100)
-    assert reader._delay(0)
-    reader = KafkaStreamReader(plan_read({**options, "maxTriggerDelay": "0ms"}, streaming=True))
-    assert not reader._delay(5) and not reader._delay(1)  # the delay has always passed
-    # Trigger.AvailableNow reads everything there is: no minimum.
-    reader = KafkaStreamReader(plan_read({**options, "maxTriggerDelay": "1h"}, streaming=True))
-    reader._target = {"t": {"0": 3}}
-    assert not reader._delay(1) and not reader._delay(1)
+@asynccontextmanager
+async def broker_with(ends: dict[str, list[int]]) -> AsyncIterator[dict[str, str]]:
+    """A FakeKafka whose topic ``t``'s partition ``p`` holds ``ends[t][p]`` records; yields
+    the option naming it. Over TCP: the reader runs a loop of its own (``in_thread``)."""
+    async with FakeKafka() as kafka:
+        async with Producer(**kafka.client_config()) as producer:
+            for topic, counts in ends.items():
+                kafka.create_topic(topic, partitions=len(counts))
+                for partition, n in enumerate(counts):
+                    await producer.send_batch(topic, [b"x"] * n, partition=partition)
+            await producer.flush()
+        yield {"kafka.bootstrap.servers": kafka.bootstrap_servers}
 
 
-def test_max_offsets_per_trigger_is_shared_by_backlog() -> None:
-    plan = plan_read({**BOOT, "subscribe": "t", "maxOffsetsPerTrigger": "100"}, streaming=True)
-    reader = KafkaStreamReader(plan)
-    assert reader.getDefaultReadLimit() == ReadMaxRows(100)
-    reader._target = {"t": {"0": 1000, "1": 300, "2": 50, "3": 0}}  # no broker needed
-    start = {"t": {"0": 0, "1": 100, "2": 50}}  # partition 3 is new: starts at 0
-    end = reader.latestOffset(start, ReadMaxRows(100))
-    advance = {p: end["t"][p] - start["t"].get(p, 0) for p in end["t"]}
-    assert sum(advance.values()) == 100
-    assert advance["2"] == advance["3"] == 0  # nothing to read there
-    assert advance["0"] > advance["1"] > 0  # proportional to backlog (1000 vs 200)
-    assert reader.latestOffset(start, ReadAllAvailable()) == reader._target
+async def in_thread(fn: Callable[[], T]) -> T:
+    """The reader's calls are synchronous (they run ``anyio.run`` themselves): a worker
+    thread's, while FakeKafka serves on the test's loop."""
+    return await anyio.to_thread.run_sync(fn)
+
+
+@pytest.mark.anyio
+async def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay() -> None:
+    # Partition 0 ends at 100; a trigger from offset 100 - n has n records to read. A
+    # skipped trigger answers its start (nothing to read), a planned one the end.
+    end = {"t": {"0": 100}}
+
+    def from_(n: int) -> dict[str, dict[str, int]]:
+        return {"t": {"0": 100 - n}}
+
+    async with broker_with({"t": [100]}) as boot:
+        options = {**boot, "subscribe": "t", "minOffsetsPerTrigger": "100"}
+
+        def reader(delay: str) -> KafkaStreamReader:
+            return KafkaStreamReader(
+                plan_read({**options, "maxTriggerDelay": delay}, streaming=True)
+            )
+
+        def trigger(r: KafkaStreamReader, n: int) -> dict[str, dict[str, int]]:
+            return r.latestOffset(from_(n), ReadAllAvailable())
+
+        slow = reader("1h")
+        assert await in_thread(lambda: trigger(slow, 5)) == end  # the first always runs
+        # Too few records, and the delay has not passed: skipped.
+        assert await in_thread(lambda: trigger(slow, 99)) == from_(99)
+        assert await in_thread(lambda: trigger(slow, 100)) == end
+        assert await in_thread(lambda: trigger(slow, 1)) == from_(1)
+        fast = reader("0ms")  # the delay has always passed
+        assert await in_thread(lambda: trigger(fast, 5)) == end
+        assert await in_thread(lambda: trigger(fast, 1)) == end
+        # Trigger.AvailableNow reads everything there is: no minimum.
+        now = reader("1h")
+        await in_thread(now.prepareForTriggerAvailableNow)
+        assert await in_thread(lambda: trigger(now, 1)) == end
+        assert await in_thread(lambda: trigger(now, 1)) == end
+
+
+@pytest.mark.anyio
+async def test_max_offsets_per_trigger_is_shared_by_backlog() -> None:
+    async with broker_with({"t": [1000, 300, 50, 0]}) as boot:
+        plan = plan_read({**boot, "subscribe": "t", "maxOffsetsPerTrigger": "100"}, streaming=True)
+        reader = KafkaStreamReader(plan)
+        assert reader.getDefaultReadLimit() == ReadMaxRows(100)
+        start = {"t": {"0": 0, "1": 100, "2": 50}}  # partition 3 is new: starts at 0
+        end = await in_thread(lambda: reader.latestOffset(start, ReadMaxRows(100)))
+        advance = {p: end["t"][p] - start["t"].get(p, 0) for p in end["t"]}
+        assert sum(advance.values()) == 100
+        assert advance["2"] == advance["3"] == 0  # nothing to read there
+        assert advance["0"] > advance["1"] > 0  # proportional to backlog (1000 vs 200)
+        everything = await in_thread(lambda: reader.latestOffset(start, ReadAllAvailable()))
+        assert everything == {"t": {"0": 1000, "1": 300, "2": 50, "3": 0}}
     # Ranges per partition; empty ones produce no task.
     ranges = reader.partitions(start, end)
     assert [(r.partition, r.start, r.end) for r in ranges] == [
@@ -319,25 +369,29 @@ def test_max_offsets_per_trigger_is_shared_by_backlog() -> None:
     ]
 
 
-def test_streaming_data_loss_vanished_and_recreated_partitions() -> None:
-    options = {**BOOT, "subscribe": "t"}
-    start = {"t": {"0": 40, "1": 30, "2": 10}}
-    # Partition 1 is gone; partition 2 now ends at 5, before our offset 10 (re-created).
-    target = {"t": {"0": 50, "2": 5}}
-    strict = KafkaStreamReader(plan_read(options, streaming=True))
-    strict._target = target
-    with pytest.raises(KafkaDataLossError, match="t-1 is gone"):
-        strict.latestOffset(start, ReadAllAvailable())
-    lenient = KafkaStreamReader(plan_read({**options, "failOnDataLoss": "false"}, streaming=True))
-    lenient._target = target
-    end = lenient.latestOffset(start, ReadAllAvailable())
-    assert end == {"t": {"0": 50, "2": 5}}
-    # The re-created partition is read from its start; the vanished one is dropped.
+@pytest.mark.anyio
+async def test_streaming_data_loss_vanished_and_recreated_partitions() -> None:
+    # The topic now has partitions 0-2 only, and partition 2 ends at 5, before our offset
+    # 10 (re-created); our partition 3 is gone.
+    async with broker_with({"t": [50, 30, 5]}) as boot:
+        options = {**boot, "subscribe": "t"}
+        strict = KafkaStreamReader(plan_read(options, streaming=True))
+        gone = {"t": {"0": 40, "1": 30, "3": 7}}
+        with pytest.raises(KafkaDataLossError, match="t-3 is gone"):
+            await in_thread(lambda: strict.latestOffset(gone, ReadAllAvailable()))
+        behind = {"t": {"0": 40, "1": 30, "2": 10}}
+        with pytest.raises(KafkaDataLossError, match=r"t-2: its end \(5\) is before our offset 10"):
+            await in_thread(lambda: strict.latestOffset(behind, ReadAllAvailable()))
+        lenient = KafkaStreamReader(
+            plan_read({**options, "failOnDataLoss": "false"}, streaming=True)
+        )
+        start = {"t": {"0": 40, "1": 30, "2": 10, "3": 7}}
+        end = await in_thread(lambda: lenient.latestOffset(start, ReadAllAvailable()))
+    assert end == {"t": {"0": 50, "1": 30, "2": 5}}
+    # The re-created partition is read from its start; the vanished one is dropped (and
+    # partition 1, with nothing new, makes no task).
     ranges = lenient.partitions(start, end)
     assert [(r.partition, r.start, r.end) for r in ranges] == [(0, 40, 50), (2, 0, 5)]
-    strict._target = {"t": {"0": 50, "1": 30, "2": 5}}
-    with pytest.raises(KafkaDataLossError, match=r"t-2: its end \(5\) is before our offset 10"):
-        strict.latestOffset(start, ReadAllAvailable())
 
 
 def test_registered_source_has_a_thread_safe_environment_map(spark: Any) -> None:
