@@ -16,20 +16,33 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from aiokafka_ng.consumer import TopicPartition
 from aiokafka_ng.producer import Producer
+from aiokafka_ng.spark import KafkaDataSource, SparkOptionError
+
+# The option parser and the planner's pieces, unit by unit (a batch reader's plan is made
+# only with a broker to ask for the partitions' bounds).
 from aiokafka_ng.spark._options import (
     EARLIEST,
     LATEST,
-    SparkOptionError,
     consumer_properties,
     parse_offsets,
     producer_properties,
 )
 from aiokafka_ng.spark._plan import split_ranges
-from aiokafka_ng.spark._read import KafkaDataLossError, KafkaStreamReader, plan_read
-from aiokafka_ng.spark._write import SINK_BATCH_SIZE, plan_write
+from aiokafka_ng.spark._read import KafkaDataLossError, plan_read
 from aiokafka_ng.testing import FakeKafka
 
 T = TypeVar("T")
+
+
+def plan_write(options: dict[str, str], schema: StructType) -> Any:
+    """The plan of the write Spark plans with ``options`` (its writer's)."""
+    return KafkaDataSource(options).writer(schema, False).plan
+
+
+def stream_reader(options: dict[str, str]) -> Any:
+    """The stream reader Spark gets for ``options`` (``readStream...load()``)."""
+    source = KafkaDataSource(options)
+    return source.streamReader(source.schema())
 
 
 def _fails_at_planning(spark: Any, action: Callable[[], Any], *needles: str) -> None:
@@ -149,7 +162,7 @@ def test_offsets_option_parsing() -> None:
 def test_sink_batches_are_librdkafkas_size_unless_set() -> None:
     schema = StructType([StructField("value", BinaryType())])
     plan = plan_write({**BOOT, "topic": "t"}, schema)
-    assert plan.properties["batch.size"] == str(SINK_BATCH_SIZE) == "1000000"
+    assert plan.properties["batch.size"] == "1000000"  # librdkafka's batch.size
     plan = plan_write({**BOOT, "topic": "t", "kafka.batch.size": "16384"}, schema)
     assert plan.properties["batch.size"] == "16384"
     # A batch never outgrows what one request may carry.
@@ -323,12 +336,10 @@ async def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay() -> None:
     async with broker_with({"t": [100]}) as boot:
         options = {**boot, "subscribe": "t", "minOffsetsPerTrigger": "100"}
 
-        def reader(delay: str) -> KafkaStreamReader:
-            return KafkaStreamReader(
-                plan_read({**options, "maxTriggerDelay": delay}, streaming=True)
-            )
+        def reader(delay: str) -> Any:
+            return stream_reader({**options, "maxTriggerDelay": delay})
 
-        def trigger(r: KafkaStreamReader, n: int) -> dict[str, dict[str, int]]:
+        def trigger(r: Any, n: int) -> dict[str, dict[str, int]]:
             return r.latestOffset(from_(n), ReadAllAvailable())
 
         slow = reader("1h")
@@ -350,8 +361,7 @@ async def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay() -> None:
 @pytest.mark.anyio
 async def test_max_offsets_per_trigger_is_shared_by_backlog() -> None:
     async with broker_with({"t": [1000, 300, 50, 0]}) as boot:
-        plan = plan_read({**boot, "subscribe": "t", "maxOffsetsPerTrigger": "100"}, streaming=True)
-        reader = KafkaStreamReader(plan)
+        reader = stream_reader({**boot, "subscribe": "t", "maxOffsetsPerTrigger": "100"})
         assert reader.getDefaultReadLimit() == ReadMaxRows(100)
         start = {"t": {"0": 0, "1": 100, "2": 50}}  # partition 3 is new: starts at 0
         end = await in_thread(lambda: reader.latestOffset(start, ReadMaxRows(100)))
@@ -375,16 +385,14 @@ async def test_streaming_data_loss_vanished_and_recreated_partitions() -> None:
     # 10 (re-created); our partition 3 is gone.
     async with broker_with({"t": [50, 30, 5]}) as boot:
         options = {**boot, "subscribe": "t"}
-        strict = KafkaStreamReader(plan_read(options, streaming=True))
+        strict = stream_reader(options)
         gone = {"t": {"0": 40, "1": 30, "3": 7}}
         with pytest.raises(KafkaDataLossError, match="t-3 is gone"):
             await in_thread(lambda: strict.latestOffset(gone, ReadAllAvailable()))
         behind = {"t": {"0": 40, "1": 30, "2": 10}}
         with pytest.raises(KafkaDataLossError, match=r"t-2: its end \(5\) is before our offset 10"):
             await in_thread(lambda: strict.latestOffset(behind, ReadAllAvailable()))
-        lenient = KafkaStreamReader(
-            plan_read({**options, "failOnDataLoss": "false"}, streaming=True)
-        )
+        lenient = stream_reader({**options, "failOnDataLoss": "false"})
         start = {"t": {"0": 40, "1": 30, "2": 10, "3": 7}}
         end = await in_thread(lambda: lenient.latestOffset(start, ReadAllAvailable()))
     assert end == {"t": {"0": 50, "1": 30, "2": 5}}
