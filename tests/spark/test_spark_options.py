@@ -14,24 +14,17 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from aiokafka_ng.consumer import TopicPartition
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.spark import KafkaDataSource, SparkOptionError
 
-# The option parser and the planner's pieces, unit by unit (a batch reader's plan is made
-# only with a broker to ask for the partitions' bounds).
-from aiokafka_ng.spark._options import (
-    EARLIEST,
-    LATEST,
-    consumer_properties,
-    parse_offsets,
-    producer_properties,
-)
-from aiokafka_ng.spark._plan import split_ranges
+# The read plan as the option parser makes it: a batch reader (the public way to a plan)
+# asks a broker for the partitions' bounds first. KafkaDataLossError is what a stream
+# raises when failOnDataLoss holds (exported nowhere else).
 from aiokafka_ng.spark._read import KafkaDataLossError, plan_read
 from aiokafka_ng.testing import FakeKafka
 
 T = TypeVar("T")
+EARLIEST, LATEST = -2, -1  # Spark's JSON offsets (startingOffsets='{"t": {"0": -2}}')
 
 
 def plan_write(options: dict[str, str], schema: StructType) -> Any:
@@ -149,14 +142,17 @@ def test_overwrite_is_refused_as_by_sparks_connector(spark: Any, kafka_broker: A
 
 
 def test_offsets_option_parsing() -> None:
-    assert parse_offsets({}, "startingOffsets", "earliest").offset_for("t", 0) == EARLIEST
-    latest = parse_offsets({"startingOffsets": "LATEST"}, "startingOffsets", "earliest")
-    assert latest.offset_for("t", 5) == LATEST
-    spec = parse_offsets({"endingOffsets": '{"t": {"0": 7, "2": -2}}'}, "endingOffsets", "latest")
+    def batch(**options: str) -> Any:
+        return plan_read({**BOOT, "subscribe": "t", **options}, streaming=False)
+
+    assert batch().starting.offset_for("t", 0) == EARLIEST
+    latest = plan_read({**BOOT, "subscribe": "t", "startingOffsets": "LATEST"}, streaming=True)
+    assert latest.starting.offset_for("t", 5) == LATEST
+    spec = batch(startingOffsets='{"t": {"0": 7, "2": -2}}').starting
     assert (spec.offset_for("t", 0), spec.offset_for("t", 2)) == (7, EARLIEST)
     for bad in ("later", "[1]", '{"t": 3}', '{"t": {"x": 1}}', '{"t": {"0": -3}}'):
         with pytest.raises(SparkOptionError, match="'endingOffsets'"):
-            parse_offsets({"endingOffsets": bad}, "endingOffsets", "latest")
+            batch(endingOffsets=bad)
 
 
 def test_sink_batches_are_librdkafkas_size_unless_set() -> None:
@@ -171,8 +167,9 @@ def test_sink_batches_are_librdkafkas_size_unless_set() -> None:
 
 
 def test_kafka_options_pass_through_and_are_validated() -> None:
-    props = producer_properties({**BOOT, "kafka.linger.ms": "7", "topic": "x"})
-    assert props == {"bootstrap.servers": "127.0.0.1:9", "linger.ms": "7"}
+    schema = StructType([StructField("value", BinaryType())])
+    props = plan_write({**BOOT, "kafka.linger.ms": "7", "topic": "x"}, schema).properties
+    assert props == {"bootstrap.servers": "127.0.0.1:9", "linger.ms": "7", "batch.size": "1000000"}
     with pytest.raises(SparkOptionError, match="maxOffsetsPerTrigger"):
         plan_read({**BOOT, "subscribe": "t", "maxOffsetsPerTrigger": "0"}, streaming=True)
     # Security and other client settings pass through.
@@ -182,13 +179,17 @@ def test_kafka_options_pass_through_and_are_validated() -> None:
         "kafka.sasl.plain.username": "etl",
         "kafka.sasl.plain.password": "s3cret-pw",
     }
-    props = consumer_properties({**BOOT, **sasl})
+
+    def read_properties(**options: str) -> dict[str, str]:
+        return stream_reader({**BOOT, "subscribe": "t", **options}).plan.properties  # type: ignore[no-any-return]
+
+    props = read_properties(**sasl)
     assert (props["security.protocol"], props["sasl.plain.username"]) == ("SASL_PLAINTEXT", "etl")
     with pytest.raises(SparkOptionError) as info:
-        consumer_properties({**BOOT, **sasl, "kafka.sasl.mechanism": "NOPE"})
+        read_properties(**{**sasl, "kafka.sasl.mechanism": "NOPE"})
     assert "sasl_mechanism" in str(info.value) and "s3cret-pw" not in str(info.value)
     # Spark accepts a group id (with a warning); no group is joined, so it is dropped.
-    assert "group.id" not in consumer_properties({**BOOT, "kafka.group.id": "g"})
+    assert "group.id" not in read_properties(**{"kafka.group.id": "g"})
     plan_read({**BOOT, "subscribe": "t", "groupIdPrefix": "etl"}, streaming=True)
 
 
@@ -209,8 +210,9 @@ def test_kafka_options_spark_forbids_on_read(option: str, reason: str) -> None:
 
 @pytest.mark.parametrize("option", ["key.serializer", "value.serializer"])
 def test_kafka_options_spark_forbids_on_write(option: str) -> None:
+    schema = StructType([StructField("value", BinaryType())])
     with pytest.raises(SparkOptionError, match=f"'{option}' is not supported"):
-        producer_properties({**BOOT, f"kafka.{option}": "x"})
+        plan_write({**BOOT, "topic": "t", f"kafka.{option}": "x"}, schema)
 
 
 def test_exactly_one_subscription_strategy() -> None:
@@ -276,32 +278,29 @@ def test_batch_and_streaming_position_rules() -> None:
         stream(maxTriggerDelay="soon")
 
 
-def test_min_partitions_and_max_records_split_like_spark() -> None:
-    tp = TopicPartition
-    spans = {tp("t", 0): (0, 100), tp("t", 1): (0, 300), tp("t", 2): (50, 50)}
-    plan = plan_read({**BOOT, "subscribe": "t", "minPartitions": "8"}, streaming=False)
-    pieces = split_ranges(plan, spans)
-    # 8 wanted over 400 records: 2 pieces of t-0, 6 of t-1; the empty span yields none.
-    assert [(p.partition, a, b) for p, a, b in pieces] == [
-        (0, 0, 50),
-        (0, 50, 100),
-        *[(1, 50 * i, 50 * (i + 1)) for i in range(6)],
-    ]
-    # Fewer wanted than partitions: one piece each.
-    plan = plan_read({**BOOT, "subscribe": "t", "minPartitions": "1"}, streaming=False)
-    assert len(split_ranges(plan, spans)) == 2
-    # maxRecordsPerPartition first, then minPartitions if still short.
-    plan = plan_read(
-        {**BOOT, "subscribe": "t", "maxRecordsPerPartition": "150", "minPartitions": "3"},
-        streaming=False,
-    )
-    assert [(p.partition, a, b) for p, a, b in split_ranges(plan, spans)] == [
-        (0, 0, 100),
-        (1, 0, 150),
-        (1, 150, 300),
-    ]
-    with pytest.raises(SparkOptionError, match="'minPartitions'"):
-        plan_read({**BOOT, "subscribe": "t", "minPartitions": "0"}, streaming=False)
+@pytest.mark.anyio
+async def test_min_partitions_and_max_records_split_like_spark() -> None:
+    # The batch reader's tasks over t-0 (100 records), t-1 (300) and t-2 (none).
+    async with broker_with({"t": [100, 300, 0]}) as boot:
+
+        def pieces(**options: str) -> list[tuple[int, int, int]]:
+            source = KafkaDataSource({**boot, "subscribe": "t", **options})
+            reader = source.reader(source.schema())
+            return [(r.partition, r.start, r.end) for r in reader.partitions()]
+
+        # 8 wanted over 400 records: 2 pieces of t-0, 6 of t-1; the empty span yields none.
+        assert await in_thread(lambda: pieces(minPartitions="8")) == [
+            (0, 0, 50),
+            (0, 50, 100),
+            *[(1, 50 * i, 50 * (i + 1)) for i in range(6)],
+        ]
+        # Fewer wanted than partitions: one piece each.
+        assert len(await in_thread(lambda: pieces(minPartitions="1"))) == 2
+        # maxRecordsPerPartition first, then minPartitions if still short.
+        split = await in_thread(lambda: pieces(maxRecordsPerPartition="150", minPartitions="3"))
+        assert split == [(0, 0, 100), (1, 0, 150), (1, 150, 300)]
+        with pytest.raises(SparkOptionError, match="'minPartitions'"):
+            await in_thread(lambda: pieces(minPartitions="0"))
 
 
 @asynccontextmanager
@@ -415,12 +414,11 @@ def test_registered_source_has_a_thread_safe_environment_map(spark: Any) -> None
 def test_unknown_options_are_named_but_spark_s_own_are_not(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from aiokafka_ng.spark._options import WRITE_OPTIONS, warn_unknown
-
     # A streaming write hands the sink its checkpointLocation: every micro-batch warned.
-    options = {"topic": "t", "checkpointLocation": "/tmp/c", "path": "p", "topik": "typo"}
+    options = {**BOOT, "topic": "t", "checkpointLocation": "/tmp/c", "path": "p", "topik": "typo"}
+    schema = StructType([StructField("value", BinaryType())])
     with caplog.at_level("WARNING", logger="aiokafka_ng"):
-        warn_unknown(options, WRITE_OPTIONS, "sink")
+        KafkaDataSource(options).streamWriter(schema, False)
     assert [r.getMessage() for r in caplog.records] == [
         "the aiokafka_ng sink ignores unknown options: topik"
     ]
