@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextvars
+import gc
 import logging
 
 import anyio
 import pytest
 
 from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
-from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata, withdraw
+from aiokafka_ng.producer.delivery import place
+from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata, finish_all, withdraw
+
+# The futures are driven through the producer's side of them -- ``place`` (where a record
+# landed) and ``finish_all`` (a batch decided) -- the calls the accumulator makes, not
+# their slots.
 
 
 class FakeBatch:
@@ -16,6 +23,25 @@ class FakeBatch:
     base_offset = 100
     log_append_time = -1
     log_start_offset = -1
+
+
+class UnknownOffsetBatch:
+    """A batch the broker gave no base offset for, written at log-append time 9."""
+
+    partition = 1
+    base_offset = -1
+    log_append_time = 9
+    log_start_offset = 4
+
+
+def deliver(fut: DeliveryFuture, exc: BaseException | None = None) -> None:
+    """Decide ``fut`` as its batch's completion does (None: delivered)."""
+    finish_all([fut], exc, None)
+
+
+def containers(fut: DeliveryFuture) -> list[type]:
+    """The lists, tuples and dicts ``fut`` refers to: each one more object for the GC."""
+    return [type(o) for o in gc.get_referents(fut) if isinstance(o, (list, tuple, dict))]
 
 
 def test_pending_state_raises() -> None:
@@ -31,8 +57,7 @@ def test_pending_state_raises() -> None:
 @pytest.mark.anyio
 async def test_await_and_callbacks_in_order() -> None:
     fut = DeliveryFuture("t", 7)
-    fut._batch = FakeBatch()  # type: ignore[assignment]
-    fut._delta = 2
+    place(fut, FakeBatch(), 2)
     seen: list[str] = []
     fut.add_done_callback(lambda f: seen.append("cb1"))
     results: list[RecordMetadata] = []
@@ -44,8 +69,8 @@ async def test_await_and_callbacks_in_order() -> None:
         tg.start_soon(waiter)
         await anyio.wait_all_tasks_blocked()
         fut.add_done_callback(lambda f: seen.append("cb2"))
-        fut._finish(None)
-        fut._finish(KafkaTimeoutError("late"))  # a second outcome is ignored
+        deliver(fut)
+        deliver(fut, KafkaTimeoutError("late"))  # a second outcome is ignored
     assert results == [RecordMetadata("t", 3, 102, 7)]
     assert seen == ["cb1", "cb2"]
     fut.add_done_callback(lambda f: seen.append("cb3"))  # already done: called at once
@@ -54,9 +79,8 @@ async def test_await_and_callbacks_in_order() -> None:
 
 def test_result_is_an_immutable_record_metadata() -> None:
     fut = DeliveryFuture("t", 7)
-    fut._batch = FakeBatch()  # type: ignore[assignment]
-    fut._delta = 5
-    fut._finish(None)
+    place(fut, FakeBatch(), 5)
+    deliver(fut)
     meta = fut.result()
     # Built by the fast path, it is the same value as one built by its constructor.
     assert type(meta) is RecordMetadata
@@ -78,17 +102,15 @@ def test_result_is_an_immutable_record_metadata() -> None:
     with pytest.raises(AttributeError):
         meta.offset = 1  # type: ignore[misc]
     unknown = DeliveryFuture("t", 7)
-    unknown._batch = type(  # type: ignore[assignment]
-        "B", (), {"partition": 1, "base_offset": -1, "log_append_time": 9, "log_start_offset": 4}
-    )()
-    unknown._finish(None)  # no offset from the broker; log-append time wins, and says so
+    place(unknown, UnknownOffsetBatch(), 0)
+    deliver(unknown)  # no offset from the broker; log-append time wins, and says so
     assert unknown.result() == RecordMetadata("t", 1, -1, 9, timestamp_type=1, log_start_offset=4)
 
 
 @pytest.mark.anyio
 async def test_failure_and_wait_done() -> None:
     fut = DeliveryFuture("t", 7)
-    fut._finish(KafkaTimeoutError("expired"))
+    deliver(fut, KafkaTimeoutError("expired"))
     await fut.wait_done()  # does not raise
     with pytest.raises(KafkaTimeoutError):
         await fut
@@ -100,8 +122,9 @@ def test_callback_error_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -
     fut.add_done_callback(lambda f: 1 / 0)
     later: list[bool] = []
     fut.add_done_callback(lambda f: later.append(True))
+    place(fut, FakeBatch(), 0)
     with caplog.at_level(logging.ERROR):
-        fut._finish(None)
+        deliver(fut)
     assert later == [True]  # the next callback still ran
     assert "delivery callback" in caplog.text
 
@@ -158,52 +181,76 @@ def test_withdrawn_records_decide_a_run_without_counting_for_a_commit() -> None:
 
 
 @pytest.mark.anyio
-async def test_one_waiter_is_kept_as_is_and_several_as_a_list() -> None:
-    # _waiters holds one callback as it is, its context in _ctx (no list and no tuple per
-    # future for the GC to count); every path -- a second callback, a delivery wait,
-    # removal, cancellation, delivery -- sees all of them.
-    from aiokafka_ng.producer.future import _listed
-
+async def test_one_waiter_is_kept_as_is_and_several_as_a_list(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # One callback costs the future no list and no tuple for the GC to count (a record in
+    # flight stays one tracked object: see future.py); several take one list. Every path --
+    # a second callback, a delivery wait, removal, cancellation, delivery -- sees all of
+    # them. Seen through the GC's own view of the future (gc.get_referents), not its slots.
     fut = DeliveryFuture("t", 7)
     seen: list[str] = []
 
     def first(f: DeliveryFuture) -> None:
         seen.append("first")
 
+    def second(f: DeliveryFuture) -> None:
+        seen.append("second")
+
     fut.add_done_callback(first)
-    assert fut._waiters is first and _listed(fut) == [(first, None)]
-    assert fut.remove_done_callback(first) == 1 and fut._waiters is None
+    assert containers(fut) == [] and first in gc.get_referents(fut)
+    assert fut.remove_done_callback(first) == 1 and first not in gc.get_referents(fut)
     fut.add_done_callback(first)
-    fut.add_done_callback(lambda f: seen.append("second"))
-    assert fut._waiters.__class__ is list and len(_listed(fut)) == 2
+    fut.add_done_callback(second)
+    assert containers(fut) == [list]
     assert fut.remove_done_callback(first) == 1
-    assert callable(fut._waiters) and fut._waiters is not first  # one left: kept as is
+    assert containers(fut) == [] and second in gc.get_referents(fut)  # one left: as is
+    woke: list[bool] = []
+
+    async def wait_done(f: DeliveryFuture) -> None:
+        await f.wait_done()
+        woke.append(True)
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(fut.wait_done)
+        tg.start_soon(wait_done, fut)
         await anyio.wait_all_tasks_blocked()
-        assert fut._waiters.__class__ is list  # the callback and the delivery wait
-        fut._batch = FakeBatch()  # type: ignore[assignment]
-        fut._finish(None)
-    assert seen == ["second"] and fut._waiters is None and fut._ctx is None
+        assert containers(fut) == [list]  # the callback and the delivery wait
+        place(fut, FakeBatch(), 0)
+        deliver(fut)
+        await anyio.wait_all_tasks_blocked()
+        assert woke == [True]
+    assert seen == ["second"]
+    # Delivered, the future lets go of its waiters and their context (nothing on it can
+    # lead back to it any more).
+    refs = gc.get_referents(fut)
+    assert containers(fut) == [] and second not in refs
+    assert not any(isinstance(o, contextvars.Context) for o in refs)
     # A lone delivery wait, then cancellation: the wait still follows the delivery.
     fut2 = DeliveryFuture("t", 7)
+    woke.clear()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(fut2.wait_done)
+        tg.start_soon(wait_done, fut2)
         await anyio.wait_all_tasks_blocked()
-        assert fut2._waiters.__class__ is list and isinstance(fut2._waiters[0], anyio.Event)
         fut2.add_done_callback(lambda f: seen.append("cancelled"))
         assert fut2.cancel()
-        fut2._batch = FakeBatch()  # type: ignore[assignment]
-        fut2._finish(None)
+        await anyio.wait_all_tasks_blocked()
+        assert woke == []  # cancelled, not delivered: the wait goes on
+        place(fut2, FakeBatch(), 0)
+        deliver(fut2)
+        await anyio.wait_all_tasks_blocked()
+        assert woke == [True]
     assert seen == ["second", "cancelled"] and fut2.delivery_error() is None
-    # None is no callback's mark: registered, it is kept in the list form (and fails when
-    # called, as asyncio's would; the failure is logged, the delivery goes on).
+    # None is no callback's mark: registered, it is kept beside the next callback (and
+    # fails when called, as asyncio's would; the failure is logged, the delivery goes on).
     fut3 = DeliveryFuture("t", 7)
     fut3.add_done_callback(None)  # type: ignore[arg-type]
-    assert fut3._waiters == [(None, None)] and not fut3.done()
-    fut3._batch = FakeBatch()  # type: ignore[assignment]
-    fut3._finish(None)
+    fut3.add_done_callback(lambda f: seen.append("after None"))
+    assert not fut3.done()
+    place(fut3, FakeBatch(), 0)
+    with caplog.at_level(logging.ERROR):
+        deliver(fut3)
     assert fut3.done() and fut3.result().offset == 100
+    assert seen[-1] == "after None" and "delivery callback" in caplog.text
 
 
 def test_a_delivered_future_leaves_the_gc_lists_a_failed_one_stays() -> None:
@@ -216,9 +263,10 @@ def test_a_delivered_future_leaves_the_gc_lists_a_failed_one_stays() -> None:
 
     delivered, failed = DeliveryFuture("t", 7), DeliveryFuture("t", 8)
     assert gc.is_tracked(delivered) and gc.is_tracked(failed)
-    delivered._batch = failed._batch = FakeBatch()  # type: ignore[assignment]
-    delivered._finish(None)
-    failed._finish(KafkaTimeoutError("expired"))
+    place(delivered, FakeBatch(), 0)
+    place(failed, FakeBatch(), 0)
+    deliver(delivered)
+    deliver(failed, KafkaTimeoutError("expired"))
     assert gc.is_tracked(delivered) is not speedups.AVAILABLE
     assert gc.is_tracked(failed)
     assert delivered.result().offset == 100

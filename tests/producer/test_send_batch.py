@@ -110,25 +110,28 @@ async def test_buffer_full_back_pressure(kafka_broker: Any) -> None:
         await p.partitions_for(topic)
         futs = await p.send_batch(topic, [b"y" * 100] * 2000, partition=0)
         assert [(await f).offset for f in futs] == list(range(2000))
-        assert p._pool.available == 16_384  # every byte came back
+        assert p.statistics().buffer_bytes_used == 0  # every byte came back
 
 
 async def test_buffer_exhausted_fails_the_rest_in_their_futures(kafka_broker: Any) -> None:
-    # max_block_ms=0 and batches held back (a long linger): the first chunks fill the
-    # buffer, the rest cannot wait and fail alone, in their futures.
+    # max_block_ms=0 and batches held back (a linger of an hour; only flush() sends them):
+    # the first chunks fill the buffer, the rest cannot wait and fail alone, in their futures.
     topic = topic_name()
     async with Producer(
-        bootstrap_servers=kafka_broker.bootstrap_servers, buffer_memory=8192, max_block_ms=0
+        bootstrap_servers=kafka_broker.bootstrap_servers,
+        buffer_memory=8192,
+        max_block_ms=0,
+        linger_ms=3_600_000,
     ) as p:
-        assert p._cluster is not None
-        await p._cluster.wait_for_topics([topic], timeout=10)
-        p._acc.linger = 3600.0  # keep batches queued: nothing frees memory
+        # The topic's metadata, learnt by delivering one record to another partition
+        # (partitions_for would not wait under max_block_ms=0).
+        await p.send(topic, b"warm", partition=3)
+        await p.flush()
         futs = await p.send_batch(topic, [b"z" * 50] * 200, partition=0)
         failed = [f for f in futs if f.done() and isinstance(f.exception(), BufferExhaustedError)]
         queued = [f for f in futs if not f.done()]
         assert failed and queued and len(failed) + len(queued) == 200
         assert futs.index(failed[0]) == len(queued)  # the head went, the tail failed
-        p._acc.linger = 0.0
         await p.flush()
         assert [(await f).offset for f in queued] == list(range(len(queued)))
 

@@ -1,32 +1,32 @@
-"""Cancelling a send at any of its waits leaves nothing half-done, against the real broker
-(Tansu): the records it had queued are delivered (exactly once), the rest were never sent,
-``flush()`` and ``commit_transaction()`` return, and every byte of ``buffer_memory`` comes
-back. The only waits of ``send``/``send_batch``/``send_many`` are for memory (and the
-checkpoint after each chunk), so each test cancels its send deterministically at the moment
-it blocks: ``cancel_when_blocked`` cancels the scope from the memory pool's wake-up
-(``memory_wanted``), which ``MemoryPool.reserve`` signals just before it waits -- no
-sleeps, no timing.
+"""Cancelling a send at any of its waits leaves nothing half-done, against FakeKafka on
+virtual time: the records it had queued are delivered (exactly once), the rest were never
+sent, ``flush()`` and ``commit_transaction()`` return, and every byte of ``buffer_memory``
+comes back. The only waits of ``send``/``send_batch``/``send_many`` are for memory (and the
+checkpoint after each chunk), so each test cancels its send deterministically while it
+waits for memory: ``cancel_when_blocked`` runs the send in a task of its own and cancels it
+once every task waits -- with nothing that could free memory meanwhile (the topic does not
+exist yet, or the leader holds its Produce answers), the send can only be waiting for
+memory then, and the producer's statistics say it is (one memory waiter). No sleeps: the
+clock jumps only when every task waits.
 
 What a cancelled call had queued is read back from partition 0's log as stored
-(``read_log``): the values must be the run's first ``q`` records, in order, each once, and
-the log must end there (no duplicate, nothing of the withdrawn tail).
+(``FakeKafka.records``): the values must be the run's first ``q`` records, in order, each
+once, and the log must end there (no duplicate, nothing of the withdrawn tail).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
-from aiokafka_ng.errors import KafkaError, ProducerClosedError
-from aiokafka_ng.producer import BatchDelivery, Producer
-from aiokafka_ng.producer.transactions import TransactionAbortedError
-from tests.helpers import topic_name
-from tests.kafka.helpers import eventually
-from tests.transactions.test_txn_broker import _ABORT, _COMMIT, Log, read_log
+from aiokafka_ng.consumer import Consumer, TopicPartition
+from aiokafka_ng.errors import ProducerClosedError
+from aiokafka_ng.producer import Producer
+from aiokafka_ng.testing import FakeKafka, virtual_time
 
 pytestmark = pytest.mark.anyio
 
@@ -34,14 +34,15 @@ pytestmark = pytest.mark.anyio
 #: at most a quarter of it.
 BUFFER = 64 * 1024
 N = 2000
+PRODUCE = 0
+#: How long the leader holds its Produce answers while a send is made to wait for memory
+#: (virtual time; well inside the request timeout, so nothing is sent twice).
+HOLD_MS = 5_000
 
 
-async def settled(bootstrap: str, topic: str, high_watermark: int) -> Log:
-    """The log once it reaches ``high_watermark``: Kafka writes the transaction markers after
-    EndTxn has answered, so a read right after commit/abort may not see them yet."""
-    return await eventually(
-        lambda: read_log(bootstrap, topic), lambda log: log.high_watermark >= high_watermark
-    )
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
 
 
 def values(n: int = N, tag: bytes = b"v") -> list[bytes]:
@@ -49,10 +50,20 @@ def values(n: int = N, tag: bytes = b"v") -> list[bytes]:
 
 
 @asynccontextmanager
-async def producer(broker: Any, **kw: Any) -> AsyncIterator[Producer]:
+async def cluster(*topics: str) -> AsyncIterator[FakeKafka]:
+    """One node, in memory; it creates no topic on its own, so a topic not in ``topics``
+    stays without metadata until the test creates it."""
+    async with FakeKafka(brokers=1, tcp=False, auto_create_topics=False) as kafka:
+        for topic in topics:
+            kafka.create_topic(topic)
+        yield kafka
+
+
+@asynccontextmanager
+async def producer(kafka: FakeKafka, **kw: Any) -> AsyncIterator[Producer]:
     """A started producer with a small buffer; closed with a deadline, so that a run the
     producer could never finish fails the test instead of hanging it in close()."""
-    p = Producer(bootstrap_servers=broker.bootstrap_servers, buffer_memory=BUFFER, **kw)
+    p = Producer(**kafka.client_config(), buffer_memory=BUFFER, **kw)
     await p.start()
     try:
         yield p
@@ -60,320 +71,279 @@ async def producer(broker: Any, **kw: Any) -> AsyncIterator[Producer]:
         await p.close(timeout=10)
 
 
-class Blocked:
-    """What ``cancel_when_blocked`` saw when the send blocked."""
+@asynccontextmanager
+async def answers_held(kafka: FakeKafka) -> AsyncIterator[None]:
+    """The leader holds its Produce answers: memory in flight stays taken meanwhile."""
+    kafka.delay(1, HOLD_MS, api_key=PRODUCE)
+    try:
+        yield
+    finally:
+        kafka.delay(1, 0, api_key=PRODUCE)
 
-    def __init__(self) -> None:
-        self.times = 0
-        self.runs: list[BatchDelivery] = []  # the runs holding memory at that moment
-        self.held = 0  # bytes the queued records held then (not what the waiter gathered)
 
+async def cancel_when_blocked(
+    p: Producer, send: Callable[[], Awaitable[Any]], ready: anyio.Event | None = None
+) -> int:
+    """Run ``send()`` in a task and cancel it while it waits for memory; returns the bytes
+    the queued records held then. The caller makes sure nothing can free memory until it
+    returns, so once every task waits, the send must be at its wait for memory. (``ready``:
+    set by a ``send`` that waits for something else first, once past it.)"""
+    scope = anyio.CancelScope()
+    finished: list[bool] = []
 
-@contextmanager
-def cancel_when_blocked(p: Producer) -> Iterator[Blocked]:
-    """Run the body in a cancel scope that is cancelled the first time a send blocks on
-    the producer's memory pool. The pool's wake-up (``memory_wanted`` of the producer's
-    wake-up channel, still called) runs synchronously inside ``reserve()`` right before it
-    waits, so the cancel is delivered at that wait -- or, if memory came free in the same
-    loop turn, at the send's next checkpoint, after that chunk was queued; the tests allow
-    for both."""
-    pool = p._pool
-    wake = p._senders.memory_wanted
-    seen = Blocked()
-    with anyio.CancelScope() as scope:
+    async def run() -> None:
+        with scope:
+            await send()
+            finished.append(True)
 
-        def memory_wanted() -> None:
-            wake()
-            if not seen.times:
-                runs = [f for f in p._acc.incomplete() if isinstance(f, BatchDelivery)]
-                seen.runs = list({id(r): r for r in runs}.values())  # one per batch: once
-                stats = pool.statistics()
-                seen.held = stats.total - stats.available - stats.accumulating
-                scope.cancel()
-            seen.times += 1
-
-        p._senders.memory_wanted = memory_wanted
-        try:
-            yield seen
-        finally:
-            p._senders.memory_wanted = wake
-    assert scope.cancelled_caught and seen.times == 1
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        if ready is not None:
+            await ready.wait()
+        await anyio.wait_all_tasks_blocked()
+        memory = p.statistics().memory
+        assert memory.waiters == 1, "the send is not waiting for memory"
+        held = memory.total - memory.available - memory.accumulating
+        scope.cancel()
+    assert scope.cancelled_caught and not finished
+    return held
 
 
 def memory_back(p: Producer) -> None:
-    stats = p._pool.statistics()
+    stats = p.statistics().memory
     assert (stats.available, stats.waiters, stats.accumulating) == (stats.total, 0, 0)
 
 
-def not_queued(exc: BaseException) -> bool:
-    return isinstance(exc, KafkaError) and "cancelled before the record was queued" in str(exc)
+def log(kafka: FakeKafka, topic: str) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of partition 0's data records, as stored."""
+    return [(r.offset, r.value) for r in kafka.records(topic, 0)]
 
 
-def withdrawn_tail(run: BatchDelivery, n: int) -> int:
-    """The run is decided and its tail [q, n) was never queued (the cancellation's error,
-    by position); returns q, how many records it had queued."""
-    assert run.done() and run.count == n
-    q = n - run.withdrawn
-    assert 0 < q < n
-    errors = run.errors()
-    assert all(not_queued(errors[i]) for i in range(q, n))
+def prefix(kafka: FakeKafka, topic: str, vals: list[bytes], markers: int = 0) -> int:
+    """Partition 0 holds the first q of ``vals`` at offsets 0..q-1 and after them nothing
+    but ``markers`` transaction markers (0 < q < len(vals)); returns q."""
+    stored = log(kafka, topic)
+    q = len(stored)
+    assert 0 < q < len(vals)
+    assert stored == list(enumerate(vals[:q]))
+    assert kafka.end_offset(topic, 0) == q + markers
     return q
 
 
-def check_withdrawn(run: BatchDelivery, n: int) -> int:
-    """As ``withdrawn_tail``, and the records it had queued were delivered, at offsets
-    0..q-1 of partition 0."""
-    q = withdrawn_tail(run, n)
-    assert sorted(run.errors()) == list(range(q, n))
-    assert [run.metadata(i).offset for i in range(q)] == list(range(q))
-    assert run.queued_error() is None  # what was queued went through
-    assert not_queued(run.exception())  # the run as a whole was not all sent
-    return q
+async def read_committed(kafka: FakeKafka, topic: str) -> list[bytes | None]:
+    """What a read_committed consumer reads from partition 0, up to its end."""
+    tp = TopicPartition(topic, 0)
+    out: list[bytes | None] = []
+    async with Consumer(
+        **kafka.client_config(), isolation_level="read_committed", auto_offset_reset="earliest"
+    ) as consumer:
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        while await consumer.position(tp) < end:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                out.extend(r.value for r in records)
+    return out
 
 
-async def test_send_many_cancelled_between_chunks(kafka_broker: Any) -> None:
-    topic, vals = topic_name("cm"), values()
-    async with producer(kafka_broker) as p:
+async def test_send_many_cancelled_between_chunks() -> None:
+    topic, vals = "cm", values()
+    async with cluster(topic) as kafka, producer(kafka) as p:
         await p.partitions_for(topic)
-        with cancel_when_blocked(p) as seen:
-            await p.send_many(topic, vals, partition=0)
-            pytest.fail("send_many was not cancelled")
-        [run] = seen.runs  # chunks were queued before it blocked: the run holds memory
-        with anyio.fail_after(20):
-            await p.flush()
-        q = check_withdrawn(run, N)
+        async with answers_held(kafka):
+            held = await cancel_when_blocked(p, lambda: p.send_many(topic, vals, partition=0))
+        assert held > 0  # chunks were queued before it blocked
+        await p.flush(timeout=60)
         memory_back(p)
-    log = await read_log(kafka_broker.bootstrap_servers, topic)
-    assert [v for _, _, v in log.data] == vals[:q] and log.high_watermark == q
+        q = prefix(kafka, topic, vals)
+        assert p.statistics().records_sent == q
 
 
-async def test_send_many_cancelled_while_its_topic_has_no_metadata(kafka_broker: Any) -> None:
+async def test_send_many_cancelled_while_its_topic_has_no_metadata() -> None:
     # The chunks wait for the topic's metadata as queue entries; nothing can free memory
     # meanwhile, so the run blocks exactly when the buffer is full and the cancellation
     # is delivered at that wait: what it had queued is what held the memory then.
-    topic, vals = topic_name("cu"), values()
-    async with producer(kafka_broker) as p:
-        request = p._senders.metadata_needed
-        p._senders.metadata_needed = lambda topic: None  # keep the topic unknown for now
-        with cancel_when_blocked(p) as seen:
-            await p.send_many(topic, vals, partition=0)
-        [run] = seen.runs
-        assert not run.done()  # queued records are waiting for the metadata
-        p._senders.metadata_needed = request
+    topic, vals = "cu", values()
+    async with cluster() as kafka, producer(kafka) as p:
+        held = await cancel_when_blocked(p, lambda: p.send_many(topic, vals, partition=0))
+        assert p.statistics().records_sent == 0  # queued records wait for the metadata
+        kafka.create_topic(topic)
         await p.partitions_for(topic)  # the metadata comes: the queued chunks are placed
-        with anyio.fail_after(20):
-            await p.flush()
-        q = check_withdrawn(run, N)
-        charge = len(vals[0]) + 192 + 128  # a record waiting for metadata (bulk._queue_chunk)
-        assert q * charge == seen.held
+        await p.flush(timeout=60)
         memory_back(p)
-    log = await read_log(kafka_broker.bootstrap_servers, topic)
-    assert [v for _, _, v in log.data] == vals[:q] and log.high_watermark == q
+        q = prefix(kafka, topic, vals)
+        charge = len(vals[0]) + 192 + 128  # a record waiting for metadata (bulk.py)
+        assert q * charge == held
 
 
-async def test_send_many_and_send_batch_cancelled_at_the_checkpoint_after_a_chunk(
-    kafka_broker: Any,
-) -> None:
+async def test_send_many_and_send_batch_cancelled_at_the_checkpoint_after_a_chunk() -> None:
     # Called in a scope already cancelled, with memory free: the first chunk is queued
     # without a wait, and the cancellation lands at the checkpoint after it -- exactly one
     # chunk (a quarter of the buffer) is sent, the rest is not.
-    topic, vals = topic_name("ck"), values()
-    async with producer(kafka_broker) as p:
+    topic, vals = "ck", values()
+    async with cluster(topic) as kafka, producer(kafka) as p:
         await p.partitions_for(topic)
         with anyio.CancelScope() as scope:
             scope.cancel()
             await p.send_many(topic, vals, partition=0)
         assert scope.cancelled_caught
-        runs = [f for f in p._acc.incomplete() if isinstance(f, BatchDelivery)]
         with anyio.CancelScope() as scope:
             scope.cancel()
             await p.send_batch(topic, values(N, b"w"), partition=0)
         assert scope.cancelled_caught
-        with anyio.fail_after(20):
-            await p.flush()
-        q = check_withdrawn(runs[0], N)
-        assert q == BUFFER // 4 // (len(vals[0]) + 192)  # one chunk
+        await p.flush(timeout=60)
         memory_back(p)
-    log = await read_log(kafka_broker.bootstrap_servers, topic)
-    assert [v for _, _, v in log.data] == vals[:q] + values(q, b"w")
-    assert log.high_watermark == 2 * q
+        q = BUFFER // 4 // (len(vals[0]) + 192)  # one chunk
+        assert log(kafka, topic) == list(enumerate(vals[:q] + values(q, b"w")))
+        assert kafka.end_offset(topic, 0) == 2 * q
 
 
-async def test_send_many_cancelled_before_its_first_chunk(kafka_broker: Any) -> None:
-    # A first run fills the buffer (its topic's metadata held back); the second blocks
-    # on its first chunk and is cancelled there: none of it is sent, flush and the first
-    # run are unaffected.
-    topic = topic_name("cf")
+async def test_send_many_cancelled_before_its_first_chunk() -> None:
+    # A first run fills the buffer (its topic has no metadata yet); the second blocks on
+    # its first chunk and is cancelled there: none of it is sent, flush and the first run
+    # are unaffected.
+    topic = "cf"
     first_vals, second_vals = values(120, b"a"), values(500, b"b")
-    async with producer(kafka_broker) as p:
-        request = p._senders.metadata_needed
-        p._senders.metadata_needed = lambda topic: None
+    async with cluster() as kafka, producer(kafka) as p:
         first = await p.send_many(topic, first_vals, partition=0)
-        with cancel_when_blocked(p) as seen:
-            await p.send_many(topic, second_vals, partition=0)
-        assert seen.runs == [first]  # nothing of the second run was queued
-        p._senders.metadata_needed = request
+        held = await cancel_when_blocked(p, lambda: p.send_many(topic, second_vals, partition=0))
+        charge = len(first_vals[0]) + 192 + 128  # a record waiting for metadata (bulk.py)
+        assert held == 120 * charge  # the first run's records: nothing of the second
+        kafka.create_topic(topic)
         await p.partitions_for(topic)
-        with anyio.fail_after(20):
-            await p.flush()
+        await p.flush(timeout=60)
         assert first.done() and first.exception() is None and first.failed == 0
         memory_back(p)
-    log = await read_log(kafka_broker.bootstrap_servers, topic)
-    assert [v for _, _, v in log.data] == first_vals and log.high_watermark == 120
+        assert log(kafka, topic) == list(enumerate(first_vals))
+        assert kafka.end_offset(topic, 0) == 120
 
 
-async def test_send_batch_cancelled_between_chunks(kafka_broker: Any) -> None:
+async def test_send_batch_cancelled_between_chunks() -> None:
     # send_batch hands out no future once cancelled, so what it queued is found on the log:
-    # a prefix of the run, each record once, at least what was queued before it blocked.
-    topic, vals = topic_name("cb"), values()
-    async with producer(kafka_broker) as p:
+    # a prefix of the run, each record once.
+    topic, vals = "cb", values()
+    async with cluster(topic) as kafka, producer(kafka) as p:
         await p.partitions_for(topic)
-        with cancel_when_blocked(p):
-            await p.send_batch(topic, vals, partition=0)
-        with anyio.fail_after(20):
-            await p.flush()
+        async with answers_held(kafka):
+            await cancel_when_blocked(p, lambda: p.send_batch(topic, vals, partition=0))
+        await p.flush(timeout=60)
         memory_back(p)
-        sent = p.statistics()["records_sent"]
-    log = await read_log(kafka_broker.bootstrap_servers, topic)
-    q = log.high_watermark
-    assert 0 < q < N and q == sent
-    assert [v for _, _, v in log.data] == vals[:q]
+        q = prefix(kafka, topic, vals)
+        assert p.statistics().records_sent == q
 
 
-async def test_send_cancelled_waiting_for_memory(kafka_broker: Any) -> None:
+async def test_send_cancelled_waiting_for_memory() -> None:
     # The buffer is full of records waiting for their topic's metadata; a send() that
     # must wait for memory is cancelled there (also through send_and_wait): not queued.
-    topic = topic_name("cs")
-    async with producer(kafka_broker) as p:
-        request = p._senders.metadata_needed
-        p._senders.metadata_needed = lambda topic: None
+    topic = "cs"
+    async with cluster() as kafka, producer(kafka) as p:
         vals: list[bytes] = []
         futs = []
-        while p._pool.available >= 1000:  # each takes less: none of them waits
+        while p.statistics().memory.available >= 1000:  # each takes less: none of them waits
             vals.append(b"f%d" % len(vals))
             futs.append(await p.send(topic, vals[-1], partition=0))
-        with cancel_when_blocked(p):
-            await p.send(topic, b"c" * 1000, partition=0)
-        with cancel_when_blocked(p):
-            await p.send_and_wait(topic, b"c" * 1000, partition=0)
-        assert p._pool.statistics().waiters == 0
-        p._senders.metadata_needed = request
+        await cancel_when_blocked(p, lambda: p.send(topic, b"c" * 1000, partition=0))
+        await cancel_when_blocked(p, lambda: p.send_and_wait(topic, b"c" * 1000, partition=0))
+        assert p.statistics().memory.waiters == 0
+        kafka.create_topic(topic)
         await p.partitions_for(topic)
-        with anyio.fail_after(20):
-            await p.flush()
+        await p.flush(timeout=60)
         n = len(vals)
         assert [f.result().offset for f in futs] == list(range(n))
         memory_back(p)
-    log = await read_log(kafka_broker.bootstrap_servers, topic)
-    assert [v for _, _, v in log.data] == vals and log.high_watermark == n
+        assert log(kafka, topic) == list(enumerate(vals))
+        assert kafka.end_offset(topic, 0) == n
 
 
-async def test_send_many_cancelled_in_a_transaction_commits_what_was_queued(
-    kafka_broker: Any,
-) -> None:
+async def test_send_many_cancelled_in_a_transaction_commits_what_was_queued() -> None:
     # As in the Java client, a record whose send was interrupted before it was appended is
     # not part of the transaction: the commit goes through with what was queued.
-    topic, vals = topic_name("ct"), values()
-    async with producer(kafka_broker, transactional_id=topic_name("tid")) as p:
+    topic, vals = "ct", values()
+    async with cluster(topic) as kafka, producer(kafka, transactional_id="tid") as p:
         await p.partitions_for(topic)
         p.begin_transaction()
-        with cancel_when_blocked(p) as seen:
-            await p.send_many(topic, vals, partition=0)
-        [run] = seen.runs
-        with anyio.fail_after(20):
+        async with answers_held(kafka):
+            await cancel_when_blocked(p, lambda: p.send_many(topic, vals, partition=0))
+        with anyio.fail_after(60):  # virtual seconds
             await p.commit_transaction()
-        q = check_withdrawn(run, N)
         memory_back(p)
+        q = prefix(kafka, topic, vals, markers=1)
+        assert await read_committed(kafka, topic) == vals[:q]  # the marker commits them
         # Cancelled before its first chunk (the buffer full of the first run, whose topic
         # has no metadata yet): nothing of the second run is in the transaction.
-        other = topic_name("ct")
-        request = p._senders.metadata_needed
-        p._senders.metadata_needed = lambda topic: None
+        other = "ct2"
         p.begin_transaction()
         first = await p.send_many(other, values(120, b"a"), partition=0)
-        with cancel_when_blocked(p):
-            await p.send_many(other, values(500, b"b"), partition=0)
-        p._senders.metadata_needed = request
+        await cancel_when_blocked(p, lambda: p.send_many(other, values(500, b"b"), partition=0))
+        kafka.create_topic(other)
         await p.partitions_for(other)
-        with anyio.fail_after(20):
+        with anyio.fail_after(60):
             await p.commit_transaction()
         assert first.done() and first.exception() is None
         memory_back(p)
-    log = await settled(kafka_broker.bootstrap_servers, topic, q + 1)
-    assert [v for _, _, v in log.data] == vals[:q]
-    assert [(o, k) for o, _, k in log.markers] == [(q, _COMMIT)]
-    log = await settled(kafka_broker.bootstrap_servers, other, 121)
-    assert [v for _, _, v in log.data] == values(120, b"a")
-    assert [(o, k) for o, _, k in log.markers] == [(120, _COMMIT)]
+        assert log(kafka, other) == list(enumerate(values(120, b"a")))
+        assert kafka.end_offset(other, 0) == 121  # and the commit marker
+        assert await read_committed(kafka, other) == values(120, b"a")
 
 
-async def test_cancelled_transaction_with_a_cancelled_send_many_is_aborted(
-    kafka_broker: Any,
-) -> None:
+async def test_cancelled_transaction_with_a_cancelled_send_many_is_aborted() -> None:
     # The cancellation leaves the transaction() block too: the producer's own task aborts
     # the transaction (it waits for what the run had in flight; what was still queued
     # fails), and the next transaction commits.
-    topic, vals = topic_name("ca"), values()
-    async with producer(kafka_broker, transactional_id=topic_name("tid")) as p:
+    topic, vals = "ca", values()
+    async with cluster(topic) as kafka, producer(kafka, transactional_id="tid") as p:
         await p.partitions_for(topic)
-        with cancel_when_blocked(p) as seen:
+        first_delivered = anyio.Event()
+
+        async def in_a_transaction() -> None:
             async with p.transaction():
                 # The partition joins the transaction first: the abort marker is certain.
                 await (await p.send(topic, b"first", partition=0))
+                kafka.delay(1, HOLD_MS, api_key=PRODUCE)  # the run must wait for memory
+                first_delivered.set()
                 await p.send_many(topic, vals, partition=0)
-        [run] = seen.runs
-        with anyio.fail_after(20):
+
+        try:
+            await cancel_when_blocked(p, in_a_transaction, ready=first_delivered)
+        finally:
+            kafka.delay(1, 0, api_key=PRODUCE)
+        with anyio.fail_after(60):  # virtual seconds
             async with p.transaction():  # waits for the background abort first
                 last = await p.send(topic, b"next", partition=0)
-        q = withdrawn_tail(run, N)
-        errors = run.errors()
-        # Written before the abort: a prefix of what was queued; the rest of it failed.
-        k = min([*(i for i in range(q) if i in errors), q])
-        assert all(isinstance(errors[i], TransactionAbortedError) for i in range(k, q))
-        assert [run.metadata(i).offset for i in range(k)] == list(range(1, k + 1))
-        assert (await last).offset == k + 2  # after the aborted records and the marker
         memory_back(p)
-    log = await settled(kafka_broker.bootstrap_servers, topic, k + 4)
-    assert [(o, m) for o, _, m in log.markers] == [(k + 1, _ABORT), (k + 3, _COMMIT)]
-    assert [v for _, _, v in log.data] == [b"first", *vals[:k], b"next"]
+        # Written before the abort: a prefix of what was queued.
+        data = log(kafka, topic)
+        k = len(data) - 2
+        assert [v for _, v in data] == [b"first", *vals[:k], b"next"]
+        assert [o for o, _ in data] == [*range(k + 1), k + 2]  # the abort marker at k + 1
+        assert (await last).offset == k + 2
+        assert kafka.end_offset(topic, 0) == k + 4  # the commit marker at k + 3
+        # The first marker aborts (the run's records are hidden), the second commits.
+        assert await read_committed(kafka, topic) == [b"next"]
 
 
-async def test_closed_while_send_many_waits_for_memory(kafka_broker: Any) -> None:
+async def test_closed_while_send_many_waits_for_memory() -> None:
     # close() while a run waits for memory between chunks: the call raises
     # ProducerClosedError, close() delivers what the run had queued and returns (it waits
     # for the run, which must therefore be decided), the rest was never sent.
-    topic, vals = topic_name("cc"), values()
-    p = Producer(bootstrap_servers=kafka_broker.bootstrap_servers, buffer_memory=BUFFER)
-    blocked = anyio.Event()
+    topic, vals = "cc", values()
+    async with cluster(topic) as kafka:
+        p = Producer(**kafka.client_config(), buffer_memory=BUFFER)
+        raised: list[bool] = []
 
-    async def send_many() -> None:
-        with pytest.raises(ProducerClosedError):
-            await p.send_many(topic, vals, partition=0)
+        async def send_many() -> None:
+            with pytest.raises(ProducerClosedError):
+                await p.send_many(topic, vals, partition=0)
+            raised.append(True)
 
-    with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            await p.start()  # inside the task group: close() below leaves it in order
-            await p.partitions_for(topic)
-            wake = p._senders.memory_wanted
-
-            def memory_wanted() -> None:
-                wake()
-                blocked.set()
-
-            p._senders.memory_wanted = memory_wanted
-            tg.start_soon(send_many)
-            await blocked.wait()
-            runs = [f for f in p._acc.incomplete() if isinstance(f, BatchDelivery)]
-            await p.close()
-    [run] = list({id(r): r for r in runs}.values())
-    assert run.done() and run.count == N
-    q = N - run.withdrawn
-    assert 0 < q < N
-    errors = run.errors()
-    assert sorted(errors) == list(range(q, N))
-    assert all("stopped before the record was queued" in str(e) for e in errors.values())
-    assert isinstance(errors[q].__cause__, ProducerClosedError)
-    assert [run.metadata(i).offset for i in range(q)] == list(range(q))
-    memory_back(p)
-    log = await read_log(kafka_broker.bootstrap_servers, topic)
-    assert [v for _, _, v in log.data] == vals[:q] and log.high_watermark == q
+        with anyio.fail_after(60):  # virtual seconds
+            async with anyio.create_task_group() as tg:
+                await p.start()  # inside the task group: close() below leaves it in order
+                await p.partitions_for(topic)
+                async with answers_held(kafka):
+                    tg.start_soon(send_many)
+                    await anyio.wait_all_tasks_blocked()
+                    assert p.statistics().memory.waiters == 1
+                await p.close()
+        assert raised == [True]
+        memory_back(p)
+        prefix(kafka, topic, vals)

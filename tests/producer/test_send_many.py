@@ -12,6 +12,7 @@ Arrow buffers (how the Spark sink hands them over): the ``as_run`` fixture.
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -21,9 +22,10 @@ import pytest
 from aiokafka_ng.errors import BufferExhaustedError, KafkaTimeoutError, MessageSizeTooLargeError
 from aiokafka_ng.producer import BatchDelivery, Producer
 from aiokafka_ng.producer import future as future_module
-from aiokafka_ng.producer.future import FutureNotDoneError
+from aiokafka_ng.producer.future import DeliveryFuture, FutureNotDoneError
 from aiokafka_ng.producer.partitioner import default_partition
 from aiokafka_ng.producer.runs import run_stretches
+from aiokafka_ng.testing import FakeKafka
 from tests.helpers import topic_name
 from tests.producer.test_send_batch import read_all
 from tests.protocol.arrow_columns import column
@@ -38,6 +40,13 @@ def as_run(request: pytest.FixtureRequest) -> Callable[[list[bytes]], Any]:
     if request.param == "list":
         return lambda items: items
     return lambda items: column(list(items), pad=3)
+
+
+def futures_alive() -> int:
+    """How many record futures (``send()``'s, or one per record of a run) are alive and
+    tracked by the GC: a run that takes the bulk path adds none."""
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, DeliveryFuture))
 
 
 def landed(records: list[Any]) -> dict[bytes, tuple[int, int]]:
@@ -60,12 +69,12 @@ async def test_a_keyed_run_spanning_many_batches(kafka_broker: Any, as_run: Any)
         assert not run.done()
         with pytest.raises(FutureNotDoneError):
             run.metadata(0)
-        batches = p._acc.batches_sent
+        assert futures_alive() == 0  # no record needed a future of its own
+        batches = p.statistics().batches_sent
         metas = await run
         assert run.exception() is None and run.failed == 0 and run.errors() == {}
-        assert p._acc.batches_sent - batches > 10  # it really spanned many batches
-        assert p._pool.available == p._pool.total  # every byte came back
-        assert not run._members  # no record needed a future of its own
+        assert p.statistics().batches_sent - batches > 10  # it really spanned many batches
+        assert p.statistics().buffer_bytes_used == 0  # every byte came back
     got = landed(await read_all(kafka_broker.bootstrap_servers, topic, n))
     assert len(metas) == n
     for i, meta in enumerate(metas):
@@ -96,69 +105,79 @@ async def test_an_oversize_record_fails_alone_and_is_named(kafka_broker: Any, as
 
 async def test_buffer_exhausted_fails_the_tail_by_position(kafka_broker: Any, as_run: Any) -> None:
     topic = topic_name()
+    # Batches held back (a linger of an hour; only flush() sends them): nothing frees memory.
     async with Producer(
-        bootstrap_servers=kafka_broker.bootstrap_servers, buffer_memory=8192, max_block_ms=0
+        bootstrap_servers=kafka_broker.bootstrap_servers,
+        buffer_memory=8192,
+        max_block_ms=0,
+        linger_ms=3_600_000,
     ) as p:
-        assert p._cluster is not None
-        await p._cluster.wait_for_topics([topic], timeout=10)  # max_block_ms=0 would not wait
-        p._acc.linger = 3600.0  # keep batches queued: nothing frees memory
+        # The topic's metadata, learnt by delivering one record to another partition
+        # (partitions_for would not wait under max_block_ms=0).
+        await p.send(topic, b"warm", partition=3)
+        await p.flush()
         run = await p.send_many(topic, as_run([b"z" * 50] * 200), partition=0)
         assert not run.done() and 0 < run.failed < 200
         failed = run.failed
-        p._acc.linger = 0.0
         await p.flush()
         assert run.done() and run.failed == failed
         errors = run.errors()
         assert sorted(errors) == list(range(200 - failed, 200))  # the head went, the tail not
         assert all(isinstance(e, BufferExhaustedError) for e in errors.values())
         offsets = [run.metadata(i).offset for i in range(200 - failed)]
-    got = await read_all(kafka_broker.bootstrap_servers, topic, 200 - failed)
-    assert offsets == [r.offset for r in got] == list(range(200 - failed))
+    got = [r for r in await read_all(kafka_broker.bootstrap_servers, topic, 201 - failed)]
+    assert offsets == [r.offset for r in got if r.partition == 0] == list(range(200 - failed))
 
 
-async def test_unknown_topic_run_waits_as_one_entry_per_chunk_in_send_order(
-    kafka_broker: Any, as_run: Any
+async def test_unknown_topic_run_waits_with_no_future_per_record_in_send_order(
+    as_run: Any,
 ) -> None:
-    # The topic has no metadata yet: a run waits in the topic's queue as one entry per
-    # chunk, between the send() records queued before and after it, with no future per
-    # record; when the metadata comes every record lands in send order.
+    # The topic does not exist yet (a cluster that creates none on its own): a run waits in
+    # the topic's queue between the send() records queued before and after it, with no
+    # future per record; when the topic comes every record lands in send order.
     topic = topic_name()
-    async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as p:
-        ask = p._senders.metadata_needed
-        p._senders.metadata_needed = lambda topic: None  # the topic stays unknown until asked
-        before = await p.send(topic, b"before", partition=0)
-        run = await p.send_many(topic, as_run([b"r%d" % i for i in range(5000)]), partition=0)
-        after = await p.send(topic, b"after", partition=0)
-        pending = p._acc.topics[topic].pending
-        assert [len(e.values) if hasattr(e, "values") else 1 for e in pending] == [1, 4096, 904, 1]
-        assert run._members == [] and not run.done()
-        p._senders.metadata_needed = ask
-        ask(topic)
-        metas = await run
-        assert (await before).offset == 0 and (await after).offset == 5001
-    assert [m.offset for m in metas] == list(range(1, 5001))
-    got = landed(await read_all(kafka_broker.bootstrap_servers, topic, 5002))
-    assert [got[b"r%d" % i] for i in range(5000)] == [(0, o) for o in range(1, 5001)]
+    async with FakeKafka(tcp=False, auto_create_topics=False) as kafka:
+        async with Producer(**kafka.client_config()) as p:
+            alive = futures_alive()
+            before = await p.send(topic, b"before", partition=0)
+            run = await p.send_many(topic, as_run([b"r%d" % i for i in range(5000)]), partition=0)
+            after = await p.send(topic, b"after", partition=0)
+            assert futures_alive() - alive == 2  # send()'s two: none for the run's records
+            assert not run.done() and not before.done()
+            kafka.create_topic(topic, partitions=1)
+            metas = await run
+            assert (await before).offset == 0 and (await after).offset == 5001
+        assert [m.offset for m in metas] == list(range(1, 5001))
+        got = {r.value: r.offset for r in kafka.records(topic, 0)}
+    assert [got[b"r%d" % i] for i in range(5000)] == list(range(1, 5001))
 
 
 async def test_custom_partitioner_takes_per_record_futures(kafka_broker: Any, as_run: Any) -> None:
     # A custom partitioner decides record by record: each record of the run gets a future
     # of its own (a member of the run) -- also for a run that waited for its topic. With an
     # explicit partition the partitioner is not asked and the run takes the bulk path.
+    # (Nothing is delivered before the flush -- a linger of a minute -- so the futures
+    # counted are the live ones each run added.)
     topic = topic_name()
     async with Producer(
         bootstrap_servers=kafka_broker.bootstrap_servers,
         partitioner=lambda key, all_parts, available: all_parts[-1],
+        linger_ms=60_000,
     ) as p:
+        alive = futures_alive()
         first = await p.send_many(topic, as_run([b"p%d" % i for i in range(50)]))
         await p.partitions_for(topic)
+        added = [futures_alive() - alive]
         second = await p.send_many(
             topic, as_run([b"q%d" % i for i in range(50)]), keys=as_run([b"k"] * 50)
         )
+        added.append(futures_alive() - alive - sum(added))
         third = await p.send_many(topic, as_run([b"x%d" % i for i in range(50)]), partition=0)
+        added.append(futures_alive() - alive - sum(added))
+        assert added == [50, 50, 0]
+        await p.flush()
         metas = list(await first) + list(await second)
         fixed = list(await third)
-        assert (len(first._members), len(second._members), len(third._members)) == (50, 50, 0)
     got = landed(await read_all(kafka_broker.bootstrap_servers, topic, 150))
     values = [b"p%d" % i for i in range(50)] + [b"q%d" % i for i in range(50)]
     assert [(m.partition, m.offset) for m in metas] == [got[v] for v in values]
@@ -260,19 +279,21 @@ async def test_asyncio_gathers_runs_without_a_task_each(kafka_broker: Any) -> No
     assert [len(r) for r in results] == [10] * 5
 
 
-async def test_closing_fails_every_queued_record_by_position(kafka_broker: Any) -> None:
+async def test_closing_fails_every_queued_record_by_position() -> None:
     # Records still queued (a long linger) and records still waiting for their topic's
-    # metadata (an unknown topic: member futures) all fail when the producer closes first.
+    # metadata (a topic the cluster does not have and creates none on its own) all fail
+    # when the producer closes first.
     known, unknown = topic_name(), topic_name()
-    p = Producer(bootstrap_servers=kafka_broker.bootstrap_servers, linger_ms=60_000)
-    await p.start()
-    await p.partitions_for(known)
-    queued = await p.send_many(known, [b"q%d" % i for i in range(30)], partition=0)
-    p._senders.metadata_needed = lambda topic: None  # keep the unknown topic unknown
-    waiting = await p.send_many(unknown, [b"w%d" % i for i in range(5)])
-    cancelled = await p.send_many(known, [b"c"], partition=1)
-    assert cancelled.cancel() and cancelled.cancelled()  # detaches the waiters only
-    await p.close(timeout=0)
+    async with FakeKafka(tcp=False, auto_create_topics=False) as kafka:
+        kafka.create_topic(known, partitions=2)
+        p = Producer(**kafka.client_config(), linger_ms=60_000)
+        await p.start()
+        await p.partitions_for(known)
+        queued = await p.send_many(known, [b"q%d" % i for i in range(30)], partition=0)
+        waiting = await p.send_many(unknown, [b"w%d" % i for i in range(5)])
+        cancelled = await p.send_many(known, [b"c"], partition=1)
+        assert cancelled.cancel() and cancelled.cancelled()  # detaches the waiters only
+        await p.close(timeout=0)
     for run, n in ((queued, 30), (waiting, 5), (cancelled, 1)):
         assert run.failed == n
         assert sorted(run.errors()) == list(range(n))

@@ -6,10 +6,11 @@ read from the caller's buffers when the metadata came, so changing them after th
 changed what was sent (1000 of 1000 records went with the new bytes), and changing a
 column's offsets read out of bounds (the process died with SIGSEGV). Each test here
 changes everything the caller still holds at each step -- after the column was made, after
-``send_many`` returned, before the flush -- then reads the topic back from the real broker
-(Tansu) and compares every record with what was passed. Keeping the topic unknown is done
-as ``test_send_many.py`` does it: the producer's metadata request is held back until the
-test lets it go (no broker can be made to withhold one topic's metadata on cue).
+``send_many`` returned, before the flush -- then reads the topic's log back from FakeKafka
+and compares every record with what was passed. Keeping the topic unknown is done as
+``test_send_many.py`` does it: the cluster creates no topic on its own
+(``auto.create.topics.enable=false``), and the test creates the topic when it lets the
+metadata come.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import pytest
 
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.protocol import speedups
-from tests.producer.test_send_batch import read_all
+from aiokafka_ng.testing import FakeKafka
 
 pytestmark = pytest.mark.anyio
 
 N = 1000
+PARTITIONS = 4
 
 
 def _column_buffers(items: list[bytes]) -> tuple[bytearray, bytearray, bytearray]:
@@ -82,36 +84,39 @@ class Caller:
 @pytest.mark.parametrize("metadata", ["known", "unknown"])
 @pytest.mark.parametrize("keyed", [True, False])
 async def test_changes_after_send_many_returns_change_nothing_sent(
-    kafka_broker: Any, form: str, metadata: str, keyed: bool
+    form: str, metadata: str, keyed: bool
 ) -> None:
     topic = f"snap-{uuid.uuid4().hex[:10]}"
     values = [b"value-%04d" % i for i in range(N)]
     keys = [b"key-%d" % (i % 7) for i in range(N)]
-    async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers, batch_size=4096) as p:
-        ask = p._senders.metadata_needed
+    async with (
+        FakeKafka(tcp=False, auto_create_topics=False) as kafka,
+        Producer(**kafka.client_config(), batch_size=4096) as p,
+    ):
         if metadata == "known":
+            kafka.create_topic(topic, partitions=PARTITIONS)
             await p.partitions_for(topic)
-        else:
-            p._senders.metadata_needed = lambda topic: None  # the topic stays unknown until asked
         vals, ks = Caller(form, values), Caller(form, keys) if keyed else None
         run = await p.send_many(topic, vals.arg, keys=None if ks is None else ks.arg)
         if metadata == "unknown":
-            # Returned with nothing encoded: the run waits whole in the topic's queue.
-            pending: Any = p._acc.topics[topic].pending
-            assert sum(len(e.values) for e in pending) == N
+            # Returned with nothing encoded (there is no partition to encode for): the
+            # run waits whole in the topic's queue.
+            assert not run.done()
         vals.scribble(b"V")
         if ks is not None:
             ks.scribble(b"K")
         if metadata == "unknown":
-            p._senders.metadata_needed = ask
-            ask(topic)
+            kafka.create_topic(topic, partitions=PARTITIONS)
         vals.scribble(b"W")  # and again just before the flush
         await p.flush()
         metas = await run
         assert run.failed == 0 and len(metas) == N
-    got = await read_all(kafka_broker.bootstrap_servers, topic, N)
-    sent = {(r.partition, r.offset): (r.key, r.value) for r in got}
-    assert len(got) == N
+        sent = {
+            (part, r.offset): (r.key, r.value)
+            for part in range(PARTITIONS)
+            for r in kafka.records(topic, part)
+        }
+    assert len(sent) == N
     assert [sent[m.partition, m.offset] for m in metas] == [
         (keys[i] if keyed else None, values[i]) for i in range(N)
     ]

@@ -1,7 +1,8 @@
 """The source's Arrow batches from column buffers (``_read._to_arrow``), record by record,
-against what the columns hold (no Spark, no broker): offsets with gaps (compaction, a
-window's start), batches of both timestamp types with their own bases, null and empty keys
-and values, headers."""
+against the records put into the columns (no Spark, no broker): offsets with gaps
+(compaction, a window's start), batches of both timestamp types with their own bases, null
+and empty keys and values, headers. The records go in as the source's fetches put them, one
+record batch each (``RecordColumns.add_batch``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiokafka_ng.protocol.record_columns import RecordColumns
-from aiokafka_ng.spark._plan import ReadPlan
-from aiokafka_ng.spark._read import KafkaRange, _to_arrow, plan_read
+from aiokafka_ng.protocol.record_reader import iter_batches
+from aiokafka_ng.protocol.records import RecordBatchBuilder
+from aiokafka_ng.spark import KafkaDataSource
+
+# The conversion under test, and the read range it converts for: the source's own (the way
+# to them through the public reader is a broker's fetch, as test_spark_task.py reads).
+from aiokafka_ng.spark._read import KafkaRange, _to_arrow
 
 _BYTES = st.one_of(st.none(), st.binary(max_size=20))
 _RECORD = st.tuples(
@@ -25,11 +31,14 @@ _RECORD = st.tuples(
 )
 
 
-def _plan(include_headers: bool) -> ReadPlan:
+def _plan(include_headers: bool) -> Any:
+    """The read plan Spark's planning makes for ``subscribe=t`` (a stream reader's: no
+    broker is asked for it)."""
     options = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
     if include_headers:
         options["includeHeaders"] = "true"
-    return plan_read(options, streaming=False)
+    source = KafkaDataSource(options)
+    return source.streamReader(source.schema()).plan
 
 
 @settings(deadline=None, max_examples=200)
@@ -40,7 +49,10 @@ def test_arrow_batch_matches_the_records(first: int, records: list[Any], headers
     expected = []
     for step, ts, ts_type, key, value in records:
         hs = (("h", key),) if headers and key else ()
-        cols._append(offset, ts, ts_type, key, value, hs)
+        builder = RecordBatchBuilder(base_offset=offset, timestamp_type=ts_type)
+        builder.append(ts, key, value, hs)
+        [record_batch] = iter_batches(builder.build())
+        cols.add_batch(record_batch, 0, 1 << 62)
         expected.append(
             (key, value, offset, ts, ts_type, [{"key": "h", "value": key}] if hs else None)
         )

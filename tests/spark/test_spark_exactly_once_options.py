@@ -5,17 +5,27 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from aiokafka_ng.spark._exactly_once import DEFAULT_PREFIX, EXACTLY_ONCE_OPTIONS
-from aiokafka_ng.spark._options import SparkOptionError
-from aiokafka_ng.spark._write import plan_write
+from aiokafka_ng.spark import KafkaDataSource, SparkOptionError
+
+# The option set the docs must list: only the sink's code can say which options it takes.
+from aiokafka_ng.spark._exactly_once import EXACTLY_ONCE_OPTIONS
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 SCHEMA = StructType([StructField("value", BinaryType())])
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
+
+
+def plan_write(options: dict[str, str], schema: StructType, streaming: bool = False) -> Any:
+    """The plan of the write Spark plans with ``options``: what the data source's writer
+    (or stream writer) for the query holds."""
+    source = KafkaDataSource(options)
+    writer = source.streamWriter(schema, False) if streaming else source.writer(schema, False)
+    return writer.plan
 
 
 def test_off_by_default_and_its_options_need_it() -> None:
@@ -31,7 +41,7 @@ def test_streaming_uses_the_query_id_and_the_topic_for_markers() -> None:
     assert (eos.write_id, eos.marker_topic, eos.prefix, eos.streaming) == (
         None,
         "t",
-        DEFAULT_PREFIX,
+        "aiokafka_ng-spark-",  # transactionalIdPrefix's default in docs/spark.md
         True,
     )
 

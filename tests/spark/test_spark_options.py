@@ -4,25 +4,38 @@ option or column; plus the option parsing and the maxOffsetsPerTrigger split, wi
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from aiokafka_ng.consumer import TopicPartition
-from aiokafka_ng.spark._options import (
-    EARLIEST,
-    LATEST,
-    SparkOptionError,
-    consumer_properties,
-    parse_offsets,
-    producer_properties,
-)
-from aiokafka_ng.spark._plan import split_ranges
-from aiokafka_ng.spark._read import KafkaDataLossError, KafkaStreamReader, plan_read
-from aiokafka_ng.spark._write import SINK_BATCH_SIZE, plan_write
+from aiokafka_ng.producer import Producer
+from aiokafka_ng.spark import KafkaDataSource, SparkOptionError
+
+# The read plan as the option parser makes it: a batch reader (the public way to a plan)
+# asks a broker for the partitions' bounds first. KafkaDataLossError is what a stream
+# raises when failOnDataLoss holds (exported nowhere else).
+from aiokafka_ng.spark._read import KafkaDataLossError, plan_read
+from aiokafka_ng.testing import FakeKafka
+
+T = TypeVar("T")
+EARLIEST, LATEST = -2, -1  # Spark's JSON offsets (startingOffsets='{"t": {"0": -2}}')
+
+
+def plan_write(options: dict[str, str], schema: StructType) -> Any:
+    """The plan of the write Spark plans with ``options`` (its writer's)."""
+    return KafkaDataSource(options).writer(schema, False).plan
+
+
+def stream_reader(options: dict[str, str]) -> Any:
+    """The stream reader Spark gets for ``options`` (``readStream...load()``)."""
+    source = KafkaDataSource(options)
+    return source.streamReader(source.schema())
 
 
 def _fails_at_planning(spark: Any, action: Callable[[], Any], *needles: str) -> None:
@@ -129,20 +142,23 @@ def test_overwrite_is_refused_as_by_sparks_connector(spark: Any, kafka_broker: A
 
 
 def test_offsets_option_parsing() -> None:
-    assert parse_offsets({}, "startingOffsets", "earliest").offset_for("t", 0) == EARLIEST
-    latest = parse_offsets({"startingOffsets": "LATEST"}, "startingOffsets", "earliest")
-    assert latest.offset_for("t", 5) == LATEST
-    spec = parse_offsets({"endingOffsets": '{"t": {"0": 7, "2": -2}}'}, "endingOffsets", "latest")
+    def batch(**options: str) -> Any:
+        return plan_read({**BOOT, "subscribe": "t", **options}, streaming=False)
+
+    assert batch().starting.offset_for("t", 0) == EARLIEST
+    latest = plan_read({**BOOT, "subscribe": "t", "startingOffsets": "LATEST"}, streaming=True)
+    assert latest.starting.offset_for("t", 5) == LATEST
+    spec = batch(startingOffsets='{"t": {"0": 7, "2": -2}}').starting
     assert (spec.offset_for("t", 0), spec.offset_for("t", 2)) == (7, EARLIEST)
     for bad in ("later", "[1]", '{"t": 3}', '{"t": {"x": 1}}', '{"t": {"0": -3}}'):
         with pytest.raises(SparkOptionError, match="'endingOffsets'"):
-            parse_offsets({"endingOffsets": bad}, "endingOffsets", "latest")
+            batch(endingOffsets=bad)
 
 
 def test_sink_batches_are_librdkafkas_size_unless_set() -> None:
     schema = StructType([StructField("value", BinaryType())])
     plan = plan_write({**BOOT, "topic": "t"}, schema)
-    assert plan.properties["batch.size"] == str(SINK_BATCH_SIZE) == "1000000"
+    assert plan.properties["batch.size"] == "1000000"  # librdkafka's batch.size
     plan = plan_write({**BOOT, "topic": "t", "kafka.batch.size": "16384"}, schema)
     assert plan.properties["batch.size"] == "16384"
     # A batch never outgrows what one request may carry.
@@ -151,8 +167,9 @@ def test_sink_batches_are_librdkafkas_size_unless_set() -> None:
 
 
 def test_kafka_options_pass_through_and_are_validated() -> None:
-    props = producer_properties({**BOOT, "kafka.linger.ms": "7", "topic": "x"})
-    assert props == {"bootstrap.servers": "127.0.0.1:9", "linger.ms": "7"}
+    schema = StructType([StructField("value", BinaryType())])
+    props = plan_write({**BOOT, "kafka.linger.ms": "7", "topic": "x"}, schema).properties
+    assert props == {"bootstrap.servers": "127.0.0.1:9", "linger.ms": "7", "batch.size": "1000000"}
     with pytest.raises(SparkOptionError, match="maxOffsetsPerTrigger"):
         plan_read({**BOOT, "subscribe": "t", "maxOffsetsPerTrigger": "0"}, streaming=True)
     # Security and other client settings pass through.
@@ -162,13 +179,17 @@ def test_kafka_options_pass_through_and_are_validated() -> None:
         "kafka.sasl.plain.username": "etl",
         "kafka.sasl.plain.password": "s3cret-pw",
     }
-    props = consumer_properties({**BOOT, **sasl})
+
+    def read_properties(**options: str) -> dict[str, str]:
+        return stream_reader({**BOOT, "subscribe": "t", **options}).plan.properties  # type: ignore[no-any-return]
+
+    props = read_properties(**sasl)
     assert (props["security.protocol"], props["sasl.plain.username"]) == ("SASL_PLAINTEXT", "etl")
     with pytest.raises(SparkOptionError) as info:
-        consumer_properties({**BOOT, **sasl, "kafka.sasl.mechanism": "NOPE"})
+        read_properties(**{**sasl, "kafka.sasl.mechanism": "NOPE"})
     assert "sasl_mechanism" in str(info.value) and "s3cret-pw" not in str(info.value)
     # Spark accepts a group id (with a warning); no group is joined, so it is dropped.
-    assert "group.id" not in consumer_properties({**BOOT, "kafka.group.id": "g"})
+    assert "group.id" not in read_properties(**{"kafka.group.id": "g"})
     plan_read({**BOOT, "subscribe": "t", "groupIdPrefix": "etl"}, streaming=True)
 
 
@@ -189,8 +210,9 @@ def test_kafka_options_spark_forbids_on_read(option: str, reason: str) -> None:
 
 @pytest.mark.parametrize("option", ["key.serializer", "value.serializer"])
 def test_kafka_options_spark_forbids_on_write(option: str) -> None:
+    schema = StructType([StructField("value", BinaryType())])
     with pytest.raises(SparkOptionError, match=f"'{option}' is not supported"):
-        producer_properties({**BOOT, f"kafka.{option}": "x"})
+        plan_write({**BOOT, "topic": "t", f"kafka.{option}": "x"}, schema)
 
 
 def test_exactly_one_subscription_strategy() -> None:
@@ -256,61 +278,98 @@ def test_batch_and_streaming_position_rules() -> None:
         stream(maxTriggerDelay="soon")
 
 
-def test_min_partitions_and_max_records_split_like_spark() -> None:
-    tp = TopicPartition
-    spans = {tp("t", 0): (0, 100), tp("t", 1): (0, 300), tp("t", 2): (50, 50)}
-    plan = plan_read({**BOOT, "subscribe": "t", "minPartitions": "8"}, streaming=False)
-    pieces = split_ranges(plan, spans)
-    # 8 wanted over 400 records: 2 pieces of t-0, 6 of t-1; the empty span yields none.
-    assert [(p.partition, a, b) for p, a, b in pieces] == [
-        (0, 0, 50),
-        (0, 50, 100),
-        *[(1, 50 * i, 50 * (i + 1)) for i in range(6)],
-    ]
-    # Fewer wanted than partitions: one piece each.
-    plan = plan_read({**BOOT, "subscribe": "t", "minPartitions": "1"}, streaming=False)
-    assert len(split_ranges(plan, spans)) == 2
-    # maxRecordsPerPartition first, then minPartitions if still short.
-    plan = plan_read(
-        {**BOOT, "subscribe": "t", "maxRecordsPerPartition": "150", "minPartitions": "3"},
-        streaming=False,
-    )
-    assert [(p.partition, a, b) for p, a, b in split_ranges(plan, spans)] == [
-        (0, 0, 100),
-        (1, 0, 150),
-        (1, 150, 300),
-    ]
-    with pytest.raises(SparkOptionError, match="'minPartitions'"):
-        plan_read({**BOOT, "subscribe": "t", "minPartitions": "0"}, streaming=False)
+@pytest.mark.anyio
+async def test_min_partitions_and_max_records_split_like_spark() -> None:
+    # The batch reader's tasks over t-0 (100 records), t-1 (300) and t-2 (none).
+    async with broker_with({"t": [100, 300, 0]}) as boot:
+
+        def pieces(**options: str) -> list[tuple[int, int, int]]:
+            source = KafkaDataSource({**boot, "subscribe": "t", **options})
+            reader = source.reader(source.schema())
+            return [(r.partition, r.start, r.end) for r in reader.partitions()]
+
+        # 8 wanted over 400 records: 2 pieces of t-0, 6 of t-1; the empty span yields none.
+        assert await in_thread(lambda: pieces(minPartitions="8")) == [
+            (0, 0, 50),
+            (0, 50, 100),
+            *[(1, 50 * i, 50 * (i + 1)) for i in range(6)],
+        ]
+        # Fewer wanted than partitions: one piece each.
+        assert len(await in_thread(lambda: pieces(minPartitions="1"))) == 2
+        # maxRecordsPerPartition first, then minPartitions if still short.
+        split = await in_thread(lambda: pieces(maxRecordsPerPartition="150", minPartitions="3"))
+        assert split == [(0, 0, 100), (1, 0, 150), (1, 150, 300)]
+        with pytest.raises(SparkOptionError, match="'minPartitions'"):
+            await in_thread(lambda: pieces(minPartitions="0"))
 
 
-def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay() -> None:
-    options = {**BOOT, "subscribe": "t", "minOffsetsPerTrigger": "100"}
-    reader = KafkaStreamReader(plan_read({**options, "maxTriggerDelay": "1h"}, streaming=True))
-    assert not reader._delay(5)  # the first trigger always runs, as in Spark
-    assert reader._delay(99)  # too few records, and the delay has not passed
-    assert not reader._delay(100)
-    assert reader._delay(0)
-    reader = KafkaStreamReader(plan_read({**options, "maxTriggerDelay": "0ms"}, streaming=True))
-    assert not reader._delay(5) and not reader._delay(1)  # the delay has always passed
-    # Trigger.AvailableNow reads everything there is: no minimum.
-    reader = KafkaStreamReader(plan_read({**options, "maxTriggerDelay": "1h"}, streaming=True))
-    reader._target = {"t": {"0": 3}}
-    assert not reader._delay(1) and not reader._delay(1)
+@asynccontextmanager
+async def broker_with(ends: dict[str, list[int]]) -> AsyncIterator[dict[str, str]]:
+    """A FakeKafka whose topic ``t``'s partition ``p`` holds ``ends[t][p]`` records; yields
+    the option naming it. Over TCP: the reader runs a loop of its own (``in_thread``)."""
+    async with FakeKafka() as kafka:
+        async with Producer(**kafka.client_config()) as producer:
+            for topic, counts in ends.items():
+                kafka.create_topic(topic, partitions=len(counts))
+                for partition, n in enumerate(counts):
+                    await producer.send_batch(topic, [b"x"] * n, partition=partition)
+            await producer.flush()
+        yield {"kafka.bootstrap.servers": kafka.bootstrap_servers}
 
 
-def test_max_offsets_per_trigger_is_shared_by_backlog() -> None:
-    plan = plan_read({**BOOT, "subscribe": "t", "maxOffsetsPerTrigger": "100"}, streaming=True)
-    reader = KafkaStreamReader(plan)
-    assert reader.getDefaultReadLimit() == ReadMaxRows(100)
-    reader._target = {"t": {"0": 1000, "1": 300, "2": 50, "3": 0}}  # no broker needed
-    start = {"t": {"0": 0, "1": 100, "2": 50}}  # partition 3 is new: starts at 0
-    end = reader.latestOffset(start, ReadMaxRows(100))
-    advance = {p: end["t"][p] - start["t"].get(p, 0) for p in end["t"]}
-    assert sum(advance.values()) == 100
-    assert advance["2"] == advance["3"] == 0  # nothing to read there
-    assert advance["0"] > advance["1"] > 0  # proportional to backlog (1000 vs 200)
-    assert reader.latestOffset(start, ReadAllAvailable()) == reader._target
+async def in_thread(fn: Callable[[], T]) -> T:
+    """The reader's calls are synchronous (they run ``anyio.run`` themselves): a worker
+    thread's, while FakeKafka serves on the test's loop."""
+    return await anyio.to_thread.run_sync(fn)
+
+
+@pytest.mark.anyio
+async def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay() -> None:
+    # Partition 0 ends at 100; a trigger from offset 100 - n has n records to read. A
+    # skipped trigger answers its start (nothing to read), a planned one the end.
+    end = {"t": {"0": 100}}
+
+    def from_(n: int) -> dict[str, dict[str, int]]:
+        return {"t": {"0": 100 - n}}
+
+    async with broker_with({"t": [100]}) as boot:
+        options = {**boot, "subscribe": "t", "minOffsetsPerTrigger": "100"}
+
+        def reader(delay: str) -> Any:
+            return stream_reader({**options, "maxTriggerDelay": delay})
+
+        def trigger(r: Any, n: int) -> dict[str, dict[str, int]]:
+            return r.latestOffset(from_(n), ReadAllAvailable())
+
+        slow = reader("1h")
+        assert await in_thread(lambda: trigger(slow, 5)) == end  # the first always runs
+        # Too few records, and the delay has not passed: skipped.
+        assert await in_thread(lambda: trigger(slow, 99)) == from_(99)
+        assert await in_thread(lambda: trigger(slow, 100)) == end
+        assert await in_thread(lambda: trigger(slow, 1)) == from_(1)
+        fast = reader("0ms")  # the delay has always passed
+        assert await in_thread(lambda: trigger(fast, 5)) == end
+        assert await in_thread(lambda: trigger(fast, 1)) == end
+        # Trigger.AvailableNow reads everything there is: no minimum.
+        now = reader("1h")
+        await in_thread(now.prepareForTriggerAvailableNow)
+        assert await in_thread(lambda: trigger(now, 1)) == end
+        assert await in_thread(lambda: trigger(now, 1)) == end
+
+
+@pytest.mark.anyio
+async def test_max_offsets_per_trigger_is_shared_by_backlog() -> None:
+    async with broker_with({"t": [1000, 300, 50, 0]}) as boot:
+        reader = stream_reader({**boot, "subscribe": "t", "maxOffsetsPerTrigger": "100"})
+        assert reader.getDefaultReadLimit() == ReadMaxRows(100)
+        start = {"t": {"0": 0, "1": 100, "2": 50}}  # partition 3 is new: starts at 0
+        end = await in_thread(lambda: reader.latestOffset(start, ReadMaxRows(100)))
+        advance = {p: end["t"][p] - start["t"].get(p, 0) for p in end["t"]}
+        assert sum(advance.values()) == 100
+        assert advance["2"] == advance["3"] == 0  # nothing to read there
+        assert advance["0"] > advance["1"] > 0  # proportional to backlog (1000 vs 200)
+        everything = await in_thread(lambda: reader.latestOffset(start, ReadAllAvailable()))
+        assert everything == {"t": {"0": 1000, "1": 300, "2": 50, "3": 0}}
     # Ranges per partition; empty ones produce no task.
     ranges = reader.partitions(start, end)
     assert [(r.partition, r.start, r.end) for r in ranges] == [
@@ -319,25 +378,27 @@ def test_max_offsets_per_trigger_is_shared_by_backlog() -> None:
     ]
 
 
-def test_streaming_data_loss_vanished_and_recreated_partitions() -> None:
-    options = {**BOOT, "subscribe": "t"}
-    start = {"t": {"0": 40, "1": 30, "2": 10}}
-    # Partition 1 is gone; partition 2 now ends at 5, before our offset 10 (re-created).
-    target = {"t": {"0": 50, "2": 5}}
-    strict = KafkaStreamReader(plan_read(options, streaming=True))
-    strict._target = target
-    with pytest.raises(KafkaDataLossError, match="t-1 is gone"):
-        strict.latestOffset(start, ReadAllAvailable())
-    lenient = KafkaStreamReader(plan_read({**options, "failOnDataLoss": "false"}, streaming=True))
-    lenient._target = target
-    end = lenient.latestOffset(start, ReadAllAvailable())
-    assert end == {"t": {"0": 50, "2": 5}}
-    # The re-created partition is read from its start; the vanished one is dropped.
+@pytest.mark.anyio
+async def test_streaming_data_loss_vanished_and_recreated_partitions() -> None:
+    # The topic now has partitions 0-2 only, and partition 2 ends at 5, before our offset
+    # 10 (re-created); our partition 3 is gone.
+    async with broker_with({"t": [50, 30, 5]}) as boot:
+        options = {**boot, "subscribe": "t"}
+        strict = stream_reader(options)
+        gone = {"t": {"0": 40, "1": 30, "3": 7}}
+        with pytest.raises(KafkaDataLossError, match="t-3 is gone"):
+            await in_thread(lambda: strict.latestOffset(gone, ReadAllAvailable()))
+        behind = {"t": {"0": 40, "1": 30, "2": 10}}
+        with pytest.raises(KafkaDataLossError, match=r"t-2: its end \(5\) is before our offset 10"):
+            await in_thread(lambda: strict.latestOffset(behind, ReadAllAvailable()))
+        lenient = stream_reader({**options, "failOnDataLoss": "false"})
+        start = {"t": {"0": 40, "1": 30, "2": 10, "3": 7}}
+        end = await in_thread(lambda: lenient.latestOffset(start, ReadAllAvailable()))
+    assert end == {"t": {"0": 50, "1": 30, "2": 5}}
+    # The re-created partition is read from its start; the vanished one is dropped (and
+    # partition 1, with nothing new, makes no task).
     ranges = lenient.partitions(start, end)
     assert [(r.partition, r.start, r.end) for r in ranges] == [(0, 40, 50), (2, 0, 5)]
-    strict._target = {"t": {"0": 50, "1": 30, "2": 5}}
-    with pytest.raises(KafkaDataLossError, match=r"t-2: its end \(5\) is before our offset 10"):
-        strict.latestOffset(start, ReadAllAvailable())
 
 
 def test_registered_source_has_a_thread_safe_environment_map(spark: Any) -> None:
@@ -353,12 +414,11 @@ def test_registered_source_has_a_thread_safe_environment_map(spark: Any) -> None
 def test_unknown_options_are_named_but_spark_s_own_are_not(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from aiokafka_ng.spark._options import WRITE_OPTIONS, warn_unknown
-
     # A streaming write hands the sink its checkpointLocation: every micro-batch warned.
-    options = {"topic": "t", "checkpointLocation": "/tmp/c", "path": "p", "topik": "typo"}
+    options = {**BOOT, "topic": "t", "checkpointLocation": "/tmp/c", "path": "p", "topik": "typo"}
+    schema = StructType([StructField("value", BinaryType())])
     with caplog.at_level("WARNING", logger="aiokafka_ng"):
-        warn_unknown(options, WRITE_OPTIONS, "sink")
+        KafkaDataSource(options).streamWriter(schema, False)
     assert [r.getMessage() for r in caplog.records] == [
         "the aiokafka_ng sink ignores unknown options: topik"
     ]

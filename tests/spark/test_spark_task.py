@@ -1,16 +1,20 @@
-"""One write task and one read task run directly (no Spark job): the commit message counts,
-string columns sent as UTF-8, and a read range's Arrow batches match the source schema."""
+"""One write task and one read task run directly (no Spark job), through the data source's
+Spark API -- ``KafkaDataSource(options).writer(schema, False).write(batches)`` and
+``.reader(schema).read(partition)``, the calls Spark makes on an executor: the commit message
+counts, string columns sent as UTF-8, and a read range's Arrow batches match the source
+schema."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from aiokafka_ng.errors import MessageTooLargeError
-from aiokafka_ng.spark._read import KafkaRange, plan_read, read_range
-from aiokafka_ng.spark._write import plan_write, write_batches
+from aiokafka_ng.spark import KafkaDataSource
 from tests.helpers import topic_name
 from tests.spark.helpers import produce, read_confluent
 
@@ -21,6 +25,20 @@ def _schema(arrow: pa.Schema) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(arrow)
+
+
+def _write_task(options: dict[str, str], batches: list[pa.RecordBatch]) -> Any:
+    """One write task of a batch query (mode append) over ``batches``: its commit message."""
+    writer = KafkaDataSource(options).writer(_schema(batches[0].schema), False)
+    return writer.write(iter(batches))
+
+
+def _read_task(options: dict[str, str]) -> Iterable[pa.RecordBatch]:
+    """The read task of a batch query over one partition range (the options name one)."""
+    source = KafkaDataSource(options)
+    reader = source.reader(source.schema())
+    [partition] = reader.partitions()
+    return reader.read(partition)  # type: ignore[no-any-return]
 
 
 def test_write_task_reports_counts_per_topic(kafka_broker: Any) -> None:
@@ -36,8 +54,7 @@ def test_write_task_reports_counts_per_topic(kafka_broker: Any) -> None:
         names=["key", "value", "topic", "headers"],
     )
     # No 'topic' option: each row's topic column routes it.
-    plan = plan_write({"kafka.bootstrap.servers": bootstrap}, _schema(batch.schema))
-    message = write_batches(plan, iter([batch, batch.slice(0, 0)]))
+    message = _write_task({"kafka.bootstrap.servers": bootstrap}, [batch, batch.slice(0, 0)])
     assert (message.rows, message.per_topic) == (4, {default: 2, other: 2})
     assert message.bytes == len(b"k0zero") + len(b"one") + len(b"k2") + len(b"k3three")
 
@@ -78,8 +95,7 @@ def test_a_bulk_write_task_encodes_from_the_arrow_columns(
     )
     # Slices: the columns' offsets and validity bitmaps do not start at 0.
     batches = [table.slice(0, 1000), table.slice(1000, 1500), table.slice(2500)]
-    plan = plan_write({"kafka.bootstrap.servers": bootstrap, "topic": topic}, _schema(table.schema))
-    message = write_batches(plan, iter(batches))
+    message = _write_task({"kafka.bootstrap.servers": bootstrap, "topic": topic}, batches)
     assert (message.rows, message.per_topic) == (3000, {topic: 3000})
     assert message.bytes == sum(len(k or "") for k in keys) + sum(len(v or b"") for v in values)
     assert seen == ["BinaryColumn" if kernel and speedups.AVAILABLE else "list"] * 3
@@ -97,16 +113,13 @@ def test_a_bulk_write_task_encodes_from_the_arrow_columns(
 
 def test_write_task_fails_with_the_records_error(kafka_broker: Any) -> None:
     batch = pa.RecordBatch.from_arrays([pa.array([b"ok", b"x" * 5000])], names=["value"])
-    plan = plan_write(
-        {
-            "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
-            "kafka.max.request.size": "1000",
-            "topic": topic_name("task-fail"),
-        },
-        _schema(batch.schema),
-    )
+    options = {
+        "kafka.bootstrap.servers": kafka_broker.bootstrap_servers,
+        "kafka.max.request.size": "1000",
+        "topic": topic_name("task-fail"),
+    }
     with pytest.raises(MessageTooLargeError) as info:
-        write_batches(plan, iter([batch]))
+        _write_task(options, [batch])
     notes = info.value.__notes__
     assert any("record #1 (1 of records #0-#1 failed) of this task" in n for n in notes)
 
@@ -117,10 +130,14 @@ def test_read_task_yields_arrow_batches_of_the_range(kafka_broker: Any) -> None:
     written = produce(
         bootstrap, topic, [(1, b"k%d" % i, b"v%d" % i, [("i", b"%d" % i)]) for i in range(30)]
     )
-    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "includeHeaders": "true"}
-    plan = plan_read(options, streaming=False)
-    batches = list(read_range(KafkaRange(topic, 1, 5, 25, plan)))
-    table = pa.Table.from_batches(batches)
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "assign": json.dumps({topic: [1]}),
+        "startingOffsets": json.dumps({topic: {"1": 5}}),
+        "endingOffsets": json.dumps({topic: {"1": 25}}),
+        "includeHeaders": "true",
+    }
+    table = pa.Table.from_batches(list(_read_task(options)))
     assert table.column_names == [
         "key",
         "value",
@@ -147,6 +164,6 @@ def test_read_task_yields_arrow_batches_of_the_range(kafka_broker: Any) -> None:
     ]
     assert got == expected
     # Without includeHeaders (Spark's default) there is no headers column.
-    plain = plan_read({**options, "includeHeaders": "false"}, streaming=False)
-    table = pa.Table.from_batches(list(read_range(KafkaRange(topic, 1, 5, 7, plain))))
+    plain = {**options, "endingOffsets": json.dumps({topic: {"1": 7}}), "includeHeaders": "false"}
+    table = pa.Table.from_batches(list(_read_task(plain)))
     assert "headers" not in table.column_names and table.num_rows == 2
