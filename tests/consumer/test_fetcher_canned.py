@@ -47,7 +47,8 @@ from aiokafka_ng.protocol.messages.list_offsets import (
     ListOffsetsRequest,
 )
 from aiokafka_ng.protocol.records import ControlRecordType, RecordBatchBuilder, control_record_key
-from aiokafka_ng.testing import FakeKafka, ScriptedCluster, make_metadata, virtual_time
+from aiokafka_ng.testing import FakeKafka, virtual_time
+from tests.scripted_cluster import ScriptedCluster, make_metadata
 from tests.wire_tap import WireTap
 
 pytestmark = pytest.mark.anyio
@@ -113,10 +114,6 @@ def fake_cluster(handler: Callable[[Any], Any]) -> ScriptedCluster:
         handler=answer,
         versions={FetchRequest: 12, ListOffsetsRequest: 5},
     )
-
-
-def updated(cluster: ScriptedCluster) -> list[set[str]]:
-    return [set(u) for u in cluster.updates]
 
 
 def fetch_response(records: bytes | None = None, **fields: Any) -> FetchResponse:
