@@ -16,7 +16,6 @@ from __future__ import annotations
 import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -25,9 +24,6 @@ import pytest
 from aiokafka_ng import Producer
 from aiokafka_ng.cluster import (
     Cluster,
-    ClusterMetadata,
-    PartitionMetadata,
-    TopicMetadata,
 )
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.fetcher import Fetcher, FetchSettings
@@ -97,8 +93,8 @@ def marker(offset: int, pid: int, kind: ControlRecordType) -> bytes:
     return b.build()
 
 
-def fake_cluster(handler: Callable[[Any], Any]) -> ScriptedCluster:
-    """Nodes 1 and 2, topic ``t`` with one partition led by node 1 (epoch 3); every request
+def fake_cluster(handler: Callable[[Any], Any], partitions: int = 1) -> ScriptedCluster:
+    """Nodes 1 and 2, topic ``t`` with ``partitions`` led by node 1 (epoch 3); every request
     goes to ``handler(request)``, whose ``None`` means nothing more to say: the answer is an
     empty long poll after a short wait, as a broker's would be."""
 
@@ -110,7 +106,7 @@ def fake_cluster(handler: Callable[[Any], Any]) -> ScriptedCluster:
         return response
 
     return ScriptedCluster(
-        metadata=make_metadata({"t": 1}, nodes=(1, 2), leader=1, leader_epoch=3),
+        metadata=make_metadata({"t": partitions}, nodes=(1, 2), leader=1, leader_epoch=3),
         handler=answer,
         versions={FetchRequest: 12, ListOffsetsRequest: 5},
     )
@@ -148,9 +144,10 @@ async def run_fetcher(
     handler: Callable[[Any], Any],
     body: Callable[[Fetcher, SubscriptionState], Any],
     value_deserializer: Callable[[bytes | None], Any] | None = None,
+    partitions: int = 1,
     **settings: Any,
 ) -> ScriptedCluster:
-    cluster = fake_cluster(handler)
+    cluster = fake_cluster(handler, partitions)
     backoff = ExponentialBackoff(1, 5)
     offsets = OffsetsClient(
         cluster,
@@ -274,13 +271,6 @@ async def test_no_long_poll_for_partitions_at_log_end_while_others_drain() -> No
         return FetchResponse(responses=[FetchableTopicResponse(topic="t", partitions=parts)])
 
     async def body(fetcher: Fetcher, subs: SubscriptionState) -> None:
-        parts = {p: PartitionMetadata(partition=p, leader=1, leader_epoch=3) for p in (0, 1)}
-        topic = TopicMetadata("t", partitions=MappingProxyType(parts))
-        cluster = fetcher._cluster
-        assert isinstance(cluster, ScriptedCluster)
-        cluster.metadata = ClusterMetadata(
-            brokers=cluster.metadata.brokers, topics=MappingProxyType({"t": topic})
-        )
         subs.assign_manual([TP0, tp1])
         subs.state(TP0).seek(0)
         subs.state(tp1).seek(0)
@@ -300,7 +290,7 @@ async def test_no_long_poll_for_partitions_at_log_end_while_others_drain() -> No
         # After p1's drain, one fetch for both (p1 first: least recently served).
         assert sorted(requests[1]) == [(0, 2), (1, 10)]
 
-    await run_fetcher(handler, body)
+    await run_fetcher(handler, body, partitions=2)  # p0 and p1 on node 1
 
 
 # ---------------------------------------------------------------------- on FakeKafka
