@@ -1,5 +1,6 @@
-"""A tap on a client's in-memory connections to a FakeKafka: what the client had in flight on
-each connection, which partitions its Produce requests named, and the errors it was answered.
+"""A tap on a client's in-memory connections to a FakeKafka: every request the client wrote (to
+which node, at which version), what it had in flight on each connection, which partitions
+its Produce requests named, and the errors it was answered.
 
 It wraps :meth:`FakeKafka.transport` (the public ``transport`` setting of our clients), so it
 sees the wire as the client wrote and read it; FakeKafka answers one request at a time per
@@ -9,6 +10,7 @@ connection (as Kafka mutes a connection), so the client's pipelined requests wai
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -17,7 +19,6 @@ import anyio.abc
 from aiokafka_ng.protocol.framing import (
     FrameReader,
     decode_request,
-    decode_request_header,
     decode_response,
     peek_correlation_id,
 )
@@ -25,6 +26,20 @@ from aiokafka_ng.protocol.messages import RESPONSE_TYPES
 from aiokafka_ng.testing import FakeKafka
 
 PRODUCE = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One request as the client wrote it."""
+
+    node: int
+    request: Any
+    version: int
+
+    @property
+    def name(self) -> str:
+        """The request's type without the ``Request`` suffix (``"EndTxn"``)."""
+        return type(self.request).__name__.removesuffix("Request")
 
 
 class TappedConnection(anyio.abc.ByteStream):
@@ -46,9 +61,9 @@ class TappedConnection(anyio.abc.ByteStream):
     async def send(self, item: bytes) -> None:
         self._out.feed(item)
         while (frame := self._out.next_frame()) is not None:
-            header, _ = decode_request_header(frame)
+            header, request = decode_request(frame)
+            self.tap.sent.append(Sent(self.node, request, header.api_version))
             if header.api_key == PRODUCE:
-                _, request = decode_request(frame)
                 if getattr(request, "acks", 1) == 0:
                     continue  # never answered
                 for t in request.topic_data:  # type: ignore[attr-defined]
@@ -96,6 +111,12 @@ class WireTap:
         self.produce_requests: Counter[tuple[str | None, int]] = Counter()
         #: Partition errors in Produce answers, by error code.
         self.produce_errors: Counter[int] = Counter()
+        #: Every request written, in order.
+        self.sent: list[Sent] = []
+
+    def requests(self, *names: str) -> list[Sent]:
+        """The requests written named ``names`` (``"EndTxn"``; all if none), in order."""
+        return [s for s in self.sent if not names or s.name in names]
 
     def client_config(self) -> dict[str, Any]:
         return {**self.kafka.client_config(), "transport": self.transport}

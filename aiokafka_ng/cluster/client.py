@@ -4,8 +4,9 @@
 that the parts which *take* a cluster (sender, fetcher, offsets, group membership, the
 transaction coordinator client, the share fetch wire) call. Those parts are typed against
 it, so ``mypy --strict`` checks that the real :class:`Cluster` satisfies it wherever a client
-hands its cluster down, and a test double (:class:`aiokafka_ng.testing.ScriptedCluster`)
-is checked against the same contract. The clients that *own* a cluster (``Producer``,
+hands its cluster down; tests run those parts on a real :class:`Cluster` too (against
+:class:`aiokafka_ng.testing.FakeKafka`, or never started where only a taker of metadata
+requests is needed). The clients that *own* a cluster (``Producer``,
 ``Consumer``, ``AdminClient``) keep the concrete type: they build it, enter it and read its
 status.
 

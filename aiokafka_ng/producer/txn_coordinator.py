@@ -99,8 +99,8 @@ GROUP_KEY = 0
 R = TypeVar("R")
 
 
-#: The name the transaction manager knows the cluster by (tests pass
-#: :class:`aiokafka_ng.testing.ScriptedCluster`).
+#: The name the transaction manager knows the cluster by: the producer's
+#: :class:`~aiokafka_ng.cluster.Cluster`, through the protocol its parts take.
 CoordinatorCluster = ClusterClient
 
 

@@ -6,10 +6,9 @@ provides the ``kafka_broker``, ``kafka_broker_factory`` and ``fresh_kafka_broker
 ``python -m aiokafka_ng.testing`` runs a broker in the foreground. :class:`ClusterSimulator`
 presents one real broker as an N-node cluster with leader moves and injected faults.
 :class:`KafkaCluster` runs real Apache Kafka (KRaft, 3 nodes by default) from jars that Maven
-fetches once; it needs Java 17+ and, for the first fetch, ``mvn``. :class:`ScriptedCluster`
-is a scripted stand-in for the cluster client (no broker) for canned-response tests.
-:class:`FakeKafka` is an in-process model of a Kafka cluster (no process, no port needed:
-clients connect in memory, or over TCP) with fault methods, for fast tests on virtual time
+fetches once; it needs Java 17+ and, for the first fetch, ``mvn``. :class:`FakeKafka` is an
+in-process model of a Kafka cluster (no process, no port needed: clients connect in memory,
+or over TCP) with fault methods, for fast tests on virtual time
 (:mod:`aiokafka_ng.testing.virtual_time`).
 """
 
@@ -22,7 +21,6 @@ from aiokafka_ng.testing._kafka_config import (
 )
 from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION
 from aiokafka_ng.testing.fake import FakeKafka
-from aiokafka_ng.testing.scripted import ScriptedCluster, make_metadata
 from aiokafka_ng.testing.simulator import ClusterSimulator
 
 __all__ = [
@@ -36,8 +34,6 @@ __all__ = [
     "KafkaNode",
     "LocalBroker",
     "LocalBrokerError",
-    "ScriptedCluster",
     "kerberos_properties",
-    "make_metadata",
     "oauth_properties",
 ]

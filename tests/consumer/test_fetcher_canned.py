@@ -1,23 +1,31 @@
-"""The fetcher against canned Fetch/ListOffsets responses (a fake cluster, no broker).
+"""The fetcher against FakeKafka (in memory, on virtual time), and against canned Fetch
+answers where no model answers so.
 
-Why canned: Tansu does not send aborted-transaction lists in Fetch responses (its
+Why not Tansu: it does not send aborted-transaction lists in Fetch responses (its
 read_committed does not hide aborted records), never answers OFFSET_OUT_OF_RANGE (a fetch
-past the end just comes back empty) and never moves a leader. So read_committed filtering,
-offset-out-of-range resets, KIP-951 leader hints and CRC handling are tested here, with
-responses built the way a Kafka broker builds them.
+past the end just comes back empty) and never moves a leader. FakeKafka does all three as
+Kafka does, so read_committed filtering, offset-out-of-range resets, KIP-951 leader hints,
+ListOffsets errors and deserializer errors run on its model. A corrupt batch, a broker
+ignoring max_bytes, a preferred read replica (KIP-392 with racks) and which partitions a
+response fills first are not in the model: those tests keep canned answers on a scripted
+cluster (``tests/scripted_cluster.py``) until FakeKafka can script a Fetch answer.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from types import MappingProxyType
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
-from aiokafka_ng.cluster import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
+from aiokafka_ng import Producer
+from aiokafka_ng.cluster import (
+    Cluster,
+)
+from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.fetcher import Fetcher, FetchSettings
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.offsets import OffsetsClient
@@ -26,27 +34,28 @@ from aiokafka_ng.errors import NotLeaderOrFollowerError, OffsetOutOfRangeError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.messages.fetch import (
-    AbortedTransaction,
     FetchableTopicResponse,
     FetchRequest,
     FetchResponse,
-    LeaderIdAndEpoch,
-    NodeEndpoint,
     PartitionData,
 )
 from aiokafka_ng.protocol.messages.list_offsets import (
-    ListOffsetsPartitionResponse,
     ListOffsetsRequest,
-    ListOffsetsResponse,
-    ListOffsetsTopicResponse,
 )
 from aiokafka_ng.protocol.records import ControlRecordType, RecordBatchBuilder, control_record_key
-from aiokafka_ng.testing import ScriptedCluster, make_metadata
-from aiokafka_ng.testing.scripted import LeaderUpdate
+from aiokafka_ng.testing import FakeKafka, virtual_time
+from tests.scripted_cluster import ScriptedCluster, make_metadata
+from tests.wire_tap import WireTap
 
 pytestmark = pytest.mark.anyio
 
 TP0 = TopicPartition("t", 0)
+METADATA, LIST_OFFSETS = 3, 2
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
 
 
 def batch(
@@ -84,8 +93,8 @@ def marker(offset: int, pid: int, kind: ControlRecordType) -> bytes:
     return b.build()
 
 
-def fake_cluster(handler: Callable[[Any], Any]) -> ScriptedCluster:
-    """Nodes 1 and 2, topic ``t`` with one partition led by node 1 (epoch 3); every request
+def fake_cluster(handler: Callable[[Any], Any], partitions: int = 1) -> ScriptedCluster:
+    """Nodes 1 and 2, topic ``t`` with ``partitions`` led by node 1 (epoch 3); every request
     goes to ``handler(request)``, whose ``None`` means nothing more to say: the answer is an
     empty long poll after a short wait, as a broker's would be."""
 
@@ -97,14 +106,10 @@ def fake_cluster(handler: Callable[[Any], Any]) -> ScriptedCluster:
         return response
 
     return ScriptedCluster(
-        metadata=make_metadata({"t": 1}, nodes=(1, 2), leader=1, leader_epoch=3),
+        metadata=make_metadata({"t": partitions}, nodes=(1, 2), leader=1, leader_epoch=3),
         handler=answer,
         versions={FetchRequest: 12, ListOffsetsRequest: 5},
     )
-
-
-def updated(cluster: ScriptedCluster) -> list[set[str]]:
-    return [set(u) for u in cluster.updates]
 
 
 def fetch_response(records: bytes | None = None, **fields: Any) -> FetchResponse:
@@ -112,22 +117,16 @@ def fetch_response(records: bytes | None = None, **fields: Any) -> FetchResponse
     return FetchResponse(responses=[FetchableTopicResponse(topic="t", partitions=[data])])
 
 
-async def run_fetcher(
-    handler: Callable[[Any], Any],
-    body: Callable[[Fetcher, SubscriptionState], Any],
-    value_deserializer: Callable[[bytes | None], Any] | None = None,
-    **settings: Any,
-) -> ScriptedCluster:
-    cluster = fake_cluster(handler)
-    subs = SubscriptionState(lambda: None)
-    backoff = ExponentialBackoff(1, 5)
-    offsets = OffsetsClient(
-        cluster,
-        group_id=None,
-        isolation_level=settings.get("isolation_level", 0),
-        backoff=backoff,
-        timeout_s=5,
-    )
+def wired(
+    cluster: Any,
+    offsets: OffsetsClient,
+    backoff: ExponentialBackoff,
+    value_deserializer: Callable[[bytes | None], Any] | None,
+    settings: dict[str, Any],
+) -> tuple[SubscriptionState, Fetcher]:
+    """A subscription state whose changes wake the fetcher, as the consumer wires them."""
+    made: list[Fetcher] = []
+    subs = SubscriptionState(lambda: made[0].wake() if made else None)
     fetcher = Fetcher(
         cluster,
         subs,
@@ -137,7 +136,27 @@ async def run_fetcher(
         group_offsets=lambda: False,
         value_deserializer=value_deserializer,
     )
-    subs._on_change = fetcher.wake
+    made.append(fetcher)
+    return subs, fetcher
+
+
+async def run_fetcher(
+    handler: Callable[[Any], Any],
+    body: Callable[[Fetcher, SubscriptionState], Any],
+    value_deserializer: Callable[[bytes | None], Any] | None = None,
+    partitions: int = 1,
+    **settings: Any,
+) -> ScriptedCluster:
+    cluster = fake_cluster(handler, partitions)
+    backoff = ExponentialBackoff(1, 5)
+    offsets = OffsetsClient(
+        cluster,
+        group_id=None,
+        isolation_level=settings.get("isolation_level", 0),
+        backoff=backoff,
+        timeout_s=5,
+    )
+    subs, fetcher = wired(cluster, offsets, backoff, value_deserializer, settings)
     async with anyio.create_task_group() as tg:
         await tg.start(fetcher.run)
         with anyio.fail_after(10):
@@ -154,127 +173,6 @@ async def drain_values(fetcher: Fetcher, until: int) -> list[tuple[int, Any]]:
         if not out or out[-1][0] < until:
             await fetcher.wait_for_data()
     return out
-
-
-def transactional_log() -> tuple[bytes, list[AbortedTransaction]]:
-    """pid 10 aborts offsets 0-1, pid 11 commits 2-3, 4 is plain, pid 10 commits 7."""
-    data = b"".join([
-        batch(0, [b"a0", b"a1"], pid=10, txn=True),
-        batch(2, [b"c2", b"c3"], pid=11, txn=True, codec=Compression.LZ4),
-        batch(4, [b"p4"]),
-        marker(5, 10, ControlRecordType.ABORT),
-        marker(6, 11, ControlRecordType.COMMIT),
-        batch(7, [b"c7"], pid=10, txn=True),
-        marker(8, 10, ControlRecordType.COMMIT),
-    ])  # fmt: skip
-    return data, [AbortedTransaction(producer_id=10, first_offset=0)]
-
-
-@pytest.mark.parametrize(
-    ("isolation", "expected"),
-    [
-        (1, [(2, b"c2"), (3, b"c3"), (4, b"p4"), (7, b"c7")]),
-        (0, [(0, b"a0"), (1, b"a1"), (2, b"c2"), (3, b"c3"), (4, b"p4"), (7, b"c7")]),
-    ],
-)
-async def test_read_committed_hides_aborted_and_control(
-    isolation: int, expected: list[tuple[int, bytes]]
-) -> None:
-    data, aborted = transactional_log()
-    requests: list[FetchRequest] = []
-
-    def handler(request: Any) -> Any:
-        requests.append(request)
-        if request.topics[0].partitions[0].fetch_offset == 0:
-            # A broker sends the aborted list only to read_committed fetches.
-            return fetch_response(data, aborted_transactions=aborted if isolation else None)
-        return None
-
-    async def body(fetcher: Fetcher, subs: SubscriptionState) -> None:
-        subs.assign_manual([TP0])
-        subs.state(TP0).seek(0)
-        assert await drain_values(fetcher, 7) == expected
-        # The control batch at 8 was skipped too: the position is past it.
-        assert subs.state(TP0).position == 9
-
-    await run_fetcher(handler, body, isolation_level=isolation)
-    assert requests[0].isolation_level == isolation
-    assert requests[0].session_id == 0 and requests[0].session_epoch == -1
-
-
-async def test_offset_out_of_range_resets_by_policy() -> None:
-    calls: list[str] = []
-
-    def handler(request: Any) -> Any:
-        if isinstance(request, ListOffsetsRequest):
-            calls.append(f"list {request.topics[0].partitions[0].timestamp}")
-            part = ListOffsetsPartitionResponse(partition_index=0, offset=40, timestamp=-1)
-            return ListOffsetsResponse(topics=[ListOffsetsTopicResponse("t", [part])])
-        offset = request.topics[0].partitions[0].fetch_offset
-        calls.append(f"fetch {offset}")
-        if offset == 1000:
-            return fetch_response(error_code=OffsetOutOfRangeError.errno)
-        if offset == 40:
-            return fetch_response(batch(40, [b"x"]))
-        return None
-
-    async def body(fetcher: Fetcher, subs: SubscriptionState) -> None:
-        subs.assign_manual([TP0])
-        subs.state(TP0).seek(1000)
-        assert await drain_values(fetcher, 40) == [(40, b"x")]
-
-    await run_fetcher(handler, body, auto_offset_reset="earliest")
-    assert calls[:3] == ["fetch 1000", "list -2", "fetch 40"]
-
-
-async def test_offset_out_of_range_with_reset_none_raises() -> None:
-    def handler(request: Any) -> Any:
-        return fetch_response(error_code=OffsetOutOfRangeError.errno)
-
-    async def body(fetcher: Fetcher, subs: SubscriptionState) -> None:
-        subs.assign_manual([TP0])
-        subs.state(TP0).seek(5)
-        with pytest.raises(OffsetOutOfRangeError):
-            while True:
-                fetcher.drain(10)
-                await fetcher.wait_for_data()
-
-    await run_fetcher(handler, body, auto_offset_reset="none")
-
-
-async def test_not_leader_refreshes_metadata_and_applies_kip951_hint() -> None:
-    answers = iter([
-        FetchResponse(
-            responses=[
-                FetchableTopicResponse(
-                    topic="t",
-                    partitions=[
-                        PartitionData(
-                            partition_index=0,
-                            error_code=NotLeaderOrFollowerError.errno,
-                            current_leader=LeaderIdAndEpoch(leader_id=2, leader_epoch=4),
-                        )
-                    ],
-                )
-            ],
-            node_endpoints=[NodeEndpoint(node_id=2, host="127.0.0.1", port=2)],
-        ),
-        fetch_response(batch(0, [b"ok"])),
-    ])  # fmt: skip
-
-    def handler(request: Any) -> Any:
-        return next(answers, None)
-
-    async def body(fetcher: Fetcher, subs: SubscriptionState) -> None:
-        subs.assign_manual([TP0])
-        subs.state(TP0).seek(0)
-        assert await drain_values(fetcher, 0) == [(0, b"ok")]
-
-    cluster = await run_fetcher(handler, body)
-    assert cluster.leader_updates == [
-        LeaderUpdate("t", 0, 2, 4, BrokerMetadata(2, "127.0.0.1", 2, None))
-    ]
-    assert {"t"} in updated(cluster)
 
 
 @pytest.mark.parametrize("check_crcs", [True, False])
@@ -329,43 +227,6 @@ async def test_response_over_budget_is_trimmed_to_the_cap() -> None:
     assert all(m <= cap for m in seen)
 
 
-async def test_list_offsets_retries_leader_errors_and_reads_answers() -> None:
-    # ListOffsets LATEST and by-timestamp are wrong on Tansu, so their handling is checked here.
-    asked: list[list[int]] = []
-    answers = iter([NotLeaderOrFollowerError.errno, 0])
-
-    def handler(request: Any) -> Any:
-        assert isinstance(request, ListOffsetsRequest)
-        assert request.replica_id == -1
-        asked.append([p.timestamp for t in request.topics for p in t.partitions])
-        code = next(answers)
-        parts = [
-            ListOffsetsPartitionResponse(
-                partition_index=p.partition_index,
-                error_code=code,
-                offset=-1 if p.timestamp == 5000 else 42,
-                timestamp=-1 if p.timestamp == 5000 else 1234,
-            )
-            for t in request.topics
-            for p in t.partitions
-        ]
-        return ListOffsetsResponse(topics=[ListOffsetsTopicResponse("t", parts)])
-
-    cluster = fake_cluster(handler)
-    offsets = OffsetsClient(
-        cluster,
-        group_id=None,
-        isolation_level=1,
-        backoff=ExponentialBackoff(1, 5),
-        timeout_s=5,
-    )
-    assert await offsets.list_offsets({TP0: -1}) == {TP0: (42, 1234)}
-    assert asked == [[-1], [-1]]
-    assert {"t"} in updated(cluster)  # the leader error asked for fresh metadata
-    answers = iter([0])
-    assert await offsets.list_offsets({TP0: 5000}) == {TP0: (-1, -1)}
-
-
 async def test_preferred_read_replica_is_followed() -> None:
     # KIP-392: the leader answers with no records and the replica to fetch from.
     answers = iter(
@@ -382,62 +243,6 @@ async def test_preferred_read_replica_is_followed() -> None:
 
     cluster = await run_fetcher(handler, body, rack_id="rack-a")
     assert cluster.connected[:2] == [1, 2]
-
-
-async def test_failing_position_lookup_is_raised_and_backed_off() -> None:
-    from aiokafka_ng.errors import TopicAuthorizationFailedError
-
-    lookups: list[float] = []
-
-    def handler(request: Any) -> Any:
-        assert isinstance(request, ListOffsetsRequest)
-        lookups.append(anyio.current_time())
-        part = ListOffsetsPartitionResponse(
-            partition_index=0, error_code=TopicAuthorizationFailedError.errno
-        )
-        return ListOffsetsResponse(topics=[ListOffsetsTopicResponse("t", [part])])
-
-    async def body(fetcher: Fetcher, subs: SubscriptionState) -> None:
-        subs.assign_manual([TP0])  # no group: the position comes from auto_offset_reset
-        with pytest.raises(TopicAuthorizationFailedError):
-            while True:
-                fetcher.drain(10)
-                await fetcher.wait_for_data()
-        await anyio.sleep(0.3)
-
-    await run_fetcher(handler, body, auto_offset_reset="earliest")
-    # Retried with the (1..5 ms) backoff, not in a hot loop: tens of lookups, not thousands.
-    assert 2 <= len(lookups) < 150
-
-
-async def test_deserializer_error_keeps_position_at_the_bad_record() -> None:
-    from aiokafka_ng.consumer import RecordDeserializationError
-
-    log = batch(0, [b"1", b"2", b"oops", b"4"])
-
-    def handler(request: Any) -> Any:
-        offset = request.topics[0].partitions[0].fetch_offset
-        return fetch_response(log) if offset < 4 else None
-
-    async def body(fetcher: Fetcher, subs: SubscriptionState) -> None:
-        subs.assign_manual([TP0])
-        subs.state(TP0).seek(0)
-        got: list[int] = []
-        while not got:
-            for records in fetcher.drain(10).values():
-                got.extend(r.value for r in records)
-            if not got:
-                await fetcher.wait_for_data()
-        assert got == [1, 2]  # what came before the bad record is handed out first
-        with pytest.raises(RecordDeserializationError) as info:
-            while True:
-                fetcher.drain(10)
-                await fetcher.wait_for_data()
-        assert info.value.offset == 2 and subs.state(TP0).position == 2
-        subs.state(TP0).seek(3)  # the application skips it
-        assert await drain_values(fetcher, 3) == [(3, 4)]
-
-    await run_fetcher(handler, body, value_deserializer=lambda b: int(b or b"0"))
 
 
 async def test_no_long_poll_for_partitions_at_log_end_while_others_drain() -> None:
@@ -466,13 +271,6 @@ async def test_no_long_poll_for_partitions_at_log_end_while_others_drain() -> No
         return FetchResponse(responses=[FetchableTopicResponse(topic="t", partitions=parts)])
 
     async def body(fetcher: Fetcher, subs: SubscriptionState) -> None:
-        parts = {p: PartitionMetadata(partition=p, leader=1, leader_epoch=3) for p in (0, 1)}
-        topic = TopicMetadata("t", partitions=MappingProxyType(parts))
-        cluster = fetcher._cluster
-        assert isinstance(cluster, ScriptedCluster)
-        cluster.metadata = ClusterMetadata(
-            brokers=cluster.metadata.brokers, topics=MappingProxyType({"t": topic})
-        )
         subs.assign_manual([TP0, tp1])
         subs.state(TP0).seek(0)
         subs.state(tp1).seek(0)
@@ -492,4 +290,216 @@ async def test_no_long_poll_for_partitions_at_log_end_while_others_drain() -> No
         # After p1's drain, one fetch for both (p1 first: least recently served).
         assert sorted(requests[1]) == [(0, 2), (1, 10)]
 
-    await run_fetcher(handler, body)
+    await run_fetcher(handler, body, partitions=2)  # p0 and p1 on node 1
+
+
+# ---------------------------------------------------------------------- on FakeKafka
+
+
+@asynccontextmanager
+async def fake_fetcher(
+    kafka: FakeKafka,
+    value_deserializer: Callable[[bytes | None], Any] | None = None,
+    **settings: Any,
+) -> AsyncIterator[tuple[Fetcher, SubscriptionState, Cluster, WireTap]]:
+    """A running Fetcher (no group) on a real cluster connected to ``kafka`` through a tap."""
+    tap = WireTap(kafka)
+    async with Cluster(ConsumerConfig(**tap.client_config()).cluster_config()) as cluster:
+        await cluster.refresh(["t"])
+        backoff = ExponentialBackoff(1, 5)
+        offsets = OffsetsClient(
+            cluster,
+            group_id=None,
+            isolation_level=settings.get("isolation_level", 0),
+            backoff=backoff,
+            timeout_s=5,
+        )
+        subs, fetcher = wired(cluster, offsets, backoff, value_deserializer, settings)
+        async with anyio.create_task_group() as tg:
+            await tg.start(fetcher.run)
+            with anyio.fail_after(30):
+                yield fetcher, subs, cluster, tap
+            tg.cancel_scope.cancel()
+
+
+def fetch_offsets(tap: WireTap) -> list[tuple[str, int]]:
+    """The Fetch offsets and ListOffsets timestamps asked for t-0, in order."""
+    out: list[tuple[str, int]] = []
+    for x in tap.requests("Fetch", "ListOffsets"):
+        for t in x.request.topics:
+            for p in t.partitions:
+                if x.name == "Fetch":
+                    out.append(("fetch", p.fetch_offset))
+                else:
+                    out.append(("list", p.timestamp))
+    return out
+
+
+async def write(kafka: FakeKafka, *values: bytes, **config: Any) -> None:
+    """``values`` to t-0 in one batch."""
+    async with Producer(**kafka.client_config(), linger_ms=50, **config) as producer:
+        futures = [await producer.send("t", v, partition=0) for v in values]
+        await producer.flush()
+    assert all(f.exception() is None for f in futures)
+
+
+async def transactional_log(kafka: FakeKafka) -> None:
+    """pid A aborts offsets 0-1, pid B commits 2-3 (LZ4), 4 is plain, then A's abort marker
+    (5), B's commit marker (6), A commits 7 (marker 8) -- two transactions open at once."""
+    config = kafka.client_config()
+    async with (
+        Producer(**config, transactional_id="a") as a,
+        Producer(**config, transactional_id="b", compression_type="lz4") as b,
+        Producer(**config) as plain,
+    ):
+        a.begin_transaction()
+        b.begin_transaction()
+        for producer, values in ((a, [b"a0", b"a1"]), (b, [b"c2", b"c3"]), (plain, [b"p4"])):
+            for v in values:
+                await producer.send("t", v, partition=0)
+            await producer.flush()
+        await a.abort_transaction()
+        await b.commit_transaction()
+        async with a.transaction():
+            await a.send("t", b"c7", partition=0)
+    assert kafka.end_offset("t", 0) == 9
+
+
+@pytest.mark.parametrize(
+    ("isolation", "expected"),
+    [
+        (1, [(2, b"c2"), (3, b"c3"), (4, b"p4"), (7, b"c7")]),
+        (0, [(0, b"a0"), (1, b"a1"), (2, b"c2"), (3, b"c3"), (4, b"p4"), (7, b"c7")]),
+    ],
+)
+async def test_read_committed_hides_aborted_and_control(
+    isolation: int, expected: list[tuple[int, bytes]]
+) -> None:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        await transactional_log(kafka)
+        async with fake_fetcher(kafka, isolation_level=isolation) as (fetcher, subs, _, tap):
+            subs.assign_manual([TP0])
+            subs.state(TP0).seek(0)
+            assert await drain_values(fetcher, 7) == expected
+            # The control batch at 8 was skipped too: the position is past it.
+            assert subs.state(TP0).position == 9
+        first = tap.requests("Fetch")[0].request
+        assert first.isolation_level == isolation
+        assert first.session_id == 0 and first.session_epoch == -1
+
+
+async def test_offset_out_of_range_resets_by_policy() -> None:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        await write(kafka, b"x")
+        async with fake_fetcher(kafka, auto_offset_reset="earliest") as (fetcher, subs, _, tap):
+            subs.assign_manual([TP0])
+            subs.state(TP0).seek(1000)
+            assert await drain_values(fetcher, 0) == [(0, b"x")]
+        assert fetch_offsets(tap)[:3] == [("fetch", 1000), ("list", -2), ("fetch", 0)]
+
+
+async def test_offset_out_of_range_with_reset_none_raises() -> None:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        async with fake_fetcher(kafka, auto_offset_reset="none") as (fetcher, subs, _, tap):
+            subs.assign_manual([TP0])
+            subs.state(TP0).seek(5)  # past the end of an empty log
+            with pytest.raises(OffsetOutOfRangeError):
+                while True:
+                    fetcher.drain(10)
+                    await fetcher.wait_for_data()
+        assert ("list", -2) not in fetch_offsets(tap)  # no reset
+
+
+async def test_not_leader_refreshes_metadata_and_applies_kip951_hint() -> None:
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        kafka.create_topic("t", replication_factor=1)
+        await write(kafka, b"ok")
+        old = kafka.leader("t", 0)
+        async with fake_fetcher(kafka) as (fetcher, subs, cluster, tap):
+            # Moved to the other node, and the old one is no replica any more: it answers
+            # NOT_LEADER_OR_FOLLOWER with the new leader (KIP-951). Metadata is held back
+            # for 10 s, so only the hint can move the fetcher there sooner.
+            new = kafka.move_leader("t", 0, 3 - old)  # leader epoch + 1
+            kafka.cluster.assign(kafka.cluster.topics["t"].partitions[0], [new])
+            for node in (1, 2):
+                kafka.delay(node, 10_000, api_key=METADATA)
+            metadata_asked = kafka.requests()[METADATA]
+            start = anyio.current_time()
+            subs.assign_manual([TP0])
+            subs.state(TP0).seek(0)
+            assert await drain_values(fetcher, 0) == [(0, b"ok")]
+            assert anyio.current_time() - start < 10
+            moved = cluster.metadata.topics["t"].partitions[0]
+            assert (moved.leader, moved.leader_epoch) == (new, kafka.leader_epoch("t", 0))
+            # A refresh was asked for too (written at once, answered 10 s later).
+            await kafka.wait_until(lambda: kafka.requests()[METADATA] > metadata_asked)
+        assert [x.node for x in tap.requests("Fetch")][:2] == [old, new]
+
+
+async def test_list_offsets_retries_leader_errors_and_reads_answers() -> None:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        await write(kafka, b"a", b"b", b"c")
+        async with fake_fetcher(kafka) as (_, _, cluster, tap):
+            offsets = OffsetsClient(
+                cluster,
+                group_id=None,
+                isolation_level=1,
+                backoff=ExponentialBackoff(1, 5),
+                timeout_s=5,
+            )
+            metadata_asked = kafka.requests()[METADATA]
+            kafka.inject(LIST_OFFSETS, NotLeaderOrFollowerError.errno)
+            assert await offsets.list_offsets({TP0: -1}) == {TP0: (3, -1)}  # LATEST
+            assert fetch_offsets(tap) == [("list", -1), ("list", -1)]
+            assert all(x.request.replica_id == -1 for x in tap.requests("ListOffsets"))
+            # The leader error asked for fresh metadata.
+            await kafka.wait_until(lambda: kafka.requests()[METADATA] > metadata_asked)
+            # No record at or after this timestamp: no offset.
+            assert await offsets.list_offsets({TP0: 2**50}) == {TP0: (-1, -1)}
+
+
+async def test_failing_position_lookup_is_raised_and_backed_off() -> None:
+    from aiokafka_ng.errors import TopicAuthorizationFailedError
+
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        kafka.inject(LIST_OFFSETS, TopicAuthorizationFailedError.errno, times=None)
+        async with fake_fetcher(kafka, auto_offset_reset="earliest") as (fetcher, subs, _, _):
+            subs.assign_manual([TP0])  # no group: the position comes from auto_offset_reset
+            with pytest.raises(TopicAuthorizationFailedError):
+                while True:
+                    fetcher.drain(10)
+                    await fetcher.wait_for_data()
+            await anyio.sleep(0.3)  # the window the lookups are counted in (virtual)
+        # Retried with the (1..5 ms) backoff, not in a hot loop: tens of lookups, not thousands.
+        assert 2 <= kafka.requests()[LIST_OFFSETS] < 150
+
+
+async def test_deserializer_error_keeps_position_at_the_bad_record() -> None:
+    from aiokafka_ng.consumer import RecordDeserializationError
+
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        await write(kafka, b"1", b"2", b"oops", b"4")
+        deserializer = lambda b: int(b or b"0")  # noqa: E731
+        async with fake_fetcher(kafka, value_deserializer=deserializer) as (fetcher, subs, _, _):
+            subs.assign_manual([TP0])
+            subs.state(TP0).seek(0)
+            got: list[int] = []
+            while not got:
+                for records in fetcher.drain(10).values():
+                    got.extend(r.value for r in records)
+                if not got:
+                    await fetcher.wait_for_data()
+            assert got == [1, 2]  # what came before the bad record is handed out first
+            with pytest.raises(RecordDeserializationError) as info:
+                while True:
+                    fetcher.drain(10)
+                    await fetcher.wait_for_data()
+            assert info.value.offset == 2 and subs.state(TP0).position == 2
+            subs.state(TP0).seek(3)  # the application skips it
+            assert await drain_values(fetcher, 3) == [(3, 4)]

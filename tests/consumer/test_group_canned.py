@@ -1,7 +1,10 @@
-"""Group membership and offset commits against a scripted coordinator (no broker).
+"""Group membership and offset commits against FakeKafka's classic group coordinator, in
+memory and on virtual time.
 
-Why canned: Tansu cannot be made to answer MEMBER_ID_REQUIRED, expel a member, or refuse a
-commit on demand; here each case is scripted and the requests the member sends are checked.
+Why not Tansu: it cannot be made to answer MEMBER_ID_REQUIRED, expel a member, or refuse a
+commit on demand; FakeKafka answers MEMBER_ID_REQUIRED as Kafka 4 does (KIP-394), and the
+expulsion and the refused commits are injected. The requests the member sends are read off
+the wire (``WireTap``).
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from typing import Any
 import anyio
 import pytest
 
+from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.consumer import CommitFailedError, ConsumerRebalanceListener
-from aiokafka_ng.consumer.assignors import decode_assignment, encode_assignment
+from aiokafka_ng.consumer.assignors import decode_assignment
 from aiokafka_ng.consumer.group import GroupCoordinator
 from aiokafka_ng.consumer.membership import GroupSettings
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
@@ -21,30 +26,22 @@ from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.errors import (
     IllegalGenerationError,
-    MemberIdRequiredError,
     NotCoordinatorError,
     UnknownMemberIdError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
-from aiokafka_ng.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
-from aiokafka_ng.protocol.messages.join_group import (
-    JoinGroupRequest,
-    JoinGroupResponse,
-    JoinGroupResponseMember,
-)
-from aiokafka_ng.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
-from aiokafka_ng.protocol.messages.offset_commit import (
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetCommitResponsePartition,
-    OffsetCommitResponseTopic,
-)
-from aiokafka_ng.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
-from aiokafka_ng.testing import ScriptedCluster, make_metadata
+from aiokafka_ng.testing import FakeKafka, virtual_time
+from tests.wire_tap import WireTap
 
 pytestmark = pytest.mark.anyio
 
 T = "t"
+OFFSET_COMMIT, HEARTBEAT = 8, 12
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
 
 
 class Listener(ConsumerRebalanceListener):
@@ -62,177 +59,132 @@ class Listener(ConsumerRebalanceListener):
 
 
 ALL = frozenset(TopicPartition(T, p) for p in range(4))
+Body = Callable[[GroupCoordinator, FakeKafka, WireTap, Cluster, Listener], Any]
 
 
-class Coordinator:
-    """Scripted group coordinator: one member; hooks decide special answers."""
-
-    def __init__(self) -> None:
-        self.joins: list[JoinGroupRequest] = []
-        self.heartbeat_errors: list[int] = []
-        self.commit_errors: list[int] = []
-        self.generation = 0
-
-    def __call__(self, request: Any) -> Any:
-        if isinstance(request, JoinGroupRequest):
-            self.joins.append(request)
-            if not request.member_id:  # KIP-394: the broker hands out the id first
-                return JoinGroupResponse(
-                    error_code=MemberIdRequiredError.errno, member_id=f"m-{len(self.joins)}"
-                )
-            self.generation += 1
-            metadata = request.protocols[0].metadata
-            return JoinGroupResponse(
-                generation_id=self.generation,
-                protocol_name=request.protocols[0].name,
-                leader=request.member_id,
-                member_id=request.member_id,
-                members=[
-                    JoinGroupResponseMember(
-                        member_id=request.member_id,
-                        group_instance_id=request.group_instance_id,
-                        metadata=metadata,
-                    )
-                ],
+async def run_group(body: Body, **settings: Any) -> WireTap:
+    """One member of group ``g`` subscribed to ``t`` (4 partitions) on a 3-node FakeKafka:
+    joined and settled, then ``body``, then closed. Returns the tap of its wire."""
+    async with FakeKafka(brokers=3, tcp=False) as kafka:
+        kafka.create_topic(T, partitions=4)
+        tap = WireTap(kafka)
+        async with Cluster(ProducerConfig(**tap.client_config()).cluster_config()) as cluster:
+            group_settings = GroupSettings(
+                group_id="g",
+                session_timeout_ms=6000,  # group.min.session.timeout.ms: Kafka's least
+                heartbeat_interval_s=0.02,
+                enable_auto_commit=False,
+                **settings,
             )
-        if isinstance(request, SyncGroupRequest):
-            mine = next(a for a in request.assignments if a.member_id == request.member_id)
-            assigned = decode_assignment(mine.assignment)
-            assert set(assigned) >= ALL  # the one member gets everything
-            return SyncGroupResponse(assignment=encode_assignment(assigned))
-        if isinstance(request, HeartbeatRequest):
-            code = self.heartbeat_errors.pop(0) if self.heartbeat_errors else 0
-            return HeartbeatResponse(error_code=code)
-        if isinstance(request, LeaveGroupRequest):
-            return LeaveGroupResponse()
-        if isinstance(request, OffsetCommitRequest):
-            code = self.commit_errors.pop(0) if self.commit_errors else 0
-            return OffsetCommitResponse(
-                topics=[
-                    OffsetCommitResponseTopic(
-                        name=t.name,
-                        partitions=[
-                            OffsetCommitResponsePartition(
-                                partition_index=p.partition_index, error_code=code
-                            )
-                            for p in t.partitions
-                        ],
-                    )
-                    for t in request.topics
-                ]
+            subs = SubscriptionState(lambda: None)
+            offsets = OffsetsClient(
+                cluster,
+                group_id="g",
+                isolation_level=0,
+                backoff=ExponentialBackoff(1, 5),
+                timeout_s=5,
             )
-        raise AssertionError(f"unexpected request {request!r}")
+            group = GroupCoordinator(cluster, group_settings, subs, offsets)
+            listener = Listener()
+            async with anyio.create_task_group() as tg:
+                await tg.start(group.run)
+                with anyio.fail_after(30):
+                    subs.subscribe([T], listener)
+                    group.request_rejoin()
+                    while not group.settled:
+                        await group.wait_joined()
+                    await body(group, kafka, tap, cluster, listener)
+                    await group.close()
+                tg.cancel_scope.cancel()
+    return tap
 
 
-async def run_group(
-    coordinator: Coordinator,
-    body: Callable[[GroupCoordinator, ScriptedCluster, Listener], Any],
-    **settings: Any,
-) -> ScriptedCluster:
-    cluster = ScriptedCluster(
-        metadata=make_metadata({T: 4}), handler=lambda node, request, version: coordinator(request)
-    )
-    group_settings = GroupSettings(
-        group_id="g",
-        session_timeout_ms=2000,
-        heartbeat_interval_s=0.02,
-        enable_auto_commit=False,
-        **settings,
-    )
-    subs = SubscriptionState(lambda: None)
-    offsets = OffsetsClient(
-        cluster,
-        group_id="g",
-        isolation_level=0,
-        backoff=ExponentialBackoff(1, 5),
-        timeout_s=5,
-    )
-    group = GroupCoordinator(cluster, group_settings, subs, offsets)
-    listener = Listener()
-    async with anyio.create_task_group() as tg:
-        await tg.start(group.run)
-        with anyio.fail_after(10):
-            subs.subscribe([T], listener)
-            group.request_rejoin()
-            while not group.settled:
-                await group.wait_joined()
-            await body(group, cluster, listener)
-            await group.close()
-        tg.cancel_scope.cancel()
-    return cluster
+def joins(tap: WireTap) -> list[str]:
+    """The member ids of the JoinGroup requests written, in order."""
+    return [x.request.member_id for x in tap.requests("JoinGroup")]
 
 
 async def test_member_id_required_then_join_with_that_id() -> None:
-    coordinator = Coordinator()
-
-    async def body(group: GroupCoordinator, cluster: ScriptedCluster, listener: Listener) -> None:
-        assert [j.member_id for j in coordinator.joins] == ["", "m-1"]
-        assert group.member_id == "m-1" and group.generation == 1
+    async def body(
+        group: GroupCoordinator, kafka: FakeKafka, tap: WireTap, c: Cluster, listener: Listener
+    ) -> None:
+        # KIP-394: the first join gets MEMBER_ID_REQUIRED and the id to join with.
+        assert group.member_id and joins(tap) == ["", group.member_id]
+        assert group.generation == 1
         assert listener.events == [("assigned", ALL)]
+        assert kafka.requests(kafka.coordinator_for("g"))[11] == 2  # both at the coordinator
 
-    cluster = await run_group(coordinator, body)
-    leaves = [r for r in cluster.requests() if isinstance(r, LeaveGroupRequest)]
-    assert len(leaves) == 1 and leaves[0].members[0].member_id == "m-1"
+    tap = await run_group(body)
+    leaves = tap.requests("LeaveGroup")
+    assert len(leaves) == 1 and leaves[0].request.members[0].member_id == joins(tap)[-1]
 
 
 async def test_expelled_member_loses_partitions_and_rejoins() -> None:
-    coordinator = Coordinator()
-
-    async def body(group: GroupCoordinator, cluster: ScriptedCluster, listener: Listener) -> None:
-        coordinator.heartbeat_errors = [UnknownMemberIdError.errno]
+    async def body(
+        group: GroupCoordinator, kafka: FakeKafka, tap: WireTap, c: Cluster, listener: Listener
+    ) -> None:
+        first = group.member_id
+        kafka.inject(HEARTBEAT, UnknownMemberIdError.errno)  # expelled
         while group.generation < 2 or not group.settled:
             await group.wait_joined()
         assert ("lost", ALL) in listener.events
         assert listener.events[-1] == ("assigned", ALL)
         # Expelled: it joined again from scratch (no member id), then with the new id.
-        assert [j.member_id for j in coordinator.joins] == ["", "m-1", "", "m-3"]
+        assert joins(tap) == ["", first, "", group.member_id]
+        assert group.member_id != first
 
-    await run_group(coordinator, body)
+    await run_group(body)
 
 
 async def test_static_member_sends_instance_id_and_does_not_leave() -> None:
-    coordinator = Coordinator()
+    async def body(
+        group: GroupCoordinator, kafka: FakeKafka, tap: WireTap, c: Cluster, listener: Listener
+    ) -> None:
+        # Heartbeats every 20 ms: let a few go out.
+        await kafka.wait_until(lambda: kafka.requests()[HEARTBEAT] >= 3)
+        assert all(x.request.group_instance_id == "host-1" for x in tap.requests("JoinGroup"))
 
-    async def body(group: GroupCoordinator, cluster: ScriptedCluster, listener: Listener) -> None:
-        assert all(j.group_instance_id == "host-1" for j in coordinator.joins)
-
-    cluster = await run_group(coordinator, body, group_instance_id="host-1")
-    sent = cluster.requests()
-    assert not any(isinstance(r, LeaveGroupRequest) for r in sent)
-    assert all(r.group_instance_id == "host-1" for r in sent if isinstance(r, HeartbeatRequest))
+    tap = await run_group(body, group_instance_id="host-1")
+    assert not tap.requests("LeaveGroup")
+    heartbeats = tap.requests("Heartbeat")
+    assert heartbeats and all(x.request.group_instance_id == "host-1" for x in heartbeats)
 
 
 async def test_commit_retries_coordinator_errors_and_fails_on_stale_generation() -> None:
-    coordinator = Coordinator()
-
-    async def body(group: GroupCoordinator, cluster: ScriptedCluster, listener: Listener) -> None:
+    async def body(
+        group: GroupCoordinator, kafka: FakeKafka, tap: WireTap, c: Cluster, listener: Listener
+    ) -> None:
         tp = TopicPartition(T, 0)
-        coordinator.commit_errors = [NotCoordinatorError.errno]
+        lookups = len(tap.requests("FindCoordinator"))
+        kafka.inject(OFFSET_COMMIT, NotCoordinatorError.errno)
         await group.commit({tp: OffsetAndMetadata(5)})
-        assert len(cluster.invalidated) >= 1
-        commits = [r for r in cluster.requests() if isinstance(r, OffsetCommitRequest)]
+        assert len(tap.requests("FindCoordinator")) > lookups  # looked up again
+        commits = [x.request for x in tap.requests("OffsetCommit")]
         assert len(commits) == 2
         assert commits[-1].generation_id_or_member_epoch == group.generation
         assert commits[-1].member_id == group.member_id
         assert commits[-1].topics[0].partitions[0].committed_offset == 5
-        coordinator.commit_errors = [IllegalGenerationError.errno]
+        assert kafka.committed("g") == {(T, 0): 5}
+        kafka.inject(OFFSET_COMMIT, IllegalGenerationError.errno)
         with pytest.raises(CommitFailedError):
             await group.commit({tp: OffsetAndMetadata(6)})
+        assert kafka.committed("g") == {(T, 0): 5}
 
-    await run_group(coordinator, body)
+    await run_group(body)
 
 
 async def test_leader_rebalances_when_partitions_are_added() -> None:
-    coordinator = Coordinator()
-
-    async def body(group: GroupCoordinator, cluster: ScriptedCluster, listener: Listener) -> None:
-        joins = len(coordinator.joins)
-        cluster.set_metadata(make_metadata({T: 6}))  # partitions added: a new snapshot
-        while len(coordinator.joins) == joins or not group.settled:
+    async def body(
+        group: GroupCoordinator, kafka: FakeKafka, tap: WireTap, cluster: Cluster, _: Listener
+    ) -> None:
+        before = len(joins(tap))
+        kafka.cluster.add_partitions(kafka.cluster.topics[T], 6)
+        await cluster.refresh([T])  # the leader's next metadata snapshot has 6 partitions
+        while len(joins(tap)) == before or not group.settled:
             await group.wait_joined()
-        assert len(coordinator.joins) == joins + 1
+        assert len(joins(tap)) == before + 1
 
-    cluster = await run_group(coordinator, body)
-    syncs = [r for r in cluster.requests() if isinstance(r, SyncGroupRequest)]
+    tap = await run_group(body)
+    syncs = tap.requests("SyncGroup")
     assert len(syncs) == 2
-    assert len(decode_assignment(syncs[-1].assignments[0].assignment)) == 6
+    assert len(decode_assignment(syncs[-1].request.assignments[0].assignment)) == 6

@@ -2,6 +2,10 @@
 does with ShareFetch answers no real broker can be made to send (garbage records, acquired
 ranges far beyond the records sent). The protocol against Apache Kafka is in
 tests/kafka/test_kafka_share.py.
+
+FakeKafka does not model share groups (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge),
+so the two ShareFetch pacing tests keep scripted answers (``tests/scripted_cluster.py``)
+until FakeKafka can script an answer per API key.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import anyio
 import pytest
 
 from aiokafka_ng import AcknowledgeType, ShareConsumer, TopicPartition
+from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.share._wire import _GAP, _runs
 from aiokafka_ng.errors import ConfigError, IllegalStateError, KafkaConnectionError
 from aiokafka_ng.protocol.messages import share_fetch as sf
 from aiokafka_ng.protocol.records import RecordBatchBuilder
-from aiokafka_ng.testing import ScriptedCluster, make_metadata
+from tests.scripted_cluster import ScriptedCluster, make_metadata
 
 pytestmark = pytest.mark.unit
 
@@ -49,11 +55,16 @@ def consumer(**config: Any) -> ShareConsumer:
     return c
 
 
+def idle_cluster() -> Cluster:
+    """A real cluster, never started: what is asked of it shows in its statistics."""
+    return Cluster(ConsumerConfig(bootstrap_servers="127.0.0.1:9092").cluster_config())
+
+
 def take(c: ShareConsumer, p: sf.PartitionData, tp: TopicPartition = TP) -> None:
     # _take_partition asks the cluster for metadata only after a partition error.
-    cluster = ScriptedCluster()
+    cluster = idle_cluster()
     c._take_partition(cluster, tp, p)
-    assert cluster.updates == [], "no metadata refresh expected"
+    assert cluster.statistics().tracked_topics == (), "no metadata refresh expected"
 
 
 def test_settings_are_checked() -> None:
@@ -166,7 +177,7 @@ def test_records_of_partitions_no_longer_wanted_are_released() -> None:
     take(c, answer(batch(0, b"a"), (0, 0, 1)))
     assert not c._buffer and c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
     c = consumer()
-    c._topics = ["other"]
+    c.subscribe(["other"])  # before start: only the topics to join with change
     take(c, answer(batch(0, b"a"), (0, 0, 1)))
     assert not c._buffer and c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
 
@@ -192,17 +203,17 @@ def test_renewal_keeps_the_record_unacknowledged_and_waits_for_share_acknowledge
 
 
 def test_subscribe_releases_buffered_records_of_the_topics_left() -> None:
-    cluster = ScriptedCluster()
+    cluster = idle_cluster()
     c = consumer()
-    c._cluster = cluster  # type: ignore[assignment]  # subscribe() only asks for metadata
+    c.subscribe(["t", "u"])  # before start
+    c._cluster = cluster  # subscribe() only asks for metadata
     c._host = object()  # type: ignore[assignment]  # as if started
     other = TopicPartition("u", 0)
-    c._topics = ["t", "u"]
     c._assignment = frozenset({TP, other})
     take(c, answer(batch(0, b"a"), (0, 0, 1)))
     take(c, answer(batch(0, b"b"), (0, 0, 1)), other)
     c.subscribe(["u"])
-    assert c.subscription() == {"u"} and cluster.updates == [("u",)]
+    assert c.subscription() == {"u"} and cluster.statistics().tracked_topics == ("u",)
     assert c._hb_wake.is_set()  # the heartbeat carries it at once
     assert [r.topic for r in c._buffer] == ["u"]
     assert c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}

@@ -1,8 +1,10 @@
 """NodeSender's response handling (``producer/settle.py``'s rules carried out by ``apply``), on
-canned Produce responses (no I/O).
+canned Produce responses.
 
 Tansu cannot show leader moves or sequence gaps, so the error paths are driven here with
-the exact response objects a broker would send.
+the exact response objects a broker would send. The sender's cluster is the producer's own
+kind (:class:`~aiokafka_ng.cluster.Cluster`): never started where the outcome leaves it
+alone, on a FakeKafka where what the sender does to it is the point (a leader hint).
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from typing import Any
 import anyio
 import pytest
 
+from aiokafka_ng.cluster import Cluster
 from aiokafka_ng.cluster.metadata import (
     BrokerMetadata,
     ClusterMetadata,
     PartitionMetadata,
     TopicMetadata,
 )
+from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import (
     KafkaConnectionError,
     KafkaTimeoutError,
@@ -39,7 +43,7 @@ from aiokafka_ng.protocol.messages.produce import (
     ProduceResponse,
     TopicProduceResponse,
 )
-from aiokafka_ng.testing import ScriptedCluster
+from aiokafka_ng.testing import FakeKafka
 
 
 class Clock:
@@ -50,8 +54,8 @@ class Clock:
 
 
 def setup(
-    idem: IdempotenceState | None = None, retries: int = 10
-) -> tuple[Accumulator, NodeSender, ScriptedCluster, Clock]:
+    idem: IdempotenceState | None = None, retries: int = 10, cluster: Cluster | None = None
+) -> tuple[Accumulator, NodeSender, Cluster, Clock]:
     clock = Clock()
     acc = Accumulator(
         pool=MemoryPool(1 << 20),
@@ -72,7 +76,8 @@ def setup(
             topics=MappingProxyType({"t": TopicMetadata("t", partitions=MappingProxyType(parts))}),
         )
     )
-    cluster = ScriptedCluster()
+    if cluster is None:
+        cluster = Cluster(ProducerConfig(bootstrap_servers="127.0.0.1:9092").cluster_config())
     sender = NodeSender(
         1,
         cluster=cluster,
@@ -128,33 +133,44 @@ def test_success_resolves_offsets_and_log_append_time() -> None:
     assert acc.pool.available == acc.pool.total
 
 
-def test_not_leader_uses_kip951_hint_and_requeues() -> None:
-    acc, sender, cluster, clock = setup()
-    b, futs = batch_for(acc, clock, 1)
-    resp = ProduceResponse(
-        responses=[
-            TopicProduceResponse(
-                name="t",
-                partition_responses=[
-                    PartitionProduceResponse(
-                        index=1,
-                        error_code=6,  # NOT_LEADER_OR_FOLLOWER
-                        current_leader=LeaderIdAndEpoch(leader_id=2, leader_epoch=9),
+@pytest.mark.anyio
+async def test_not_leader_uses_kip951_hint_and_requeues() -> None:
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        kafka.create_topic("t", partitions=2)
+        config = ProducerConfig(**kafka.client_config())
+        async with Cluster(config.cluster_config()) as cluster:
+            await cluster.refresh(["t"])
+            assert cluster.metadata.topics["t"].partitions[1].leader_epoch < 9
+            acc, sender, _, clock = setup(cluster=cluster)
+            b, futs = batch_for(acc, clock, 1)
+            metadata_asked = kafka.requests()[3]  # Metadata
+            resp = ProduceResponse(
+                responses=[
+                    TopicProduceResponse(
+                        name="t",
+                        partition_responses=[
+                            PartitionProduceResponse(
+                                index=1,
+                                error_code=6,  # NOT_LEADER_OR_FOLLOWER
+                                current_leader=LeaderIdAndEpoch(leader_id=3, leader_epoch=9),
+                            )
+                        ],
                     )
                 ],
+                # A broker the metadata does not know yet: only the hint's endpoint has it.
+                node_endpoints=[NodeEndpoint(node_id=3, host="127.0.0.1", port=3)],
             )
-        ],
-        node_endpoints=[NodeEndpoint(node_id=2, host="127.0.0.1", port=2)],
-    )
-    sender.on_response(resp, [b])
-    assert cluster.leader_updates
-    hint = cluster.leader_updates[0]
-    assert (hint.topic, hint.partition, hint.leader_id, hint.leader_epoch) == ("t", 1, 2, 9)
-    assert hint.broker == BrokerMetadata(2, "127.0.0.1", 2, None)
-    assert ("t",) in cluster.updates
-    assert not futs[0].done()
-    pq = acc.topics["t"].partitions[1]
-    assert pq.batches[0] is b and b.attempts == 1
+            sender.on_response(resp, [b])
+            # The hint is in the cluster's metadata at once, endpoint and all (node 3 and
+            # epoch 9 come from nowhere else) ...
+            moved = cluster.metadata.topics["t"].partitions[1]
+            assert (moved.leader, moved.leader_epoch) == (3, 9)
+            assert cluster.metadata.brokers[3] == BrokerMetadata(3, "127.0.0.1", 3, None)
+            # ... and a refresh is asked for: the cluster sends Metadata.
+            await kafka.wait_until(lambda: kafka.requests()[3] > metadata_asked)
+            assert not futs[0].done()
+            pq = acc.topics["t"].partitions[1]
+            assert pq.batches[0] is b and b.attempts == 1
 
 
 def test_connection_error_requeues_every_batch_at_head() -> None:

@@ -1,5 +1,5 @@
-"""Senders, the producer's wake-up channel: what each event does, on a scripted cluster
-(no I/O) -- senders made lazily and only while attached, send()'s yield every
+"""Senders, the producer's wake-up channel: what each event does, on a cluster that is never
+started (no I/O) -- senders made lazily and only while attached, send()'s yield every
 ``_WAKES_PER_YIELD`` batch wake-ups, metadata asked of the cluster, a request's end told to
 the producer id's owner, every sender woken."""
 
@@ -10,11 +10,11 @@ from typing import Any
 import anyio
 import pytest
 
+from aiokafka_ng.cluster import Cluster
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.producer.accumulator import Accumulator
 from aiokafka_ng.producer.sender import Supervised
 from aiokafka_ng.producer.senders import _WAKES_PER_YIELD, Senders
-from aiokafka_ng.testing import ScriptedCluster
 from tests.producer.test_accumulator import Clock, make
 
 pytestmark = pytest.mark.anyio
@@ -30,10 +30,13 @@ class Idle:
         self.calls += 1
 
 
-def parts(ids: Any = None) -> tuple[Senders, Accumulator, ScriptedCluster]:
-    senders = Senders(ProducerConfig(bootstrap_servers="127.0.0.1:9092"), ids)
+def parts(ids: Any = None) -> tuple[Senders, Accumulator, Cluster]:
+    config = ProducerConfig(bootstrap_servers="127.0.0.1:9092")
+    senders = Senders(config, ids)
     acc, _, _ = make(Clock())  # what the senders drain (nothing: no metadata)
-    return senders, acc, ScriptedCluster()
+    # The producer's own kind of cluster, never entered: with nothing to drain the senders
+    # never connect, and what they ask of it shows in its statistics.
+    return senders, acc, Cluster(config.cluster_config())
 
 
 def crashed(exc: Exception) -> None:
@@ -88,7 +91,7 @@ def test_metadata_is_asked_of_the_cluster_once_attached() -> None:
     senders.metadata_needed("a")  # no cluster yet: nothing to ask
     senders.attach(cluster, acc, None)  # type: ignore[arg-type]  # no sender is made here
     senders.metadata_needed("b")
-    assert cluster.updates == [("b",)]
+    assert cluster.statistics().tracked_topics == ("b",)
 
 
 def test_a_requests_end_is_told_to_the_producer_id_owner() -> None:

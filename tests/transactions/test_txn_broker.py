@@ -46,9 +46,10 @@ from aiokafka_ng.protocol.messages.fetch import (
     PartitionData,
 )
 from aiokafka_ng.protocol.records import iter_batches
-from aiokafka_ng.testing import ClusterSimulator, LocalBroker, ScriptedCluster, make_metadata
+from aiokafka_ng.testing import ClusterSimulator, LocalBroker
 from tests.helpers import topic_name
 from tests.kafka.helpers import eventually
+from tests.scripted_cluster import ScriptedCluster, make_metadata
 
 pytestmark = pytest.mark.anyio
 

@@ -1,183 +1,244 @@
-"""The transaction coordinator client against canned responses (no broker).
+"""The transaction coordinator client against FakeKafka's transaction coordinator, in memory
+and on virtual time.
 
-Why canned: Tansu never answers CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS or
+Why FakeKafka: Tansu never answers CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS or
 NOT_COORDINATOR (one node, coordinator always loaded), and answers INVALID_PRODUCER_EPOCH
-only in some places; the retry and error rules are checked here instead.
+only in some places; here the coordinator is a model of Kafka's, its errors are injected or
+come from a moved coordinator, and the requests are read off the wire (``WireTap``). The
+cluster is transactions v1 (``transaction.version=1``): partitions and offsets are added
+with AddPartitionsToTxn / AddOffsetsToTxn, which is what this client speaks below v5.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import (
     InvalidTxnStateError,
-    KafkaConnectionError,
     KafkaTimeoutError,
     ProducerFencedError,
-    TopicAuthorizationFailedError,
 )
-from aiokafka_ng.producer.txn_coordinator import ConsumerGroupMetadata
-from aiokafka_ng.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnResponse
-from aiokafka_ng.protocol.messages.end_txn import EndTxnResponse
-from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdResponse
-from tests.transactions.fakes import (
-    add_partitions_answer,
-    client,
-    init_ok,
-    ok_handler,
-    txn_cluster,
-    txn_offset_commit_answer,
-)
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.producer.txn_coordinator import ConsumerGroupMetadata, TxnCoordinatorClient
+from aiokafka_ng.testing import FakeKafka, virtual_time
+from tests.wire_tap import Sent, WireTap
 
 pytestmark = pytest.mark.anyio
 
+INIT_PRODUCER_ID, ADD_OFFSETS, END_TXN = 22, 25, 26
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
+
+
+@dataclass
+class Setup:
+    kafka: FakeKafka
+    tap: WireTap
+    client: TxnCoordinatorClient
+
+    def lookups(self) -> list[tuple[str, int]]:
+        """FindCoordinator lookups written, as (key, key type)."""
+        return [
+            (key, s.request.key_type)
+            for s in self.tap.requests("FindCoordinator")
+            for key in (s.request.coordinator_keys or [s.request.key])
+        ]
+
+    def sent(self, name: str) -> list[Sent]:
+        return self.tap.requests(name)
+
+
+@asynccontextmanager
+async def coordinator(*, max_block_s: float = 5.0) -> AsyncIterator[Setup]:
+    """A 3-node transactions-v1 FakeKafka, our cluster on it, the client for ``txn-1``."""
+    async with FakeKafka(brokers=3, tcp=False, transaction_version=1) as kafka:
+        tap = WireTap(kafka)
+        async with Cluster(ProducerConfig(**tap.client_config()).cluster_config()) as cluster:
+            await cluster.wait_ready()  # the brokers' addresses are known
+            client = TxnCoordinatorClient(
+                cluster,
+                "txn-1",
+                transaction_timeout_ms=60000,
+                retry_backoff=ExponentialBackoff(1, 5),
+                request_timeout_s=1.0,
+                max_block_s=max_block_s,
+            )
+            yield Setup(kafka, tap, client)
+
+
+async def open_transaction(s: Setup) -> tuple[int, int]:
+    """InitProducerId, then a partition of topic ``t`` in the transaction."""
+    s.kafka.create_topic("t")
+    pid, epoch = await s.client.init_producer_id()
+    await s.client.add_partitions(pid, epoch, [("t", 0)])
+    return pid, epoch
+
 
 async def test_init_producer_id_carries_the_transactional_id_and_timeout() -> None:
-    cluster = txn_cluster(ok_handler(pid=42, epoch=3))
-    assert await client(cluster).init_producer_id() == (42, 3)
-    req, version = cluster.sent[0].request, cluster.sent[0].version
-    assert (req.transactional_id, req.transaction_timeout_ms) == ("txn-1", 60000)
-    assert (req.producer_id, req.producer_epoch) == (-1, -1)
-    assert version == 5  # capped at v5 even though the codec knows more
-    assert cluster.lookups == [("txn-1", 1)]  # transaction coordinator: key_type 1
+    async with coordinator() as s:
+        pid, epoch = await s.client.init_producer_id()
+        assert pid >= 0 and epoch == 0
+        (sent,) = s.sent("InitProducerId")
+        req = sent.request
+        assert (req.transactional_id, req.transaction_timeout_ms) == ("txn-1", 60000)
+        assert (req.producer_id, req.producer_epoch) == (-1, -1)
+        assert sent.version == 5  # capped at v5 though the codec and the fake know more
+        assert sent.node == s.kafka.coordinator_for("txn-1")
+        assert s.lookups() == [("txn-1", 1)]  # transaction coordinator: key_type 1
 
 
 async def test_bump_sends_current_id_and_epoch_on_v3_plus() -> None:
-    cluster = txn_cluster(ok_handler(pid=42, epoch=4))
-    assert await client(cluster).init_producer_id(42, 3) == (42, 4)
-    req = cluster.sent[0].request
-    assert (req.producer_id, req.producer_epoch) == (42, 3)
+    async with coordinator() as s:
+        pid, epoch = await s.client.init_producer_id()
+        assert await s.client.init_producer_id(pid, epoch) == (pid, epoch + 1)
+        req = s.sent("InitProducerId")[-1].request
+        assert (req.producer_id, req.producer_epoch) == (pid, epoch)
 
 
 @pytest.mark.parametrize("code", [14, 51])  # COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS
 async def test_busy_coordinator_is_retried_with_backoff(code: int) -> None:
-    answers = [EndTxnResponse(error_code=code)] * 3 + [EndTxnResponse()]
-
-    def handle(node: int, request: Any, version: int) -> Any:
-        return answers.pop(0)
-
-    cluster = txn_cluster(handle)
-    c = client(cluster)
-    await c.end_txn(7, 0, commit=True)
-    assert cluster.names() == ["EndTxn"] * 4
-    assert c.retried_codes == {code: 3}
-    assert cluster.invalidated == []  # same coordinator: no new lookup
-    assert cluster.lookups == [("txn-1", 1)]
+    async with coordinator() as s:
+        pid, epoch = await open_transaction(s)
+        s.kafka.inject(END_TXN, code, times=3)
+        await s.client.end_txn(pid, epoch, commit=True)
+        assert len(s.sent("EndTxn")) == 4
+        assert s.client.retried_codes == {code: 3}
+        assert s.lookups() == [("txn-1", 1)]  # same coordinator: no new lookup
 
 
 @pytest.mark.parametrize("code", [15, 16])  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 async def test_not_coordinator_finds_the_coordinator_again(code: int) -> None:
-    cluster = txn_cluster(lambda n, r, v: None)
-    cluster.coordinators[("txn-1", 1)] = 1
-
-    def handle(node: int, request: Any, version: int) -> Any:
-        if node == 1:
-            cluster.coordinators[("txn-1", 1)] = 2  # it moved
-            return AddOffsetsToTxnResponse(error_code=code)
-        return AddOffsetsToTxnResponse()
-
-    cluster.handler = handle
-    await client(cluster).add_offsets(7, 0, "group")
-    assert [x.node_id for x in cluster.sent] == [1, 2]
-    assert cluster.invalidated == [("txn-1", 1)]
-    assert cluster.lookups == [("txn-1", 1), ("txn-1", 1)]
+    async with coordinator() as s:
+        pid, epoch = await s.client.init_producer_id()
+        old = s.kafka.coordinator_for("txn-1")
+        new = old % 3 + 1
+        s.kafka.move_coordinator("txn-1", new)
+        s.kafka.inject(ADD_OFFSETS, code, match=old)  # the old node's answer
+        await s.client.add_offsets(pid, epoch, "group")
+        assert [x.node for x in s.sent("AddOffsetsToTxn")] == [old, new]
+        assert s.lookups() == [("txn-1", 1), ("txn-1", 1)]
 
 
 async def test_connection_failure_finds_the_coordinator_again() -> None:
-    calls = []
-
-    def handle(node: int, request: Any, version: int) -> Any:
-        calls.append(node)
-        if len(calls) == 1:
-            raise KafkaConnectionError("dropped")
-        return init_ok()
-
-    cluster = txn_cluster(handle)
-    assert await client(cluster).init_producer_id() == (7, 0)
-    assert len(calls) == 2 and cluster.invalidated == [("txn-1", 1)]
+    async with coordinator() as s:
+        # Looked up and connected first, so that the cut below falls on InitProducerId, not
+        # on FindCoordinator or ApiVersions.
+        node = await s.client.cluster.coordinator("txn-1", 1)
+        assert node == s.kafka.coordinator_for("txn-1")
+        await s.client.cluster.connection(node)
+        s.kafka.cut_after(node, 1)
+        pid, epoch = await s.client.init_producer_id()
+        assert pid >= 0 and epoch == 0
+        assert s.kafka.requests(node)[INIT_PRODUCER_ID] == 2  # the cut one, then the answered
+        assert s.lookups() == [("txn-1", 1), ("txn-1", 1)]
 
 
 @pytest.mark.parametrize("code", [47, 90])  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 async def test_fencing_is_raised_as_producer_fenced(code: int) -> None:
-    cluster = txn_cluster(lambda n, r, v: EndTxnResponse(error_code=code))
-    with pytest.raises(ProducerFencedError, match="another producer with transactional id"):
-        await client(cluster).end_txn(7, 0, commit=False)
-    assert len(cluster.sent) == 1  # never retried
+    async with coordinator() as s:
+        pid, epoch = await open_transaction(s)
+        s.kafka.inject(END_TXN, code)
+        with pytest.raises(ProducerFencedError, match="another producer with transactional id"):
+            await s.client.end_txn(pid, epoch, commit=False)
+        assert len(s.sent("EndTxn")) == 1  # never retried
+
+
+async def test_fencing_by_a_newer_producer_is_raised_as_producer_fenced() -> None:
+    async with coordinator() as s:
+        pid, epoch = await open_transaction(s)
+        await s.client.init_producer_id()  # another producer of txn-1: a newer epoch
+        with pytest.raises(ProducerFencedError, match="another producer with transactional id"):
+            await s.client.end_txn(pid, epoch, commit=True)
 
 
 async def test_other_errors_are_raised_at_once() -> None:
-    cluster = txn_cluster(lambda n, r, v: InitProducerIdResponse(error_code=48))
-    with pytest.raises(InvalidTxnStateError):
-        await client(cluster).init_producer_id()
-    assert len(cluster.sent) == 1
+    async with coordinator() as s:
+        s.kafka.inject(INIT_PRODUCER_ID, 48)  # INVALID_TXN_STATE
+        with pytest.raises(InvalidTxnStateError):
+            await s.client.init_producer_id()
+        assert len(s.sent("InitProducerId")) == 1
 
 
 async def test_retries_stop_at_max_block() -> None:
-    cluster = txn_cluster(lambda n, r, v: EndTxnResponse(error_code=51))
-    with pytest.raises(KafkaTimeoutError, match="ConcurrentTransactionsError"):
-        await client(cluster, max_block_s=0.1).end_txn(7, 0, commit=True)
-    assert len(cluster.sent) > 3
+    async with coordinator(max_block_s=0.1) as s:
+        pid, epoch = await open_transaction(s)
+        s.kafka.inject(END_TXN, 51, times=None)
+        with pytest.raises(KafkaTimeoutError, match="ConcurrentTransactionsError"):
+            await s.client.end_txn(pid, epoch, commit=True)
+        assert len(s.sent("EndTxn")) > 3
 
 
 async def test_add_partitions_batches_all_partitions_in_one_v3_request() -> None:
-    cluster = txn_cluster(ok_handler())
-    await client(cluster).add_partitions(7, 1, [("b", 0), ("a", 2), ("a", 1)])
-    assert len(cluster.sent) == 1
-    req, version = cluster.sent[0].request, cluster.sent[0].version
-    assert version == 3  # v4+ is the broker-to-broker form
-    assert (req.v3_and_below_transactional_id, req.v3_and_below_producer_id) == ("txn-1", 7)
-    assert req.v3_and_below_producer_epoch == 1
-    assert [(t.name, t.partitions) for t in req.v3_and_below_topics] == [
-        ("a", [1, 2]),
-        ("b", [0]),
-    ]
+    async with coordinator() as s:
+        s.kafka.create_topic("a", partitions=3)
+        s.kafka.create_topic("b")
+        pid, epoch = await s.client.init_producer_id()
+        await s.client.add_partitions(pid, epoch, [("b", 0), ("a", 2), ("a", 1)])
+        (sent,) = s.sent("AddPartitionsToTxn")
+        req = sent.request
+        assert sent.version == 3  # v4+ is the broker-to-broker form
+        assert (req.v3_and_below_transactional_id, req.v3_and_below_producer_id) == ("txn-1", pid)
+        assert req.v3_and_below_producer_epoch == epoch
+        assert [(t.name, t.partitions) for t in req.v3_and_below_topics] == [
+            ("a", [1, 2]),
+            ("b", [0]),
+        ]
 
 
 async def test_add_partitions_failure_names_the_partition_not_the_skipped_ones() -> None:
-    def handle(node: int, request: Any, version: int) -> Any:
-        resp = add_partitions_answer(request, code=55)  # OPERATION_NOT_ATTEMPTED
-        resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code = 29
-        return resp
-
-    cluster = txn_cluster(handle)
-    with pytest.raises(TopicAuthorizationFailedError, match="a-0"):
-        await client(cluster).add_partitions(7, 0, [("a", 0), ("a", 1)])
+    # a-1 does not exist: Kafka answers UNKNOWN_TOPIC_OR_PARTITION for it and
+    # OPERATION_NOT_ATTEMPTED for a-0. The first is retried until max_block, and the error
+    # then names a-1 only.
+    async with coordinator(max_block_s=1.0) as s:
+        s.kafka.create_topic("a")
+        pid, epoch = await s.client.init_producer_id()
+        with pytest.raises(KafkaTimeoutError, match=r"\(a-1\)") as caught:
+            await s.client.add_partitions(pid, epoch, [("a", 0), ("a", 1)])
+        assert "a-0" not in str(caught.value)
+        assert s.client.retried_codes.keys() == {3}  # 55 is not an error of its own
 
 
 async def test_txn_offset_commit_goes_to_the_group_coordinator() -> None:
-    cluster = txn_cluster(lambda n, r, v: None)
-    cluster.coordinators[("grp", 0)] = 5
-    answers = ["load", "ok"]
-
-    def handle(node: int, request: Any, version: int) -> Any:
-        assert node == 5
-        return txn_offset_commit_answer(request, code=14 if answers.pop(0) == "load" else 0)
-
-    cluster.handler = handle
-    meta = ConsumerGroupMetadata("grp", generation_id=3, member_id="m-1", group_instance_id="i")
-    await client(cluster).txn_offset_commit(
-        7, 2, meta, {("in", 1): (10, "md", 4), ("in", 0): (5, "", -1)}
-    )
-    assert len(cluster.sent) == 2
-    req, version = cluster.sent[-1].request, cluster.sent[-1].version
-    assert version == 4
-    assert (
-        req.group_id,
-        req.generation_id_or_member_epoch,
-        req.member_id,
-        req.group_instance_id,
-    ) == (
-        "grp",
-        3,
-        "m-1",
-        "i",
-    )
-    assert (req.producer_id, req.producer_epoch, req.transactional_id) == (7, 2, "txn-1")
-    parts = [
-        (p.partition_index, p.committed_offset, p.committed_metadata, p.committed_leader_epoch)
-        for p in req.topics[0].partitions
-    ]
-    assert parts == [(0, 5, "", -1), (1, 10, "md", 4)]
-    assert cluster.lookups == [("grp", 0)]
+    async with coordinator() as s:
+        s.kafka.create_topic("in", partitions=2)
+        pid, epoch = await s.client.init_producer_id()
+        await s.client.add_offsets(pid, epoch, "grp")
+        # The group's coordinator is looked up, then moves: the first TxnOffsetCommit goes
+        # to the old one (NOT_COORDINATOR), the next to the one found again.
+        old = await s.client.cluster.coordinator("grp", 0)
+        assert old == s.kafka.coordinator_for("grp")
+        new = old % 3 + 1
+        s.kafka.move_coordinator("grp", new)
+        meta = ConsumerGroupMetadata("grp", generation_id=3, member_id="m-1", group_instance_id="i")
+        await s.client.txn_offset_commit(
+            pid, epoch, meta, {("in", 1): (10, "md", 4), ("in", 0): (5, "", -1)}
+        )
+        sent = s.sent("TxnOffsetCommit")
+        assert [x.node for x in sent] == [old, new]
+        assert s.client.retried_codes == {16: 2}  # NOT_COORDINATOR, counted per partition
+        req, version = sent[-1].request, sent[-1].version
+        assert version == 4
+        assert (
+            req.group_id,
+            req.generation_id_or_member_epoch,
+            req.member_id,
+            req.group_instance_id,
+        ) == ("grp", 3, "m-1", "i")
+        assert (req.producer_id, req.producer_epoch, req.transactional_id) == (pid, epoch, "txn-1")
+        parts = [
+            (p.partition_index, p.committed_offset, p.committed_metadata, p.committed_leader_epoch)
+            for p in req.topics[0].partitions
+        ]
+        assert parts == [(0, 5, "", -1), (1, 10, "md", 4)]
+        # The group key (0) is looked up, and again after NOT_COORDINATOR.
+        assert s.lookups() == [("txn-1", 1), ("grp", 0), ("grp", 0)]

@@ -1,23 +1,26 @@
-"""The transaction state machine and its drain rules, against a real Accumulator and a
-fake coordinator (no broker): illegal call sequences, partitions added before their data,
-abortable vs fatal errors, the epoch bump after a sequence hole, the ``transaction()``
-context."""
+"""The transaction state machine and its drain rules, against a real Accumulator and
+FakeKafka's transaction coordinator (in memory, on virtual time): illegal call sequences,
+partitions added before their data, abortable vs fatal errors, the epoch bump after a
+sequence hole, the ``transaction()`` context."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator
 from types import MappingProxyType
 from typing import Any
 
 import anyio
 import pytest
 
+from aiokafka_ng.cluster import Cluster
 from aiokafka_ng.cluster.metadata import (
     BrokerMetadata,
     ClusterMetadata,
     PartitionMetadata,
     TopicMetadata,
 )
+from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import (
     IllegalStateError,
     ProducerFencedError,
@@ -36,24 +39,39 @@ from aiokafka_ng.producer.transactions import (
     TransactionNotStartedError,
     TransactionState,
 )
+from aiokafka_ng.producer.txn_coordinator import TxnCoordinatorClient
 from aiokafka_ng.producer.wakeups import Unwired
 from aiokafka_ng.protocol.compression import Compression
-from aiokafka_ng.protocol.messages.end_txn import EndTxnResponse
-from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdResponse
 from aiokafka_ng.protocol.records import iter_batches
-from aiokafka_ng.testing.scripted import Handler
-from tests.transactions.fakes import add_partitions_answer, ok_handler, txn_cluster
+from aiokafka_ng.testing import FakeKafka, virtual_time
+from tests.wire_tap import WireTap
 
 pytestmark = pytest.mark.anyio
 S = TransactionState
 
+INIT_PRODUCER_ID, END_TXN = 22, 26
+#: An internal topic: Kafka refuses it in a transaction (AddPartitionsToTxn v3 and below
+#: answer TOPIC_AUTHORIZATION_FAILED), an abortable error.
+INTERNAL = "__consumer_offsets"
+#: Requests the cluster itself sends.
+HOUSEKEEPING = frozenset({"ApiVersions", "Metadata", "FindCoordinator"})
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
+
 
 class Setup(Unwired):
-    """A TransactionManager attached to an Accumulator and a scripted cluster; the setup is
-    its wake-up channel (counting ``wake_all``)."""
+    """A TransactionManager attached to an Accumulator and a real cluster on FakeKafka; the
+    setup is its wake-up channel (counting ``wake_all``) and its sender: the accumulator's
+    metadata is set by hand and drained batches are completed here, so only the
+    coordinator requests reach the fake."""
 
-    def __init__(self, handler: Handler | None = None) -> None:
-        self.cluster = txn_cluster(handler or ok_handler())
+    def __init__(self, kafka: FakeKafka, tap: WireTap, cluster: Cluster) -> None:
+        self.kafka = kafka
+        self.tap = tap
+        self.cluster = cluster
         self.now = 1000.0
         self.manager = TransactionManager(
             "txn-1",
@@ -79,20 +97,31 @@ class Setup(Unwired):
             ClusterMetadata(
                 brokers=MappingProxyType({1: BrokerMetadata(1, "127.0.0.1", 1)}),
                 topics=MappingProxyType(
-                    {"t": TopicMetadata("t", partitions=MappingProxyType(parts))}
+                    {
+                        name: TopicMetadata(name, partitions=MappingProxyType(parts))
+                        for name in ("t", INTERNAL)
+                    }
                 ),
             )
         )
         self.wakes = 0
         self.manager.attach(self.cluster, self.acc, self)  # its wake-up channel
 
+    def names(self) -> list[str]:
+        """The transaction requests written, in order (the cluster's own left out)."""
+        return [x.name for x in self.tap.sent if x.name not in HOUSEKEEPING]
+
+    def last(self) -> Any:
+        """The last transaction request written."""
+        return [x.request for x in self.tap.sent if x.name not in HOUSEKEEPING][-1]
+
     def wake_all(self) -> None:
         self.wakes += 1
 
-    def send(self, value: bytes, partition: int = 0) -> DeliveryFuture:
+    def send(self, value: bytes, partition: int = 0, topic: str = "t") -> DeliveryFuture:
         self.manager.check_send()
-        fut = DeliveryFuture("t", 0)
-        self.acc.append("t", partition, None, value, None, 0, len(value) + 10, fut)
+        fut = DeliveryFuture(topic, 0)
+        self.acc.append(topic, partition, None, value, None, 0, len(value) + 10, fut)
         self.manager.track(fut)
         return fut
 
@@ -116,6 +145,18 @@ class Setup(Unwired):
             raise AssertionError("flush did not finish")
         finally:
             self.acc.flushing -= 1
+
+
+@pytest.fixture
+async def s() -> AsyncIterator[Setup]:
+    """A 3-node transactions-v1 FakeKafka (topic ``t``, 2 partitions) and the setup on it."""
+    async with FakeKafka(brokers=3, tcp=False, transaction_version=1) as kafka:
+        kafka.create_topic("t", partitions=2)
+        kafka.create_topic("in", partitions=2)
+        tap = WireTap(kafka)
+        async with Cluster(ProducerConfig(**tap.client_config()).cluster_config()) as cluster:
+            await cluster.wait_ready()
+            yield Setup(kafka, tap, cluster)
 
 
 def state(m: TransactionManager) -> TransactionState:
@@ -157,15 +198,14 @@ def test_transition_table_is_closed_and_fatal_is_final() -> None:
             assert state(m) is old
 
 
-async def test_illegal_call_sequences_raise_named_errors() -> None:
-    s = Setup()
+async def test_illegal_call_sequences_raise_named_errors(s: Setup) -> None:
     m = s.manager
     with pytest.raises(IllegalTransactionStateError, match="init_transactions"):
         m.begin()  # before init
     await m.init()
-    assert state(m) is S.READY and (m.idem.producer_id, m.idem.epoch) == (7, 0)
+    assert state(m) is S.READY and m.idem.producer_id >= 0 and m.idem.epoch == 0
     await m.init()  # again: a no-op (start() calls it implicitly)
-    assert s.cluster.names() == ["InitProducerId"]
+    assert s.names() == ["InitProducerId"]
     with pytest.raises(IllegalTransactionStateError, match="begin_transaction"):
         await m.commit(s.flush)  # commit without begin
     with pytest.raises(IllegalTransactionStateError):
@@ -181,8 +221,7 @@ async def test_illegal_call_sequences_raise_named_errors() -> None:
     assert state(m) is S.IN_TRANSACTION
 
 
-async def test_partition_is_added_before_its_first_batch_drains() -> None:
-    s = Setup()
+async def test_partition_is_added_before_its_first_batch_drains(s: Setup) -> None:
     m = s.manager
     await m.init()
     m.begin()
@@ -192,19 +231,19 @@ async def test_partition_is_added_before_its_first_batch_drains() -> None:
     await run_adds(s)
     assert m.partitions == {("t", 1)} and not m.pending_partitions
     assert s.wakes >= 1  # senders woken once the partition joined
-    assert s.cluster.names() == ["InitProducerId", "AddPartitionsToTxn"]
+    assert s.names() == ["InitProducerId", "AddPartitionsToTxn"]
     batches = s.drain()
     assert len(batches) == 1
     (rb,) = list(iter_batches(batches[0].data))
     assert rb.is_transactional and (rb.producer_id, rb.producer_epoch, rb.base_sequence) == (
-        7,
+        m.idem.producer_id,
         0,
         0,
     )
     s.complete(batches)
     await m.commit(s.flush)
     assert fut.done() and fut.exception() is None
-    assert s.cluster.names()[-1] == "EndTxn" and s.cluster.sent[-1].request.committed is True
+    assert s.names()[-1] == "EndTxn" and s.last().committed is True
     assert state(m) is S.READY and m.partitions == set()
     # The next transaction adds the partition again.
     m.begin()
@@ -212,19 +251,17 @@ async def test_partition_is_added_before_its_first_batch_drains() -> None:
     assert s.drain() == [] and m.pending_partitions == {("t", 1)}
 
 
-async def test_end_txn_is_skipped_when_nothing_joined_the_transaction() -> None:
-    s = Setup()
+async def test_end_txn_is_skipped_when_nothing_joined_the_transaction(s: Setup) -> None:
     await s.manager.init()
     s.manager.begin()
     await s.manager.commit(s.flush)
     s.manager.begin()
     await s.manager.abort()
-    assert s.cluster.names() == ["InitProducerId"]
+    assert s.names() == ["InitProducerId"]
     assert state(s.manager) is S.READY
 
 
-async def test_send_offsets_adds_the_group_once_then_commits_offsets() -> None:
-    s = Setup()
+async def test_send_offsets_adds_the_group_once_then_commits_offsets(s: Setup) -> None:
     m = s.manager
     await m.init()
     m.begin()
@@ -238,7 +275,7 @@ async def test_send_offsets_adds_the_group_once_then_commits_offsets() -> None:
     await m.send_offsets({("in", 1): OffsetAndMetadata()}, "g")
     await m.send_offsets({("in", 1): 3}, "other-group")  # another group joins too
     await m.commit(s.flush)
-    assert s.cluster.names() == [
+    assert s.names() == [
         "InitProducerId",
         "AddOffsetsToTxn",
         "TxnOffsetCommit",
@@ -247,27 +284,19 @@ async def test_send_offsets_adds_the_group_once_then_commits_offsets() -> None:
         "TxnOffsetCommit",
         "EndTxn",
     ]
-    assert s.cluster.sent[4].request.group_id == "other-group"
-    first, second = s.cluster.sent[2].request, s.cluster.sent[3].request
+    sent = [x.request for x in s.tap.sent if x.name not in HOUSEKEEPING]
+    assert sent[4].group_id == "other-group"
+    first, second = sent[2], sent[3]
     assert (first.generation_id_or_member_epoch, first.member_id) == (4, "member")
     p = second.topics[0].partitions[0]
     assert (p.committed_offset, p.committed_metadata, p.committed_leader_epoch) == (11, "m", 2)
 
 
-async def test_abortable_error_then_abort_leaves_the_producer_usable() -> None:
-    refuse = [True]
-    base = ok_handler()
-
-    def handle(node: int, request: Any, version: int) -> Any:
-        if type(request).__name__ == "AddPartitionsToTxnRequest" and refuse[0]:
-            return add_partitions_answer(request, code=29)  # TOPIC_AUTHORIZATION_FAILED
-        return base(node, request, version)
-
-    s = Setup(handle)
+async def test_abortable_error_then_abort_leaves_the_producer_usable(s: Setup) -> None:
     m = s.manager
     await m.init()
     m.begin()
-    fut = s.send(b"a")
+    fut = s.send(b"a", topic=INTERNAL)  # refused: TOPIC_AUTHORIZATION_FAILED
     s.drain()
     await run_adds(s)
     assert state(m) is S.ABORTABLE_ERROR
@@ -281,9 +310,8 @@ async def test_abortable_error_then_abort_leaves_the_producer_usable() -> None:
         s.send(b"b")
     await m.abort()
     assert state(m) is S.READY
-    refuse[0] = False
     m.begin()
-    fut2 = s.send(b"c")
+    fut2 = s.send(b"c")  # a topic the coordinator takes
     s.drain()
     await run_adds(s)
     s.complete(s.drain())
@@ -291,21 +319,23 @@ async def test_abortable_error_then_abort_leaves_the_producer_usable() -> None:
     assert fut2.exception() is None and m.transactions == 1 and m.aborts == 1
 
 
-async def test_fenced_is_fatal_for_every_later_call() -> None:
-    base = ok_handler()
-
-    def handle(node: int, request: Any, version: int) -> Any:
-        if type(request).__name__ == "AddPartitionsToTxnRequest":
-            return add_partitions_answer(request, code=47)  # INVALID_PRODUCER_EPOCH
-        return base(node, request, version)
-
-    s = Setup(handle)
+async def test_fenced_is_fatal_for_every_later_call(s: Setup) -> None:
     m = s.manager
     await m.init()
+    # Another producer with our transactional id starts: the coordinator bumps the epoch.
+    rival = TxnCoordinatorClient(
+        s.cluster,
+        "txn-1",
+        transaction_timeout_ms=60000,
+        retry_backoff=ExponentialBackoff(1, 5),
+        request_timeout_s=1.0,
+        max_block_s=2.0,
+    )
+    await rival.init_producer_id()
     m.begin()
     fut = s.send(b"a")
     s.drain()
-    await run_adds(s)
+    await run_adds(s)  # AddPartitionsToTxn at the old epoch: fenced
     assert state(m) is S.FATAL_ERROR
     s.drain()
     assert isinstance(fut.exception(), ProducerFencedError)
@@ -321,8 +351,7 @@ async def test_fenced_is_fatal_for_every_later_call() -> None:
         m.begin()
 
 
-async def test_produce_fenced_from_the_sender_is_fatal() -> None:
-    s = Setup()
+async def test_produce_fenced_from_the_sender_is_fatal(s: Setup) -> None:
     await s.manager.init()
     s.manager.begin()
     s.manager.idem.request_reset(90)  # what the sender reports for PRODUCER_FENCED
@@ -331,10 +360,10 @@ async def test_produce_fenced_from_the_sender_is_fatal() -> None:
         await s.manager.commit(s.flush)
 
 
-async def test_failed_record_makes_commit_fail_and_abort_required() -> None:
-    s = Setup()
+async def test_failed_record_makes_commit_fail_and_abort_required(s: Setup) -> None:
     m = s.manager
     await m.init()
+    pid = m.idem.producer_id
     m.begin()
     s.send(b"a")
     s.drain()
@@ -346,27 +375,17 @@ async def test_failed_record_makes_commit_fail_and_abort_required() -> None:
         await m.commit(s.flush)
     await m.abort()
     # The hole forced an epoch bump: KIP-360 form with the current id/epoch.
-    names = s.cluster.names()
+    names = s.names()
     assert names[-2:] == ["EndTxn", "InitProducerId"]
-    bump = s.cluster.sent[-1].request
-    assert (bump.producer_id, bump.producer_epoch) == (7, 0)
+    bump = s.last()
+    assert (bump.producer_id, bump.producer_epoch) == (pid, 0)
     assert state(m) is S.READY
 
 
-async def test_bump_falls_back_to_plain_init_when_refused() -> None:
-    inits: list[tuple[int, int]] = []
-
-    def handle(node: int, request: Any, version: int) -> Any:
-        if type(request).__name__ == "InitProducerIdRequest":
-            inits.append((request.producer_id, request.producer_epoch))
-            if request.producer_id >= 0:
-                return InitProducerIdResponse(error_code=-1)  # what Tansu answers
-            return InitProducerIdResponse(producer_id=7, producer_epoch=len(inits) - 1)
-        return ok_handler()(node, request, version)
-
-    s = Setup(handle)
+async def test_bump_falls_back_to_plain_init_when_refused(s: Setup) -> None:
     m = s.manager
     await m.init()
+    pid = m.idem.producer_id
     m.begin()
     s.send(b"a")
     s.drain()
@@ -376,9 +395,17 @@ async def test_bump_falls_back_to_plain_init_when_refused() -> None:
     m.idem.request_reset(45)  # OUT_OF_ORDER_SEQUENCE_NUMBER: abortable
     assert state(m) is S.ABORTABLE_ERROR
     s.acc.fail(batch, TransactionAbortedError("x"))
+    # The KIP-360 bump is refused (what Tansu answers: UNKNOWN_SERVER_ERROR).
+    s.kafka.inject(INIT_PRODUCER_ID, -1)
     await m.abort()
-    assert inits == [(-1, -1), (7, 0), (-1, -1)]
-    assert (m.idem.producer_id, m.idem.epoch) == (7, 2) and state(m) is S.READY
+    inits = [
+        (x.request.producer_id, x.request.producer_epoch)
+        for x in s.tap.sent
+        if x.name == "InitProducerId"
+    ]
+    assert inits == [(-1, -1), (pid, 0), (-1, -1)]
+    # The plain InitProducerId: the coordinator bumps the epoch of the id it knows.
+    assert (m.idem.producer_id, m.idem.epoch) == (pid, 1) and state(m) is S.READY
     m.begin()
     s.send(b"b")
     s.drain()
@@ -387,8 +414,7 @@ async def test_bump_falls_back_to_plain_init_when_refused() -> None:
     assert batch.base_sequence == 0  # sequences restart with the new epoch
 
 
-async def test_abort_fails_queued_records_and_sends_end_txn_abort() -> None:
-    s = Setup()
+async def test_abort_fails_queued_records_and_sends_end_txn_abort(s: Setup) -> None:
     m = s.manager
     await m.init()
     m.begin()
@@ -404,42 +430,35 @@ async def test_abort_fails_queued_records_and_sends_end_txn_abort() -> None:
             assert state(m) is S.ABORTING  # waits for the in-flight batch
             assert isinstance(queued.exception(), TransactionAbortedError)
             s.complete(sent)
-    assert s.cluster.sent[-1].request.committed is False and state(m) is S.READY
+    assert s.last().committed is False and state(m) is S.READY
 
 
-async def test_commit_resumes_after_end_txn_timed_out() -> None:
-    answers = [EndTxnResponse(error_code=51)] * 1000
-
-    def handle(node: int, request: Any, version: int) -> Any:
-        if type(request).__name__ == "EndTxnRequest":
-            return answers.pop(0) if answers else EndTxnResponse()
-        return ok_handler()(node, request, version)
-
-    s = Setup(handle)
+async def test_commit_resumes_after_end_txn_timed_out(s: Setup) -> None:
     m = s.manager
     await m.init()
     m.begin()
     await m.send_offsets({("in", 0): 1}, "g")
+    s.kafka.inject(END_TXN, 51, times=None)  # CONCURRENT_TRANSACTIONS, until cleared
     with pytest.raises(Exception, match="max_block_ms"):
         await m.commit(s.flush)
     assert state(m) is S.COMMITTING
-    answers.clear()
+    s.kafka.clear_faults()
     await m.commit(s.flush)
     assert state(m) is S.READY
+    assert s.kafka.committed("g") == {("in", 0): 1}  # the transaction's offsets are in
 
 
-async def test_transaction_context_commits_or_aborts() -> None:
-    s = Setup()
+async def test_transaction_context_commits_or_aborts(s: Setup) -> None:
     m = s.manager
     await m.init()
     async with m.context(s.flush):
         await m.send_offsets({("in", 0): 1}, "g")
-    assert s.cluster.sent[-1].request.committed is True
+    assert s.last().committed is True
     with pytest.raises(RuntimeError, match="boom"):
         async with m.context(s.flush):
             await m.send_offsets({("in", 0): 2}, "g")
             raise RuntimeError("boom")
-    assert s.cluster.sent[-1].request.committed is False
+    assert s.last().committed is False
     # Cancelled mid-transaction: no I/O in the cancelled task; the transaction can no
     # longer commit and an abort (here by hand: no producer task group) makes it usable.
     with anyio.move_on_after(0.05) as scope:
@@ -449,13 +468,12 @@ async def test_transaction_context_commits_or_aborts() -> None:
     assert scope.cancelled_caught
     assert state(m) is S.ABORTABLE_ERROR
     assert isinstance(m.last_error, TransactionAbortedError)
-    assert [type(r).__name__ for r in s.cluster.requests()].count("EndTxnRequest") == 2
+    assert s.names().count("EndTxn") == 2
     await m.abort()
-    assert s.cluster.sent[-1].request.committed is False and state(m) is S.READY
+    assert s.last().committed is False and state(m) is S.READY
 
 
-async def test_cancelled_transaction_is_aborted_by_a_background_task() -> None:
-    s = Setup()
+async def test_cancelled_transaction_is_aborted_by_a_background_task(s: Setup) -> None:
     m = s.manager
     async with anyio.create_task_group() as tg:
         m.attach(s.cluster, s.acc, Unwired(), spawn=tg.start_soon)
@@ -466,27 +484,20 @@ async def test_cancelled_transaction_is_aborted_by_a_background_task() -> None:
                 await anyio.sleep_forever()
         # The next transaction waits for the background abort, then begins.
         async with m.context(s.flush):
-            assert s.cluster.sent[-1].request.committed is False
+            assert s.last().committed is False
             await m.send_offsets({("in", 0): 4}, "g")
-    assert s.cluster.sent[-1].request.committed is True and state(m) is S.READY
+    assert s.last().committed is True and state(m) is S.READY
     assert m.aborts == 1 and m.transactions == 1
 
 
-async def test_invalid_epoch_on_produce_is_abortable_and_the_abort_decides() -> None:
+async def test_invalid_epoch_on_produce_is_abortable_and_the_abort_decides(s: Setup) -> None:
     """KIP-588: INVALID_PRODUCER_EPOCH from Produce may just mean the coordinator bumped the
     epoch after a transaction timeout; only the coordinator's answer to the abort is final."""
-    fenced = [False]
-
-    def handle(node: int, request: Any, version: int) -> Any:
-        if type(request).__name__ == "EndTxnRequest" and fenced[0]:
-            return EndTxnResponse(error_code=47)
-        return ok_handler()(node, request, version)
-
-    s = Setup(handle)
     m = s.manager
     await m.init()
     for really_fenced in (False, True):
-        fenced[0] = really_fenced
+        if really_fenced:
+            s.kafka.inject(END_TXN, 47)  # INVALID_PRODUCER_EPOCH
         m.begin()
         await m.send_offsets({("in", 0): 1}, "g")
         m.idem.request_reset(47)
@@ -498,32 +509,22 @@ async def test_invalid_epoch_on_produce_is_abortable_and_the_abort_decides() -> 
         else:
             await m.abort()
             assert state(m) is S.READY
-            assert s.cluster.names()[-2:] == ["EndTxn", "InitProducerId"]  # epoch bumped
+            assert s.names()[-2:] == ["EndTxn", "InitProducerId"]  # epoch bumped
 
 
-async def test_cancelled_during_end_txn_commit_stays_committing() -> None:
+async def test_cancelled_during_end_txn_commit_stays_committing(s: Setup) -> None:
     """EndTxn(commit) may already have reached the coordinator: the cancelled commit must
     not turn into an abort; calling commit again finishes it."""
-    hold = [True]
-
-    async def slow_end(request: Any) -> Any:
-        if hold[0]:
-            await anyio.sleep_forever()
-        return EndTxnResponse()
-
-    def handle(node: int, request: Any, version: int) -> Any:
-        if type(request).__name__ == "EndTxnRequest":
-            return slow_end(request)
-        return ok_handler()(node, request, version)
-
-    s = Setup(handle)
     m = s.manager
     await m.init()
+    # The coordinator holds its EndTxn answers past the cancellation below.
+    s.kafka.delay(s.kafka.coordinator_for("txn-1"), 500, api_key=END_TXN)
     with anyio.move_on_after(0.05):
         async with m.context(s.flush):
             await m.send_offsets({("in", 0): 1}, "g")
     assert state(m) is S.COMMITTING
-    hold[0] = False
+    s.kafka.clear_faults()
     await m.commit(s.flush)
     assert state(m) is S.READY
-    assert all(r.committed for r in s.cluster.requests() if type(r).__name__ == "EndTxnRequest")
+    ends = [x.request.committed for x in s.tap.sent if x.name == "EndTxn"]
+    assert len(ends) == 2 and all(ends)  # the cancelled one, then the one that finished
