@@ -362,13 +362,14 @@ class FakeKafka:
                         pass
                     tg.cancel_scope.cancel()
         finally:
-            node.connections.discard(conn)
-            self._notify()
             with anyio.CancelScope(shield=True):
                 try:
                     await stream.aclose()
                 except _STREAM_ERRORS:
                     pass
+            # Only now: a test waiting for open_connections() == 0 finds the sockets closed.
+            node.connections.discard(conn)
+            self._notify()
 
     async def _read_requests(self, conn: _Conn, frames_out: Any) -> None:
         frames = FrameReader(MAX_FRAME)
