@@ -77,5 +77,6 @@ async def test_killed_controller_fails_over() -> None:
             seconds = anyio.current_time() - started
             results.raise_on_error()
         assert kafka.requests(kafka.controller)[CREATE_TOPICS] == 1
-        assert kafka.refused(old) >= 1  # it did try the dead controller
+        # The client learned of the dead controller from its cut connection or from a
+        # refused reconnect (either, depending on which it met first), never from a timeout:
         assert seconds < 2  # virtual seconds: a refresh, not the operation's timeout

@@ -18,10 +18,12 @@ test on virtual time exact: no socket, so no wait the event loop's clock does no
 Theory of operation
 -------------------
 State lives in a :class:`~aiokafka_ng.testing.fake._cluster.FakeCluster` (synchronous);
-each client connection is served by one task that reads a request, answers it, writes the
-answer and only then reads the next request -- as a Kafka broker mutes a connection while
-one of its requests is being processed, so answers are in request order and a long-poll
-Fetch holds up the requests behind it on that connection. Produce with ``acks=0`` gets no
+each client connection is served by a task that answers one request at a time: it handles
+a request, writes the answer and only then takes the next one -- as a Kafka broker mutes a
+connection while one of its requests is being processed, so answers are in request order
+and a long-poll Fetch holds up the requests behind it on that connection. A second task
+reads the requests as they arrive and queues them, so the requests a client has in flight
+are seen at the node (:meth:`FakeKafka.in_flight`). Produce with ``acks=0`` gets no
 answer (an error closes the connection instead, as Kafka does).
 
 Time is ``anyio.current_time()`` (virtual under a mock clock) for waits and deadlines;
@@ -31,8 +33,10 @@ record timestamps the broker assigns (LogAppendTime) use ``wall_clock`` (default
 Faults act on the serving tasks: a killed node refuses new connections and closes its
 open ones, and the cluster elects new leaders for its partitions (:meth:`kill`); an isolated
 node keeps its roles but is unreachable (:meth:`isolate`); :meth:`delay`,
-:meth:`black_hole`, :meth:`cut_after`, :meth:`cut_after_bytes` and :meth:`inject` change
-what a node answers and when. Everything is loopback-only and bounded by
+:meth:`black_hole`, :meth:`cut_after`, :meth:`cut_after_bytes`, :meth:`inject_garbage`,
+:meth:`swap_next_responses` and :meth:`inject` change what a node answers and when. What
+the nodes saw is counted in :mod:`._observe` (:meth:`requests`, :meth:`request_times`,
+:meth:`errors`, :meth:`max_in_flight`, ...). Everything is loopback-only and bounded by
 ``max_connections``.
 """
 
