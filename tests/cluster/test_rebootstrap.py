@@ -49,8 +49,8 @@ async def test_a_replaced_cluster_is_found_again_through_the_bootstrap_address(
         with caplog.at_level(logging.WARNING), anyio.fail_after(60):
             after = await producer.send_and_wait(topic, b"after")
         assert after.offset == 0  # a record of the new cluster's topic
-        assert producer._cluster is not None
-        assert producer._cluster.statistics().rebootstraps == 1
+        cluster_stats = producer.statistics().cluster
+        assert cluster_stats is not None and cluster_stats.rebootstraps == 1
     assert any("re-bootstrapping from" in r.getMessage() for r in caplog.records)
 
 
@@ -75,6 +75,6 @@ async def test_strategy_none_keeps_asking_the_old_brokers(
         # Twice the trigger time and more: still asking the broker that is gone.
         with pytest.raises(SendTimeoutError):
             await producer.send_and_wait(topic, b"after", timeout=4)
-        assert producer._cluster is not None
-        assert producer._cluster.statistics().rebootstraps == 0
+        cluster_stats = producer.statistics().cluster
+        assert cluster_stats is not None and cluster_stats.rebootstraps == 0
         assert proxy.connections == 1  # the bootstrap connection, never again
