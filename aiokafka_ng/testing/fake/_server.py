@@ -56,6 +56,7 @@ from uuid import UUID
 
 import anyio
 import anyio.abc
+from anyio.streams.memory import MemoryObjectSendStream
 
 from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.framing import FrameReader, decode_request, encode_response
@@ -375,7 +376,7 @@ class FakeKafka:
             node.connections.discard(conn)
             self._notify()
 
-    async def _read_requests(self, conn: _Conn, frames_out: Any) -> None:
+    async def _read_requests(self, conn: _Conn, frames_out: MemoryObjectSendStream[bytes]) -> None:
         frames = FrameReader(MAX_FRAME)
         async with frames_out:
             try:
