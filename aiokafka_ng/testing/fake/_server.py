@@ -70,7 +70,7 @@ from aiokafka_ng.testing.fake._cluster import Broker, FakeCluster, Topic
 from aiokafka_ng.testing.fake._cuts import Cut, CutScope, fire
 from aiokafka_ng.testing.fake._inject import PARTITIONED_APIS, Injection, Match, error_response
 from aiokafka_ng.testing.fake._memory import MemoryByteStream, stream_pair
-from aiokafka_ng.testing.fake._observe import Observations
+from aiokafka_ng.testing.fake._observe import Observations, Observers
 
 __all__ = ["FakeKafka", "FakeNode"]
 
@@ -139,7 +139,7 @@ class _Conn:
         self.scope.cancel()
 
 
-class FakeKafka:
+class FakeKafka(Observers):
     """An in-process Kafka cluster of ``brokers`` nodes (ids ``1..brokers``).
 
     Args:
@@ -683,85 +683,6 @@ class FakeKafka:
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         """The group's committed offsets: (topic, partition) -> offset."""
         return {tp: entry[0] for tp, entry in self.cluster.offsets.get(group, {}).items()}
-
-    def requests(self, node: int | None = None) -> Counter[int]:
-        """Requests received, by API key (of one node, or all)."""
-        if node is not None:
-            return Counter(self._node(node).requests)
-        total: Counter[int] = Counter()
-        for n in self.nodes.values():
-            total.update(n.requests)
-        return total
-
-    def connection_attempts(self, node: int) -> list[float]:
-        """When clients tried to connect to ``node`` (``anyio.current_time()``), refused
-        attempts included: a killed or isolated node still sees them."""
-        return list(self._node(node).attempts)
-
-    def open_connections(self, node: int | None = None) -> int:
-        nodes = self.nodes.values() if node is None else [self._node(node)]
-        return sum(len(n.connections) for n in nodes)
-
-    def request_times(self, api_key: int, node: int | None = None) -> list[float]:
-        """When each request of ``api_key`` was handled (``anyio.current_time()``), at one
-        node or all, in order (the last 100 000 per node and API)."""
-        nodes = list(self.nodes) if node is None else [self._node(node).node_id]
-        times: list[float] = []
-        for n in nodes:
-            times.extend(self._seen.times.get((n, api_key), ()))
-        return sorted(times)
-
-    def partition_request_times(self, api_key: int, topic: str, partition: int) -> list[float]:
-        """When each Produce, Fetch or ListOffsets request naming this partition was handled,
-        at any node (the last 100 000): the gaps between one batch's retries."""
-        return list(self._seen.partition_times.get((api_key, topic, partition), ()))
-
-    def errors(
-        self, api_key: int | None = None, error_code: int | None = None, node: int | None = None
-    ) -> int:
-        """Items (partitions, topics, resources, or a whole request) answered with an error,
-        filtered by API, error code and node."""
-        return sum(
-            count
-            for (n, api, code), count in self._seen.errors.items()
-            if (node is None or n == node)
-            and (api_key is None or api == api_key)
-            and (error_code is None or code == error_code)
-        )
-
-    def in_flight(self, node: int | None = None) -> int:
-        """The most requests one open connection (to ``node``, or any) has sent and not had
-        answered, now; :meth:`wait_until` re-checks it as requests arrive."""
-        nodes = self.nodes.values() if node is None else [self._node(node)]
-        return max((c.in_flight for n in nodes for c in n.connections), default=0)
-
-    def max_in_flight(self, node: int | None = None) -> int:
-        """The most requests one connection (to ``node``, or any) had sent and not yet had
-        answered, seen at the node's end: a client's pipelining, measured on the wire."""
-        seen = self._seen.max_in_flight
-        return seen[self._node(node).node_id] if node is not None else max(seen.values())
-
-    def connections(self, node: int | None = None) -> int:
-        """Connections accepted and served (by ``node``, or all)."""
-        if node is not None:
-            return self._seen.connections[self._node(node).node_id]
-        return sum(self._seen.connections.values())
-
-    def refused(self, node: int | None = None) -> int:
-        """Connection attempts refused because the node was down or cut off."""
-        if node is not None:
-            return self._seen.refused[self._node(node).node_id]
-        return sum(self._seen.refused.values())
-
-    def reset_counters(self) -> None:
-        """Zero :meth:`requests`, :meth:`request_times`, :meth:`partition_request_times`,
-        :meth:`errors`, :meth:`max_in_flight`, :meth:`connections`, :meth:`refused` and
-        :meth:`connection_attempts`."""
-        self._seen.reset()
-        for n in self.nodes.values():
-            n.requests.clear()
-            n.attempts.clear()
-        self._notify()
 
     # ---- faults -----------------------------------------------------------------------------
 
