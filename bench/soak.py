@@ -1,13 +1,16 @@
-"""Soak: a producer and a two-member consumer group on a simulated 3-node cluster, at a steady
-rate, for a long time, under faults -- and nothing may leak, be lost, doubled or reordered.
+"""Soak: a producer and a two-member consumer group on a 3-node cluster, at a steady rate,
+for a long time, under faults -- and nothing may leak, be lost, doubled or reordered.
 
-Setup: a LocalBroker (Tansu) behind the ClusterSimulator (3 nodes, loopback only). The
+Setup: a FakeKafka of 3 nodes in the same process, reached over TCP on 127.0.0.1 (so the
+clients' sockets count in the file descriptors); the topic is replicated on all 3. The
 producer (idempotent, the default) sends numbered records round-robin to 4 partitions at
 ``--rate`` records/s. Two consumers of one group read them, commit after every poll (retrying
 until the commit is through) and in ``on_partitions_revoked`` (so a rebalance hands over
 exactly what was processed). Every ``--fault-every`` seconds (default 60) the chaos step
 moves two partition leaders, cuts every connection of one node after its next request, and
-kills a node, restarting it 2 s later (less than the session timeout).
+takes a node down for 2 s (less than the session timeout), in turn killed (its partitions,
+coordinators and the controller role fail over) and cut off from the clients (it keeps its
+roles).
 
 Every ``--report-every`` seconds (default 10) it prints RSS, open file descriptors, live
 asyncio tasks, records produced and consumed. At the end: lost / duplicated / reordered
@@ -39,7 +42,7 @@ from aiokafka_ng.consumer import Consumer, ConsumerRebalanceListener, TopicParti
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.producer import Producer
-from aiokafka_ng.testing import ClusterSimulator, KafkaCluster, LocalBroker
+from aiokafka_ng.testing import FakeKafka, KafkaCluster
 
 PARTITIONS = 4
 _PACK = struct.Struct(">iq")
@@ -162,21 +165,29 @@ class _Member:
                 await asyncio.sleep(0.05)
 
 
-async def _chaos(sim: ClusterSimulator, topic: str, every: float, result: SoakResult) -> None:
+async def _chaos(fake: FakeKafka, topic: str, every: float, result: SoakResult) -> None:
     rng = random.Random(7)
+    nodes = sorted(fake.nodes)
     while True:
         await asyncio.sleep(every)
         result.faults += 1
         for _ in range(2):
-            sim.move_random_leader(topic)
-        sim.cut_after(rng.randrange(len(sim.nodes)), 1)
-        node = rng.randrange(len(sim.nodes))
-        sim.kill(node, failover=result.faults % 2 == 0)
+            fake.move_random_leader(topic)
+        fake.cut_after(rng.choice(nodes), 1)
+        node = rng.choice(nodes)
+        killed = result.faults % 2 == 0
+        if killed:
+            fake.kill(node)
+        else:
+            fake.isolate(node)
         # Down for less than the session timeout: the group keeps its members (a longer
         # outage of the coordinator's node expels them, and re-delivery is then Kafka's
         # at-least-once contract, not a client fault).
         await asyncio.sleep(min(every / 6, 2.0))
-        sim.restart(node)
+        if killed:
+            fake.restart(node)
+        else:
+            fake.isolate(node, False)
 
 
 async def _kafka_chaos(cluster: KafkaCluster, every: float, result: SoakResult) -> None:
@@ -218,12 +229,12 @@ async def soak(
     kafka: bool = False,
 ) -> SoakResult:
     """``kafka``: a 3-node Apache Kafka cluster (KafkaCluster, replication factor 3,
-    min.insync.replicas=2) with node kills and pauses, instead of Tansu behind the
-    simulator with its leader moves, connection cuts and simulated kills."""
+    min.insync.replicas=2) with node kills and pauses, instead of a FakeKafka with its
+    leader moves, connection cuts, kills and cut-off nodes."""
     result = SoakResult()
     topic = f"soak-{os.getpid()}-{int(time.time())}"
     async with AsyncExitStack() as stack:
-        sim: ClusterSimulator | None = None
+        fake: FakeKafka | None = None
         cluster: KafkaCluster | None = None
         if kafka:
             cluster = await stack.enter_async_context(KafkaCluster(brokers=3))
@@ -232,9 +243,9 @@ async def soak(
                 new = NewTopic(topic, PARTITIONS, 3, topic_configs={"min.insync.replicas": "2"})
                 (await admin.create_topics([new])).raise_on_error()
         else:
-            broker = await stack.enter_async_context(LocalBroker())
-            sim = await stack.enter_async_context(ClusterSimulator(broker, 3, seed=3))
-            bootstrap = sim.bootstrap_servers
+            fake = await stack.enter_async_context(FakeKafka(3, seed=3))
+            fake.create_topic(topic, PARTITIONS, replication_factor=3)
+            bootstrap = fake.bootstrap_servers
         result.fds_before, result.tasks_before = open_fds(), live_tasks()
         seen = {p: _Partition() for p in range(PARTITIONS)}
         common = {
@@ -250,7 +261,7 @@ async def soak(
             "group_id": f"g-{topic}",
             "auto_offset_reset": "earliest",
             "enable_auto_commit": False,
-            # Tansu holds a first join for half of it. On Kafka the 7 s pause of a node must
+            # (Kafka's minimum is 6000.) On Kafka the 7 s pause of a node must
             # not outlast the group's session when that node is the coordinator: expelled
             # members redeliver what they could not commit (at-least-once, not a fault).
             "session_timeout_ms": 10000 if kafka else 6000,
@@ -283,8 +294,8 @@ async def soak(
                 asyncio.create_task(m.run(topic, {**group, "client_id": f"m{i}"}, stop))
                 for i, m in enumerate(members)
             ]
-            if sim is not None:
-                faults = _chaos(sim, topic, fault_every, result)
+            if fake is not None:
+                faults = _chaos(fake, topic, fault_every, result)
             else:
                 assert cluster is not None
                 faults = _kafka_chaos(cluster, fault_every, result)
@@ -316,11 +327,11 @@ async def soak(
                 await asyncio.sleep(tick)
             chaos.cancel()
             await asyncio.gather(chaos, return_exceptions=True)
-            if sim is not None:
-                sim.clear_faults()
-                for node in sim.nodes:
-                    if not sim.alive(node):
-                        sim.restart(node)
+            if fake is not None:
+                fake.clear_faults()
+                for node in fake.nodes:
+                    if not fake.alive(node):
+                        fake.restart(node)
             else:
                 assert cluster is not None
                 await _kafka_heal(cluster)
@@ -335,8 +346,14 @@ async def soak(
             stop.set()
             await asyncio.gather(*consumers)
         report("end")
-        if sim is not None:
-            await asyncio.sleep(sim.upstream_linger)  # the simulator's upstream sockets close
+        if fake is not None:
+            # The fake's side of the closed connections (tasks and sockets) ends.
+            served = fake
+
+            def all_closed() -> bool:
+                return served.open_connections() == 0
+
+            await served.wait_until(all_closed)
         result.fds_after, result.tasks_after = open_fds(), live_tasks()
     for part, t in seen.items():
         result.lost += t.lost(next_seq[part])

@@ -5,7 +5,7 @@ Every test is exactly one of:
 * ``broker``: needs a running broker -- it uses a ``kafka_broker*`` or ``kafka_cluster``
   fixture (directly or through another fixture), is marked ``kafka``, or its module says so with
   ``pytestmark = pytest.mark.broker`` because it starts brokers itself (``LocalBroker()``,
-  ``ClusterSimulator`` over one, a ``broker`` subprocess);
+  a ``broker`` subprocess);
 * ``unit``: everything else. ``pytest -m unit`` runs them without starting any broker.
 
 The split is kept honest at run time: a ``unit`` test that starts a :class:`LocalBroker`

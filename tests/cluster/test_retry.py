@@ -3,9 +3,8 @@
 The loop's own rules (which errors retry, the deadline, the backoff, cancellation) are
 tested with scripted attempts: an attempt is any coroutine, so no broker is involved there.
 Routing repairs (coordinator re-lookup on NOT_COORDINATOR, metadata refresh on NOT_LEADER)
-are tested on the real broker behind the ClusterSimulator, which moves leaders and
-coordinators as a multi-node Kafka cluster does (Tansu alone is one node and never sends
-those errors).
+are tested on a FakeKafka of several nodes, which moves leaders and coordinators as a
+multi-node Kafka cluster does: test_retry_routing.py.
 """
 
 from __future__ import annotations
@@ -20,12 +19,9 @@ import anyio
 import pytest
 
 from aiokafka_ng.cluster import (
-    ANY,
     Cluster,
     ClusterConfig,
-    Coordinator,
     Leader,
-    Node,
     Retry,
     RetryState,
     parse_bootstrap_servers,
@@ -47,8 +43,7 @@ from aiokafka_ng.protocol.messages.list_offsets import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from aiokafka_ng.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
-from aiokafka_ng.testing import ClusterSimulator, LocalBroker
+from aiokafka_ng.testing import LocalBroker
 
 pytestmark = pytest.mark.anyio
 
@@ -56,11 +51,6 @@ LIST_OFFSETS = 2
 NOT_LEADER = 6
 NOT_COORDINATOR = 16
 REQUEST_TIMED_OUT = 7
-SIMULATED = pytest.mark.tansu_only(
-    "ClusterSimulator presents one real broker as several nodes; in front of one node of the "
-    "3-node Kafka cluster, the partitions and groups that node does not lead are refused by "
-    "Kafka itself (real leader moves: tests/kafka/test_kafka_faults.py)"
-)
 
 
 def _fast() -> ExponentialBackoff:
@@ -188,17 +178,6 @@ async def _cluster(servers: str, **overrides: Any) -> AsyncIterator[Cluster]:
         yield cluster
 
 
-@asynccontextmanager
-async def _simulated(
-    broker: LocalBroker, brokers: int = 3
-) -> AsyncIterator[tuple[ClusterSimulator, Cluster]]:
-    async with (
-        ClusterSimulator(broker, brokers=brokers, seed=5) as sim,
-        _cluster(sim.bootstrap_servers) as cluster,
-    ):
-        yield sim, cluster
-
-
 def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
@@ -221,91 +200,6 @@ def _offsets_checked(response: Any) -> int:
     if part.error_code:
         raise error_for_code(part.error_code)("ListOffsets")
     return int(part.offset)
-
-
-@SIMULATED
-async def test_not_leader_refreshes_metadata_and_retries_at_the_new_leader(
-    kafka_broker: LocalBroker,
-) -> None:
-    topic = _name("retry-leader")
-    async with _simulated(kafka_broker, 3) as (sim, cluster):
-        await cluster.wait_for_topics([topic], timeout=20)
-        old = await cluster.leader_for(topic, 0)
-        new = sim.move_leader(topic, 0, to_node=(old + 1) % 3)
-        refreshes = cluster.statistics().metadata_requests
-        offset = await cluster.call(
-            _list_offsets(topic, 0), Leader(topic, 0), timeout=20, check=_offsets_checked
-        )
-        assert offset == 0  # the real log's answer: an empty partition starts at 0
-        assert sim.errors(error_code=NOT_LEADER) >= 1  # the stale leader said so...
-        assert cluster.metadata.topics[topic].partitions[0].leader == new  # ...refreshed
-        assert cluster.statistics().metadata_requests > refreshes
-        assert sim.requests[new][LIST_OFFSETS] >= 1
-
-
-@SIMULATED
-async def test_not_coordinator_looks_the_coordinator_up_again(kafka_broker: LocalBroker) -> None:
-    group = _name("retry-group")
-    request = OffsetFetchRequest(
-        group_id=group, topics=[OffsetFetchRequestTopic(name="t", partition_indexes=[0])]
-    )
-    async with _simulated(kafka_broker, 3) as (sim, cluster):
-        first = await cluster.call(request, Coordinator(group), timeout=20, max_version=7)
-        assert first.error_code == 0
-        old = cluster.coordinator_cached(group)
-        assert old == sim.coordinator_for(group)
-        sim.move_coordinator(group, (old + 1) % 3)
-        lookups = cluster.statistics().coordinator_requests
-        await cluster.call(request, Coordinator(group), timeout=20, max_version=7)
-        assert sim.errors(error_code=NOT_COORDINATOR) >= 1
-        assert cluster.coordinator_cached(group) == (old + 1) % 3
-        assert cluster.statistics().coordinator_requests == lookups + 1
-
-
-@SIMULATED
-async def test_call_times_out_naming_the_error_that_kept_coming(
-    kafka_broker: LocalBroker,
-) -> None:
-    topic = _name("retry-deadline")
-    async with _simulated(kafka_broker, 1) as (sim, cluster):
-        await cluster.wait_for_topics([topic], timeout=20)
-        sim.inject(LIST_OFFSETS, REQUEST_TIMED_OUT, times=None)
-        with pytest.raises(KafkaTimeoutError, match="RequestTimedOutError") as info:
-            await cluster.call(
-                _list_offsets(topic, 0), Node(0), timeout=0.5, check=_offsets_checked
-            )
-        assert "ListOffsets did not complete within 500 ms" in str(info.value)
-        assert sim.errors(error_code=REQUEST_TIMED_OUT) >= 2  # retried, not given up
-        sim.clear_injections()
-        # Nothing was left behind: the next call on the same cluster succeeds.
-        assert (
-            await cluster.call(_list_offsets(topic, 0), ANY, timeout=20, check=_offsets_checked)
-            == 0
-        )
-
-
-@SIMULATED
-async def test_a_cancelled_call_leaves_the_coordinator_lookup_clean(
-    kafka_broker: LocalBroker,
-) -> None:
-    group = _name("retry-cancel")
-    request = OffsetFetchRequest(
-        group_id=group, topics=[OffsetFetchRequestTopic(name="t", partition_indexes=[0])]
-    )
-    async with _simulated(kafka_broker, 3) as (sim, cluster):
-        coordinator = sim.coordinator_for(group)
-        sim.delay(coordinator, 5000)  # the OffsetFetch will not be answered in time
-        with anyio.move_on_after(0.5) as scope:
-            await cluster.call(request, Coordinator(group), timeout=20, max_version=7)
-        assert scope.cancelled_caught
-        sim.delay(coordinator, 0)
-        sim.move_coordinator(group, (coordinator + 1) % 3)
-        cluster.invalidate_coordinator(group)
-        # The cancelled call holds no lookup and no stale route: a new call finds the
-        # moved coordinator and is answered there.
-        answer = await cluster.call(request, Coordinator(group), timeout=20, max_version=7)
-        assert answer.error_code == 0
-        assert cluster.coordinator_cached(group) == (coordinator + 1) % 3
 
 
 async def test_leader_route_to_a_topic_that_cannot_exist_fails_with_its_error(

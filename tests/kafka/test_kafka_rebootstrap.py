@@ -1,7 +1,7 @@
-"""Re-bootstrap (KIP-1102) on Apache Kafka: the bootstrap address is a TCP proxy (a
-ClusterSimulator in pass-through mode: nothing rewritten) in front of one single-node
-cluster; that cluster is killed and a new one, on other ports and with another cluster id,
-takes its place behind the same address. The client finds it again only by going back to
+"""Re-bootstrap (KIP-1102) on Apache Kafka: the bootstrap address is a TCP proxy
+(``TcpProxy``: bytes forwarded, nothing rewritten) in front of one single-node cluster; that
+cluster is killed and a new one, on other ports and with another cluster id, takes its place
+behind the same address. The client finds it again only by going back to
 ``bootstrap_servers`` (tests/cluster/test_rebootstrap.py has the same on the bundled broker,
 and the strategy "none" counterpart)."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.consumer import TopicPartition
-from aiokafka_ng.testing import ClusterSimulator, KafkaCluster
+from aiokafka_ng.testing import KafkaCluster, TcpProxy
 
 pytestmark = [pytest.mark.kafka, pytest.mark.anyio]
 
@@ -32,7 +32,7 @@ async def test_a_replaced_cluster_is_found_again(
     await old.start()
     try:
         async with (
-            ClusterSimulator(old.brokers[0], brokers=1, passthrough=True) as proxy,
+            TcpProxy(old.brokers[0]) as proxy,
             Producer(
                 bootstrap_servers=proxy.bootstrap_servers,
                 metadata_recovery_rebootstrap_trigger_ms=2000,
@@ -47,8 +47,9 @@ async def test_a_replaced_cluster_is_found_again(
             with caplog.at_level(logging.WARNING), anyio.fail_after(90):
                 meta = await producer.send_and_wait("moved", b"new")
             assert meta.offset == 0  # written to the new cluster's topic
-            assert producer._cluster is not None
-            assert producer._cluster.statistics().rebootstraps == 1
+            cluster_stats = producer.statistics().cluster
+            assert cluster_stats is not None and cluster_stats.rebootstraps == 1
+            assert producer._cluster is not None  # no public view of the cluster id yet
             assert producer._cluster.metadata.cluster_id == new.cluster_id
         assert any("re-bootstrapping from" in r.getMessage() for r in caplog.records)
         consumer = Consumer(bootstrap_servers=new.bootstrap_servers, auto_offset_reset="earliest")

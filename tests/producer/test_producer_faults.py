@@ -15,7 +15,6 @@ import pytest
 from aiokafka_ng.errors import BufferExhaustedError, IllegalStateError, KafkaTimeoutError
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.testing import FakeKafka, virtual_time
-from tests.wire_tap import WireTap
 
 pytestmark = pytest.mark.anyio
 
@@ -106,9 +105,8 @@ async def test_non_idempotent_one_in_flight_cuts_keep_order() -> None:
     async with FakeKafka(brokers=1, tcp=False) as kafka:
         topic = "cuts-ord"
         kafka.create_topic(topic, 4)
-        tap = WireTap(kafka)
         async with Producer(
-            **tap.client_config(),
+            **kafka.client_config(),
             enable_idempotence=False,
             max_in_flight_requests_per_connection=1,
             batch_size=1024,
@@ -116,7 +114,7 @@ async def test_non_idempotent_one_in_flight_cuts_keep_order() -> None:
         ) as producer:
             await producer.partitions_for(topic)
             await _produce_under_cuts(kafka, producer, topic, n)
-            assert tap.max_in_flight <= 1
+            assert kafka.max_in_flight() == 1
         for p in range(4):
             got = values(kafka, topic, p)
             want = [b"%06d" % i for i in range(p, n, 4)]

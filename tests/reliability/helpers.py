@@ -1,10 +1,10 @@
-"""Shared pieces of the reliability suite: a simulated cluster over a real broker, numbered
-records, reading a topic back, and the lost/duplicated/reordered tally each scenario prints.
+"""Shared pieces of the reliability suite: a 3-node FakeKafka, numbered records, reading a
+topic back, and the lost/duplicated/reordered tally each scenario prints.
 
 Records are 16 bytes: ``>QQ`` of (partition, sequence number within that partition), so a
 partition's log read back must be exactly ``0, 1, 2, ...`` for "0 lost, 0 duplicated,
-0 reordered". Reading back goes straight to the real broker (not through the simulator),
-so what is counted is what the broker stored.
+0 reordered". :func:`logged` reads the fake's logs themselves (no client in between), so
+what is counted is what the cluster stored.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 import anyio
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
-from aiokafka_ng.testing import ClusterSimulator, LocalBroker
+from aiokafka_ng.testing import FakeKafka
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+PARTITIONS = 4
 _VALUE = struct.Struct(">QQ")
 MISPLACED = 2**62  # stands for a record read from a partition it was not sent to
 
@@ -41,11 +42,22 @@ def record_count(backend: str, full: int, small: int) -> int:
 
 
 @asynccontextmanager
-async def simulated_cluster(
-    brokers: int = 3, seed: int = 1
-) -> AsyncIterator[tuple[LocalBroker, ClusterSimulator]]:
-    async with LocalBroker() as broker, ClusterSimulator(broker, brokers, seed=seed) as sim:
-        yield broker, sim
+async def fake_cluster(topic: str, brokers: int = 3, seed: int = 1) -> AsyncIterator[FakeKafka]:
+    """A FakeKafka of ``brokers`` nodes, in memory, with ``topic`` (``PARTITIONS``
+    partitions, each replicated on every node, so a killed leader fails over)."""
+    async with FakeKafka(brokers, tcp=False, seed=seed) as kafka:
+        kafka.create_topic(topic, PARTITIONS, replication_factor=brokers)
+        yield kafka
+
+
+def logged(kafka: FakeKafka, topic: str) -> dict[int, list[int]]:
+    """Each partition's sequence numbers in log order, read from the fake's logs (a record
+    in the wrong partition counts as never sent)."""
+    got: dict[int, list[int]] = {}
+    for p in range(PARTITIONS):
+        seqs = (unpack(r.value or b"") for r in kafka.records(topic, p))
+        got[p] = [seq if part == p else MISPLACED for part, seq in seqs]
+    return got
 
 
 @dataclass
@@ -155,30 +167,6 @@ async def read_back(
                             done = False
                     if done:
                         return got
-
-
-def confluent_read_back(bootstrap: str, topic: str, counts: dict[int, int]) -> dict[int, list[int]]:
-    """Like :func:`read_back`, with librdkafka (an independent reader): blocking, run it in a
-    worker thread. Reads each partition up to ``counts[p]`` records (duplicates included)."""
-    from confluent_kafka import Consumer as ConfluentConsumer
-    from confluent_kafka import TopicPartition as ConfluentTP
-
-    consumer = ConfluentConsumer(
-        {"bootstrap.servers": bootstrap, "group.id": "rel-" + topic, "enable.auto.commit": False}
-    )
-    got: dict[int, list[int]] = {p: [] for p in counts}
-    try:
-        consumer.assign([ConfluentTP(topic, p, 0) for p in counts])
-        deadline = time.monotonic() + 60
-        while any(len(got[p]) < n for p, n in counts.items()):
-            assert time.monotonic() < deadline, "confluent-kafka read back timed out"
-            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
-                assert msg.error() is None, msg.error()
-                partition, seq = unpack(msg.value())
-                got[msg.partition()].append(seq if partition == msg.partition() else MISPLACED)
-        return got
-    finally:
-        consumer.close()
 
 
 class Stopwatch:

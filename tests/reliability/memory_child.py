@@ -17,19 +17,19 @@ import anyio
 from aiokafka_ng.errors import BufferExhaustedError, KafkaTimeoutError
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.producer.future import DeliveryFuture
-from tests.helpers import topic_name
-from tests.reliability.helpers import rss_bytes, simulated_cluster, value
+from aiokafka_ng.testing import virtual_time
+from tests.reliability.helpers import fake_cluster, rss_bytes, value
 
 BUFFER_MEMORY = int(sys.argv[2]) if len(sys.argv) > 2 else 8 * 1024 * 1024
 
 
 async def scenario() -> dict[str, Any]:
-    topic = topic_name("dead")
+    topic = "dead"
     out: dict[str, Any] = {"buffer_memory": BUFFER_MEMORY}
     async with (
-        simulated_cluster(seed=15) as (_, sim),
+        fake_cluster(topic, seed=15) as kafka,
         Producer(
-            bootstrap_servers=sim.bootstrap_servers,
+            **kafka.client_config(),
             buffer_memory=BUFFER_MEMORY,
             max_block_ms=500,
             request_timeout_ms=1000,
@@ -41,8 +41,8 @@ async def scenario() -> dict[str, Any]:
         ) as producer,
     ):
         await producer.send_and_wait(topic, value(0, 0), partition=0)
-        for node in sim.nodes:
-            sim.kill(node)
+        for node in kafka.nodes:
+            kafka.kill(node)
         before = rss_bytes()
         futs: list[DeliveryFuture] = []
         with anyio.fail_after(30):
@@ -62,8 +62,8 @@ async def scenario() -> dict[str, Any]:
         out["queued"] = len(futs)
         out["timed_out"] = sum(isinstance(f.exception(), KafkaTimeoutError) for f in futs)
         out["refilled"] = producer.statistics()["memory"].available
-        for node in sim.nodes:
-            sim.restart(node)
+        for node in kafka.nodes:
+            kafka.restart(node)
         with anyio.fail_after(20):
             after = await producer.send_and_wait(topic, value(0, 1), partition=0)
         out["after_offset"] = after.offset
@@ -71,7 +71,10 @@ async def scenario() -> dict[str, Any]:
 
 
 def main() -> None:
-    result = anyio.run(scenario, backend=sys.argv[1])
+    # On virtual time (a FakeKafka in memory): max_block_ms and delivery_timeout_ms are
+    # measured exactly; RSS is real.
+    backend, options = virtual_time.backend(sys.argv[1])
+    result = anyio.run(scenario, backend=backend, backend_options=options)
     print(json.dumps(result))
 
 

@@ -1,5 +1,6 @@
-"""Consumer guarantees under a simulated 3-node cluster: leaders moving, nodes killed (with
-and without failover), manual commits, and a second member resuming from the commits.
+"""Consumer guarantees on a 3-node FakeKafka (in memory, on virtual time): leaders moving,
+nodes killed (with failover) or cut off (without), manual commits, and a second member
+resuming from the commits.
 
 What the application is handed must be every offset exactly once, in order, per partition:
 no gap, no duplicate, across a handover between two consumers of the same group.
@@ -15,29 +16,31 @@ import pytest
 
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.producer import Producer
-from aiokafka_ng.testing import ClusterSimulator
-from tests.helpers import topic_name
+from aiokafka_ng.testing import FakeKafka, virtual_time
 from tests.reliability.helpers import (
     FETCH,
     METADATA,
+    PARTITIONS,
     Stopwatch,
+    fake_cluster,
     record_count,
-    simulated_cluster,
     tally,
     unpack,
     value,
 )
 
-# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
-pytestmark = [pytest.mark.anyio, pytest.mark.broker]
+pytestmark = pytest.mark.anyio
 
-PARTITIONS = 4
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
+
 
 GROUP_SETTINGS: dict[str, Any] = {
     "auto_offset_reset": "earliest",
     "enable_auto_commit": False,
-    # Tansu holds a first join for session_timeout_ms / 2.
-    "session_timeout_ms": 2000,
+    "session_timeout_ms": 6000,  # Kafka's group.min.session.timeout.ms
     "heartbeat_interval_ms": 300,
     "retry_backoff_ms": 10,
     "retry_backoff_max_ms": 100,
@@ -52,12 +55,13 @@ GROUP_SETTINGS: dict[str, Any] = {
 
 
 async def produce(
-    bootstrap: str, topic: str, n: int, start: dict[int, int] | None = None
+    kafka: FakeKafka, topic: str, n: int, start: dict[int, int] | None = None
 ) -> dict[int, int]:
-    """``n`` numbered records straight to the broker; per-partition counts (continuing
+    """``n`` numbered records (written before any fault); per-partition counts (continuing
     from ``start``)."""
     sent = dict(start) if start else dict.fromkeys(range(PARTITIONS), 0)
-    async with Producer(bootstrap_servers=bootstrap, linger_ms=10, batch_size=64 * 1024) as p:
+    config = kafka.client_config()
+    async with Producer(**config, linger_ms=10, batch_size=64 * 1024) as p:
         futs = []
         for i in range(n):
             part = i % PARTITIONS
@@ -68,21 +72,31 @@ async def produce(
     return sent
 
 
-async def chaos(sim: ClusterSimulator, topic: str, seed: int) -> None:
-    """Until cancelled: a leader move every ~200 ms; every 5th tick a node is killed for
-    ~0.6 s, alternately with failover (leaders, coordinator, controller move away) and
-    without (its partitions are unreachable until it comes back)."""
+async def chaos(kafka: FakeKafka, topic: str, seed: int, moves: list[int]) -> None:
+    """Until cancelled: a leader move every ~200 ms (counted in ``moves``); every 5th tick
+    a node is down for ~0.6 s, alternately killed (its leaderships, the coordinators and
+    the controller role fail over) and cut off from the clients (it keeps its roles: its
+    partitions are unreachable until it comes back)."""
     rng = random.Random(seed)
+    nodes = sorted(kafka.nodes)
     tick = 0
     while True:
         await anyio.sleep(0.2)
         tick += 1
-        sim.move_random_leader(topic)
+        if kafka.move_random_leader(topic) is not None:
+            moves[0] += 1
         if tick % 5 == 0:
-            node = rng.randrange(len(sim.nodes))
-            sim.kill(node, failover=tick % 10 == 0)
+            node = rng.choice(nodes)
+            killed = tick % 10 == 0
+            if killed:
+                kafka.kill(node)
+            else:
+                kafka.isolate(node)
             await anyio.sleep(0.6)
-            sim.restart(node)
+            if killed:
+                kafka.restart(node)
+            else:
+                kafka.isolate(node, False)
 
 
 class Reader:
@@ -119,33 +133,40 @@ class Reader:
             await anyio.sleep(max(0.0, due - anyio.current_time()))
 
 
-async def test_manual_commits_through_moves_and_killed_nodes(anyio_backend: str) -> None:
+async def test_manual_commits_through_moves_and_killed_nodes(
+    anyio_backend: tuple[str, dict[str, Any]],
+) -> None:
     """Two consumers of one group in turn (the second resumes from the first's commits),
     leaders moving every ~200 ms and a node killed every second: every offset is handed
     out exactly once, in order. 100k records on asyncio, 30k on trio."""
-    n = record_count(anyio_backend, 100_000, 30_000)
-    topic = topic_name("cons")
+    backend = anyio_backend[0]
+    n = record_count(backend, 100_000, 30_000)
+    topic = "cons"
     group = "g-" + topic
-    async with simulated_cluster(seed=21) as (broker, sim):
-        sent = await produce(broker.bootstrap_servers, topic, n)
+    moves = [0]
+    async with fake_cluster(topic, seed=21) as kafka:
+        config = kafka.client_config()
+        sent = await produce(kafka, topic, n)
         reader = Reader(topic)
         watch = Stopwatch()
         with anyio.fail_after(90):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(chaos, sim, topic, 21)
+                tg.start_soon(chaos, kafka, topic, 21, moves)
                 for part, until in enumerate((n // 2, n)):
                     async with Consumer(
-                        topic, bootstrap_servers=sim.bootstrap_servers, group_id=group,
-                        client_id=f"reader-{part}", **GROUP_SETTINGS,
+                        topic, **config, group_id=group, client_id=f"reader-{part}",
+                        **GROUP_SETTINGS,
                     ) as consumer:  # fmt: skip
                         await reader.read(consumer, until, seconds=2.0)
                 tg.cancel_scope.cancel()
         seconds = watch.seconds
-        sim.clear_faults()
+        for node in kafka.nodes:
+            if not kafka.alive(node):
+                kafka.restart(node)
+        kafka.clear_faults()
+        committed_in_cluster = kafka.committed(group)
         # Nothing more is handed out after the last commit: a third member finds nothing.
-        async with Consumer(
-            topic, bootstrap_servers=broker.bootstrap_servers, group_id=group, **GROUP_SETTINGS
-        ) as consumer:
+        async with Consumer(topic, **config, group_id=group, **GROUP_SETTINGS) as consumer:
             await consumer.wait_for_assignment()
             extra = await consumer.getmany(timeout_ms=500)
             committed = {
@@ -154,57 +175,63 @@ async def test_manual_commits_through_moves_and_killed_nodes(anyio_backend: str)
     t = tally("consumer, manual commits, moves + killed nodes", sent, reader.values)
     t.seconds = seconds
     t.extra.update(
-        backend=anyio_backend,
-        leader_moves=sim.leader_moves,
-        not_leader=sim.errors(FETCH, 6),
+        backend=backend,
+        leader_moves=moves[0],
+        not_leader=kafka.errors(FETCH, 6),
         commits=reader.commits,
-        refused_connections=sum(sim.refused.values()),
+        refused_connections=kafka.refused(),
     )
     t.report()
     assert (t.lost, t.duplicated, t.reordered) == (0, 0, 0)
     for p in range(PARTITIONS):
         assert reader.offsets[p] == list(range(sent[p])), f"partition {p}"
         assert committed[p] == sent[p]
+    assert committed_in_cluster == {(topic, p): sent[p] for p in range(PARTITIONS)}
     assert sum(len(v) for v in extra.values()) == 0
-    assert sim.leader_moves >= 5 and sum(sim.refused.values()) + sim.errors(FETCH, 6) > 0
+    assert moves[0] >= 5 and kafka.refused() + kafka.errors(FETCH, 6) > 0
 
 
-async def test_fetches_follow_the_failover_of_a_dead_leader(anyio_backend: str) -> None:
+async def test_fetches_follow_the_failover_of_a_dead_leader(
+    anyio_backend: tuple[str, dict[str, Any]],
+) -> None:
     """A caught-up consumer (long polls in flight); the leader of a partition dies for good
     and leadership fails over to a live node; more records arrive. The consumer must find
     the new leader -- a failed connection to the old one has to make it refresh metadata,
     as Java's NetworkClient does on a disconnect -- and read on, with no gap and no
     duplicate. 2 x 10k records."""
     n = 10_000
-    topic = topic_name("failover")
-    async with simulated_cluster(seed=22) as (broker, sim):
-        sent = await produce(broker.bootstrap_servers, topic, n)
+    topic = "failover"
+    async with fake_cluster(topic, seed=22) as kafka:
+        sent = await produce(kafka, topic, n)
         reader = Reader(topic)
         async with Consumer(
-            bootstrap_servers=sim.bootstrap_servers,
+            **kafka.client_config(),
             **{k: v for k, v in GROUP_SETTINGS.items() if "commit" not in k},
         ) as consumer:
             consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
             with anyio.fail_after(20):
                 await reader.read(consumer, n, seconds=0.2, commit=False)
-            await anyio.sleep(0.2)  # caught up: every partition's fetch is a long poll now
-            dead = sim.leader(topic, 0)
-            sim.kill(dead, failover=True)
-            sim.reset_counters()
-            more = await produce(broker.bootstrap_servers, topic, n, start=sent)
-            watch = Stopwatch()
+            leaders = {kafka.leader(topic, p) for p in range(PARTITIONS)}
+            # Caught up: a long-poll Fetch waits at every leader.
+            await kafka.wait_until(lambda: all(kafka.in_flight(node) for node in leaders))
+            dead = kafka.leader(topic, 0)
+            kafka.kill(dead)  # its partitions elect live replicas
+            kafka.reset_counters()
+            more = await produce(kafka, topic, n, start=sent)
+            started = anyio.current_time()
             with anyio.move_on_after(5):  # a refresh takes milliseconds; 5 s is "never"
                 await reader.read(consumer, 2 * n, seconds=0.2, commit=False)
-            seconds = watch.seconds
+            seconds = anyio.current_time() - started
     t = tally("consumer, leader killed with failover (no restart)", more, reader.values)
     t.seconds = seconds
     t.extra.update(
-        backend=anyio_backend,
+        backend=anyio_backend[0],
         dead_node=dead,
-        refused_connections=sim.refused[dead],
-        metadata_requests=sum(sim.requests[node][METADATA] for node in sim.nodes),
+        refused_connections=kafka.refused(dead),
+        metadata_requests=kafka.requests()[METADATA],
     )
     t.report()
     assert (t.lost, t.duplicated, t.reordered) == (0, 0, 0)
     for p in range(PARTITIONS):
         assert reader.offsets[p] == list(range(more[p])), f"partition {p}"
+    assert kafka.requests()[METADATA] >= 1  # the consumer refreshed to find the new leader

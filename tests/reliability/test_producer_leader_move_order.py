@@ -8,8 +8,8 @@ several batches of the moved partition are in flight: the ones the old leader re
 reach the new leader before any later batch, so nothing is lost, duplicated or reordered and
 the broker never sees a sequence gap (no producer id reset).
 
-On a FakeKafka of 3 nodes, on virtual time; a tap on the client's connections
-(tests/wire_tap.py) sees what is in flight and what the old leaders refused.
+On a FakeKafka of 3 nodes, on virtual time; its observers see what is in flight on each
+connection and what the old leaders refused.
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from aiokafka_ng.producer import Producer
 from aiokafka_ng.producer.partitioner import default_partition
 from aiokafka_ng.testing import FakeKafka, virtual_time
 from tests.reliability.helpers import MISPLACED, record_count, tally, unpack, value
-from tests.wire_tap import WireTap
 
 pytestmark = pytest.mark.anyio
 
 PARTITIONS = 4
-NOT_LEADER = 6
+PRODUCE, NOT_LEADER = 0, 6
 KEYS = [f"key-{i}".encode() for i in range(16)]
 MOVES = 12
 TOPIC = "move-order"
@@ -39,32 +38,31 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return virtual_time.backend(request.param)
 
 
-async def move_under_load(kafka: FakeKafka, tap: WireTap, done: anyio.Event) -> int:
+def produce_requests(kafka: FakeKafka, partition: int) -> int:
+    """Produce requests that named ``partition`` so far, at any node."""
+    return len(kafka.partition_request_times(PRODUCE, TOPIC, partition))
+
+
+async def move_under_load(kafka: FakeKafka, done: anyio.Event) -> int:
     """``MOVES`` times: wait until a connection has 3+ requests awaiting answers, move a
     partition its node leads, then wait for two more requests naming that partition."""
     busy: list[int] = []
 
     def pipelined() -> bool:
-        busy[:] = [
-            p
-            for c in tap.open_connections()
-            if c.in_flight >= 3
-            for p in range(PARTITIONS)
-            if kafka.leader(TOPIC, p) == c.node
-        ]
+        busy[:] = [p for p in range(PARTITIONS) if kafka.in_flight(kafka.leader(TOPIC, p)) >= 3]
         return bool(busy)
 
     moves = 0
     for _ in range(MOVES):
         await kafka.wait_until(pipelined, within=30)
         partition = busy[0]
-        before = tap.produce_requests[(TOPIC, partition)]
+        before = produce_requests(kafka, partition)
         kafka.move_leader(TOPIC, partition)
         moves += 1
         # The partition's next batches went somewhere: refused by the old leader (the
         # scenario) or, if a metadata refresh for an earlier move came first, to the new one.
         await kafka.wait_until(
-            lambda p=partition, n=before: tap.produce_requests[(TOPIC, p)] >= n + 2,
+            lambda p=partition, n=before: produce_requests(kafka, p) >= n + 2,
             within=30,
         )
     done.set()
@@ -85,9 +83,8 @@ async def test_idempotent_keeps_order_when_leaders_move_under_in_flight_batches(
     moves = 0
     async with FakeKafka(brokers=3, tcp=False) as kafka:
         kafka.create_topic(TOPIC, PARTITIONS, replication_factor=3)
-        tap = WireTap(kafka)
         async with Producer(
-            **tap.client_config(),
+            **kafka.client_config(),
             enable_idempotence=True,
             max_in_flight_requests_per_connection=5,
             linger_ms=2,
@@ -104,7 +101,7 @@ async def test_idempotent_keeps_order_when_leaders_move_under_in_flight_batches(
 
             async def mover() -> None:
                 nonlocal moves
-                moves = await move_under_load(kafka, tap, done)
+                moves = await move_under_load(kafka, done)
 
             with anyio.fail_after(120):
                 async with anyio.create_task_group() as tg:
@@ -135,8 +132,8 @@ async def test_idempotent_keeps_order_when_leaders_move_under_in_flight_batches(
     t.extra.update(
         backend=backend,
         moves=moves,
-        not_leader=tap.produce_errors[NOT_LEADER],
-        max_in_flight=tap.max_in_flight,
+        not_leader=kafka.errors(PRODUCE, NOT_LEADER),
+        max_in_flight=kafka.max_in_flight(),
         retries=stats["retries"],
     )
     t.report()
@@ -148,5 +145,5 @@ async def test_idempotent_keeps_order_when_leaders_move_under_in_flight_batches(
     assert (t.lost, t.duplicated, t.reordered) == (0, 0, 0)
     assert stats["producer_id_resets"] == 0  # the broker never saw a sequence gap
     # The first move at least is refused (no metadata refresh can precede it).
-    assert moves == MOVES and tap.produce_errors[NOT_LEADER] > 0
-    assert tap.max_in_flight >= 3
+    assert moves == MOVES and kafka.errors(PRODUCE, NOT_LEADER) > 0
+    assert kafka.max_in_flight() >= 3

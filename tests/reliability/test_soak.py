@@ -1,6 +1,6 @@
-"""The soak (bench/soak.py) in short: 30 s of a producer and a two-member consumer group on
-the ClusterSimulator (LocalBroker behind 3 simulated nodes), a fault step every 5 s (leader
-moves, a cut node, a node killed and restarted). Nothing lost, doubled or reordered, and
+"""The soak (bench/soak.py) in short: 30 s of a producer and a two-member consumer group on a
+3-node FakeKafka over TCP, a fault step every 5 s (leader moves, a cut node, a node killed
+or cut off, then back). Nothing lost, doubled or reordered, and
 after everything closed the process holds the file descriptors and tasks it held before.
 asyncio only: the soak counts asyncio tasks (trio's are covered by the reliability tests)."""
 
@@ -14,8 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from soak import soak
 
-# broker: it starts its own brokers, no fixture says so (see tests/conftest.py)
-pytestmark = [pytest.mark.anyio, pytest.mark.broker]
+pytestmark = pytest.mark.anyio
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

@@ -46,7 +46,7 @@ from aiokafka_ng.protocol.messages.fetch import (
     PartitionData,
 )
 from aiokafka_ng.protocol.records import iter_batches
-from aiokafka_ng.testing import ClusterSimulator, LocalBroker
+from aiokafka_ng.testing import LocalBroker
 from tests.helpers import topic_name
 from tests.kafka.helpers import eventually
 from tests.scripted_cluster import ScriptedCluster, make_metadata
@@ -244,30 +244,6 @@ async def test_fenced_in_the_middle_of_a_transaction(kafka_broker: Any) -> None:
     # The successor's InitProducerId aborted the open transaction ("open" at 0, marker 1).
     assert [(o, v) for o, _, v in log.data] == [(0, b"open"), (2, b"after")]
     assert [(o, k) for o, _, k in log.markers] == [(1, _ABORT), (3, _COMMIT)]
-
-
-@pytest.mark.tansu_only("ClusterSimulator fronts a single broker as three")
-async def test_moved_coordinator_is_found_again(kafka_broker: Any) -> None:
-    """NOT_COORDINATOR (Tansu never sends it; the simulator does once the transactional id's
-    coordinator moves): the producer looks the coordinator up again and carries on."""
-    topic, tid = topic_name("t"), topic_name("txn")
-    async with (
-        ClusterSimulator(kafka_broker, brokers=3, seed=3) as sim,
-        Producer(
-            bootstrap_servers=sim.bootstrap_servers, transactional_id=tid, linger_ms=1
-        ) as producer,
-    ):
-        async with producer.transaction():
-            await producer.send(topic, b"a", partition=0)
-        old = sim.coordinator_for(tid)
-        sim.move_coordinator(tid, (old + 1) % 3)
-        async with producer.transaction():
-            await producer.send(topic, b"b", partition=0)
-        assert sim.errors(error_code=16) >= 1  # NOT_COORDINATOR was answered...
-        assert sim.coordinator_for(tid) == (old + 1) % 3  # ...and the new one served
-    log = await read_log(kafka_broker.bootstrap_servers, topic)
-    assert [v for _, _, v in log.data] == [b"a", b"b"]
-    assert [k for _, _, k in log.markers] == [_COMMIT, _COMMIT]
 
 
 async def test_abortable_errors_leave_the_producer_usable(kafka_broker: Any) -> None:

@@ -18,10 +18,12 @@ test on virtual time exact: no socket, so no wait the event loop's clock does no
 Theory of operation
 -------------------
 State lives in a :class:`~aiokafka_ng.testing.fake._cluster.FakeCluster` (synchronous);
-each client connection is served by one task that reads a request, answers it, writes the
-answer and only then reads the next request -- as a Kafka broker mutes a connection while
-one of its requests is being processed, so answers are in request order and a long-poll
-Fetch holds up the requests behind it on that connection. Produce with ``acks=0`` gets no
+each client connection is served by a task that answers one request at a time: it handles
+a request, writes the answer and only then takes the next one -- as a Kafka broker mutes a
+connection while one of its requests is being processed, so answers are in request order
+and a long-poll Fetch holds up the requests behind it on that connection. A second task
+reads the requests as they arrive and queues them, so the requests a client has in flight
+are seen at the node (:meth:`FakeKafka.in_flight`). Produce with ``acks=0`` gets no
 answer (an error closes the connection instead, as Kafka does).
 
 Time is ``anyio.current_time()`` (virtual under a mock clock) for waits and deadlines;
@@ -31,17 +33,21 @@ record timestamps the broker assigns (LogAppendTime) use ``wall_clock`` (default
 Faults act on the serving tasks: a killed node refuses new connections and closes its
 open ones, and the cluster elects new leaders for its partitions (:meth:`kill`); an isolated
 node keeps its roles but is unreachable (:meth:`isolate`); :meth:`delay`,
-:meth:`black_hole`, :meth:`cut_after`, :meth:`cut_after_bytes` and :meth:`inject` change
-what a node answers and when. Everything is loopback-only and bounded by
+:meth:`black_hole`, :meth:`cut_after`, :meth:`cut_after_bytes`, :meth:`inject_garbage`,
+:meth:`swap_next_responses` and :meth:`inject` change what a node answers and when. What
+the nodes saw is counted in :mod:`._observe` (:meth:`requests`, :meth:`request_times`,
+:meth:`errors`, :meth:`max_in_flight`, ...). Everything is loopback-only and bounded by
 ``max_connections``.
 """
 
 from __future__ import annotations
 
 import errno
+import math
+import random
 import struct
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -50,6 +56,7 @@ from uuid import UUID
 
 import anyio
 import anyio.abc
+from anyio.streams.memory import MemoryObjectSendStream
 
 from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.framing import FrameReader, decode_request, encode_response
@@ -57,12 +64,13 @@ from aiokafka_ng.protocol.messages import REQUEST_TYPES
 from aiokafka_ng.protocol.messages.api_versions import FinalizedFeatureKey, SupportedFeatureKey
 from aiokafka_ng.protocol.primitives import ApiMessage
 from aiokafka_ng.protocol.record_reader import Record, iter_batches
-from aiokafka_ng.testing._simulator_codec import PARTITIONED_APIS, error_response
-from aiokafka_ng.testing._simulator_routing import Injection, Match
 from aiokafka_ng.testing.fake import _codes as E
 from aiokafka_ng.testing.fake import _handlers as H
 from aiokafka_ng.testing.fake._cluster import Broker, FakeCluster, Topic
+from aiokafka_ng.testing.fake._cuts import Cut, CutScope, fire
+from aiokafka_ng.testing.fake._inject import PARTITIONED_APIS, Injection, Match, error_response
 from aiokafka_ng.testing.fake._memory import MemoryByteStream, stream_pair
+from aiokafka_ng.testing.fake._observe import Observations, Observers
 
 __all__ = ["FakeKafka", "FakeNode"]
 
@@ -95,8 +103,11 @@ class FakeNode:
     black_hole: bool = False
     delay_s: float = 0.0
     api_delays: dict[int, float] = field(default_factory=dict)
-    cut_after: int | None = None  # requests left before the node's connections are closed
+    cut: Cut | None = None  # a request cut of scope "node" or "connection" (cut_after)
+    each_cut: Cut | None = None  # the rule each connection gets a copy of (scope "each")
     cut_after_bytes: int | None = None  # response bytes left before a connection is cut
+    garbage: deque[int | None] = field(default_factory=deque)  # API keys (None: any)
+    swaps: int = 0  # answer pairs still to write in swapped order
     connections: set[_Conn] = field(default_factory=set)
     requests: Counter[int] = field(default_factory=Counter)
     #: A crash the cluster has not noticed yet (kill's ``failover_after``), else None.
@@ -106,7 +117,7 @@ class FakeNode:
 
 
 class _Conn:
-    __slots__ = ("node", "scope", "stream", "swallowing")
+    __slots__ = ("cut_rule", "held", "in_flight", "node", "scope", "stream", "swallowing")
 
     def __init__(self, node: FakeNode, stream: anyio.abc.ByteStream) -> None:
         self.node = node
@@ -115,6 +126,12 @@ class _Conn:
         #: A request was swallowed by a black hole: answer nothing more on this connection
         #: (answering later requests would skip one, which no network does).
         self.swallowing = False
+        #: Requests read and not answered yet (the client's requests in flight).
+        self.in_flight = 0
+        #: This connection's own request cut (``cut_after(scope="each")``).
+        self.cut_rule = None if node.each_cut is None else node.each_cut.fresh()
+        #: An answer held back to be written after the next one (``swap_next_responses``).
+        self.held: bytes | None = None
 
     def cut(self) -> None:
         if isinstance(self.stream, MemoryByteStream):
@@ -122,7 +139,7 @@ class _Conn:
         self.scope.cancel()
 
 
-class FakeKafka:
+class FakeKafka(Observers):
     """An in-process Kafka cluster of ``brokers`` nodes (ids ``1..brokers``).
 
     Args:
@@ -140,6 +157,7 @@ class FakeKafka:
             the epoch), or 1 (clients add partitions with AddPartitionsToTxn).
         wall_clock: the clock of broker-assigned timestamps (seconds since the epoch).
         max_connections: connections accepted in all (a bound for runaway clients).
+        seed: seeds the random choices of :meth:`move_random_leader`.
     """
 
     def __init__(
@@ -154,6 +172,7 @@ class FakeKafka:
         transaction_version: int = 2,
         wall_clock: Callable[[], float] = time.time,
         max_connections: int = 10_000,
+        seed: int | None = None,
     ) -> None:
         if not 1 <= brokers <= 64:
             raise ValueError("brokers must be between 1 and 64")
@@ -161,6 +180,7 @@ class FakeKafka:
         self._wall_clock = wall_clock
         self._max_connections = max_connections
         self._accepted = 0
+        self._rng = random.Random(seed)
         # Ports: real ones once listening (tcp), else stand-ins only the transport knows.
         self.nodes: dict[int, FakeNode] = {
             n: FakeNode(n, 0 if tcp else 19092 + n) for n in range(1, brokers + 1)
@@ -183,6 +203,7 @@ class FakeKafka:
             "group.version": 1,
         }
         self._injections: list[Injection] = []
+        self._seen = Observations(self.nodes)
         self._tg: anyio.abc.TaskGroup | None = None
         self._listeners: list[anyio.abc.Listener[Any]] = []
         self._appended: anyio.Event | None = None
@@ -290,6 +311,7 @@ class FakeKafka:
         await anyio.lowlevel.checkpoint()
         node.attempts.append(anyio.current_time())
         if not self._reachable(node):
+            self._seen.refused[node.node_id] += 1
             raise ConnectionRefusedError(errno.ECONNREFUSED, f"broker {node.node_id} is down")
         self._count_accept()
         client, server = stream_pair()
@@ -319,6 +341,7 @@ class FakeKafka:
                 await stream.aclose()
                 continue
             if not self._reachable(node):
+                self._seen.refused[node.node_id] += 1
                 await stream.aclose()
                 continue
             tg.start_soon(self._serve, node, stream)
@@ -328,24 +351,46 @@ class FakeKafka:
     async def _serve(self, node: FakeNode, stream: anyio.abc.ByteStream) -> None:
         conn = _Conn(node, stream)
         node.connections.add(conn)
-        frames = FrameReader(MAX_FRAME)
+        self._seen.connections[node.node_id] += 1
+        # One task reads requests as they come (so the requests a client has in flight are
+        # seen and counted), this one answers them one at a time, in order.
+        send, receive = anyio.create_memory_object_stream[bytes](math.inf)
         try:
             with conn.scope:
-                while True:
-                    frame = frames.next_frame()
-                    if frame is None:
-                        frames.feed(await stream.receive())
-                        continue
-                    await self._answer(conn, frame)
-        except (*_STREAM_ERRORS, ProtocolError, _Close):
-            pass
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._read_requests, conn, send)
+                    try:
+                        async with receive:
+                            async for frame in receive:
+                                await self._answer(conn, frame)
+                    except (*_STREAM_ERRORS, ProtocolError, _Close):
+                        pass
+                    tg.cancel_scope.cancel()
         finally:
-            node.connections.discard(conn)
             with anyio.CancelScope(shield=True):
                 try:
                     await stream.aclose()
                 except _STREAM_ERRORS:
                     pass
+            # Only now: a test waiting for open_connections() == 0 finds the sockets closed.
+            node.connections.discard(conn)
+            self._notify()
+
+    async def _read_requests(self, conn: _Conn, frames_out: MemoryObjectSendStream[bytes]) -> None:
+        frames = FrameReader(MAX_FRAME)
+        async with frames_out:
+            try:
+                while True:
+                    frame = frames.next_frame()
+                    if frame is None:
+                        frames.feed(await conn.stream.receive())
+                        continue
+                    conn.in_flight += 1
+                    self._seen.in_flight(conn.node.node_id, conn.in_flight)
+                    frames_out.send_nowait(frame)
+                    self._notify()
+            except (*_STREAM_ERRORS, ProtocolError):
+                pass  # the requests read so far are still answered, as after EOF
 
     async def _answer(self, conn: _Conn, frame: bytes) -> None:
         node = conn.node
@@ -355,24 +400,67 @@ class FakeKafka:
             conn.swallowing = True
             return
         header, request = decode_request(frame)  # ProtocolError: drop the connection
-        node.requests[header.api_key] += 1
+        api_key, version = header.api_key, header.api_version
+        now = anyio.current_time()
+        node.requests[api_key] += 1
+        self._seen.request(node.node_id, api_key, now)
+        if api_key in PARTITIONED_APIS:
+            named = PARTITIONED_APIS[api_key].partitions(self, request, version)
+            self._seen.partitions(api_key, named, now)
         self._notify()
-        if node.cut_after is not None:
-            node.cut_after -= 1
-            if node.cut_after <= 0:
-                node.cut_after = None
-                self._cut_node(node)
-                raise _Close
-        version = header.api_version
-        response = await self._respond(node, header.api_key, version, request)
-        delay = node.api_delays.get(header.api_key, node.delay_s)
+        self._apply_cuts(conn, api_key, version, request)
+        response = await self._respond(node, api_key, version, request)
+        delay = node.api_delays.get(api_key, node.delay_s)
         if delay > 0:
             await anyio.sleep(delay)
         if response is None:
+            conn.in_flight -= 1
             return  # acks=0
         if not self._reachable(node):
             raise _Close
+        self._seen.answered(node.node_id, api_key, response)
         payload = encode_response(response, version, header.correlation_id)
+        if node.garbage and node.garbage[0] in (None, api_key):
+            node.garbage.popleft()
+            # The right correlation id, then one byte: too short for any answer to decode.
+            payload = struct.pack(">ii", 5, header.correlation_id) + b"\xff"
+        if node.swaps and conn.held is None:
+            node.swaps -= 1
+            conn.held = payload  # written after the next answer
+            return
+        await self._write(conn, payload)
+        conn.in_flight -= 1
+        if conn.held is not None:
+            held, conn.held = conn.held, None
+            await self._write(conn, held)
+            conn.in_flight -= 1
+
+    def _apply_cuts(self, conn: _Conn, api_key: int, version: int, request: ApiMessage) -> None:
+        """Count the request against the cut rules; raise _Close if one fires."""
+        node = conn.node
+        conn_rule, node_rule = conn.cut_rule, node.cut
+        fired_conn, conn.cut_rule = fire(conn_rule)
+        fired_node, node.cut = fire(node_rule)
+        fired = [r for r, hit in ((conn_rule, fired_conn), (node_rule, fired_node)) if hit and r]
+        if not fired:
+            return
+        if all(r.forward_last for r in fired) and self._tg is not None:
+            # The broker acts on the request; its answer goes nowhere.
+            self._tg.start_soon(self._respond_unseen, node, api_key, version, request)
+        if any(r.scope == "node" for r in fired):
+            self._cut_node(node)
+        raise _Close
+
+    async def _respond_unseen(
+        self, node: FakeNode, api_key: int, version: int, request: ApiMessage
+    ) -> None:
+        try:
+            await self._respond(node, api_key, version, request)
+        except _Close:
+            pass  # the connection is gone already
+
+    async def _write(self, conn: _Conn, payload: bytes) -> None:
+        node = conn.node
         if node.cut_after_bytes is not None:
             left = node.cut_after_bytes
             if len(payload) >= left:
@@ -531,7 +619,7 @@ class FakeKafka:
                 assert self._changed is not None
                 await self._changed.wait()
 
-    # ---- Topology (for the shared error-response builders) --------------------------------
+    # ---- Topology (for the error answers of _inject) --------------------------------------
 
     @property
     def controller(self) -> int:
@@ -548,14 +636,8 @@ class FakeKafka:
         p = self.cluster.partition(topic, partition)
         return -1 if p is None else p.leader_epoch
 
-    def replicas(self, leader: int) -> list[int]:
-        return [leader]
-
     def coordinator_for(self, key: str) -> int:
         return self.cluster.coordinator(key)
-
-    def learn_topic(self, name: str, topic_id: UUID, partitions: int) -> None:
-        pass  # the fake knows its topics
 
     def topic_name(self, topic_id: UUID) -> str | None:
         topic = self.cluster.topic_by_id(topic_id)
@@ -601,24 +683,6 @@ class FakeKafka:
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         """The group's committed offsets: (topic, partition) -> offset."""
         return {tp: entry[0] for tp, entry in self.cluster.offsets.get(group, {}).items()}
-
-    def requests(self, node: int | None = None) -> Counter[int]:
-        """Requests received, by API key (of one node, or all)."""
-        if node is not None:
-            return Counter(self._node(node).requests)
-        total: Counter[int] = Counter()
-        for n in self.nodes.values():
-            total.update(n.requests)
-        return total
-
-    def connection_attempts(self, node: int) -> list[float]:
-        """When clients tried to connect to ``node`` (``anyio.current_time()``), refused
-        attempts included: a killed or isolated node still sees them."""
-        return list(self._node(node).attempts)
-
-    def open_connections(self, node: int | None = None) -> int:
-        nodes = self.nodes.values() if node is None else [self._node(node)]
-        return sum(len(n.connections) for n in nodes)
 
     # ---- faults -----------------------------------------------------------------------------
 
@@ -720,6 +784,24 @@ class FakeKafka:
         self._data_changed()
         return to_node
 
+    def move_random_leader(self, topic: str | None = None) -> tuple[str, int, int] | None:
+        """Move one partition, chosen at random (of ``topic``, or of any topic whose name
+        does not start with ``__``), to another live node chosen at random (the ``seed``
+        of the constructor seeds both): (topic, partition, new leader), or None when there
+        is no such partition or no other live node."""
+        names = sorted(
+            t for t in self.cluster.topics if (t == topic if topic else not t.startswith("__"))
+        )
+        if not names:
+            return None
+        chosen = self.cluster.topics[names[self._rng.randrange(len(names))]]
+        p = chosen.partitions[self._rng.randrange(len(chosen.partitions))]
+        others = [n for n in sorted(self.nodes) if n != p.leader and self.alive(n)]
+        if not others:
+            return None
+        to_node = others[self._rng.randrange(len(others))]
+        return chosen.name, p.index, self.move_leader(chosen.name, p.index, to_node)
+
     def move_coordinator(self, key: str, to_node: int) -> None:
         """Group or transactional id ``key`` is coordinated by ``to_node`` from now on."""
         self._node(to_node)
@@ -743,12 +825,34 @@ class FakeKafka:
         so stays silent after ``on=False`` too (new connections are answered again)."""
         self._node(node).black_hole = on
 
-    def cut_after(self, node: int, requests: int) -> None:
-        """Close every connection of ``node`` when it gets its ``requests``-th next request
-        (that request is not answered): ``requests=1`` cuts at the next one."""
+    def cut_after(
+        self,
+        node: int,
+        requests: int,
+        *,
+        forward_last: bool = False,
+        repeat: bool = False,
+        scope: CutScope = "node",
+    ) -> None:
+        """Close connections of ``node`` when it gets its ``requests``-th next request
+        (``requests=1``: the next one), which is not answered.
+
+        ``scope``: ``"node"`` closes all of the node's connections (a broker dying);
+        ``"connection"`` only the one that carried that request; ``"each"`` closes every
+        connection, current and new, after its own ``requests``-th request from now, until
+        :meth:`clear_faults`. ``forward_last``: the node still handles that request (a
+        Produce is written, the client never hears so) instead of dropping it unseen.
+        ``repeat``: re-arm after each cut, until :meth:`clear_faults` (``"each"`` always
+        does)."""
         if requests < 1:
             raise ValueError("requests must be >= 1")
-        self._node(node).cut_after = requests
+        n = self._node(node)
+        if scope == "each":
+            n.each_cut = Cut(requests, requests, forward_last, "connection")
+            for conn in n.connections:
+                conn.cut_rule = n.each_cut.fresh()
+        else:
+            n.cut = Cut(requests, requests if repeat else None, forward_last, scope)
 
     def cut_after_bytes(self, node: int, n: int) -> None:
         """Close the connection that writes the ``n``-th next response byte of ``node``,
@@ -773,6 +877,23 @@ class FakeKafka:
         self._injections.append(rule)
         return rule
 
+    def inject_garbage(self, node: int, times: int = 1, api_key: int | None = None) -> None:
+        """Replace ``node``'s next ``times`` answers (of ``api_key`` only, if given) with a
+        well-framed answer carrying the right correlation id and a body no schema decodes."""
+        if times < 1:
+            raise ValueError("times must be >= 1")
+        self._node(node).garbage.extend([api_key] * times)
+
+    def swap_next_responses(self, node: int) -> None:
+        """Write the next two answers on one connection of ``node`` (the first to answer)
+        in swapped order: the first is held until the second is ready, so a client that
+        waits for the first answer before sending again waits until it times out."""
+        self._node(node).swaps += 1
+
+    def clear_injections(self) -> None:
+        """Remove every :meth:`inject` rule (other faults stay)."""
+        self._injections.clear()
+
     def clear_faults(self) -> None:
         """Undo every fault but kills and leader moves."""
         self._injections.clear()
@@ -781,6 +902,10 @@ class FakeKafka:
             n.isolated = False
             n.delay_s = 0.0
             n.api_delays.clear()
-            n.cut_after = None
+            n.cut = n.each_cut = None
             n.cut_after_bytes = None
+            n.garbage.clear()
+            n.swaps = 0
+            for conn in n.connections:
+                conn.cut_rule = None
         self._notify()

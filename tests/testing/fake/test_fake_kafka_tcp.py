@@ -3,6 +3,7 @@ our clients, confluent-kafka (librdkafka) and aiokafka, and what a broken peer g
 
 from __future__ import annotations
 
+import random
 import struct
 
 import aiokafka
@@ -92,3 +93,64 @@ async def test_garbage_and_unknown_versions_close_that_connection_only() -> None
             assert (await producer.send_and_wait("t", b"still serving")).offset == 0
         with pytest.raises(ValueError, match="characters"):
             kafka.create_topic("no spaces")
+
+
+def _librdkafka_idempotent_produce(servers: str, topic: str, count: int) -> list[object]:
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": servers,
+            "enable.idempotence": True,
+            "max.in.flight.requests.per.connection": 5,
+            "linger.ms": 2,
+            "batch.num.messages": 50,  # many small requests, so the chaos hits some
+            "retry.backoff.ms": 10,
+            "reconnect.backoff.ms": 10,
+            "log_level": 0,
+        }
+    )
+    failures: list[object] = []
+    for i in range(count):
+        producer.produce(
+            topic,
+            value=b"%d" % i,
+            partition=i % 4,
+            on_delivery=lambda err, msg: failures.append(err) if err else None,
+        )
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return failures
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the chaos is all the loop runs
+async def test_librdkafka_idempotent_through_moves_and_cuts() -> None:
+    """librdkafka (idempotent, 5 in flight) while leaders move every 20 ms and connections
+    are cut at random: the fake answers moves and cuts so that it recovers as on Kafka --
+    including its own epoch bumps (KIP-360) after OUT_OF_ORDER_SEQUENCE_NUMBER. What
+    librdkafka promises here is no loss and first-seen order per partition, not
+    exactly-once: at a bump it re-sends every unconfirmed batch, so a batch that was
+    written but whose answer a cut lost is written twice."""
+    topic, count = "rdk", 5000
+    async with FakeKafka(brokers=3, seed=3) as kafka:
+        kafka.create_topic(topic, 4, replication_factor=3)
+        rng = random.Random(3)
+        moves = 0
+
+        async def chaos() -> None:
+            nonlocal moves
+            while True:
+                await anyio.sleep(0.02)
+                moves += kafka.move_random_leader(topic) is not None
+                if rng.random() < 0.2:
+                    kafka.cut_after(rng.choice(sorted(kafka.nodes)), rng.randint(1, 4))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(chaos)
+            failed = await anyio.to_thread.run_sync(
+                _librdkafka_idempotent_produce, kafka.bootstrap_servers, topic, count
+            )
+            tg.cancel_scope.cancel()
+        assert not failed, f"{len(failed)} failed: {sorted({str(e) for e in failed})[:3]}"
+        assert moves > 0 and kafka.errors(0, 6) > 0  # NOT_LEADER_OR_FOLLOWER was answered
+        for p in range(4):
+            values = [int(r.value or b"") for r in kafka.records(topic, p)]
+            assert list(dict.fromkeys(values)) == list(range(p, count, 4)), f"partition {p}"

@@ -1,0 +1,161 @@
+"""Cluster.call's routing repairs on a FakeKafka of several nodes, on virtual time: a
+coordinator looked up again on NOT_COORDINATOR, metadata refreshed on NOT_LEADER, a call
+that keeps failing timing out with the error that kept coming, and a cancelled call that
+leaves no stale lookup. (The retry loop's own rules: test_retry.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokafka_ng.cluster import (
+    ANY,
+    Cluster,
+    ClusterConfig,
+    Coordinator,
+    Leader,
+    Node,
+    parse_bootstrap_servers,
+)
+from aiokafka_ng.errors import KafkaTimeoutError, error_for_code
+from aiokafka_ng.net.connection import ConnectionConfig
+from aiokafka_ng.protocol.messages.list_offsets import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from aiokafka_ng.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
+from aiokafka_ng.testing import FakeKafka, virtual_time
+
+pytestmark = pytest.mark.anyio
+
+LIST_OFFSETS = 2
+NOT_LEADER = 6
+NOT_COORDINATOR = 16
+REQUEST_TIMED_OUT = 7
+TOPIC = "retry"
+GROUP = "retry-group"
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
+
+
+@asynccontextmanager
+async def _faked(brokers: int = 3) -> AsyncIterator[tuple[FakeKafka, Cluster]]:
+    async with FakeKafka(brokers, tcp=False) as kafka:
+        kafka.create_topic(TOPIC, 1, replication_factor=brokers)
+        config = ClusterConfig(
+            bootstrap_servers=parse_bootstrap_servers(kafka.bootstrap_servers),
+            connection=ConnectionConfig(transport=kafka.transport),
+            retry_backoff_ms=20,
+            retry_backoff_max_ms=200,
+            reconnect_backoff_ms=20,
+            reconnect_backoff_max_ms=200,
+        )
+        async with Cluster(config) as cluster:
+            yield kafka, cluster
+
+
+def _other(kafka: FakeKafka, node: int) -> int:
+    return next(n for n in sorted(kafka.nodes) if n != node)
+
+
+def _list_offsets(topic: str, partition: int) -> ListOffsetsRequest:
+    return ListOffsetsRequest(
+        replica_id=-1,
+        topics=[
+            ListOffsetsTopic(
+                name=topic,
+                partitions=[ListOffsetsPartition(partition_index=partition, timestamp=-2)],
+            )
+        ],
+    )
+
+
+def _offsets_checked(response: Any) -> int:
+    part = response.topics[0].partitions[0]
+    if part.error_code:
+        raise error_for_code(part.error_code)("ListOffsets")
+    return int(part.offset)
+
+
+def _offset_fetch() -> OffsetFetchRequest:
+    return OffsetFetchRequest(
+        group_id=GROUP, topics=[OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0])]
+    )
+
+
+async def test_not_leader_refreshes_metadata_and_retries_at_the_new_leader() -> None:
+    async with _faked(3) as (kafka, cluster):
+        await cluster.wait_for_topics([TOPIC], timeout=20)
+        old = await cluster.leader_for(TOPIC, 0)
+        new = kafka.move_leader(TOPIC, 0, to_node=_other(kafka, old))
+        refreshes = cluster.statistics().metadata_requests
+        offset = await cluster.call(
+            _list_offsets(TOPIC, 0), Leader(TOPIC, 0), timeout=20, check=_offsets_checked
+        )
+        assert offset == 0
+        assert kafka.errors(LIST_OFFSETS, NOT_LEADER, node=old) == 1  # the stale leader said so...
+        assert cluster.metadata.topics[TOPIC].partitions[0].leader == new  # ...refreshed
+        assert cluster.statistics().metadata_requests > refreshes
+        assert kafka.requests(new)[LIST_OFFSETS] == 1
+
+
+async def test_not_coordinator_looks_the_coordinator_up_again() -> None:
+    async with _faked(3) as (kafka, cluster):
+        first = await cluster.call(_offset_fetch(), Coordinator(GROUP), timeout=20, max_version=7)
+        assert first.error_code == 0
+        old = cluster.coordinator_cached(GROUP)
+        assert old == kafka.coordinator_for(GROUP)
+        kafka.move_coordinator(GROUP, _other(kafka, old))
+        lookups = cluster.statistics().coordinator_requests
+        answer = await cluster.call(_offset_fetch(), Coordinator(GROUP), timeout=20, max_version=7)
+        assert answer.error_code == 0
+        assert kafka.errors(error_code=NOT_COORDINATOR, node=old) >= 1
+        assert cluster.coordinator_cached(GROUP) == _other(kafka, old)
+        assert cluster.statistics().coordinator_requests == lookups + 1
+
+
+async def test_call_times_out_naming_the_error_that_kept_coming() -> None:
+    async with _faked(1) as (kafka, cluster):
+        await cluster.wait_for_topics([TOPIC], timeout=20)
+        kafka.inject(LIST_OFFSETS, REQUEST_TIMED_OUT, times=None)
+        started = anyio.current_time()
+        with pytest.raises(KafkaTimeoutError, match="RequestTimedOutError") as info:
+            await cluster.call(
+                _list_offsets(TOPIC, 0), Node(1), timeout=0.5, check=_offsets_checked
+            )
+        assert anyio.current_time() - started == pytest.approx(0.5, abs=0.05)
+        assert "ListOffsets did not complete within 500 ms" in str(info.value)
+        assert kafka.errors(LIST_OFFSETS, REQUEST_TIMED_OUT) >= 2  # retried, not given up
+        kafka.clear_injections()
+        # Nothing was left behind: the next call on the same cluster succeeds.
+        checked = await cluster.call(
+            _list_offsets(TOPIC, 0), ANY, timeout=20, check=_offsets_checked
+        )
+        assert checked == 0
+
+
+async def test_a_cancelled_call_leaves_the_coordinator_lookup_clean() -> None:
+    async with _faked(3) as (kafka, cluster):
+        coordinator = kafka.coordinator_for(GROUP)
+        kafka.delay(coordinator, 5000)  # the OffsetFetch will not be answered in time
+        with anyio.move_on_after(0.5) as scope:
+            await cluster.call(_offset_fetch(), Coordinator(GROUP), timeout=20, max_version=7)
+        assert scope.cancelled_caught
+        kafka.delay(coordinator, 0)
+        moved = _other(kafka, coordinator)
+        kafka.move_coordinator(GROUP, moved)
+        cluster.invalidate_coordinator(GROUP)
+        # The cancelled call holds no lookup and no stale route: a new call finds the
+        # moved coordinator and is answered there.
+        answer = await cluster.call(_offset_fetch(), Coordinator(GROUP), timeout=20, max_version=7)
+        assert answer.error_code == 0
+        assert cluster.coordinator_cached(GROUP) == moved
+        assert kafka.requests(moved)[9] == 1  # OffsetFetch
