@@ -39,6 +39,7 @@ what a node answers and when. Everything is loopback-only and bounded by
 from __future__ import annotations
 
 import errno
+import itertools
 import struct
 import time
 from collections import Counter
@@ -63,6 +64,16 @@ from aiokafka_ng.testing.fake import _codes as E
 from aiokafka_ng.testing.fake import _handlers as H
 from aiokafka_ng.testing.fake._cluster import Broker, FakeCluster, Topic
 from aiokafka_ng.testing.fake._memory import MemoryByteStream, stream_pair
+from aiokafka_ng.testing.fake._scripted import (
+    Answer,
+    Handler,
+    Received,
+    Script,
+    ScriptMatch,
+    Scripts,
+    advertised,
+    frame_body,
+)
 
 __all__ = ["FakeKafka", "FakeNode"]
 
@@ -106,10 +117,11 @@ class FakeNode:
 
 
 class _Conn:
-    __slots__ = ("node", "scope", "stream", "swallowing")
+    __slots__ = ("node", "number", "scope", "stream", "swallowing")
 
-    def __init__(self, node: FakeNode, stream: anyio.abc.ByteStream) -> None:
+    def __init__(self, node: FakeNode, stream: anyio.abc.ByteStream, number: int) -> None:
         self.node = node
+        self.number = number  # Received.connection
         self.stream = stream
         self.scope = anyio.CancelScope()
         #: A request was swallowed by a black hole: answer nothing more on this connection
@@ -183,6 +195,8 @@ class FakeKafka:
             "group.version": 1,
         }
         self._injections: list[Injection] = []
+        self._scripts = Scripts()
+        self._conn_numbers = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
         self._listeners: list[anyio.abc.Listener[Any]] = []
         self._appended: anyio.Event | None = None
@@ -326,7 +340,7 @@ class FakeKafka:
     # ---- serving ---------------------------------------------------------------------------
 
     async def _serve(self, node: FakeNode, stream: anyio.abc.ByteStream) -> None:
-        conn = _Conn(node, stream)
+        conn = _Conn(node, stream, next(self._conn_numbers))
         node.connections.add(conn)
         frames = FrameReader(MAX_FRAME)
         try:
@@ -356,6 +370,15 @@ class FakeKafka:
             return
         header, request = decode_request(frame)  # ProtocolError: drop the connection
         node.requests[header.api_key] += 1
+        call = Received(
+            node.node_id,
+            conn.number,
+            header.api_key,
+            header.api_version,
+            request,
+            anyio.current_time(),
+        )
+        self._scripts.log.append(call)
         self._notify()
         if node.cut_after is not None:
             node.cut_after -= 1
@@ -364,7 +387,7 @@ class FakeKafka:
                 self._cut_node(node)
                 raise _Close
         version = header.api_version
-        response = await self._respond(node, header.api_key, version, request)
+        response = await self._respond(node, call)
         delay = node.api_delays.get(header.api_key, node.delay_s)
         if delay > 0:
             await anyio.sleep(delay)
@@ -372,7 +395,10 @@ class FakeKafka:
             return  # acks=0
         if not self._reachable(node):
             raise _Close
-        payload = encode_response(response, version, header.correlation_id)
+        if isinstance(response, bytes):
+            payload = frame_body(header.api_key, version, header.correlation_id, response)
+        else:
+            payload = encode_response(response, version, header.correlation_id)
         if node.cut_after_bytes is not None:
             left = node.cut_after_bytes
             if len(payload) >= left:
@@ -383,17 +409,19 @@ class FakeKafka:
             node.cut_after_bytes = left - len(payload)
         await conn.stream.send(payload)
 
-    async def _respond(
-        self, node: FakeNode, api_key: int, version: int, request: ApiMessage
-    ) -> ApiMessage | None:
+    async def _respond(self, node: FakeNode, call: Received) -> Answer:
+        api_key, version, request = call.api_key, call.version, call.request
         lo_hi = self.api_versions.get(api_key)
+        script = self._scripts.find(call)
+        if api_key == API_VERSIONS and script is not None:
+            return await self._scripted(script, call)
         if api_key == API_VERSIONS:
             if lo_hi is None or version > lo_hi[1]:
                 # Kafka answers an ApiVersions it cannot parse in v0, with its versions.
-                resp = H.api_versions(self.api_versions, request, 0)  # type: ignore[arg-type]
+                resp = H.api_versions(self.api_versions, request, 0)
                 resp.error_code = E.UNSUPPORTED_VERSION
                 return resp
-            resp = H.api_versions(self.api_versions, request, version)  # type: ignore[arg-type]
+            resp = H.api_versions(self.api_versions, request, version)
             resp.supported_features = [
                 SupportedFeatureKey(name=name, min_version=0, max_version=_MAX_LEVELS[name])
                 for name in sorted(self.features)
@@ -411,6 +439,8 @@ class FakeKafka:
             if api_key == PRODUCE and getattr(request, "acks", 1) == 0:
                 raise _Close
             return injected
+        if script is not None:
+            return await self._scripted(script, call)
         cluster = self.cluster
         if api_key == PRODUCE:
             now_ms = int(self._wall_clock() * 1000)
@@ -418,7 +448,7 @@ class FakeKafka:
                 cluster,
                 node.node_id,
                 version,
-                request,  # type: ignore[arg-type]
+                request,
                 now_ms,
                 verify_txn=self.transactions.verify_produce,
             )
@@ -437,7 +467,10 @@ class FakeKafka:
             answer = sync(cluster, node.node_id, version, request)
             self._data_changed()
             return answer
-        handler = self._handled[api_key]
+        handler = self._handled.get(api_key)
+        if handler is None:
+            # Advertised for a script that no longer answers: a test's mistake, said loudly.
+            raise AssertionError(f"FakeKafka has no answer for API key {api_key} (v{version})")
         answer = await handler(node.node_id, version, request)
         self._data_changed()
         return answer  # type: ignore[no-any-return]
@@ -485,6 +518,13 @@ class FakeKafka:
                 return result.response
             with anyio.move_on_after(left):
                 await appended.wait()
+
+    async def _scripted(self, script: Script, call: Received) -> Answer:
+        answer = await self._scripts.run(script, call)
+        if answer is None:
+            raise _Close  # the script drops the connection
+        self._data_changed()  # a script may have changed the model (a moved controller)
+        return answer
 
     def _injected(
         self, node: FakeNode, api_key: int, version: int, request: ApiMessage
@@ -773,9 +813,41 @@ class FakeKafka:
         self._injections.append(rule)
         return rule
 
+    def answer(
+        self,
+        api_key: int,
+        handler: Handler,
+        *,
+        times: int | None = None,
+        match: ScriptMatch = None,
+    ) -> Script:
+        """Answer requests of ``api_key`` with ``handler`` instead of the model.
+
+        ``handler(received)`` gets the :class:`Received` request (``request``, ``version``,
+        ``node``, ``connection``) and returns a response message (encoded at the request's
+        version), ``bytes`` (the response body, framed here), None (close the connection
+        unanswered), or an awaitable of one of these. ``times``: requests to answer (None:
+        every one, until :meth:`clear_faults` or the rule's ``cancel()``); ``match``: a node
+        id, or a predicate on the :class:`Received` request. Rules are tried in the order
+        they were added, after :meth:`inject`'s; a request none matches goes to the model.
+
+        An API the fake does not model is advertised in ApiVersions from now on, over the
+        codec's stable versions; edit :attr:`api_versions` to cap or remove an API."""
+        if isinstance(match, int) and not isinstance(match, bool):
+            self._node(match)
+        rule = self._scripts.add(api_key, handler, times, match)
+        self.api_versions.setdefault(api_key, advertised(api_key))
+        return rule
+
+    def received(self, api_key: int | None = None, *, node: int | None = None) -> list[Received]:
+        """Every request the nodes received (of one API key, at one node, if given), decoded,
+        in arrival order: what went over the wire, for assertions."""
+        return self._scripts.received(api_key, node)
+
     def clear_faults(self) -> None:
-        """Undo every fault but kills and leader moves."""
+        """Undo every fault but kills and leader moves (scripted answers included)."""
         self._injections.clear()
+        self._scripts.rules.clear()
         for n in self.nodes.values():
             n.black_hole = False
             n.isolated = False
