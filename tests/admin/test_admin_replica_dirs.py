@@ -32,7 +32,8 @@ def admin_for(fake: FakeCluster) -> AdminClient:
 async def test_describe_finds_current_and_future_replicas_per_broker() -> None:
     fake = FakeCluster(node_ids=(1, 2, 3))
 
-    def handle(node: int, req: dld.DescribeLogDirsRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: dld.DescribeLogDirsRequest = call.request
         if node == 3:
             return dld.DescribeLogDirsResponse(error_code=ClusterAuthorizationFailedError.errno)
         moving = dld.DescribeLogDirsTopic(
@@ -66,7 +67,8 @@ async def test_alter_sends_each_broker_its_replicas() -> None:
     fake = FakeCluster(node_ids=(1, 2))
     seen: dict[int, arl.AlterReplicaLogDirsRequest] = {}
 
-    def handle(node: int, req: arl.AlterReplicaLogDirsRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: arl.AlterReplicaLogDirsRequest = call.request
         seen[node] = req
         return arl.AlterReplicaLogDirsResponse(
             results=[

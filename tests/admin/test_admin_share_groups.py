@@ -43,7 +43,8 @@ def fake_admin(fake: FakeCluster) -> AdminClient:
 
 
 def _coordinators(fake: FakeCluster, node_of: dict[str, int]) -> Any:
-    def handle(node: int, req: fc.FindCoordinatorRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: fc.FindCoordinatorRequest = call.request
         return fc.FindCoordinatorResponse(
             coordinators=[
                 fc.Coordinator(
@@ -76,7 +77,8 @@ async def test_list_share_groups_filters_by_type_on_both_sides() -> None:
     fake = FakeCluster(node_ids=(1, 2))
     seen: list[tuple[int, list[str], list[str]]] = []
 
-    def handle(node: int, req: lgr.ListGroupsRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: lgr.ListGroupsRequest = call.request
         seen.append((version, list(req.types_filter), list(req.states_filter)))
         groups = {
             1: [lgr.ListedGroup("s2", "share", "Empty", "share")],
@@ -103,7 +105,8 @@ async def test_describe_share_groups_at_their_coordinators() -> None:
     tid = uuid.uuid4()
     asked: dict[int, sgd.ShareGroupDescribeRequest] = {}
 
-    def describe(node: int, req: sgd.ShareGroupDescribeRequest, version: int) -> Any:
+    def describe(call: Received) -> Any:
+        req: sgd.ShareGroupDescribeRequest = call.request
         assert version == 1  # the first stable version (Kafka 4.1+)
         asked[node] = req
         groups = []
