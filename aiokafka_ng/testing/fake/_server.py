@@ -355,6 +355,7 @@ class FakeKafka:
             pass
         finally:
             node.connections.discard(conn)
+            self._notify()  # wait_until(lambda: open_connections() == 0) sees it
             with anyio.CancelScope(shield=True):
                 try:
                     await stream.aclose()
@@ -564,8 +565,9 @@ class FakeKafka:
             self._changed = anyio.Event()
 
     async def wait_until(self, predicate: Callable[[], bool], within: float | None = 10.0) -> None:
-        """Wait until ``predicate()`` holds, re-checked after every request any node gets
-        (``within``: seconds on the event loop's clock, virtual under a mock clock)."""
+        """Wait until ``predicate()`` holds, re-checked after every request any node gets and
+        every connection that closes (``within``: seconds on the event loop's clock, virtual
+        under a mock clock)."""
         with anyio.fail_after(within):
             while not predicate():
                 assert self._changed is not None
