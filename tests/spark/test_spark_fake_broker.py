@@ -23,7 +23,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from aiokafka_ng.admin import AdminClient, TopicPartition
 from aiokafka_ng.errors import KafkaTimeoutError
 from aiokafka_ng.producer import Producer
-from aiokafka_ng.spark._options import SparkOptionError
+from aiokafka_ng.spark import SparkOptionError
 from aiokafka_ng.spark._read import (
     KafkaBatchReader,
     KafkaDataLossError,

@@ -17,6 +17,10 @@ and returns the answer:
   -- a hand-written answer, byte for byte;
 * None: the connection is closed without an answer;
 * or an awaitable of one of these (an answer held until the test lets it go).
+
+A script can also start from the model's own answer, ``await kafka.model_answer(call)``,
+and hold it or edit it: a Metadata answer held until an event is set, a topic in it given
+an authorization error, a leader taken away for the first rounds.
 """
 
 from __future__ import annotations

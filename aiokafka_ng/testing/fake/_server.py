@@ -442,6 +442,11 @@ class FakeKafka:
             return injected
         if script is not None:
             return await self._scripted(script, call)
+        return await self._model(node, call)
+
+    async def _model(self, node: FakeNode, call: Received) -> ApiMessage | None:
+        """The model's answer to ``call`` (also :meth:`model_answer`'s)."""
+        api_key, version, request = call.api_key, call.version, call.request
         cluster = self.cluster
         if api_key == PRODUCE:
             now_ms = int(self._wall_clock() * 1000)
@@ -840,6 +845,13 @@ class FakeKafka:
         rule = self._scripts.add(api_key, handler, times, match)
         self.api_versions.setdefault(api_key, advertised(api_key))
         return rule
+
+    async def model_answer(self, call: Received) -> ApiMessage | None:
+        """What the model answers ``call``, a request a script got (side effects included,
+        e.g. a topic auto-created): for a script that holds the answer (awaits an event
+        first) or edits it (a topic's error code, a partition's leader) before returning
+        it. None for a Produce with ``acks=0``."""
+        return await self._model(self._node(call.node), call)
 
     def received(self, api_key: int | None = None, *, node: int | None = None) -> list[Received]:
         """Every request the nodes received (of one API key, at one node, if given), decoded,

@@ -11,15 +11,21 @@ import pytest
 
 from aiokafka_ng import AdminClient, NewTopic
 from aiokafka_ng.admin import PartitionReassignment, TopicPartition
-from aiokafka_ng.errors import NotControllerError, OffsetOutOfRangeError, UnsupportedVersionError
+from aiokafka_ng.errors import (
+    NotControllerError,
+    OffsetOutOfRangeError,
+    TopicAuthorizationFailedError,
+    UnsupportedVersionError,
+)
 from aiokafka_ng.protocol.messages import create_topics as ct
 from aiokafka_ng.protocol.messages import list_partition_reassignments as lpr
+from aiokafka_ng.protocol.messages import metadata as md
 from aiokafka_ng.testing import FakeKafka
 from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.anyio
 
-CREATE_TOPICS, DELETE_RECORDS, LIST_REASSIGN, DESCRIBE_CLUSTER = 19, 21, 46, 60
+METADATA, CREATE_TOPICS, DELETE_RECORDS, LIST_REASSIGN, DESCRIBE_CLUSTER = 3, 19, 21, 46, 60
 
 
 @pytest.fixture(params=[True, False], ids=["memory", "tcp"])
@@ -167,3 +173,37 @@ async def test_bad_rules_and_answers_are_refused() -> None:
         with pytest.raises(ValueError, match="no node 7"):
             kafka.answer(LIST_REASSIGN, lambda call: None, match=7)
         assert LIST_REASSIGN not in kafka.api_versions  # a refused rule advertises nothing
+
+
+async def test_a_script_holds_and_edits_the_models_answer(memory: bool) -> None:
+    async with FakeKafka(brokers=1) as kafka:
+        kafka.create_topic("t", 2)
+        release = anyio.Event()
+
+        async def deny(call: Received) -> Any:
+            await release.wait()
+            answer = await kafka.model_answer(call)
+            assert isinstance(answer, md.MetadataResponse)
+            (topic,) = answer.topics
+            assert len(topic.partitions) == 2  # the model's answer, edited below
+            topic.error_code, topic.partitions = TopicAuthorizationFailedError.errno, []
+            return answer
+
+        def names_t(call: Received) -> bool:
+            return [t.name for t in call.request.topics or ()] == ["t"]
+
+        kafka.answer(METADATA, deny, times=1, match=names_t)
+        outcome: list[Any] = []
+        async with admin_for(kafka, memory) as admin:
+            async with anyio.create_task_group() as tg:
+
+                async def describe() -> None:
+                    outcome.append(await admin.describe_topics(["t"]))
+
+                tg.start_soon(describe)
+                await kafka.wait_until(lambda: any(names_t(r) for r in kafka.received(METADATA)))
+                assert outcome == []  # held by the script
+                release.set()
+            assert isinstance(outcome[0]["t"], TopicAuthorizationFailedError)
+            again = await admin.describe_topics(["t"])  # the rule is spent: the model answers
+        assert len(again.result("t").partitions) == 2
