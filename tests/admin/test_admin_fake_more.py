@@ -323,7 +323,7 @@ async def test_list_and_describe_transactions() -> None:
     assert [t.transactional_id for t in listed] == ["tx-1", "tx-2"]
     assert len({t.producer_id for t in listed}) == 2
     tx = described.result("tx-1")
-    assert tx.coordinator_id == 2
+    assert (tx.coordinator_id, tx.state, tx.producer_epoch) == (2, "Ongoing", 0)
     assert tx.producer_id == next(t.producer_id for t in listed if t.transactional_id == "tx-1")
     assert tx.topic_partitions == [("t", 0), ("t", 1)]
     assert isinstance(described["tx-gone"], TransactionalIdNotFoundError)

@@ -24,6 +24,7 @@ from aiokafka_ng.admin import (
 from aiokafka_ng.errors import InvalidUpdateVersionError, UnsupportedVersionError
 from aiokafka_ng.protocol.messages import list_groups as lgr
 from aiokafka_ng.protocol.messages import update_features as uf
+from aiokafka_ng.protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
 from aiokafka_ng.testing import FakeKafka, LocalBroker
 from aiokafka_ng.testing.fake import Received
 from tests.admin.test_admin_broker import _consume, admin_for
@@ -31,7 +32,7 @@ from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
-LIST_GROUPS, UPDATE_FEATURES = 16, 57
+LIST_GROUPS, UPDATE_FEATURES, API_VERSIONS = 16, 57, 18
 
 
 def fake_admin(kafka: FakeKafka) -> AdminClient:
@@ -156,6 +157,22 @@ async def test_features_described_and_updated() -> None:
         ("kraft.version", 0, 3),
         ("group.version", 99, 1),
     ]
+
+
+async def test_a_broker_naming_no_features_is_an_empty_answer() -> None:
+    # ApiVersions without the v3 feature fields filled in (a broker before KIP-584's
+    # features, or one with none finalized): an empty, well-formed description.
+    def no_features(call: Received) -> ApiVersionsResponse:
+        return ApiVersionsResponse(
+            api_keys=[ApiVersion(k, lo, hi) for k, (lo, hi) in sorted(kafka.api_versions.items())]
+        )
+
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.answer(API_VERSIONS, no_features)
+        async with fake_admin(kafka) as admin:
+            features = await admin.describe_features()
+    assert features == FeatureMetadata({}, None, {})
+    assert kafka.received(API_VERSIONS)  # answered by the script
 
 
 async def test_update_features_v2_is_all_or_nothing() -> None:

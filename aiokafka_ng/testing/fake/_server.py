@@ -32,8 +32,10 @@ Faults act on the serving tasks: a killed node refuses new connections and close
 open ones, and the cluster elects new leaders for its partitions (:meth:`kill`); an isolated
 node keeps its roles but is unreachable (:meth:`isolate`); :meth:`delay`,
 :meth:`black_hole`, :meth:`cut_after`, :meth:`cut_after_bytes` and :meth:`inject` change
-what a node answers and when. Everything is loopback-only and bounded by
-``max_connections``.
+what a node answers and when. :meth:`answer` lets a test answer an API key itself (one the
+model lacks, or a modelled one answered otherwise for a while; rules in :mod:`._scripted`),
+and :meth:`received` lists every request the nodes got, decoded. Everything is
+loopback-only and bounded by ``max_connections``.
 """
 
 from __future__ import annotations
