@@ -106,6 +106,8 @@ class Scripts:
             raise ValueError(f"unknown API key {api_key}")
         if times is not None and times < 1:
             raise ValueError("times must be >= 1 or None")
+        if isinstance(match, bool):  # True == 1 would match node 1
+            raise TypeError("match is a node id, a predicate or None")
         rule = Script(api_key, handler, times, match)
         self.rules.append(rule)
         return rule

@@ -172,6 +172,8 @@ async def test_bad_rules_and_answers_are_refused() -> None:
             kafka.answer(LIST_REASSIGN, lambda call: None, times=0)
         with pytest.raises(ValueError, match="no node 7"):
             kafka.answer(LIST_REASSIGN, lambda call: None, match=7)
+        with pytest.raises(TypeError, match="match"):
+            kafka.answer(LIST_REASSIGN, lambda call: None, match=True)
         assert LIST_REASSIGN not in kafka.api_versions  # a refused rule advertises nothing
 
 
