@@ -1,14 +1,13 @@
 """Reassignments, the metadata quorum, client-metrics resources and unregistering a broker,
-on the in-test fake broker: Tansu is one broker without these APIs (TANSU.md). The fake
-decodes our requests with the codec's server side, so the asserted requests are what went
-over the wire."""
+on FakeKafka in memory, the APIs scripted with ``FakeKafka.answer``: Tansu is one broker
+without these APIs (TANSU.md). The fake decodes our requests with the codec's server side,
+so the asserted requests are what went over the wire."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from admin_fake_broker import FakeCluster
 
 from aiokafka_ng.admin import (
     AdminClient,
@@ -29,24 +28,24 @@ from aiokafka_ng.protocol.messages import describe_quorum as dq
 from aiokafka_ng.protocol.messages import list_config_resources as lcr
 from aiokafka_ng.protocol.messages import list_partition_reassignments as lpr
 from aiokafka_ng.protocol.messages import unregister_broker as ub
+from aiokafka_ng.testing import FakeKafka
+from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.anyio
 
 ALTER_REASSIGN, LIST_REASSIGN, DESCRIBE_QUORUM, UNREGISTER, LIST_METRICS = 45, 46, 55, 64, 74
 
 
-def admin_for(fake: FakeCluster) -> AdminClient:
-    return AdminClient(
-        bootstrap_servers=fake.bootstrap_servers, retry_backoff_ms=20, retry_backoff_max_ms=50
-    )
+def admin_for(kafka: FakeKafka) -> AdminClient:
+    return AdminClient(**kafka.client_config(), retry_backoff_ms=20, retry_backoff_max_ms=50)
 
 
 async def test_alter_reassignments_at_the_controller_with_per_partition_outcomes() -> None:
-    fake = FakeCluster(node_ids=(1, 2, 3), controller=3, topics={"t": 3})
     seen: list[tuple[int, apr.AlterPartitionReassignmentsRequest]] = []
 
-    def handle(node: int, req: apr.AlterPartitionReassignmentsRequest, version: int) -> Any:
-        seen.append((node, req))
+    def handle(call: Received) -> Any:
+        req: apr.AlterPartitionReassignmentsRequest = call.request
+        seen.append((call.node, req))
         if len(seen) == 1:  # the first answer: a controller that moved (retried)
             return apr.AlterPartitionReassignmentsResponse(
                 error_code=NotControllerError.errno, error_message="moved"
@@ -71,8 +70,10 @@ async def test_alter_reassignments_at_the_controller_with_per_partition_outcomes
             ]
         )
 
-    fake.handlers[ALTER_REASSIGN] = handle
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=3, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.move_controller(3)
+        kafka.create_topic("t", 3)
+        kafka.answer(ALTER_REASSIGN, handle)
         results = await admin.alter_partition_reassignments({
             ("t", 0): NewPartitionReassignment([2, 3]),
             ("t", 1): NewPartitionReassignment([9]),
@@ -91,10 +92,10 @@ async def test_alter_reassignments_at_the_controller_with_per_partition_outcomes
 
 
 async def test_list_reassignments_all_or_some() -> None:
-    fake = FakeCluster(controller=1)
     asked: list[Any] = []
 
-    def handle(node: int, req: lpr.ListPartitionReassignmentsRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: lpr.ListPartitionReassignmentsRequest = call.request
         asked.append(
             None if req.topics is None else [(t.name, t.partition_indexes) for t in req.topics]
         )
@@ -114,8 +115,8 @@ async def test_list_reassignments_all_or_some() -> None:
             ]
         )
 
-    fake.handlers[LIST_REASSIGN] = handle
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.answer(LIST_REASSIGN, handle)
         every = await admin.list_partition_reassignments()
         await admin.list_partition_reassignments([("t", 1), ("t", 0), ("u", 4)])
     assert every == {TopicPartition("t", 1): PartitionReassignment([1, 2, 3], [3], [1])}
@@ -123,9 +124,8 @@ async def test_list_reassignments_all_or_some() -> None:
 
 
 async def test_describe_metadata_quorum() -> None:
-    fake = FakeCluster()
-
-    def handle(node: int, req: dq.DescribeQuorumRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: dq.DescribeQuorumRequest = call.request
         ((topic, partition),) = [
             (t.topic_name, p.partition_index) for t in req.topics for p in t.partitions
         ]
@@ -161,8 +161,8 @@ async def test_describe_metadata_quorum() -> None:
             ],
         )
 
-    fake.handlers[DESCRIBE_QUORUM] = handle
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.answer(DESCRIBE_QUORUM, handle)
         quorum = await admin.describe_metadata_quorum()
     assert (quorum.leader_id, quorum.leader_epoch, quorum.high_watermark) == (3000, 7, 1234)
     assert quorum.voters == [
@@ -174,22 +174,25 @@ async def test_describe_metadata_quorum() -> None:
 
 
 async def test_client_metrics_resources_and_unregister_broker() -> None:
-    fake = FakeCluster()
-    fake.handlers[LIST_METRICS] = lambda n, r, v: lcr.ListConfigResourcesResponse(
-        config_resources=[
-            lcr.ConfigResource(resource_name="slow-apps"),
-            lcr.ConfigResource(resource_name="all"),
-        ]
-    )
+    def metrics(call: Received) -> Any:
+        return lcr.ListConfigResourcesResponse(
+            config_resources=[
+                lcr.ConfigResource(resource_name="slow-apps"),
+                lcr.ConfigResource(resource_name="all"),
+            ]
+        )
+
     unregistered: list[int] = []
 
-    def unregister(node: int, req: ub.UnregisterBrokerRequest, version: int) -> Any:
+    def unregister(call: Received) -> Any:
+        req: ub.UnregisterBrokerRequest = call.request
         unregistered.append(req.broker_id)
         code = 0 if req.broker_id == 4 else BrokerIdNotRegisteredError.errno
         return ub.UnregisterBrokerResponse(error_code=code)
 
-    fake.handlers[UNREGISTER] = unregister
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.answer(LIST_METRICS, metrics)
+        kafka.answer(UNREGISTER, unregister)
         assert await admin.list_client_metrics_resources() == ["all", "slow-apps"]
         await admin.unregister_broker(4)
         with pytest.raises(BrokerIdNotRegisteredError):
@@ -198,10 +201,11 @@ async def test_client_metrics_resources_and_unregister_broker() -> None:
 
 
 async def test_brokers_without_the_apis_name_the_operation() -> None:
-    fake = FakeCluster(
-        missing_apis={ALTER_REASSIGN, LIST_REASSIGN, DESCRIBE_QUORUM, UNREGISTER, LIST_METRICS}
-    )
-    async with fake.running(), admin_for(fake) as admin:
+    # FakeKafka models none of them: it advertises none unless a test scripts one.
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        assert not {ALTER_REASSIGN, LIST_REASSIGN, DESCRIBE_QUORUM, UNREGISTER, LIST_METRICS} & set(
+            kafka.api_versions
+        )
         with pytest.raises(UnsupportedVersionError, match="describe_metadata_quorum"):
             await admin.describe_metadata_quorum()
         with pytest.raises(UnsupportedVersionError, match="list_partition_reassignments"):

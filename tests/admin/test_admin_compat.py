@@ -1,16 +1,15 @@
 """aiokafka_ng.compat.AIOKafkaAdminClient: aiokafka 0.14's admin surface, argument order
 and result shapes. Against the real broker (Tansu) where it answers; CreatePartitions and
-AlterConfigs (not advertised by Tansu) and DeleteRecords (Tansu panics) against the in-repo
-fake broker (admin_fake_broker), as TANSU.md says."""
+AlterConfigs (not advertised by Tansu) and DeleteRecords (Tansu panics) against FakeKafka in
+memory (its model answers CreatePartitions and DeleteRecords, AlterConfigs is scripted), as
+TANSU.md says."""
 
 from __future__ import annotations
 
-import struct
 import uuid
 from typing import Any
 
 import pytest
-from admin_fake_broker import FakeCluster
 
 from aiokafka_ng.compat import (
     AIOKafkaAdminClient,
@@ -24,6 +23,10 @@ from aiokafka_ng.compat import (
 )
 from aiokafka_ng.consumer import Consumer
 from aiokafka_ng.errors import OffsetOutOfRangeError, PolicyViolationError
+from aiokafka_ng.producer import Producer
+from aiokafka_ng.protocol.messages import alter_configs as ac
+from aiokafka_ng.testing import FakeKafka
+from aiokafka_ng.testing.fake import Received
 from tests.kafka.helpers import eventually
 
 pytestmark = pytest.mark.anyio
@@ -86,23 +89,7 @@ async def test_aiokafka_shapes_against_the_broker(kafka_broker: Any) -> None:
 
 
 async def test_create_partitions_alter_configs_delete_records_on_a_fake() -> None:
-    fake = FakeCluster(node_ids=(1,), topics={"t": 2})
-    seen: dict[str, Any] = {}
-
-    def create_partitions(node: int, req: Any, version: int) -> Any:
-        from aiokafka_ng.protocol.messages import create_partitions as cp
-
-        seen["cp"] = (req.timeout_ms, req.validate_only, [(t.name, t.count) for t in req.topics])
-        return cp.CreatePartitionsResponse(
-            results=[cp.CreatePartitionsTopicResult(name=t.name) for t in req.topics]
-        )
-
-    def alter_configs(node: int, req: Any, version: int) -> Any:
-        from aiokafka_ng.protocol.messages import alter_configs as ac
-
-        seen["ac"] = {
-            r.resource_name: [(c.name, c.value) for c in r.configs] for r in req.resources
-        }
+    def alter_configs(call: Received) -> Any:
         return ac.AlterConfigsResponse(
             responses=[
                 ac.AlterConfigsResourceResponse(
@@ -110,33 +97,27 @@ async def test_create_partitions_alter_configs_delete_records_on_a_fake() -> Non
                     resource_type=r.resource_type,
                     resource_name=r.resource_name,
                 )
-                for r in req.resources
+                for r in call.request.resources
             ]
         )
 
-    def delete_records(node: int, req: Any, version: int) -> bytes:
-        out = struct.pack(">ii", 0, len(req.topics))
-        for topic in req.topics:
-            name = topic.name.encode()
-            out += struct.pack(">h", len(name)) + name + struct.pack(">i", len(topic.partitions))
-            for p in topic.partitions:
-                error = 1 if p.offset > 100 else 0
-                out += struct.pack(">iqh", p.partition_index, p.offset, error)
-        return out
-
-    fake.handlers[CREATE_PARTITIONS] = create_partitions
-    fake.handlers[ALTER_CONFIGS] = alter_configs
-    fake.handlers[DELETE_RECORDS] = delete_records
-    fake.max_versions[DELETE_RECORDS] = 0
-    async with fake.running():
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t", 2)
+        kafka.answer(ALTER_CONFIGS, alter_configs)
+        async with Producer(**kafka.client_config()) as producer:
+            for _ in range(10):
+                await producer.send_and_wait("t", b"v", partition=0)
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=fake.bootstrap_servers, retry_backoff_ms=20, retry_backoff_max_ms=50
+            **kafka.client_config(), retry_backoff_ms=20, retry_backoff_max_ms=50
         )
         await admin.start()
         try:
             grown = await admin.create_partitions({"t": NewPartitions(4)}, 5000, True)
             assert grown.result("t") is None
-            assert seen["cp"][1:] == (True, [("t", 4)]) and seen["cp"][0] <= 5000
+            (cp,) = (r.request for r in kafka.received(CREATE_PARTITIONS))
+            assert (cp.validate_only, [(t.name, t.count) for t in cp.topics]) == (True, [("t", 4)])
+            assert cp.timeout_ms <= 5000
+            assert len(kafka.cluster.topics["t"].partitions) == 2  # validate only
 
             altered = await admin.alter_configs(
                 [
@@ -144,13 +125,16 @@ async def test_create_partitions_alter_configs_delete_records_on_a_fake() -> Non
                     ConfigResource("TOPIC", "bad", {"cleanup.policy": "compact"}),
                 ]
             )
-            assert seen["ac"]["t"] == [("retention.ms", "1000")]
+            (sent,) = kafka.received(ALTER_CONFIGS)
+            by_name = {r.resource_name: r.configs for r in sent.request.resources}
+            assert [(c.name, c.value) for c in by_name["t"]] == [("retention.ms", "1000")]
             assert altered.result(ConfigResource("TOPIC", "t").native()) is None
             with pytest.raises(PolicyViolationError):
                 altered.result(ConfigResource("TOPIC", "bad").native())
 
             low = await admin.delete_records({TopicPartition("t", 0): RecordsToDelete(7)})
             assert low == {TopicPartition("t", 0): 7}
+            assert [r.offset for r in kafka.records("t", 0)] == [7, 8, 9]
             with pytest.raises(OffsetOutOfRangeError):  # raised, as aiokafka does
                 await admin.delete_records({TopicPartition("t", 1): RecordsToDelete(500)})
         finally:

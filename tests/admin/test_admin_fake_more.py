@@ -1,4 +1,6 @@
-"""More admin operations on the in-test fake broker (reasons per test, see TANSU.md)."""
+"""More admin operations on FakeKafka, in memory, on virtual time (why not on Tansu: per
+test, see TANSU.md). What FakeKafka models comes from the model; the rest is scripted with
+``FakeKafka.answer``."""
 
 from __future__ import annotations
 
@@ -6,7 +8,6 @@ from typing import Any
 
 import anyio
 import pytest
-from admin_fake_broker import FakeCluster
 
 from aiokafka_ng.admin import (
     AclBinding,
@@ -31,23 +32,30 @@ from aiokafka_ng.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
+from aiokafka_ng.producer import Producer
 from aiokafka_ng.protocol.messages import create_acls as ca
-from aiokafka_ng.protocol.messages import delete_topics as dt
 from aiokafka_ng.protocol.messages import describe_acls as dsa
 from aiokafka_ng.protocol.messages import describe_configs as dc
 from aiokafka_ng.protocol.messages import describe_log_dirs as dld
 from aiokafka_ng.protocol.messages import describe_producers as dp
-from aiokafka_ng.protocol.messages import describe_transactions as dtx
 from aiokafka_ng.protocol.messages import elect_leaders as el
-from aiokafka_ng.protocol.messages import find_coordinator as fc
-from aiokafka_ng.protocol.messages import list_transactions as ltx
+from aiokafka_ng.protocol.messages import metadata as md
 from aiokafka_ng.protocol.messages import offset_fetch as ofe
+from aiokafka_ng.testing import FakeKafka, virtual_time
+from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
+
+
 DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_ACLS, DESCRIBE_ACLS = 20, 32, 30, 29
 ELECT_LEADERS, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS = 43, 35, 61
-LIST_TRANSACTIONS, DESCRIBE_TRANSACTIONS, FIND_COORDINATOR, OFFSET_FETCH = 66, 65, 10, 9
+LIST_TRANSACTIONS, DESCRIBE_TRANSACTIONS, OFFSET_FETCH, METADATA = 66, 65, 9, 3
+LIST_GROUPS, DESCRIBE_CLUSTER = 16, 60
 
 ALICE_READ = AclBinding(
     ResourceType.TOPIC,
@@ -60,43 +68,34 @@ ALICE_READ = AclBinding(
 )
 
 
-def admin_for(fake: FakeCluster, **config: Any) -> AdminClient:
+def admin_for(kafka: FakeKafka, **config: Any) -> AdminClient:
     return AdminClient(
-        bootstrap_servers=fake.bootstrap_servers,
-        retry_backoff_ms=20,
-        retry_backoff_max_ms=50,
-        **config,
+        **kafka.client_config(), retry_backoff_ms=20, retry_backoff_max_ms=50, **config
     )
 
 
 async def test_connection_drop_is_retried() -> None:
     """Tansu keeps connections up: the fake drops the first DeleteTopics connection
     mid-request; the operation reconnects, retries and succeeds."""
-    fake = FakeCluster()
-    calls = []
-
-    def handle(node: int, req: dt.DeleteTopicsRequest, version: int) -> Any:
-        calls.append(version)
-        if len(calls) == 1:
-            return None  # drop the connection instead of answering
-        return dt.DeleteTopicsResponse(
-            responses=[dt.DeletableTopicResult(name=n.name) for n in req.topics]
-        )
-
-    fake.handlers[DELETE_TOPICS] = handle
-    async with fake.running(), admin_for(fake) as admin:
-        results = await admin.delete_topics(["a", "b"])
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("a")
+        kafka.create_topic("b")
+        kafka.answer(DELETE_TOPICS, lambda call: None, times=1)  # drop instead of answering
+        async with admin_for(kafka) as admin:
+            results = await admin.delete_topics(["a", "b"])
     assert results.raise_on_error() == {"a": None, "b": None}
-    assert len(calls) == 2
+    first, second = kafka.received(DELETE_TOPICS)
+    assert first.connection != second.connection  # retried on a new connection
+    assert not kafka.cluster.topics  # the model deleted them
 
 
 async def test_describe_configs_synonyms_and_sources() -> None:
     """Tansu reports only explicitly set topic keys, no synonyms, and an empty broker
     resource: synonyms/sources/read-only flags are decoded from a canned v4 answer, and the
     broker resource goes to that broker."""
-    fake = FakeCluster(node_ids=(1, 2))
 
-    def handle(node: int, req: dc.DescribeConfigsRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: dc.DescribeConfigsRequest = call.request
         assert req.include_synonyms
         results = []
         for r in req.resources:
@@ -130,10 +129,11 @@ async def test_describe_configs_synonyms_and_sources() -> None:
             )
         return dc.DescribeConfigsResponse(results=results)
 
-    fake.handlers[DESCRIBE_CONFIGS] = handle
     broker, topic = ConfigResource.broker(2), ConfigResource.topic("t")
-    async with fake.running(), admin_for(fake) as admin:
-        results = await admin.describe_configs([broker, topic], include_synonyms=True)
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        kafka.answer(DESCRIBE_CONFIGS, handle)
+        async with admin_for(kafka) as admin:
+            results = await admin.describe_configs([broker, topic], include_synonyms=True)
     ok = results.raise_on_error()
     retention = ok[broker]["log.retention.ms"]
     assert retention.source is ConfigSource.DYNAMIC_BROKER_CONFIG
@@ -146,14 +146,13 @@ async def test_describe_configs_synonyms_and_sources() -> None:
     assert ok[broker]["ssl.key.password"].value is None
     assert ok[topic]["cleanup.policy"].is_default
     to_broker = [
-        r for r in fake.requests(DESCRIBE_CONFIGS) if r.request.resources[0].resource_type == 4
+        r for r in kafka.received(DESCRIBE_CONFIGS) if r.request.resources[0].resource_type == 4
     ]
-    assert [r.node_id for r in to_broker] == [2]
+    assert [r.node for r in to_broker] == [2]
 
 
 async def test_create_and_describe_acls() -> None:
     """Tansu answers CreateAcls with a null results array (undecodable): canned answers."""
-    fake = FakeCluster()
     other = AclBinding(
         ResourceType.GROUP,
         "g",
@@ -164,7 +163,8 @@ async def test_create_and_describe_acls() -> None:
         AclPermissionType.DENY,
     )
 
-    def create(node: int, req: ca.CreateAclsRequest, version: int) -> Any:
+    def create(call: Received) -> Any:
+        req: ca.CreateAclsRequest = call.request
         assert [c.resource_pattern_type for c in req.creations] == [4, 3]
         return ca.CreateAclsResponse(
             results=[
@@ -173,7 +173,8 @@ async def test_create_and_describe_acls() -> None:
             ]
         )
 
-    def describe(node: int, req: dsa.DescribeAclsRequest, version: int) -> Any:
+    def describe(call: Received) -> Any:
+        req: dsa.DescribeAclsRequest = call.request
         assert (req.resource_type_filter, req.resource_name_filter) == (2, "orders")
         return dsa.DescribeAclsResponse(
             resources=[
@@ -186,9 +187,9 @@ async def test_create_and_describe_acls() -> None:
             ]
         )
 
-    fake.handlers[CREATE_ACLS] = create
-    fake.handlers[DESCRIBE_ACLS] = describe
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.answer(CREATE_ACLS, create)
+        kafka.answer(DESCRIBE_ACLS, describe)
         created = await admin.create_acls([ALICE_READ, other])
         found = await admin.describe_acls(
             AclBindingFilter(resource_type=ResourceType.TOPIC, name="orders")
@@ -196,14 +197,14 @@ async def test_create_and_describe_acls() -> None:
     assert created[ALICE_READ] is None
     assert isinstance(created[other], InvalidRequestError)
     assert found == [ALICE_READ]
-    assert fake.requests(CREATE_ACLS)[0].version >= 1  # PREFIXED needs v1 (KIP-290)
+    assert kafka.received(CREATE_ACLS)[0].version >= 1  # PREFIXED needs v1 (KIP-290)
 
 
 async def test_elect_leaders() -> None:
     """Tansu does not advertise ElectLeaders (and has one replica per partition)."""
-    fake = FakeCluster(node_ids=(1, 2), controller=2)
 
-    def handle(node: int, req: el.ElectLeadersRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: el.ElectLeadersRequest = call.request
         assert req.election_type == 1
         return el.ElectLeadersResponse(
             replica_election_results=[
@@ -217,23 +218,25 @@ async def test_elect_leaders() -> None:
             ]
         )
 
-    fake.handlers[ELECT_LEADERS] = handle
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=2, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.move_controller(2)
+        kafka.answer(ELECT_LEADERS, handle)
         results = await admin.elect_leaders(ElectionType.UNCLEAN, [("t", 0), ("t", 1)])
         everything = await admin.elect_leaders(ElectionType.UNCLEAN)  # every partition
     for r in (results, everything):
         assert r[TopicPartition("t", 0)] is None
         assert isinstance(r[TopicPartition("t", 1)], ElectionNotNeededError)
-    first, second = fake.requests(ELECT_LEADERS)
-    assert (first.node_id, second.node_id) == (2, 2)  # the controller
+    first, second = kafka.received(ELECT_LEADERS)
+    assert (first.node, second.node) == (2, 2)  # the controller
     assert second.request.topic_partitions is None
 
 
 async def test_describe_log_dirs_each_broker() -> None:
     """Tansu does not advertise DescribeLogDirs: each broker is asked for its own dirs."""
-    fake = FakeCluster(node_ids=(1, 2))
 
-    def handle(node: int, req: dld.DescribeLogDirsRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: dld.DescribeLogDirsRequest = call.request
+        node = call.node
         assert req.topics is None  # all of them
         return dld.DescribeLogDirsResponse(
             results=[
@@ -252,8 +255,8 @@ async def test_describe_log_dirs_each_broker() -> None:
             ]
         )
 
-    fake.handlers[DESCRIBE_LOG_DIRS] = handle
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=2, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.answer(DESCRIBE_LOG_DIRS, handle)
         results = (await admin.describe_log_dirs()).raise_on_error()
     assert set(results) == {1, 2}
     d1 = results[1]["/data1"]
@@ -264,9 +267,10 @@ async def test_describe_log_dirs_each_broker() -> None:
 
 async def test_describe_producers_at_leaders() -> None:
     """Tansu does not advertise DescribeProducers: asked of each partition's leader."""
-    fake = FakeCluster(node_ids=(1, 2), topics={"t": 2}, leaders={("t", 0): 1, ("t", 1): 2})
 
-    def handle(node: int, req: dp.DescribeProducersRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: dp.DescribeProducersRequest = call.request
+        node = call.node
         (t,) = req.topics
         return dp.DescribeProducersResponse(
             topics=[
@@ -283,8 +287,11 @@ async def test_describe_producers_at_leaders() -> None:
             ]
         )
 
-    fake.handlers[DESCRIBE_PRODUCERS] = handle
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=2, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.create_topic("t", 2, 1)
+        kafka.move_leader("t", 0, 1)
+        kafka.move_leader("t", 1, 2)
+        kafka.answer(DESCRIBE_PRODUCERS, handle)
         ok = (await admin.describe_producers([("t", 0), ("t", 1)])).raise_on_error()
     assert ok[TopicPartition("t", 0)][0].producer_id == 1001
     assert ok[TopicPartition("t", 1)][0].producer_id == 1002
@@ -293,190 +300,150 @@ async def test_describe_producers_at_leaders() -> None:
 
 async def test_list_and_describe_transactions() -> None:
     """Tansu does not advertise List/DescribeTransactions: every broker is listed; each
-    transactional id is described at its transaction coordinator."""
-    fake = FakeCluster(node_ids=(1, 2))
-
-    def listing(node: int, req: ltx.ListTransactionsRequest, version: int) -> Any:
-        assert req.state_filters == ["Ongoing"]
-        return ltx.ListTransactionsResponse(
-            transaction_states=[ltx.TransactionState(f"tx-{node}", 100 + node, "Ongoing")]
-        )
-
-    def find(node: int, req: fc.FindCoordinatorRequest, version: int) -> Any:
-        assert req.key_type == 1
-        return fc.FindCoordinatorResponse(
-            coordinators=[
-                fc.Coordinator(key=k, node_id=2, host="127.0.0.1", port=fake.ports[2])
-                for k in req.coordinator_keys
-            ]
-        )
-
-    def describe(node: int, req: dtx.DescribeTransactionsRequest, version: int) -> Any:
-        return dtx.DescribeTransactionsResponse(
-            transaction_states=[
-                dtx.TransactionState(
-                    transactional_id="tx-1",
-                    transaction_state="Ongoing",
-                    transaction_timeout_ms=60000,
-                    transaction_start_time_ms=5,
-                    producer_id=101,
-                    producer_epoch=3,
-                    topics=[dtx.TopicData("t", [0, 1])],
-                ),
-                dtx.TransactionState(error_code=105, transactional_id="tx-gone"),
-            ]
-        )
-
-    fake.handlers[LIST_TRANSACTIONS] = listing
-    fake.handlers[FIND_COORDINATOR] = find
-    fake.handlers[DESCRIBE_TRANSACTIONS] = describe
-    async with fake.running(), admin_for(fake) as admin:
-        listed = await admin.list_transactions(states=["Ongoing"])
-        described = await admin.describe_transactions(["tx-1", "tx-gone"])
-    assert [(t.transactional_id, t.producer_id) for t in listed] == [("tx-1", 101), ("tx-2", 102)]
+    transactional id is described at its transaction coordinator (the model's: two
+    producers with an ongoing transaction each)."""
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        kafka.create_topic("t", 2)
+        kafka.move_coordinator("tx-1", 2)
+        kafka.move_coordinator("tx-2", 1)
+        config = kafka.client_config()
+        async with (
+            Producer(**config, transactional_id="tx-1") as one,
+            Producer(**config, transactional_id="tx-2") as two,
+            admin_for(kafka) as admin,
+        ):
+            for producer, partitions in ((one, (0, 1)), (two, (1,))):
+                producer.begin_transaction()
+                for p in partitions:
+                    await producer.send_and_wait("t", b"v", partition=p)
+            listed = await admin.list_transactions(states=["Ongoing"])
+            described = await admin.describe_transactions(["tx-1", "tx-gone"])
+            await one.abort_transaction()
+            await two.abort_transaction()
+    assert [t.transactional_id for t in listed] == ["tx-1", "tx-2"]
+    assert len({t.producer_id for t in listed}) == 2
     tx = described.result("tx-1")
-    assert (tx.coordinator_id, tx.producer_epoch) == (2, 3)
+    assert (tx.coordinator_id, tx.state, tx.producer_epoch) == (2, "Ongoing", 0)
+    assert tx.producer_id == next(t.producer_id for t in listed if t.transactional_id == "tx-1")
     assert tx.topic_partitions == [("t", 0), ("t", 1)]
     assert isinstance(described["tx-gone"], TransactionalIdNotFoundError)
-    assert {r.node_id for r in fake.requests(DESCRIBE_TRANSACTIONS)} == {2}
+    assert {r.node for r in kafka.received(LIST_TRANSACTIONS)} == {1, 2}  # every broker
+    asked = {
+        tid: r.node
+        for r in kafka.received(DESCRIBE_TRANSACTIONS)
+        for tid in r.request.transactional_ids
+    }
+    assert asked == {"tx-1": 2, "tx-gone": kafka.coordinator_for("tx-gone")}
 
 
 async def test_states_filter_needs_list_groups_v4() -> None:
     """An old broker (ListGroups < v4) cannot filter by state: named UnsupportedVersionError."""
-    fake = FakeCluster()
-    fake.max_versions[16] = 3
-    async with fake.running(), admin_for(fake) as admin:
-        with pytest.raises(UnsupportedVersionError, match="list_consumer_groups"):
-            await admin.list_consumer_groups(states=["Stable"])
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.api_versions[LIST_GROUPS] = (kafka.api_versions[LIST_GROUPS][0], 3)
+        async with admin_for(kafka) as admin:
+            with pytest.raises(UnsupportedVersionError, match="list_consumer_groups"):
+                await admin.list_consumer_groups(states=["Stable"])
+    assert kafka.received(LIST_GROUPS) == []
 
 
 async def test_unknown_topic_and_partition_fail_fast() -> None:
     """Tansu auto-creates any topic a Metadata request names: an unknown topic or partition
     is shown on the fake, where it fails at once (no retry until the timeout)."""
-    fake = FakeCluster(topics={"t": 1})
-    async with fake.running(), admin_for(fake, default_api_timeout_ms=30000) as admin:
-        start = anyio.current_time()
-        described = await admin.describe_topics(["t", "missing"])
-        offsets = await admin.list_offsets(
-            {("missing", 0): ListOffsetsSpec.earliest(), ("t", 5): ListOffsetsSpec.earliest()}
-        )
-        elapsed = anyio.current_time() - start
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t", 1)
+        async with admin_for(kafka, default_api_timeout_ms=30000) as admin:
+            start = anyio.current_time()
+            described = await admin.describe_topics(["t", "missing"])
+            offsets = await admin.list_offsets(
+                {("missing", 0): ListOffsetsSpec.earliest(), ("t", 5): ListOffsetsSpec.earliest()}
+            )
+            elapsed = anyio.current_time() - start
     assert described.result("t").partitions[0].partition == 0
     assert isinstance(described["missing"], UnknownTopicOrPartitionError)
     assert isinstance(offsets[TopicPartition("missing", 0)], UnknownTopicOrPartitionError)
     assert "no partition 5" in str(offsets[TopicPartition("t", 5)])
-    assert elapsed < 5
+    assert elapsed < 1  # virtual seconds: a retry until the 30 s timeout would show
+    assert "missing" not in kafka.cluster.topics  # the admin's Metadata does not create it
 
 
 async def test_group_offsets_retry_while_coordinator_loads() -> None:
     """COORDINATOR_LOAD_IN_PROGRESS (a coordinator just took over; never seen on Tansu) is
-    retried with backoff; the OffsetFetch v8+ per-group layout is decoded."""
-    fake = FakeCluster()
-    answers = [14, 0]  # loading, then the offsets
+    retried with backoff; the OffsetFetch v8+ per-group layout is decoded, a partition
+    without a committed offset left out."""
 
-    def find(node: int, req: fc.FindCoordinatorRequest, version: int) -> Any:
-        return fc.FindCoordinatorResponse(
-            coordinators=[
-                fc.Coordinator(key=k, node_id=1, host="127.0.0.1", port=fake.ports[1])
-                for k in req.coordinator_keys
-            ]
-        )
-
-    def fetch(node: int, req: ofe.OffsetFetchRequest, version: int) -> Any:
-        assert version >= 8 and req.groups[0].group_id == "g"
-        code = answers.pop(0)
+    def loading(call: Received) -> Any:
         return ofe.OffsetFetchResponse(
             groups=[
-                ofe.OffsetFetchResponseGroup(
-                    group_id="g",
-                    error_code=code,
-                    topics=[]
-                    if code
-                    else [
-                        ofe.OffsetFetchResponseTopics(
-                            name="t",
-                            partitions=[
-                                ofe.OffsetFetchResponsePartitions(
-                                    partition_index=0,
-                                    committed_offset=7,
-                                    committed_leader_epoch=2,
-                                    metadata="m",
-                                ),
-                                ofe.OffsetFetchResponsePartitions(
-                                    partition_index=1, committed_offset=-1
-                                ),
-                            ],
-                        )
-                    ],
-                )
+                ofe.OffsetFetchResponseGroup(group_id=g.group_id, error_code=14)
+                for g in call.request.groups
             ]
         )
 
-    fake.handlers[FIND_COORDINATOR] = find
-    fake.handlers[OFFSET_FETCH] = fetch
-    async with fake.running(), admin_for(fake) as admin:
-        offsets = await admin.list_consumer_group_offsets("g")
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t", 2)
+        async with admin_for(kafka) as admin:
+            await admin.alter_consumer_group_offsets(
+                "g", {TopicPartition("t", 0): OffsetAndMetadata(7, "m", 2)}
+            )
+            # inject has no OffsetFetch v8+ layout (the error is per group): scripted once.
+            kafka.answer(OFFSET_FETCH, loading, times=1)
+            offsets = await admin.list_consumer_group_offsets("g")
+            some = await admin.list_consumer_group_offsets(
+                "g", partitions=[TopicPartition("t", 0), TopicPartition("t", 1)]
+            )
     assert offsets == {TopicPartition("t", 0): OffsetAndMetadata(7, "m", 2)}
-    assert len(fake.requests(OFFSET_FETCH)) == 2
+    assert some == offsets  # t-1 has no committed offset (-1): left out
+    first, second, _ = kafka.received(OFFSET_FETCH)
+    assert first.version >= 8 and first.request.groups[0].group_id == "g"
+    assert second.at - first.at >= 0.016  # backed off (20 ms, -20% jitter) before retrying
 
 
 async def test_group_offsets_before_v8_layout() -> None:
     """A broker with OffsetFetch up to v7 answers at the top level (Tansu offers v9)."""
-    fake = FakeCluster()
-    fake.max_versions[OFFSET_FETCH] = 7
-
-    def find(node: int, req: fc.FindCoordinatorRequest, version: int) -> Any:
-        return fc.FindCoordinatorResponse(
-            coordinators=[
-                fc.Coordinator(key=k, node_id=1, host="127.0.0.1", port=fake.ports[1])
-                for k in req.coordinator_keys
-            ]
-        )
-
-    def fetch(node: int, req: ofe.OffsetFetchRequest, version: int) -> Any:
-        assert version == 7 and req.group_id == "g"
-        assert [(t.name, t.partition_indexes) for t in req.topics or ()] == [("t", [3])]
-        return ofe.OffsetFetchResponse(
-            topics=[
-                ofe.OffsetFetchResponseTopic(
-                    name="t",
-                    partitions=[
-                        ofe.OffsetFetchResponsePartition(
-                            partition_index=3, committed_offset=11, metadata=None
-                        )
-                    ],
-                )
-            ]
-        )
-
-    fake.handlers[FIND_COORDINATOR] = find
-    fake.handlers[OFFSET_FETCH] = fetch
-    async with fake.running(), admin_for(fake) as admin:
-        offsets = await admin.list_consumer_group_offsets("g", partitions=[("t", 3)])
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t", 4)
+        kafka.api_versions[OFFSET_FETCH] = (kafka.api_versions[OFFSET_FETCH][0], 7)
+        async with admin_for(kafka) as admin:
+            await admin.alter_consumer_group_offsets("g", {TopicPartition("t", 3): 11})
+            offsets = await admin.list_consumer_group_offsets("g", partitions=[("t", 3)])
     assert offsets == {TopicPartition("t", 3): OffsetAndMetadata(11, "", None)}
+    (sent,) = kafka.received(OFFSET_FETCH)
+    assert sent.version == 7 and sent.request.group_id == "g"
+    assert [(t.name, t.partition_indexes) for t in sent.request.topics or ()] == [("t", [3])]
 
 
 async def test_cluster_from_metadata_and_internal_topics() -> None:
     """Tansu offers DescribeCluster and has no internal topics: a broker without
-    DescribeCluster is described from Metadata; internal topics are listed only on request."""
-    fake = FakeCluster(node_ids=(1, 2), controller=2, topics={"a": 1, "__consumer_offsets": 1})
-    fake.missing_apis.add(60)  # DescribeCluster
-    default = fake._metadata
+    DescribeCluster is described from Metadata; internal topics are listed only on request.
+    (FakeKafka's Metadata leaves internal topics out of an all-topics answer, so this one
+    is scripted: two topics, one internal.)"""
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        kafka.move_controller(2)
+        del kafka.api_versions[DESCRIBE_CLUSTER]
 
-    def metadata(node: int, req: Any, version: int) -> Any:
-        resp = default(req)
-        for t in resp.topics:
-            t.is_internal = t.name == "__consumer_offsets"
-        return resp
+        def metadata(call: Received) -> Any:
+            return md.MetadataResponse(
+                brokers=[
+                    md.MetadataResponseBroker(node_id=n, host=host, port=port)
+                    for n, host, port in kafka.endpoints()
+                ],
+                cluster_id="fake-cluster",
+                controller_id=kafka.controller,
+                topics=[
+                    md.MetadataResponseTopic(name=name, is_internal=name.startswith("__"))
+                    for name in ("a", "__consumer_offsets")
+                ],
+            )
 
-    fake.handlers[3] = metadata
-    async with fake.running(), admin_for(fake) as admin:
-        cluster = await admin.describe_cluster()
-        public = await admin.list_topics()
-        everything = await admin.list_topics(include_internal=True)
+        kafka.answer(METADATA, metadata)
+        async with admin_for(kafka) as admin:
+            cluster = await admin.describe_cluster()
+            public = await admin.list_topics()
+            everything = await admin.list_topics(include_internal=True)
     assert cluster.cluster_id == "fake-cluster"
     assert [b.node_id for b in cluster.brokers] == [1, 2]
     assert cluster.controller is not None and cluster.controller.node_id == 2
     assert list(public) == ["a"]
     assert list(everything) == ["__consumer_offsets", "a"]
     assert everything["__consumer_offsets"].is_internal
+    assert kafka.received(DESCRIBE_CLUSTER) == []

@@ -1,7 +1,8 @@
-"""describe/update_features on the in-test fake broker (Tansu reports no features and has no
-UpdateFeatures, TANSU.md); list_groups (KIP-1043) against the real broker (type filter
-included) and, for types Tansu does not run (share, streams) and the v5 rule, on the fake
-broker."""
+"""describe/update_features on FakeKafka in memory (Tansu reports no features and has no
+UpdateFeatures, TANSU.md; the fake reports its own finalized features, UpdateFeatures is
+scripted); list_groups (KIP-1043) against the real broker (type filter included) and, for
+types neither Tansu nor FakeKafka runs (share, streams) and the v5 rule, on FakeKafka with
+ListGroups scripted."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import Any
 
 import anyio
 import pytest
-from admin_fake_broker import FakeCluster
 from confluent_kafka import Producer as CProducer
 
 from aiokafka_ng.admin import (
@@ -24,19 +24,19 @@ from aiokafka_ng.admin import (
 from aiokafka_ng.errors import InvalidUpdateVersionError, UnsupportedVersionError
 from aiokafka_ng.protocol.messages import list_groups as lgr
 from aiokafka_ng.protocol.messages import update_features as uf
-from aiokafka_ng.testing import LocalBroker
+from aiokafka_ng.protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
+from aiokafka_ng.testing import FakeKafka, LocalBroker
+from aiokafka_ng.testing.fake import Received
 from tests.admin.test_admin_broker import _consume, admin_for
 from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
-LIST_GROUPS, UPDATE_FEATURES = 16, 57
+LIST_GROUPS, UPDATE_FEATURES, API_VERSIONS = 16, 57, 18
 
 
-def fake_admin(fake: FakeCluster) -> AdminClient:
-    return AdminClient(
-        bootstrap_servers=fake.bootstrap_servers, retry_backoff_ms=20, retry_backoff_max_ms=50
-    )
+def fake_admin(kafka: FakeKafka) -> AdminClient:
+    return AdminClient(**kafka.client_config(), retry_backoff_ms=20, retry_backoff_max_ms=50)
 
 
 async def test_list_groups_of_every_type_against_the_broker(kafka_broker: LocalBroker) -> None:
@@ -64,11 +64,11 @@ async def test_list_groups_of_every_type_against_the_broker(kafka_broker: LocalB
 
 
 async def test_list_groups_type_filter_and_types() -> None:
-    fake = FakeCluster(node_ids=(1, 2))
     seen: list[tuple[int, list[str]]] = []
 
-    def handle(node: int, req: lgr.ListGroupsRequest, version: int) -> Any:
-        seen.append((version, list(req.types_filter)))
+    def handle(call: Received) -> Any:
+        req: lgr.ListGroupsRequest = call.request
+        seen.append((call.version, list(req.types_filter)))
         groups = {
             1: [
                 lgr.ListedGroup(
@@ -86,11 +86,11 @@ async def test_list_groups_type_filter_and_types() -> None:
                     group_id="k1", protocol_type="streams", group_state="", group_type="streams"
                 ),
             ],
-        }[node]
+        }[call.node]
         return lgr.ListGroupsResponse(groups=groups)
 
-    fake.handlers[LIST_GROUPS] = handle
-    async with fake.running(), fake_admin(fake) as admin:
+    async with FakeKafka(brokers=2, tcp=False) as kafka, fake_admin(kafka) as admin:
+        kafka.answer(LIST_GROUPS, handle)
         every = await admin.list_groups()
         await admin.list_groups(types=[GroupType.SHARE, "streams"])
     assert every == [
@@ -103,8 +103,8 @@ async def test_list_groups_type_filter_and_types() -> None:
 
 
 async def test_type_filter_needs_list_groups_v5() -> None:
-    fake = FakeCluster(max_versions={LIST_GROUPS: 4})
-    async with fake.running(), fake_admin(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, fake_admin(kafka) as admin:
+        kafka.api_versions[LIST_GROUPS] = (kafka.api_versions[LIST_GROUPS][0], 4)
         with pytest.raises(Exception) as info:
             await admin.list_groups(types=["share"])
     errors = getattr(info.value, "errors", {}) or {0: info.value}
@@ -114,11 +114,11 @@ async def test_type_filter_needs_list_groups_v5() -> None:
 
 async def test_features_described_and_updated() -> None:
     # UpdateFeatures v0-1 answer per feature (v2 does not: see the next test).
-    fake = FakeCluster(node_ids=(1, 2), controller=2, max_versions={UPDATE_FEATURES: 1})
     seen: list[tuple[int, int, uf.UpdateFeaturesRequest]] = []
 
-    def update(node: int, req: uf.UpdateFeaturesRequest, version: int) -> Any:
-        seen.append((node, version, req))
+    def update(call: Received) -> Any:
+        req: uf.UpdateFeaturesRequest = call.request
+        seen.append((call.node, call.version, req))
         return uf.UpdateFeaturesResponse(
             results=[
                 uf.UpdatableFeatureResult(
@@ -129,8 +129,10 @@ async def test_features_described_and_updated() -> None:
             ]
         )
 
-    fake.handlers[UPDATE_FEATURES] = update
-    async with fake.running(), fake_admin(fake) as admin:
+    async with FakeKafka(brokers=2, tcp=False) as kafka, fake_admin(kafka) as admin:
+        kafka.move_controller(2)
+        kafka.answer(UPDATE_FEATURES, update)
+        kafka.api_versions[UPDATE_FEATURES] = (0, 1)
         features = await admin.describe_features()
         results = await admin.update_features(
             {
@@ -140,8 +142,12 @@ async def test_features_described_and_updated() -> None:
             },
             validate_only=True,
         )
-    # The fake's ApiVersions names no features: an empty, well-formed answer.
-    assert features == FeatureMetadata({}, None, {})
+    # What the fake's ApiVersions v3+ reports: a Kafka 4 cluster's defaults.
+    assert features == FeatureMetadata(
+        {"group.version": (1, 1), "transaction.version": (2, 2)},
+        1,
+        {"group.version": (0, 1), "transaction.version": (0, 2)},
+    )
     assert results.succeeded == {"metadata.version": None, "kraft.version": None}
     assert isinstance(results["group.version"], InvalidUpdateVersionError)
     ((node, version, req),) = seen
@@ -153,21 +159,36 @@ async def test_features_described_and_updated() -> None:
     ]
 
 
+async def test_a_broker_naming_no_features_is_an_empty_answer() -> None:
+    # ApiVersions without the v3 feature fields filled in (a broker before KIP-584's
+    # features, or one with none finalized): an empty, well-formed description.
+    def no_features(call: Received) -> ApiVersionsResponse:
+        return ApiVersionsResponse(
+            api_keys=[ApiVersion(k, lo, hi) for k, (lo, hi) in sorted(kafka.api_versions.items())]
+        )
+
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.answer(API_VERSIONS, no_features)
+        async with fake_admin(kafka) as admin:
+            features = await admin.describe_features()
+    assert features == FeatureMetadata({}, None, {})
+    assert kafka.received(API_VERSIONS)  # answered by the script
+
+
 async def test_update_features_v2_is_all_or_nothing() -> None:
-    fake = FakeCluster()
     answers = iter([
         uf.UpdateFeaturesResponse(),
         uf.UpdateFeaturesResponse(
             error_code=InvalidUpdateVersionError.errno, error_message="too new"
         ),
     ])  # fmt: skip
-    fake.handlers[UPDATE_FEATURES] = lambda node, req, version: next(answers)
-    async with fake.running(), fake_admin(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, fake_admin(kafka) as admin:
+        kafka.answer(UPDATE_FEATURES, lambda call: next(answers))
         ok = await admin.update_features({"group.version": FeatureUpdate(1)})
         bad = await admin.update_features(
             {"group.version": FeatureUpdate(9), "share.version": FeatureUpdate(9)}
         )
-    assert fake.requests(UPDATE_FEATURES)[0].version == 2
+    assert [r.version for r in kafka.received(UPDATE_FEATURES)] == [2, 2]
     assert ok.raise_on_error() == {"group.version": None}
     assert all(isinstance(e, InvalidUpdateVersionError) for e in bad.failed.values())
     assert set(bad.failed) == {"group.version", "share.version"}

@@ -1,13 +1,12 @@
-"""Client quotas (KIP-546) on the in-test fake broker: Tansu does not advertise
-Describe/AlterClientQuotas (TANSU.md). The fake decodes our requests with the codec's
-server side, so what is asserted is what went over the wire."""
+"""Client quotas (KIP-546) on FakeKafka in memory, both APIs scripted: neither Tansu
+(TANSU.md) nor FakeKafka models Describe/AlterClientQuotas. The fake decodes our requests
+with the codec's server side, so what is asserted is what went over the wire."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from admin_fake_broker import FakeCluster
 
 from aiokafka_ng.admin import (
     AdminClient,
@@ -19,16 +18,16 @@ from aiokafka_ng.admin import (
 from aiokafka_ng.errors import InvalidRequestError, UnsupportedVersionError
 from aiokafka_ng.protocol.messages import alter_client_quotas as alter
 from aiokafka_ng.protocol.messages import describe_client_quotas as describe
+from aiokafka_ng.testing import FakeKafka
+from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.anyio
 
 DESCRIBE, ALTER = 48, 49
 
 
-def admin_for(fake: FakeCluster) -> AdminClient:
-    return AdminClient(
-        bootstrap_servers=fake.bootstrap_servers, retry_backoff_ms=20, retry_backoff_max_ms=50
-    )
+def admin_for(kafka: FakeKafka) -> AdminClient:
+    return AdminClient(**kafka.client_config(), retry_backoff_ms=20, retry_backoff_max_ms=50)
 
 
 def test_entities_are_keys() -> None:
@@ -42,10 +41,10 @@ def test_entities_are_keys() -> None:
 
 
 async def test_describe_sends_the_filter_and_decodes_entities() -> None:
-    fake = FakeCluster()
     seen: list[describe.DescribeClientQuotasRequest] = []
 
-    def handle(node: int, req: describe.DescribeClientQuotasRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: describe.DescribeClientQuotasRequest = call.request
         seen.append(req)
         return describe.DescribeClientQuotasResponse(
             entries=[
@@ -66,13 +65,13 @@ async def test_describe_sends_the_filter_and_decodes_entities() -> None:
             ]
         )
 
-    fake.handlers[DESCRIBE] = handle
     quota_filter = ClientQuotaFilter.contains_only([
         ClientQuotaFilterComponent.of_entity("user", "alice"),
         ClientQuotaFilterComponent.of_default_entity("client-id"),
         ClientQuotaFilterComponent.of_entity_type("ip"),
     ])  # fmt: skip
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.answer(DESCRIBE, handle)
         quotas = await admin.describe_client_quotas(quota_filter)
         await admin.describe_client_quotas()
     assert quotas == {
@@ -93,21 +92,23 @@ async def test_describe_sends_the_filter_and_decodes_entities() -> None:
 
 
 async def test_describe_error_is_raised() -> None:
-    fake = FakeCluster()
-    fake.handlers[DESCRIBE] = lambda node, req, version: describe.DescribeClientQuotasResponse(
-        error_code=InvalidRequestError.errno, error_message="bad filter", entries=None
-    )
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.answer(
+            DESCRIBE,
+            lambda call: describe.DescribeClientQuotasResponse(
+                error_code=InvalidRequestError.errno, error_message="bad filter", entries=None
+            ),
+        )
         with pytest.raises(InvalidRequestError, match="bad filter"):
             await admin.describe_client_quotas()
 
 
 async def test_alter_sets_and_removes_per_entity() -> None:
-    fake = FakeCluster(node_ids=(1, 2), controller=2)
     seen: list[tuple[int, alter.AlterClientQuotasRequest]] = []
 
-    def handle(node: int, req: alter.AlterClientQuotasRequest, version: int) -> Any:
-        seen.append((node, req))
+    def handle(call: Received) -> Any:
+        req: alter.AlterClientQuotasRequest = call.request
+        seen.append((call.node, req))
         out = []
         for e in req.entries:
             bad = any(o.key == "bogus" for o in e.ops)
@@ -123,10 +124,11 @@ async def test_alter_sets_and_removes_per_entity() -> None:
             )
         return alter.AlterClientQuotasResponse(entries=out)
 
-    fake.handlers[ALTER] = handle
     alice = ClientQuotaEntity({"user": "alice"})
     app = ClientQuotaEntity({"user": None, "client-id": "app"})
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=2, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.move_controller(2)
+        kafka.answer(ALTER, handle)
         results = await admin.alter_client_quotas(
             [
                 ClientQuotaAlteration(alice, {"producer_byte_rate": 1e6}),
@@ -148,8 +150,8 @@ async def test_alter_sets_and_removes_per_entity() -> None:
 
 
 async def test_a_broker_without_the_api_names_the_operation() -> None:
-    fake = FakeCluster(missing_apis={DESCRIBE, ALTER})
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        assert not {DESCRIBE, ALTER} & set(kafka.api_versions)  # not modelled: not advertised
         with pytest.raises(UnsupportedVersionError, match="describe_client_quotas"):
             await admin.describe_client_quotas()
         with pytest.raises(UnsupportedVersionError, match="alter_client_quotas"):

@@ -1,6 +1,7 @@
 """remove_members_from_consumer_group: against the real broker (Tansu answers LeaveGroup v3+
-with a member list) for a dynamic member, and on the in-test fake broker for what a single
-Tansu group cannot show (static members, per-member errors, a broker below v3)."""
+with a member list) for a dynamic member, and on FakeKafka (in memory, LeaveGroup scripted)
+for what a single Tansu group cannot show (static members, per-member errors, a broker below
+v3)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,19 @@ from typing import Any
 
 import anyio
 import pytest
-from admin_fake_broker import FakeCluster
 from confluent_kafka import Producer as CProducer
 
 from aiokafka_ng.admin import AdminClient, MemberToRemove, NewTopic
 from aiokafka_ng.errors import UnknownMemberIdError, UnsupportedVersionError
-from aiokafka_ng.protocol.messages import find_coordinator as fc
 from aiokafka_ng.protocol.messages import leave_group as lg
-from aiokafka_ng.testing import LocalBroker
+from aiokafka_ng.testing import FakeKafka, LocalBroker
+from aiokafka_ng.testing.fake import Received
 from tests.admin.test_admin_broker import _consume, admin_for
 from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
-LEAVE_GROUP, FIND_COORDINATOR = 13, 10
+LEAVE_GROUP = 13
 
 
 async def test_remove_every_member_against_the_broker(kafka_broker: LocalBroker) -> None:
@@ -46,18 +46,12 @@ async def test_remove_every_member_against_the_broker(kafka_broker: LocalBroker)
             await anyio.to_thread.run_sync(member.close)
 
 
-def fake_admin(fake: FakeCluster) -> AdminClient:
-    return AdminClient(
-        bootstrap_servers=fake.bootstrap_servers, retry_backoff_ms=20, retry_backoff_max_ms=50
-    )
+def fake_admin(kafka: FakeKafka) -> AdminClient:
+    return AdminClient(**kafka.client_config(), retry_backoff_ms=20, retry_backoff_max_ms=50)
 
 
 async def test_static_and_dynamic_members_with_per_member_errors() -> None:
-    fake = FakeCluster()
-    seen: list[tuple[int, lg.LeaveGroupRequest]] = []
-
-    def handle(node: int, req: lg.LeaveGroupRequest, version: int) -> Any:
-        seen.append((version, req))
+    def handle(call: Received) -> Any:
         return lg.LeaveGroupResponse(
             members=[
                 # The coordinator answers a static member with the member id it knew.
@@ -68,41 +62,36 @@ async def test_static_and_dynamic_members_with_per_member_errors() -> None:
             ]
         )
 
-    fake.handlers[LEAVE_GROUP] = handle
-    fake.handlers[FIND_COORDINATOR] = lambda n, r, v: _coordinator(fake, r)
-    async with fake.running(), fake_admin(fake) as admin:
-        results = await admin.remove_members_from_consumer_group(
-            "g", [MemberToRemove("host-a"), MemberToRemove(member_id="ghost")], reason="r1"
-        )
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        kafka.move_coordinator("g", 2)
+        kafka.answer(LEAVE_GROUP, handle)
+        async with fake_admin(kafka) as admin:
+            results = await admin.remove_members_from_consumer_group(
+                "g", [MemberToRemove("host-a"), MemberToRemove(member_id="ghost")], reason="r1"
+            )
     assert results.succeeded == {MemberToRemove("host-a"): None}
     assert isinstance(results[MemberToRemove(member_id="ghost")], UnknownMemberIdError)
-    ((version, req),) = seen
-    assert version >= 3 and req.group_id == "g"
+    (sent,) = kafka.received(LEAVE_GROUP)
+    req = sent.request
+    assert sent.node == 2  # the group's coordinator
+    assert sent.version >= 3 and req.group_id == "g"
     assert [(m.group_instance_id, m.member_id) for m in req.members] == [
         ("host-a", ""),
         (None, "ghost"),
     ]
-    if version >= 5:
+    if sent.version >= 5:
         assert {m.reason for m in req.members} == {"r1"}
 
 
 async def test_a_broker_below_leave_group_v3_names_the_operation() -> None:
-    fake = FakeCluster(max_versions={LEAVE_GROUP: 2})
-    fake.handlers[FIND_COORDINATOR] = lambda n, r, v: _coordinator(fake, r)
-    async with fake.running(), fake_admin(fake) as admin:
-        with pytest.raises(UnsupportedVersionError, match="remove_members_from_consumer_group"):
-            await admin.remove_members_from_consumer_group("g", [MemberToRemove("x")])
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.api_versions[LEAVE_GROUP] = (kafka.api_versions[LEAVE_GROUP][0], 2)
+        async with fake_admin(kafka) as admin:
+            with pytest.raises(UnsupportedVersionError, match="remove_members_from_consumer_group"):
+                await admin.remove_members_from_consumer_group("g", [MemberToRemove("x")])
+    assert kafka.received(LEAVE_GROUP) == []
 
 
 def test_a_member_needs_an_identity() -> None:
     with pytest.raises(ValueError):
         MemberToRemove()
-
-
-def _coordinator(fake: FakeCluster, req: fc.FindCoordinatorRequest) -> Any:
-    return fc.FindCoordinatorResponse(
-        coordinators=[
-            fc.Coordinator(key=k, node_id=1, host="127.0.0.1", port=fake.ports[1])
-            for k in req.coordinator_keys
-        ]
-    )

@@ -1,6 +1,7 @@
-"""SCRAM credential administration (KIP-554) on the in-test fake broker: Tansu does not
-advertise Describe/AlterUserScramCredentials (TANSU.md). The fake decodes our requests
-with the codec's server side, so what is asserted is what went over the wire."""
+"""SCRAM credential administration (KIP-554) on FakeKafka in memory, both APIs scripted:
+neither Tansu (TANSU.md) nor FakeKafka models Describe/AlterUserScramCredentials. The fake
+decodes our requests with the codec's server side, so what is asserted is what went over
+the wire."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import hmac
 from typing import Any
 
 import pytest
-from admin_fake_broker import FakeCluster
 
 from aiokafka_ng.admin import (
     AdminClient,
@@ -28,6 +28,8 @@ from aiokafka_ng.errors import (
 from aiokafka_ng.net.sasl import scram_salted_password
 from aiokafka_ng.protocol.messages import alter_user_scram_credentials as alter
 from aiokafka_ng.protocol.messages import describe_user_scram_credentials as describe
+from aiokafka_ng.testing import FakeKafka
+from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.anyio
 
@@ -35,10 +37,8 @@ DESCRIBE, ALTER = 50, 51
 SENTINEL = "pw-SENTINEL-7c1f"
 
 
-def admin_for(fake: FakeCluster) -> AdminClient:
-    return AdminClient(
-        bootstrap_servers=fake.bootstrap_servers, retry_backoff_ms=20, retry_backoff_max_ms=50
-    )
+def admin_for(kafka: FakeKafka) -> AdminClient:
+    return AdminClient(**kafka.client_config(), retry_backoff_ms=20, retry_backoff_max_ms=50)
 
 
 def test_salted_password_is_rfc_5802_hi() -> None:
@@ -65,11 +65,11 @@ def test_passwords_stay_out_of_reprs() -> None:
 
 
 async def test_alter_sends_salted_passwords_and_reports_per_user() -> None:
-    fake = FakeCluster(node_ids=(1, 2), controller=2)
     seen: list[tuple[int, alter.AlterUserScramCredentialsRequest]] = []
 
-    def handle(node: int, req: alter.AlterUserScramCredentialsRequest, version: int) -> Any:
-        seen.append((node, req))
+    def handle(call: Received) -> Any:
+        req: alter.AlterUserScramCredentialsRequest = call.request
+        seen.append((call.node, req))
         return alter.AlterUserScramCredentialsResponse(
             results=[
                 alter.AlterUserScramCredentialsResult(user="alice"),
@@ -80,9 +80,10 @@ async def test_alter_sends_salted_passwords_and_reports_per_user() -> None:
             ]
         )
 
-    fake.handlers[ALTER] = handle
     salt = b"s" * 16
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=2, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.move_controller(2)
+        kafka.answer(ALTER, handle)
         results = await admin.alter_user_scram_credentials([
             UserScramCredentialUpsertion("alice", ScramMechanism.SCRAM_SHA_256, SENTINEL),
             UserScramCredentialUpsertion(
@@ -112,10 +113,10 @@ async def test_alter_sends_salted_passwords_and_reports_per_user() -> None:
 
 
 async def test_describe_some_and_all_users() -> None:
-    fake = FakeCluster()
     asked: list[list[str] | None] = []
 
-    def handle(node: int, req: describe.DescribeUserScramCredentialsRequest, version: int) -> Any:
+    def handle(call: Received) -> Any:
+        req: describe.DescribeUserScramCredentialsRequest = call.request
         asked.append(None if req.users is None else [u.name for u in req.users])
         known = {
             "alice": [describe.CredentialInfo(mechanism=1, iterations=4096)],
@@ -136,8 +137,8 @@ async def test_describe_some_and_all_users() -> None:
             ]
         )
 
-    fake.handlers[DESCRIBE] = handle
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        kafka.answer(DESCRIBE, handle)
         some = await admin.describe_user_scram_credentials(["bob", "nobody"])
         every = await admin.describe_user_scram_credentials()
     assert asked == [["bob", "nobody"], None]
@@ -153,8 +154,8 @@ async def test_describe_some_and_all_users() -> None:
 
 
 async def test_a_broker_without_the_api_names_the_operation() -> None:
-    fake = FakeCluster(missing_apis={DESCRIBE, ALTER})
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        assert not {DESCRIBE, ALTER} & set(kafka.api_versions)  # not modelled: not advertised
         with pytest.raises(UnsupportedVersionError, match="describe_user_scram_credentials"):
             await admin.describe_user_scram_credentials()
         with pytest.raises(UnsupportedVersionError, match="alter_user_scram_credentials"):

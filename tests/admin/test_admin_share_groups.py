@@ -1,7 +1,8 @@
 """Share groups (KIP-932). Tansu has no share groups (TANSU.md: no ShareGroupHeartbeat or
 ShareGroupDescribe), so against the real broker we show only that ``list_share_groups``
-leaves a classic group out; listing and describing real share groups run on the in-test
-fake broker, which decodes our requests with the codec's server side."""
+leaves a classic group out; listing and describing real share groups run on FakeKafka in
+memory (coordinators from the model, ListGroups and ShareGroupDescribe scripted: it runs no
+share groups), which decodes our requests with the codec's server side."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any
 
 import anyio
 import pytest
-from admin_fake_broker import FakeCluster
 from confluent_kafka import Producer as CProducer
 
 from aiokafka_ng.admin import (
@@ -24,36 +24,20 @@ from aiokafka_ng.admin import (
     TopicPartition,
 )
 from aiokafka_ng.errors import GroupIdNotFoundError, UnsupportedVersionError
-from aiokafka_ng.protocol.messages import find_coordinator as fc
 from aiokafka_ng.protocol.messages import list_groups as lgr
 from aiokafka_ng.protocol.messages import share_group_describe as sgd
-from aiokafka_ng.testing import LocalBroker
+from aiokafka_ng.testing import FakeKafka, LocalBroker
+from aiokafka_ng.testing.fake import Received
 from tests.admin.test_admin_broker import _consume, admin_for
 from tests.helpers import topic_name
 
 pytestmark = pytest.mark.anyio
 
-FIND_COORDINATOR, LIST_GROUPS, SHARE_GROUP_DESCRIBE = 10, 16, 77
+LIST_GROUPS, SHARE_GROUP_DESCRIBE = 16, 77
 
 
-def fake_admin(fake: FakeCluster) -> AdminClient:
-    return AdminClient(
-        bootstrap_servers=fake.bootstrap_servers, retry_backoff_ms=20, retry_backoff_max_ms=50
-    )
-
-
-def _coordinators(fake: FakeCluster, node_of: dict[str, int]) -> Any:
-    def handle(node: int, req: fc.FindCoordinatorRequest, version: int) -> Any:
-        return fc.FindCoordinatorResponse(
-            coordinators=[
-                fc.Coordinator(
-                    key=k, node_id=node_of[k], host="127.0.0.1", port=fake.ports[node_of[k]]
-                )
-                for k in req.coordinator_keys
-            ]
-        )
-
-    return handle
+def fake_admin(kafka: FakeKafka) -> AdminClient:
+    return AdminClient(**kafka.client_config(), retry_backoff_ms=20, retry_backoff_max_ms=50)
 
 
 async def test_a_classic_group_is_not_a_share_group(kafka_broker: LocalBroker) -> None:
@@ -73,11 +57,11 @@ async def test_a_classic_group_is_not_a_share_group(kafka_broker: LocalBroker) -
 
 
 async def test_list_share_groups_filters_by_type_on_both_sides() -> None:
-    fake = FakeCluster(node_ids=(1, 2))
     seen: list[tuple[int, list[str], list[str]]] = []
 
-    def handle(node: int, req: lgr.ListGroupsRequest, version: int) -> Any:
-        seen.append((version, list(req.types_filter), list(req.states_filter)))
+    def handle(call: Received) -> Any:
+        req: lgr.ListGroupsRequest = call.request
+        seen.append((call.version, list(req.types_filter), list(req.states_filter)))
         groups = {
             1: [lgr.ListedGroup("s2", "share", "Empty", "share")],
             # A broker that ignored the type filter: the classic group must not come back.
@@ -85,11 +69,11 @@ async def test_list_share_groups_filters_by_type_on_both_sides() -> None:
                 lgr.ListedGroup("c1", "consumer", "Stable", "classic"),
                 lgr.ListedGroup("s1", "share", "Stable", "share"),
             ],
-        }[node]
+        }[call.node]
         return lgr.ListGroupsResponse(groups=groups)
 
-    fake.handlers[LIST_GROUPS] = handle
-    async with fake.running(), fake_admin(fake) as admin:
+    async with FakeKafka(brokers=2, tcp=False) as kafka, fake_admin(kafka) as admin:
+        kafka.answer(LIST_GROUPS, handle)
         listed = await admin.list_share_groups(states=[ShareGroupState.STABLE, "Empty"])
     assert listed == [
         ShareGroupListing("s1", ShareGroupState.STABLE),
@@ -99,13 +83,13 @@ async def test_list_share_groups_filters_by_type_on_both_sides() -> None:
 
 
 async def test_describe_share_groups_at_their_coordinators() -> None:
-    fake = FakeCluster(node_ids=(1, 2))
     tid = uuid.uuid4()
     asked: dict[int, sgd.ShareGroupDescribeRequest] = {}
 
-    def describe(node: int, req: sgd.ShareGroupDescribeRequest, version: int) -> Any:
-        assert version == 1  # the first stable version (Kafka 4.1+)
-        asked[node] = req
+    def describe(call: Received) -> Any:
+        req: sgd.ShareGroupDescribeRequest = call.request
+        assert call.version == 1  # the first stable version (Kafka 4.1+)
+        asked[call.node] = req
         groups = []
         for gid in req.group_ids:
             if gid == "gone":
@@ -139,9 +123,10 @@ async def test_describe_share_groups_at_their_coordinators() -> None:
             )
         return sgd.ShareGroupDescribeResponse(groups=groups)
 
-    fake.handlers[SHARE_GROUP_DESCRIBE] = describe
-    fake.handlers[FIND_COORDINATOR] = _coordinators(fake, {"a": 1, "gone": 1, "b": 2})
-    async with fake.running(), fake_admin(fake) as admin:
+    async with FakeKafka(brokers=2, tcp=False) as kafka, fake_admin(kafka) as admin:
+        for group, node in {"a": 1, "gone": 1, "b": 2}.items():
+            kafka.move_coordinator(group, node)
+        kafka.answer(SHARE_GROUP_DESCRIBE, describe)
         results = await admin.describe_share_groups(
             ["a", "b", "gone"], include_authorized_operations=True
         )
@@ -177,9 +162,9 @@ async def test_describe_share_groups_at_their_coordinators() -> None:
 async def test_describe_needs_a_broker_offering_the_stable_v1() -> None:
     # Kafka 4.0 advertises only the early-access v0 (with unstable.api.versions.enable),
     # which the client does not speak.
-    fake = FakeCluster(max_versions={SHARE_GROUP_DESCRIBE: 0})
-    fake.handlers[FIND_COORDINATOR] = _coordinators(fake, {"a": 1})
-    async with fake.running(), fake_admin(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, fake_admin(kafka) as admin:
+        kafka.answer(SHARE_GROUP_DESCRIBE, lambda call: None)  # never reached
+        kafka.api_versions[SHARE_GROUP_DESCRIBE] = (0, 0)
         with pytest.raises(UnsupportedVersionError, match="describe_share_groups"):
             await admin.describe_share_groups(["a"], timeout_ms=2000)
-    assert fake.requests(SHARE_GROUP_DESCRIBE) == []
+    assert kafka.received(SHARE_GROUP_DESCRIBE) == []

@@ -1,12 +1,12 @@
-"""Delegation tokens (KIP-48) on the in-test fake broker: Tansu does not issue tokens
-(TANSU.md). The fake decodes our requests with the codec's server side."""
+"""Delegation tokens (KIP-48) on FakeKafka in memory, the token APIs scripted: neither Tansu
+(TANSU.md) nor FakeKafka issues tokens. The fake decodes our requests with the codec's
+server side."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from admin_fake_broker import FakeCluster
 
 from aiokafka_ng.admin import AdminClient, DelegationToken, TokenInformation
 from aiokafka_ng.errors import DelegationTokenExpiredError, UnsupportedVersionError
@@ -14,6 +14,8 @@ from aiokafka_ng.protocol.messages import create_delegation_token as cdt
 from aiokafka_ng.protocol.messages import describe_delegation_token as ddt
 from aiokafka_ng.protocol.messages import expire_delegation_token as edt
 from aiokafka_ng.protocol.messages import renew_delegation_token as rdt
+from aiokafka_ng.testing import FakeKafka
+from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.anyio
 
@@ -21,17 +23,15 @@ CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
 SECRET = b"hmac-SENTINEL-91"
 
 
-def admin_for(fake: FakeCluster) -> AdminClient:
-    return AdminClient(
-        bootstrap_servers=fake.bootstrap_servers, retry_backoff_ms=20, retry_backoff_max_ms=50
-    )
+def admin_for(kafka: FakeKafka) -> AdminClient:
+    return AdminClient(**kafka.client_config(), retry_backoff_ms=20, retry_backoff_max_ms=50)
 
 
 async def test_token_lifecycle_and_hmac_stays_out_of_reprs() -> None:
-    fake = FakeCluster()
     seen: list[Any] = []
 
-    def create(node: int, req: cdt.CreateDelegationTokenRequest, version: int) -> Any:
+    def create(call: Received) -> Any:
+        req: cdt.CreateDelegationTokenRequest = call.request
         seen.append(req)
         return cdt.CreateDelegationTokenResponse(
             principal_type="User",
@@ -43,17 +43,20 @@ async def test_token_lifecycle_and_hmac_stays_out_of_reprs() -> None:
             hmac=SECRET,
         )
 
-    def renew(node: int, req: rdt.RenewDelegationTokenRequest, version: int) -> Any:
+    def renew(call: Received) -> Any:
+        req: rdt.RenewDelegationTokenRequest = call.request
         seen.append(req)
         return rdt.RenewDelegationTokenResponse(expiry_timestamp_ms=2500)
 
-    def expire(node: int, req: edt.ExpireDelegationTokenRequest, version: int) -> Any:
+    def expire(call: Received) -> Any:
+        req: edt.ExpireDelegationTokenRequest = call.request
         seen.append(req)
         if req.hmac != SECRET:
             return edt.ExpireDelegationTokenResponse(error_code=DelegationTokenExpiredError.errno)
         return edt.ExpireDelegationTokenResponse(expiry_timestamp_ms=1500)
 
-    def describe(node: int, req: ddt.DescribeDelegationTokenRequest, version: int) -> Any:
+    def describe(call: Received) -> Any:
+        req: ddt.DescribeDelegationTokenRequest = call.request
         seen.append(req)
         return ddt.DescribeDelegationTokenResponse(
             tokens=[
@@ -74,8 +77,14 @@ async def test_token_lifecycle_and_hmac_stays_out_of_reprs() -> None:
             ]
         )
 
-    fake.handlers.update({CREATE: create, RENEW: renew, EXPIRE: expire, DESCRIBE: describe})
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        for key, handler in (
+            (CREATE, create),
+            (RENEW, renew),
+            (EXPIRE, expire),
+            (DESCRIBE, describe),
+        ):
+            kafka.answer(key, handler)
         token = await admin.create_delegation_token(["User:ops"], max_lifetime_ms=3_600_000)
         assert await admin.renew_delegation_token(token.hmac, 500) == 2500
         described = await admin.describe_delegation_token(["User:alice"])
@@ -100,8 +109,8 @@ async def test_token_lifecycle_and_hmac_stays_out_of_reprs() -> None:
 
 
 async def test_principals_are_checked_and_missing_apis_named() -> None:
-    fake = FakeCluster(missing_apis={CREATE, RENEW, EXPIRE, DESCRIBE})
-    async with fake.running(), admin_for(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, admin_for(kafka) as admin:
+        assert not {CREATE, RENEW, EXPIRE, DESCRIBE} & set(kafka.api_versions)  # not modelled
         with pytest.raises(ValueError, match="Type:name"):
             await admin.create_delegation_token(["alice"])
         with pytest.raises(UnsupportedVersionError, match="create_delegation_token"):

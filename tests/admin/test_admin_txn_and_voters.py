@@ -1,6 +1,7 @@
 """fence_producers against the real broker (Tansu runs transactions and InitProducerId) and on
-the fake broker for per-id errors; abort_transaction and the raft voter operations on the
-in-test fake broker (Tansu does not advertise WriteTxnMarkers to clients nor KIP-853's
+FakeKafka for per-id errors (its transaction coordinator answers, one id refused by a
+script); abort_transaction and the raft voter operations on FakeKafka with the APIs
+scripted (neither Tansu nor FakeKafka offers WriteTxnMarkers to clients nor KIP-853's
 APIs, TANSU.md). The fake decodes our requests with the codec's server side."""
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from typing import Any
 
 import anyio
 import pytest
-from admin_fake_broker import FakeCluster
 
 from aiokafka_ng import Producer
 from aiokafka_ng.admin import AbortTransactionSpec, AdminClient, FencedProducer, TopicPartition
@@ -20,11 +20,11 @@ from aiokafka_ng.errors import (
     UnsupportedVersionError,
 )
 from aiokafka_ng.protocol.messages import add_raft_voter as arv
-from aiokafka_ng.protocol.messages import find_coordinator as fc
 from aiokafka_ng.protocol.messages import init_producer_id as ipi
 from aiokafka_ng.protocol.messages import remove_raft_voter as rrv
 from aiokafka_ng.protocol.messages import write_txn_markers as wtm
-from aiokafka_ng.testing import LocalBroker
+from aiokafka_ng.testing import FakeKafka, LocalBroker
+from aiokafka_ng.testing.fake import Received
 from tests.admin.test_admin_broker import admin_for
 from tests.helpers import topic_name
 
@@ -33,10 +33,8 @@ pytestmark = pytest.mark.anyio
 FIND_COORDINATOR, INIT_PRODUCER_ID, WRITE_TXN_MARKERS, ADD_VOTER, REMOVE_VOTER = 10, 22, 27, 80, 81
 
 
-def fake_admin(fake: FakeCluster) -> AdminClient:
-    return AdminClient(
-        bootstrap_servers=fake.bootstrap_servers, retry_backoff_ms=20, retry_backoff_max_ms=50
-    )
+def fake_admin(kafka: FakeKafka) -> AdminClient:
+    return AdminClient(**kafka.client_config(), retry_backoff_ms=20, retry_backoff_max_ms=50)
 
 
 async def test_fencing_bumps_the_epoch_and_close_stays_bounded(kafka_broker: LocalBroker) -> None:
@@ -65,41 +63,36 @@ async def test_fencing_bumps_the_epoch_and_close_stays_bounded(kafka_broker: Loc
 
 
 async def test_fence_producers_per_id_outcomes_at_their_coordinators() -> None:
-    fake = FakeCluster(node_ids=(1, 2))
-    seen: list[tuple[int, str | None, int]] = []
+    def denied(call: Received) -> Any:
+        return ipi.InitProducerIdResponse(error_code=TransactionalIdAuthorizationFailedError.errno)
 
-    def coordinators(node: int, req: fc.FindCoordinatorRequest, version: int) -> Any:
-        assert req.key_type == 1  # transaction coordinators
-        return fc.FindCoordinatorResponse(
-            coordinators=[
-                fc.Coordinator(key=k, node_id=2, host="127.0.0.1", port=fake.ports[2])
-                for k in req.coordinator_keys
-            ]
+    async with FakeKafka(brokers=2, tcp=False) as kafka, fake_admin(kafka) as admin:
+        for tid in ("tx-a", "denied"):
+            kafka.move_coordinator(tid, 2)
+        # The model has no ACLs: the refusal is scripted, for that id only.
+        kafka.answer(
+            INIT_PRODUCER_ID, denied, match=lambda call: call.request.transactional_id == "denied"
         )
-
-    def init(node: int, req: ipi.InitProducerIdRequest, version: int) -> Any:
-        seen.append((node, req.transactional_id, req.transaction_timeout_ms))
-        if req.transactional_id == "denied":
-            return ipi.InitProducerIdResponse(
-                error_code=TransactionalIdAuthorizationFailedError.errno
-            )
-        return ipi.InitProducerIdResponse(producer_id=77, producer_epoch=4)
-
-    fake.handlers[FIND_COORDINATOR] = coordinators
-    fake.handlers[INIT_PRODUCER_ID] = init
-    async with fake.running(), fake_admin(fake) as admin:
         results = await admin.fence_producers(["tx-a", "denied"], transaction_timeout_ms=30000)
-    assert results.result("tx-a") == FencedProducer(77, 4)
+        again = (await admin.fence_producers(["tx-a"])).result("tx-a")
+    first = results.result("tx-a")
+    assert first.producer_id >= 0
+    assert again == FencedProducer(first.producer_id, first.producer_epoch + 1)  # bumped
     assert isinstance(results["denied"], TransactionalIdAuthorizationFailedError)
-    assert sorted(seen) == [(2, "denied", 30000), (2, "tx-a", 30000)]
+    seen = [
+        (r.node, r.request.transactional_id, r.request.transaction_timeout_ms)
+        for r in kafka.received(INIT_PRODUCER_ID)
+    ]
+    assert sorted(seen[:2]) == [(2, "denied", 30000), (2, "tx-a", 30000)]
+    assert kafka.received(FIND_COORDINATOR)[0].request.key_type == 1  # transaction coordinators
 
 
 async def test_abort_transaction_writes_an_abort_marker_at_the_leader() -> None:
-    fake = FakeCluster(node_ids=(1, 2), topics={"t": 2}, leaders={("t", 1): 2})
     seen: list[tuple[int, wtm.WriteTxnMarkersRequest]] = []
 
-    def markers(node: int, req: wtm.WriteTxnMarkersRequest, version: int) -> Any:
-        seen.append((node, req))
+    def markers(call: Received) -> Any:
+        req: wtm.WriteTxnMarkersRequest = call.request
+        seen.append((call.node, req))
         (m,) = req.markers
         code = ClusterAuthorizationFailedError.errno if m.producer_id == 666 else 0
         return wtm.WriteTxnMarkersResponse(
@@ -122,8 +115,10 @@ async def test_abort_transaction_writes_an_abort_marker_at_the_leader() -> None:
             ]
         )
 
-    fake.handlers[WRITE_TXN_MARKERS] = markers
-    async with fake.running(), fake_admin(fake) as admin:
+    async with FakeKafka(brokers=2, tcp=False) as kafka, fake_admin(kafka) as admin:
+        kafka.create_topic("t", 2, 1)
+        kafka.move_leader("t", 1, 2)
+        kafka.answer(WRITE_TXN_MARKERS, markers)
         await admin.abort_transaction(AbortTransactionSpec(TopicPartition("t", 1), 42, 3, 9))
         with pytest.raises(ClusterAuthorizationFailedError):
             await admin.abort_transaction(AbortTransactionSpec(TopicPartition("t", 1), 666, 0, 0))
@@ -136,24 +131,25 @@ async def test_abort_transaction_writes_an_abort_marker_at_the_leader() -> None:
 
 
 async def test_raft_voters() -> None:
-    fake = FakeCluster()
     added: list[arv.AddRaftVoterRequest] = []
     removed: list[rrv.RemoveRaftVoterRequest] = []
 
-    def add(node: int, req: arv.AddRaftVoterRequest, version: int) -> Any:
+    def add(call: Received) -> Any:
+        req: arv.AddRaftVoterRequest = call.request
         added.append(req)
         return arv.AddRaftVoterResponse()
 
-    def remove(node: int, req: rrv.RemoveRaftVoterRequest, version: int) -> Any:
+    def remove(call: Received) -> Any:
+        req: rrv.RemoveRaftVoterRequest = call.request
         removed.append(req)
         return rrv.RemoveRaftVoterResponse(
             error_code=ClusterAuthorizationFailedError.errno, error_message="no"
         )
 
-    fake.handlers[ADD_VOTER] = add
-    fake.handlers[REMOVE_VOTER] = remove
     directory = uuid.UUID(int=7)
-    async with fake.running(), fake_admin(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, fake_admin(kafka) as admin:
+        kafka.answer(ADD_VOTER, add)
+        kafka.answer(REMOVE_VOTER, remove)
         await admin.add_raft_voter(3003, directory, [("CONTROLLER", "127.0.0.1", 9093)])
         with pytest.raises(ClusterAuthorizationFailedError, match="no"):
             await admin.remove_raft_voter(3003, directory, cluster_id="c1")
@@ -165,8 +161,8 @@ async def test_raft_voters() -> None:
 
 
 async def test_brokers_without_the_apis_name_the_operation() -> None:
-    fake = FakeCluster(missing_apis={ADD_VOTER, REMOVE_VOTER})
-    async with fake.running(), fake_admin(fake) as admin:
+    async with FakeKafka(brokers=1, tcp=False) as kafka, fake_admin(kafka) as admin:
+        assert not {ADD_VOTER, REMOVE_VOTER} & set(kafka.api_versions)  # not modelled
         with pytest.raises(UnsupportedVersionError, match="add_raft_voter"):
             await admin.add_raft_voter(1, uuid.UUID(int=1), [])
         with pytest.raises(UnsupportedVersionError, match="remove_raft_voter"):

@@ -1,28 +1,101 @@
-"""ConnectionPool on fake connections: shared connects, KIP-144 backoff, idle close, replace."""
+"""ConnectionPool on stub connections: shared connects, KIP-144 backoff, idle close, replace.
+
+A unit test of the pool's bookkeeping, at its ``connector`` seam: the stub connections let a
+test hold a connect (``connect_gate``), refuse an address, or set a connection's in-flight
+count directly -- states FakeKafka (whose in-memory transport connects at once, through a
+real Connection and its handshake) cannot be put in at the moment the test needs them.
+Cluster behaviour above the pool runs on FakeKafka (test_cluster_unit.py).
+"""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
-from cluster_fakes import FakeBroker
 
 from aiokafka_ng.cluster import ConnectionPool
 from aiokafka_ng.errors import KafkaConnectionError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.connection import ConnectionConfig
-from aiokafka_ng.protocol.messages.metadata import MetadataRequest
+from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataResponse
 
 pytestmark = pytest.mark.anyio
 
 
-def _pool(broker: FakeBroker, **kwargs: object) -> ConnectionPool:
+@dataclass
+class _Stats:
+    in_flight: int
+    submitting: int = 0
+
+
+class StubConnection:
+    """What the pool reads of a Connection; a Metadata request gets an empty answer."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self.in_flight = 0  # a test sets it: the pool reads it through statistics()
+        self.close_reason = ""  # Connection.close_reason: the pool logs it on a drop
+        self._closed = anyio.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def send(self, request: Any, **_kwargs: Any) -> Any:
+        if self.closed:
+            raise KafkaConnectionError(f"{self.host}:{self.port}: closed")
+        assert isinstance(request, MetadataRequest)
+        await anyio.lowlevel.checkpoint()
+        return MetadataResponse()
+
+    def statistics(self) -> _Stats:
+        return _Stats(self.in_flight)
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    async def aclose(self) -> None:
+        self._closed.set()
+
+
+class StubConnector:
+    """The pool's ``connector``: counts connects, refuses addresses, can hold connects."""
+
+    def __init__(self) -> None:
+        self.connects = 0
+        self.refuse: set[tuple[str, int]] = set()
+        self.connect_gate: anyio.Event | None = None  # hold connects until set
+        self.connections: list[StubConnection] = []
+
+    @asynccontextmanager
+    async def connector(self, host: str, port: int) -> AsyncIterator[StubConnection]:
+        await anyio.lowlevel.checkpoint()
+        if self.connect_gate is not None:
+            await self.connect_gate.wait()
+        if (host, port) in self.refuse:
+            raise KafkaConnectionError(f"connecting to {host}:{port}: refused")
+        self.connects += 1
+        conn = StubConnection(host, port)
+        self.connections.append(conn)
+        try:
+            yield conn
+        finally:
+            await conn.aclose()
+
+
+def _pool(broker: StubConnector, **kwargs: object) -> ConnectionPool:
     return ConnectionPool(ConnectionConfig(), connector=broker.connector, **kwargs)  # type: ignore[arg-type]
 
 
 async def test_concurrent_gets_share_one_connect() -> None:
-    broker = FakeBroker()
+    broker = StubConnector()
     async with _pool(broker) as pool:
         pool.set_address(1, "fake", 9092)
         conns = []
@@ -40,14 +113,14 @@ async def test_concurrent_gets_share_one_connect() -> None:
 
 
 async def test_unknown_node_is_a_connection_error() -> None:
-    async with _pool(FakeBroker()) as pool:
+    async with _pool(StubConnector()) as pool:
         with pytest.raises(KafkaConnectionError, match="no address"):
             await pool.get(42)
 
 
 async def test_reconnect_backoff_grows_and_resets() -> None:
     """KIP-144: consecutive failures space attempts by 20, 40, 80, 160, 160 ms (±20 %)."""
-    broker = FakeBroker()
+    broker = StubConnector()
     broker.refuse.add(("fake", 9092))
     backoff = ExponentialBackoff(20, 160)
     async with _pool(broker, reconnect_backoff=backoff) as pool:
@@ -73,7 +146,7 @@ async def test_reconnect_backoff_grows_and_resets() -> None:
 
 
 async def test_dead_connection_is_replaced_after_initial_backoff() -> None:
-    broker = FakeBroker()
+    broker = StubConnector()
     backoff = ExponentialBackoff(30, 1000)
     async with _pool(broker, reconnect_backoff=backoff) as pool:
         pool.set_address(1, "fake", 9092)
@@ -91,7 +164,7 @@ async def test_dead_connection_is_replaced_after_initial_backoff() -> None:
 
 
 async def test_idle_connection_is_closed_and_not_counted_as_failure() -> None:
-    broker = FakeBroker()
+    broker = StubConnector()
     async with _pool(broker, connections_max_idle_ms=50) as pool:
         pool.set_address(1, "fake", 9092)
         conn = await pool.get(1)
@@ -104,7 +177,7 @@ async def test_idle_connection_is_closed_and_not_counted_as_failure() -> None:
 
 
 async def test_busy_connection_is_not_closed_for_idleness() -> None:
-    broker = FakeBroker()
+    broker = StubConnector()
     async with _pool(broker, connections_max_idle_ms=30) as pool:
         pool.set_address(1, "fake", 9092)
         conn = await pool.get(1)
@@ -118,7 +191,7 @@ async def test_busy_connection_is_not_closed_for_idleness() -> None:
 
 
 async def test_least_loaded_prefers_idle_open_connections() -> None:
-    broker = FakeBroker()
+    broker = StubConnector()
     async with _pool(broker) as pool:
         for node in (1, 2, 3):
             pool.set_address(node, "fake", 9092 + node)
@@ -135,7 +208,7 @@ async def test_least_loaded_prefers_idle_open_connections() -> None:
 
 
 async def test_adopt_and_retire() -> None:
-    broker = FakeBroker()
+    broker = StubConnector()
     async with _pool(broker) as pool:
         pool.set_address(-1, "fake", 9092)
         boot = await pool.get(-1)
@@ -157,7 +230,7 @@ async def test_node_retired_while_connecting_is_kept_for_its_caller() -> None:
     """A bootstrap node retired (real broker ids arrived) while a caller waited for its
     connect: the connection was closed the moment it came up, before the caller ran, and a
     pattern subscription's topic listing failed with "connection closed by the client"."""
-    broker = FakeBroker()
+    broker = StubConnector()
     broker.connect_gate = anyio.Event()
     async with _pool(broker) as pool:
         pool.set_address(-3, "fake", 9092)
@@ -182,7 +255,7 @@ async def test_node_retired_while_connecting_is_kept_for_its_caller() -> None:
 
 
 async def test_retired_connection_waits_for_a_caller_about_to_write() -> None:
-    broker = FakeBroker()
+    broker = StubConnector()
     async with _pool(broker) as pool:
         pool.set_address(-1, "fake", 9092)
         conn = await pool.get(-1)
@@ -202,7 +275,7 @@ async def test_pool_closed_by_a_cancelled_scope_logs_no_outage(
     # An application cancelling the scope its client lives in (a task group torn down, a
     # timeout around a consumer) cancels the connection tasks before the pool's own exit
     # runs: those closes are ours, not a broker lost.
-    broker = FakeBroker()
+    broker = StubConnector()
     with anyio.CancelScope() as scope:
         async with _pool(broker) as pool:
             pool.set_address(1, "fake", 9092)
@@ -221,7 +294,7 @@ async def test_pool_closed_by_a_cancelled_scope_logs_no_outage(
 async def test_coordinator_link_is_a_second_connection_that_follows_its_broker(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    broker = FakeBroker()
+    broker = StubConnector()
     async with _pool(broker) as pool:
         pool.set_address(1, "fake", 9092)
         shared = await pool.get(1)

@@ -1,8 +1,11 @@
 """SASL OAUTHBEARER: the client message, token providers, OIDC client credentials, KIP-368.
 
-Broker-facing parts run against the in-test fake Kafka server (net_fake_kafka): Tansu has no
-working SASL (/work/shared/TANSU.md), and a fake is the only way to script a session lifetime
-of a few milliseconds and check every frame on the wire. The same paths run against Apache
+Broker-facing parts run against FakeKafka in memory, its SaslHandshake and SaslAuthenticate
+scripted (``FakeKafka.answer``): Tansu has no working SASL (/work/shared/TANSU.md), and a
+fake is the only way to script a session lifetime of a few milliseconds and check every
+frame on the wire. Re-authentication with requests in flight runs on net_fake_kafka, which
+reads requests ahead of its answers (FakeKafka, like Kafka, reads a connection's next
+request only after answering the last). The same paths run against Apache
 Kafka in tests/kafka/test_kafka_oauth.py. The OIDC token endpoint is a real HTTP server on
 127.0.0.1 (the standard library's), not a fake of urllib.
 """
@@ -19,7 +22,7 @@ from typing import Any
 
 import anyio
 import pytest
-from net_fake_kafka import FakeConnection, FakeKafka
+from net_fake_kafka import FakeKafka as ScriptedServer
 
 from aiokafka_ng.config import ClientConfig
 from aiokafka_ng.errors import KafkaConnectionError, SaslAuthenticationFailedError
@@ -34,7 +37,6 @@ from aiokafka_ng.net.oauth import (
 )
 from aiokafka_ng.net.oidc import ClientCredentialsTokenProvider
 from aiokafka_ng.net.sasl import SaslConfig
-from aiokafka_ng.protocol.framing import RequestHeader
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from aiokafka_ng.protocol.messages.sasl_authenticate import (
     SaslAuthenticateRequest,
@@ -45,6 +47,8 @@ from aiokafka_ng.protocol.messages.sasl_handshake import (
     SaslHandshakeResponse,
 )
 from aiokafka_ng.protocol.primitives import ApiMessage
+from aiokafka_ng.testing import FakeKafka
+from aiokafka_ng.testing.fake import Received
 
 SASL_HANDSHAKE_KEY = SaslHandshakeRequest.API_KEY
 SASL_AUTHENTICATE_KEY = SaslAuthenticateRequest.API_KEY
@@ -139,56 +143,73 @@ async def test_a_failing_provider_is_a_named_error_without_its_message() -> None
 # ------------------------------------------------------------------------ against a fake broker
 
 
-def oauth_broker(*, lifetime_ms: int = 0, valid: set[str] | None = None) -> FakeKafka:
-    """Authenticates OAUTHBEARER like Kafka: error JSON, then error 58 after the client's ^A.
-    ``valid``: accepted subjects (None: all). Metadata is queued for the test to answer."""
+def oauth_broker(
+    kafka: FakeKafka, *, lifetime_ms: int = 0, valid: set[str] | None = None
+) -> dict[int, list[dict[str, str]]]:
+    """Make ``kafka`` authenticate OAUTHBEARER like Kafka: error JSON, then error 58 after the
+    client's ^A. ``valid``: accepted subjects (None: all). Returns the client messages'
+    fields, per connection (``Received.connection``)."""
+    messages: dict[int, list[dict[str, str]]] = {}
 
-    def handshake(conn: FakeConnection, _h: RequestHeader, request: ApiMessage) -> ApiMessage:
-        assert isinstance(request, SaslHandshakeRequest)
+    def handshake(call: Received) -> ApiMessage:
+        assert isinstance(call.request, SaslHandshakeRequest)
         return SaslHandshakeResponse(mechanisms=["OAUTHBEARER"])
 
-    def authenticate(conn: FakeConnection, _h: RequestHeader, request: ApiMessage) -> ApiMessage:
+    def authenticate(call: Received) -> ApiMessage:
+        request = call.request
         assert isinstance(request, SaslAuthenticateRequest)
         data = request.auth_bytes
         if data == b"\x01":
             return SaslAuthenticateResponse(error_code=58, error_message="invalid token")
         fields = dict(p.split("=", 1) for p in data.decode().split("\x01")[1:] if p)
-        conn.state.setdefault("messages", []).append(fields)  # type: ignore[attr-defined]
+        messages.setdefault(call.connection, []).append(fields)
         subject = (jwt_claims(fields["auth"].removeprefix("Bearer ")) or {}).get("sub")
         if valid is not None and subject not in valid:
             return SaslAuthenticateResponse(auth_bytes=b'{"status":"invalid_token"}')
         return SaslAuthenticateResponse(session_lifetime_ms=lifetime_ms)
 
-    return FakeKafka(
-        responders={SASL_HANDSHAKE_KEY: handshake, SASL_AUTHENTICATE_KEY: authenticate}
-    )
+    kafka.answer(SASL_HANDSHAKE_KEY, handshake)
+    kafka.answer(SASL_AUTHENTICATE_KEY, authenticate)
+    return messages
 
 
-def oauth_config(provider: Any, **extensions: str) -> ConnectionConfig:
+def oauth_config(
+    provider: Any, kafka: FakeKafka | None = None, **extensions: str
+) -> ConnectionConfig:
+    """In memory to ``kafka`` when given, else over TCP."""
     sasl = SaslConfig("OAUTHBEARER", token_provider=provider, extensions=extensions)
-    return ConnectionConfig(sasl=sasl, request_timeout_s=10)
+    transport = None if kafka is None else kafka.transport
+    return ConnectionConfig(sasl=sasl, request_timeout_s=10, transport=transport)
+
+
+def address(kafka: FakeKafka) -> tuple[str, int]:
+    return "127.0.0.1", kafka.nodes[1].port
 
 
 @pytest.mark.anyio
 async def test_login_sends_token_and_extensions() -> None:
-    async with oauth_broker().serve() as server:
-        config = oauth_config(UnsecuredTokenProvider("alice"), logicalCluster="lkc-1")
-        async with connect("127.0.0.1", server.port, config) as conn:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        messages = oauth_broker(kafka)
+        config = oauth_config(UnsecuredTokenProvider("alice"), kafka, logicalCluster="lkc-1")
+        async with connect(*address(kafka), config) as conn:
             assert not conn.closed
-        (message,) = server.connections[0].state["messages"]  # type: ignore[misc]
+        ((message,),) = messages.values()
         assert message["logicalCluster"] == "lkc-1"
         assert message["auth"].startswith("Bearer ")
 
 
 @pytest.mark.anyio
 async def test_rejected_token_surfaces_the_error_json_in_one_attempt() -> None:
-    async with oauth_broker(valid={"bob"}).serve() as server:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        oauth_broker(kafka, valid={"bob"})
+        config = oauth_config(UnsecuredTokenProvider("x"), kafka)
         with anyio.fail_after(5), pytest.raises(SaslAuthenticationFailedError) as info:
-            async with connect("127.0.0.1", server.port, oauth_config(UnsecuredTokenProvider("x"))):
+            async with connect(*address(kafka), config):
                 pass
         assert '{"status":"invalid_token"}' in str(info.value) and not info.value.retriable
-        assert len(server.connections) == 1
-        assert server.connections[0].seen.count((SASL_AUTHENTICATE_KEY, 2)) == 2  # token, ^A
+        assert len(kafka.connection_attempts(1)) == 1
+        sent = kafka.received(SASL_AUTHENTICATE_KEY)
+        assert [(r.connection, r.version) for r in sent] == [(1, 2), (1, 2)]  # token, ^A
 
 
 async def answer(received: Any, lifetime_ms: int) -> None:
@@ -207,7 +228,7 @@ async def answer(received: Any, lifetime_ms: int) -> None:
 LOGIN_SESSION_MS = 1000
 
 
-async def in_order_broker(server: FakeKafka, seen: list[str]) -> None:
+async def in_order_broker(server: ScriptedServer, seen: list[str]) -> None:
     """Answers like Kafka, strictly in arrival order: the login, then holds two Metadata
     requests until the re-authentication's SaslHandshake has arrived behind them."""
     for _ in range(2):
@@ -231,7 +252,7 @@ async def test_reauthentication_keeps_in_flight_requests_and_the_connection() ->
         return UnsecuredTokenProvider(f"alice{len(calls)}")()
 
     seen: list[str] = []
-    async with FakeKafka().serve() as server, anyio.create_task_group() as tg:
+    async with ScriptedServer().serve() as server, anyio.create_task_group() as tg:
         tg.start_soon(in_order_broker, server, seen)
         async with connect("127.0.0.1", server.port, oauth_config(provider)) as conn:
             # Two requests on the wire, unanswered, when re-authentication becomes due.
@@ -258,16 +279,26 @@ async def test_reauthentication_keeps_in_flight_requests_and_the_connection() ->
 @pytest.mark.anyio
 async def test_failed_reauthentication_closes_with_the_named_error() -> None:
     subjects = iter(["alice", "revoked"])
-    async with oauth_broker(lifetime_ms=1, valid={"alice"}).serve() as server:
-        # No request is in flight here, so the fake's immediate answers keep Kafka's order.
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        oauth_broker(kafka, lifetime_ms=1, valid={"alice"})
         provider = lambda: UnsecuredTokenProvider(next(subjects))()  # noqa: E731
-        async with connect("127.0.0.1", server.port, oauth_config(provider)) as conn:
+        async with connect(*address(kafka), oauth_config(provider, kafka)) as conn:
             await anyio.sleep(0.005)
             with pytest.raises(SaslAuthenticationFailedError, match="invalid_token"):
                 await conn.send(MetadataRequest(topics=[]))
             assert conn.closed
             with pytest.raises(KafkaConnectionError):
                 await conn.send(MetadataRequest(topics=[]))
+        # One connection: the login, then the re-authentication's handshake, token and ^A.
+        assert [r.api_key for r in kafka.received() if r.api_key != 18] == [
+            SASL_HANDSHAKE_KEY,
+            SASL_AUTHENTICATE_KEY,
+            SASL_HANDSHAKE_KEY,
+            SASL_AUTHENTICATE_KEY,
+            SASL_AUTHENTICATE_KEY,
+        ]
+        assert {r.connection for r in kafka.received()} == {1}
+        assert kafka.received(3) == []  # the Metadata never reached the broker
 
 
 # ------------------------------------------------------------------------ OIDC token endpoint
@@ -450,10 +481,11 @@ async def test_msk_iam_recipe_token_reaches_the_broker(monkeypatch: pytest.Monke
     namespace: dict[str, Any] = {}
     exec(doc_block("class MSKTokenProvider"), namespace)
     provider = namespace["MSKTokenProvider"]("eu-west-1")
-    async with oauth_broker().serve() as server:
-        async with connect("127.0.0.1", server.port, oauth_config(provider)) as conn:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        messages = oauth_broker(kafka)
+        async with connect(*address(kafka), oauth_config(provider, kafka)) as conn:
             assert not conn.closed
-        (message,) = server.connections[0].state["messages"]  # type: ignore[misc]
+        ((message,),) = messages.values()
     token = message["auth"].removeprefix("Bearer ")
     url = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
     assert url.startswith("https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect")

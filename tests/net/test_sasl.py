@@ -1,9 +1,11 @@
 """SASL mechanisms: known answers (RFC 7677, RFC 4616, derived SHA-512), failure paths.
 
 The broker-facing part (a broker rejecting credentials with SaslAuthenticate error 58) runs
-against an in-test fake Kafka server: Tansu's SASL mode does not give a working login
-(/work/shared/TANSU.md: ``--authentication`` + ``tansu user create`` did not authenticate even
-confluent-kafka), so a real-broker SASL test is not possible with the test broker.
+against FakeKafka, its SaslHandshake and SaslAuthenticate answered by scripts
+(``FakeKafka.answer``) that keep each connection's exchange apart: Tansu's SASL mode does not
+give a working login (/work/shared/TANSU.md: ``--authentication`` + ``tansu user create`` did
+not authenticate even confluent-kafka), so a real-broker SASL test is not possible with the
+test broker (tests/kafka/test_kafka_security.py logs in to Apache Kafka).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from net_fake_kafka import FakeConnection, FakeKafka, all_api_versions
 from net_tls_front import tls_front, write_certificate
 
 from aiokafka_ng.errors import (
@@ -28,7 +29,6 @@ from aiokafka_ng.errors import (
 from aiokafka_ng.net import _handshake
 from aiokafka_ng.net.connection import ConnectionConfig, connect
 from aiokafka_ng.net.sasl import PlainMechanism, SaslConfig, ScramMechanism
-from aiokafka_ng.protocol.framing import RequestHeader
 from aiokafka_ng.protocol.messages.sasl_authenticate import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -37,7 +37,8 @@ from aiokafka_ng.protocol.messages.sasl_handshake import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
-from aiokafka_ng.protocol.primitives import ApiMessage
+from aiokafka_ng.testing import FakeKafka
+from aiokafka_ng.testing.fake import Received
 
 SASL_HANDSHAKE_KEY = SaslHandshakeRequest.API_KEY
 SASL_AUTHENTICATE_KEY = SaslAuthenticateRequest.API_KEY
@@ -210,23 +211,29 @@ BAD_CREDENTIALS = (
 
 
 def sasl_broker(
-    *, user: str, password: str, enabled: list[str], forge_signature: bool = False
+    kafka: FakeKafka,
+    *,
+    user: str,
+    password: str,
+    enabled: list[str],
+    forge_signature: bool = False,
 ) -> FakeKafka:
-    """A fake broker that authenticates like Kafka: SaslHandshake v1 + SaslAuthenticate."""
+    """Make ``kafka`` authenticate like Kafka: SaslHandshake v1 + SaslAuthenticate, each
+    connection's exchange (mechanism, SCRAM round) kept apart by ``Received.connection``."""
+    state: dict[int, dict[str, str]] = {}
 
-    def handshake(
-        conn: FakeConnection, header: RequestHeader, request: ApiMessage
-    ) -> SaslHandshakeResponse:
+    def handshake(call: Received) -> SaslHandshakeResponse:
+        request = call.request
         assert isinstance(request, SaslHandshakeRequest)
-        conn.state["mechanism"] = request.mechanism
+        state[call.connection] = {"mechanism": request.mechanism}
         code = 0 if request.mechanism in enabled else 33  # UNSUPPORTED_SASL_MECHANISM
         return SaslHandshakeResponse(error_code=code, mechanisms=enabled)
 
-    def authenticate(
-        conn: FakeConnection, header: RequestHeader, request: ApiMessage
-    ) -> SaslAuthenticateResponse:
+    def authenticate(call: Received) -> SaslAuthenticateResponse:
+        request = call.request
         assert isinstance(request, SaslAuthenticateRequest)
-        mechanism = str(conn.state["mechanism"])
+        conn = state[call.connection]  # KeyError: no handshake on this connection first
+        mechanism = conn["mechanism"]
         failed = SaslAuthenticateResponse(
             error_code=58, error_message=f"{BAD_CREDENTIALS} {mechanism}"
         )
@@ -235,7 +242,7 @@ def sasl_broker(
                 return failed
             return SaslAuthenticateResponse(auth_bytes=b"")
         hash_name = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mechanism]
-        if "expected_final" not in conn.state:  # client-first-message
+        if "expected_final" not in conn:  # client-first-message
             bare = request.auth_bytes.decode().removeprefix("n,,")
             attrs = dict(part.split("=", 1) for part in bare.split(","))
             if attrs["n"] != user:
@@ -243,24 +250,35 @@ def sasl_broker(
             nonce = attrs["r"] + SERVER_NONCE
             server_first = f"r={nonce},s={SALT_B64},i=4096"
             final, server_final = reference_scram(hash_name, password, bare, server_first, nonce)
-            conn.state["expected_final"] = final
-            conn.state["server_final"] = server_final
+            conn["expected_final"] = final
+            conn["server_final"] = server_final
             return SaslAuthenticateResponse(auth_bytes=server_first.encode())
-        if request.auth_bytes.decode() != conn.state["expected_final"]:
+        if request.auth_bytes.decode() != conn["expected_final"]:
             return failed
-        server_final = str(conn.state["server_final"])
+        server_final = conn["server_final"]
         if forge_signature:
             server_final = "v=" + base64.b64encode(b"\0" * 64).decode()
         return SaslAuthenticateResponse(auth_bytes=server_final.encode())
 
-    return FakeKafka(
-        responders={SASL_HANDSHAKE_KEY: handshake, SASL_AUTHENTICATE_KEY: authenticate}
-    )
+    kafka.answer(SASL_HANDSHAKE_KEY, handshake)
+    kafka.answer(SASL_AUTHENTICATE_KEY, authenticate)
+    return kafka
 
 
-def sasl_config(mechanism: str, password: str) -> ConnectionConfig:
+def sasl_config(mechanism: str, password: str, kafka: FakeKafka | None = None) -> ConnectionConfig:
+    """In memory when ``kafka`` is given, else over TCP."""
     sasl = SaslConfig(mechanism, "alice", password)  # type: ignore[arg-type]
-    return ConnectionConfig(sasl=sasl, request_timeout_s=10)
+    transport = None if kafka is None else kafka.transport
+    return ConnectionConfig(sasl=sasl, request_timeout_s=10, transport=transport)
+
+
+def seen(kafka: FakeKafka, connection: int) -> list[tuple[int, int]]:
+    """(API key, version) of each request one connection sent, in order."""
+    return [(r.api_key, r.version) for r in kafka.received() if r.connection == connection]
+
+
+def address(kafka: FakeKafka, node: int = 1) -> tuple[str, int]:
+    return "127.0.0.1", kafka.nodes[node].port
 
 
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -269,61 +287,64 @@ MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 @pytest.mark.anyio
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 async def test_login_succeeds_against_fake_broker(mechanism: str) -> None:
-    broker = sasl_broker(user="alice", password="s3cret", enabled=MECHANISMS)
-    async with broker.serve() as server:
-        async with connect("127.0.0.1", server.port, sasl_config(mechanism, "s3cret")) as conn:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        sasl_broker(kafka, user="alice", password="s3cret", enabled=MECHANISMS)
+        config = sasl_config(mechanism, "s3cret", kafka)
+        async with connect(*address(kafka), config) as conn:
             assert not conn.closed
-        seen = server.connections[0].seen
         rounds = 1 if mechanism == "PLAIN" else 2
-        assert seen[1:] == [(SASL_HANDSHAKE_KEY, 1)] + [(SASL_AUTHENTICATE_KEY, 2)] * rounds
+        exchange = seen(kafka, 1)
+        assert exchange[0][0] == 18  # ApiVersions first
+        assert exchange[1:] == [(SASL_HANDSHAKE_KEY, 1)] + [(SASL_AUTHENTICATE_KEY, 2)] * rounds
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 async def test_rejected_credentials_fail_promptly_without_retrying(mechanism: str) -> None:
-    broker = sasl_broker(user="alice", password="s3cret", enabled=MECHANISMS)
-    async with broker.serve() as server:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        sasl_broker(kafka, user="alice", password="s3cret", enabled=MECHANISMS)
         with anyio.fail_after(5), pytest.raises(SaslAuthenticationFailedError) as info:
-            async with connect("127.0.0.1", server.port, sasl_config(mechanism, "wrong")):
+            async with connect(*address(kafka), sasl_config(mechanism, "wrong", kafka)):
                 pass
         assert info.value.errno == 58
         assert not info.value.retriable
         assert BAD_CREDENTIALS in str(info.value)
-        # One connection, one exchange: no retry storm; and the socket is closed.
-        assert len(server.connections) == 1
+        # One connection, one exchange: no retry storm; and the connection is closed.
+        assert len(kafka.connection_attempts(1)) == 1
         rounds = 1 if mechanism == "PLAIN" else 2
-        assert server.connections[0].seen.count((SASL_AUTHENTICATE_KEY, 2)) == rounds
-        with anyio.fail_after(5):
-            await server.connections[0].closed.wait()
+        assert seen(kafka, 1).count((SASL_AUTHENTICATE_KEY, 2)) == rounds
+        await kafka.wait_until(lambda: kafka.open_connections() == 0, within=5)
 
 
 @pytest.mark.anyio
 async def test_forged_server_signature_fails_authentication() -> None:
-    broker = sasl_broker(user="alice", password="pw", enabled=MECHANISMS, forge_signature=True)
-    async with broker.serve() as server:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        sasl_broker(kafka, user="alice", password="pw", enabled=MECHANISMS, forge_signature=True)
         with pytest.raises(SaslAuthenticationFailedError, match="signature"):
-            async with connect("127.0.0.1", server.port, sasl_config("SCRAM-SHA-512", "pw")):
+            async with connect(*address(kafka), sasl_config("SCRAM-SHA-512", "pw", kafka)):
                 pass
 
 
 @pytest.mark.anyio
 async def test_mechanism_not_enabled_names_the_enabled_ones() -> None:
-    broker = sasl_broker(user="alice", password="pw", enabled=["SCRAM-SHA-512"])
-    async with broker.serve() as server:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        sasl_broker(kafka, user="alice", password="pw", enabled=["SCRAM-SHA-512"])
         with pytest.raises(UnsupportedSaslMechanismError, match="SCRAM-SHA-512"):
-            async with connect("127.0.0.1", server.port, sasl_config("PLAIN", "pw")):
+            async with connect(*address(kafka), sasl_config("PLAIN", "pw", kafka)):
                 pass
-        assert (SASL_AUTHENTICATE_KEY, 2) not in server.connections[0].seen
+        assert (SASL_HANDSHAKE_KEY, 1) in seen(kafka, 1)
+        assert (SASL_AUTHENTICATE_KEY, 2) not in seen(kafka, 1)
 
 
 @pytest.mark.anyio
 async def test_broker_without_sasl_handshake_v1_is_unsupported() -> None:
-    versions = all_api_versions()
-    versions[SASL_HANDSHAKE_KEY] = (0, 0)
-    async with FakeKafka(api_versions=versions).serve() as server:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        sasl_broker(kafka, user="alice", password="pw", enabled=MECHANISMS)
+        kafka.api_versions[SASL_HANDSHAKE_KEY] = (0, 0)
         with pytest.raises(UnsupportedVersionError, match="SaslHandshake v1"):
-            async with connect("127.0.0.1", server.port, sasl_config("PLAIN", "pw")):
+            async with connect(*address(kafka), sasl_config("PLAIN", "pw", kafka)):
                 pass
+        assert kafka.received(SASL_HANDSHAKE_KEY) == []
 
 
 # --------------------------------------------------------------------------- PLAIN in clear
@@ -352,20 +373,22 @@ def _clear_text_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRe
 async def test_plain_without_tls_warns_once_per_listener_and_never_logs_secrets(
     plain_warnings: pytest.LogCaptureFixture,
 ) -> None:
-    brokers = [sasl_broker(user="alice", password=PASSWORD, enabled=MECHANISMS) for _ in "ab"]
-    async with brokers[0].serve() as one, brokers[1].serve() as two:
-        for port in (one.port, one.port, one.port, two.port):  # three connections to one
-            async with connect("127.0.0.1", port, sasl_config("PLAIN", PASSWORD)) as conn:
+    # Two listeners: nodes 1 and 2 of one fake, each on its own port.
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        sasl_broker(kafka, user="alice", password=PASSWORD, enabled=MECHANISMS)
+        config = sasl_config("PLAIN", PASSWORD, kafka)
+        for node in (1, 1, 1, 2):  # three connections to one
+            async with connect(*address(kafka, node), config) as conn:
                 assert not conn.closed
         # A failed login sends the password in clear all the same; still no second warning.
         with pytest.raises(SaslAuthenticationFailedError):
-            async with connect("127.0.0.1", one.port, sasl_config("PLAIN", "wrong")):
+            async with connect(*address(kafka, 1), sasl_config("PLAIN", "wrong", kafka)):
                 pass
-    assert len(one.connections) == 4 and len(two.connections) == 1
+    assert len(kafka.connection_attempts(1)) == 4 and len(kafka.connection_attempts(2)) == 1
     warnings = _clear_text_warnings(plain_warnings)
     assert [(r.levelno, r.name) for r in warnings] == [(logging.WARNING, _handshake.__name__)] * 2
-    assert f"127.0.0.1:{one.port} " in warnings[0].getMessage()
-    assert f"127.0.0.1:{two.port} " in warnings[1].getMessage()
+    assert f"127.0.0.1:{kafka.nodes[1].port} " in warnings[0].getMessage()
+    assert f"127.0.0.1:{kafka.nodes[2].port} " in warnings[1].getMessage()
     assert "SASL PLAIN" in warnings[0].getMessage() and "SASL_SSL" in warnings[0].getMessage()
     for record in plain_warnings.records:  # nothing logged at any level carries a secret
         text = f"{record.getMessage()} {record.args!r} {record.exc_text or ''}"
@@ -378,12 +401,11 @@ async def test_scram_without_tls_does_not_warn(
     plain_warnings: pytest.LogCaptureFixture, mechanism: str
 ) -> None:
     # SCRAM sends a proof, never the password: nothing to warn about.
-    broker = sasl_broker(user="alice", password=PASSWORD, enabled=MECHANISMS)
-    async with (
-        broker.serve() as server,
-        connect("127.0.0.1", server.port, sasl_config(mechanism, PASSWORD)) as conn,
-    ):
-        assert not conn.closed
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        sasl_broker(kafka, user="alice", password=PASSWORD, enabled=MECHANISMS)
+        async with connect(*address(kafka), sasl_config(mechanism, PASSWORD, kafka)) as conn:
+            assert not conn.closed
+        assert len(kafka.received(SASL_AUTHENTICATE_KEY)) == 2  # logged in
     assert _clear_text_warnings(plain_warnings) == []
 
 
@@ -395,13 +417,14 @@ async def test_plain_over_tls_does_not_warn(
     context = ssl.create_default_context(cafile=str(ca_file))
     sasl = SaslConfig("PLAIN", "alice", PASSWORD)
     config = ConnectionConfig(sasl=sasl, ssl_context=context, request_timeout_s=10)
-    broker = sasl_broker(user="alice", password=PASSWORD, enabled=MECHANISMS)
+    # Over TCP: TLS is not applied to an in-memory connection.
     async with (
-        broker.serve() as server,
-        tls_front("127.0.0.1", server.port, chain) as port,
-        connect("127.0.0.1", port, config) as conn,
+        FakeKafka(brokers=1) as kafka,
+        tls_front(*address(kafka), chain) as port,
     ):
-        assert not conn.closed
+        sasl_broker(kafka, user="alice", password=PASSWORD, enabled=MECHANISMS)
+        async with connect("127.0.0.1", port, config) as conn:
+            assert not conn.closed
     # The login went through the TLS front: PLAIN was spoken, only encrypted.
-    assert (SASL_AUTHENTICATE_KEY, 2) in server.connections[0].seen
+    assert (SASL_AUTHENTICATE_KEY, 2) in seen(kafka, 1)
     assert _clear_text_warnings(plain_warnings) == []

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import logging
 import traceback
+from dataclasses import replace
 from typing import Any
 
 import anyio
 import pytest
-from test_sasl import MECHANISMS, sasl_broker
+from test_sasl import MECHANISMS, address, sasl_broker
 
 from aiokafka_ng.admin.config import AdminConfig
 from aiokafka_ng.config import ClientConfig, ProducerConfig
@@ -19,6 +20,7 @@ from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.errors import ConfigError, KafkaError
 from aiokafka_ng.net.connection import connect
 from aiokafka_ng.protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+from aiokafka_ng.testing import FakeKafka
 
 SENTINEL = "Sentinel-Pa55word-7f3a"
 SASL = {
@@ -81,16 +83,16 @@ async def test_login_and_failed_login_never_print_it(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     config = ClientConfig(**{**SASL, "sasl_mechanism": mechanism, "request_timeout_ms": 5000})
-    good = sasl_broker(user="alice", password=SENTINEL, enabled=MECHANISMS)
-    async with (
-        good.serve() as server,
-        connect("127.0.0.1", server.port, config.connection_config()) as conn,
-    ):
-        assert not conn.closed  # the secret is what logged in
-    bad = sasl_broker(user="alice", password="other", enabled=MECHANISMS)
-    async with bad.serve() as server:
+    async with FakeKafka(brokers=1, tcp=False) as good:
+        sasl_broker(good, user="alice", password=SENTINEL, enabled=MECHANISMS)
+        settings = replace(config.connection_config(), transport=good.transport)
+        async with connect(*address(good), settings) as conn:
+            assert not conn.closed  # the secret is what logged in
+    async with FakeKafka(brokers=1, tcp=False) as bad:
+        sasl_broker(bad, user="alice", password="other", enabled=MECHANISMS)
+        settings = replace(config.connection_config(), transport=bad.transport)
         with anyio.fail_after(10), pytest.raises(KafkaError) as info:
-            async with connect("127.0.0.1", server.port, config.connection_config()):
+            async with connect(*address(bad), settings):
                 pass
     text = "".join(traceback.format_exception(info.value)) + caplog.text
     assert "alice" in text or info.value.errno == 58  # the failure is reported...

@@ -1,17 +1,18 @@
-"""What Tansu cannot show for the Spark source, on the in-test fake broker (real protocol over
-127.0.0.1 TCP; tests/admin/admin_fake_broker.py): Tansu answers every by-timestamp
-ListOffsets with 0 and does not implement DeleteRecords (TANSU.md; checked: a
-delete_records call times out and the log start stays 0), so positions by timestamp and
-``failOnDataLoss`` are shown against a log that starts at offset 5 and whose record at
-offset ``o`` has timestamp ``o * 1000``.
+"""What Tansu cannot show for the Spark source, on FakeKafka (its model over 127.0.0.1 TCP):
+Tansu answers every by-timestamp ListOffsets with 0 and does not implement DeleteRecords
+(TANSU.md; checked: a delete_records call times out and the log start stays 0), so positions
+by timestamp and ``failOnDataLoss`` are shown against a log whose records 0-4 were deleted
+(it starts at offset 5) and whose record at offset ``o`` has timestamp ``o * 1000``.
 
-The planner and the read task are synchronous (they run ``anyio.run`` themselves), so the
-tests call them in a worker thread while the fake serves on the test's loop."""
+The planner and the read task are synchronous (they run ``anyio.run`` themselves, on an
+event loop of their own), so the tests call them in a worker thread while the fake serves
+on the test's loop -- over TCP, since an in-memory connection belongs to the fake's loop."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import anyio
 import anyio.to_thread
@@ -19,11 +20,10 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from aiokafka_ng.admin import AdminClient, TopicPartition
 from aiokafka_ng.errors import KafkaTimeoutError
-from aiokafka_ng.protocol.messages import fetch as fm
-from aiokafka_ng.protocol.messages import list_offsets as lo
-from aiokafka_ng.protocol.records import RecordBatchBuilder
-from aiokafka_ng.spark._options import SparkOptionError
+from aiokafka_ng.producer import Producer
+from aiokafka_ng.spark import SparkOptionError
 from aiokafka_ng.spark._read import (
     KafkaBatchReader,
     KafkaDataLossError,
@@ -32,77 +32,35 @@ from aiokafka_ng.spark._read import (
     read_range,
 )
 from aiokafka_ng.spark._write import plan_write, write_batches
-from tests.admin.admin_fake_broker import FakeCluster
+from aiokafka_ng.testing import FakeKafka
 
 pytestmark = pytest.mark.anyio
 
-PRODUCE, FETCH, LIST_OFFSETS = 0, 1, 2
+PRODUCE = 0
 LOG_START, HIGH = 5, 10
 T = TypeVar("T")
 
 
-def _records(start: int) -> bytes:
-    b = RecordBatchBuilder(max_size=1 << 20, base_offset=start)
-    for o in range(start, HIGH):
-        b.append(o * 1000, b"k%d" % o, b"v%d" % o)
-    return b.build()
-
-
-def _list_offsets(node: int, req: lo.ListOffsetsRequest, version: int) -> Any:
-    def answer(ts: int) -> int:
-        if ts == -2:
-            return LOG_START
-        if ts == -1:
-            return HIGH
-        return next((o for o in range(LOG_START, HIGH) if o * 1000 >= ts), -1)
-
-    return lo.ListOffsetsResponse(
-        topics=[
-            lo.ListOffsetsTopicResponse(
-                name=t.name,
-                partitions=[
-                    lo.ListOffsetsPartitionResponse(
-                        partition_index=p.partition_index,
-                        offset=answer(p.timestamp),
-                        timestamp=-1,
+@asynccontextmanager
+async def _fake() -> AsyncIterator[FakeKafka]:
+    """Topic ``t``, 2 partitions, each holding offsets 5-9 (0-4 deleted), timestamps o*1000."""
+    async with FakeKafka(brokers=1) as kafka:
+        kafka.create_topic("t", 2)
+        config = kafka.client_config()
+        async with Producer(**config, linger_ms=0) as producer:
+            for p in (0, 1):
+                for o in range(HIGH):
+                    value = b"v%d" % o
+                    await producer.send_and_wait(
+                        "t", value, key=b"k%d" % o, partition=p, timestamp_ms=o * 1000
                     )
-                    for p in t.partitions
-                ],
+        async with AdminClient(**config) as admin:
+            deleted = await admin.delete_records(
+                {TopicPartition("t", 0): LOG_START, TopicPartition("t", 1): LOG_START}
             )
-            for t in req.topics
-        ]
-    )
-
-
-def _fetch(node: int, req: fm.FetchRequest, version: int) -> Any:
-    topics = []
-    for t in req.topics:
-        parts = []
-        for p in t.partitions:
-            if p.fetch_offset < LOG_START or p.fetch_offset > HIGH:
-                parts.append(fm.PartitionData(partition_index=p.partition, error_code=1))
-                continue
-            records = _records(p.fetch_offset) if p.fetch_offset < HIGH else None
-            parts.append(
-                fm.PartitionData(
-                    partition_index=p.partition,
-                    high_watermark=HIGH,
-                    last_stable_offset=HIGH,
-                    log_start_offset=LOG_START,
-                    records=None if req.max_bytes == 1 else records,
-                )
-            )
-        topics.append(
-            fm.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts)
-        )
-    return fm.FetchResponse(responses=topics)
-
-
-def _fake() -> FakeCluster:
-    fake = FakeCluster(topics={"t": 2})
-    fake.handlers[LIST_OFFSETS] = _list_offsets
-    fake.handlers[FETCH] = _fetch
-    return fake
+            deleted.raise_on_error()
+        assert [r.offset for r in kafka.records("t", 0)] == list(range(LOG_START, HIGH))
+        yield kafka
 
 
 async def _in_thread(fn: Callable[[], T]) -> T:
@@ -114,7 +72,7 @@ def _spans(reader: KafkaBatchReader) -> list[tuple[int, int, int]]:
 
 
 async def test_positions_by_timestamp() -> None:
-    async with _fake().running() as fake:
+    async with _fake() as fake:
         boot = {"kafka.bootstrap.servers": fake.bootstrap_servers, "subscribe": "t"}
 
         def plan(**options: str) -> KafkaBatchReader:
@@ -151,7 +109,7 @@ async def test_positions_by_timestamp() -> None:
 
 
 async def test_fail_on_data_loss_at_planning() -> None:
-    async with _fake().running() as fake:
+    async with _fake() as fake:
         options = {
             "kafka.bootstrap.servers": fake.bootstrap_servers,
             "assign": '{"t": [0]}',
@@ -166,7 +124,7 @@ async def test_fail_on_data_loss_at_planning() -> None:
 
 async def test_fail_on_data_loss_in_a_read_task() -> None:
     # Records deleted after planning: the task's first fetch is out of range.
-    async with _fake().running() as fake:
+    async with _fake() as fake:
         options = {"kafka.bootstrap.servers": fake.bootstrap_servers, "subscribe": "t"}
 
         def read(**extra: str) -> pa.Table:
@@ -181,9 +139,10 @@ async def test_fail_on_data_loss_in_a_read_task() -> None:
 
 
 async def test_write_task_waits_for_its_topic_and_fails_when_it_never_appears() -> None:
-    # The fake answers Metadata for an unknown topic with UNKNOWN_TOPIC_OR_PARTITION (as a
-    # broker without auto-creation does; Tansu creates every topic it is asked about).
-    async with FakeCluster(topics={"t": 1}).running() as fake:
+    # The fake, without auto-creation, answers Metadata for an unknown topic with
+    # UNKNOWN_TOPIC_OR_PARTITION (Tansu creates every topic it is asked about).
+    async with FakeKafka(brokers=1, auto_create_topics=False) as fake:
+        fake.create_topic("t", 1)
         batch = pa.RecordBatch.from_arrays([pa.array([b"a", b"b"])], names=["value"])
         options = {
             "kafka.bootstrap.servers": fake.bootstrap_servers,
@@ -198,4 +157,5 @@ async def test_write_task_waits_for_its_topic_and_fails_when_it_never_appears() 
             await anyio.to_thread.run_sync(
                 lambda: write_batches(plan, iter([batch])), abandon_on_cancel=True
             )
-        assert fake.requests(PRODUCE) == []  # no row left the task
+        assert fake.requests()[PRODUCE] == 0  # no row left the task
+        assert "missing" not in fake.cluster.topics

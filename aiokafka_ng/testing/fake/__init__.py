@@ -1,6 +1,7 @@
 """FakeKafka: an in-process model of a Kafka 4 cluster for tests (see :mod:`._server`)."""
 
 from aiokafka_ng.testing.fake._inject import Injection
+from aiokafka_ng.testing.fake._scripted import Received, Script
 from aiokafka_ng.testing.fake._server import FakeKafka, FakeNode
 
-__all__ = ["FakeKafka", "FakeNode", "Injection"]
+__all__ = ["FakeKafka", "FakeNode", "Injection", "Received", "Script"]

@@ -34,15 +34,18 @@ Faults act on the serving tasks: a killed node refuses new connections and close
 open ones, and the cluster elects new leaders for its partitions (:meth:`kill`); an isolated
 node keeps its roles but is unreachable (:meth:`isolate`); :meth:`delay`,
 :meth:`black_hole`, :meth:`cut_after`, :meth:`cut_after_bytes`, :meth:`inject_garbage`,
-:meth:`swap_next_responses` and :meth:`inject` change what a node answers and when. What
-the nodes saw is counted in :mod:`._observe` (:meth:`requests`, :meth:`request_times`,
-:meth:`errors`, :meth:`max_in_flight`, ...). Everything is loopback-only and bounded by
-``max_connections``.
+:meth:`swap_next_responses` and :meth:`inject` change what a node answers and when.
+:meth:`answer` lets a test answer an API key itself (one the model lacks, or a modelled one
+answered otherwise for a while; rules in :mod:`._scripted`). What the nodes saw is counted in
+:mod:`._observe` (:meth:`requests`, :meth:`request_times`, :meth:`errors`,
+:meth:`max_in_flight`, ...), and :meth:`received` lists every request they got, decoded.
+Everything is loopback-only and bounded by ``max_connections``.
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import math
 import random
 import struct
@@ -71,6 +74,16 @@ from aiokafka_ng.testing.fake._cuts import Cut, CutScope, fire
 from aiokafka_ng.testing.fake._inject import PARTITIONED_APIS, Injection, Match, error_response
 from aiokafka_ng.testing.fake._memory import MemoryByteStream, stream_pair
 from aiokafka_ng.testing.fake._observe import Observations, Observers
+from aiokafka_ng.testing.fake._scripted import (
+    Answer,
+    Handler,
+    Received,
+    Script,
+    ScriptMatch,
+    Scripts,
+    advertised,
+    frame_body,
+)
 
 __all__ = ["FakeKafka", "FakeNode"]
 
@@ -117,10 +130,20 @@ class FakeNode:
 
 
 class _Conn:
-    __slots__ = ("cut_rule", "held", "in_flight", "node", "scope", "stream", "swallowing")
+    __slots__ = (
+        "cut_rule",
+        "held",
+        "in_flight",
+        "node",
+        "number",
+        "scope",
+        "stream",
+        "swallowing",
+    )
 
-    def __init__(self, node: FakeNode, stream: anyio.abc.ByteStream) -> None:
+    def __init__(self, node: FakeNode, stream: anyio.abc.ByteStream, number: int) -> None:
         self.node = node
+        self.number = number  # Received.connection
         self.stream = stream
         self.scope = anyio.CancelScope()
         #: A request was swallowed by a black hole: answer nothing more on this connection
@@ -204,6 +227,8 @@ class FakeKafka(Observers):
         }
         self._injections: list[Injection] = []
         self._seen = Observations(self.nodes)
+        self._scripts = Scripts()
+        self._conn_numbers = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
         self._listeners: list[anyio.abc.Listener[Any]] = []
         self._appended: anyio.Event | None = None
@@ -349,7 +374,7 @@ class FakeKafka(Observers):
     # ---- serving ---------------------------------------------------------------------------
 
     async def _serve(self, node: FakeNode, stream: anyio.abc.ByteStream) -> None:
-        conn = _Conn(node, stream)
+        conn = _Conn(node, stream, next(self._conn_numbers))
         node.connections.add(conn)
         self._seen.connections[node.node_id] += 1
         # One task reads requests as they come (so the requests a client has in flight are
@@ -403,13 +428,15 @@ class FakeKafka(Observers):
         api_key, version = header.api_key, header.api_version
         now = anyio.current_time()
         node.requests[api_key] += 1
+        call = Received(node.node_id, conn.number, api_key, version, request, now)
+        self._scripts.log.append(call)
         self._seen.request(node.node_id, api_key, now)
         if api_key in PARTITIONED_APIS:
             named = PARTITIONED_APIS[api_key].partitions(self, request, version)
             self._seen.partitions(api_key, named, now)
         self._notify()
-        self._apply_cuts(conn, api_key, version, request)
-        response = await self._respond(node, api_key, version, request)
+        self._apply_cuts(conn, call)
+        response = await self._respond(node, call)
         delay = node.api_delays.get(api_key, node.delay_s)
         if delay > 0:
             await anyio.sleep(delay)
@@ -418,8 +445,11 @@ class FakeKafka(Observers):
             return  # acks=0
         if not self._reachable(node):
             raise _Close
-        self._seen.answered(node.node_id, api_key, response)
-        payload = encode_response(response, version, header.correlation_id)
+        if isinstance(response, bytes):  # a script's hand-written body
+            payload = frame_body(api_key, version, header.correlation_id, response)
+        else:
+            self._seen.answered(node.node_id, api_key, response)
+            payload = encode_response(response, version, header.correlation_id)
         if node.garbage and node.garbage[0] in (None, api_key):
             node.garbage.popleft()
             # The right correlation id, then one byte: too short for any answer to decode.
@@ -435,7 +465,7 @@ class FakeKafka(Observers):
             await self._write(conn, held)
             conn.in_flight -= 1
 
-    def _apply_cuts(self, conn: _Conn, api_key: int, version: int, request: ApiMessage) -> None:
+    def _apply_cuts(self, conn: _Conn, call: Received) -> None:
         """Count the request against the cut rules; raise _Close if one fires."""
         node = conn.node
         conn_rule, node_rule = conn.cut_rule, node.cut
@@ -446,16 +476,14 @@ class FakeKafka(Observers):
             return
         if all(r.forward_last for r in fired) and self._tg is not None:
             # The broker acts on the request; its answer goes nowhere.
-            self._tg.start_soon(self._respond_unseen, node, api_key, version, request)
+            self._tg.start_soon(self._respond_unseen, node, call)
         if any(r.scope == "node" for r in fired):
             self._cut_node(node)
         raise _Close
 
-    async def _respond_unseen(
-        self, node: FakeNode, api_key: int, version: int, request: ApiMessage
-    ) -> None:
+    async def _respond_unseen(self, node: FakeNode, call: Received) -> None:
         try:
-            await self._respond(node, api_key, version, request)
+            await self._respond(node, call)
         except _Close:
             pass  # the connection is gone already
 
@@ -471,17 +499,19 @@ class FakeKafka(Observers):
             node.cut_after_bytes = left - len(payload)
         await conn.stream.send(payload)
 
-    async def _respond(
-        self, node: FakeNode, api_key: int, version: int, request: ApiMessage
-    ) -> ApiMessage | None:
+    async def _respond(self, node: FakeNode, call: Received) -> Answer:
+        api_key, version, request = call.api_key, call.version, call.request
         lo_hi = self.api_versions.get(api_key)
+        script = self._scripts.find(call)
+        if api_key == API_VERSIONS and script is not None:
+            return await self._scripted(script, call)
         if api_key == API_VERSIONS:
             if lo_hi is None or version > lo_hi[1]:
                 # Kafka answers an ApiVersions it cannot parse in v0, with its versions.
-                resp = H.api_versions(self.api_versions, request, 0)  # type: ignore[arg-type]
+                resp = H.api_versions(self.api_versions, request, 0)
                 resp.error_code = E.UNSUPPORTED_VERSION
                 return resp
-            resp = H.api_versions(self.api_versions, request, version)  # type: ignore[arg-type]
+            resp = H.api_versions(self.api_versions, request, version)
             resp.supported_features = [
                 SupportedFeatureKey(name=name, min_version=0, max_version=_MAX_LEVELS[name])
                 for name in sorted(self.features)
@@ -499,6 +529,13 @@ class FakeKafka(Observers):
             if api_key == PRODUCE and getattr(request, "acks", 1) == 0:
                 raise _Close
             return injected
+        if script is not None:
+            return await self._scripted(script, call)
+        return await self._model(node, call)
+
+    async def _model(self, node: FakeNode, call: Received) -> ApiMessage | None:
+        """The model's answer to ``call`` (also :meth:`model_answer`'s)."""
+        api_key, version, request = call.api_key, call.version, call.request
         cluster = self.cluster
         if api_key == PRODUCE:
             now_ms = int(self._wall_clock() * 1000)
@@ -506,7 +543,7 @@ class FakeKafka(Observers):
                 cluster,
                 node.node_id,
                 version,
-                request,  # type: ignore[arg-type]
+                request,
                 now_ms,
                 verify_txn=self.transactions.verify_produce,
             )
@@ -525,7 +562,10 @@ class FakeKafka(Observers):
             answer = sync(cluster, node.node_id, version, request)
             self._data_changed()
             return answer
-        handler = self._handled[api_key]
+        handler = self._handled.get(api_key)
+        if handler is None:
+            # Advertised for a script that no longer answers: a test's mistake, said loudly.
+            raise AssertionError(f"FakeKafka has no answer for API key {api_key} (v{version})")
         answer = await handler(node.node_id, version, request)
         self._data_changed()
         return answer  # type: ignore[no-any-return]
@@ -574,6 +614,13 @@ class FakeKafka(Observers):
             with anyio.move_on_after(left):
                 await appended.wait()
 
+    async def _scripted(self, script: Script, call: Received) -> Answer:
+        answer = await self._scripts.run(script, call)
+        if answer is None:
+            raise _Close  # the script drops the connection
+        self._data_changed()  # a script may have changed the model (a moved controller)
+        return answer
+
     def _injected(
         self, node: FakeNode, api_key: int, version: int, request: ApiMessage
     ) -> ApiMessage | None:
@@ -612,8 +659,9 @@ class FakeKafka(Observers):
             self._changed = anyio.Event()
 
     async def wait_until(self, predicate: Callable[[], bool], within: float | None = 10.0) -> None:
-        """Wait until ``predicate()`` holds, re-checked after every request any node gets
-        (``within``: seconds on the event loop's clock, virtual under a mock clock)."""
+        """Wait until ``predicate()`` holds, re-checked after every request any node gets and
+        every connection that closes (``within``: seconds on the event loop's clock, virtual
+        under a mock clock)."""
         with anyio.fail_after(within):
             while not predicate():
                 assert self._changed is not None
@@ -894,9 +942,48 @@ class FakeKafka(Observers):
         """Remove every :meth:`inject` rule (other faults stay)."""
         self._injections.clear()
 
+    def answer(
+        self,
+        api_key: int,
+        handler: Handler,
+        *,
+        times: int | None = None,
+        match: ScriptMatch = None,
+    ) -> Script:
+        """Answer requests of ``api_key`` with ``handler`` instead of the model.
+
+        ``handler(received)`` gets the :class:`Received` request (``request``, ``version``,
+        ``node``, ``connection``) and returns a response message (encoded at the request's
+        version), ``bytes`` (the response body, framed here), None (close the connection
+        unanswered), or an awaitable of one of these. ``times``: requests to answer (None:
+        every one, until :meth:`clear_faults` or the rule's ``cancel()``); ``match``: a node
+        id, or a predicate on the :class:`Received` request. Rules are tried in the order
+        they were added, after :meth:`inject`'s; a request none matches goes to the model.
+
+        An API the fake does not model is advertised in ApiVersions from now on, over the
+        codec's stable versions; edit :attr:`api_versions` to cap or remove an API."""
+        if isinstance(match, int) and not isinstance(match, bool):
+            self._node(match)
+        rule = self._scripts.add(api_key, handler, times, match)
+        self.api_versions.setdefault(api_key, advertised(api_key))
+        return rule
+
+    async def model_answer(self, call: Received) -> ApiMessage | None:
+        """What the model answers ``call``, a request a script got (side effects included,
+        e.g. a topic auto-created): for a script that holds the answer (awaits an event
+        first) or edits it (a topic's error code, a partition's leader) before returning
+        it. None for a Produce with ``acks=0``."""
+        return await self._model(self._node(call.node), call)
+
+    def received(self, api_key: int | None = None, *, node: int | None = None) -> list[Received]:
+        """Every request the nodes received (of one API key, at one node, if given), decoded,
+        in arrival order: what went over the wire, for assertions."""
+        return self._scripts.received(api_key, node)
+
     def clear_faults(self) -> None:
-        """Undo every fault but kills and leader moves."""
+        """Undo every fault but kills and leader moves (scripted answers included)."""
         self._injections.clear()
+        self._scripts.rules.clear()
         for n in self.nodes.values():
             n.black_hole = False
             n.isolated = False
