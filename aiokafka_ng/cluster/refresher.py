@@ -422,7 +422,8 @@ class MetadataRefresher:
             elif self._update_needed:
                 due = self._retry_at
             else:
-                due = (self._last_ok_at or now) + self._config.metadata_max_age_ms / 1000
+                last = now if self._last_ok_at is None else self._last_ok_at
+                due = last + self._config.metadata_max_age_ms / 1000
             if due <= now:
                 return
             with anyio.move_on_after(due - now):
