@@ -15,9 +15,12 @@ from uuid import UUID
 
 from aiokafka_ng.protocol.errors import NotLeaderOrFollowerError
 from aiokafka_ng.protocol.messages import RESPONSE_TYPES
+from aiokafka_ng.protocol.messages import add_partitions_to_txn as _apt
 from aiokafka_ng.protocol.messages import fetch as _fetch
 from aiokafka_ng.protocol.messages import list_offsets as _lo
+from aiokafka_ng.protocol.messages import offset_fetch as _of
 from aiokafka_ng.protocol.messages import produce as _produce
+from aiokafka_ng.protocol.messages import txn_offset_commit as _toc
 from aiokafka_ng.protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from aiokafka_ng.protocol.messages.alter_configs import (
     AlterConfigsResourceResponse as _AlterResult,
@@ -220,6 +223,45 @@ def error_response(
             coordinators=[
                 Coordinator(key=key, node_id=-1, host="", port=-1, error_code=code)
                 for key in request.coordinator_keys
+            ]
+        )
+    if isinstance(request, _of.OffsetFetchRequest) and version >= 8:
+        # v8+ answers per group (KIP-709); no top-level error code.
+        return _of.OffsetFetchResponse(
+            groups=[
+                _of.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code)
+                for g in request.groups
+            ]
+        )
+    if isinstance(request, _toc.TxnOffsetCommitRequest):
+        return _toc.TxnOffsetCommitResponse(
+            topics=[
+                _toc.TxnOffsetCommitResponseTopic(
+                    name=t.name,
+                    partitions=[
+                        _toc.TxnOffsetCommitResponsePartition(
+                            partition_index=p.partition_index, error_code=code
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in request.topics
+            ]
+        )
+    if isinstance(request, _apt.AddPartitionsToTxnRequest) and version <= 3:
+        # v0-3 (a client's own request) answer per partition; v4+ (brokers') has a top level.
+        return _apt.AddPartitionsToTxnResponse(
+            results_by_topic_v3_and_below=[
+                _apt.AddPartitionsToTxnTopicResult(
+                    name=t.name,
+                    results_by_partition=[
+                        _apt.AddPartitionsToTxnPartitionResult(
+                            partition_index=p, partition_error_code=code
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in request.v3_and_below_topics
             ]
         )
     if not _has_top_level_error(api_key, version):

@@ -9,11 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka_ng.protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
+from aiokafka_ng.protocol.messages import add_partitions_to_txn as apt
 from aiokafka_ng.protocol.messages import alter_configs as ac
 from aiokafka_ng.protocol.messages import create_partitions as cp
 from aiokafka_ng.protocol.messages import delete_topics as dt
 from aiokafka_ng.protocol.messages import incremental_alter_configs as iac
+from aiokafka_ng.protocol.messages import offset_fetch as of
 from aiokafka_ng.protocol.messages import produce as pr
+from aiokafka_ng.protocol.messages import txn_offset_commit as toc
 from aiokafka_ng.protocol.primitives import ApiMessage
 from aiokafka_ng.testing.fake._inject import error_response
 
@@ -77,6 +80,35 @@ def test_itemized_error_answers_carry_the_error_per_item() -> None:
             iac.IncrementalAlterConfigsRequest(resources=[iac.AlterConfigsResource(2, "a")]),
             1,
             lambda r: [(x.resource_name, x.error_code) for x in r.responses],
+        ),
+        # No top-level error code in these versions: the error goes on each item.
+        (
+            of.OffsetFetchRequest(groups=[of.OffsetFetchRequestGroup(group_id="a")]),
+            9,
+            lambda r: [(x.group_id, x.error_code) for x in r.groups],
+        ),
+        (
+            toc.TxnOffsetCommitRequest(
+                topics=[
+                    toc.TxnOffsetCommitRequestTopic(
+                        name="a",
+                        partitions=[toc.TxnOffsetCommitRequestPartition(partition_index=0)],
+                    )
+                ]
+            ),
+            4,
+            lambda r: [(x.name, p.error_code) for x in r.topics for p in x.partitions],
+        ),
+        (
+            apt.AddPartitionsToTxnRequest(
+                v3_and_below_topics=[apt.AddPartitionsToTxnTopic(name="a", partitions=[0])]
+            ),
+            3,
+            lambda r: [
+                (x.name, p.partition_error_code)
+                for x in r.results_by_topic_v3_and_below
+                for p in x.results_by_partition
+            ],
         ),
     ]
     for request, version, items in cases:
