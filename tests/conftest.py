@@ -59,28 +59,41 @@ def uses_a_broker(item: pytest.Item) -> bool:
 SPARK_PEER = "tests/kafka/test_spark_connector_peer.py"
 
 
-#: Where every test runs a JVM of the session's: the Kafka cluster, or Spark in this process.
-JVM_PATHS = ("tests/kafka/", "tests/spark/")
+#: The tests of the session's JVMs, in two units (:func:`worker_group`).
+KAFKA_PATH = "tests/kafka/"
+SPARK_PATH = "tests/spark/"
+JVM_PATHS = (KAFKA_PATH, SPARK_PATH)
+#: The units that start a Kafka cluster (and Spark) in their worker.
+JVM_UNITS = ("jvm", "jvm2")
 
 
 def worker_group(nodeid: str) -> str:
     """The work unit of a test under pytest-xdist (``--dist loadgroup``, scheduled by
     :func:`pytest_xdist_make_scheduler`): a unit runs on one worker.
 
-    Every test of the session's JVMs (the 3-node Kafka cluster, the in-process Spark) is in
-    one unit, "jvm": on two workers each would otherwise start its own cluster (three more
-    JVMs on two cores) and a Spark JVM whose options the first test to start it fixes (the
-    connector peer's must come first, see ``_SparkPeerFirst``). Every other test is grouped
-    with its file, so module-scoped fixtures start once. Read from the node id alone, as
-    the controller sees only ids: a test on the Kafka cluster is under ``JVM_PATHS`` or has
-    ``kafka`` among its parameter ids (``kafka_broker``'s); collection checks that every test
-    that uses the cluster is found so (``pytest_collection_modifyitems``).
+    The tests of the session's JVMs (a 3-node Kafka cluster, an in-process Spark) are in two
+    units, so that each worker starts one cluster at most:
+
+    - "jvm": ``tests/kafka/`` -- the fault tests that kill and restart the cluster's nodes,
+      and the Spark connector's peer, whose JVM options must be the first its process's
+      Spark gets (``_SparkPeerFirst``). It is the longest unit by far and starts first.
+    - "jvm2": ``tests/spark/`` and every other test with ``kafka`` among its parameter ids
+      (``kafka_broker``'s: the client suites run on Kafka too). It is collected last
+      (``_SparkPeerFirst``), so the worker that is not running "jvm" takes it once the
+      short units are done, and only then starts its own cluster: with one unit for all
+      of them, the other worker sat idle for the last third of the run.
+
+    Every other test is grouped with its file, so module-scoped fixtures start once. Read
+    from the node id alone, as the controller sees only ids; collection checks that every
+    test that uses the cluster is found so (``pytest_collection_modifyitems``).
     """
     path, _, rest = nodeid.partition("::")
-    if path.startswith(JVM_PATHS):
+    if path.startswith(KAFKA_PATH):
         return "jvm"
+    if path.startswith(SPARK_PATH):
+        return "jvm2"
     params = rest[rest.find("[") + 1 : -1] if rest.endswith("]") else ""
-    return "jvm" if "kafka" in params.split("-") else path
+    return "jvm2" if "kafka" in params.split("-") else path
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these markers
@@ -89,10 +102,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.broker if uses_a_broker(item) else pytest.mark.unit)
         names = getattr(item, "fixturenames", ())
         on_kafka = item.get_closest_marker("kafka") or "kafka_cluster" in names
-        if on_kafka and worker_group(item.nodeid) != "jvm":
+        if on_kafka and worker_group(item.nodeid) not in JVM_UNITS:
             raise pytest.UsageError(
                 f"{item.nodeid} uses the Kafka cluster outside {JVM_PATHS} without a 'kafka' "
-                "parameter id: pytest-xdist would start a second cluster for it (conftest.py, "
+                "parameter id: pytest-xdist would start another cluster for it (conftest.py, "
                 "worker_group)"
             )
 
@@ -124,15 +137,19 @@ if LoadScopeScheduling is not None:
 
 
 class _SparkPeerFirst:
-    """After every reordering: the Spark connector's peer tests go first. pytest groups the
-    tests of the parametrised session broker together, which put tests/spark (a JVM without
-    the connector) ahead of them and failed them all."""
+    """After every reordering: the Spark connector's peer tests go first, the "jvm2" unit's
+    tests last (:func:`worker_group`). pytest groups the tests of the parametrised session
+    broker together, which put tests/spark (a JVM without the connector) ahead of the peer
+    and failed them all."""
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         peer = [item for item in items if item.nodeid.startswith(SPARK_PEER)]
-        if peer:
-            items[:] = peer + [i for i in items if not i.nodeid.startswith(SPARK_PEER)]
+        last = [item for item in items if worker_group(item.nodeid) == "jvm2"]
+        if peer or last:
+            first, late = set(map(id, peer)), set(map(id, last))
+            rest = [i for i in items if id(i) not in first and id(i) not in late]
+            items[:] = peer + rest + last
 
 
 @pytest.fixture(autouse=True)
