@@ -16,6 +16,7 @@ copies no more than one piece of it at a time.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import ClassVar
 
 __all__ = ["PIECE", "RawFrames"]
 
@@ -29,6 +30,7 @@ class RawFrames:
     with its correlation id spliced in: ``RawFrames(t[:4], cid, memoryview(t)[8:])``."""
 
     __slots__ = ("parts",)
+    PIECE: ClassVar[int] = PIECE
 
     def __init__(self, *parts: bytes | bytearray | memoryview) -> None:
         self.parts = parts

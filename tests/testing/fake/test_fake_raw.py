@@ -20,11 +20,11 @@ from aiokafka_ng.protocol.messages.metadata import (
 )
 from aiokafka_ng.testing import FakeKafka, virtual_time
 from aiokafka_ng.testing.fake import RawFrames, Received
-from aiokafka_ng.testing.fake._raw import PIECE
 
 pytestmark = pytest.mark.anyio
 
 NODE, METADATA, API_VERSIONS = 1, 3, 18
+PIECE = RawFrames.PIECE  # the largest write the fake makes of a raw answer
 
 
 @pytest.fixture(params=["asyncio", "trio"])
