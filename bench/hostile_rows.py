@@ -1,11 +1,14 @@
 """Peak RSS, time and outcome of each hostile-broker row, for a before/after comparison.
 
 The rows of ``tests/net/test_hostile_broker.py`` (plus an 11 x 99,999 partition answer that
-runs into the per-answer struct budget), each served once from the in-test ``FakeKafka`` to
-a ``Cluster`` bootstrapping against it for 0.7 s (the 90 MB row on the old code decodes
-well past that: the bootstrap succeeds). Uses only APIs both sides have, so it measures any
-checkout: ``cd CHECKOUT && PYTHONPATH=. python /path/to/bench/hostile_rows.py asyncio,trio
-[row,row]``; the fakes are taken from this file's checkout.
+runs into the per-answer struct budget), each served once from ``FakeKafka`` over TCP (a
+``RawFrames`` script answering every Metadata request) to a ``Cluster`` bootstrapping
+against it for 0.7 s of real time (the 90 MB row on the code before the limits decodes well
+past that: the bootstrap succeeds). ``cd CHECKOUT && PYTHONPATH=. python
+/path/to/bench/hostile_rows.py asyncio,trio [row,row]``: the fake comes from the measured
+checkout's package, so it measures checkouts that have ``aiokafka_ng.testing.fake.RawFrames``;
+for older ones, run this file as it was before RawFrames (it served the rows from
+tests/net/net_fake_kafka.py, a TCP server of its own).
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ sys.path[:0] = [".", str(Path(__file__).resolve().parent.parent / "tests" / "net
 
 import anyio  # noqa: E402
 import hostile_answers as h  # noqa: E402
-from net_fake_kafka import FakeKafka, all_api_versions  # noqa: E402
 
 import aiokafka_ng  # noqa: E402
 from aiokafka_ng.cluster import Cluster, ClusterConfig  # noqa: E402
 from aiokafka_ng.net.connection import ConnectionConfig  # noqa: E402
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest  # noqa: E402
+from aiokafka_ng.testing import FakeKafka  # noqa: E402
+from aiokafka_ng.testing.fake import RawFrames, Received  # noqa: E402
 
 MB = 1 << 20
 ROWS = {
@@ -41,20 +45,19 @@ ROWS = {
 
 async def row(name: str) -> None:
     build, shift = ROWS[name]
-    versions = all_api_versions()
-    versions[MetadataRequest.API_KEY] = (h.METADATA_VERSION, h.METADATA_VERSION)
-    fake = FakeKafka(api_versions=versions)
-    async with fake.serve(), anyio.create_task_group() as tg:
-        template = b"" if build is None else build(0, fake.port)
+    async with FakeKafka(brokers=1) as kafka:
+        port = kafka.nodes[1].port
+        kafka.api_versions[MetadataRequest.API_KEY] = (h.METADATA_VERSION, h.METADATA_VERSION)
+        template = b"" if build is None else build(0, port)
 
-        async def answer() -> None:
-            async for received in fake.requests:
-                if build is not None:
-                    await h.send_answer(received, template, shift)
+        async def answer(call: Received) -> RawFrames:
+            if build is None:  # silence
+                await anyio.sleep_forever()
+            return h.raw_answer(call, template, shift)
 
-        tg.start_soon(answer)
+        kafka.answer(MetadataRequest.API_KEY, answer)
         config = ClusterConfig(
-            bootstrap_servers=[("127.0.0.1", fake.port)],
+            bootstrap_servers=[("127.0.0.1", port)],
             connection=ConnectionConfig(request_timeout_s=0.3, connect_timeout_s=2),
             retry_backoff_ms=10,
             retry_backoff_max_ms=20,
@@ -71,10 +74,10 @@ async def row(name: str) -> None:
                 outcome = "no error: bootstrap succeeded"
             except Exception as exc:
                 outcome = f"{type(exc).__name__}: ...{str(exc)[-110:]}"
-        tg.cancel_scope.cancel()
+        connections = kafka.connections(1)
     print(
         f"{name:24s} +{growth() / MB:6.0f} MB {time.perf_counter() - start:5.1f}s "
-        f"connections={len(fake.connections)}  {outcome}",
+        f"connections={connections}  {outcome}",
         flush=True,
     )
 

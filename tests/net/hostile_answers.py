@@ -1,10 +1,11 @@
 """Hostile answers to a Metadata request, as raw frames, and a peak-RSS sampler.
 
 Only a fake can send these (no real broker can be made to claim 3,000,000 partitions or a
-2 GiB frame), so tests/net/test_hostile_broker.py serves them from ``FakeKafka``. The
-frames are built from bytes, not from the codec's dataclasses: building a 3,000,000
-partition answer as objects would itself cost gigabytes in the test process, whose RSS the
-test measures. Metadata is answered in v12 (the fake advertises only v12 for it).
+2 GiB frame), so tests/net/test_hostile_broker.py and test_answer_limits.py serve them from
+``FakeKafka`` as :class:`RawFrames` answers. The frames are built from bytes, not from the
+codec's dataclasses: building a 3,000,000 partition answer as objects would itself cost
+gigabytes in the test process, whose RSS the test measures. Metadata is answered in v12
+(the tests advertise only v12 for it).
 """
 
 from __future__ import annotations
@@ -17,16 +18,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-import anyio
-
 from aiokafka_ng.protocol.messages.metadata import (
     MetadataResponseBroker,
     MetadataResponsePartition,
 )
 from aiokafka_ng.protocol.primitives import Writer
+from aiokafka_ng.testing.fake import RawFrames
 
 if TYPE_CHECKING:
-    from net_fake_kafka import Received
+    from aiokafka_ng.testing.fake import Received
 
 METADATA_VERSION = 12
 _I32 = struct.Struct(">i")
@@ -116,18 +116,12 @@ def wrong_correlation_id(correlation_id: int, port: int) -> bytes:
     return many_partitions(correlation_id + 1000, port, 1)
 
 
-async def send_answer(received: Received, template: bytes, cid_shift: int = 0) -> None:
-    """Send ``template`` (a frame built for correlation id 0) as the answer to ``received``,
-    with its correlation id (plus ``cid_shift``); in 1 MiB pieces, so that no send buffers
-    a copy of a big answer. A client that hangs up mid-answer is what the row expects."""
-    cid = _I32.pack(received.header.correlation_id + cid_shift)
-    view = memoryview(template)
-    try:
-        await received.conn.send_raw(template[:4] + cid)
-        for start in range(8, len(template), 1 << 20):
-            await received.conn.send_raw(view[start : start + (1 << 20)])
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-        pass
+def raw_answer(call: Received, template: bytes, cid_shift: int = 0) -> RawFrames:
+    """``template`` (a frame built for correlation id 0) as the answer to ``call``, with its
+    correlation id (plus ``cid_shift``) spliced in: the template is shared, not copied, and
+    the fake writes it in 1 MiB pieces, so no write buffers a copy of a big answer."""
+    cid = _I32.pack(call.correlation_id + cid_shift)
+    return RawFrames(template[:4], cid, memoryview(template)[8:])
 
 
 def rss_bytes() -> int:

@@ -4,8 +4,9 @@ Decoder: DecodeLimits (per-field and per-answer struct counts, shared with tagge
 errors naming the field, no traceback kept. Frame cap: refused at the size prefix, derived
 from each client's settings, enforced per connection. Cluster: a Metadata answer is held
 to the topics asked for. Producer: the keyed bulk path's per-partition allocation is held
-to the per-topic limit. The canned answers come from FakeKafka (a real broker never sends
-them: that is the point); the producer row uses the real broker.
+to the per-topic limit. The canned answers come from FakeKafka's scripts, in memory on
+virtual time (a real broker never sends them: that is the point); the producer row uses
+the real broker.
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ import struct
 import uuid
 from typing import Any
 
-import anyio
 import pytest
-from hostile_answers import METADATA_VERSION, many_partitions, peak_rss_growth, send_answer
-from net_fake_kafka import FakeKafka, all_api_versions
+from hostile_answers import METADATA_VERSION, many_partitions, peak_rss_growth, raw_answer
 
 from aiokafka_ng.admin.config import AdminConfig
 from aiokafka_ng.cluster import Cluster, ClusterConfig
@@ -45,9 +44,19 @@ from aiokafka_ng.protocol.messages.metadata import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from aiokafka_ng.testing import LocalBroker
+from aiokafka_ng.testing import FakeKafka, LocalBroker, virtual_time
+from aiokafka_ng.testing.fake import RawFrames, Received
 
 _MB = 1024 * 1024
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, Any]]:
+    """Virtual time for the FakeKafka tests (in memory); real time for the one on the real
+    broker, whose bytes come over TCP (the virtual clock would jump past them)."""
+    if "kafka_broker" in request.fixturenames:
+        return str(request.param)
+    return virtual_time.backend(request.param)
 
 
 def metadata(topics: int, partitions: int) -> MetadataResponse:
@@ -176,31 +185,34 @@ def test_each_client_derives_its_frame_cap_from_its_own_settings() -> None:
         ConnectionConfig(max_response_bytes=10)
 
 
+def in_memory(kafka: FakeKafka, **settings: Any) -> ConnectionConfig:
+    return ConnectionConfig(transport=kafka.transport, **settings)
+
+
 @pytest.mark.anyio
 async def test_the_connection_enforces_its_frame_cap_and_per_request_limits() -> None:
-    fake = FakeKafka()
-    async with fake.serve():
-        config = ConnectionConfig(max_response_bytes=64 * 1024)
-        async with connect("127.0.0.1", fake.port, config) as conn:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        host, port = "127.0.0.1", kafka.nodes[1].port
+        answers = iter([metadata(2, 1), metadata(1, 5000)])
+        kafka.answer(MetadataRequest.API_KEY, lambda call: next(answers))
+        config = in_memory(kafka, max_response_bytes=64 * 1024)
+        async with connect(host, port, config) as conn:
             # Per request: an answer with more topics than the caller allows.
             limits = DecodeLimits(per_field={"MetadataResponse.topics": 1})
             pending = await conn.submit(MetadataRequest(topics=None), limits=limits)
-            received = await fake.next_request()
-            await received.reply(metadata(2, 1))
             with pytest.raises(KafkaConnectionError) as caught:
                 await pending.wait()
-            assert f"127.0.0.1:{fake.port}" in str(caught.value)
+            assert f"{host}:{port}" in str(caught.value)
             assert "MetadataResponse.topics has 2 elements, more than the limit of 1" in str(
                 caught.value
             )
             assert conn.closed
-        async with connect("127.0.0.1", fake.port, config) as conn:
+        async with connect(host, port, config) as conn:
             # The frame cap: a 100 KiB answer to a 64 KiB client.
             pending = await conn.submit(MetadataRequest(topics=None))
-            received = await fake.next_request()
-            await received.reply(metadata(1, 5000))
             with pytest.raises(KafkaConnectionError, match=r"larger than the 65536"):
                 await pending.wait()
+        assert kafka.connections(1) == 2
 
 
 # -- cluster -----------------------------------------------------------------------------------
@@ -211,23 +223,20 @@ async def test_a_metadata_answer_is_held_to_the_topics_asked_for() -> None:
     """The cluster asks for one topic; the answer claims 11 topics of 99,999 partitions (a
     33 MB frame, over a million partition structs: ~400 MB and ~5 s to decode before the
     per-answer budget would stop it). Held to one topic, it fails at the topic count."""
-    versions = all_api_versions()
-    versions[MetadataRequest.API_KEY] = (METADATA_VERSION, METADATA_VERSION)
-    fake = FakeKafka(api_versions=versions)
-    async with fake.serve(), anyio.create_task_group() as tg:
-        hostile = many_partitions(0, fake.port, 99_999, topics=11)
-        broker = MetadataResponseBroker(node_id=1, host="127.0.0.1", port=fake.port)
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        port = kafka.nodes[1].port
+        kafka.api_versions[MetadataRequest.API_KEY] = (METADATA_VERSION, METADATA_VERSION)
+        hostile = many_partitions(0, port, 99_999, topics=11)
+        broker = MetadataResponseBroker(node_id=1, host="127.0.0.1", port=port)
         sane = encode_response(MetadataResponse(brokers=[broker]), METADATA_VERSION, 0)
 
-        async def answer() -> None:
-            async for received in fake.requests:
-                asked = received.request.topics  # type: ignore[attr-defined]
-                await send_answer(received, hostile if asked else sane)
+        def answer(call: Received) -> RawFrames:
+            return raw_answer(call, hostile if call.request.topics else sane)
 
-        tg.start_soon(answer)
+        kafka.answer(MetadataRequest.API_KEY, answer)
         config = ClusterConfig(
-            bootstrap_servers=[("127.0.0.1", fake.port)],
-            connection=ConnectionConfig(request_timeout_s=2),
+            bootstrap_servers=[("127.0.0.1", port)],
+            connection=in_memory(kafka, request_timeout_s=2),
             retry_backoff_ms=10,
             retry_backoff_max_ms=20,
         )
@@ -237,10 +246,11 @@ async def test_a_metadata_answer_is_held_to_the_topics_asked_for() -> None:
                 with pytest.raises(KafkaTimeoutError):
                     await cluster.wait_for_topics(["t0"], timeout=0.5)
                 error = cluster.last_error
-        tg.cancel_scope.cancel()
+        asked = [r.request.topics for r in kafka.received(MetadataRequest.API_KEY)]
     assert error is not None
     assert "MetadataResponse.topics has 11 elements, more than the limit of 1" in str(error)
     assert growth() < 100 * _MB  # two 33 MB frames at most; no partition decoded
+    assert any(asked) and not all(asked)  # the bootstrap's, then the topic's
 
 
 # -- producer ----------------------------------------------------------------------------------
@@ -262,7 +272,8 @@ async def test_a_keyed_bulk_run_is_held_to_the_partition_limit(
         with pytest.raises(ResponseLimitError, match=rf"has {partitions} partitions, more than"):
             await run
         assert run.failed == 2
-        assert p._pool.available == p._pool.total  # the run's memory came back
+        memory = p.statistics().memory
+        assert memory.available == memory.total  # the run's memory came back
         monkeypatch.setattr(bulk_module, "MAX_PARTITIONS_PER_TOPIC", partitions)
         metas = await p.send_many(topic, [b"a", b"b"], keys=[b"k1", b"k2"])
         assert len(await metas) == 2

@@ -1,9 +1,11 @@
 """A hostile or broken broker cannot make the client allocate what its answer dictates.
 
 Each row serves one hostile answer to every Metadata request (the cluster's bootstrap) from
-``FakeKafka``, which answers ApiVersions properly first. A fake because no real broker can
-be made to send a 2 GiB frame length, a 2**31 - 1 element count or 3,000,000 partitions.
-Every row shows:
+``FakeKafka`` (a ``RawFrames`` script), which answers ApiVersions properly first. A fake
+because no real broker can be made to send a 2 GiB frame length, a 2**31 - 1 element count
+or 3,000,000 partitions. In memory, on virtual time: the timeouts and the bootstrap's retry
+window are exact, however long a 90 MB answer takes to refuse on a loaded machine. Every
+row shows:
 
 * a clean, named error surfaced to the caller (naming the broker and what was wrong:
   the field, the frame size, the correlation id, the timeout), after retries;
@@ -23,6 +25,7 @@ import gc
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import pytest
@@ -33,20 +36,27 @@ from hostile_answers import (
     huge_frame,
     many_partitions,
     peak_rss_growth,
-    send_answer,
+    raw_answer,
     string_past_frame,
     wrong_correlation_id,
 )
-from net_fake_kafka import FakeKafka, all_api_versions
 
 from aiokafka_ng.cluster import Cluster, ClusterConfig
 from aiokafka_ng.errors import KafkaConnectionError
 from aiokafka_ng.net.connection import ConnectionConfig
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest
+from aiokafka_ng.testing import FakeKafka, virtual_time
+from aiokafka_ng.testing.fake import RawFrames, Received
 
 pytestmark = pytest.mark.anyio
 
 _MB = 1024 * 1024
+NODE = 1
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
 
 
 @dataclass(frozen=True)
@@ -56,12 +66,10 @@ class Row:
     error: str  # regex the surfaced error must match ({where}: the broker's host:port)
     max_growth_mb: int = 60
     cid_shift: int = 0  # the answer's correlation id minus the request's
-    # How long the bootstrap keeps retrying: long enough for two attempts on a loaded
-    # machine (a 90 MB answer takes ~0.1 s to send and refuse; silence 0.3 s per attempt).
+    # How long the bootstrap keeps retrying (virtual time: long enough for two attempts,
+    # silence 0.3 s per attempt).
     bootstrap_ms: int = 700
-    # The client's request timeout: short only where silence is the row. An answer that is
-    # merely big must not lose the race against it on a loaded machine (the 90 MB row did,
-    # under a load average of 20: "no response within 0.3s" instead of the limit error).
+    # The client's request timeout: short only where silence is the row.
     request_timeout_s: float = 5.0
 
 
@@ -80,7 +88,6 @@ ROWS = [
         # The 90 MB frame is buffered, then joined: ~180 MB at the peak, then decoding
         # stops at the count. Unbounded, the row took +1.2 GB.
         max_growth_mb=300,
-        bootstrap_ms=4000,
     ),
     Row(
         "string_past_frame",
@@ -104,27 +111,32 @@ ROWS = [
 ]
 
 
-async def _answer(fake: FakeKafka, row: Row, template: bytes) -> None:
-    """Answer every queued request (the Metadata ones) with ``template``."""
-    async for received in fake.requests:
-        if row.build is not None:  # silence: the client's request_timeout_ms must apply
-            await send_answer(received, template, row.cid_shift)
+def _answerer(row: Row, template: bytes) -> Callable[[Received], Any]:
+    """Every Metadata request's answer: ``template``, or (silence) none at all."""
+
+    async def answer(call: Received) -> RawFrames:
+        if row.build is None:  # silence: the client's request_timeout_ms must apply
+            await anyio.sleep_forever()
+        return raw_answer(call, template, row.cid_shift)
+
+    return answer
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 async def test_hostile_metadata_answer(row: Row) -> None:
-    versions = all_api_versions()
-    versions[MetadataRequest.API_KEY] = (METADATA_VERSION, METADATA_VERSION)
-    fake = FakeKafka(api_versions=versions)
-    async with fake.serve(), anyio.create_task_group() as tg:
-        template = b"" if row.build is None else row.build(0, fake.port)
-        tg.start_soon(_answer, fake, row, template)
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        port = kafka.nodes[NODE].port
+        kafka.api_versions[MetadataRequest.API_KEY] = (METADATA_VERSION, METADATA_VERSION)
+        template = b"" if row.build is None else row.build(0, port)
+        kafka.answer(MetadataRequest.API_KEY, _answerer(row, template))
         config = ClusterConfig(
-            bootstrap_servers=[("127.0.0.1", fake.port)],
+            bootstrap_servers=[("127.0.0.1", port)],
             # The admin's frame cap (100 MiB): the 90 MB answer gets through the frame
             # check and must be stopped by the decoder's limits.
             connection=ConnectionConfig(
-                request_timeout_s=row.request_timeout_s, connect_timeout_s=2
+                request_timeout_s=row.request_timeout_s,
+                connect_timeout_s=2,
+                transport=kafka.transport,
             ),
             retry_backoff_ms=10,
             retry_backoff_max_ms=20,
@@ -136,12 +148,12 @@ async def test_hostile_metadata_answer(row: Row) -> None:
         with peak_rss_growth() as growth, pytest.raises(KafkaConnectionError) as caught:
             async with Cluster(config):
                 pass
-        tg.cancel_scope.cancel()
+        connections = kafka.connections(NODE)
 
     message = str(caught.value)
-    where = re.escape(f"127.0.0.1:{fake.port}")
-    assert message.startswith(f"unable to bootstrap from 127.0.0.1:{fake.port}")
+    where = re.escape(f"127.0.0.1:{port}")
+    assert message.startswith(f"unable to bootstrap from 127.0.0.1:{port}")
     assert re.search(row.error.format(where=where), message), message
-    assert len(fake.connections) >= 2, "the client did not reconnect after the hostile answer"
+    assert connections >= 2, "the client did not reconnect after the hostile answer"
     grown_mb = growth() / _MB
     assert grown_mb < row.max_growth_mb, f"RSS grew {grown_mb:.0f} MB"

@@ -1,9 +1,11 @@
 """SASL GSSAPI (RFC 4752) with real Kerberos: a KDC on loopback (k5test + Debian's krb5-kdc),
 real tickets, the client's keytab or ticket cache.
 
-The broker side is the in-test fake Kafka server with a GSS-API acceptor from the service's
-keytab (real Kerberos, our acceptor): it lets a test offer a security layer Kafka never
-would. The same client runs against Apache Kafka in tests/kafka/test_kafka_kerberos.py.
+The broker side is FakeKafka in memory, its SaslHandshake and SaslAuthenticate scripted
+with a GSS-API acceptor from the service's keytab (real Kerberos, our acceptor): it lets a
+test offer a security layer Kafka never would. Real time, not virtual: the KDC answers over
+real sockets. The same client runs against Apache Kafka in
+tests/kafka/test_kafka_kerberos.py.
 """
 
 from __future__ import annotations
@@ -14,12 +16,10 @@ from typing import Any
 
 import k5test
 import pytest
-from net_fake_kafka import FakeConnection, FakeKafka
 
 from aiokafka_ng.errors import SaslAuthenticationFailedError
 from aiokafka_ng.net.connection import ConnectionConfig, connect
 from aiokafka_ng.net.sasl import SaslConfig
-from aiokafka_ng.protocol.framing import RequestHeader
 from aiokafka_ng.protocol.messages.sasl_authenticate import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -29,6 +29,8 @@ from aiokafka_ng.protocol.messages.sasl_handshake import (
     SaslHandshakeResponse,
 )
 from aiokafka_ng.protocol.primitives import ApiMessage
+from aiokafka_ng.testing import FakeKafka
+from aiokafka_ng.testing.fake import Received
 from tests.helpers import require_kerberos
 
 require_kerberos()  # the gssapi package (imported where used) and the KDC binaries
@@ -65,18 +67,26 @@ def realm() -> Iterator[Realm]:
         krb.stop()
 
 
-def gssapi_broker(service_keytab: str, *, layers: int = 1) -> FakeKafka:
-    """Accepts GSSAPI like Kafka's broker (JDK SaslServer, qop=auth): context tokens, then a
-    wrapped security layer offer; records the client's principal and chosen layer."""
+#: One connection's acceptor state: the GSS-API context, and what the client chose.
+Session = dict[str, Any]
+
+
+def gssapi_broker(kafka: FakeKafka, service_keytab: str, *, layers: int = 1) -> dict[int, Session]:
+    """Make ``kafka`` accept GSSAPI like Kafka's broker (JDK SaslServer, qop=auth): context
+    tokens, then a wrapped security layer offer. Returns each connection's session
+    (``Received.connection``), which records the client's principal and chosen layer."""
     import gssapi
 
-    def handshake(conn: FakeConnection, _h: RequestHeader, request: ApiMessage) -> ApiMessage:
-        assert isinstance(request, SaslHandshakeRequest)
+    sessions: dict[int, Session] = {}
+
+    def handshake(call: Received) -> ApiMessage:
+        assert isinstance(call.request, SaslHandshakeRequest)
         return SaslHandshakeResponse(mechanisms=["GSSAPI"])
 
-    def authenticate(conn: FakeConnection, _h: RequestHeader, request: ApiMessage) -> ApiMessage:
+    def authenticate(call: Received) -> ApiMessage:
+        request = call.request
         assert isinstance(request, SaslAuthenticateRequest)
-        state = conn.state
+        state = sessions.setdefault(call.connection, {})
         if "ctx" not in state:
             creds = gssapi.Credentials(usage="accept", store={"keytab": service_keytab})
             state["ctx"] = gssapi.SecurityContext(creds=creds, usage="accept")
@@ -95,57 +105,68 @@ def gssapi_broker(service_keytab: str, *, layers: int = 1) -> FakeKafka:
         offer = bytes([layers, 0, 0x10, 0])  # layers, max buffer 4096
         return SaslAuthenticateResponse(auth_bytes=ctx.wrap(offer, False).message)
 
-    return FakeKafka(
-        responders={
-            SaslHandshakeRequest.API_KEY: handshake,
-            SaslAuthenticateRequest.API_KEY: authenticate,
-        }
-    )
+    kafka.answer(SaslHandshakeRequest.API_KEY, handshake)
+    kafka.answer(SaslAuthenticateRequest.API_KEY, authenticate)
+    return sessions
 
 
-def kerberos_config(**kerberos: Any) -> ConnectionConfig:
-    return ConnectionConfig(sasl=SaslConfig("GSSAPI", **kerberos), request_timeout_s=10)
+def kerberos_config(kafka: FakeKafka, **kerberos: Any) -> ConnectionConfig:
+    sasl = SaslConfig("GSSAPI", **kerberos)
+    return ConnectionConfig(sasl=sasl, request_timeout_s=10, transport=kafka.transport)
+
+
+def address(kafka: FakeKafka) -> tuple[str, int]:
+    # The service principal is kafka/127.0.0.1: the client names the host it connects to.
+    return "127.0.0.1", kafka.nodes[1].port
 
 
 @pytest.mark.anyio
 async def test_login_from_the_ticket_cache(realm: Realm) -> None:
-    async with gssapi_broker(realm.service_keytab).serve() as server:
-        async with connect("127.0.0.1", server.port, kerberos_config()) as conn:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        sessions = gssapi_broker(kafka, realm.service_keytab)
+        async with connect(*address(kafka), kerberos_config(kafka)) as conn:
             assert not conn.closed
-        state = server.connections[0].state
+    (state,) = sessions.values()
     assert state["principal"] == "user@KRBTEST.COM"
     assert state["choice"] == b"\x01\x00\x00\x00"  # no security layer, no authzid
 
 
 @pytest.mark.anyio
 async def test_login_from_a_keytab(realm: Realm) -> None:
-    config = kerberos_config(
-        kerberos_principal="svc-client@KRBTEST.COM",
-        kerberos_keytab=realm.client_keytab,
-        kerberos_ccache=f"MEMORY:{os.getpid()}",
-    )
-    async with gssapi_broker(realm.service_keytab).serve() as server:
-        async with connect("127.0.0.1", server.port, config):
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        sessions = gssapi_broker(kafka, realm.service_keytab)
+        config = kerberos_config(
+            kafka,
+            kerberos_principal="svc-client@KRBTEST.COM",
+            kerberos_keytab=realm.client_keytab,
+            kerberos_ccache=f"MEMORY:{os.getpid()}",
+        )
+        async with connect(*address(kafka), config):
             pass
-        assert server.connections[0].state["principal"] == "svc-client@KRBTEST.COM"
+    (state,) = sessions.values()
+    assert state["principal"] == "svc-client@KRBTEST.COM"
 
 
 @pytest.mark.anyio
 async def test_server_demanding_a_security_layer_is_refused(realm: Realm) -> None:
-    async with gssapi_broker(realm.service_keytab, layers=4).serve() as server:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        gssapi_broker(kafka, realm.service_keytab, layers=4)
         with pytest.raises(SaslAuthenticationFailedError, match="confidentiality"):
-            async with connect("127.0.0.1", server.port, kerberos_config()):
+            async with connect(*address(kafka), kerberos_config(kafka)):
                 pass
 
 
 @pytest.mark.anyio
 async def test_unknown_service_principal_is_a_named_error(realm: Realm) -> None:
-    async with gssapi_broker(realm.service_keytab).serve() as server:
-        config = kerberos_config(kerberos_service_name="nosuch")
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        gssapi_broker(kafka, realm.service_keytab)
+        config = kerberos_config(kafka, kerberos_service_name="nosuch")
         with pytest.raises(SaslAuthenticationFailedError, match="GSSAPI") as info:
-            async with connect("127.0.0.1", server.port, config):
+            async with connect(*address(kafka), config):
                 pass
         assert not info.value.retriable
+        # Refused at the client: no token for an unknown service reached the broker.
+        assert kafka.received(SaslAuthenticateRequest.API_KEY) == []
 
 
 def test_java_krb5_properties_and_aiokafka_keywords_reach_the_sasl_config() -> None:

@@ -3,10 +3,9 @@
 Broker-facing parts run against FakeKafka in memory, its SaslHandshake and SaslAuthenticate
 scripted (``FakeKafka.answer``): Tansu has no working SASL (/work/shared/TANSU.md), and a
 fake is the only way to script a session lifetime of a few milliseconds and check every
-frame on the wire. Re-authentication with requests in flight runs on net_fake_kafka, which
-reads requests ahead of its answers (FakeKafka, like Kafka, reads a connection's next
-request only after answering the last). The same paths run against Apache
-Kafka in tests/kafka/test_kafka_oauth.py. The OIDC token endpoint is a real HTTP server on
+frame on the wire. The re-authentication tests run on virtual time, so the sessions they
+wait out cost no wall time. The same paths run against Apache Kafka in
+tests/kafka/test_kafka_oauth.py. The OIDC token endpoint is a real HTTP server on
 127.0.0.1 (the standard library's), not a fake of urllib.
 """
 
@@ -22,7 +21,6 @@ from typing import Any
 
 import anyio
 import pytest
-from net_fake_kafka import FakeKafka as ScriptedServer
 
 from aiokafka_ng.config import ClientConfig
 from aiokafka_ng.errors import KafkaConnectionError, SaslAuthenticationFailedError
@@ -47,12 +45,28 @@ from aiokafka_ng.protocol.messages.sasl_handshake import (
     SaslHandshakeResponse,
 )
 from aiokafka_ng.protocol.primitives import ApiMessage
-from aiokafka_ng.testing import FakeKafka
+from aiokafka_ng.testing import FakeKafka, virtual_time
 from aiokafka_ng.testing.fake import Received
 
 SASL_HANDSHAKE_KEY = SaslHandshakeRequest.API_KEY
 SASL_AUTHENTICATE_KEY = SaslAuthenticateRequest.API_KEY
 SECRET = "s3cr3t-do-not-print"
+METADATA_KEY = MetadataRequest.API_KEY
+
+#: Tests on virtual time: every byte they wait for comes from FakeKafka in memory and
+#: nothing of theirs runs in another thread (the clock would jump past it). The others run
+#: on real time: the OIDC endpoint answers from a thread, the MSK signer may run in one.
+VIRTUAL_TIME = {
+    "test_reauthentication_keeps_in_flight_requests_and_the_connection",
+    "test_failed_reauthentication_closes_with_the_named_error",
+}
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, Any]]:
+    if request.function.__name__ in VIRTUAL_TIME:
+        return virtual_time.backend(request.param)
+    return str(request.param)
 
 
 # ------------------------------------------------------------------------ client message
@@ -144,11 +158,13 @@ async def test_a_failing_provider_is_a_named_error_without_its_message() -> None
 
 
 def oauth_broker(
-    kafka: FakeKafka, *, lifetime_ms: int = 0, valid: set[str] | None = None
+    kafka: FakeKafka, *, lifetime_ms: int | tuple[int, ...] = 0, valid: set[str] | None = None
 ) -> dict[int, list[dict[str, str]]]:
     """Make ``kafka`` authenticate OAUTHBEARER like Kafka: error JSON, then error 58 after the
-    client's ^A. ``valid``: accepted subjects (None: all). Returns the client messages'
-    fields, per connection (``Received.connection``)."""
+    client's ^A. ``valid``: accepted subjects (None: all). ``lifetime_ms``: the session
+    lifetime each login gets, or one per successive login on a connection (the last one
+    repeated). Returns the client messages' fields, per connection (``Received.connection``)."""
+    lifetimes = lifetime_ms if isinstance(lifetime_ms, tuple) else (lifetime_ms,)
     messages: dict[int, list[dict[str, str]]] = {}
 
     def handshake(call: Received) -> ApiMessage:
@@ -162,11 +178,13 @@ def oauth_broker(
         if data == b"\x01":
             return SaslAuthenticateResponse(error_code=58, error_message="invalid token")
         fields = dict(p.split("=", 1) for p in data.decode().split("\x01")[1:] if p)
-        messages.setdefault(call.connection, []).append(fields)
+        logins = messages.setdefault(call.connection, [])
+        logins.append(fields)
         subject = (jwt_claims(fields["auth"].removeprefix("Bearer ")) or {}).get("sub")
         if valid is not None and subject not in valid:
             return SaslAuthenticateResponse(auth_bytes=b'{"status":"invalid_token"}')
-        return SaslAuthenticateResponse(session_lifetime_ms=lifetime_ms)
+        lifetime = lifetimes[min(len(logins), len(lifetimes)) - 1]
+        return SaslAuthenticateResponse(session_lifetime_ms=lifetime)
 
     kafka.answer(SASL_HANDSHAKE_KEY, handshake)
     kafka.answer(SASL_AUTHENTICATE_KEY, authenticate)
@@ -212,35 +230,9 @@ async def test_rejected_token_surfaces_the_error_json_in_one_attempt() -> None:
         assert [(r.connection, r.version) for r in sent] == [(1, 2), (1, 2)]  # token, ^A
 
 
-async def answer(received: Any, lifetime_ms: int) -> None:
-    if isinstance(received.request, SaslHandshakeRequest):
-        await received.reply(SaslHandshakeResponse(mechanisms=["OAUTHBEARER"]))
-    elif isinstance(received.request, SaslAuthenticateRequest):
-        await received.reply(SaslAuthenticateResponse(session_lifetime_ms=lifetime_ms))
-    else:
-        await received.reply(MetadataResponse())
-
-
 #: The login's session in the re-authentication test: re-authentication is due after 85-95 %
-#: of it. Long enough that the test's first two requests go out well before (a 1 ms session
-#: expired between them on a loaded machine, which then re-authenticated a request early and
-#: the script below waited for a third request that never came).
+#: of it (on virtual time, so exactly then, with no wall time spent).
 LOGIN_SESSION_MS = 1000
-
-
-async def in_order_broker(server: ScriptedServer, seen: list[str]) -> None:
-    """Answers like Kafka, strictly in arrival order: the login, then holds two Metadata
-    requests until the re-authentication's SaslHandshake has arrived behind them."""
-    for _ in range(2):
-        await answer(await server.next_request(), lifetime_ms=LOGIN_SESSION_MS)
-    held = [await server.next_request() for _ in range(3)]
-    seen.extend(type(r.request).__name__ for r in held)
-    for received in held:
-        await answer(received, lifetime_ms=1)
-    for _ in range(2):  # SaslAuthenticate, then the request that found re-auth due
-        received = await server.next_request()
-        seen.append(type(received.request).__name__)
-        await answer(received, lifetime_ms=0)
 
 
 @pytest.mark.anyio
@@ -248,32 +240,45 @@ async def test_reauthentication_keeps_in_flight_requests_and_the_connection() ->
     calls: list[float] = []
 
     def provider() -> OAuthBearerToken:
-        calls.append(time.time())
+        calls.append(anyio.current_time())
         return UnsecuredTokenProvider(f"alice{len(calls)}")()
 
-    seen: list[str] = []
-    async with ScriptedServer().serve() as server, anyio.create_task_group() as tg:
-        tg.start_soon(in_order_broker, server, seen)
-        async with connect("127.0.0.1", server.port, oauth_config(provider)) as conn:
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        # The login's session ends after LOGIN_SESSION_MS; the re-authentication's never.
+        messages = oauth_broker(kafka, lifetime_ms=(LOGIN_SESSION_MS, 0))
+
+        async def held_until_reauthentication(call: Received) -> Any:
+            # Kafka answers strictly in arrival order: the first Metadata (and so the second,
+            # behind it) is answered only once the re-authentication's SaslHandshake has
+            # arrived behind both: three requests on the wire, unanswered.
+            await kafka.wait_until(lambda: kafka.in_flight(1) == 3)
+            return await kafka.model_answer(call)
+
+        kafka.answer(METADATA_KEY, held_until_reauthentication, times=1)
+        async with connect(*address(kafka), oauth_config(provider, kafka)) as conn:
             # Two requests on the wire, unanswered, when re-authentication becomes due.
             first = await conn.submit(MetadataRequest(topics=[]))
             second = await conn.submit(MetadataRequest(topics=[]))
-            # The session is over (wall-clock time must pass: the deadline is the clock's).
-            await anyio.sleep(LOGIN_SESSION_MS / 1000)
-            with anyio.fail_after(10):
-                third = await conn.submit(MetadataRequest(topics=[]))
-                for pending in (first, second, third):
-                    assert isinstance(await pending.wait(), MetadataResponse)
+            await anyio.sleep(LOGIN_SESSION_MS / 1000)  # the session is over
+            third = await conn.submit(MetadataRequest(topics=[]))
+            for pending in (first, second, third):
+                assert isinstance(await pending.wait(), MetadataResponse)
             assert not conn.closed
-    assert len(server.connections) == 1
-    assert seen == [
-        "MetadataRequest",
-        "MetadataRequest",
-        "SaslHandshakeRequest",
+        sent = [r for r in kafka.received() if r.api_key != 18]
+        assert {r.connection for r in kafka.received()} == {1}  # one connection throughout
+    assert [type(r.request).__name__ for r in sent] == [
+        "SaslHandshakeRequest",  # the login
         "SaslAuthenticateRequest",
         "MetadataRequest",
+        "MetadataRequest",
+        "SaslHandshakeRequest",  # the re-authentication, behind two unanswered requests
+        "SaslAuthenticateRequest",
+        "MetadataRequest",  # the request that found re-authentication due
     ]
-    assert len(calls) == 2  # a fresh token for the re-authentication
+    assert kafka.max_in_flight(1) == 3
+    assert len(calls) == 2  # a fresh token for the re-authentication...
+    subjects = [jwt_claims(m["auth"].removeprefix("Bearer ")) or {} for m in messages[1]]
+    assert [c.get("sub") for c in subjects] == ["alice1", "alice2"]  # ...sent on the wire
 
 
 @pytest.mark.anyio

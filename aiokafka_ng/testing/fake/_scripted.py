@@ -15,6 +15,8 @@ and returns the answer:
 * a response message, encoded at the request's version;
 * ``bytes``: the response *body*, framed here (size, correlation id, header tagged fields)
   -- a hand-written answer, byte for byte;
+* :class:`~._raw.RawFrames`: bytes written to the connection as they are, framing and
+  correlation id included (:mod:`._raw`) -- an answer wrong in its framing;
 * None: the connection is closed without an answer;
 * or an awaitable of one of these (an answer held until the test lets it go).
 
@@ -33,6 +35,7 @@ from typing import Any, TypeAlias
 from aiokafka_ng.protocol import framing
 from aiokafka_ng.protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
 from aiokafka_ng.protocol.primitives import ApiMessage
+from aiokafka_ng.testing.fake._raw import RawFrames
 
 __all__ = ["Answer", "Handler", "Received", "Script", "Scripts", "frame_body"]
 
@@ -50,9 +53,13 @@ class Received:
     request: Any
     #: ``anyio.current_time()`` when it was read (virtual under a mock clock).
     at: float
+    #: The request header's correlation id (what a :class:`~._raw.RawFrames` answer
+    #: writes, or deliberately does not) and client id.
+    correlation_id: int = 0
+    client_id: str | None = None
 
 
-Answer: TypeAlias = ApiMessage | bytes | None
+Answer: TypeAlias = ApiMessage | bytes | RawFrames | None
 Handler: TypeAlias = Callable[[Received], Answer | Awaitable[Answer]]
 #: A node id, or a predicate on the request; None matches every request.
 ScriptMatch: TypeAlias = int | Callable[[Received], bool] | None
@@ -124,10 +131,10 @@ class Scripts:
         out = rule.handler(call)
         if inspect.isawaitable(out):
             out = await out
-        if out is not None and not isinstance(out, (bytes, ApiMessage)):
+        if out is not None and not isinstance(out, (bytes, ApiMessage, RawFrames)):
             raise TypeError(
                 f"a script for API key {call.api_key} returned {type(out).__name__}: "
-                "answer with a response message, bytes (a response body) or None"
+                "answer with a response message, bytes (a response body), RawFrames or None"
             )
         return out
 

@@ -74,6 +74,7 @@ from aiokafka_ng.testing.fake._cuts import Cut, CutScope, fire
 from aiokafka_ng.testing.fake._inject import PARTITIONED_APIS, Injection, Match, error_response
 from aiokafka_ng.testing.fake._memory import MemoryByteStream, stream_pair
 from aiokafka_ng.testing.fake._observe import Observations, Observers
+from aiokafka_ng.testing.fake._raw import RawFrames
 from aiokafka_ng.testing.fake._scripted import (
     Answer,
     Handler,
@@ -154,7 +155,7 @@ class _Conn:
         #: This connection's own request cut (``cut_after(scope="each")``).
         self.cut_rule = None if node.each_cut is None else node.each_cut.fresh()
         #: An answer held back to be written after the next one (``swap_next_responses``).
-        self.held: bytes | None = None
+        self.held: bytes | RawFrames | None = None
 
     def cut(self) -> None:
         if isinstance(self.stream, MemoryByteStream):
@@ -428,7 +429,16 @@ class FakeKafka(Observers):
         api_key, version = header.api_key, header.api_version
         now = anyio.current_time()
         node.requests[api_key] += 1
-        call = Received(node.node_id, conn.number, api_key, version, request, now)
+        call = Received(
+            node.node_id,
+            conn.number,
+            api_key,
+            version,
+            request,
+            now,
+            header.correlation_id,
+            header.client_id,
+        )
         self._scripts.log.append(call)
         self._seen.request(node.node_id, api_key, now)
         if api_key in PARTITIONED_APIS:
@@ -445,7 +455,10 @@ class FakeKafka(Observers):
             return  # acks=0
         if not self._reachable(node):
             raise _Close
-        if isinstance(response, bytes):  # a script's hand-written body
+        payload: bytes | RawFrames
+        if isinstance(response, RawFrames):  # a script's bytes, written as they are
+            payload = response
+        elif isinstance(response, bytes):  # a script's hand-written body
             payload = frame_body(api_key, version, header.correlation_id, response)
         else:
             self._seen.answered(node.node_id, api_key, response)
@@ -487,7 +500,11 @@ class FakeKafka(Observers):
         except _Close:
             pass  # the connection is gone already
 
-    async def _write(self, conn: _Conn, payload: bytes) -> None:
+    async def _write(self, conn: _Conn, payload: bytes | RawFrames) -> None:
+        if isinstance(payload, RawFrames):
+            for piece in payload.pieces():
+                await self._write(conn, piece)
+            return
         node = conn.node
         if node.cut_after_bytes is not None:
             left = node.cut_after_bytes
@@ -507,10 +524,13 @@ class FakeKafka(Observers):
             return await self._scripted(script, call)
         if api_key == API_VERSIONS:
             if lo_hi is None or version > lo_hi[1]:
-                # Kafka answers an ApiVersions it cannot parse in v0, with its versions.
+                # Kafka answers an ApiVersions it cannot parse in v0, with its versions: the
+                # body is v0 whatever the request's version (a body, so it is not encoded at
+                # the request's; ApiVersions' response header is v0 at every version).
                 resp = H.api_versions(self.api_versions, request, 0)
                 resp.error_code = E.UNSUPPORTED_VERSION
-                return resp
+                self._seen.answered(node.node_id, api_key, resp)
+                return resp.encode(0)
             resp = H.api_versions(self.api_versions, request, version)
             resp.supported_features = [
                 SupportedFeatureKey(name=name, min_version=0, max_version=_MAX_LEVELS[name])
@@ -953,9 +973,11 @@ class FakeKafka(Observers):
         """Answer requests of ``api_key`` with ``handler`` instead of the model.
 
         ``handler(received)`` gets the :class:`Received` request (``request``, ``version``,
-        ``node``, ``connection``) and returns a response message (encoded at the request's
-        version), ``bytes`` (the response body, framed here), None (close the connection
-        unanswered), or an awaitable of one of these. ``times``: requests to answer (None:
+        ``node``, ``connection``, ``correlation_id``) and returns a response message
+        (encoded at the request's version), ``bytes`` (the response body, framed here),
+        :class:`RawFrames` (bytes written as they are: an answer wrong in its framing or
+        correlation id), None (close the connection unanswered), or an awaitable of one of
+        these. ``times``: requests to answer (None:
         every one, until :meth:`clear_faults` or the rule's ``cancel()``); ``match``: a node
         id, or a predicate on the :class:`Received` request. Rules are tried in the order
         they were added, after :meth:`inject`'s; a request none matches goes to the model.
