@@ -3,17 +3,17 @@ does with ShareFetch answers no real broker can be made to send (garbage records
 ranges far beyond the records sent). The protocol against Apache Kafka is in
 tests/kafka/test_kafka_share.py.
 
-FakeKafka does not model share groups (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge),
-so the two ShareFetch pacing tests keep scripted answers (``tests/scripted_cluster.py``)
-until FakeKafka can script an answer per API key.
+FakeKafka does not model share groups (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge):
+the two ShareFetch pacing tests run the fetch of one node on a real cluster against
+FakeKafka, its ShareFetch answers scripted with ``FakeKafka.answer``.
 """
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import uuid
-from types import MappingProxyType
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -24,10 +24,11 @@ from aiokafka_ng.cluster import Cluster
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.share._wire import _GAP, _runs
-from aiokafka_ng.errors import ConfigError, IllegalStateError, KafkaConnectionError
+from aiokafka_ng.errors import ConfigError, IllegalStateError
 from aiokafka_ng.protocol.messages import share_fetch as sf
 from aiokafka_ng.protocol.records import RecordBatchBuilder
-from tests.scripted_cluster import ScriptedCluster, make_metadata
+from aiokafka_ng.testing import FakeKafka
+from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.unit
 
@@ -221,48 +222,62 @@ def test_subscribe_releases_buffered_records_of_the_topics_left() -> None:
         c.subscribe([])
 
 
-def share_cluster() -> ScriptedCluster:
-    """One node (1) leading t-0, the topic with an id (a ShareFetch names topics by id)."""
-    meta = make_metadata({"t": 1})
-    topic = dataclasses.replace(meta.topics["t"], topic_id=uuid.uuid4())
-    return ScriptedCluster(
-        metadata=dataclasses.replace(meta, topics=MappingProxyType({"t": topic}))
-    )
+SHARE_FETCH = 78
+
+
+def given(
+    answer: sf.ShareFetchResponse | None,
+) -> Callable[[Received], sf.ShareFetchResponse | None]:
+    return lambda call: answer
+
+
+@asynccontextmanager
+async def share_fetches(*answers: sf.ShareFetchResponse | None) -> AsyncIterator[Cluster]:
+    """A real cluster on a one-node FakeKafka with topic ``t`` (its id is in the metadata,
+    which a ShareFetch names topics by), whose next ShareFetch requests get ``answers`` in
+    order (None: the connection is closed unanswered, a connection error to the client).
+
+    FakeKafka does not model share groups; these tests call the fetch of one node directly
+    and need only its ShareFetch answers, so no ShareGroupHeartbeat is scripted."""
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        for a in answers:  # rules are tried in the order added: each answers once
+            kafka.answer(SHARE_FETCH, given(a), times=1)
+        async with Cluster(ConsumerConfig(**kafka.client_config()).cluster_config()) as cluster:
+            await cluster.refresh(["t"])
+            yield cluster
+        # Every scripted answer was asked for, no more.
+        assert len(kafka.received(SHARE_FETCH)) == len(answers)
 
 
 @pytest.mark.anyio
 async def test_failed_share_fetches_back_off_more_with_each_failure(anyio_backend: str) -> None:
     # The shared policy (KIP-580) per broker: consecutive failures grow the pause; an
     # answer starts it over. (A session-lost answer reopens at once: see _SESSION_LOST.)
-    cluster = share_cluster()
-    down = KafkaConnectionError("node 1 down")
-    cluster.script(
-        sf.ShareFetchRequest,
-        down,
-        down,
-        sf.ShareFetchResponse(error_code=7),  # REQUEST_TIMED_OUT: retriable, paced
-        sf.ShareFetchResponse(),
-        down,
-    )
     c = consumer(retry_backoff_ms=1, retry_backoff_max_ms=50)
     failures: list[int] = []
-    for _ in range(5):
-        with anyio.fail_after(10):
-            await c._fetch_node(cluster, 1, frozenset({TP}), 10, 500)
-        failures.append(c._sessions[1].pacing.failures)  # the pause is backoff(failures)
+    async with share_fetches(
+        None,  # node 1 down
+        None,
+        sf.ShareFetchResponse(error_code=7),  # REQUEST_TIMED_OUT: retriable, paced
+        sf.ShareFetchResponse(),
+        None,
+    ) as cluster:
+        for _ in range(5):
+            with anyio.fail_after(10):
+                await c._fetch_node(cluster, 1, frozenset({TP}), 10, 500)
+            failures.append(c._sessions[1].pacing.failures)  # the pause is backoff(failures)
     assert failures == [1, 2, 3, 0, 1]
-    assert len(cluster.requests(sf.ShareFetchRequest)) == 5 and cluster.pending() == 0
 
 
 @pytest.mark.anyio
 async def test_a_share_fetch_backoff_never_outlasts_the_round(anyio_backend: str) -> None:
     # Deep into failures the policy asks for up to a minute; poll()'s round (wait_ms) bounds
     # the pause so poll keeps its timeout. Without the bound this call sleeps ~60 s.
-    cluster = share_cluster()
-    cluster.script(sf.ShareFetchRequest, KafkaConnectionError("node 1 down"))
     c = consumer(retry_backoff_ms=1, retry_backoff_max_ms=60_000)
-    await c._fetch_node(cluster, 1, frozenset(), 10, 0)  # opens no session: creates pacing
-    c._sessions[1].pacing.failures = 30
-    with anyio.fail_after(10):
-        await c._fetch_node(cluster, 1, frozenset({TP}), 10, 20)
+    async with share_fetches(None) as cluster:  # node 1 down
+        await c._fetch_node(cluster, 1, frozenset(), 10, 0)  # opens no session: creates pacing
+        c._sessions[1].pacing.failures = 30
+        with anyio.fail_after(10):
+            await c._fetch_node(cluster, 1, frozenset({TP}), 10, 20)
     assert c._sessions[1].pacing.failures == 31
