@@ -4,7 +4,7 @@ memory and on virtual time.
 Why not Tansu: it cannot be made to answer MEMBER_ID_REQUIRED, expel a member, or refuse a
 commit on demand; FakeKafka answers MEMBER_ID_REQUIRED as Kafka 4 does (KIP-394), and the
 expulsion and the refused commits are injected. The requests the member sends are read off
-the wire (``WireTap``).
+the wire (``FakeKafka.received``).
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.testing import FakeKafka, virtual_time
-from tests.wire_tap import WireTap
 
 pytestmark = pytest.mark.anyio
 
 T = "t"
 OFFSET_COMMIT, HEARTBEAT = 8, 12
+JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP, FIND_COORDINATOR = 11, 13, 14, 10
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -59,16 +59,16 @@ class Listener(ConsumerRebalanceListener):
 
 
 ALL = frozenset(TopicPartition(T, p) for p in range(4))
-Body = Callable[[GroupCoordinator, FakeKafka, WireTap, Cluster, Listener], Any]
+Body = Callable[[GroupCoordinator, FakeKafka, Cluster, Listener], Any]
 
 
-async def run_group(body: Body, **settings: Any) -> WireTap:
+async def run_group(body: Body, **settings: Any) -> FakeKafka:
     """One member of group ``g`` subscribed to ``t`` (4 partitions) on a 3-node FakeKafka:
-    joined and settled, then ``body``, then closed. Returns the tap of its wire."""
+    joined and settled, then ``body``, then closed. Returns the FakeKafka, whose
+    ``received`` is what the member wrote."""
     async with FakeKafka(brokers=3, tcp=False) as kafka:
         kafka.create_topic(T, partitions=4)
-        tap = WireTap(kafka)
-        async with Cluster(ProducerConfig(**tap.client_config()).cluster_config()) as cluster:
+        async with Cluster(ProducerConfig(**kafka.client_config()).cluster_config()) as cluster:
             group_settings = GroupSettings(
                 group_id="g",
                 session_timeout_ms=6000,  # group.min.session.timeout.ms: Kafka's least
@@ -93,35 +93,35 @@ async def run_group(body: Body, **settings: Any) -> WireTap:
                     group.request_rejoin()
                     while not group.settled:
                         await group.wait_joined()
-                    await body(group, kafka, tap, cluster, listener)
+                    await body(group, kafka, cluster, listener)
                     await group.close()
                 tg.cancel_scope.cancel()
-    return tap
+    return kafka
 
 
-def joins(tap: WireTap) -> list[str]:
+def joins(kafka: FakeKafka) -> list[str]:
     """The member ids of the JoinGroup requests written, in order."""
-    return [x.request.member_id for x in tap.requests("JoinGroup")]
+    return [x.request.member_id for x in kafka.received(JOIN_GROUP)]
 
 
 async def test_member_id_required_then_join_with_that_id() -> None:
     async def body(
-        group: GroupCoordinator, kafka: FakeKafka, tap: WireTap, c: Cluster, listener: Listener
+        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
     ) -> None:
         # KIP-394: the first join gets MEMBER_ID_REQUIRED and the id to join with.
-        assert group.member_id and joins(tap) == ["", group.member_id]
+        assert group.member_id and joins(kafka) == ["", group.member_id]
         assert group.generation == 1
         assert listener.events == [("assigned", ALL)]
         assert kafka.requests(kafka.coordinator_for("g"))[11] == 2  # both at the coordinator
 
-    tap = await run_group(body)
-    leaves = tap.requests("LeaveGroup")
-    assert len(leaves) == 1 and leaves[0].request.members[0].member_id == joins(tap)[-1]
+    kafka = await run_group(body)
+    leaves = kafka.received(LEAVE_GROUP)
+    assert len(leaves) == 1 and leaves[0].request.members[0].member_id == joins(kafka)[-1]
 
 
 async def test_expelled_member_loses_partitions_and_rejoins() -> None:
     async def body(
-        group: GroupCoordinator, kafka: FakeKafka, tap: WireTap, c: Cluster, listener: Listener
+        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
     ) -> None:
         first = group.member_id
         kafka.inject(HEARTBEAT, UnknownMemberIdError.errno)  # expelled
@@ -130,7 +130,7 @@ async def test_expelled_member_loses_partitions_and_rejoins() -> None:
         assert ("lost", ALL) in listener.events
         assert listener.events[-1] == ("assigned", ALL)
         # Expelled: it joined again from scratch (no member id), then with the new id.
-        assert joins(tap) == ["", first, "", group.member_id]
+        assert joins(kafka) == ["", first, "", group.member_id]
         assert group.member_id != first
 
     await run_group(body)
@@ -138,28 +138,28 @@ async def test_expelled_member_loses_partitions_and_rejoins() -> None:
 
 async def test_static_member_sends_instance_id_and_does_not_leave() -> None:
     async def body(
-        group: GroupCoordinator, kafka: FakeKafka, tap: WireTap, c: Cluster, listener: Listener
+        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
     ) -> None:
         # Heartbeats every 20 ms: let a few go out.
         await kafka.wait_until(lambda: kafka.requests()[HEARTBEAT] >= 3)
-        assert all(x.request.group_instance_id == "host-1" for x in tap.requests("JoinGroup"))
+        assert all(x.request.group_instance_id == "host-1" for x in kafka.received(JOIN_GROUP))
 
-    tap = await run_group(body, group_instance_id="host-1")
-    assert not tap.requests("LeaveGroup")
-    heartbeats = tap.requests("Heartbeat")
+    kafka = await run_group(body, group_instance_id="host-1")
+    assert not kafka.received(LEAVE_GROUP)
+    heartbeats = kafka.received(HEARTBEAT)
     assert heartbeats and all(x.request.group_instance_id == "host-1" for x in heartbeats)
 
 
 async def test_commit_retries_coordinator_errors_and_fails_on_stale_generation() -> None:
     async def body(
-        group: GroupCoordinator, kafka: FakeKafka, tap: WireTap, c: Cluster, listener: Listener
+        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
     ) -> None:
         tp = TopicPartition(T, 0)
-        lookups = len(tap.requests("FindCoordinator"))
+        lookups = len(kafka.received(FIND_COORDINATOR))
         kafka.inject(OFFSET_COMMIT, NotCoordinatorError.errno)
         await group.commit({tp: OffsetAndMetadata(5)})
-        assert len(tap.requests("FindCoordinator")) > lookups  # looked up again
-        commits = [x.request for x in tap.requests("OffsetCommit")]
+        assert len(kafka.received(FIND_COORDINATOR)) > lookups  # looked up again
+        commits = [x.request for x in kafka.received(OFFSET_COMMIT)]
         assert len(commits) == 2
         assert commits[-1].generation_id_or_member_epoch == group.generation
         assert commits[-1].member_id == group.member_id
@@ -175,16 +175,16 @@ async def test_commit_retries_coordinator_errors_and_fails_on_stale_generation()
 
 async def test_leader_rebalances_when_partitions_are_added() -> None:
     async def body(
-        group: GroupCoordinator, kafka: FakeKafka, tap: WireTap, cluster: Cluster, _: Listener
+        group: GroupCoordinator, kafka: FakeKafka, cluster: Cluster, _: Listener
     ) -> None:
-        before = len(joins(tap))
+        before = len(joins(kafka))
         kafka.cluster.add_partitions(kafka.cluster.topics[T], 6)
         await cluster.refresh([T])  # the leader's next metadata snapshot has 6 partitions
-        while len(joins(tap)) == before or not group.settled:
+        while len(joins(kafka)) == before or not group.settled:
             await group.wait_joined()
-        assert len(joins(tap)) == before + 1
+        assert len(joins(kafka)) == before + 1
 
-    tap = await run_group(body)
-    syncs = tap.requests("SyncGroup")
+    kafka = await run_group(body)
+    syncs = kafka.received(SYNC_GROUP)
     assert len(syncs) == 2
     assert len(decode_assignment(syncs[-1].request.assignments[0].assignment)) == 6

@@ -3,17 +3,17 @@ does with ShareFetch answers no real broker can be made to send (garbage records
 ranges far beyond the records sent). The protocol against Apache Kafka is in
 tests/kafka/test_kafka_share.py.
 
-FakeKafka does not model share groups (ShareGroupHeartbeat, ShareFetch, ShareAcknowledge),
-so the two ShareFetch pacing tests keep scripted answers (``tests/scripted_cluster.py``)
-until FakeKafka can script an answer per API key.
+FakeKafka does not model share groups: the two ShareFetch pacing tests run a ShareConsumer
+against FakeKafka on virtual time with ShareGroupHeartbeat, ShareFetch and ShareAcknowledge
+answered by scripts (``FakeKafka.answer``), and read the pauses off the wire.
 """
 
 from __future__ import annotations
 
 import base64
-import dataclasses
+import itertools
 import uuid
-from types import MappingProxyType
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -24,10 +24,13 @@ from aiokafka_ng.cluster import Cluster
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.share._wire import _GAP, _runs
-from aiokafka_ng.errors import ConfigError, IllegalStateError, KafkaConnectionError
+from aiokafka_ng.errors import ConfigError, IllegalStateError
+from aiokafka_ng.protocol.messages import share_acknowledge as sa
 from aiokafka_ng.protocol.messages import share_fetch as sf
+from aiokafka_ng.protocol.messages import share_group_heartbeat as sgh
 from aiokafka_ng.protocol.records import RecordBatchBuilder
-from tests.scripted_cluster import ScriptedCluster, make_metadata
+from aiokafka_ng.testing import FakeKafka, virtual_time
+from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.unit
 
@@ -221,48 +224,114 @@ def test_subscribe_releases_buffered_records_of_the_topics_left() -> None:
         c.subscribe([])
 
 
-def share_cluster() -> ScriptedCluster:
-    """One node (1) leading t-0, the topic with an id (a ShareFetch names topics by id)."""
-    meta = make_metadata({"t": 1})
-    topic = dataclasses.replace(meta.topics["t"], topic_id=uuid.uuid4())
-    return ScriptedCluster(
-        metadata=dataclasses.replace(meta, topics=MappingProxyType({"t": topic}))
-    )
+SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
+VIRTUAL_TIME = pytest.mark.parametrize(
+    "anyio_backend",
+    [virtual_time.backend("asyncio"), virtual_time.backend("trio")],
+    ids=["asyncio", "trio"],
+)
 
 
+def coordinator(kafka: FakeKafka) -> None:
+    """Script the share group coordinator FakeKafka does not model: every member is
+    assigned t-0 and joins at epoch 1; a leave (epoch -1) and ShareAcknowledge (which closes
+    the member's share sessions at stop) are answered without error."""
+    topic_id = kafka.cluster.topics["t"].topic_id
+
+    def heartbeat(call: Received) -> sgh.ShareGroupHeartbeatResponse:
+        req = call.request
+        if req.member_epoch == -1:
+            return sgh.ShareGroupHeartbeatResponse(member_id=req.member_id, member_epoch=-1)
+        return sgh.ShareGroupHeartbeatResponse(
+            member_id=req.member_id,
+            member_epoch=1,
+            heartbeat_interval_ms=5000,
+            assignment=sgh.Assignment([sgh.TopicPartitions(topic_id, [0])]),
+        )
+
+    kafka.answer(SHARE_GROUP_HEARTBEAT, heartbeat)
+    kafka.answer(SHARE_ACKNOWLEDGE, lambda call: sa.ShareAcknowledgeResponse())
+
+
+def given(
+    answer: sf.ShareFetchResponse | None,
+) -> Callable[[Received], sf.ShareFetchResponse | None]:
+    return lambda call: answer
+
+
+def fetches(kafka: FakeKafka) -> list[Received]:
+    """The ShareFetch requests received, the closing ones (epoch -1) left out."""
+    return [x for x in kafka.received(SHARE_FETCH) if x.request.share_session_epoch != -1]
+
+
+@VIRTUAL_TIME
 @pytest.mark.anyio
 async def test_failed_share_fetches_back_off_more_with_each_failure(anyio_backend: str) -> None:
     # The shared policy (KIP-580) per broker: consecutive failures grow the pause; an
     # answer starts it over. (A session-lost answer reopens at once: see _SESSION_LOST.)
-    cluster = share_cluster()
-    down = KafkaConnectionError("node 1 down")
-    cluster.script(
-        sf.ShareFetchRequest,
-        down,
-        down,
-        sf.ShareFetchResponse(error_code=7),  # REQUEST_TIMED_OUT: retriable, paced
-        sf.ShareFetchResponse(),
-        down,
-    )
-    c = consumer(retry_backoff_ms=1, retry_backoff_max_ms=50)
-    failures: list[int] = []
-    for _ in range(5):
-        with anyio.fail_after(10):
-            await c._fetch_node(cluster, 1, frozenset({TP}), 10, 500)
-        failures.append(c._sessions[1].pacing.failures)  # the pause is backoff(failures)
-    assert failures == [1, 2, 3, 0, 1]
-    assert len(cluster.requests(sf.ShareFetchRequest)) == 5 and cluster.pending() == 0
+    # Read off the wire on virtual time: the gap before each next ShareFetch is the pause.
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        coordinator(kafka)
+        scripted = [
+            None,  # the connection closed unanswered: node 1 down
+            None,
+            sf.ShareFetchResponse(error_code=7),  # REQUEST_TIMED_OUT: retriable, paced
+            sf.ShareFetchResponse(),  # an answer (no records)
+            None,
+        ]
+        # Then a record, for poll() to return with (an empty answer would have it fetch
+        # again until its timeout).
+        record = sf.ShareFetchableTopicResponse(
+            topic_id=kafka.cluster.topics["t"].topic_id,
+            partitions=[answer(batch(0, b"r"), (0, 0, 1))],
+        )
+        scripted.append(sf.ShareFetchResponse(responses=[record]))
+        for a in scripted:  # rules are tried in the order added: each answers once
+            kafka.answer(SHARE_FETCH, given(a), times=1)
+        # No reconnect backoff: the gaps are the fetch pacing's alone.
+        config = {**kafka.client_config(), "reconnect_backoff_ms": 0}
+        async with ShareConsumer(
+            "t", group_id="g", retry_backoff_ms=1, retry_backoff_max_ms=50, **config
+        ) as c:
+            await c.wait_for_assignment(timeout=10)
+            assert [r.value for r in await c.poll(timeout_ms=100)] == [b"r"]
+        at = [x.at for x in fetches(kafka)]
+    assert len(at) == len(scripted)
+    gaps = [b - a for a, b in itertools.pairwise(at)]
+    # backoff(n) is 1 ms * 2**(n-1), +-20 %: after 1, 2, 3 failures, none after the
+    # answer, then 1 failure again.
+    assert 0.0008 <= gaps[0] <= 0.0012
+    assert 0.0016 <= gaps[1] <= 0.0024
+    assert 0.0032 <= gaps[2] <= 0.0048
+    assert gaps[3] == 0
+    assert 0.0008 <= gaps[4] <= 0.0012
 
 
+@VIRTUAL_TIME
 @pytest.mark.anyio
 async def test_a_share_fetch_backoff_never_outlasts_the_round(anyio_backend: str) -> None:
     # Deep into failures the policy asks for up to a minute; poll()'s round (wait_ms) bounds
-    # the pause so poll keeps its timeout. Without the bound this call sleeps ~60 s.
-    cluster = share_cluster()
-    cluster.script(sf.ShareFetchRequest, KafkaConnectionError("node 1 down"))
-    c = consumer(retry_backoff_ms=1, retry_backoff_max_ms=60_000)
-    await c._fetch_node(cluster, 1, frozenset(), 10, 0)  # opens no session: creates pacing
-    c._sessions[1].pacing.failures = 30
-    with anyio.fail_after(10):
-        await c._fetch_node(cluster, 1, frozenset({TP}), 10, 20)
-    assert c._sessions[1].pacing.failures == 31
+    # the pause so poll keeps its timeout. Without the bound a poll sleeps ~60 s.
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        coordinator(kafka)
+        kafka.answer(SHARE_FETCH, given(sf.ShareFetchResponse(error_code=7)))  # every one
+        async with ShareConsumer(
+            "t",
+            group_id="g",
+            retry_backoff_ms=1,
+            retry_backoff_max_ms=60_000,
+            **kafka.client_config(),
+        ) as c:
+            await c.wait_for_assignment(timeout=10)
+            took: list[float] = []
+            # 20 ms polls until 20 consecutive failures: the policy's pause is then its
+            # cap, 60 s (1 ms * 2**19 is past it).
+            while len(fetches(kafka)) <= 20:
+                start = anyio.current_time()
+                assert await c.poll(timeout_ms=20) == []
+                took.append(anyio.current_time() - start)
+    # Each poll kept its 20 ms, give or take the policy's first step (1 ms) its last pause
+    # may take when less than that was left.
+    assert took and max(took) <= 0.021 + 1e-9

@@ -5,14 +5,13 @@ that take offsets, fencing by a second producer with the same transactional id (
 abort of its predecessor's open transaction), TxnOffsetCommit of consumer offsets.
 What it cannot show: read_committed hiding aborted records -- Tansu sends no
 aborted-transactions list in Fetch responses. The exactly-once test therefore reads the
-output partition's real log from Tansu and replays it to our read_committed fetcher as a
-canned Fetch response carrying the aborted list a Kafka broker would send (derived from the
-ABORT markers in that log).
+output partition's real log from Tansu and replays it to our read_committed fetcher, served
+by FakeKafka with the aborted list a Kafka broker would send (derived from the ABORT
+markers in that log).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -24,6 +23,7 @@ from aiokafka_ng.cluster import (
     parse_bootstrap_servers,
 )
 from aiokafka_ng.consumer import Consumer
+from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.fetcher import Fetcher, FetchSettings
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.offsets import OffsetsClient
@@ -46,14 +46,15 @@ from aiokafka_ng.protocol.messages.fetch import (
     PartitionData,
 )
 from aiokafka_ng.protocol.records import iter_batches
-from aiokafka_ng.testing import LocalBroker
+from aiokafka_ng.testing import FakeKafka, LocalBroker
+from aiokafka_ng.testing.fake import Received
 from tests.helpers import topic_name
 from tests.kafka.helpers import eventually
-from tests.scripted_cluster import ScriptedCluster, make_metadata
 
 pytestmark = pytest.mark.anyio
 
 _ABORT, _COMMIT = 0, 1
+FETCH = 1
 
 
 def txn_producer(broker: Any, tid: str, **kw: Any) -> Producer:
@@ -373,73 +374,68 @@ async def process(
             done += sum(len(recs) for recs in records.values())
 
 
-def _fake_cluster(topic: str, answer: Callable[[Any], Any]) -> ScriptedCluster:
-    """Just enough of a cluster for a Fetcher reading one partition from node 1: Fetch v11
-    goes to ``answer(request)``, whose ``None`` is an empty long poll after a short wait."""
-
-    async def fetch(node: int, request: Any, version: int) -> Any:
-        response = answer(request)
-        if response is None:
-            await anyio.sleep(0.05)
-            return FetchResponse(responses=[])
-        return response
-
-    cluster = ScriptedCluster(
-        metadata=make_metadata({topic: 1}, leader=1, leader_epoch=0), versions={FetchRequest: 11}
-    )
-    cluster.on(FetchRequest, fetch)
-    return cluster
-
-
 async def read_committed_values(topic: str, log: Log) -> list[bytes | None]:
-    """Our read_committed fetcher over ``log``, served as a Kafka broker would serve it."""
+    """Our read_committed fetcher over ``log``, served by FakeKafka as a Kafka broker would
+    serve it: the records as Tansu stored them, with the aborted-transaction list Tansu does
+    not send (the model cannot hold this log: its batches come from another broker's
+    producers, so every Fetch is answered by a script)."""
     aborted = log.aborted_transactions()
+    done = anyio.Event()
 
-    def answer(request: Any) -> Any:
-        assert request.isolation_level == 1
-        if request.topics[0].partitions[0].fetch_offset != 0:
-            return None
+    async def serve(call: Received) -> FetchResponse:
+        (asked,) = call.request.topics
+        offset = asked.partitions[0].fetch_offset
+        if offset != 0:
+            await done.wait()  # a long poll at the log end, outlasting the read
         data = PartitionData(
             partition_index=0,
             high_watermark=log.high_watermark,
             last_stable_offset=log.high_watermark,
-            aborted_transactions=aborted,
-            records=log.raw,
+            log_start_offset=0,
+            aborted_transactions=aborted if offset == 0 else [],
+            records=log.raw if offset == 0 else b"",
         )
-        return FetchResponse(responses=[FetchableTopicResponse(topic=topic, partitions=[data])])
+        topic_response = FetchableTopicResponse(
+            topic=asked.topic, topic_id=asked.topic_id, partitions=[data]
+        )
+        return FetchResponse(responses=[topic_response])
 
-    cluster = _fake_cluster(topic, answer)
-    subs = SubscriptionState(lambda: None)
-    backoff = ExponentialBackoff(1, 5)
-    offsets = OffsetsClient(
-        cluster,
-        group_id=None,
-        isolation_level=1,
-        backoff=backoff,
-        timeout_s=5,
-    )
-    fetcher = Fetcher(
-        cluster,
-        subs,
-        offsets,
-        FetchSettings(isolation_level=1),
-        backoff=backoff,
-        group_offsets=lambda: False,
-    )
-    subs._on_change = fetcher.wake
     tp = TopicPartition(topic, 0)
     out: list[bytes | None] = []
-    async with anyio.create_task_group() as tg:
-        await tg.start(fetcher.run)
-        subs.assign_manual([tp])
-        subs.state(tp).seek(0)
-        with anyio.fail_after(10):
-            while (subs.state(tp).position or 0) < log.high_watermark:
-                for records in fetcher.drain(1000).values():
-                    out.extend(r.value for r in records)
-                if (subs.state(tp).position or 0) < log.high_watermark:
-                    await fetcher.wait_for_data()
-        tg.cancel_scope.cancel()
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic(topic)
+        kafka.answer(FETCH, serve)
+        config = ConsumerConfig(**kafka.client_config()).cluster_config()
+        async with Cluster(config) as cluster:
+            backoff = ExponentialBackoff(1, 5)
+            offsets = OffsetsClient(
+                cluster, group_id=None, isolation_level=1, backoff=backoff, timeout_s=5
+            )
+            made: list[Fetcher] = []  # the subscription's changes wake the fetcher
+            subs = SubscriptionState(lambda: made[0].wake() if made else None)
+            fetcher = Fetcher(
+                cluster,
+                subs,
+                offsets,
+                FetchSettings(isolation_level=1),
+                backoff=backoff,
+                group_offsets=lambda: False,
+            )
+            made.append(fetcher)
+            async with anyio.create_task_group() as tg:
+                await tg.start(fetcher.run)
+                subs.assign_manual([tp])
+                subs.state(tp).seek(0)
+                with anyio.fail_after(10):
+                    while (subs.state(tp).position or 0) < log.high_watermark:
+                        for records in fetcher.drain(1000).values():
+                            out.extend(r.value for r in records)
+                        if (subs.state(tp).position or 0) < log.high_watermark:
+                            await fetcher.wait_for_data()
+                done.set()
+                tg.cancel_scope.cancel()
+        fetches = kafka.received(FETCH)
+    assert fetches and all(x.request.isolation_level == 1 for x in fetches)
     return out
 
 

@@ -4,7 +4,8 @@ and on virtual time.
 Why FakeKafka: Tansu never answers CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS or
 NOT_COORDINATOR (one node, coordinator always loaded), and answers INVALID_PRODUCER_EPOCH
 only in some places; here the coordinator is a model of Kafka's, its errors are injected or
-come from a moved coordinator, and the requests are read off the wire (``WireTap``). The
+come from a moved coordinator, and the requests are read as the nodes received them
+(``FakeKafka.received``). The
 cluster is transactions v1 (``transaction.version=1``): partitions and offsets are added
 with AddPartitionsToTxn / AddOffsetsToTxn, which is what this client speaks below v5.
 """
@@ -28,11 +29,12 @@ from aiokafka_ng.errors import (
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.txn_coordinator import ConsumerGroupMetadata, TxnCoordinatorClient
 from aiokafka_ng.testing import FakeKafka, virtual_time
-from tests.wire_tap import Sent, WireTap
+from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.anyio
 
-INIT_PRODUCER_ID, ADD_OFFSETS, END_TXN = 22, 25, 26
+INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 22, 24, 25, 26
+FIND_COORDINATOR, TXN_OFFSET_COMMIT = 10, 28
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -43,37 +45,37 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
 @dataclass
 class Setup:
     kafka: FakeKafka
-    tap: WireTap
     client: TxnCoordinatorClient
 
     def lookups(self) -> list[tuple[str, int]]:
         """FindCoordinator lookups written, as (key, key type)."""
         return [
             (key, s.request.key_type)
-            for s in self.tap.requests("FindCoordinator")
+            for s in self.kafka.received(FIND_COORDINATOR)
             for key in (s.request.coordinator_keys or [s.request.key])
         ]
 
-    def sent(self, name: str) -> list[Sent]:
-        return self.tap.requests(name)
+    def sent(self, api_key: int) -> list[Received]:
+        """The requests of ``api_key`` the nodes received, in order."""
+        return self.kafka.received(api_key)
 
 
 @asynccontextmanager
 async def coordinator(*, max_block_s: float = 5.0) -> AsyncIterator[Setup]:
     """A 3-node transactions-v1 FakeKafka, our cluster on it, the client for ``txn-1``."""
-    async with FakeKafka(brokers=3, tcp=False, transaction_version=1) as kafka:
-        tap = WireTap(kafka)
-        async with Cluster(ProducerConfig(**tap.client_config()).cluster_config()) as cluster:
-            await cluster.wait_ready()  # the brokers' addresses are known
-            client = TxnCoordinatorClient(
-                cluster,
-                "txn-1",
-                transaction_timeout_ms=60000,
-                retry_backoff=ExponentialBackoff(1, 5),
-                request_timeout_s=1.0,
-                max_block_s=max_block_s,
-            )
-            yield Setup(kafka, tap, client)
+    kafka = FakeKafka(brokers=3, tcp=False, transaction_version=1)
+    config = ProducerConfig(**kafka.client_config()).cluster_config()
+    async with kafka, Cluster(config) as cluster:
+        await cluster.wait_ready()  # the brokers' addresses are known
+        client = TxnCoordinatorClient(
+            cluster,
+            "txn-1",
+            transaction_timeout_ms=60000,
+            retry_backoff=ExponentialBackoff(1, 5),
+            request_timeout_s=1.0,
+            max_block_s=max_block_s,
+        )
+        yield Setup(kafka, client)
 
 
 async def open_transaction(s: Setup) -> tuple[int, int]:
@@ -88,7 +90,7 @@ async def test_init_producer_id_carries_the_transactional_id_and_timeout() -> No
     async with coordinator() as s:
         pid, epoch = await s.client.init_producer_id()
         assert pid >= 0 and epoch == 0
-        (sent,) = s.sent("InitProducerId")
+        (sent,) = s.sent(INIT_PRODUCER_ID)
         req = sent.request
         assert (req.transactional_id, req.transaction_timeout_ms) == ("txn-1", 60000)
         assert (req.producer_id, req.producer_epoch) == (-1, -1)
@@ -101,7 +103,7 @@ async def test_bump_sends_current_id_and_epoch_on_v3_plus() -> None:
     async with coordinator() as s:
         pid, epoch = await s.client.init_producer_id()
         assert await s.client.init_producer_id(pid, epoch) == (pid, epoch + 1)
-        req = s.sent("InitProducerId")[-1].request
+        req = s.sent(INIT_PRODUCER_ID)[-1].request
         assert (req.producer_id, req.producer_epoch) == (pid, epoch)
 
 
@@ -111,7 +113,7 @@ async def test_busy_coordinator_is_retried_with_backoff(code: int) -> None:
         pid, epoch = await open_transaction(s)
         s.kafka.inject(END_TXN, code, times=3)
         await s.client.end_txn(pid, epoch, commit=True)
-        assert len(s.sent("EndTxn")) == 4
+        assert len(s.sent(END_TXN)) == 4
         assert s.client.retried_codes == {code: 3}
         assert s.lookups() == [("txn-1", 1)]  # same coordinator: no new lookup
 
@@ -125,7 +127,7 @@ async def test_not_coordinator_finds_the_coordinator_again(code: int) -> None:
         s.kafka.move_coordinator("txn-1", new)
         s.kafka.inject(ADD_OFFSETS, code, match=old)  # the old node's answer
         await s.client.add_offsets(pid, epoch, "group")
-        assert [x.node for x in s.sent("AddOffsetsToTxn")] == [old, new]
+        assert [x.node for x in s.sent(ADD_OFFSETS)] == [old, new]
         assert s.lookups() == [("txn-1", 1), ("txn-1", 1)]
 
 
@@ -150,7 +152,7 @@ async def test_fencing_is_raised_as_producer_fenced(code: int) -> None:
         s.kafka.inject(END_TXN, code)
         with pytest.raises(ProducerFencedError, match="another producer with transactional id"):
             await s.client.end_txn(pid, epoch, commit=False)
-        assert len(s.sent("EndTxn")) == 1  # never retried
+        assert len(s.sent(END_TXN)) == 1  # never retried
 
 
 async def test_fencing_by_a_newer_producer_is_raised_as_producer_fenced() -> None:
@@ -166,7 +168,7 @@ async def test_other_errors_are_raised_at_once() -> None:
         s.kafka.inject(INIT_PRODUCER_ID, 48)  # INVALID_TXN_STATE
         with pytest.raises(InvalidTxnStateError):
             await s.client.init_producer_id()
-        assert len(s.sent("InitProducerId")) == 1
+        assert len(s.sent(INIT_PRODUCER_ID)) == 1
 
 
 async def test_retries_stop_at_max_block() -> None:
@@ -175,7 +177,7 @@ async def test_retries_stop_at_max_block() -> None:
         s.kafka.inject(END_TXN, 51, times=None)
         with pytest.raises(KafkaTimeoutError, match="ConcurrentTransactionsError"):
             await s.client.end_txn(pid, epoch, commit=True)
-        assert len(s.sent("EndTxn")) > 3
+        assert len(s.sent(END_TXN)) > 3
 
 
 async def test_add_partitions_batches_all_partitions_in_one_v3_request() -> None:
@@ -184,7 +186,7 @@ async def test_add_partitions_batches_all_partitions_in_one_v3_request() -> None
         s.kafka.create_topic("b")
         pid, epoch = await s.client.init_producer_id()
         await s.client.add_partitions(pid, epoch, [("b", 0), ("a", 2), ("a", 1)])
-        (sent,) = s.sent("AddPartitionsToTxn")
+        (sent,) = s.sent(ADD_PARTITIONS)
         req = sent.request
         assert sent.version == 3  # v4+ is the broker-to-broker form
         assert (req.v3_and_below_transactional_id, req.v3_and_below_producer_id) == ("txn-1", pid)
@@ -223,7 +225,7 @@ async def test_txn_offset_commit_goes_to_the_group_coordinator() -> None:
         await s.client.txn_offset_commit(
             pid, epoch, meta, {("in", 1): (10, "md", 4), ("in", 0): (5, "", -1)}
         )
-        sent = s.sent("TxnOffsetCommit")
+        sent = s.sent(TXN_OFFSET_COMMIT)
         assert [x.node for x in sent] == [old, new]
         assert s.client.retried_codes == {16: 2}  # NOT_COORDINATOR, counted per partition
         req, version = sent[-1].request, sent[-1].version

@@ -44,7 +44,7 @@ from aiokafka_ng.producer.wakeups import Unwired
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import iter_batches
 from aiokafka_ng.testing import FakeKafka, virtual_time
-from tests.wire_tap import WireTap
+from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.anyio
 S = TransactionState
@@ -55,6 +55,11 @@ INIT_PRODUCER_ID, END_TXN = 22, 26
 INTERNAL = "__consumer_offsets"
 #: Requests the cluster itself sends.
 HOUSEKEEPING = frozenset({"ApiVersions", "Metadata", "FindCoordinator"})
+
+
+def name(call: Received) -> str:
+    """A received request's type without the ``Request`` suffix (``"EndTxn"``)."""
+    return type(call.request).__name__.removesuffix("Request")
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -68,9 +73,8 @@ class Setup(Unwired):
     metadata is set by hand and drained batches are completed here, so only the
     coordinator requests reach the fake."""
 
-    def __init__(self, kafka: FakeKafka, tap: WireTap, cluster: Cluster) -> None:
+    def __init__(self, kafka: FakeKafka, cluster: Cluster) -> None:
         self.kafka = kafka
-        self.tap = tap
         self.cluster = cluster
         self.now = 1000.0
         self.manager = TransactionManager(
@@ -108,12 +112,12 @@ class Setup(Unwired):
         self.manager.attach(self.cluster, self.acc, self)  # its wake-up channel
 
     def names(self) -> list[str]:
-        """The transaction requests written, in order (the cluster's own left out)."""
-        return [x.name for x in self.tap.sent if x.name not in HOUSEKEEPING]
+        """The transaction requests received, in order (the cluster's own left out)."""
+        return [name(x) for x in self.kafka.received() if name(x) not in HOUSEKEEPING]
 
     def last(self) -> Any:
-        """The last transaction request written."""
-        return [x.request for x in self.tap.sent if x.name not in HOUSEKEEPING][-1]
+        """The last transaction request received."""
+        return [x.request for x in self.kafka.received() if name(x) not in HOUSEKEEPING][-1]
 
     def wake_all(self) -> None:
         self.wakes += 1
@@ -153,10 +157,9 @@ async def s() -> AsyncIterator[Setup]:
     async with FakeKafka(brokers=3, tcp=False, transaction_version=1) as kafka:
         kafka.create_topic("t", partitions=2)
         kafka.create_topic("in", partitions=2)
-        tap = WireTap(kafka)
-        async with Cluster(ProducerConfig(**tap.client_config()).cluster_config()) as cluster:
+        async with Cluster(ProducerConfig(**kafka.client_config()).cluster_config()) as cluster:
             await cluster.wait_ready()
-            yield Setup(kafka, tap, cluster)
+            yield Setup(kafka, cluster)
 
 
 def state(m: TransactionManager) -> TransactionState:
@@ -284,7 +287,7 @@ async def test_send_offsets_adds_the_group_once_then_commits_offsets(s: Setup) -
         "TxnOffsetCommit",
         "EndTxn",
     ]
-    sent = [x.request for x in s.tap.sent if x.name not in HOUSEKEEPING]
+    sent = [x.request for x in s.kafka.received() if name(x) not in HOUSEKEEPING]
     assert sent[4].group_id == "other-group"
     first, second = sent[2], sent[3]
     assert (first.generation_id_or_member_epoch, first.member_id) == (4, "member")
@@ -400,8 +403,7 @@ async def test_bump_falls_back_to_plain_init_when_refused(s: Setup) -> None:
     await m.abort()
     inits = [
         (x.request.producer_id, x.request.producer_epoch)
-        for x in s.tap.sent
-        if x.name == "InitProducerId"
+        for x in s.kafka.received(INIT_PRODUCER_ID)
     ]
     assert inits == [(-1, -1), (pid, 0), (-1, -1)]
     # The plain InitProducerId: the coordinator bumps the epoch of the id it knows.
@@ -526,5 +528,5 @@ async def test_cancelled_during_end_txn_commit_stays_committing(s: Setup) -> Non
     s.kafka.clear_faults()
     await m.commit(s.flush)
     assert state(m) is S.READY
-    ends = [x.request.committed for x in s.tap.sent if x.name == "EndTxn"]
+    ends = [x.request.committed for x in s.kafka.received(END_TXN)]
     assert len(ends) == 2 and all(ends)  # the cancelled one, then the one that finished
