@@ -335,3 +335,36 @@ async def test_a_share_fetch_backoff_never_outlasts_the_round(anyio_backend: str
     # Each poll kept its 20 ms, give or take the policy's first step (1 ms) its last pause
     # may take when less than that was left.
     assert took and max(took) <= 0.021 + 1e-9
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_a_poll_with_under_a_millisecond_left_waits_instead_of_spinning(
+    anyio_backend: str,
+) -> None:
+    # Each empty answer comes after 0.7 ms, or at once when the request may not wait (as
+    # a broker answers max_wait_ms=0): a 2 ms poll has 0.6 ms left after three answers.
+    # Its next ShareFetch must still wait (1 ms, rounded up), not ask for 0 ms and spin.
+    # A spinning poll is cut off after 50 fetches by holding the answer for a second.
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        coordinator(kafka)
+
+        async def empty(call: Received) -> sf.ShareFetchResponse:
+            if len(fetches(kafka)) > 50:
+                await anyio.sleep(1)
+            elif call.request.max_wait_ms > 0:
+                await anyio.sleep(0.0007)
+            return sf.ShareFetchResponse()
+
+        kafka.answer(SHARE_FETCH, empty)
+        async with ShareConsumer("t", group_id="g", **kafka.client_config()) as c:
+            await c.wait_for_assignment(timeout=10)
+            before = len(fetches(kafka))
+            start = anyio.current_time()
+            assert await c.poll(timeout_ms=2) == []
+            took = anyio.current_time() - start
+            polled = fetches(kafka)[before:]
+    assert len(polled) <= 4, [x.request.max_wait_ms for x in polled]
+    assert all(x.request.max_wait_ms >= 1 for x in polled)
+    assert 0.002 <= took <= 0.0029

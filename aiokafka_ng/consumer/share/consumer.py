@@ -47,6 +47,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
+import math
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -495,7 +496,9 @@ class ShareConsumer(_ShareWire):
                     await self._assigned.wait()
                 self._running()
                 continue
-            wait_ms = max(0, min(self._config.fetch_max_wait_ms, int(remaining * 1000)))
+            # Rounded up: with under 1 ms left, a wait of 0 is answered at once and the
+            # loop would fetch again and again until the clock moved (never, on virtual time).
+            wait_ms = max(0, min(self._config.fetch_max_wait_ms, math.ceil(remaining * 1000)))
             await self._fetch_round(cluster, limit, wait_ms)
             self._running()
             if anyio.current_time() >= deadline:
