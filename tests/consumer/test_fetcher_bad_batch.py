@@ -1,8 +1,9 @@
 """A malformed record batch reaching the consumer: nothing decoded before it is lost.
 
-Why canned (the fake cluster of test_fetcher_canned): the broker validates every batch it
-stores (CRC, record lengths and counts), so no producer can make it serve a malformed one,
-and a fault proxy would have to rewrite fetch responses and their CRCs. The batches here are
+Why scripted: a broker validates every batch it stores (CRC, record lengths and counts), so
+no producer can make it serve a malformed one. FakeKafka holds seven good records (offsets
+0-6) and its Fetch answers are the model's with their records replaced by the batches
+below (``FakeKafka.answer``), on virtual time. The batches here are
 CRC-valid and malformed inside (issue 34: a key length of 2**63-1, which the compiled reader
 once failed on with ValueError, dropping the good records taken from earlier batches of the
 same fetch while the position moved past them), or have a bad CRC.
@@ -12,7 +13,7 @@ Each test runs with the compiled decoder and buffer and with their pure-Python t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -25,10 +26,26 @@ from aiokafka_ng.consumer.fetcher import Fetcher
 from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.protocol import record_reader as reader_compiled
 from aiokafka_ng.protocol.errors import ProtocolError
-from tests.consumer.test_fetcher_canned import TP0, drain_values, fetch_response, run_fetcher
+from aiokafka_ng.protocol.messages.fetch import FetchResponse
+from aiokafka_ng.testing import FakeKafka, virtual_time
+from aiokafka_ng.testing.fake import Received
+from tests.consumer.test_fetcher_canned import (
+    FETCH,
+    TP0,
+    drain_values,
+    fake_fetcher,
+    model_fetch,
+    write,
+)
 from tests.protocol.malformed import INT64_MAX, batch, good, record
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
+
 
 _PURE = {
     "reader": _native.load_pure_twin("aiokafka_ng.protocol.record_reader"),
@@ -68,14 +85,31 @@ def _log(bad: bytes) -> list[tuple[int, bytes]]:
     ]
 
 
-def _handler(log: list[tuple[int, bytes]]) -> Callable[[Any], Any]:
-    def handler(request: Any) -> Any:
-        # Like a broker: every batch from the one holding the fetch offset to the end.
-        offset = request.topics[0].partitions[0].fetch_offset
-        data = b"".join(b for last, b in log if last >= offset)
-        return fetch_response(data) if data else None
+Body = Callable[[Fetcher, SubscriptionState], Awaitable[None]]
 
-    return handler
+
+async def run_fetcher(
+    log: list[tuple[int, bytes]],
+    body: Body,
+    value_deserializer: Callable[[bytes | None], Any] | None = None,
+) -> None:
+    """``body`` with a running Fetcher whose Fetch answers carry, like a broker's, every
+    batch of ``log`` from the one holding the fetch offset to the end."""
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t", partitions=1)
+        await write(kafka, *[b"x"] * 7)  # offsets 0-6: the log the answers stand for
+
+        async def fetch(call: Received) -> FetchResponse:
+            response = await model_fetch(kafka, call)
+            offset = call.request.topics[0].partitions[0].fetch_offset
+            data = b"".join(b for last, b in log if last >= offset)
+            if data:
+                response.responses[0].partitions[0].records = data
+            return response
+
+        kafka.answer(FETCH, fetch)
+        async with fake_fetcher(kafka, value_deserializer) as (fetcher, subs, _):
+            await body(fetcher, subs)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +147,7 @@ async def test_records_before_a_bad_batch_are_kept(
         fetcher.wake()  # as Consumer.seek does
         assert await drain_values(fetcher, 6) == [(6, b"g")]
 
-    await run_fetcher(_handler(_log(make_bad())), body)
+    await run_fetcher(_log(make_bad()), body)
 
 
 async def test_a_bad_batch_first_raises_at_once(build: str) -> None:
@@ -134,7 +168,7 @@ async def test_a_bad_batch_first_raises_at_once(build: str) -> None:
         fetcher.wake()
         assert await drain_values(fetcher, 6) == [(6, b"g")]
 
-    await run_fetcher(_handler(log), body)
+    await run_fetcher(log, body)
 
 
 async def test_drain_one_keeps_the_position_at_a_bad_batch(build: str) -> None:
@@ -153,7 +187,7 @@ async def test_drain_one_keeps_the_position_at_a_bad_batch(build: str) -> None:
                     await fetcher.wait_for_data()
         assert got == [b"d", b"e"] and subs.state(TP0).position == 5
 
-    await run_fetcher(_handler(log), body)
+    await run_fetcher(log, body)
 
 
 async def test_deserialized_records_before_a_bad_batch_are_kept(build: str) -> None:
@@ -173,4 +207,4 @@ async def test_deserialized_records_before_a_bad_batch_are_kept(build: str) -> N
                     await fetcher.wait_for_data()
         assert got == ["a", "b", "c", "d", "e"] and subs.state(TP0).position == 5
 
-    await run_fetcher(_handler(log), body, value_deserializer=lambda b: (b or b"").decode())
+    await run_fetcher(log, body, value_deserializer=lambda b: (b or b"").decode())
