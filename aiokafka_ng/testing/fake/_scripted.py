@@ -28,6 +28,7 @@ an authorization error, a leader taken away for the first rounds.
 from __future__ import annotations
 
 import inspect
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -104,9 +105,11 @@ class Script:
 class Scripts:
     """The rules of one FakeKafka, and what its nodes received."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_received: int | None = None) -> None:
+        if max_received is not None and max_received < 0:
+            raise ValueError("max_received must be >= 0 or None")
         self.rules: list[Script] = []
-        self.log: list[Received] = []
+        self.log: deque[Received] = deque(maxlen=max_received)
 
     def add(self, api_key: int, handler: Handler, times: int | None, match: ScriptMatch) -> Script:
         if api_key not in REQUEST_TYPES:

@@ -182,6 +182,9 @@ class FakeKafka(Observers):
         wall_clock: the clock of broker-assigned timestamps (seconds since the epoch).
         max_connections: connections accepted in all (a bound for runaway clients).
         seed: seeds the random choices of :meth:`move_random_leader`.
+        max_received: requests :meth:`received` keeps, the latest (None: every one). A
+            bound, so that a long-lived fake (a soak, a user's service test) does not
+            grow with every request.
     """
 
     def __init__(
@@ -197,6 +200,7 @@ class FakeKafka(Observers):
         wall_clock: Callable[[], float] = time.time,
         max_connections: int = 10_000,
         seed: int | None = None,
+        max_received: int | None = 100_000,
     ) -> None:
         if not 1 <= brokers <= 64:
             raise ValueError("brokers must be between 1 and 64")
@@ -228,7 +232,7 @@ class FakeKafka(Observers):
         }
         self._injections: list[Injection] = []
         self._seen = Observations(self.nodes)
-        self._scripts = Scripts()
+        self._scripts = Scripts(max_received)
         self._conn_numbers = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
         self._listeners: list[anyio.abc.Listener[Any]] = []
@@ -999,7 +1003,8 @@ class FakeKafka(Observers):
 
     def received(self, api_key: int | None = None, *, node: int | None = None) -> list[Received]:
         """Every request the nodes received (of one API key, at one node, if given), decoded,
-        in arrival order: what went over the wire, for assertions."""
+        in arrival order: what went over the wire, for assertions. Only the latest
+        ``max_received`` (100,000 by default) are kept."""
         return self._scripts.received(api_key, node)
 
     def clear_faults(self) -> None:

@@ -209,3 +209,17 @@ async def test_a_script_holds_and_edits_the_models_answer(memory: bool) -> None:
             assert isinstance(outcome[0]["t"], TopicAuthorizationFailedError)
             again = await admin.describe_topics(["t"])  # the rule is spent: the model answers
         assert len(again.result("t").partitions) == 2
+
+
+async def test_received_keeps_the_latest_max_received_requests() -> None:
+    async with FakeKafka(brokers=1, tcp=False, max_received=3) as kafka:
+        kafka.create_topic("t")
+        async with AdminClient(**kafka.client_config()) as admin:
+            for _ in range(5):
+                await admin.describe_topics(["t"])
+        kept = kafka.received()
+        assert len(kept) == 3
+        assert [r.api_key for r in kept] == [3, 3, 3]  # the last three: Metadata
+        assert kafka.requests(1)[3] > 3  # counted all the same
+    with pytest.raises(ValueError, match="max_received"):
+        FakeKafka(max_received=-1)
