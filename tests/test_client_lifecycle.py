@@ -197,3 +197,21 @@ async def test_producer_statistics_keep_the_dict_keys(kafka_broker: LocalBroker)
     assert "nope" not in stats and stats.get("nope") is None
     with pytest.raises(KeyError):
         stats["nope"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_closed_client_is_not_ready(kind: str) -> None:
+    # Issue 49 item 7: a closed producer kept its cluster and status() said ready=True, so
+    # the FastAPI health recipe (docs/fastapi.md) answered 200 after shutdown.
+    from aiokafka_ng.testing import FakeKafka
+
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        config = kafka.client_config()
+        servers = config.pop("bootstrap_servers")
+        client = make(kind, servers, **config)
+        await client.start()
+        await client.wait_ready(30)
+        assert client.status().ready
+        await client.close(timeout=5)
+        status = client.status()
+        assert (status.state, status.ready) == ("closed", False)

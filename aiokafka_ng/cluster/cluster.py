@@ -20,7 +20,7 @@ driver (:mod:`.retry`), which routes each attempt afresh by ``leader_for``, ``co
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
@@ -83,8 +83,9 @@ class ClusterStatistics:
 @dataclass(frozen=True, slots=True)
 class ClientStatus:
     """A client's health at a glance, without waiting (``client.status()``): for health
-    checks. ``ready``: a broker answered (bootstrap done) and the last metadata request
-    succeeded; ``last_error`` says why not, when not."""
+    checks. ``ready``: the client is running (not new, closing or closed), a broker answered
+    (bootstrap done) and the last metadata request succeeded; ``last_error`` says why not,
+    when not."""
 
     state: str  # "new", "running", "closing", "closed"
     ready: bool
@@ -111,7 +112,11 @@ def client_status(
 ) -> ClientStatus:
     """A client's :class:`ClientStatus` (a client that is not running has no cluster)."""
     if cluster is not None:
-        return cluster.status(state)
+        status = cluster.status(state)
+        # A client that is closing or closed keeps its cluster's last view (the producer
+        # does, for statistics), but must not answer a health check as ready: the FastAPI
+        # recipe answered 200 after shutdown (issue 49).
+        return status if state == "running" else replace(status, ready=False)
     servers = (
         bootstrap_servers if isinstance(bootstrap_servers, str) else ",".join(bootstrap_servers)
     )

@@ -8,7 +8,7 @@ bad key, and ``ConsumerConfig.from_properties({"group.id": "g"})`` takes Kafka's
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from pydantic import Field, field_validator
 
@@ -183,3 +183,26 @@ class ConsumerConfig(ClientConfig):
             auto_commit_interval_s=self.auto_commit_interval_ms / 1000,
             exclude_internal_topics=self.exclude_internal_topics,
         )
+
+
+def check_topic_args(cls_name: str, topics: tuple[object, ...]) -> tuple[str, ...]:
+    """Refuse anything but topic names among a consumer's positional arguments.
+
+    ``Consumer(["t1", "t2"])`` would otherwise be kept and fail only in ``start()`` with
+    "unhashable type: 'list'". A list is refused rather than unpacked: the signature is
+    ``*topics: str`` (as aiokafka's ``AIOKafkaConsumer(*topics)``), so type checkers already
+    flag it, and one spelling keeps ``Consumer(["a"], "b")`` from having to mean something.
+    """
+    for topic in topics:
+        if isinstance(topic, str):
+            continue
+        if isinstance(topic, (list, tuple, set, frozenset)):
+            names = ", ".join(repr(t) for t in topic) or "'t1', 't2'"
+            hint = f"{cls_name}({names}, ...)"
+        else:
+            hint = f"{cls_name}('t1', 't2', ...)"
+        raise TypeError(
+            f"{cls_name} takes topic names as separate str arguments, got "
+            f"{type(topic).__name__} {topic!r}: write {hint}, or {cls_name}(*topics, ...)"
+        )
+    return cast("tuple[str, ...]", topics)  # each checked to be a str above

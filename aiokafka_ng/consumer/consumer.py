@@ -39,7 +39,7 @@ from aiokafka_ng.cluster import (
     client_status,
     enter_task_group,
 )
-from aiokafka_ng.consumer.config import ConsumerConfig
+from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
 from aiokafka_ng.consumer.errors import ConsumerStoppedError
 from aiokafka_ng.consumer.fetcher import Fetcher
 from aiokafka_ng.consumer.group import GroupCoordinator
@@ -69,8 +69,8 @@ class Consumer:
 
     def __init__(self, *topics: str, **config: Unpack[ConsumerSettings]) -> None:
         # The validators take more than the fields' types (the TypedDict's).
+        self._initial_topics = check_topic_args(type(self).__name__, topics)
         self._config = ConsumerConfig(**cast("dict[str, Any]", config))
-        self._initial_topics = topics
         self._subs = SubscriptionState(self._on_subscription_change)
         self._cluster: Cluster | None = None
         self._last_cluster: Cluster | None = None  # the one opened, kept for statistics()

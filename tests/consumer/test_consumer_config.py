@@ -129,3 +129,25 @@ async def test_calls_before_start_raise() -> None:
         await consumer.getmany()
     with pytest.raises(ConsumerStoppedError):
         consumer.assign([])
+
+
+@pytest.mark.parametrize("cls_name", ["Consumer", "AIOKafkaConsumer", "ShareConsumer"])
+def test_a_list_of_topics_is_refused_at_construction_naming_the_fix(cls_name: str) -> None:
+    # Issue 49 item 6: the list was kept and start() failed with "unhashable type: 'list'".
+    from aiokafka_ng.compat import AIOKafkaConsumer
+    from aiokafka_ng.consumer.share import ShareConsumer
+
+    cls = {
+        "Consumer": Consumer,
+        "AIOKafkaConsumer": AIOKafkaConsumer,
+        "ShareConsumer": ShareConsumer,
+    }
+    topics: object = ["t1", "t2"]
+    with pytest.raises(TypeError, match="separate str arguments") as e:
+        cls[cls_name](topics, group_id="g")
+    assert f"{cls_name}('t1', 't2', ...)" in str(e.value)
+    assert f"{cls_name}(*topics, ...)" in str(e.value)
+    with pytest.raises(TypeError, match=r"Consumer\('t1', 't2', \.\.\.\)"):
+        Consumer("t1", 5, group_id="g")  # type: ignore[arg-type]
+    # Names as separate arguments are still taken.
+    assert Consumer("t1", "t2", group_id="g")._initial_topics == ("t1", "t2")

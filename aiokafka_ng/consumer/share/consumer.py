@@ -59,7 +59,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from aiokafka_ng.cluster import Cluster, ClusterClient, RetryState, TaskHost, enter_task_group
-from aiokafka_ng.consumer.config import ConsumerConfig
+from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.share._wire import (
@@ -115,6 +115,7 @@ class ShareConsumer(_ShareWire):
         acknowledgement_callback: AcknowledgementCallback | None = None,
         **config: Any,
     ) -> None:
+        topics = check_topic_args(type(self).__name__, topics)
         if acknowledgement_mode not in ("implicit", "explicit"):
             raise ConfigError(
                 {"acknowledgement_mode": f"'implicit' or 'explicit', not {acknowledgement_mode!r}"}
