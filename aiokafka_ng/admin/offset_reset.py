@@ -32,7 +32,7 @@ from aiokafka_ng.admin.models import (
     TopicPartition,
 )
 from aiokafka_ng.admin.results import ItemResults
-from aiokafka_ng.errors import GroupIdNotFoundError, NonEmptyGroupError
+from aiokafka_ng.errors import NonEmptyGroupError
 
 __all__ = [
     "GroupLag",
@@ -271,9 +271,7 @@ class OffsetToolOps(TopicOps, PartitionOps, GroupOps):
     ) -> ItemResults[str, GroupLag]:
         """Committed offset, log start/end and lag of every partition each group has
         committed, for several groups in one call (log bounds asked once, per leader).
-        ``group_ids`` is a collection (``["g"]`` for one group); a lone str is a TypeError.
-        A group that does not exist (described as Dead, nothing committed) is under
-        ``.failed`` with ``GroupIdNotFoundError``."""
+        ``group_ids`` is a collection (``["g"]`` for one group); a lone str is a TypeError."""
         ids = _names(group_ids, "group_ids")
         described = await self.describe_consumer_groups(ids, timeout_ms=timeout_ms)
         items: dict[str, GroupLag | BaseException] = {}
@@ -284,19 +282,11 @@ class OffsetToolOps(TopicOps, PartitionOps, GroupOps):
                 items[group_id] = desc
                 continue
             try:
-                offsets = await self.list_consumer_group_offsets(group_id, timeout_ms=timeout_ms)
+                committed[group_id] = await self.list_consumer_group_offsets(
+                    group_id, timeout_ms=timeout_ms
+                )
             except Exception as exc:  # this group fails, the others go on
                 items[group_id] = exc
-                continue
-            if desc.state is ConsumerGroupState.DEAD and not offsets:
-                # Kafka describes a group it does not know as "Dead" (DescribeGroups before
-                # v6, KIP-1043); as lag it read as an idle group with nothing to catch up,
-                # so a typo in a group id looked healthy. "Dead" with commits is a group
-                # DescribeGroups cannot show (one made by commits alone, or a KIP-848
-                # group on Kafka 4): it exists, and its lag is reported.
-                items[group_id] = GroupIdNotFoundError(f"group {group_id} does not exist")
-                continue
-            committed[group_id] = offsets
         tps = [tp for offsets in committed.values() for tp in offsets]
         bounds_error: BaseException | None = None
         starts: dict[TopicPartition, int] = {}

@@ -308,23 +308,3 @@ async def test_reset_by_string_spec_against_the_broker(kafka_broker: LocalBroker
         plan = await admin.reset_consumer_group_offsets(group, "to-earliest")
         committed = await admin.list_consumer_group_offsets(group)
         assert {tp: o.offset for tp, o in committed.items()} == {p0: 0, p1: 0}
-
-
-@pytest.mark.anyio
-async def test_the_lag_of_an_unknown_group_is_a_group_id_not_found_error() -> None:
-    # Issue 49 item 8: an unknown group was under .succeeded, Dead with lag 0. A group made
-    # by commits alone is Dead to DescribeGroups too, yet exists: its lag is reported.
-    from aiokafka_ng.errors import GroupIdNotFoundError
-    from aiokafka_ng.testing import FakeKafka
-
-    async with FakeKafka(brokers=1, tcp=False) as kafka:
-        kafka.create_topic("t", partitions=1)
-        async with AdminClient(**kafka.client_config()) as admin:
-            tp = TopicPartition("t", 0)
-            (await admin.alter_consumer_group_offsets("committed", {tp: 0})).raise_on_error()
-            lags = await admin.describe_consumer_group_lag(["nosuch-group", "committed"])
-    assert list(lags.failed) == ["nosuch-group"]
-    err = lags.failed["nosuch-group"]
-    assert isinstance(err, GroupIdNotFoundError)
-    assert "group nosuch-group does not exist" in str(err)
-    assert list(lags.succeeded["committed"].partitions) == [tp]
