@@ -118,7 +118,10 @@ SECTIONS: list[tuple[str, type[ClientConfig], str]] = [
     (
         "Consumer",
         ConsumerConfig,
-        "`Consumer(*topics, **settings)` (`aiokafka_ng.consumer.ConsumerConfig`).",
+        "`Consumer(*topics, **settings)` (`aiokafka_ng.consumer.ConsumerConfig`): topic names as\n"
+        'separate arguments, `Consumer("t1", "t2", group_id="g")`; a list '
+        '(`Consumer(["t1", "t2"])`)\n'
+        "is refused with a `TypeError` saying so — unpack it, `Consumer(*topics, ...)`.",
     ),
     ("Admin client", AdminConfig, "`AdminClient(**settings)` (`aiokafka_ng.admin.AdminConfig`)."),
 ]
