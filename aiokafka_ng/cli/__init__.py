@@ -63,11 +63,12 @@ def _fail(message: str, code: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
+    # Parsed first: --help, --version and a usage error need nothing beyond the base install.
+    args = build_parser().parse_args(argv)
     try:
         import rich  # noqa: F401 (checked here so the failure is one clear line)
     except ImportError:
         return _fail("the CLI needs rich: pip install 'aiokafka-ng[cli]'", EXIT_FAILURE)
-    args = build_parser().parse_args(argv)
     if args.backend == "trio":
         try:
             import trio  # noqa: F401 (checked here so the failure is one clear line)

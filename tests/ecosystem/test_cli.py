@@ -492,3 +492,21 @@ def test_reset_durations_parse_like_kafkas_tool() -> None:
     for bad in ("", "P", "PT", "1w", "-5m", "PT1X", "soon"):
         with pytest.raises(CliError, match="bad duration"):
             parse_duration(bad)
+
+
+def test_version_and_help_work_without_rich_and_commands_say_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The base install has no rich (it is the [cli] extra): what needs no output tables
+    # answers anyway; a command says which extra to install, in one line.
+    monkeypatch.setitem(sys.modules, "rich", None)  # import rich -> ImportError
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert aiokafka_ng.__version__ in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    assert "topics" in capsys.readouterr().out
+    assert main(["topics", "list", "-b", "127.0.0.1:1"]) == 1
+    assert "the CLI needs rich: pip install 'aiokafka-ng[cli]'" in capsys.readouterr().err
