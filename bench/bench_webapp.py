@@ -346,7 +346,7 @@ def cell(x: float | None, width: int = 12) -> str:
 
 def parse_tree(spec: str) -> Column:
     label, _, path = spec.rpartition("=")
-    tree = Path(path)
+    tree = Path(path).resolve()
     if not (tree / "aiokafka_ng" / "__init__.py").is_file():
         raise SystemExit(f"--tree {spec}: no aiokafka_ng package in {tree}")
     return Column(label or tree.name, "ours", tree)
@@ -411,14 +411,15 @@ def main() -> None:
     for col in cols:
         sample = next((r for (_, label), r in results.items() if label == col.label and r), None)
         print(col.describe(sample) if sample is not None else f"{col.label}: no run")
-    head = f"{'':<45}" + "".join(f"{c.label:>12}" for c in cols)
+    widths = {c.label: max(12, len(c.label) + 2) for c in cols}
+    head = f"{'':<45}" + "".join(f"{c.label:>{widths[c.label]}}" for c in cols)
     print(head + "".join(f"{base + '/' + label:>{width}}" for label, width in ratios))
     for pattern in patterns:
         figures = {c.label: rows(pattern, results[pattern, c.label]) for c in cols}
         metrics = next((list(f) for f in figures.values() if f), [])
         for i, metric in enumerate(metrics):
             name = f"{PATTERNS[pattern] if i == 0 else '':<24}{metric:<21}"
-            line = name + "".join(cell(figures[c.label].get(metric)) for c in cols)
+            line = name + "".join(cell(figures[c.label].get(metric), widths[c.label]) for c in cols)
             for label, width in ratios if metric not in (BROKER, OTHER) else ():
                 a, b = figures[base].get(metric), figures[label].get(metric)
                 line += f"{a / b:>{width - 1}.2f}x" if a and b else f"{'-':>{width}}"
