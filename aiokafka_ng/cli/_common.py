@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -199,6 +200,27 @@ async def probe(bootstrap_servers: str, wait_s: float) -> None:
         if anyio.current_time() >= deadline:
             raise CliError(f"cannot reach a Kafka broker at {describe_servers(servers)}")
         await anyio.sleep(min(0.25, max(0.0, deadline - anyio.current_time())))
+
+
+async def cancel_on_signal(
+    scope: anyio.CancelScope,
+    received: list[int],
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Ctrl-C (or SIGTERM) is how an open-ended ``consume`` or ``produce`` normally ends: it
+    cancels ``scope`` (the reading loop), and the command then leaves its client block as
+    usual -- a group commits what was printed and leaves, a producer delivers what it took
+    -- and says what was done. The signal goes to ``received`` for the exit code. Only the
+    first signal is caught: a second one interrupts at once."""
+    import signal
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for signum in signals:
+            received.append(signum)
+            scope.cancel()
+            return
 
 
 def parse_key_values(items: Sequence[str] | None, what: str) -> dict[str, str]:

@@ -473,7 +473,42 @@ def test_produce_sends_each_typed_line_at_once(kafka_broker: Any) -> None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err.decode()
-    assert f"produced 1 records to {name}" in err.decode()
+    assert f"produced 1 record to {name}" in err.decode()
+
+
+def test_ctrl_c_during_a_produce_says_how_many_records_landed(kafka_broker: Any) -> None:
+    # Issue 49 item 9: the input is still open (a pipe nobody writes to any more) when the
+    # user presses Ctrl-C; the command must stop reading, deliver what it took, and say so.
+    b = ["-b", kafka_broker.bootstrap_servers]
+    name = topic_name()
+    assert cli("topics", "create", name, *b).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiokafka_ng.cli", "produce", name, "-q", *b],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"".join(b"line %d\n" % i for i in range(5)))
+        proc.stdin.flush()
+        done = cli("consume", name, "--from-beginning", "-n", "5", "--timeout", "30", *b)
+        assert done.stdout.splitlines() == [f"line {i}" for i in range(5)], done.stderr
+        assert proc.poll() is None  # still reading its input
+        proc.send_signal(signal.SIGINT)
+        # wait, not communicate: the input stays open (communicate would close it, an end of
+        # input racing the signal), as a terminal's would when the user presses Ctrl-C.
+        code = proc.wait(timeout=30)
+        assert proc.stderr is not None
+        text = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert code == 130, text
+    assert f"interrupted: 5 records to {name} in " in text, text
+    assert "not delivered" not in text and "Traceback" not in text, text
 
 
 def test_reset_durations_parse_like_kafkas_tool() -> None:
