@@ -196,7 +196,7 @@ def test_topics_create_list_describe_delete(kafka_broker: Any) -> None:
     # single error line, and the exit code says something failed.
     missing = topic_name()
     done = cli("topics", "describe", name, missing, *b)
-    assert_one_line_error(done, missing)
+    assert_one_line_error(done, f"topic {missing!r} does not exist")
     # The table's partition rows: those whose first cell is a partition number.
     rows = [
         line
@@ -205,7 +205,7 @@ def test_topics_create_list_describe_delete(kafka_broker: Any) -> None:
     ]
     assert len(rows) == 3, done.stdout
     done = cli("topics", "delete", name, missing, *b)
-    assert_one_line_error(done, missing)
+    assert_one_line_error(done, f"topic {missing!r} does not exist")
     assert f"deleted {name}" in done.stdout
 
 
