@@ -376,6 +376,13 @@ def test_unreachable_broker_is_one_line_and_exit_1(dead_address: str) -> None:
         assert_one_line_error(done, "cannot reach a Kafka broker", dead_address)
 
 
+def test_a_refused_port_fails_at_once_not_after_the_connect_timeout(dead_address: str) -> None:
+    # Issue 49 item 10: a port nothing listens on made every command wait its whole
+    # --connect-timeout. With an hour's timeout, the subprocess's own limit is the guard.
+    done = cli("topics", "list", "-b", dead_address, "--connect-timeout", "3600", timeout=120)
+    assert_one_line_error(done, "cannot reach a Kafka broker", dead_address, "connection refused")
+
+
 @pytest.mark.broker  # starts a broker of its own (see tests/conftest.py)
 def test_demo_main_job_as_the_readme_runs_it() -> None:
     # The README's main command: default settings (200k records, its own broker).
