@@ -187,6 +187,22 @@ class ClientConfig(BaseModel):
             raise ValueError("must be an async callable (host, port) -> byte stream, or None")
         return v
 
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _check_servers_type(cls, v: Any) -> Any:
+        # Before pydantic's own check, whose "Input should be a valid string" says nothing
+        # of the list it also takes nor of the likely mistake (a bare port).
+        if isinstance(v, str | list | tuple):
+            return v
+        hint = ""
+        if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65536:
+            hint = f" (for port {v} on this machine: 'localhost:{v}')"
+        raise ValueError(
+            f"expected 'host:port[,host:port...]' or a list of 'host:port' strings, "
+            f"got {type(v).__name__} {v!r}"[:200]
+            + hint
+        )
+
     @field_validator("bootstrap_servers")
     @classmethod
     def _check_servers(cls, v: str | list[str]) -> str | list[str]:

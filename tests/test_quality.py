@@ -2,7 +2,8 @@
 
 - ruff (lint + format), the import-linter contracts (layers point down; protocol is pure),
 - mypy --strict over the package and tools,
-- the generated protocol messages match what the generator writes from the schemas.
+- the generated protocol messages match what the generator writes from the schemas,
+- no test reaches into a private name more than the baseline allows (tools/private_reaches.py).
 """
 
 from __future__ import annotations
@@ -99,6 +100,12 @@ def test_a_clone_without_schemas_skips_the_drift_check(
     assert outcome in done.stdout, done.stdout[-2000:]
     assert "protocol schemas not found" in done.stdout, done.stdout[-2000:]
     assert done.returncode == (0 if ci == "" else 1)
+
+
+def test_no_new_reaches_into_private_names() -> None:
+    # STYLE.md rule 17: the tests' reaches into private names (obj._attr) may only go down;
+    # tests/private_reaches.txt holds what is left per file (tools/private_reaches.py).
+    _run(sys.executable, "tools/private_reaches.py", "--check")
 
 
 def test_settings_typeddicts_are_current() -> None:

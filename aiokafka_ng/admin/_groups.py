@@ -19,6 +19,7 @@ from aiokafka_ng.admin.models import (
     ConsumerGroupState,
     MemberDescription,
     MemberToRemove,
+    Node,
     OffsetAndMetadata,
     TopicPartition,
     decode_authorized_operations,
@@ -26,19 +27,66 @@ from aiokafka_ng.admin.models import (
 from aiokafka_ng.admin.results import ItemResults
 from aiokafka_ng.cluster.retry import STALE_COORDINATOR
 from aiokafka_ng.errors import (
+    GroupIdNotFoundError,
     KafkaError,
     ProtocolError,
+    UnsupportedVersionError,
 )
+from aiokafka_ng.protocol.messages import consumer_group_describe as cgd
 from aiokafka_ng.protocol.messages import leave_group as lg
 from aiokafka_ng.protocol.messages import offset_commit as oc
 from aiokafka_ng.protocol.messages import offset_delete as od
 from aiokafka_ng.protocol.messages import offset_fetch as of
+from aiokafka_ng.protocol.messages.consumer_group_describe import ConsumerGroupDescribeRequest
 from aiokafka_ng.protocol.messages.consumer_protocol import ConsumerProtocolAssignment
 from aiokafka_ng.protocol.messages.delete_groups import DeleteGroupsRequest
 from aiokafka_ng.protocol.messages.describe_groups import DescribeGroupsRequest
 from aiokafka_ng.protocol.messages.list_groups import ListGroupsRequest
 
 V = TypeVar("V")
+
+
+def _kip848_description(
+    g: cgd.DescribedGroup, coordinator: Node | None, authorized: bool
+) -> ConsumerGroupDescription:
+    """A KIP-848 group as ConsumerGroupDescribe answered it."""
+
+    def partitions(assignment: cgd.Assignment) -> list[TopicPartition]:
+        return sorted(
+            TopicPartition(t.topic_name, p)
+            for t in assignment.topic_partitions
+            for p in t.partitions
+        )
+
+    return ConsumerGroupDescription(
+        group_id=g.group_id,
+        is_simple_consumer_group=False,
+        members=[
+            MemberDescription(
+                member_id=m.member_id,
+                group_instance_id=m.instance_id,
+                client_id=m.client_id,
+                host=m.client_host,
+                assignment=partitions(m.assignment),
+                target_assignment=partitions(m.target_assignment),
+                member_epoch=m.member_epoch,
+                rack_id=m.rack_id,
+                subscribed_topic_names=list(m.subscribed_topic_names),
+                subscribed_topic_regex=m.subscribed_topic_regex,
+            )
+            for m in g.members
+        ],
+        partition_assignor=g.assignor_name,
+        state=ConsumerGroupState.parse(g.group_state),
+        coordinator=coordinator,
+        protocol_type="consumer",
+        authorized_operations=decode_authorized_operations(g.authorized_operations)
+        if authorized
+        else None,
+        group_type="consumer",
+        group_epoch=g.group_epoch,
+        target_assignment_epoch=g.assignment_epoch,
+    )
 
 
 def decode_assignment(data: bytes) -> list[TopicPartition]:
@@ -136,49 +184,104 @@ class GroupOps(_AdminCore):
         include_authorized_operations: bool = False,
         timeout_ms: int | None = None,
     ) -> ItemResults[str, ConsumerGroupDescription]:
-        """Members, assignments, state and assignor of each group (at its coordinator)."""
+        """Members, assignments, state and assignor of each group (at its coordinator).
+
+        As the Java client does: ConsumerGroupDescribe first, which describes KIP-848 groups
+        (member epochs, target assignments, racks); the groups it does not know (classic
+        groups) and brokers without it get DescribeGroups. A group that does not exist
+        fails with :class:`~aiokafka_ng.errors.GroupIdNotFoundError`, whether the broker
+        says GROUP_ID_NOT_FOUND (DescribeGroups v6+, KIP-1043) or, before that, describes
+        it as Dead."""
 
         async def on_coordinator(
             node: int, batch: list[str], deadline: float
         ) -> dict[str, ConsumerGroupDescription | BaseException]:
-            req = DescribeGroupsRequest(
-                groups=batch, include_authorized_operations=include_authorized_operations
-            )
-            resp = await self._send("describe_consumer_groups", node, req, deadline)
             coordinator = self._node(node)
             out: dict[str, ConsumerGroupDescription | BaseException] = {}
-            for g in resp.groups:
-                err = broker_error(g.error_code)
-                if err is not None:
-                    out[g.group_id] = err
-                    continue
-                consumer = g.protocol_type == "consumer"
-                out[g.group_id] = ConsumerGroupDescription(
-                    group_id=g.group_id,
-                    is_simple_consumer_group=not g.protocol_type,
-                    members=[
-                        MemberDescription(
-                            member_id=m.member_id,
-                            group_instance_id=m.group_instance_id,
-                            client_id=m.client_id,
-                            host=m.client_host,
-                            assignment=decode_assignment(m.member_assignment) if consumer else [],
+            classic = list(batch)
+            try:
+                resp = await self._send(
+                    "describe_consumer_groups",
+                    node,
+                    ConsumerGroupDescribeRequest(
+                        group_ids=batch, include_authorized_operations=include_authorized_operations
+                    ),
+                    deadline,
+                )
+            except UnsupportedVersionError:
+                pass  # a broker without KIP-848: every group is a classic one
+            else:
+                classic = []
+                for g in resp.groups:
+                    err = broker_error(g.error_code, g.error_message)
+                    if isinstance(err, GroupIdNotFoundError | UnsupportedVersionError) or (
+                        err is None and g.group_epoch < 0
+                    ):
+                        # Not a KIP-848 group: maybe a classic one. (A KIP-848 group's epoch
+                        # starts at 0; Tansu answers every group here, with epoch -1 and no
+                        # members, so the epoch is what tells.)
+                        classic.append(g.group_id)
+                    elif err is not None:
+                        out[g.group_id] = err
+                    else:
+                        out[g.group_id] = _kip848_description(
+                            g, coordinator, include_authorized_operations
                         )
-                        for m in g.members
-                    ],
-                    partition_assignor=g.protocol_data,
-                    state=ConsumerGroupState.parse(g.group_state),
-                    coordinator=coordinator,
-                    protocol_type=g.protocol_type,
-                    authorized_operations=decode_authorized_operations(g.authorized_operations)
-                    if include_authorized_operations
-                    else None,
+            if classic:
+                out.update(
+                    await self._describe_classic(
+                        node, classic, include_authorized_operations, deadline
+                    )
                 )
             return out
 
         return await self._at_coordinators(
             "describe_consumer_groups", group_ids, on_coordinator, timeout_ms
         )
+
+    async def _describe_classic(
+        self, node: int, groups: list[str], include_authorized_operations: bool, deadline: float
+    ) -> dict[str, ConsumerGroupDescription | BaseException]:
+        """DescribeGroups for ``groups`` at their coordinator ``node``."""
+        req = DescribeGroupsRequest(
+            groups=groups, include_authorized_operations=include_authorized_operations
+        )
+        resp = await self._send("describe_consumer_groups", node, req, deadline)
+        coordinator = self._node(node)
+        out: dict[str, ConsumerGroupDescription | BaseException] = {}
+        for g in resp.groups:
+            err = broker_error(g.error_code, g.error_message)
+            if isinstance(err, GroupIdNotFoundError) or (err is None and g.group_state == "Dead"):
+                # Dead: what brokers before KIP-1043 answer for a group that does not exist
+                # (or is being removed); Kafka's own tool says "does not exist" for it too.
+                out[g.group_id] = GroupIdNotFoundError(f"group {g.group_id!r} does not exist")
+                continue
+            if err is not None:
+                out[g.group_id] = err
+                continue
+            consumer = g.protocol_type == "consumer"
+            out[g.group_id] = ConsumerGroupDescription(
+                group_id=g.group_id,
+                is_simple_consumer_group=not g.protocol_type,
+                members=[
+                    MemberDescription(
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        client_id=m.client_id,
+                        host=m.client_host,
+                        assignment=decode_assignment(m.member_assignment) if consumer else [],
+                    )
+                    for m in g.members
+                ],
+                partition_assignor=g.protocol_data,
+                state=ConsumerGroupState.parse(g.group_state),
+                coordinator=coordinator,
+                protocol_type=g.protocol_type,
+                authorized_operations=decode_authorized_operations(g.authorized_operations)
+                if include_authorized_operations
+                else None,
+            )
+        return out
 
     async def delete_consumer_groups(
         self, group_ids: Iterable[str], timeout_ms: int | None = None

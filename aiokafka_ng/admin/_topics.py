@@ -79,6 +79,14 @@ def validate_topic_name(name: str) -> InvalidTopicError | None:
     return None
 
 
+def _no_such_topic(name: str) -> UnknownTopicOrPartitionError:
+    """UNKNOWN_TOPIC_OR_PARTITION for a whole topic, said as such: the code's own text ("The
+    broker does not host this topic-partition") reads as a fault of the broker's."""
+    return UnknownTopicOrPartitionError(
+        f"topic {name!r} does not exist (UNKNOWN_TOPIC_OR_PARTITION)"
+    )
+
+
 def _topic_id(value: uuid.UUID) -> uuid.UUID | None:
     return None if value == ZERO_UUID else value
 
@@ -203,7 +211,8 @@ class TopicOps(_AdminCore):
                     continue
                 err = broker_error(r.error_code, r.error_message)
                 # Retrying will not make a missing topic exist.
-                out[r.name] = Final(err) if isinstance(err, UnknownTopicOrPartitionError) else err
+                missing = isinstance(err, UnknownTopicOrPartitionError)
+                out[r.name] = Final(_no_such_topic(r.name)) if missing else err
             return out
 
         return await self._run("delete_topics", topics, attempt, timeout_ms)
@@ -320,7 +329,8 @@ class TopicOps(_AdminCore):
                     continue
                 err = broker_error(t.error_code)
                 if isinstance(err, UnknownTopicOrPartitionError):
-                    out[t.name] = Final(err)  # retrying will not make the topic exist
+                    # Retrying will not make the topic exist.
+                    out[t.name] = Final(_no_such_topic(t.name))
                     continue
                 if err is not None:
                     out[t.name] = err

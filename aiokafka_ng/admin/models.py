@@ -375,13 +375,23 @@ class MemberToRemove:
 
 @dataclass(frozen=True, slots=True)
 class MemberDescription:
-    """A member of a described group; ``assignment`` is decoded for consumer groups."""
+    """A member of a described group; ``assignment`` is decoded for consumer groups.
+
+    The fields after ``assignment`` are those of a KIP-848 group's member (None in a classic
+    group): ``target_assignment`` is what the group wants it to own once it has reconciled
+    (``assignment`` is what it owns now), ``member_epoch`` the epoch it has reached, and
+    what it subscribed to and the rack it said it is in."""
 
     member_id: str
     group_instance_id: str | None
     client_id: str
     host: str
     assignment: list[TopicPartition]
+    target_assignment: list[TopicPartition] | None = None
+    member_epoch: int | None = None
+    rack_id: str | None = None
+    subscribed_topic_names: list[str] | None = None
+    subscribed_topic_regex: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +406,12 @@ class ConsumerGroupDescription:
     coordinator: Node | None
     protocol_type: str = ""
     authorized_operations: frozenset[AclOperation] | None = None
+    #: "consumer" for a KIP-848 group (the broker assigns; ConsumerGroupDescribe describes
+    #: it), "classic" for a group of the JoinGroup/SyncGroup protocol (DescribeGroups).
+    group_type: str = "classic"
+    #: A KIP-848 group's epoch, and the epoch of its target assignment (None: classic).
+    group_epoch: int | None = None
+    target_assignment_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

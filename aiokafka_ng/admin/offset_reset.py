@@ -32,7 +32,7 @@ from aiokafka_ng.admin.models import (
     TopicPartition,
 )
 from aiokafka_ng.admin.results import ItemResults
-from aiokafka_ng.errors import NonEmptyGroupError
+from aiokafka_ng.errors import GroupIdNotFoundError, NonEmptyGroupError
 
 __all__ = [
     "GroupLag",
@@ -282,11 +282,17 @@ class OffsetToolOps(TopicOps, PartitionOps, GroupOps):
                 items[group_id] = desc
                 continue
             try:
-                committed[group_id] = await self.list_consumer_group_offsets(
-                    group_id, timeout_ms=timeout_ms
-                )
+                offsets = await self.list_consumer_group_offsets(group_id, timeout_ms=timeout_ms)
             except Exception as exc:  # this group fails, the others go on
                 items[group_id] = exc
+                continue
+            if not offsets and not desc.members and not desc.protocol_type:
+                # No member, no protocol and no offset: no group. (Brokers before KIP-1043
+                # that do not answer Dead for it -- Tansu -- describe it as an empty
+                # simple group; a real one is its committed offsets.)
+                items[group_id] = GroupIdNotFoundError(f"group {group_id!r} does not exist")
+                continue
+            committed[group_id] = offsets
         tps = [tp for offsets in committed.values() for tp in offsets]
         bounds_error: BaseException | None = None
         starts: dict[TopicPartition, int] = {}
@@ -332,9 +338,15 @@ class OffsetToolOps(TopicOps, PartitionOps, GroupOps):
         """
         reset = OffsetReset.parse(reset)
         wanted_topics = None if topics is None else _names(topics, "topics")
-        desc = (await self.describe_consumer_groups([group_id], timeout_ms=timeout_ms)).result(
-            group_id
-        )
+        group = (await self.describe_consumer_groups([group_id], timeout_ms=timeout_ms))[group_id]
+        if isinstance(group, GroupIdNotFoundError):
+            # Offsets may be set for a group that does not exist yet (Kafka's tool does it
+            # too): committing them creates it, for the consumers that start later.
+            state, members = ConsumerGroupState.DEAD, 0
+        elif isinstance(group, BaseException):
+            raise group
+        else:
+            state, members = group.state, len(group.members)
         committed = await self.list_consumer_group_offsets(group_id, timeout_ms=timeout_ms)
         if reset.kind is _Kind.EXPLICIT:
             scope = list(reset.offsets)
@@ -361,16 +373,16 @@ class OffsetToolOps(TopicOps, PartitionOps, GroupOps):
         targets = plan_targets(reset, current, starts, ends, at_time)
         plan = OffsetResetPlan(
             group_id,
-            desc.state,
+            state,
             reset,
             {tp: OffsetResetRow(current[tp], targets[tp], starts[tp], ends[tp]) for tp in scope},
             applied=False,
         )
         if dry_run:
             return plan
-        if desc.state not in INACTIVE_STATES or desc.members:
+        if state not in INACTIVE_STATES or members:
             raise NonEmptyGroupError(
-                f"group {group_id!r} is {desc.state} with {len(desc.members)} member(s): "
+                f"group {group_id!r} is {state} with {members} member(s): "
                 "offsets can only be reset while it has none (stop its consumers first)"
             )
         if targets:

@@ -6,7 +6,10 @@ one line if the broker cannot start or dies.
 
 ``--kafka`` runs real Apache Kafka instead (:class:`~aiokafka_ng.testing.KafkaCluster`, 3
 KRaft nodes by default; needs Java 17+, and Maven the first time to fetch the jars) and
-also prints the SASL and TLS listeners, the CA file and the SASL users. ``--kafka
+also prints the SASL listener, the SASL users and, with TLS, the SSL and SASL_SSL
+listeners and the CA file. TLS needs ``trustme`` (in the ``cli`` extra) for the certificates:
+``--tls`` asks for it (an error without trustme), ``--no-tls`` turns it off, and by default
+it is on when trustme is installed and off with a note on stderr saying how to get it. ``--kafka
 --fetch-only`` fetches the jars, makes the JVM class archive that starts a node faster
 (``aiokafka_ng.testing._kafka_cds``), and exits (``.ci/run`` does this first, to time it).
 """
@@ -22,7 +25,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TypeVar
 
-from aiokafka_ng.cli._common import EXIT_OK, CliError, exit_code_for_signal, first_line
+from aiokafka_ng.cli._common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    exit_code_for_signal,
+    first_line,
+)
 
 _WATCH_INTERVAL = 0.5
 
@@ -39,6 +48,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--brokers", type=int, default=3, help="with --kafka: number of nodes (default: 3)"
+    )
+    p.add_argument(
+        "--tls",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --kafka: SSL and SASL_SSL listeners too (default: when trustme is installed)",
     )
     p.add_argument(
         "--fetch-only",
@@ -113,16 +128,20 @@ def cmd_kafka(args: argparse.Namespace) -> int:
             print(f"class_archive={archive} ({time.monotonic() - started:.1f} s)", flush=True)
         return EXIT_OK
 
+    tls = _tls_wanted(args.tls)
+
     def start() -> KafkaCluster:
-        cluster = KafkaCluster(brokers=args.brokers)
+        cluster = KafkaCluster(brokers=args.brokers, tls=tls)
         cluster.start_sync()
         return cluster
 
     def announce(cluster: KafkaCluster) -> None:
         print(f"bootstrap_servers={cluster.bootstrap_servers}", flush=True)
-        for listener in ("SASL_PLAINTEXT", "SSL", "SASL_SSL"):
+        listeners = ("SASL_PLAINTEXT", "SSL", "SASL_SSL") if tls else ("SASL_PLAINTEXT",)
+        for listener in listeners:
             print(f"{listener.lower()}={cluster.bootstrap_for(listener)}", flush=True)
-        print(f"ssl_cafile={cluster.ca_file}", flush=True)
+        if tls:
+            print(f"ssl_cafile={cluster.ca_file}", flush=True)
         users = " ".join(f"{name}:{password}" for name, password in cluster.users.items())
         print(f"sasl_users={users} (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)", flush=True)
         print(
@@ -148,6 +167,27 @@ def cmd_kafka(args: argparse.Namespace) -> int:
     )
 
 
+def _tls_wanted(asked: bool | None) -> bool:
+    """Whether the cluster opens its TLS listeners: as asked, or when trustme (which makes
+    the certificates) is installed. Checked before any jar is fetched or node started."""
+    import importlib.util
+
+    have_trustme = importlib.util.find_spec("trustme") is not None
+    if asked and not have_trustme:
+        raise CliError(
+            "--tls needs trustme for the certificates: pip install trustme "
+            "(or 'aiokafka-ng[cli]'), or leave --tls out"
+        )
+    if asked is None and not have_trustme:
+        print(
+            "note: no SSL or SASL_SSL listeners: trustme is not installed "
+            "(pip install trustme, or 'aiokafka-ng[cli]'); --no-tls silences this note",
+            file=sys.stderr,
+            flush=True,
+        )
+    return have_trustme if asked is None else asked
+
+
 def cmd_broker(args: argparse.Namespace) -> int:
     from aiokafka_ng.testing import LocalBroker, LocalBrokerError
 
@@ -155,6 +195,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
         return cmd_kafka(args)
     if args.fetch_only:
         raise CliError("--fetch-only goes with --kafka")
+    if args.tls is not None:
+        raise CliError("--tls and --no-tls go with --kafka", EXIT_USAGE)
 
     def start() -> LocalBroker:
         broker = LocalBroker(port=args.port)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -165,20 +166,30 @@ def client_settings(args: argparse.Namespace, config_cls: Any, **settings: Any) 
     return {k: getattr(config, k) for k in config.model_fields_set}
 
 
+#: How long every bootstrap server may refuse connections before the CLI gives up: a broker
+#: that is starting binds its port within moments, and a port nothing listens on is
+#: usually a typo or a stopped broker, which the full --connect-timeout would not fix.
+REFUSED_GRACE_S = 1.0
+
+
 async def probe(bootstrap_servers: str, wait_s: float) -> None:
     """Fail fast with one clear line when no bootstrap server accepts a TCP connection.
 
     The clients themselves keep retrying bootstrap for up to 30 s (as they should inside an
-    application); a command-line user wants to hear at once that nothing is listening.
+    application); a command-line user wants to hear at once that nothing is listening: a
+    refusing port fails after :data:`REFUSED_GRACE_S`, a silent or unreachable host after
+    ``wait_s``.
     """
     import socket
 
     from aiokafka_ng.cluster import describe_servers
 
     servers = parse_servers(bootstrap_servers)
-    deadline = anyio.current_time() + wait_s
+    start = anyio.current_time()
+    deadline = start + wait_s
     while True:
         unresolved: dict[str, str] = {}
+        refused = 0
         for host, port in servers:
             try:
                 with anyio.fail_after(max(0.1, min(2.0, deadline - anyio.current_time()))):
@@ -186,7 +197,8 @@ async def probe(bootstrap_servers: str, wait_s: float) -> None:
             except socket.gaierror as exc:
                 unresolved[host] = exc.strerror or str(exc)
                 continue
-            except (OSError, TimeoutError):
+            except (OSError, TimeoutError) as exc:
+                refused += _refused(exc)
                 continue
             await stream.aclose()
             return
@@ -196,9 +208,47 @@ async def probe(bootstrap_servers: str, wait_s: float) -> None:
             host, reason = next(iter(unresolved.items()))
             more = f" (and {len(unresolved) - 1} more)" if len(unresolved) > 1 else ""
             raise CliError(f"cannot resolve host {host!r}{more}: {reason}")
-        if anyio.current_time() >= deadline:
+        now = anyio.current_time()
+        if refused == len(servers) and now - start >= min(REFUSED_GRACE_S, wait_s):
+            raise CliError(
+                f"cannot reach a Kafka broker at {describe_servers(servers)}: connection "
+                "refused (nothing listens there: is the broker running, is the port right?)"
+            )
+        if now >= deadline:
             raise CliError(f"cannot reach a Kafka broker at {describe_servers(servers)}")
-        await anyio.sleep(min(0.25, max(0.0, deadline - anyio.current_time())))
+        await anyio.sleep(min(0.25, max(0.0, deadline - now)))
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether every address tried refused the connection (anyio chains what each one
+    answered under its "All connection attempts failed")."""
+    cause = exc.__cause__
+    if cause is None:
+        return isinstance(exc, ConnectionRefusedError)
+    if isinstance(cause, BaseExceptionGroup):
+        return all(_refused(inner) for inner in cause.exceptions)
+    return _refused(cause)
+
+
+async def cancel_on_signal(
+    scope: anyio.CancelScope,
+    received: list[int],
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Ctrl-C (or SIGTERM) is how an open-ended ``consume`` or ``produce`` normally ends: it
+    cancels ``scope`` (the reading loop), and the command then leaves its client block as
+    usual -- a group commits what was printed and leaves, a producer delivers what it took
+    -- and says what was done. The signal goes to ``received`` for the exit code. Only the
+    first signal is caught: a second one interrupts at once."""
+    import signal
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for signum in signals:
+            received.append(signum)
+            scope.cancel()
+            return
 
 
 def parse_key_values(items: Sequence[str] | None, what: str) -> dict[str, str]:

@@ -14,18 +14,17 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import signal
 import sys
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
-import anyio.abc
 
 from aiokafka_ng.cli._common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
     add_connection_args,
+    cancel_on_signal,
     client_settings,
     exit_code_for_signal,
     probe,
@@ -123,23 +122,6 @@ class _Formatter:
         ).encode()
 
 
-async def _cancel_on_signal(
-    scope: anyio.CancelScope,
-    received: list[int],
-    *,
-    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Ctrl-C (or SIGTERM) is how an open-ended ``consume`` normally ends: stop reading, then
-    leave the consumer block as usual, so a group commits what was printed and leaves. The
-    signal is kept in ``received`` for the exit code."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        task_status.started()
-        async for signum in signals:
-            received.append(signum)
-            scope.cancel()
-            return
-
-
 def cmd_consume(args: argparse.Namespace) -> int:
     if args.max_records is not None and args.max_records < 1:
         raise CliError("--max-records must be at least 1", EXIT_USAGE)
@@ -188,7 +170,7 @@ async def _consume(args: argparse.Namespace, out: BinaryIO, received: list[int])
         idle_ms = int(args.timeout * 1000) if args.timeout is not None else 1000
         async with anyio.create_task_group() as tg:
             stop = anyio.CancelScope()
-            await tg.start(_cancel_on_signal, stop, received)
+            await tg.start(cancel_on_signal, stop, received)
             with stop:
                 while args.max_records is None or count < args.max_records:
                     want = None if args.max_records is None else args.max_records - count

@@ -147,10 +147,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         async with _admin(args) as admin:
             listed = await admin.list_consumer_groups()
         table = Table()
-        for col in ("group", "state", "protocol"):
+        # type: classic or consumer (KIP-848), which the protocol column cannot tell apart
+        # (both say "consumer"); "-" where the broker does not say (ListGroups before v5).
+        for col in ("group", "state", "type", "protocol"):
             table.add_column(col)
         for g in listed:
-            table.add_row(g.group_id, str(g.state or "-"), g.protocol_type or "-")
+            table.add_row(
+                g.group_id, str(g.state or "-"), g.group_type or "-", g.protocol_type or "-"
+            )
         stdout_console().print(table)
         return EXIT_OK
 
@@ -169,7 +173,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
         for group_id, lag in lags.succeeded.items():
             desc = described.result(group_id)
             console.print(
-                f"[bold]{group_id}[/bold]  state={lag.state}  members={len(desc.members)}"
+                f"[bold]{group_id}[/bold]  type={desc.group_type}  state={lag.state}"
+                f"  members={len(desc.members)}"
                 f"  total lag={lag.total_lag:,}"
             )
             owner = {tp: m.client_id for m in desc.members for tp in m.assignment}

@@ -47,6 +47,14 @@ def _parse_one(entry: str) -> tuple[str, int]:
     # Messages quote the entry cut to 80 characters: a pasted blob stays readable.
     item = entry if len(entry) <= 80 else entry[:77] + "..."
     port_s = "9092"
+    scheme, found, address = entry.partition("://")
+    if found:
+        # kafka://, PLAINTEXT://, SASL_SSL://...: a listener's or a URL's form, which the
+        # checks below would misname (a colon too many reads as a bad IPv6 address).
+        raise _bad(
+            f"bootstrap server {item!r} has a scheme ({scheme}://): write host:port alone, "
+            f"e.g. {address.strip('/')[:80]!r}; security_protocol sets the protocol"
+        )
     if entry.startswith("["):
         host, sep, rest = entry[1:].partition("]")
         if not sep or (rest and not rest.startswith(":")):

@@ -11,6 +11,7 @@ ad hoc.
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,8 +46,25 @@ def describe(exc: BaseException) -> str:
         return f"connection broken ({describe(cause)})" if cause else "connection broken"
     if isinstance(exc, TimeoutError):
         return "timed out"
+    if isinstance(exc, OSError) and exc.errno is None and exc.__cause__ is not None:
+        # anyio's "All connection attempts failed" wraps what each address answered (one
+        # error, or a group of them): those are the reasons worth reading.
+        reasons = dict.fromkeys(describe(leaf) for leaf in _leaves(exc.__cause__))
+        return "; ".join(reasons)
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (nothing listens on that port)"
+    if isinstance(exc, OSError) and exc.errno:
+        # "Network is unreachable": the errno's meaning, which asyncio's text around the
+        # call ("Connect call failed ('10.0.0.1', 9092)") leaves out.
+        return os.strerror(exc.errno)
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 def connection_error(where: str, exc: BaseException) -> KafkaConnectionError:

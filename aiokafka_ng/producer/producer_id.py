@@ -203,9 +203,14 @@ class ProducerIdOwner:
             on_error(exc)
             n = backoff_state.failures
             if n in (1, 10, 100) or n % 1000 == 0:  # not at every retry
-                self.log.warning(
-                    "%s: InitProducerId failed %d times (%s); retrying", self.label, n, exc
-                )
+                # A retriable error once is routine (COORDINATOR_LOAD_IN_PROGRESS answers
+                # the first InitProducerId on every fresh Kafka cluster): DEBUG until it
+                # persists; any other error is worth a WARNING the first time.
+                transient = exc.retriable and n < 10
+                self.log.log(
+                    logging.DEBUG if transient else logging.WARNING,
+                    "%s: InitProducerId failed %d times (%s); retrying", self.label, n, exc,
+                )  # fmt: skip
 
         async def retried(producer_id: int, epoch: int) -> tuple[int, int]:
             return await retrying(

@@ -360,6 +360,8 @@ async def test_unknown_topic_and_partition_fail_fast() -> None:
             elapsed = anyio.current_time() - start
     assert described.result("t").partitions[0].partition == 0
     assert isinstance(described["missing"], UnknownTopicOrPartitionError)
+    # Said as the topic's absence, not the code's "does not host this topic-partition".
+    assert "topic 'missing' does not exist" in str(described["missing"])
     assert isinstance(offsets[TopicPartition("missing", 0)], UnknownTopicOrPartitionError)
     assert "no partition 5" in str(offsets[TopicPartition("t", 5)])
     assert elapsed < 1  # virtual seconds: a retry until the 30 s timeout would show

@@ -142,7 +142,9 @@ def test_edges(text: str, expected: list[tuple[str, int]]) -> None:
         ("fe80::1:9092", "ambiguous"),
         ("::1:9092", "ambiguous"),
         ("h:1:2", "bad host"),
-        ("http://h:9092", "bad host"),
+        ("http://h:9092", "has a scheme \\(http://\\): write host:port alone, e.g. 'h:9092'"),
+        ("kafka://127.0.0.1:9092", "has a scheme"),  # not taken for an IPv6 address
+        ("h1:1,SASL_SSL://h2:9093", "'SASL_SSL://h2:9093' has a scheme"),
         ("h/x:1", "bad host"),
         ("[1.2.3.4]:1", "bad IPv6 address"),
         ("[fe80::1%a b]:1", "bad IPv6 address"),
@@ -176,3 +178,21 @@ def test_config_names_the_bad_entry_once(cls: type[ClientConfig]) -> None:
     problem = info.value.errors["bootstrap_servers"]
     assert "ambiguous bootstrap server 'fe80::1:9092'" in problem
     assert "invalid configuration" not in problem  # not an error message nested in another
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (9092, "got int 9092 (for port 9092 on this machine: 'localhost:9092')"),
+        (None, "got NoneType None"),
+        ({"h": 1}, "got dict"),
+    ],
+)
+def test_a_value_of_another_type_says_what_is_expected(value: object, problem: str) -> None:
+    # Issue 49 item 10: pydantic's own "Input should be a valid string" hid that a list is
+    # taken too, and the likely mistake (a bare port).
+    with pytest.raises(ConfigError) as info:
+        ProducerConfig(bootstrap_servers=value)  # type: ignore[arg-type]
+    text = info.value.errors["bootstrap_servers"]
+    assert "expected 'host:port[,host:port...]' or a list of 'host:port' strings" in text
+    assert problem in text

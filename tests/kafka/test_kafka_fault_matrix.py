@@ -346,11 +346,13 @@ async def test_group_commits_while_nodes_are_killed(kafka_cluster: KafkaCluster)
                             futures,
                         )
                         async with admin_for(kafka_cluster) as admin:
-                            coordinator = (
-                                (await admin.describe_consumer_groups([group]))
-                                .result(group)
-                                .coordinator
+                            # Once the members' first join created the group: before, it
+                            # does not exist (GroupIdNotFoundError), and has no description.
+                            described = await eventually(
+                                lambda: admin.describe_consumer_groups([group]),
+                                lambda r: group in r.succeeded,
                             )
+                            coordinator = described.result(group).coordinator
                         first = coordinator.node_id if coordinator else 1
                         for node_id in (first, first % 3 + 1):
                             await anyio.sleep(2)  # traffic between faults, not synchronisation

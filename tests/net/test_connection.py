@@ -10,6 +10,7 @@ out of order (``swap_next_responses``: correlation mismatch), twice, garbage (``
 from __future__ import annotations
 
 import re
+import socket
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -435,6 +436,20 @@ async def test_connection_refused_is_a_connection_error() -> None:
                 pass
         assert isinstance(info.value.__cause__, OSError)
         assert kafka.refused(NODE) == 1
+
+
+async def test_a_refused_port_is_said_as_such_over_real_tcp() -> None:
+    # Issue 49 item 10: anyio's "OSError: All connection attempts failed" was the whole
+    # reason; what the address answered is what the user needs to read.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: the kernel refuses connections
+        with pytest.raises(KafkaConnectionError) as info:
+            async with connect("127.0.0.1", port, ConnectionConfig(request_timeout_s=10.0)):
+                pass
+    text = str(info.value)
+    assert f"127.0.0.1:{port}" in text and "connection refused" in text, text
+    assert "All connection attempts failed" not in text
 
 
 async def test_setup_times_out_when_the_broker_never_answers() -> None:
