@@ -7,7 +7,9 @@ Theory of operation
 its own (what its calls check, what it does while closing, its counters).
 
 *States.* ``NEW`` until ``start()``; ``RUNNING`` once the cluster and the client's task
-group are entered; ``CLOSING`` from the moment ``close()`` begins (the client finishes its
+group are entered and its ``setup`` has started its tasks (which therefore run while the
+state is still NEW: loops end on :attr:`ClientRuntime.closing`, not on "not RUNNING");
+``CLOSING`` from the moment ``close()`` begins (the client finishes its
 work: the producer delivers, the consumer commits and leaves the group); ``CLOSED`` once
 the task group is cancelled. A failed ``start()`` leaves the client ``CLOSED``, as does
 closing a client never started; a closed client cannot be started again. ``close()`` is
@@ -17,15 +19,17 @@ idempotent: a second call while ``CLOSING`` or after returns at once.
 :class:`~aiokafka_ng.cluster.host.TaskHost`): ``start()`` and ``close()`` may run in
 different tasks, as web frameworks' startup and shutdown hooks do.
 
-*Supervision.* Every background task runs through :meth:`ClientRuntime.spawn` (or
-:meth:`~ClientRuntime.start_task`). An exception such a task does not handle is a bug of
-ours -- the loops handle every error Kafka and the network produce -- and it must neither
-cancel the task group (whose tasks the application relies on) nor end silently (awaiters
-would hang until ``close()``): it goes to :meth:`ClientRuntime.fail`, which records the
-first failure, logs it and calls the client's ``on_failure`` (the producer fails its
-pending records, the consumers wake their waiting polls). The client stays ``RUNNING`` but
-stopped: its calls raise the failure until ``close()`` cleans up. A task that fails before
-it reported itself started (``start_task``) fails ``start()`` instead.
+*Supervision.* Every background task is started through the runtime's :class:`Supervisor`
+(``tasks.start_soon``, handed to the producer's parts) or :meth:`~ClientRuntime.start_task`
+(the consumers' fetcher, group member and heartbeat). An exception such a task does not
+handle is a bug of ours -- the loops handle every error Kafka and the network produce --
+and it must neither cancel the task group (whose tasks the application relies on) nor end
+silently (awaiters would hang until ``close()``): it goes to :meth:`ClientRuntime.fail`,
+which records the first failure, logs it and calls the client's ``on_failure`` (the
+producer fails its pending records, the consumers wake their waiting polls). The client
+stays ``RUNNING`` but stopped: its calls raise the failure until ``close()`` cleans up. A
+task that fails before it reported itself started (``start_task``) fails ``start()``
+instead.
 
 *Status.* :meth:`ClientRuntime.status` never waits: ``ready`` only while ``RUNNING``, not
 failed, bootstrapped and the last metadata request succeeded -- so a health check answers
@@ -236,11 +240,6 @@ class ClientRuntime:
     # ------------------------------------------------------------------ lifecycle
 
     @property
-    def running(self) -> bool:
-        """RUNNING and no background task has failed: the client takes calls."""
-        return self.state is ClientState.RUNNING and self.failure is None
-
-    @property
     def closing(self) -> bool:
         """CLOSING or CLOSED: background loops end (a task started during ``start()`` runs
         before the state is RUNNING)."""
@@ -318,10 +317,6 @@ class ClientRuntime:
             await host.stop()
 
     # ------------------------------------------------------------------ supervision
-
-    def spawn(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """Start a supervised background task."""
-        self.tasks.start_soon(func, *args)
 
     async def start_task(self, func: Callable[..., Awaitable[Any]]) -> None:
         """Start a supervised task that reports itself started (``task_status``) and wait

@@ -429,7 +429,7 @@ class Producer:
     async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
         """Send everything queued now and wait for its outcome (not raising delivery
         errors). Raises ``KafkaTimeoutError`` if ``timeout`` seconds pass first."""
-        if not self._runtime.running:
+        if self._runtime.state is not ClientState.RUNNING:
             raise self._not_running()
         acc = self._acc
         acc.flushing += 1
@@ -516,7 +516,7 @@ class Producer:
     def _transactions(self) -> TransactionManager:
         if self._txn is None:
             raise IllegalStateError("not a transactional producer (set transactional_id)")
-        if not self._runtime.running:
+        if self._runtime.state is not ClientState.RUNNING:
             raise self._not_running()
         return self._txn
 
