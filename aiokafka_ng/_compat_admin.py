@@ -189,9 +189,10 @@ class AdminCompat(AdminClient):
         return [(g.group_id, g.protocol_type) for g in await super().list_consumer_groups()]
 
     async def find_coordinator(self, group_id: str, coordinator_type: int = 0) -> int:
-        if self._open_cluster is None:
+        cluster = self._runtime.open_cluster
+        if cluster is None:
             raise IllegalStateError("the AdminClient is not open: call start() first")
-        return await self._open_cluster.coordinator(group_id, coordinator_type)
+        return await cluster.coordinator(group_id, coordinator_type)
 
     async def list_consumer_group_offsets(  # type: ignore[override]
         self,

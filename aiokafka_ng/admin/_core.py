@@ -40,7 +40,7 @@ import anyio
 from aiokafka_ng.admin.config import AdminConfig
 from aiokafka_ng.admin.models import Node, TopicPartition
 from aiokafka_ng.admin.results import ItemResults
-from aiokafka_ng.cluster import Cluster, RetryState
+from aiokafka_ng.cluster import ClientRuntime, Cluster, RetryState
 from aiokafka_ng.cluster.metadata import ClusterMetadata, parse_metadata_response
 from aiokafka_ng.cluster.retry import STALE_COORDINATOR, retrying
 from aiokafka_ng.errors import (
@@ -109,16 +109,17 @@ class _AdminCore:
 
     _config: AdminConfig
     _backoff: ExponentialBackoff
-    _open_cluster: Cluster | None
+    _runtime: ClientRuntime
     _next_any: int  # rotation counter of _any_node
 
     @property
     def _cluster(self) -> Cluster:
-        if self._open_cluster is None:
+        cluster = self._runtime.open_cluster
+        if cluster is None:
             raise IllegalStateError(
                 "the AdminClient is not open: use `async with AdminClient(...)`"
             )
-        return self._open_cluster
+        return cluster
 
     # ------------------------------------------------------------------ the retry driver
 
@@ -185,7 +186,7 @@ class _AdminCore:
         except KafkaTimeoutError:
             if not pending:
                 raise
-        cluster = self._open_cluster
+        cluster = self._runtime.open_cluster
         unreachable = ""
         if pending and cluster is not None and not cluster.ready:
             # Started without the cluster and it never answered: say where we looked.

@@ -6,19 +6,19 @@ the quorum, ``txn_admin`` for fencing and aborts, ``tokens`` for delegation toke
 ``features`` for features and all-types group listing, ``replica_dirs`` for JBOD moves,
 ``share_groups`` for KIP-932 share groups, and ``offset_reset`` for lag and offset resets);
 routing and the retry driver in ``_core``.
-This module owns the lifecycle -- ``start()``/``close(timeout)``/``async with``, as the
-producer and the consumer have it: validating the config once, entering and leaving the
-:class:`Cluster` -- in a task of its own (a :class:`~aiokafka_ng.cluster.TaskHost`), so the
-client may be opened in one task and closed in another.
+This module holds the config and the lifecycle -- ``start()``/``close(timeout)``/``async
+with``, ``status()``, ``statistics()`` -- which is the client's
+:class:`~aiokafka_ng.cluster.ClientRuntime`, the same for every client: the
+:class:`Cluster` is entered and left in a task of its own, so the client may be opened in
+one task and closed in another. An admin client has no background tasks of its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self, Unpack, cast
+from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 
 from aiokafka_ng.admin._acls import AclOps
 from aiokafka_ng.admin._configs import ConfigOps
@@ -36,11 +36,11 @@ from aiokafka_ng.admin.share_groups import ShareGroupOps
 from aiokafka_ng.admin.tokens import TokenOps
 from aiokafka_ng.admin.txn_admin import TxnAdminOps
 from aiokafka_ng.cluster import (
+    ClientRuntime,
+    ClientState,
     ClientStatistics,
     ClientStatus,
     Cluster,
-    TaskHost,
-    client_status,
     describe_servers,
 )
 from aiokafka_ng.errors import IllegalStateError
@@ -90,10 +90,12 @@ class AdminClient(
         self._backoff = ExponentialBackoff.retry(
             self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
         )
-        self._open_cluster: Cluster | None = None  # while running
-        self._last_cluster: Cluster | None = None  # the last one opened, for statistics()
-        self._state: Literal["new", "running", "closed"] = "new"
-        self._host: TaskHost | None = None
+        self._runtime = ClientRuntime(
+            "admin",
+            client_id=self._config.client_id,
+            bootstrap_servers=self._config.bootstrap_servers,
+            started_twice="this AdminClient is {state}; start() runs once",
+        )
         self._next_any = 0
 
     @classmethod
@@ -110,22 +112,12 @@ class AdminClient(
         """Open the cluster (``async with`` does this). The client does not wait for a
         broker (see :meth:`wait_ready`). Once only: ``IllegalStateError`` on a started or
         closed client. ``start()`` and ``close()`` may run in different tasks."""
-        if self._state != "new":
-            raise IllegalStateError(f"this AdminClient is {self._state}; start() runs once")
+        self._runtime.check_new()
         # Admin calls must not create topics as a side effect of looking up leaders.
         cluster_config = dataclasses.replace(
             self._config.cluster_config(), allow_auto_topic_creation=False, role="admin"
         )
-        cluster = Cluster(cluster_config)
-
-        async def open_(stack: AsyncExitStack) -> None:
-            await stack.enter_async_context(cluster)
-
-        host = TaskHost(f"admin {self._config.client_id}")
-        await host.start(open_)
-        self._host = host
-        self._open_cluster = self._last_cluster = cluster
-        self._state = "running"
+        await self._runtime.start(Cluster(cluster_config))
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -146,33 +138,27 @@ class AdminClient(
         queued work to finish, so it closes at once whatever the timeout (operations still
         running in other tasks fail with a connection error). Closing a client that was
         never started just marks it closed."""
-        self._state = "closed"
-        host, self._host = self._host, None
-        self._open_cluster = None
-        if host is not None:
-            await host.stop()
+        if self._runtime.begin_close():
+            await self._runtime.finish_close()
 
     async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until a broker answered (the client opens without the cluster). For
         scripts that want to fail fast: ``KafkaTimeoutError`` naming the bootstrap servers."""
-        if self._open_cluster is None:
+        cluster = self._runtime.open_cluster
+        if cluster is None:
             raise IllegalStateError("this AdminClient is not open")
-        await self._open_cluster.wait_ready(timeout)
+        await cluster.wait_ready(timeout)
 
     def status(self) -> ClientStatus:
-        """Health at a glance, without waiting (see :class:`ClientStatus`)."""
-        return client_status(self._open_cluster, self._state, self._config.bootstrap_servers)
+        """Health at a glance, without waiting (see :class:`ClientStatus`): ready only
+        while running and connected."""
+        return self._runtime.status()
 
     def statistics(self) -> AdminStatistics:
         """Counters for monitoring and tests, in any state (never blocks): the common part
         only (state, client id, the cluster's counters; None before ``start()``)."""
-        cluster = self._last_cluster
-        return AdminStatistics(
-            state=self._state,
-            client_id=self._config.client_id,
-            cluster=None if cluster is None else cluster.statistics(),
-        )
+        return self._runtime.statistics(AdminStatistics)
 
     def __repr__(self) -> str:
-        state = "open" if self._state == "running" else "closed"
+        state = "open" if self._runtime.state is ClientState.RUNNING else "closed"
         return f"<AdminClient {describe_servers(self._config.bootstrap_addresses)} {state}>"

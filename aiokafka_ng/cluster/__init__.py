@@ -1,4 +1,5 @@
-"""The cluster layer: metadata cache and refresh, connections by node id, request routing.
+"""The cluster layer: metadata cache and refresh, connections by node id, request routing,
+and the runtime every client stands on (:mod:`.runtime`: lifecycle, tasks, status).
 
 Public to the producer, consumer and admin client (never to users directly)::
 
@@ -10,12 +11,9 @@ Public to the producer, consumer and admin client (never to users directly)::
 
 from aiokafka_ng.cluster.client import ClusterClient, Link, Pending
 from aiokafka_ng.cluster.cluster import (
-    ClientStatistics,
-    ClientStatus,
     Cluster,
     ClusterConfig,
     ClusterStatistics,
-    client_status,
     describe_servers,
     parse_bootstrap_servers,
 )
@@ -44,11 +42,21 @@ from aiokafka_ng.cluster.retry import (
     RetryState,
     Route,
 )
+from aiokafka_ng.cluster.runtime import (
+    ClientRuntime,
+    ClientState,
+    ClientStatistics,
+    ClientStatus,
+    Supervisor,
+    client_status,
+)
 
 __all__ = [
     "ANY",
     "CONTROLLER",
     "BrokerMetadata",
+    "ClientRuntime",
+    "ClientState",
     "ClientStatistics",
     "ClientStatus",
     "Cluster",
@@ -70,6 +78,7 @@ __all__ = [
     "Retry",
     "RetryState",
     "Route",
+    "Supervisor",
     "TaskHost",
     "TopicMetadata",
     "client_status",

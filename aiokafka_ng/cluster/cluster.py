@@ -20,7 +20,7 @@ driver (:mod:`.retry`), which routes each attempt afresh by ``leader_for``, ``co
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
@@ -42,6 +42,7 @@ from aiokafka_ng.cluster.retry import (
     routed,
     timeout_scope,
 )
+from aiokafka_ng.cluster.runtime import ClientStatus
 from aiokafka_ng.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -55,11 +56,9 @@ if TYPE_CHECKING:
     from aiokafka_ng.net.connection import Connection
 
 __all__ = [
-    "ClientStatus",
     "Cluster",
     "ClusterConfig",
     "ClusterStatistics",
-    "client_status",
     "describe_servers",
     "parse_bootstrap_servers",
 ]
@@ -78,49 +77,6 @@ class ClusterStatistics:
     coordinator_requests: int  # FindCoordinator requests sent
     pool: PoolStatistics
     rebootstraps: int = 0  # times the cluster went back to bootstrap_servers (KIP-1102)
-
-
-@dataclass(frozen=True, slots=True)
-class ClientStatus:
-    """A client's health at a glance, without waiting (``client.status()``): for health
-    checks. ``ready``: the client is running (not new, closing or closed), a broker answered
-    (bootstrap done) and the last metadata request succeeded; ``last_error`` says why not,
-    when not."""
-
-    state: str  # "new", "running", "closing", "closed"
-    ready: bool
-    bootstrap_servers: str
-    brokers: tuple[int, ...]
-    last_error: str | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClientStatistics:
-    """What every client's ``statistics()`` snapshot holds; each client's own class
-    (``ProducerStatistics``, ``ConsumerStatistics``, ``AdminStatistics``) adds its fields.
-
-    Keyword-only, so the subclasses' own fields keep their positions."""
-
-    state: str  # as in ClientStatus: "new", "running", "closing", "closed"
-    client_id: str | None
-    #: The client's cluster (metadata, coordinators, connections); None before start().
-    cluster: ClusterStatistics | None
-
-
-def client_status(
-    cluster: Cluster | None, state: str, bootstrap_servers: str | list[str]
-) -> ClientStatus:
-    """A client's :class:`ClientStatus` (a client that is not running has no cluster)."""
-    if cluster is not None:
-        status = cluster.status(state)
-        # A client that is closing or closed keeps its cluster's last view (the producer
-        # does, for statistics), but must not answer a health check as ready: the FastAPI
-        # recipe answered 200 after shutdown (issue 49).
-        return status if state == "running" else replace(status, ready=False)
-    servers = (
-        bootstrap_servers if isinstance(bootstrap_servers, str) else ",".join(bootstrap_servers)
-    )
-    return ClientStatus(state, False, servers, (), None)
 
 
 class Cluster:

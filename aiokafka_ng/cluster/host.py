@@ -1,4 +1,5 @@
-"""TaskHost: a client's background machinery in a task of its own.
+"""TaskHost: a client's background machinery in a task of its own (the host of every
+client's :class:`~aiokafka_ng.cluster.runtime.ClientRuntime`).
 
 Theory of operation
 -------------------
@@ -18,8 +19,9 @@ this: its task groups are always some task's children, and ``from_thread`` would
 work on another event loop, where the delivery futures and events of the client's callers
 cannot be used. The host task:
 
-1. runs ``setup(stack)`` -- the client enters its cluster and task groups into ``stack``,
-   so they are entered in the host task -- and reports success or the error to ``start()``;
+1. runs ``setup(stack)`` -- the runtime enters the client's cluster and task group into
+   ``stack``, so they are entered in the host task -- and reports success or the error to
+   ``start()``;
 2. waits until ``stop()`` asks it to leave;
 3. leaves ``stack`` (in the host task, as anyio requires) and reports to ``stop()``.
 
@@ -31,7 +33,7 @@ the host before re-raising, and ``stop()`` cancels the host's teardown and waits
 The host catches ``Exception`` from its work: a system task that raised would crash the
 whole trio run, and an asyncio task's unretrieved exception is only a warning at exit. The
 error goes to whoever waits (``start()`` or ``stop()``), or is logged if the host died on its
-own (a bug: the clients supervise their own tasks).
+own (a bug: the runtime supervises the clients' tasks).
 """
 
 from __future__ import annotations

@@ -27,7 +27,12 @@ from aiokafka_ng.consumer.models import (
     OffsetAndTimestamp,
     TopicPartition,
 )
-from aiokafka_ng.consumer.share import AcknowledgeType, ShareConsumer, ShareRecord
+from aiokafka_ng.consumer.share import (
+    AcknowledgeType,
+    ShareConsumer,
+    ShareConsumerStatistics,
+    ShareRecord,
+)
 
 __all__ = [
     "AcknowledgeType",
@@ -47,6 +52,7 @@ __all__ = [
     "RecordDeserializationError",
     "RoundRobinAssignor",
     "ShareConsumer",
+    "ShareConsumerStatistics",
     "ShareRecord",
     "TopicPartition",
 ]

@@ -4,10 +4,11 @@
 :class:`~aiokafka_ng.cluster.Cluster`, the :class:`~.fetcher.Fetcher` task and, with a
 ``group_id``, the :class:`~.group.GroupCoordinator` task, all in one task group owned by the
 consumer. Leaving the block commits (with auto-commit), leaves the group and stops them.
-The task group and the cluster live in a task of their own (a
-:class:`~aiokafka_ng.cluster.TaskHost`), so ``start()`` and ``close()`` (``stop()``,
-aiokafka's name) may run in different tasks; committing and leaving the group on close take
-at most ``close_timeout_ms`` (or ``close(timeout)``).
+The lifecycle, the task group and the cluster in a task of their own, the supervision of
+the tasks and ``status()`` are the consumer's :class:`~aiokafka_ng.cluster.ClientRuntime`
+(the same for every client), so ``start()`` and ``close()`` (``stop()``, aiokafka's name)
+may run in different tasks; committing and leaving the group on close take at most
+``close_timeout_ms`` (or ``close(timeout)``).
 
 Without a ``group_id``, ``subscribe(topics)`` reads every partition of the topics (kept up to
 date from metadata) and nothing is committed; ``assign()`` works with or without a group.
@@ -29,16 +30,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 
 import anyio
-from anyio.abc import TaskGroup
 
-from aiokafka_ng.cluster import (
-    ClientStatus,
-    Cluster,
-    ClusterMetadata,
-    TaskHost,
-    client_status,
-    enter_task_group,
-)
+from aiokafka_ng.cluster import ClientRuntime, ClientState, ClientStatus, Cluster, ClusterMetadata
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
 from aiokafka_ng.consumer.errors import ConsumerStoppedError
 from aiokafka_ng.consumer.fetcher import Fetcher
@@ -51,7 +44,7 @@ from aiokafka_ng.consumer.models import (
     TopicPartition,
 )
 from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
-from aiokafka_ng.consumer.parts import ConsumerStatistics, build_parts, no_fetches, supervised
+from aiokafka_ng.consumer.parts import ConsumerStatistics, build_parts, no_fetches
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
 from aiokafka_ng.protocol.records import RecordBatch
@@ -60,6 +53,8 @@ if TYPE_CHECKING:
     from aiokafka_ng._settings import ConsumerSettings
 
 __all__ = ["Consumer", "ConsumerStatistics"]
+
+_RUNNING = ClientState.RUNNING  # a global read on the per-record path of iteration
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +67,16 @@ class Consumer:
         self._initial_topics = check_topic_args(type(self).__name__, topics)
         self._config = ConsumerConfig(**cast("dict[str, Any]", config))
         self._subs = SubscriptionState(self._on_subscription_change)
-        self._cluster: Cluster | None = None
-        self._last_cluster: Cluster | None = None  # the one opened, kept for statistics()
-        self._tg: TaskGroup | None = None
-        self._host: TaskHost | None = None
+        self._runtime = ClientRuntime(
+            "consumer",
+            client_id=self._config.client_id,
+            bootstrap_servers=self._config.bootstrap_servers,
+            started_twice="a consumer can be started only once",
+            on_failure=self._task_failed,
+        )
         self._fetcher: Fetcher | None = None
         self._group: GroupCoordinator | None = None
         self._offsets: OffsetsClient | None = None
-        self._closed = False
-        self._failure: Exception | None = None  # what stopped a background task, if any
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any], *topics: str) -> Consumer:
@@ -93,11 +89,12 @@ class Consumer:
         return self._config
 
     @property
-    def _state(self) -> str:
-        return "closed" if self._closed else ("running" if self._tg else "new")
+    def _cluster(self) -> Cluster | None:
+        """The cluster while running, else None."""
+        return self._runtime.open_cluster
 
     def __repr__(self) -> str:
-        return f"Consumer(group_id={self._config.group_id!r}, {self._state})"
+        return f"Consumer(group_id={self._config.group_id!r}, {self._runtime.state.value})"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -119,35 +116,26 @@ class Consumer:
 
         ``start()`` and ``close()`` may be called from different tasks.
         """
-        if self._host is not None or self._closed:
-            raise IllegalStateError("a consumer can be started only once")
         c = self._config
         cluster_config = dataclasses.replace(
             c.cluster_config(),
             allow_auto_topic_creation=c.allow_auto_create_topics,
             role="consumer",
         )
+        self._runtime.check_new()  # before the parts are made
         cluster = Cluster(cluster_config)
-        self._host = TaskHost(f"consumer {c.client_id}")
-        try:
-            self._offsets, self._fetcher, self._group = build_parts(c, cluster, self._subs)
+        self._offsets, self._fetcher, self._group = build_parts(c, cluster, self._subs)
 
-            async def open_(stack: AsyncExitStack) -> None:
-                # Run by the host task (see TaskHost): the cluster and the task group are
-                # entered and left there, whichever tasks call start() and stop().
-                self._cluster = self._last_cluster = await stack.enter_async_context(cluster)
-                tg = self._tg = await enter_task_group(stack)
-                assert self._fetcher is not None
-                await tg.start(supervised, self._fetcher.run, self._task_failed)
-                if self._group is not None:
-                    await tg.start(supervised, self._group.run, self._task_failed)
-                else:
-                    cluster.add_listener(self._assign_from_metadata)
+        async def open_(cluster: Cluster, stack: AsyncExitStack) -> None:
+            # Run by the runtime's host task, in which the cluster was entered.
+            assert self._fetcher is not None
+            await self._runtime.start_task(self._fetcher.run)
+            if self._group is not None:
+                await self._runtime.start_task(self._group.run)
+            else:
+                cluster.add_listener(self._assign_from_metadata)
 
-            await self._host.start(open_)
-        except BaseException:
-            await self._shutdown()
-            raise
+        await self._runtime.start(cluster, open_)
         if self._initial_topics:
             self.subscribe(self._initial_topics)
 
@@ -159,13 +147,12 @@ class Consumer:
         shutdown; then the rest is stopped anyway. Idempotent; closing a consumer that was
         never started just marks it closed. ``stop()`` is the same method (aiokafka's name).
         """
-        if self._closed:
+        if not self._runtime.begin_close():
             return
-        self._closed = True
         if self._fetcher is not None:
             self._fetcher.wake()  # waiting polls wake up and raise ConsumerStoppedError
         try:
-            if self._group is not None and self._tg is not None:
+            if self._group is not None:
                 # Shielded (a cancelled owner still leaves the group cleanly), but bounded:
                 # an unreachable coordinator must not hold the shutdown forever.
                 limit = self._config.close_timeout_ms / 1000 if timeout is None else timeout
@@ -179,7 +166,8 @@ class Consumer:
                         "close_timeout_ms" if timeout is None else "close's timeout",
                     )  # fmt: skip
         finally:
-            await self._shutdown()
+            # The host leaves the task group (cancelling its tasks) and the cluster.
+            await self._runtime.finish_close()
 
     #: aiokafka's name for :meth:`close` (same method, same ``timeout``).
     stop = close
@@ -192,35 +180,27 @@ class Consumer:
         await self._cluster.wait_ready(timeout)
 
     def status(self) -> ClientStatus:
-        """Health at a glance, without waiting (see :class:`ClientStatus`)."""
-        return client_status(self._cluster, self._state, self._config.bootstrap_servers)
-
-    async def _shutdown(self) -> None:
-        self._closed = True
-        self._tg = None
-        self._cluster = None
-        if self._host is not None:
-            # The host leaves the task group (cancelling its tasks) and the cluster.
-            await self._host.stop()
+        """Health at a glance, without waiting (see :class:`ClientStatus`): ready only
+        while running, connected and no background task has failed."""
+        return self._runtime.status()
 
     def _task_failed(self, exc: Exception) -> None:
-        """A background task failed (see :func:`~.parts.supervised`): the consumer stops."""
-        log.error("consumer: a background task failed; the consumer stops", exc_info=exc)
-        if self._failure is None:
-            self._failure = exc
+        """A background task failed (the runtime's ``on_failure``): the consumer stops."""
         if self._fetcher is not None:
             self._fetcher.wake()  # waiting polls re-check and raise
 
     def _running(self) -> tuple[Cluster, Fetcher, OffsetsClient]:
-        if self._closed or self._cluster is None:
+        cluster = self._cluster
+        if cluster is None:
             raise ConsumerStoppedError("the consumer is not running (use `async with`)")
-        if self._failure is not None:
+        failure = self._runtime.failure
+        if failure is not None:
             err = IllegalStateError(
-                f"the consumer stopped: a background task failed ({self._failure!r}); close it"
+                f"the consumer stopped: a background task failed ({failure!r}); close it"
             )
-            raise err from self._failure
+            raise err from failure
         assert self._fetcher is not None and self._offsets is not None
-        return self._cluster, self._fetcher, self._offsets
+        return cluster, self._fetcher, self._offsets
 
     def _on_subscription_change(self) -> None:
         if self._fetcher is not None:
@@ -386,7 +366,7 @@ class Consumer:
         # Fast path, the same steps as getone() without its coroutine: a buffered record is
         # returned with no await at all (one coroutine per record instead of two).
         fetcher = self._fetcher
-        if fetcher is not None and not self._closed and self._cluster is not None:
+        if fetcher is not None and self._runtime.state is _RUNNING:
             self._poll_entry()
             record = fetcher.drain_one(None)
             if record is not None:
@@ -556,12 +536,9 @@ class Consumer:
         ``close()`` the last counters."""
         c = self._config
         fetcher = self._fetcher
-        cluster = self._last_cluster
         g = self._group
-        return ConsumerStatistics(
-            state=self._state,
-            client_id=c.client_id,
-            cluster=None if cluster is None else cluster.statistics(),
+        return self._runtime.statistics(
+            ConsumerStatistics,
             fetcher=no_fetches(c.fetch_buffer_bytes) if fetcher is None else fetcher.statistics(),
             assignment=tuple(self._subs.assignment),
             group_state=None if g is None else g.state.value,

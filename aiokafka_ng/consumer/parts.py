@@ -1,22 +1,15 @@
-"""How a consumer is put together and kept running: its parts built from its configuration,
-and its background tasks supervised.
+"""How a consumer is put together: its parts built from its configuration.
 
 :class:`~.consumer.Consumer` owns the parts (an :class:`~.offsets.OffsetsClient`, the
 :class:`~.fetcher.Fetcher` and, with a ``group_id``, a group member of the configured
-protocol) and runs the fetcher's and the member's tasks through :func:`supervised`: an
-exception a task does not handle is a bug of ours, and it stops the consumer loudly -- every
-waiting and later call raises it -- instead of cancelling the task group and with it the
-other tasks under the application's feet. :class:`ConsumerStatistics` is the shape of its
-``statistics()`` snapshot.
+protocol) and runs the fetcher's and the member's tasks through its
+:class:`~aiokafka_ng.cluster.ClientRuntime`, which supervises them. :class:`ConsumerStatistics`
+is the shape of its ``statistics()`` snapshot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-
-import anyio
-from anyio.abc import TaskStatus
 
 from aiokafka_ng.cluster import ClientStatistics, ClusterClient
 from aiokafka_ng.consumer.config import ConsumerConfig
@@ -28,7 +21,7 @@ from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
-__all__ = ["ConsumerStatistics", "build_parts", "no_fetches", "supervised"]
+__all__ = ["ConsumerStatistics", "build_parts", "no_fetches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,37 +95,3 @@ def build_parts(
     member = ConsumerGroupMember if c.group_protocol == "consumer" else GroupCoordinator
     group = member(cluster, c.group_settings(), subscription, offsets, on_assignment=fetcher.wake)
     return offsets, fetcher, group
-
-
-async def supervised(
-    run: Callable[..., Awaitable[None]],
-    on_failure: Callable[[Exception], None],
-    *,
-    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run a background task (the fetcher, the group member); an exception it does not
-    handle goes to ``on_failure`` (module docstring). During start-up -- before the task
-    reported itself started -- it is raised instead: ``start()`` raises it."""
-    status = _Started(task_status)
-    try:
-        await run(task_status=status)
-    except Exception as exc:  # not BaseException: cancellation passes through
-        if not status.done:
-            raise  # during start(): start() raises it
-        while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
-            exc = exc.exceptions[0]  # the fetcher's own task group wraps its tasks'
-        on_failure(exc)
-
-
-class _Started:
-    """A task status that remembers whether the task reported itself started."""
-
-    __slots__ = ("_status", "done")
-
-    def __init__(self, status: TaskStatus[None]) -> None:
-        self._status = status
-        self.done = False
-
-    def started(self, value: None = None) -> None:
-        self.done = True
-        self._status.started(value)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import anyio
 
-from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.cluster import Cluster, Supervisor
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -27,7 +27,6 @@ from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.intake import Intake
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.producer_id import ProducerIdOwner, idempotent_ask
-from aiokafka_ng.producer.sender import Supervised
 from aiokafka_ng.producer.senders import Senders
 from aiokafka_ng.producer.transactions import TransactionManager
 from aiokafka_ng.protocol.compression import Compression
@@ -122,7 +121,7 @@ def build_parts(
 def start_tasks(
     parts: Parts,
     cluster: Cluster,
-    tasks: Supervised,
+    tasks: Supervisor,
     on_cluster_error: Callable[[KafkaError], None],
 ) -> None:
     """Start the expiry timer, and attach the producer id's owner (if any) to the started

@@ -17,9 +17,13 @@ asks the cluster for metadata and tells ``send()`` when to yield. The cluster's 
 reaches the accumulator through the producer's listener (``_on_metadata``), which turns a
 bug there into the producer's failure rather than the cluster task's.
 
-That task group and the cluster live in a task of their own (a
-:class:`~aiokafka_ng.cluster.TaskHost`), so ``start()`` and ``close()`` may run in different
-tasks, as web frameworks' startup and shutdown hooks do.
+The lifecycle (NEW, RUNNING, CLOSING, CLOSED), the task group and the cluster in a task of
+their own (so ``start()`` and ``close()`` may run in different tasks, as web frameworks'
+startup and shutdown hooks do), the supervision of the background tasks and ``status()``
+are the producer's :class:`~aiokafka_ng.cluster.ClientRuntime`, the same for every client.
+What is the producer's own: a failed background task fails every pending record with an
+``IllegalStateError`` caused by it (``_stopped``), and the errors of calls that need a
+running producer (``_not_running``).
 
 ``close()`` waits for what was sent at most ``close_timeout_ms`` (or its ``timeout``), then
 fails what is left with :class:`~aiokafka_ng.errors.ClosedBeforeDeliveryError`: a broker
@@ -37,22 +41,16 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import anyio
-import anyio.abc
 import anyio.lowlevel
 
-from aiokafka_ng.cluster import (
-    ClientStatus,
-    Cluster,
-    TaskHost,
-    client_status,
-    enter_task_group,
-)
+from aiokafka_ng.cluster import ClientRuntime, ClientState, ClientStatus, Cluster
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import (
     ClosedBeforeDeliveryError,
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
+    ProducerClosedError,
     SaslAuthenticationFailedError,
     SendTimeoutError,
 )
@@ -72,10 +70,7 @@ from aiokafka_ng.producer.intake import (
     bind_send_fast,
     check_headers,
 )
-from aiokafka_ng.producer.lifecycle import State as _State
-from aiokafka_ng.producer.lifecycle import not_running_error, stopped_error
 from aiokafka_ng.producer.parts import build_parts, start_tasks
-from aiokafka_ng.producer.sender import Supervised
 from aiokafka_ng.producer.statistics import ProducerStatistics, collect
 from aiokafka_ng.producer.transactions import TransactionManager
 from aiokafka_ng.producer.txn_coordinator import PreparedTransaction, complete_prepared
@@ -124,7 +119,13 @@ class Producer:
         elif kwargs:
             raise TypeError("pass either a ProducerConfig or keyword settings, not both")
         self.config = config
-        self._state = _State.NEW
+        self._runtime = ClientRuntime(
+            "producer",
+            client_id=config.client_id,
+            bootstrap_servers=config.bootstrap_servers,
+            started_twice="producer is {state}; start() runs once",
+            on_failure=self._crashed,
+        )
         parts = build_parts(config, why_stopped=self._not_running, log=log)
         self._retry_backoff = parts.retry_backoff
         self._txn = parts.txn
@@ -135,11 +136,6 @@ class Producer:
         self._acc = parts.acc
         self._intake = parts.intake  # what send() and the bulk path read
         self._parts = parts
-        self._cluster: Cluster | None = None
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._tasks: Supervised | None = None  # start_soon for our background tasks
-        self._failure: Exception | None = None  # what stopped a background task, if any
-        self._host: TaskHost | None = None
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -147,27 +143,22 @@ class Producer:
         return cls(ProducerConfig.from_properties(properties))
 
     def __repr__(self) -> str:
-        return f"<Producer {self._state.value} senders={sorted(self._senders.by_node)}>"
+        state = self._runtime.state.value
+        return f"<Producer {state} senders={sorted(self._senders.by_node)}>"
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         """Connect (bootstrap) and start the background tasks."""
-        if self._state is not _State.NEW:
-            raise IllegalStateError(f"producer is {self._state.value}; start() runs once")
-        host = TaskHost(f"producer {self.config.client_id}")
-        await host.start(self._open)
-        self._host = host
-        self._state = _State.RUNNING
+        cfg = self.config
+        config = cfg.cluster_config(max_in_flight=cfg.max_in_flight_requests_per_connection)
+        cluster = Cluster(dataclasses.replace(config, role="producer"))
+        await self._runtime.start(cluster, self._open)
         self._intake.running = True
         # Under asyncio, delivery futures are asyncio futures of this loop (see future.py).
         self._intake.loop = self._acc.loop = _asyncio_loop()
-        cluster = self._cluster
-        assert cluster is not None
         self._acc.update_metadata(cluster.metadata)
-        tasks = self._tasks
-        assert tasks is not None
-        start_tasks(self._parts, cluster, tasks, self._on_cluster_error)
+        start_tasks(self._parts, cluster, self._runtime.tasks, self._on_cluster_error)
         if self._txn is not None:
             try:
                 await self._txn.init()  # fences older producers with our transactional id
@@ -175,17 +166,9 @@ class Producer:
                 await self.close(timeout=0)
                 raise
 
-    async def _open(self, stack: AsyncExitStack) -> None:
-        """Enter the cluster and the task group (run by the host task; see TaskHost)."""
-        cfg = self.config
-        config = cfg.cluster_config(max_in_flight=cfg.max_in_flight_requests_per_connection)
-        cluster = await stack.enter_async_context(
-            Cluster(dataclasses.replace(config, role="producer"))
-        )
-        self._cluster = cluster
-        self._tg = await enter_task_group(stack)
-        self._tasks = Supervised(self._tg, self._crashed)
-        self._senders.attach(cluster, self._acc, self._tasks)
+    async def _open(self, cluster: Cluster, stack: AsyncExitStack) -> None:
+        """Wire the entered cluster to the parts (run in the runtime's host task)."""
+        self._senders.attach(cluster, self._acc, self._runtime.tasks)
         stack.callback(cluster.add_listener(self._on_metadata))
         stack.callback(cluster.add_error_listener(self._on_cluster_error))
 
@@ -193,13 +176,15 @@ class Producer:
         """Wait until a broker answered. ``start()`` does not wait for the cluster (records
         queue within ``buffer_memory``); apps that want to fail fast call this:
         ``KafkaTimeoutError`` naming the bootstrap servers after ``timeout`` seconds."""
-        if self._cluster is None or self._state is not _State.RUNNING:
+        cluster = self._runtime.open_cluster
+        if cluster is None:
             raise self._not_running()
-        await self._cluster.wait_ready(timeout)
+        await cluster.wait_ready(timeout)
 
     def status(self) -> ClientStatus:
-        """Health at a glance, without waiting (see :class:`ClientStatus`)."""
-        return client_status(self._cluster, self._state.value, self.config.bootstrap_servers)
+        """Health at a glance, without waiting (see :class:`ClientStatus`): ready only
+        while running, connected and no background task has failed."""
+        return self._runtime.status()
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -221,12 +206,9 @@ class Producer:
         :class:`~aiokafka_ng.errors.ClosedBeforeDeliveryError`. May run in another task than
         ``start()``.
         """
-        if self._state is _State.NEW:
-            self._state = _State.CLOSED
+        runtime = self._runtime
+        if not runtime.begin_close():
             return
-        if self._state is not _State.RUNNING:
-            return
-        self._state = _State.CLOSING
         self._intake.running = False
         acc = self._acc
         if timeout is None:
@@ -246,8 +228,8 @@ class Producer:
                     await fut.wait_done()
                 await callbacks_run(self._intake.loop)
         finally:
-            assert self._tg is not None and self._host is not None
-            self._tg.cancel_scope.cancel()
+            # The senders stop before what is left fails: none may settle a batch after.
+            runtime.cancel_tasks()
             failed_before = acc.records_failed
             acc.abort_all(
                 ClosedBeforeDeliveryError(
@@ -262,10 +244,9 @@ class Producer:
                     "(close_timeout_ms); they fail with ClosedBeforeDeliveryError",
                     self.config.client_id, acc.records_failed - failed_before, timeout,
                 )  # fmt: skip
-            self._state = _State.CLOSED
             self._senders.detach()
-            # The host leaves the task group and the cluster in its own task (see TaskHost).
-            await self._host.stop()
+            # The host leaves the task group and the cluster in its own task.
+            await runtime.finish_close()
 
     # ------------------------------------------------------------------ sending
 
@@ -448,7 +429,7 @@ class Producer:
     async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
         """Send everything queued now and wait for its outcome (not raising delivery
         errors). Raises ``KafkaTimeoutError`` if ``timeout`` seconds pass first."""
-        if self._state is not _State.RUNNING:
+        if self._runtime.state is not ClientState.RUNNING:
             raise self._not_running()
         acc = self._acc
         acc.flushing += 1
@@ -514,11 +495,12 @@ class Producer:
         it timed out): then it was not committed."""
         if prepared.producer_id < 0:
             return  # nothing was added to it: nothing to end
-        if self._cluster is None:
+        cluster = self._runtime.cluster
+        if cluster is None:
             raise IllegalStateError("the producer is not started")
         cfg = self.config
         await complete_prepared(
-            self._cluster,
+            cluster,
             prepared,
             commit=commit,
             transaction_timeout_ms=cfg.transaction_timeout_ms,
@@ -534,7 +516,7 @@ class Producer:
     def _transactions(self) -> TransactionManager:
         if self._txn is None:
             raise IllegalStateError("not a transactional producer (set transactional_id)")
-        if self._state is not _State.RUNNING:
+        if self._runtime.state is not ClientState.RUNNING:
             raise self._not_running()
         return self._txn
 
@@ -542,39 +524,37 @@ class Producer:
 
     async def partitions_for(self, topic: str) -> set[int]:
         """The partition ids of ``topic`` (waits for its metadata, up to max_block_ms)."""
-        if self._state is not _State.RUNNING or self._cluster is None:
+        cluster = self._runtime.open_cluster
+        if cluster is None:
             raise self._not_running()
         self._intake.check_topic(topic)
-        found = await self._cluster.wait_for_topics([topic], timeout=self._intake.max_block_s)
+        found = await cluster.wait_for_topics([topic], timeout=self._intake.max_block_s)
         return set(found[topic].partitions)
 
     def statistics(self) -> ProducerStatistics:
         """Counters for monitoring and tests, in any state (never blocks). Also a read-only
         mapping with the keys of the dict it returned before (``stats["records_sent"]``)."""
-        return collect(
-            self._parts,
-            state=self._state.value,
-            client_id=self.config.client_id,
-            cluster=self._cluster,
-            buffer_memory=self.config.buffer_memory,
-        )
+        return collect(self._parts, self._runtime, buffer_memory=self.config.buffer_memory)
 
     # ------------------------------------------------------------------ internals
 
     def _not_running(self) -> KafkaError:
-        return not_running_error(self._state, self._failure)
+        """What a call that needs a running producer raises now."""
+        runtime = self._runtime
+        if runtime.state is ClientState.NEW:
+            return IllegalStateError("the producer is not started; call start() or use async with")
+        if runtime.failure is not None and runtime.state is ClientState.RUNNING:
+            return _stopped(runtime.failure)
+        return ProducerClosedError("the producer is closed")
 
     def _crashed(self, exc: Exception) -> None:
-        """A background task raised (see :class:`Supervised`): stop sending, fail every
-        pending record, refuse new ones; ``close()`` then cleans up without raising."""
-        log.error("producer: a background task failed; the producer stops", exc_info=exc)
-        if self._failure is not None:
-            return
-        self._failure = exc
+        """A background task raised (the runtime's ``on_failure``, called once): stop
+        sending, fail every pending record, refuse new ones; ``close()`` then cleans up
+        without raising."""
         self._intake.running = False
         # The other tasks stay until close(), which stops them; every call meanwhile raises
         # the failure (see _not_running).
-        self._acc.abort_all(stopped_error(exc), in_flight=True)
+        self._acc.abort_all(_stopped(exc), in_flight=True)
 
     def _on_cluster_error(self, exc: KafkaError) -> None:
         # As Java's Sender on an authentication failure: what waits for metadata (or for a
@@ -587,4 +567,14 @@ class Producer:
         try:
             self._acc.update_metadata(snapshot)
         except Exception as exc:  # a bug of ours, run in the cluster's task: fail loudly here
-            self._crashed(exc)
+            self._runtime.fail(exc)
+
+
+def _stopped(failure: Exception) -> IllegalStateError:
+    """The error of every call (and every pending record) after ``failure`` stopped a
+    background task."""
+    err = IllegalStateError(
+        f"the producer stopped: a background task failed ({failure!r}); close it"
+    )
+    err.__cause__ = failure
+    return err

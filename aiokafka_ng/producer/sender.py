@@ -26,8 +26,8 @@ out in order. A re-queued batch is unmuted *after* it is queued, then this node 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -56,11 +56,11 @@ from aiokafka_ng.protocol.messages.produce import (
 )
 
 if TYPE_CHECKING:
-    from aiokafka_ng.cluster import ClusterClient, Link, Pending
+    from aiokafka_ng.cluster import ClusterClient, Link, Pending, Supervisor
     from aiokafka_ng.producer.accumulator import Accumulator
     from aiokafka_ng.producer.batch import ProducerBatch
 
-__all__ = ["NodeSender", "Supervised"]
+__all__ = ["NodeSender"]
 
 log = logging.getLogger(__name__)
 
@@ -69,29 +69,6 @@ log = logging.getLogger(__name__)
 #: which the producer does not track.
 _MIN_PRODUCE_VERSION = 3
 _MAX_PRODUCE_VERSION = 11
-
-
-class Supervised:
-    """``start_soon`` for a client's background tasks (senders, their response waiters,
-    timers). An unexpected exception in one -- a bug of ours, since every loop handles the
-    errors Kafka and the network can produce -- goes to ``on_crash`` instead of cancelling
-    the task group silently: there it fails every pending record and every later call
-    loudly, where otherwise the senders would stop and awaiters hang until ``close()``."""
-
-    __slots__ = ("_on_crash", "_tg")
-
-    def __init__(self, tg: anyio.abc.TaskGroup, on_crash: Callable[[Exception], None]) -> None:
-        self._tg = tg
-        self._on_crash = on_crash
-
-    def start_soon(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        self._tg.start_soon(self._run, func, args)
-
-    async def _run(self, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
-        try:
-            await func(*args)
-        except Exception as exc:  # not BaseException: cancellation passes through
-            self._on_crash(exc)
 
 
 class NodeSender:
@@ -103,7 +80,7 @@ class NodeSender:
         *,
         cluster: ClusterClient,
         accumulator: Accumulator,
-        task_group: anyio.abc.TaskGroup | Supervised,
+        task_group: anyio.abc.TaskGroup | Supervisor,
         acks: int,
         request_timeout_ms: int,
         max_in_flight: int,

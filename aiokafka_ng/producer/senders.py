@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aiokafka_ng.producer.sender import NodeSender, Supervised
+from aiokafka_ng.producer.sender import NodeSender
 
 if TYPE_CHECKING:
-    from aiokafka_ng.cluster import ClusterClient
+    from aiokafka_ng.cluster import ClusterClient, Supervisor
     from aiokafka_ng.config import ProducerConfig
     from aiokafka_ng.producer.accumulator import Accumulator
     from aiokafka_ng.producer.producer_id import ProducerIdOwner
@@ -61,12 +61,12 @@ class Senders:
         self._ids = ids
         self._cluster: ClusterClient | None = None
         self._acc: Accumulator | None = None
-        self._tasks: Supervised | None = None
+        self._tasks: Supervisor | None = None
 
     def __repr__(self) -> str:
         return f"<Senders nodes={sorted(self.by_node)}>"
 
-    def attach(self, cluster: ClusterClient, accumulator: Accumulator, tasks: Supervised) -> None:
+    def attach(self, cluster: ClusterClient, accumulator: Accumulator, tasks: Supervisor) -> None:
         """The producer started: senders may be made from now on, in ``tasks``."""
         self._cluster = cluster
         self._acc = accumulator

@@ -17,7 +17,7 @@ from aiokafka_ng.cluster import ClientStatistics
 from aiokafka_ng.producer.memory import MemoryPoolStatistics
 
 if TYPE_CHECKING:
-    from aiokafka_ng.cluster import Cluster
+    from aiokafka_ng.cluster import ClientRuntime
     from aiokafka_ng.producer.parts import Parts
 
 __all__ = ["ProducerStatistics", "collect"]
@@ -58,19 +58,16 @@ class ProducerStatistics(ClientStatistics, Mapping[str, Any]):
 _KEYS: dict[str, None] = dict.fromkeys(f.name for f in dataclasses.fields(ProducerStatistics))
 
 
-def collect(
-    parts: Parts, *, state: str, client_id: str | None, cluster: Cluster | None, buffer_memory: int
-) -> ProducerStatistics:
-    """The snapshot of a producer made of ``parts`` (``Producer.statistics``): reads
-    counters only, so it never blocks and works in any state."""
+def collect(parts: Parts, runtime: ClientRuntime, *, buffer_memory: int) -> ProducerStatistics:
+    """The snapshot of a producer made of ``parts`` (``Producer.statistics``), the common
+    part from its ``runtime``: reads counters only, so it never blocks and works in any
+    state."""
     acc = parts.acc
     pool = parts.pool
     by_node = parts.senders.by_node
     idem = parts.idem
-    return ProducerStatistics(
-        state=state,
-        client_id=client_id,
-        cluster=None if cluster is None else cluster.statistics(),
+    return runtime.statistics(
+        ProducerStatistics,
         memory=pool.statistics(),
         senders={n: s.requests for n, s in by_node.items()},
         records_sent=acc.records_sent,

@@ -117,6 +117,10 @@ async def test_a_bug_in_the_fetcher_task_fails_polls_loudly_not_a_hang(
                 assert isinstance(info.value.__cause__, RuntimeError)
                 with pytest.raises(IllegalStateError, match="injected bug"):
                     await consumer.getone()
+                # A health check sees it: running, but not ready, and why.
+                status = consumer.status()
+                assert (status.state, status.ready) == ("running", False)
+                assert status.last_error == "RuntimeError: injected bug"
     assert "a background task failed" in caplog.text
 
 

@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from aiokafka_ng import AcknowledgeType, ShareConsumer, TopicPartition
-from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.cluster import ClientState, Cluster
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.share._wire import _GAP, _runs
@@ -209,8 +209,8 @@ def test_subscribe_releases_buffered_records_of_the_topics_left() -> None:
     cluster = idle_cluster()
     c = consumer()
     c.subscribe(["t", "u"])  # before start
-    c._cluster = cluster  # subscribe() only asks for metadata
-    c._host = object()  # type: ignore[assignment]  # as if started
+    # As if started (subscribe() only asks the cluster for metadata).
+    c._runtime.state, c._runtime.cluster = ClientState.RUNNING, cluster
     other = TopicPartition("u", 0)
     c._assignment = frozenset({TP, other})
     take(c, answer(batch(0, b"a"), (0, 0, 1)))
@@ -368,3 +368,35 @@ async def test_a_poll_with_under_a_millisecond_left_waits_instead_of_spinning(
     assert len(polled) <= 4, [x.request.max_wait_ms for x in polled]
     assert all(x.request.max_wait_ms >= 1 for x in polled)
     assert 0.002 <= took <= 0.0029
+
+
+@pytest.mark.anyio
+async def test_a_heartbeat_error_retrying_cannot_fix_stops_the_consumer(
+    anyio_backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GROUP_AUTHORIZATION_FAILED: the heartbeat task stops the consumer through its runtime,
+    # as a failed background task does: calls raise the error, status() is not ready and
+    # says why, stop() returns without leaving (there is no membership to leave).
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        kafka.answer(
+            SHARE_GROUP_HEARTBEAT,
+            lambda call: sgh.ShareGroupHeartbeatResponse(error_code=30, error_message="no"),
+        )
+        c = ShareConsumer("t", group_id="g", **kafka.client_config())
+        await c.start()
+        with pytest.raises(IllegalStateError, match="share consumer stopped") as info:
+            await c.wait_for_assignment(timeout=10)
+        assert type(info.value.__cause__).__name__ == "GroupAuthorizationFailedError"
+        status = c.status()
+        assert (status.state, status.ready) == ("running", False)
+        assert status.last_error is not None
+        assert status.last_error.startswith("GroupAuthorizationFailedError")
+        with pytest.raises(IllegalStateError, match="share consumer stopped"):
+            await c.poll()
+        await c.stop()
+        assert c.status().state == "closed"
+        assert c.statistics().state == "closed"
+        # One heartbeat, no leave (epoch -1) after the failure.
+        assert [x.request.member_epoch for x in kafka.received(SHARE_GROUP_HEARTBEAT)] == [0]
+    assert "heartbeat answered" in caplog.text

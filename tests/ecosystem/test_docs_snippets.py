@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 import trustme
 from fastapi import FastAPI
@@ -31,6 +32,7 @@ from fastapi.testclient import TestClient
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.consumer import Consumer, TopicPartition
 from aiokafka_ng.properties import load_properties
+from aiokafka_ng.testing import FakeKafka
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -139,6 +141,26 @@ def test_fastapi_wait_ready_lines(kafka_broker: Any) -> None:
         # wait_ready returned inside the lifespan: ready before the first request.
         assert client.app.state.producer.status().ready  # type: ignore[attr-defined]
         assert client.post("/events", params={"value": "v"}).status_code == 201
+
+
+@pytest.mark.anyio
+async def test_fastapi_page_health_answers_503_after_shutdown() -> None:
+    # The page's /health asks producer.status().ready: once the lifespan has closed the
+    # producer, a request still served (uvicorn drains in-flight ones) must hear 503, not
+    # 200 (issue 47; a closed producer said ready=True). On FakeKafka over TCP, the page's
+    # own app: only the address is the reader's edit.
+    async with FakeKafka(brokers=1) as kafka:
+        app = fastapi_app(kafka, unique("events"))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+            async with app.router.lifespan_context(app):
+                await app.state.producer.wait_ready(30)
+                up = await client.get("/health")
+                assert up.status_code == 200 and up.json() == {"status": "ok", "brokers": 1}
+            down = await client.get("/health")
+    assert down.status_code == 503, down.text
+    assert down.json()["detail"].startswith("kafka unavailable")
+    assert app.state.producer.status().state == "closed"
 
 
 # --------------------------------------------------------------------------- migration.md

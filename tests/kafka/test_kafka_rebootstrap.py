@@ -49,8 +49,9 @@ async def test_a_replaced_cluster_is_found_again(
             assert meta.offset == 0  # written to the new cluster's topic
             cluster_stats = producer.statistics().cluster
             assert cluster_stats is not None and cluster_stats.rebootstraps == 1
-            assert producer._cluster is not None  # no public view of the cluster id yet
-            assert producer._cluster.metadata.cluster_id == new.cluster_id
+            cluster = producer._runtime.cluster  # no public view of the cluster id yet
+            assert cluster is not None
+            assert cluster.metadata.cluster_id == new.cluster_id
         assert any("re-bootstrapping from" in r.getMessage() for r in caplog.records)
         consumer = Consumer(bootstrap_servers=new.bootstrap_servers, auto_offset_reset="earliest")
         async with consumer:

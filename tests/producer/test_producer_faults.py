@@ -201,6 +201,10 @@ async def test_a_bug_in_a_background_task_fails_records_loudly_not_a_hang(
                     await p.send(topic, b"y")
                 with pytest.raises(IllegalStateError, match="injected bug"):
                     await p.send_many(topic, [b"z"])
+                # A health check sees it: running, but not ready, and why.
+                status = p.status()
+                assert (status.state, status.ready) == ("running", False)
+                assert status.last_error == "RuntimeError: injected bug"
     assert "a background task failed" in caplog.text
 
 

@@ -10,10 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-from aiokafka_ng.cluster import Cluster
+from aiokafka_ng.cluster import Cluster, Supervisor
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.producer.accumulator import Accumulator
-from aiokafka_ng.producer.sender import Supervised
 from aiokafka_ng.producer.senders import _WAKES_PER_YIELD, Senders
 from tests.producer.test_accumulator import Clock, make
 
@@ -48,7 +47,7 @@ async def test_senders_are_made_at_a_nodes_first_wakeup_only_while_attached() ->
     senders.batch_ready(1)  # not started yet: the batch waits in the accumulator
     assert senders.by_node == {}
     async with anyio.create_task_group() as tg:
-        senders.attach(cluster, acc, Supervised(tg, crashed))
+        senders.attach(cluster, acc, Supervisor(tg, crashed))
         senders.batch_ready(1)
         first = senders.by_node[1]
         senders.batch_ready(1)
@@ -63,7 +62,7 @@ async def test_senders_are_made_at_a_nodes_first_wakeup_only_while_attached() ->
 async def test_every_sender_is_woken_for_memory_and_for_wake_all() -> None:
     senders, acc, cluster = parts()
     async with anyio.create_task_group() as tg:
-        senders.attach(cluster, acc, Supervised(tg, crashed))
+        senders.attach(cluster, acc, Supervisor(tg, crashed))
         senders.batch_ready(1)
         senders.batch_ready(2)
         await anyio.wait_all_tasks_blocked()  # both senders wait for their next wake-up

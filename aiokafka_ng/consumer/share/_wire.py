@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from aiokafka_ng.cluster import ClusterClient, RetryState
+from aiokafka_ng.cluster import ClientRuntime, ClusterClient, RetryState
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
@@ -101,7 +101,7 @@ class _ShareWire:
 
     _config: ConsumerConfig
     _topics: list[str]
-    _cluster: ClusterClient | None
+    _runtime: ClientRuntime
     _assignment: frozenset[TopicPartition]
     _sessions: dict[int, _Session]
     _acks: dict[TopicPartition, dict[int, int]]
@@ -376,7 +376,7 @@ class _ShareWire:
     async def _send_acks(self, *, closing: bool = False) -> dict[TopicPartition, KafkaError | None]:
         """ShareAcknowledge for everything pending (renewals too), per broker; ``closing``
         closes every open share session (epoch -1). Each partition's outcome."""
-        cluster = self._cluster
+        cluster = self._runtime.cluster
         assert cluster is not None
         results: dict[TopicPartition, KafkaError | None] = {}
         by_node: dict[int, list[TopicPartition]] = {}

@@ -10,6 +10,11 @@ ACCEPT (done), RELEASE (give it to someone again; its delivery count grows) or R
 (never again). A record whose lock expires unacknowledged is delivered again, possibly to
 another member.
 
+The lifecycle, the host task, the supervision of the heartbeat task, ``status()`` and the
+common part of ``statistics()`` are the consumer's :class:`~aiokafka_ng.cluster.ClientRuntime`,
+the same for every client; a heartbeat answer that retrying cannot fix stops it as a failed
+task does.
+
 Theory of operation. Two activities share the state below, on one event loop:
 
 - The heartbeat task (``_heartbeat``) keeps the membership: ShareGroupHeartbeat to the group
@@ -52,13 +57,22 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
 
 import anyio
 from anyio.abc import TaskStatus
 
-from aiokafka_ng.cluster import Cluster, ClusterClient, RetryState, TaskHost, enter_task_group
+from aiokafka_ng.cluster import (
+    ClientRuntime,
+    ClientState,
+    ClientStatistics,
+    ClientStatus,
+    Cluster,
+    ClusterClient,
+    RetryState,
+)
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
@@ -74,7 +88,7 @@ from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages import share_group_heartbeat as sgh
 
-__all__ = ["AcknowledgementCallback", "ShareConsumer"]
+__all__ = ["AcknowledgementCallback", "ShareConsumer", "ShareConsumerStatistics"]
 
 #: ``callback({tp: offsets}, error)``: called once per partition and acknowledging request,
 #: with the record offsets it carried and None (acknowledged) or the error.
@@ -87,6 +101,19 @@ _REJOIN = frozenset({25, 110})  # UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH
 # ... "find the coordinator again" / "try again shortly".
 _COORDINATOR = frozenset({15, 16})  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 _RETRY = frozenset({14})  # COORDINATOR_LOAD_IN_PROGRESS
+
+
+@dataclass(frozen=True, slots=True)
+class ShareConsumerStatistics(ClientStatistics):
+    """The share consumer's ``statistics()`` snapshot: the common part (state, client id,
+    cluster; keyword-only), its membership and what it holds."""
+
+    member_id: str
+    member_epoch: int
+    assignment: tuple[TopicPartition, ...]
+    share_sessions: int  # brokers this member has a share session with
+    buffered_records: int  # fetched, not handed out yet
+    unacknowledged_records: int  # handed out, not acknowledged yet
 
 
 class ShareConsumer(_ShareWire):
@@ -141,14 +168,23 @@ class ShareConsumer(_ShareWire):
         self._unacked: dict[tuple[TopicPartition, int], ShareRecord[Any, Any]] = {}
         self._buffer: deque[ShareRecord[Any, Any]] = deque()
         self._iter_batch: deque[ShareRecord[Any, Any]] = deque()
-        self._host: TaskHost | None = None
-        self._cluster: Cluster | None = None
-        self._failure: BaseException | None = None
+        self._runtime = ClientRuntime(
+            "share consumer",
+            client_id=self._config.client_id,
+            bootstrap_servers=self._config.bootstrap_servers,
+            started_twice="a share consumer can be started only once",
+            on_failure=self._stopped,
+        )
         self._decode_error: RecordDeserializationError | None = None
-        self._closed = False
         self._backoff = ExponentialBackoff.retry(
             self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
         )
+
+    @property
+    def config(self) -> ConsumerConfig:
+        """The settings (a consumer's; ``group_id`` set, auto-commit off), as the other
+        clients' ``config``."""
+        return self._config
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -165,35 +201,29 @@ class ShareConsumer(_ShareWire):
         await self.stop()
 
     async def start(self) -> None:
-        """Connect and join the group (``async with`` does this)."""
-        if self._host is not None or self._closed:
-            raise IllegalStateError("a share consumer can be started only once")
+        """Connect and join the group (``async with`` does this). Once only:
+        ``IllegalStateError`` on a started or closed consumer. ``start()`` and ``stop()``
+        may run in different tasks."""
+        self._runtime.check_new()
         cluster = Cluster(
             dataclasses.replace(self._config.cluster_config(), allow_auto_topic_creation=False)
         )
-        self._host = TaskHost(f"share consumer {self._config.client_id}")
 
-        async def open_(stack: AsyncExitStack) -> None:
-            self._cluster = await stack.enter_async_context(cluster)
-            tg = await enter_task_group(stack)
-            await tg.start(self._heartbeat)
+        async def open_(cluster: Cluster, stack: AsyncExitStack) -> None:
+            await self._runtime.start_task(self._heartbeat)
 
-        try:
-            await self._host.start(open_)
-        except BaseException:
-            self._closed = True
-            await self._host.stop()
-            raise
+        await self._runtime.start(cluster, open_)
 
     async def stop(self) -> None:
         """Acknowledge what is pending (implicit mode: accept the last batch), close the
-        share sessions, leave the group; at most ``close_timeout_ms`` for all of that."""
-        if self._closed:
+        share sessions, leave the group; at most ``close_timeout_ms`` for all of that.
+        Idempotent; stopping a consumer never started just marks it closed."""
+        runtime = self._runtime
+        if not runtime.begin_close():
             return
-        self._closed = True
         self._assigned.set()  # a poll waiting for an assignment wakes up and raises
         try:
-            if self._cluster is not None and self._failure is None:
+            if runtime.failure is None:
                 limit = self._config.close_timeout_ms / 1000
                 with anyio.move_on_after(limit, shield=True) as scope:
                     self._settle_previous("close")
@@ -204,12 +234,36 @@ class ShareConsumer(_ShareWire):
                         "share consumer %s: not closed cleanly in %g s", self.member_id, limit
                     )
         finally:
-            self._cluster = None
-            if self._host is not None:
-                await self._host.stop()
+            await runtime.finish_close()
         self._report_acks()
 
     close = stop
+
+    async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until a broker answered (the consumer starts without the cluster), as the
+        other clients' ``wait_ready``: ``KafkaTimeoutError`` naming the bootstrap servers."""
+        cluster = self._runtime.open_cluster
+        if cluster is None:
+            raise IllegalStateError("the share consumer is not running")
+        await cluster.wait_ready(timeout)
+
+    def status(self) -> ClientStatus:
+        """Health at a glance, without waiting (see :class:`ClientStatus`): ready only
+        while running, connected and not stopped by a failure."""
+        return self._runtime.status()
+
+    def statistics(self) -> ShareConsumerStatistics:
+        """Counters for monitoring and tests, in any state (never blocks), as the other
+        clients': before ``start()`` no cluster, after ``stop()`` the last counters."""
+        return self._runtime.statistics(
+            ShareConsumerStatistics,
+            member_id=self.member_id,
+            member_epoch=self._epoch,
+            assignment=tuple(sorted(self._assignment)),
+            share_sessions=len(self._sessions),
+            buffered_records=len(self._buffer),
+            unacknowledged_records=len(self._unacked),
+        )
 
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions the broker assigned to this member (shared with other members)."""
@@ -226,13 +280,15 @@ class ShareConsumer(_ShareWire):
         return self._assignment
 
     def _running(self) -> Cluster:
-        if self._failure is not None:
-            raise IllegalStateError(
-                f"the share consumer stopped: {self._failure!r}; close it"
-            ) from self._failure
-        if self._closed or self._cluster is None:
+        failure = self._runtime.failure
+        if failure is not None:
+            raise IllegalStateError(f"the share consumer stopped: {failure!r}; close it") from (
+                failure
+            )
+        cluster = self._runtime.open_cluster
+        if cluster is None:
             raise ConsumerStoppedError("the share consumer is not running (use `async with`)")
-        return self._cluster
+        return cluster
 
     # ------------------------------------------------------------------ subscription
 
@@ -253,16 +309,15 @@ class ShareConsumer(_ShareWire):
         names = sorted({topics} if isinstance(topics, str) else set(topics))
         if not names or not all(names):
             raise IllegalStateError("subscribe() needs topic names (unsubscribe() to stop)")
-        if self._host is None and not self._closed:
+        if self._runtime.state is ClientState.NEW:
             self._topics = names
             return
-        self._running()
+        cluster = self._running()
         removed = set(self._topics) - set(names)
         self._topics = names
         if removed:
             self._release_buffered(lambda r: r.topic in removed)
-        assert self._cluster is not None
-        self._cluster.request_update(names)
+        cluster.request_update(names)
         self._hb_wake.set()
 
     async def unsubscribe(self) -> None:
@@ -321,13 +376,12 @@ class ShareConsumer(_ShareWire):
         self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         task_status.started()
-        try:
-            await self._membership()
-        except Exception as exc:  # a bug of ours: stop loudly, not the caller's task group
-            self._fail(exc)
+        # An exception it does not handle is a bug of ours: the runtime's supervision stops
+        # the consumer loudly, not the task group.
+        await self._membership()
 
     async def _membership(self) -> None:
-        cluster = self._cluster
+        cluster = self._runtime.cluster
         group = self._config.group_id
         assert cluster is not None and group is not None
         pacing = RetryState(self._backoff)  # consecutive failed heartbeats, the shared policy
@@ -337,7 +391,7 @@ class ShareConsumer(_ShareWire):
         # metadata does not know yet is kept here and resolved again each round.
         target: sgh.Assignment | None = None
         # Ends when closing: a heartbeat after the leave (epoch -1) would join again.
-        while not self._closed:
+        while not self._runtime.closing:
             if pacing.failures:
                 await pacing.pause()
             if not self._topics:
@@ -372,7 +426,7 @@ class ShareConsumer(_ShareWire):
                     self._hb_wake.set()
                 target, ok = self._heartbeat_answer(resp, pacing, target)
                 if not ok:
-                    if self._failure is not None:
+                    if self._runtime.failure is not None:
                         return
                     continue
                 interval = resp.heartbeat_interval_ms / 1000 or interval
@@ -391,7 +445,7 @@ class ShareConsumer(_ShareWire):
     ) -> tuple[sgh.Assignment | None, bool]:
         """Apply a heartbeat answer (counted in ``pacing``): (assignment to apply, whether
         it succeeded)."""
-        cluster = self._cluster
+        cluster = self._runtime.cluster
         group = self._config.group_id
         assert cluster is not None and group is not None
         code = resp.error_code
@@ -405,7 +459,7 @@ class ShareConsumer(_ShareWire):
                 target = None
                 self._set_assignment(frozenset())
             elif code not in _RETRY:
-                self._fail(error)
+                self._runtime.fail(error, f"share group {group}: heartbeat answered {error.name}")
             pacing.failed(error)
             return target, False
         pacing.succeeded()
@@ -447,13 +501,13 @@ class ShareConsumer(_ShareWire):
         elif self._assigned.is_set():
             self._assigned = anyio.Event()
 
-    def _fail(self, exc: BaseException) -> None:
-        log.error("share consumer %s: %r; it stops", self.member_id, exc)
-        self._failure = exc
+    def _stopped(self, exc: Exception) -> None:
+        """The runtime's ``on_failure``: the consumer stopped; a poll waiting for an
+        assignment wakes up and raises."""
         self._assigned.set()
 
     async def _leave(self) -> None:
-        cluster = self._cluster
+        cluster = self._runtime.cluster
         group = self._config.group_id
         assert cluster is not None and group is not None
         if self._epoch <= 0 and not self._assignment:
