@@ -217,7 +217,9 @@ def test_cli_examples_in_order(tmp_path: Path) -> None:
         records = [json.loads(row) for row in consume.splitlines()]
         assert sorted((r["key"], r["value"]) for r in records) == [("alice", "1"), ("bob", "2")]
         # The group committed what it printed: no lag, one row per partition.
-        assert describe.startswith("audit  type=classic  state=Empty  members=0  total lag=0"), describe
+        assert describe.startswith("audit  type=classic  state=Empty  members=0  total lag=0"), (
+            describe
+        )
         assert describe.count("│ orders │") == 3, describe
         assert "dry run" in plan and plan.count("│ orders │") == 3, plan
         assert "reset 3 partitions of audit" in execute, execute
