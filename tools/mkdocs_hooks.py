@@ -4,10 +4,13 @@ build time, so they cannot drift from it.
 - ``<!-- broker-error-table -->`` in a page becomes the table of every broker error code:
   its class in ``aiokafka_ng.errors``, name, flags and message (from
   ``aiokafka_ng.protocol.errors.ERROR_TABLE``, the one place those facts are stated).
+- ``css/pygments.css``, the colours of the code blocks Pygments highlighted at build time
+  (mkdocs.yml), is written into the built site.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 BROKER_ERROR_MARKER = "<!-- broker-error-table -->"
@@ -29,6 +32,19 @@ def broker_error_table() -> str:
             f"| {info.message} |"
         )
     return "\n".join(rows) + "\n"
+
+
+def pygments_css() -> str:
+    """The stylesheet for Pygments' classes in ``.highlight`` blocks (light theme)."""
+    from pygments.formatters import HtmlFormatter
+
+    return str(HtmlFormatter(style="default").get_style_defs(".highlight"))
+
+
+def on_post_build(*, config: Any, **kwargs: Any) -> None:
+    css = Path(config["site_dir"]) / "css" / "pygments.css"
+    css.parent.mkdir(parents=True, exist_ok=True)
+    css.write_text(pygments_css())
 
 
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
