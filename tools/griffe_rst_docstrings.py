@@ -7,9 +7,9 @@ What it rewrites, on every docstring as griffe reads it (the source stays as it 
   become inline code (``Producer``, ``send()``), as Sphinx would show them. They do not
   become links: a target that has no page of its own (a private module's helper) would be
   a dangling reference, which ``mkdocs build --strict`` rightly refuses.
-- a literal-block marker -- a paragraph ending in ``::`` before an indented block -- loses
-  the marker (Markdown already shows the indented block as code); a ``::`` alone on its line
-  goes away, ``text::`` keeps one colon, as reStructuredText prints it.
+- a literal block -- a paragraph ending in ``::``, then an indented block -- becomes a
+  fenced Python block (highlighted); a ``::`` alone on its line goes away, ``text::`` keeps
+  one colon, as reStructuredText prints it.
 
 Everything else in the docstrings (````literal````, ``*emphasis*``, lists) reads the same
 in both languages.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from typing import Any
 
 import griffe
@@ -38,18 +39,33 @@ def _role(match: re.Match[str]) -> str:
 
 def rst_to_markdown(text: str) -> str:
     """The docstring ``text`` with the reStructuredText forms above rewritten."""
-    text = _ROLE.sub(_role, text)
-    lines = []
-    for line in text.split("\n"):
-        stripped = line.rstrip()
-        if stripped.strip() == "::":
+    lines = _ROLE.sub(_role, text).split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i].rstrip()
+        i += 1
+        if not line.endswith("::"):
+            out.append(line)
             continue
-        if stripped.endswith("::"):
-            # "Example::" prints "Example:"; "as follows ::" prints "as follows".
-            stripped = stripped[:-2].rstrip() if stripped[-3:-2].isspace() else stripped[:-1]
-            line = stripped
-        lines.append(line)
-    return "\n".join(lines)
+        # "Example::" prints "Example:"; "as follows ::" prints "as follows"; "::" nothing.
+        if line.strip() != "::":
+            out.append(line[:-2].rstrip() if line[-3:-2].isspace() else line[:-1])
+        base = len(line) - len(line.lstrip())
+        block: list[str] = []
+        while i < len(lines) and (
+            not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > base
+        ):
+            block.append(lines[i])
+            i += 1
+        while block and not block[-1].strip():
+            block.pop()
+        body = textwrap.dedent("\n".join(block)).strip("\n")
+        if body:
+            indent = " " * base
+            fenced = ["```python", *body.split("\n"), "```"]
+            out += ["", *[indent + row if row else row for row in fenced], ""]
+    return "\n".join(out)
 
 
 class RstDocstrings(griffe.Extension):

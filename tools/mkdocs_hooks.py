@@ -10,6 +10,7 @@ build time, so they cannot drift from it.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,9 @@ def broker_error_table() -> str:
 
 def pygments_css() -> str:
     """The stylesheet for Pygments' classes in ``.highlight`` blocks (light theme)."""
-    from pygments.formatters import HtmlFormatter
-
-    return str(HtmlFormatter(style="default").get_style_defs(".highlight"))
+    # Imported by name: Pygments ships no type information (and mkdocs brings it along).
+    formatters = importlib.import_module("pygments.formatters")
+    return str(formatters.HtmlFormatter(style="default").get_style_defs(".highlight"))
 
 
 def on_post_build(*, config: Any, **kwargs: Any) -> None:

@@ -59,6 +59,11 @@ def test_mkdocs_build_strict(site: Path) -> None:
     assert 'id="aiokafka_ng.producer.Producer.send"' in producer
     assert "Queue one record; return its delivery future" in producer
     assert ":class:" not in producer and ":meth:" not in producer
+    # The class docstring's literal block (reST "::") is a highlighted Python block.
+    assert (
+        '<code><span class="k">async</span> <span class="k">with</span> <span class="n">Producer'
+        in producer
+    )
 
 
 class _Page(HTMLParser):
