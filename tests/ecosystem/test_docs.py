@@ -222,8 +222,8 @@ _SHARE_GROUPS = (
     "tests/kafka/test_kafka_share.py runs these calls against Apache Kafka"
 )
 _SPARK = (
-    "needs a SparkSession (a JVM) and a DataFrame; tests/spark/ runs these reads and writes "
-    "(batch and streaming) against a broker"
+    "needs a SparkSession (a JVM) and the reader's DataFrame: "
+    "tests/spark/test_spark_docs_snippets.py runs it on the suite's shared Spark session"
 )
 
 #: (page, a line of the snippet) -> why it is not run.
