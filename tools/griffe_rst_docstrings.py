@@ -11,6 +11,9 @@ What it rewrites, on every docstring as griffe reads it (the source stays as it 
   fenced Python block (highlighted); a ``::`` alone on its line goes away, ``text::`` keeps
   one colon, as reStructuredText prints it.
 
+An attribute documented by ``#:`` comment lines right above it (Sphinx's form, which
+griffe does not read) gets those lines as its docstring.
+
 Everything else in the docstrings (````literal````, ``*emphasis*``, lists) reads the same
 in both languages.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import griffe
@@ -68,8 +72,20 @@ def rst_to_markdown(text: str) -> str:
     return "\n".join(out)
 
 
+def comment_docstring(lines: list[str], lineno: int) -> str | None:
+    """The ``#:`` comment lines right above line ``lineno`` (1-based) as one text, if any:
+    Sphinx's documentation comment for an attribute, which griffe does not read."""
+    found: list[str] = []
+    index = lineno - 2
+    while index >= 0 and lines[index].lstrip().startswith("#:"):
+        found.insert(0, lines[index].lstrip()[2:].removeprefix(" "))
+        index -= 1
+    return "\n".join(found) if found else None
+
+
 class RstDocstrings(griffe.Extension):
-    """Rewrites each object's docstring once, when griffe creates the object."""
+    """Rewrites each object's docstring once, when griffe creates the object; gives an
+    attribute documented by ``#:`` comments that text as its docstring."""
 
     def on_instance(
         self,
@@ -79,5 +95,11 @@ class RstDocstrings(griffe.Extension):
         agent: griffe.Visitor | griffe.Inspector,
         **kwargs: Any,
     ) -> None:
+        if obj.docstring is None and obj.is_attribute and obj.lineno is not None:
+            path = obj.filepath  # a list only for a namespace package
+            lines = obj.lines_collection[path] if isinstance(path, Path) else []
+            text = comment_docstring(lines, obj.lineno) if lines else None
+            if text is not None:
+                obj.docstring = griffe.Docstring(text, lineno=obj.lineno, parent=obj)
         if obj.docstring is not None:
             obj.docstring.value = rst_to_markdown(obj.docstring.value)

@@ -59,6 +59,10 @@ def test_mkdocs_build_strict(site: Path) -> None:
     assert 'id="aiokafka_ng.producer.Producer.send"' in producer
     assert "Queue one record; return its delivery future" in producer
     assert ":class:" not in producer and ":meth:" not in producer
+    # An attribute documented by "#:" comments (Sphinx's form) shows them.
+    config = (site / "api" / "config" / "index.html").read_text()
+    assert 'id="aiokafka_ng.config.ClientConfig.metadata_recovery_strategy"' in config
+    assert "KIP-1102" in config
     # The class docstring's literal block (reST "::") is a highlighted Python block.
     assert (
         '<code><span class="k">async</span> <span class="k">with</span> <span class="n">Producer'
