@@ -70,11 +70,13 @@ def test_generator_check_mode_detects_drift(tmp_path: Path) -> None:
 #
 # Every ```python block of the README and the docs runs as a file, in a fresh interpreter:
 # a complete program runs as it is written (a user pastes it into a file); a block that
-# continues an earlier one on its page runs inside the program INSIDE gives it; a pytest
-# module (it defines test_ functions) runs under pytest. A block none of these fits is listed
-# in NOT_RUN with the reason. The docs' broker address, 127.0.0.1:9092, becomes a fresh
+# continues an earlier one runs inside the program INSIDE gives it, or after the block AFTER
+# names; a pytest module (it defines test_ functions) runs under pytest. BEFORE runs a
+# program first (the records a consumer reads). A block none of these fits is listed in
+# NOT_RUN with the reason. The docs' broker address, 127.0.0.1:9092, becomes a fresh
 # LocalBroker's (ADDRESS_FORMS). A new block that is not a complete program fails here
-# until it is made one or listed.
+# until it is made one or listed; an entry that matches no block (or several) fails
+# test_every_listed_snippet_exists.
 
 SNIPPET_PAGES = (ROOT / "README.md", *sorted(DOCS.glob("*.md")))
 
