@@ -105,7 +105,13 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
-    """Config reference is current; `mkdocs build --strict` (warnings are errors)."""
+    """Config reference is current; `mkdocs build --strict` (warnings are errors); then the
+    docs' tests: every snippet runs as a file, every link resolves, and the site works in
+    headless Chromium (Debian's `chromium`; the suite runs the same tests)."""
     _install(session)
     session.run("python", "tools/gen_config_docs.py", "--check")
     session.run("mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site")
+    session.run(
+        "python", "-m", "pytest", "-n", "0",
+        "tests/ecosystem/test_docs.py", "tests/ecosystem/test_docs_site.py", *session.posargs,
+    )  # fmt: skip

@@ -139,6 +139,8 @@ closest known names: "did you mean 'linger_ms'?"). Each client also has
 strings or native types:
 
 ```python
+from aiokafka_ng import Producer
+
 Producer(linger_ms=5, acks="all")
 Producer.from_properties({"linger.ms": "5", "acks": "all"})
 ```

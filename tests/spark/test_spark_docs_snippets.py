@@ -1,5 +1,5 @@
 """docs/spark.md's code blocks run as a reader would paste them, on the shared Spark session
-and the bundled broker (the other pages: tests/ecosystem/test_docs_snippets.py).
+and the bundled broker (the other pages: tests/ecosystem/test_docs.py).
 
 The reader's own edits only: the documented address becomes the test broker's, topic names
 and the checkpoint directory get a unique suffix, and the names a block takes from the
