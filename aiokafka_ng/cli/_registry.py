@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_registry(args: argparse.Namespace) -> int:
-    from aiokafka_ng.testing import SchemaRegistry, SchemaRegistryError
+    from aiokafka_ng.testing import SchemaRegistry, SchemaRegistryProcessError
     from aiokafka_ng.testing._registry import ensure_distribution, find_java21
 
     if args.fetch_only:
@@ -38,7 +38,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
         try:
             java = find_java21()
             dist = ensure_distribution()
-        except SchemaRegistryError as exc:
+        except SchemaRegistryProcessError as exc:
             raise CliError(exc.reason) from None
         print(f"registry_dist={dist} ({time.monotonic() - started:.1f} s)", flush=True)
         print(f"registry_java={java}", flush=True)
@@ -66,7 +66,7 @@ def cmd_registry(args: argparse.Namespace) -> int:
     return _run_in_foreground(
         "the schema registry",
         start,
-        (SchemaRegistryError,),
+        (SchemaRegistryProcessError,),
         announce,
         dead,
         SchemaRegistry.stop_sync,

@@ -21,7 +21,11 @@ from aiokafka_ng.testing._kafka_config import (
     oauth_properties,
 )
 from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION
-from aiokafka_ng.testing._registry import APICURIO_VERSION, SchemaRegistry, SchemaRegistryError
+from aiokafka_ng.testing._registry import (
+    APICURIO_VERSION,
+    SchemaRegistry,
+    SchemaRegistryProcessError,
+)
 from aiokafka_ng.testing.fake import FakeKafka
 from aiokafka_ng.testing.proxy import TcpProxy
 
@@ -37,7 +41,7 @@ __all__ = [
     "LocalBroker",
     "LocalBrokerError",
     "SchemaRegistry",
-    "SchemaRegistryError",
+    "SchemaRegistryProcessError",
     "TcpProxy",
     "kerberos_properties",
     "oauth_properties",

@@ -40,6 +40,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import tarfile
 import tempfile
@@ -54,13 +55,13 @@ from typing import Any, Final, Self
 import anyio
 import anyio.to_thread
 
-from aiokafka_ng.testing._kafka_config import HOST
+from aiokafka_ng.testing._kafka_config import HOST, make_tls_files
 from aiokafka_ng.testing._kafka_procs import die_with_parent, free_ports, last_error
 
 __all__ = [
     "APICURIO_VERSION",
     "SchemaRegistry",
-    "SchemaRegistryError",
+    "SchemaRegistryProcessError",
     "ensure_distribution",
     "find_java21",
     "missing_tools",
@@ -91,7 +92,7 @@ _JVM_OPTIONS: Final = (
 )
 
 
-class SchemaRegistryError(RuntimeError):
+class SchemaRegistryProcessError(RuntimeError):
     """The registry could not be fetched, started or stopped; the first line says why.
 
     ``reason`` is that line and ``log_tail`` the last lines of the registry's log, if any.
@@ -147,7 +148,7 @@ def find_java21(env: Mapping[str, str] | None = None, *, jvm_dir: Path = _JVM_DI
             return candidate
         seen.append(f"{candidate} ({major or 'unknown version'})")
     found = "; found only " + ", ".join(seen) if seen else "; no Java found at all"
-    raise SchemaRegistryError(
+    raise SchemaRegistryProcessError(
         f"no Java {MIN_JAVA}+ for Apicurio Registry {APICURIO_VERSION}{found} "
         f"(install a JDK {MIN_JAVA}+, or set {JAVA_ENV_VAR} to its bin/java)"
     )
@@ -171,7 +172,7 @@ def missing_tools(env: Mapping[str, str] | None = None, *, jvm_dir: Path = _JVM_
     env = os.environ if env is None else env
     try:
         find_java21(env, jvm_dir=jvm_dir)
-    except SchemaRegistryError as exc:
+    except SchemaRegistryProcessError as exc:
         return exc.reason
     if not distribution_present(env) and shutil.which("mvn", path=env.get("PATH")) is None:
         return (
@@ -191,7 +192,7 @@ def ensure_distribution(env: Mapping[str, str] | None = None) -> Path:
         return dist
     mvn = shutil.which("mvn", path=env.get("PATH"))
     if mvn is None:
-        raise SchemaRegistryError(
+        raise SchemaRegistryProcessError(
             f"no Maven (mvn) to fetch Apicurio Registry {APICURIO_VERSION} into {dist}"
         )
     home.mkdir(parents=True, exist_ok=True)
@@ -228,7 +229,7 @@ def _fetch(mvn: str, home: Path) -> None:
             cwd=home,  # no pom.xml there: dependency:copy needs no project
         )
     except subprocess.TimeoutExpired as exc:
-        raise SchemaRegistryError(
+        raise SchemaRegistryProcessError(
             f"fetching {artifact} with Maven took over {_FETCH_TIMEOUT:g} s"
         ) from exc
     archives = sorted(download.glob("*.tar.gz")) if download.is_dir() else []
@@ -236,14 +237,14 @@ def _fetch(mvn: str, home: Path) -> None:
         lines = (result.stdout + result.stderr).strip().splitlines()
         errors = [line for line in lines if "ERROR" in line] or lines
         last = errors[0] if errors else f"exit code {result.returncode}, no archive"
-        raise SchemaRegistryError(f"Maven could not fetch {artifact}: {last}")
+        raise SchemaRegistryProcessError(f"Maven could not fetch {artifact}: {last}")
     try:
         with tarfile.open(archives[0]) as archive:
             archive.extractall(partial, filter="data")
     except (OSError, tarfile.TarError) as exc:
-        raise SchemaRegistryError(f"cannot unpack {archives[0]}: {exc}") from exc
+        raise SchemaRegistryProcessError(f"cannot unpack {archives[0]}: {exc}") from exc
     if not (partial / "quarkus-run.jar").is_file():
-        raise SchemaRegistryError(f"{archives[0]} holds no quarkus-run.jar")
+        raise SchemaRegistryProcessError(f"{archives[0]} holds no quarkus-run.jar")
     partial.rename(home / "dist")
     # Maven's local repository keeps its own copy; this one is not needed once unpacked.
     shutil.rmtree(download, ignore_errors=True)
@@ -266,6 +267,8 @@ class SchemaRegistry:
         heap: the JVM's maximum heap (``-Xmx``).
         startup_timeout: seconds for the start, fetch excluded.
         stop_timeout: seconds a SIGTERM may take before SIGKILL.
+        tls: also open an HTTPS listener (:attr:`tls_url`) whose certificate, for 127.0.0.1
+            and localhost, is signed by :attr:`ca_file` (needs trustme).
         java_options: extra JVM options (``-Dname=value`` sets a registry property).
     """
 
@@ -275,14 +278,18 @@ class SchemaRegistry:
         heap: str = "256m",
         startup_timeout: float = 120.0,
         stop_timeout: float = 20.0,
+        tls: bool = False,
         java_options: Sequence[str] = (),
     ) -> None:
+        self.tls: Final = tls
         self.heap: Final = heap
         self.startup_timeout: Final = startup_timeout
         self.stop_timeout: Final = stop_timeout
         self.java_options: Final = tuple(java_options)
         self.java = ""
         self.port: int | None = None
+        self.tls_port: int | None = None
+        self._ca_file: Path | None = None
         #: seconds the last :meth:`start` took, fetch excluded.
         self.start_seconds: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -294,13 +301,32 @@ class SchemaRegistry:
     def base_url(self) -> str:
         """``http://127.0.0.1:PORT``: the registry's root (its own API is under ``/apis``)."""
         if self.port is None or not self.running:
-            raise SchemaRegistryError("the schema registry is not running")
+            raise SchemaRegistryProcessError("the schema registry is not running")
         return f"http://{HOST}:{self.port}"
 
     @property
     def url(self) -> str:
         """The Confluent-compatible API's URL: what registry clients are given."""
         return self.base_url + CCOMPAT_PATH
+
+    @property
+    def tls_url(self) -> str:
+        """The Confluent-compatible API over HTTPS (``tls=True``)."""
+        if not self.tls:
+            raise SchemaRegistryProcessError("no HTTPS listener: the registry runs with tls=False")
+        self.base_url  # noqa: B018 (raises when not running)
+        return f"https://{HOST}:{self.tls_port}{CCOMPAT_PATH}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The PEM certificate of the CA that signed the HTTPS listener's certificate."""
+        if self._ca_file is None:
+            raise SchemaRegistryProcessError("no CA: the registry is not running with tls=True")
+        return self._ca_file
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client context that trusts :attr:`ca_file` and checks the host name."""
+        return ssl.create_default_context(cafile=str(self.ca_file))
 
     @property
     def running(self) -> bool:
@@ -332,7 +358,7 @@ class SchemaRegistry:
     async def start(self) -> None:
         """Fetch the distribution if needed, start the registry, wait until it answers."""
         if self._proc is not None:
-            raise SchemaRegistryError("the schema registry is already started")
+            raise SchemaRegistryProcessError("the schema registry is already started")
         self.java = find_java21()
         dist = await anyio.to_thread.run_sync(ensure_distribution)
         started = time.monotonic()
@@ -340,7 +366,7 @@ class SchemaRegistry:
             try:
                 await self._start_once(dist)
                 break
-            except SchemaRegistryError as exc:
+            except SchemaRegistryProcessError as exc:
                 # The port was free when picked, bound by the JVM seconds later: another
                 # process may have taken it in between. Once, take another port.
                 if attempt == 2 or "Address already in use" not in exc.log_tail:
@@ -349,8 +375,23 @@ class SchemaRegistry:
 
     async def _start_once(self, dist: Path) -> None:
         self._directory = Path(tempfile.mkdtemp(prefix="aiokafka-ng-registry-"))
-        self.port = free_ports(1)[0]
-        self._spawn(dist)
+        tls_options: list[str] = []
+        if self.tls:
+            try:
+                files = make_tls_files(self._directory)
+            except RuntimeError as exc:
+                await self.stop()
+                raise SchemaRegistryProcessError(str(exc)) from exc
+            self._ca_file = files.ca_file
+            # One PEM file holds the key and the chain; Quarkus reads each from it.
+            tls_options = [
+                f"-Dquarkus.http.ssl.certificate.files={files.keystore}",
+                f"-Dquarkus.http.ssl.certificate.key-files={files.keystore}",
+            ]
+        self.port, self.tls_port = free_ports(2)
+        if self.tls:
+            tls_options.append(f"-Dquarkus.http.ssl-port={self.tls_port}")
+        self._spawn(dist, tls_options)
         try:
             with anyio.fail_after(self.startup_timeout):
                 while not await anyio.to_thread.run_sync(self._answers):
@@ -358,7 +399,7 @@ class SchemaRegistry:
                     if proc is None or proc.poll() is not None:
                         code = None if proc is None else proc.returncode
                         tail = self.log_tail()
-                        raise SchemaRegistryError(
+                        raise SchemaRegistryProcessError(
                             f"the schema registry exited with code {code}: {last_error(tail)}",
                             tail,
                         )
@@ -367,14 +408,14 @@ class SchemaRegistry:
             tail = self.log_tail()
             await self.stop()
             if isinstance(exc, TimeoutError):
-                raise SchemaRegistryError(
+                raise SchemaRegistryProcessError(
                     f"the schema registry did not answer within {self.startup_timeout:g} s: "
                     f"{last_error(tail)}",
                     tail,
                 ) from None
             raise
 
-    def _spawn(self, dist: Path) -> None:
+    def _spawn(self, dist: Path, tls_options: Sequence[str]) -> None:
         command = [
             self.java,
             f"-Xmx{self.heap}",
@@ -384,6 +425,7 @@ class SchemaRegistry:
             # Left to its defaults the management interface listens on 0.0.0.0:9000.
             f"-Dquarkus.management.host={HOST}",
             "-Dquarkus.management.port=0",
+            *tls_options,
             *self.java_options,
             "-jar",
             str(dist / "quarkus-run.jar"),
@@ -404,7 +446,7 @@ class SchemaRegistry:
                     start_new_session=True,
                 )
             except OSError as exc:
-                raise SchemaRegistryError(f"cannot run {self.java}: {exc}") from exc
+                raise SchemaRegistryProcessError(f"cannot run {self.java}: {exc}") from exc
 
     def _answers(self) -> bool:
         """``GET /subjects`` answers 200 (blocking; run in a worker thread)."""
@@ -436,6 +478,7 @@ class SchemaRegistry:
         if self._directory is not None:
             shutil.rmtree(self._directory, ignore_errors=True)
         self._directory = None
+        self._ca_file = None
 
     def start_sync(self) -> None:
         """Blocking :meth:`start`, for code outside an event loop (fixtures, the CLI)."""

@@ -41,10 +41,12 @@ Apache Kafka (:class:`~aiokafka_ng.testing.KafkaCluster`):
 A Schema Registry (:class:`~aiokafka_ng.testing.SchemaRegistry`, Apicurio Registry):
 
 - ``schema_registry`` (session): one registry for the whole run, started on first use; its
-  Confluent-compatible API is at ``schema_registry.url``. Tests share it: they use subjects
-  of their own. ``--schema-registry`` works as ``--kafka`` does: ``auto`` (the default) skips
-  where Java 21+ or Maven (for the first fetch) is missing, ``require`` (the default under
-  ``CI=true``) fails instead, ``off`` skips; a registry that cannot start fails the test.
+  Confluent-compatible API is at ``schema_registry.url``, and over HTTPS at
+  ``schema_registry.tls_url`` (``schema_registry.ssl_context()`` trusts it). Tests share
+  it: they use subjects of their own. ``--schema-registry`` works as ``--kafka`` does:
+  ``auto`` (the default) skips where Java 21+ or Maven (for the first fetch) is missing,
+  ``require`` (the default under ``CI=true``) fails instead, ``off`` skips; a registry that
+  cannot start fails the test.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from aiokafka_ng.testing._broker import LocalBroker, LocalBrokerError
 from aiokafka_ng.testing._kafka import KafkaCluster, KafkaClusterError
 from aiokafka_ng.testing._kafka_cds import make_archive
 from aiokafka_ng.testing._kafka_jars import KafkaSetupError, missing_tools
-from aiokafka_ng.testing._registry import SchemaRegistry, SchemaRegistryError
+from aiokafka_ng.testing._registry import SchemaRegistry, SchemaRegistryProcessError
 from aiokafka_ng.testing._registry import missing_tools as registry_missing_tools
 from aiokafka_ng.testing.fake import FakeKafka
 
@@ -248,10 +250,10 @@ def schema_registry(request: pytest.FixtureRequest) -> Iterator[SchemaRegistry]:
         pytest.fail(
             f"the schema registry is required (CI=true or --schema-registry=require): {missing}"
         )
-    registry = SchemaRegistry()
+    registry = SchemaRegistry(tls=True)
     try:
         registry.start_sync()
-    except SchemaRegistryError as exc:
+    except SchemaRegistryProcessError as exc:
         pytest.fail(f"the schema registry could not start: {exc}", pytrace=False)
     try:
         yield registry

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aiokafka_ng.testing import SchemaRegistry, SchemaRegistryError
+from aiokafka_ng.testing import SchemaRegistry, SchemaRegistryProcessError
 from aiokafka_ng.testing._registry import (
     APICURIO_VERSION,
     HOME_ENV_VAR,
@@ -51,7 +51,9 @@ def test_java_17_alone_is_refused_naming_what_is_missing(tmp_path: Path) -> None
     empty = tmp_path / "jvms"
     empty.mkdir()
     env = {"PATH": str(bin_dir)}
-    with pytest.raises(SchemaRegistryError, match=r"no Java 21\+ for Apicurio Registry") as info:
+    with pytest.raises(
+        SchemaRegistryProcessError, match=r"no Java 21\+ for Apicurio Registry"
+    ) as info:
         find_java21(env, jvm_dir=empty)
     assert "(17)" in info.value.reason
     assert missing_tools(env, jvm_dir=empty) == info.value.reason
@@ -63,7 +65,7 @@ def test_no_maven_and_nothing_cached_is_named(tmp_path: Path) -> None:
     reason = missing_tools(env)
     assert reason is not None
     assert reason.startswith("no Maven (mvn) to fetch Apicurio Registry")
-    with pytest.raises(SchemaRegistryError, match=r"no Maven \(mvn\)"):
+    with pytest.raises(SchemaRegistryProcessError, match=r"no Maven \(mvn\)"):
         ensure_distribution(env)
 
 
@@ -77,7 +79,7 @@ def test_a_refused_fetch_names_the_artifact_and_leaves_nothing_usable(tmp_path: 
     )
     home = tmp_path / "home"
     env = {HOME_ENV_VAR: str(home), "PATH": str(tmp_path)}
-    with pytest.raises(SchemaRegistryError) as info:
+    with pytest.raises(SchemaRegistryProcessError) as info:
         ensure_distribution(env)
     assert f"apicurio-registry-app:{APICURIO_VERSION}:tar.gz:all" in info.value.reason
     assert "403 Forbidden" in info.value.reason
@@ -86,7 +88,7 @@ def test_a_refused_fetch_names_the_artifact_and_leaves_nothing_usable(tmp_path: 
 
 def test_a_jvm_that_exits_fails_the_start_with_its_reason_and_is_cleaned_up() -> None:
     registry = SchemaRegistry(java_options=["-XX:+NoSuchOptionAtAll"])
-    with pytest.raises(SchemaRegistryError) as info:
+    with pytest.raises(SchemaRegistryProcessError) as info:
         registry.start_sync()
     assert "exited with code" in info.value.reason
     assert "NoSuchOptionAtAll" in info.value.log_tail
@@ -104,7 +106,7 @@ def test_stop_ends_the_process_group() -> None:
     assert not registry.running
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
-    with pytest.raises(SchemaRegistryError, match="not running"):
+    with pytest.raises(SchemaRegistryProcessError, match="not running"):
         _ = registry.url
 
 
