@@ -15,6 +15,7 @@ name the subject, id or version concerned and the registry's message; none carri
 credential.
 """
 
+from aiokafka_ng.schema_registry._avro import AvroDeserializer, AvroSerializer
 from aiokafka_ng.schema_registry._client import CompatibilityResult, SchemaRegistryClient
 from aiokafka_ng.schema_registry._errors import (
     IncompatibleSchemaError,
@@ -33,9 +34,21 @@ from aiokafka_ng.schema_registry._types import (
     Schema,
     SchemaReference,
 )
+from aiokafka_ng.schema_registry._wire import (
+    MAGIC_BYTE,
+    SerializationError,
+    SubjectNameStrategy,
+    record_name_strategy,
+    schema_id_of,
+    topic_name_strategy,
+    topic_record_name_strategy,
+)
 
 __all__ = [
     "COMPATIBILITY_LEVELS",
+    "MAGIC_BYTE",
+    "AvroDeserializer",
+    "AvroSerializer",
     "CompatibilityResult",
     "IncompatibleSchemaError",
     "InvalidSchemaError",
@@ -47,7 +60,13 @@ __all__ = [
     "SchemaReference",
     "SchemaRegistryClient",
     "SchemaRegistryError",
+    "SerializationError",
+    "SubjectNameStrategy",
     "SubjectNotFoundError",
     "UnknownSchemaIdError",
     "VersionNotFoundError",
+    "record_name_strategy",
+    "schema_id_of",
+    "topic_name_strategy",
+    "topic_record_name_strategy",
 ]
