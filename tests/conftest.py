@@ -63,6 +63,8 @@ SPARK_PEER = "tests/kafka/test_spark_connector_peer.py"
 KAFKA_PATH = "tests/kafka/"
 SPARK_PATH = "tests/spark/"
 JVM_PATHS = (KAFKA_PATH, SPARK_PATH)
+#: The tests of the schema registry (one JVM for the session, :func:`worker_group`).
+REGISTRY_PATH = "tests/schema_registry/"
 #: The units that start a Kafka cluster (and Spark) in their worker.
 JVM_UNITS = ("jvm", "jvm2")
 
@@ -83,6 +85,9 @@ def worker_group(nodeid: str) -> str:
       short units are done, and only then starts its own cluster: with one unit for all
       of them, the other worker sat idle for the last third of the run.
 
+    - "registry": ``tests/schema_registry/``, so that one worker starts the session's
+      schema registry (a JVM) and the other none.
+
     Every other test is grouped with its file, so module-scoped fixtures start once. Read
     from the node id alone, as the controller sees only ids; collection checks that every
     test that uses the cluster is found so (``pytest_collection_modifyitems``).
@@ -92,6 +97,8 @@ def worker_group(nodeid: str) -> str:
         return "jvm"
     if path.startswith(SPARK_PATH):
         return "jvm2"
+    if path.startswith(REGISTRY_PATH):
+        return "registry"
     params = rest[rest.find("[") + 1 : -1] if rest.endswith("]") else ""
     return "jvm2" if "kafka" in params.split("-") else path
 

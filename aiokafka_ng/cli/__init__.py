@@ -28,7 +28,16 @@ _PROG = "aiokafka-ng"
 
 def build_parser() -> argparse.ArgumentParser:
     from aiokafka_ng import __version__
-    from aiokafka_ng.cli import _bench, _broker, _consume, _demo, _groups, _produce, _topics
+    from aiokafka_ng.cli import (
+        _bench,
+        _broker,
+        _consume,
+        _demo,
+        _groups,
+        _produce,
+        _registry,
+        _topics,
+    )
 
     parser = argparse.ArgumentParser(
         prog=_PROG,
@@ -43,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="event loop to run on (default: asyncio)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (_broker, _topics, _groups, _produce, _consume, _bench, _demo):
+    for module in (_broker, _registry, _topics, _groups, _produce, _consume, _bench, _demo):
         module.register(sub)
     return parser
 

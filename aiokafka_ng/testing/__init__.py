@@ -9,7 +9,8 @@ one 127.0.0.1 address to a broker that can be swapped behind it.
 fetches once; it needs Java 17+ and, for the first fetch, ``mvn``. :class:`FakeKafka` is an
 in-process model of a Kafka cluster (no process, no port needed: clients connect in memory,
 or over TCP) with fault methods, for fast tests on virtual time
-(:mod:`aiokafka_ng.testing.virtual_time`).
+(:mod:`aiokafka_ng.testing.virtual_time`). :class:`SchemaRegistry` runs a real Schema Registry
+(Apicurio Registry, Confluent-compatible API) fetched once with Maven; it needs Java 21+.
 """
 
 from aiokafka_ng.testing._broker import BINARY_ENV_VAR, LocalBroker, LocalBrokerError
@@ -20,10 +21,16 @@ from aiokafka_ng.testing._kafka_config import (
     oauth_properties,
 )
 from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION
+from aiokafka_ng.testing._registry import (
+    APICURIO_VERSION,
+    SchemaRegistry,
+    SchemaRegistryProcessError,
+)
 from aiokafka_ng.testing.fake import FakeKafka
 from aiokafka_ng.testing.proxy import TcpProxy
 
 __all__ = [
+    "APICURIO_VERSION",
     "BINARY_ENV_VAR",
     "KAFKA_VERSION",
     "OAUTH_ALLOWED_URLS",
@@ -33,6 +40,8 @@ __all__ = [
     "KafkaNode",
     "LocalBroker",
     "LocalBrokerError",
+    "SchemaRegistry",
+    "SchemaRegistryProcessError",
     "TcpProxy",
     "kerberos_properties",
     "oauth_properties",

@@ -37,6 +37,16 @@ Apache Kafka (:class:`~aiokafka_ng.testing.KafkaCluster`):
   ``--kafka=require`` (the default under ``CI=true``) fails them instead; ``--kafka=off``
   skips them. A cluster that cannot start fails them in every mode. A failing test that used
   the cluster gets the tail of each node's log as a report section.
+
+A Schema Registry (:class:`~aiokafka_ng.testing.SchemaRegistry`, Apicurio Registry):
+
+- ``schema_registry`` (session): one registry for the whole run, started on first use; its
+  Confluent-compatible API is at ``schema_registry.url``, and over HTTPS at
+  ``schema_registry.tls_url`` (``schema_registry.ssl_context()`` trusts it). Tests share
+  it: they use subjects of their own. ``--schema-registry`` works as ``--kafka`` does:
+  ``auto`` (the default) skips where Java 21+ or Maven (for the first fetch) is missing,
+  ``require`` (the default under ``CI=true``) fails instead, ``off`` skips; a registry that
+  cannot start fails the test.
 """
 
 from __future__ import annotations
@@ -52,6 +62,8 @@ from aiokafka_ng.testing._broker import LocalBroker, LocalBrokerError
 from aiokafka_ng.testing._kafka import KafkaCluster, KafkaClusterError
 from aiokafka_ng.testing._kafka_cds import make_archive
 from aiokafka_ng.testing._kafka_jars import KafkaSetupError, missing_tools
+from aiokafka_ng.testing._registry import SchemaRegistry, SchemaRegistryProcessError
+from aiokafka_ng.testing._registry import missing_tools as registry_missing_tools
 from aiokafka_ng.testing.fake import FakeKafka
 
 _KAFKA_MODES = ("auto", "require", "off")
@@ -101,6 +113,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="what backs the kafka_broker fixture: tansu = the embedded broker; kafka = the "
         "3-node Apache Kafka cluster; both = each in turn; default = Tansu, and Kafka as well "
         "for the test files under the ini option kafka_broker_paths",
+    )
+    parser.getgroup("aiokafka_ng").addoption(
+        "--schema-registry",
+        choices=_KAFKA_MODES,
+        default=None,
+        help="the schema_registry fixture (Apicurio Registry): auto = run where Java 21+ and "
+        "Maven are present, else skip (default); require = fail without them (default under "
+        "CI=true); off = skip its tests",
     )
     parser.addini(
         "kafka_broker_paths",
@@ -160,8 +180,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("kafka_broker", params, indirect=True, scope="session")
 
 
-def _kafka_mode(config: pytest.Config) -> str:
-    chosen = config.getoption("--kafka", default=None)
+def _kafka_mode(config: pytest.Config, option: str = "--kafka") -> str:
+    chosen = config.getoption(option, default=None)
     if chosen:
         return str(chosen)
     ci = os.environ.get("CI", "").strip().lower()
@@ -217,6 +237,30 @@ def kafka_cluster(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
         cluster.stop_sync()
 
 
+@pytest.fixture(scope="session")
+def schema_registry(request: pytest.FixtureRequest) -> Iterator[SchemaRegistry]:
+    """A Schema Registry shared by the whole session (see the module docstring)."""
+    mode = _kafka_mode(request.config, "--schema-registry")
+    if mode == "off":
+        pytest.skip("schema registry tests are off (--schema-registry=off)")
+    missing = registry_missing_tools()
+    if missing is not None:
+        if mode == "auto":
+            pytest.skip(f"no schema registry here: {missing}")
+        pytest.fail(
+            f"the schema registry is required (CI=true or --schema-registry=require): {missing}"
+        )
+    registry = SchemaRegistry(tls=True)
+    try:
+        registry.start_sync()
+    except SchemaRegistryProcessError as exc:
+        pytest.fail(f"the schema registry could not start: {exc}", pytrace=False)
+    try:
+        yield registry
+    finally:
+        registry.stop_sync()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -229,6 +273,9 @@ def pytest_runtest_makereport(
         cluster = broker.cluster
     if report.failed and call.when == "call" and isinstance(cluster, KafkaCluster):
         report.sections.append(("Apache Kafka node logs (last lines)", cluster.log_tail(25)))
+    registry = funcargs.get("schema_registry")
+    if report.failed and call.when == "call" and isinstance(registry, SchemaRegistry):
+        report.sections.append(("schema registry log (last lines)", registry.log_tail(25)))
     return report
 
 
