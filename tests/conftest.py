@@ -2,10 +2,10 @@
 
 Every test is exactly one of:
 
-* ``broker``: needs a running broker -- it uses a ``kafka_broker*`` or ``kafka_cluster``
-  fixture (directly or through another fixture), is marked ``kafka``, or its module says so with
-  ``pytestmark = pytest.mark.broker`` because it starts brokers itself (``LocalBroker()``,
-  a ``broker`` subprocess);
+* ``broker``: needs a running broker (or schema registry) -- it uses a ``kafka_broker*``,
+  ``kafka_cluster`` or ``schema_registry`` fixture (directly or through another fixture), is
+  marked ``kafka``, or its module says so with ``pytestmark = pytest.mark.broker`` because it
+  starts brokers itself (``LocalBroker()``, a ``broker`` subprocess, a ``SchemaRegistry()``);
 * ``unit``: everything else. ``pytest -m unit`` runs them without starting any broker.
 
 The split is kept honest at run time: a ``unit`` test that starts a :class:`LocalBroker`
@@ -34,7 +34,9 @@ if not os.environ.get("HYPOTHESIS_PROFILE"):
     settings.load_profile("suite")
 
 #: Fixtures that start a broker: a test whose fixture closure holds one is a broker test.
-BROKER_FIXTURES = ("kafka_broker", "kafka_cluster")
+#: The schema registry counts as one: a server of its own (a JVM), which the quick command
+#: (``-m "unit and not slow"``) leaves out.
+BROKER_FIXTURES = ("kafka_broker", "kafka_cluster", "schema_registry")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,8 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "unit: needs no broker (marked by tests/conftest.py)")
     config.addinivalue_line(
         "markers",
-        "broker: needs a running broker (kafka_broker*/kafka_cluster fixtures, or the module "
-        "starts its own)",
+        "broker: needs a running broker or schema registry (kafka_broker*/kafka_cluster/"
+        "schema_registry fixtures, or the test starts its own)",
     )
 
 
@@ -84,7 +86,6 @@ def worker_group(nodeid: str) -> str:
       (``_SparkPeerFirst``), so the worker that is not running "jvm" takes it once the
       short units are done, and only then starts its own cluster: with one unit for all
       of them, the other worker sat idle for the last third of the run.
-
     - "registry": ``tests/schema_registry/``, so that one worker starts the session's
       schema registry (a JVM) and the other none.
 

@@ -86,6 +86,7 @@ def test_a_refused_fetch_names_the_artifact_and_leaves_nothing_usable(tmp_path: 
     assert not (home / "dist").exists()
 
 
+@pytest.mark.broker  # starts a registry of its own (see tests/conftest.py)
 def test_a_jvm_that_exits_fails_the_start_with_its_reason_and_is_cleaned_up() -> None:
     registry = SchemaRegistry(java_options=["-XX:+NoSuchOptionAtAll"])
     with pytest.raises(SchemaRegistryProcessError) as info:
@@ -96,6 +97,7 @@ def test_a_jvm_that_exits_fails_the_start_with_its_reason_and_is_cleaned_up() ->
     assert registry.log_path is None  # its directory is gone
 
 
+@pytest.mark.broker  # starts a registry of its own (see tests/conftest.py)
 def test_stop_ends_the_process_group() -> None:
     with SchemaRegistry() as registry:
         pid = registry.pid
@@ -110,6 +112,7 @@ def test_stop_ends_the_process_group() -> None:
         _ = registry.url
 
 
+@pytest.mark.broker  # fetches the registry (159 MB) when not cached: not for the quick command
 def test_cli_fetch_only_prints_the_distribution_and_java(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
