@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import uuid
 
 import httpx
@@ -25,7 +26,6 @@ from aiokafka_ng.schema_registry import (
     VersionNotFoundError,
 )
 from aiokafka_ng.testing import SchemaRegistry
-from aiokafka_ng.testing._kafka_procs import free_ports
 
 pytestmark = pytest.mark.anyio
 
@@ -169,7 +169,9 @@ async def test_tls(schema_registry: SchemaRegistry) -> None:
 
 
 async def test_unreachable_after_the_retries() -> None:
-    (port,) = free_ports(1)  # nothing listens there
+    with socket.socket() as sock:  # bound, never listening: connections are refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     fast = ExponentialBackoff(1, 2)
     async with SchemaRegistryClient(f"http://127.0.0.1:{port}", retries=2, backoff=fast) as client:
         with pytest.raises(RegistryUnreachableError) as info:
