@@ -174,8 +174,8 @@ async def test_a_committed_offset_past_a_truncation_is_detected_on_assignment(
             consumer.assign([TP])
             if reset == "none":
                 with anyio.fail_after(60), pytest.raises(LogTruncationError) as caught:
-                    await consumer.getmany(timeout_ms=200)
-                    await consumer.getmany(timeout_ms=200)
+                    while True:
+                        assert not await consumer.getmany(timeout_ms=200)
                 assert caught.value.divergent_offsets == {TP: 6}
                 assert truncation_warnings(caplog) == []
                 return
