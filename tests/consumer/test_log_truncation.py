@@ -113,7 +113,9 @@ async def test_truncation_without_a_reset_policy_raises_until_the_application_se
             assert error.divergent_offsets == {TP: 6}
             assert error.fetch_offsets == {TP: 10}
             assert f"{TOPIC}-0" in str(error)
-            # Nothing moves on by itself: the next getone (and iteration) raise it again.
+            # Nothing moves on by itself: position(), getone and iteration raise it again.
+            with anyio.fail_after(60), pytest.raises(LogTruncationError):
+                await consumer.position(TP)
             with anyio.fail_after(60), pytest.raises(LogTruncationError):
                 await consumer.getone()
             with anyio.fail_after(60), pytest.raises(LogTruncationError):
