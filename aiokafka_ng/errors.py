@@ -19,6 +19,10 @@ re-exported here. This module adds the errors that arise in the client itself:
 - :class:`IllegalStateError` -- a call the object's state does not allow;
   :class:`ProducerClosedError` is ``send()`` after ``close()``.
 - :class:`NoBrokersAvailableError` -- no bootstrap server could be reached (retriable).
+- :class:`LogTruncationError` -- a consumer's position is past the end of the log it was
+  read from: the partition's log was truncated (an unclean leader election, KIP-320) and
+  ``auto_offset_reset`` is "none". An :class:`OffsetOutOfRangeError`, as Java's
+  ``LogTruncationException`` is an ``OffsetOutOfRangeException``.
 
 Do not confuse :class:`RequestTimeoutError` (the client gave up waiting) with
 :class:`RequestTimedOutError` (error code 7: the broker gave up).
@@ -30,7 +34,7 @@ from collections.abc import Mapping
 
 from aiokafka_ng.protocol import errors as _protocol_errors
 from aiokafka_ng.protocol.errors import *  # noqa: F403  (re-exported; listed in __all__)
-from aiokafka_ng.protocol.errors import KafkaError
+from aiokafka_ng.protocol.errors import KafkaError, OffsetOutOfRangeError
 
 __all__ = [
     "BufferExhaustedError",
@@ -40,6 +44,7 @@ __all__ = [
     "IllegalStateError",
     "KafkaConnectionError",
     "KafkaTimeoutError",
+    "LogTruncationError",
     "NoBrokersAvailableError",
     "ProducerClosedError",
     "RequestTimeoutError",
@@ -155,3 +160,30 @@ class NoBrokersAvailableError(KafkaError):
 
     retriable = True
     message = "No broker could be reached."
+
+
+class LogTruncationError(OffsetOutOfRangeError):
+    """The log of some partitions diverged before the consumer's position (KIP-320).
+
+    Raised by the consumer when ``auto_offset_reset="none"``: the records it read past
+    ``divergent_offsets[tp]`` are no longer in the partition's log (an unclean leader
+    election or a truncated replica became leader), and what the log now holds from there
+    on was never read. ``fetch_offsets[tp]`` is the position that was found past the
+    divergence; ``divergent_offsets[tp]`` is the first offset known to diverge, absent when
+    the leader could not say (the epoch of the position is unknown to it). Keys are
+    ``(topic, partition)`` pairs (``TopicPartition`` is one). The application decides: for
+    instance ``seek(tp, divergent_offsets[tp])`` to read the new log from the divergence.
+    """
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        fetch_offsets: Mapping[tuple[str, int], int] | None = None,
+        divergent_offsets: Mapping[tuple[str, int], int] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.fetch_offsets = dict(fetch_offsets or {})
+        self.divergent_offsets = dict(divergent_offsets or {})
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.detail, self.fetch_offsets, self.divergent_offsets))

@@ -150,12 +150,17 @@ class BufferedFetch:
                     if marker is not None and marker.is_abort:
                         self._aborted_pids.discard(batch.producer_id)
                     state.position = batch.next_offset
+                    state.leader_epoch = batch.partition_leader_epoch
                     continue
                 if batch.is_transactional and batch.producer_id in self._aborted_pids:
                     state.position = batch.next_offset
+                    state.leader_epoch = batch.partition_leader_epoch
                     continue
             elif batch.is_control:
+                # A skipped batch moves the position, so its epoch is the position's
+                # (KIP-320 checks where that epoch ends; an older one could end before).
                 state.position = batch.next_offset
+                state.leader_epoch = batch.partition_leader_epoch
                 continue
             return batch
         return None

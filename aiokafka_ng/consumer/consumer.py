@@ -418,6 +418,9 @@ class Consumer:
             while not state.has_position:
                 if state.error is not None:
                     error, state.error = state.error, None
+                    # A position still to validate (a log truncation with "none") is
+                    # checked again, and the error raised again, until a seek.
+                    self._wake()
                     raise error
                 await fetcher.wait_for_data()
                 self._running()

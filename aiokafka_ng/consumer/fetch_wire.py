@@ -16,7 +16,9 @@ is kept, or the consumer could never make progress.
 
 *Partition errors* (:func:`partition_error`). ``invalid_metadata`` errors (NOT_LEADER,
 FENCED_LEADER_EPOCH, ...) ask the cluster for a metadata refresh and apply any KIP-951
-leader hint; other retriable errors back the partition off; OFFSET_OUT_OF_RANGE resets by
+leader hint (the new epoch then has the position validated, see :mod:`.positions`);
+other retriable errors (UNKNOWN_LEADER_EPOCH: the broker is behind our metadata) back the
+partition off; OFFSET_OUT_OF_RANGE resets by
 ``auto_offset_reset`` (or, with "none", raises OffsetOutOfRangeError to the application);
 anything else is raised to the application on its next poll.
 """
@@ -86,13 +88,16 @@ def fetch_request(
         version = _MAX_NAMED_FETCH_VERSION
     topics: dict[str, list[FetchPartition]] = {}
     for s in parts:
-        t = metadata.topics.get(s.tp.topic)
-        p = t.partitions.get(s.tp.partition) if t is not None else None
         topics.setdefault(s.tp.topic, []).append(
             FetchPartition(
                 partition=s.tp.partition,
-                current_leader_epoch=p.leader_epoch if p is not None else -1,
+                # The leader epoch the position is known good under (KIP-320): a broker
+                # in a newer epoch fences the fetch until the position is validated.
+                current_leader_epoch=s.seen_epoch,
                 fetch_offset=s.position or 0,
+                # v12+: the broker checks its log holds this epoch up to fetch_offset and
+                # answers a diverging epoch if not (see .positions, *Validation*).
+                last_fetched_epoch=s.leader_epoch,
                 partition_max_bytes=partition_max_bytes,
             )
         )

@@ -8,7 +8,9 @@ for every broker that has no fetch in flight, starts one task sending one sessio
 (session id 0, epoch -1) over that broker's connection. A partition is fetchable when it is
 assigned, not paused, has a position, has **no buffered data** and no fetch in flight, is
 not backing off, and its leader is known. Partitions without a position are handed to one
-resolver task (:mod:`.positions`: committed offset, else ``auto_offset_reset``).
+resolver task (:mod:`.positions`: committed offset, else ``auto_offset_reset``), as are
+positions that must be validated because the partition's leader epoch moved (KIP-320: a
+truncated log is detected there, or by a Fetch v12+ answer's diverging epoch).
 A broker whose fetchable partitions are all at their log end (position at the last high
 watermark) gets no fetch while another of its partitions is being drained: that fetch
 would be a long poll (``fetch_max_wait_ms``) holding the broker's one fetch slot just when
@@ -57,7 +59,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from aiokafka_ng.cluster import ClusterClient, RetryState
+from aiokafka_ng.cluster import ClusterClient, ClusterMetadata, RetryState
 from aiokafka_ng.consumer.buffer import BufferedFetch
 from aiokafka_ng.consumer.fetch_wire import (
     at_log_end,
@@ -68,8 +70,8 @@ from aiokafka_ng.consumer.fetch_wire import (
     partition_error,
 )
 from aiokafka_ng.consumer.models import ConsumerRecord, TopicPartition
-from aiokafka_ng.consumer.offsets import OffsetsClient
-from aiokafka_ng.consumer.positions import resolve_positions
+from aiokafka_ng.consumer.offsets import OffsetsClient, current_leader_epoch
+from aiokafka_ng.consumer.positions import complete_validation, resolve_positions
 from aiokafka_ng.consumer.state import PartitionState, SubscriptionState
 from aiokafka_ng.errors import KafkaError, error_for_code
 from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -224,6 +226,7 @@ class Fetcher:
                 if out:  # hand out what we have; the error comes next time
                     state.error = pending
                     return out
+                self._raised(state)
                 raise pending
             buf = state.buffer
             if buf is None or state.paused:
@@ -251,6 +254,7 @@ class Fetcher:
         state = self._subs.state(tp)
         if state.error is not None:
             pending, state.error = state.error, None
+            self._raised(state)
             raise pending
         buf = state.buffer
         if buf is None or state.paused:
@@ -283,6 +287,7 @@ class Fetcher:
                 continue
             if state.error is not None:
                 pending, state.error = state.error, None
+                self._raised(state)
                 raise pending
             buf = state.buffer
             if buf is None or state.paused:
@@ -301,6 +306,13 @@ class Fetcher:
                 self._records_out += 1
                 return record
         return None
+
+    def _raised(self, state: PartitionState) -> None:
+        """``state``'s error went to the application: a position still to validate (the
+        log truncated with ``auto_offset_reset="none"``) is checked again, and raises
+        again until the application seeks, so the planner must look at it."""
+        if state.validate:
+            self._wake.set()
 
     def _take(
         self, state: PartitionState, buf: BufferedFetch, n: int
@@ -368,13 +380,15 @@ class Fetcher:
         states = list(self._subs.assignment.values())
         if not states:
             return None
+        metadata = self._cluster.metadata
+        for state in states:
+            self._follow_leader_epoch(state, metadata)
         unresolved = [s for s in states if not s.has_position and s.error is None]
         if unresolved and not self._resolving and self._resolve_pacing.retry_at > now:
             next_due = self._resolve_pacing.retry_at
         elif unresolved and not self._resolving:
             self._resolving = True
             tg.start_soon(self._resolve_positions, unresolved)
-        metadata = self._cluster.metadata
         by_node: dict[int, list[PartitionState]] = defaultdict(list)
         draining: set[int] = set()  # where partitions whose buffered records are going fetch
         for state in sorted(states, key=_served):
@@ -432,6 +446,21 @@ class Fetcher:
         return next_due
 
     # ------------------------------------------------------------------ positions
+
+    @staticmethod
+    def _follow_leader_epoch(state: PartitionState, metadata: ClusterMetadata) -> None:
+        """KIP-320: a position is known good under the leader epoch it was fetched (or
+        validated) under; when metadata shows a newer epoch, a position that has an epoch
+        is validated before the next fetch, one without just follows."""
+        if not state.has_position:
+            return
+        current = current_leader_epoch(metadata, state.tp)
+        if current <= state.seen_epoch:
+            return
+        if state.leader_epoch >= 0 and state.seen_epoch >= 0:
+            state.request_validation()
+        else:
+            state.seen_epoch = current
 
     async def _resolve_positions(self, states: list[PartitionState]) -> None:
         try:
@@ -546,6 +575,15 @@ class Fetcher:
                 reset = self._settings.auto_offset_reset
                 if partition_error(state, p, endpoints, self._cluster, self._backoff, reset):
                     self._data.set()
+                continue
+            diverging = p.diverging_epoch
+            if diverging.epoch >= 0 and state.position is not None:
+                # Fetch v12+: the leader's log diverges from ours before the position.
+                reset = self._settings.auto_offset_reset
+                end = diverging.end_offset
+                if complete_validation(state, state.seen_epoch, diverging.epoch, end, reset):
+                    self._data.set()
+                self._wake.set()
                 continue
             state.failures = 0
             if p.preferred_read_replica >= 0 and p.preferred_read_replica != node:

@@ -7,6 +7,9 @@ Retry rules, as the Java client applies them:
 * ListOffsets: per-partition ``invalid_metadata`` errors (not leader, unknown partition,
   fenced/unknown leader epoch) refresh metadata and retry that partition; other retriable
   errors retry; anything else is raised. A connection failure retries the whole node.
+* OffsetForLeaderEpoch (KIP-320, to the leaders): as ListOffsets; a leader that does not
+  offer it (v3+, what Java asks for) is not asked (``EpochEnd.asked`` False), and the
+  position is taken as valid, as Java does.
 * OffsetFetch/OffsetCommit (route: the group's coordinator): ``NOT_COORDINATOR``/
   ``COORDINATOR_NOT_AVAILABLE`` (and a lost connection) forget the coordinator and look it
   up again; ``COORDINATOR_LOAD_IN_PROGRESS`` and ``UNSTABLE_OFFSET_COMMIT`` just retry. A
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from aiokafka_ng.cluster import ClusterClient, Coordinator, Link, RetryState
 from aiokafka_ng.cluster.retry import retrying, routed
@@ -32,6 +35,7 @@ from aiokafka_ng.errors import (
     KafkaError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    UnsupportedVersionError,
     error_for_code,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -47,11 +51,16 @@ from aiokafka_ng.protocol.messages.offset_commit import (
     OffsetCommitRequestTopic,
 )
 from aiokafka_ng.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
+from aiokafka_ng.protocol.messages.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 
 if TYPE_CHECKING:
-    pass
+    from aiokafka_ng.cluster import ClusterMetadata
 
-__all__ = ["EARLIEST", "LATEST", "OffsetsClient"]
+__all__ = ["EARLIEST", "LATEST", "EpochEnd", "OffsetsClient", "current_leader_epoch"]
 
 T = TypeVar("T")
 
@@ -65,6 +74,27 @@ _GENERATION_ERRORS = (
     FencedInstanceIdError,
 )
 _MAX_OFFSET_FETCH_VERSION = 7  # v8+ batches groups; one group per request is all we need
+# v3 added replica_id (a consumer's request); Java validates positions only from v3.
+_MIN_OFFSET_FOR_LEADER_EPOCH_VERSION = 3
+
+
+class EpochEnd(NamedTuple):
+    """An OffsetForLeaderEpoch answer: asked under ``current_epoch`` (the partition's leader
+    epoch in our metadata), the log's largest epoch <= the one asked and where it ends
+    (both -1 when the leader does not know)."""
+
+    current_epoch: int
+    epoch: int
+    end_offset: int
+    #: False when the leader offers no OffsetForLeaderEpoch v3+ (not asked: no answer).
+    asked: bool = True
+
+
+def current_leader_epoch(metadata: ClusterMetadata, tp: TopicPartition) -> int:
+    """The partition's leader epoch in ``metadata``, -1 when unknown."""
+    t = metadata.topics.get(tp.topic)
+    p = t.partitions.get(tp.partition) if t is not None else None
+    return p.leader_epoch if p is not None else -1
 
 
 class OffsetsClient:
@@ -159,6 +189,88 @@ class OffsetsClient:
                     out[tp] = error(f"ListOffsets for {t.name}-{p.partition_index}")
                 else:  # v1+ (v0's list of old-style offsets went with Kafka 4)
                     out[tp] = (p.offset, p.timestamp)
+        return out
+
+    # ------------------------------------------------------------------ leader epochs
+
+    async def epoch_end_offsets(
+        self,
+        epochs: Mapping[TopicPartition, int],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[TopicPartition, EpochEnd]:
+        """``{tp: leader epoch}`` -> where each epoch ends in its leader's log
+        (OffsetForLeaderEpoch)."""
+        pending = dict(epochs)
+        result: dict[TopicPartition, EpochEnd] = {}
+
+        async def attempt() -> None:
+            by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
+            for tp, epoch in pending.items():
+                leader = await self._cluster.leader_for(tp.topic, tp.partition)
+                by_leader[leader][tp] = epoch
+            last: KafkaError | None = None
+            for leader, parts in by_leader.items():
+                try:
+                    done = await self._epochs_from(leader, parts)
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    last = exc
+                    continue
+                for tp, answer in done.items():
+                    if isinstance(answer, KafkaError):
+                        last = answer
+                    else:
+                        result[tp] = answer
+                        pending.pop(tp)
+            if pending:
+                raise last or KafkaError("OffsetForLeaderEpoch: some partitions not answered")
+
+        if pending:
+            await retrying(attempt, self._state(timeout), what="validate positions")
+        return result
+
+    async def _epochs_from(
+        self, node: int, parts: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, EpochEnd | KafkaError]:
+        conn = await self._cluster.connection(node)
+        metadata = self._cluster.metadata
+        current = {tp: current_leader_epoch(metadata, tp) for tp in parts}
+        try:
+            version = conn.version_for(OffsetForLeaderEpochRequest)
+        except UnsupportedVersionError:
+            version = -1
+        if version < _MIN_OFFSET_FOR_LEADER_EPOCH_VERSION:
+            return {tp: EpochEnd(current[tp], -1, -1, asked=False) for tp in parts}
+        topics: dict[str, list[OffsetForLeaderPartition]] = defaultdict(list)
+        for tp, epoch in parts.items():
+            topics[tp.topic].append(
+                OffsetForLeaderPartition(
+                    partition=tp.partition, current_leader_epoch=current[tp], leader_epoch=epoch
+                )
+            )
+        request = OffsetForLeaderEpochRequest(
+            replica_id=-1,  # a consumer (Java's CONSUMER_REPLICA_ID)
+            topics=[OffsetForLeaderTopic(topic=t, partitions=p) for t, p in topics.items()],
+        )
+        response = await conn.send(request, version=version)
+        out: dict[TopicPartition, EpochEnd | KafkaError] = {}
+        for t in response.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, p.partition)
+                if tp not in current:
+                    continue
+                if p.error_code:
+                    error = error_for_code(p.error_code)
+                    if error.invalid_metadata:
+                        self._cluster.request_update([t.topic])
+                    what = f"OffsetForLeaderEpoch for {t.topic}-{p.partition}"
+                    if not (error.retriable or error.invalid_metadata):
+                        raise error(what)
+                    out[tp] = error(what)
+                else:
+                    out[tp] = EpochEnd(current[tp], p.leader_epoch, p.end_offset)
         return out
 
     # ------------------------------------------------------------------ group offsets

@@ -6,7 +6,13 @@ pause flag and what must happen before the partition can be fetched:
 
 * ``position is None`` and ``reset is None``: ask the group for the committed offset first
   (``needs_committed``), falling back to ``auto_offset_reset``;
-* ``reset`` set ("earliest", "latest", or a timestamp): look the offset up with ListOffsets.
+* ``reset`` set ("earliest", "latest", or a timestamp): look the offset up with ListOffsets;
+* ``validate`` set (KIP-320): the position must be checked against the leader's log before
+  fetching from it again -- the partition's leader epoch moved past ``seen_epoch`` (the
+  epoch the position was last known good under), or the position came from a committed
+  offset with an epoch. The check asks the leader where ``leader_epoch`` (the epoch of the
+  last record consumed) ends in its log; a log that ends before the position was
+  truncated under the consumer (:mod:`.positions`).
 
 Every change that invalidates data fetched earlier (seek, reset, reassignment) bumps
 ``epoch``; a fetch response or buffered data carrying an older epoch is dropped, so a seek
@@ -58,14 +64,22 @@ class PartitionState:
         "preferred_until",
         "reset",
         "retry_at",
+        "seen_epoch",
         "served",
         "tp",
+        "validate",
     )
 
     def __init__(self, tp: TopicPartition, *, needs_committed: bool) -> None:
         self.tp = tp
         self.position: int | None = None
-        self.leader_epoch = -1  # epoch of the last record handed out (for commits)
+        # Epoch of the last record handed out (for commits, and KIP-320's checks); -1 when
+        # the position has none (a seek, a reset by ListOffsets).
+        self.leader_epoch = -1
+        # The partition's leader epoch (metadata's) under which the position was last known
+        # to be in the leader's log: a fetch answered under it, or a validation.
+        self.seen_epoch = -1
+        self.validate = False
         self.needs_committed = needs_committed
         self.reset: str | int | None = None
         self.paused = False
@@ -93,10 +107,19 @@ class PartitionState:
 
     @property
     def has_position(self) -> bool:
-        return self.position is not None and self.reset is None and not self.needs_committed
+        return (
+            self.position is not None
+            and self.reset is None
+            and not self.needs_committed
+            and not self.validate
+        )
 
-    def seek(self, offset: int) -> None:
+    def seek(self, offset: int, leader_epoch: int = -1, *, validate: bool = False) -> None:
+        """Go to ``offset``; ``leader_epoch``: the epoch of the record before it, when known
+        (a committed offset's), with ``validate`` to check it before fetching."""
         self.position = offset
+        self.leader_epoch = leader_epoch
+        self.validate = validate and leader_epoch >= 0
         self.reset = None
         self.needs_committed = False
         self.error = None
@@ -105,8 +128,20 @@ class PartitionState:
     def request_reset(self, strategy: str | int) -> None:
         self.reset = strategy
         self.needs_committed = False
+        self.validate = False
         self.error = None
         self.epoch += 1
+
+    def request_validation(self) -> None:
+        """The leader epoch changed: check the position before fetching (data fetched under
+        the old leader is dropped, as it may be from a log that is no longer)."""
+        self.validate = True
+        self.epoch += 1
+
+    def validated(self, current_epoch: int) -> None:
+        """The position is in the log of the leader of ``current_epoch``."""
+        self.validate = False
+        self.seen_epoch = max(self.seen_epoch, current_epoch)
 
 
 class SubscriptionState:

@@ -33,6 +33,7 @@ from aiokafka_ng.protocol.messages import find_coordinator as fc
 from aiokafka_ng.protocol.messages import list_offsets as lo
 from aiokafka_ng.protocol.messages import metadata as md
 from aiokafka_ng.protocol.messages import offset_fetch as of
+from aiokafka_ng.protocol.messages import offset_for_leader_epoch as ofle
 from aiokafka_ng.protocol.messages import produce as pr
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 from aiokafka_ng.protocol.record_reader import iter_batches
@@ -373,11 +374,13 @@ class Side:
         read_committed: bool = False,
         node: int | None = None,
         topic_id: uuid.UUID | None = None,
+        last_fetched_epoch: int = -1,
     ) -> tuple[Any, ...]:
         """One partition's sessionless fetch, answered at once (max_wait_ms 0):
         (top-level error, partition error, high watermark, last stable offset, log start
         offset, offsets of the data records returned, offsets of the control records,
-        first offsets of the aborted transactions listed -- None for read_uncommitted)."""
+        first offsets of the aborted transactions listed -- None for read_uncommitted);
+        with a ``last_fetched_epoch``, then the diverging epoch's (epoch, end offset)."""
         if node is None:
             node, _ = await self.leader(topic, partition)
         request = f.FetchRequest(
@@ -397,6 +400,7 @@ class Side:
                             partition=partition,
                             current_leader_epoch=epoch,
                             fetch_offset=offset,
+                            last_fetched_epoch=last_fetched_epoch,
                             partition_max_bytes=1 << 20,
                         )
                     ],
@@ -416,7 +420,7 @@ class Side:
         aborted = None
         if read_committed and p.aborted_transactions is not None:
             aborted = sorted(a.first_offset for a in p.aborted_transactions)
-        return (
+        answer: tuple[Any, ...] = (
             resp.error_code,
             p.error_code,
             p.high_watermark,
@@ -426,6 +430,9 @@ class Side:
             control,
             aborted,
         )
+        if last_fetched_epoch >= 0:
+            answer += ((p.diverging_epoch.epoch, p.diverging_epoch.end_offset),)
+        return answer
 
     async def list_offsets(
         self,
@@ -461,6 +468,32 @@ class Side:
         (t,) = resp.topics
         (p,) = t.partitions
         return p.error_code, p.offset, p.timestamp, p.leader_epoch
+
+    async def offset_for_leader_epoch(
+        self, topic: str, leader_epoch: int, *, current: int = -1, partition: int = 0
+    ) -> tuple[int, int, int]:
+        """(error code, epoch, end offset) of one OffsetForLeaderEpoch, asked of the
+        leader as a consumer asks (replica id -1)."""
+        node, _ = await self.leader(topic, partition)
+        request = ofle.OffsetForLeaderEpochRequest(
+            replica_id=-1,
+            topics=[
+                ofle.OffsetForLeaderTopic(
+                    topic=topic,
+                    partitions=[
+                        ofle.OffsetForLeaderPartition(
+                            partition=partition,
+                            current_leader_epoch=current,
+                            leader_epoch=leader_epoch,
+                        )
+                    ],
+                )
+            ],
+        )
+        resp = await self.send(request, node)
+        (t,) = resp.topics
+        (p,) = t.partitions
+        return p.error_code, p.leader_epoch, p.end_offset
 
 
 Scenario = Callable[[Side, Trace, str], Awaitable[None]]

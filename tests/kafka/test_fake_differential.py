@@ -207,7 +207,8 @@ async def fetch_offsets(side: Side, t: Trace, prefix: str) -> None:
 
 async def leader_moved(side: Side, t: Trace, prefix: str) -> None:
     """After the partition's leader moved to another replica: the old leader, now a
-    follower, refuses Produce and serves consumers' Fetch; epochs are fenced."""
+    follower, refuses Produce and serves consumers' Fetch; epochs are fenced; the new
+    leader's epoch history (OffsetForLeaderEpoch) has both epochs."""
     topic = f"{prefix}-moved"
     await side.create_topic(topic)
     t.add("produce", await side.produce(topic, batch([(1, b"a"), (2, b"b")])))
@@ -239,6 +240,22 @@ async def leader_moved(side: Side, t: Trace, prefix: str) -> None:
         err, offset, stamp, ep = await side.list_offsets(topic, ts, epoch=epoch)
         t.add(f"list offsets {name}", (err, offset, stamp, rel(ep)))
     t.add("list offsets, epoch - 1", await side.list_offsets(topic, LATEST, epoch=epoch - 1))
+    # KIP-320: where an epoch ends in the new leader's log (offsets 0-1 were written in the
+    # first epoch, 2 in the current one).
+    for name, asked in [("first", first_epoch), ("current", epoch), ("current + 1", epoch + 1)]:
+        err, found, end = await side.offset_for_leader_epoch(topic, asked, current=epoch)
+        t.add(f"offset for leader epoch: {name}", (err, rel(found) if found >= 0 else found, end))
+    err, _, _ = await side.offset_for_leader_epoch(topic, first_epoch, current=epoch - 1)
+    t.add("offset for leader epoch, current epoch - 1", err)
+    # Fetch v12+ checks the epoch the reader last fetched against that history.
+    for offset, last in [(2, first_epoch), (3, first_epoch), (3, epoch), (3, epoch + 1)]:
+        *got, (div_epoch, div_end) = await side.fetch(
+            topic, offset, epoch=epoch, last_fetched_epoch=last
+        )
+        t.add(
+            f"fetch at {offset}, last fetched epoch {rel(last)}",
+            (*got, rel(div_epoch) if div_epoch >= 0 else div_epoch, div_end),
+        )
 
 
 async def move_leader(side: Side, topic: str, to: int) -> None:

@@ -132,8 +132,19 @@ class FakeCluster:
 
     @staticmethod
     def set_leader(p: Partition, node_id: int) -> None:
+        """``node_id`` (-1: none) leads ``p`` in a new epoch, which starts at the log end."""
         p.leader = node_id
         p.leader_epoch += 1
+        if node_id >= 0:
+            p.log.assign_epoch(p.leader_epoch, p.log.log_end_offset)
+
+    def truncate(self, p: Partition, offset: int) -> None:
+        """An unclean election: a replica whose log ends at ``offset`` becomes leader (the
+        next live replica, or the same node when it is the only one), in a new epoch; the
+        records from ``offset`` on are lost."""
+        p.log.truncate(offset)
+        live = [n for n in p.isr(self) if n != p.leader]
+        self.set_leader(p, live[0] if live else p.leader)
 
     # ---- topics ---------------------------------------------------------------------------
 
@@ -173,7 +184,10 @@ class FakeCluster:
             max_message_bytes=int(topic.configs.get("max.message.bytes", 1048588)),
             log_append_time=topic.configs.get("message.timestamp.type") == "LogAppendTime",
         )
-        return Partition(index, replicas, live[0] if live else -1, 0, log)
+        leader = live[0] if live else -1
+        if leader >= 0:
+            log.assign_epoch(0, 0)  # the first leader's epoch starts the log
+        return Partition(index, replicas, leader, 0, log)
 
     def add_partitions(self, topic: Topic, total: int) -> None:
         nodes = sorted(self.brokers)

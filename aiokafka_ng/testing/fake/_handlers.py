@@ -11,6 +11,11 @@ Each handler answers as a Kafka 4.x broker (KRaft) answers the request version i
   (``UNKNOWN_TOPIC_ID`` for topics named by id), not the leader (``NOT_LEADER_OR_FOLLOWER``
   with KIP-951's current-leader hint and the leader's endpoint), leader epoch fencing
   (KIP-320: ``FENCED_LEADER_EPOCH`` below the current epoch, ``UNKNOWN_LEADER_EPOCH`` above).
+* Fetch v12+ with a ``last_fetched_epoch`` checks it against the leader epoch cache: where
+  the log diverged from what the client read, the answer carries ``diverging_epoch``
+  (the epoch and its end offset) and no records, as Kafka answers a truncated follower.
+* OffsetForLeaderEpoch answers the end offset of an epoch from the partition's leader
+  epoch cache (KIP-101, KIP-320), fenced like Fetch.
 * Admin requests (CreateTopics, DeleteTopics, CreatePartitions) are accepted by any broker,
   since KRaft brokers forward them to the controller.
 * Fetch sessions (KIP-227) are declined: every answer carries session id 0, which tells the
@@ -33,6 +38,7 @@ from aiokafka_ng.protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
 from aiokafka_ng.protocol.messages import fetch as _fetch
 from aiokafka_ng.protocol.messages import list_offsets as _lo
 from aiokafka_ng.protocol.messages import metadata as _md
+from aiokafka_ng.protocol.messages import offset_for_leader_epoch as _ofle
 from aiokafka_ng.protocol.messages import produce as _produce
 from aiokafka_ng.protocol.messages.api_versions import (
     ApiVersion,
@@ -437,6 +443,23 @@ def fetch(
                     hinted.add(p.leader)
                 continue
             log = p.log
+            if version >= 12 and fp.last_fetched_epoch >= 0:
+                # KIP-320/KIP-595 (Kafka's Partition.readRecords): the log must hold the
+                # epoch the client last fetched up to its fetch offset, or the answer names
+                # where they diverge instead of records.
+                epoch, end = log.end_offset_for(fp.last_fetched_epoch)
+                if end < 0 or epoch < 0 or fp.fetch_offset < log.log_start_offset:
+                    pd.error_code = E.OFFSET_OUT_OF_RANGE
+                    has_error = True
+                    continue
+                if epoch < fp.last_fetched_epoch or end < fp.fetch_offset:
+                    pd.diverging_epoch = _fetch.EpochEndOffset(epoch=epoch, end_offset=end)
+                    pd.high_watermark = log.high_watermark
+                    pd.last_stable_offset = log.last_stable_offset
+                    pd.log_start_offset = log.log_start_offset
+                    pd.records = b""
+                    has_error = True  # Kafka answers a diverging epoch at once
+                    continue
             if not log.log_start_offset <= fp.fetch_offset <= log.log_end_offset:
                 pd.error_code = E.OFFSET_OUT_OF_RANGE  # watermarks stay -1, as Kafka's
                 has_error = True
@@ -519,6 +542,38 @@ def list_offsets(
                 if hit is not None:
                     r.offset, r.timestamp = hit
                     r.leader_epoch = _epoch_at(p, r.offset)
+    return out
+
+
+# ---- OffsetForLeaderEpoch ---------------------------------------------------------------
+
+
+def offset_for_leader_epoch(
+    cluster: FakeCluster, node_id: int, version: int, request: _ofle.OffsetForLeaderEpochRequest
+) -> _ofle.OffsetForLeaderEpochResponse:
+    """Per partition, as Kafka's ``Partition.lastOffsetForLeaderEpoch`` for a consumer: the
+    client's current leader epoch is checked first (FENCED/UNKNOWN_LEADER_EPOCH), then that
+    this node leads the partition; the answer is the end offset of the requested epoch (or
+    of the largest epoch below it) from the leader epoch cache
+    (:meth:`~aiokafka_ng.testing.fake._log.PartitionLog.end_offset_for`)."""
+    out = _ofle.OffsetForLeaderEpochResponse()
+    for t in request.topics:
+        result = _ofle.OffsetForLeaderTopicResult(topic=t.topic)
+        out.topics.append(result)
+        for op in t.partitions:
+            r = _ofle.EpochEndOffset(partition=op.partition)
+            result.partitions.append(r)
+            p = cluster.partition(t.topic, op.partition)
+            if p is None:
+                r.error_code = E.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            code = _epoch_problem(p, op.current_leader_epoch) or _leader_problem(
+                cluster, node_id, p
+            )
+            if code:
+                r.error_code = E.NOT_LEADER_OR_FOLLOWER if code == E.LEADER_NOT_AVAILABLE else code
+                continue
+            r.leader_epoch, r.end_offset = p.log.end_offset_for(op.leader_epoch)
     return out
 
 
@@ -761,6 +816,7 @@ HANDLERS: dict[int, Callable[[FakeCluster, int, int, Any], ApiMessage]] = {
     19: create_topics,
     20: delete_topics,
     21: delete_records,
+    23: offset_for_leader_epoch,
     37: create_partitions,
     60: describe_cluster,
 }

@@ -13,6 +13,14 @@ written, unless an in-sync follower has crashed unnoticed (``hw_limit``: the ser
 from the crash until the cluster fences that follower, and ``acks=all`` produces wait for
 it). A leader move keeps the log, as a clean election from the ISR does.
 
+Leader epochs (KIP-101, KIP-320): every batch carries the epoch of the leader that wrote it,
+and ``epochs`` is Kafka's leader epoch cache -- (epoch, start offset) in increasing order,
+an entry added when a leader takes over (:meth:`PartitionLog.assign_epoch`, at the log end)
+or an append brings a newer epoch. :meth:`PartitionLog.end_offset_for` answers
+OffsetForLeaderEpoch from it as ``LeaderEpochFileCache.endOffsetFor`` does, and
+:meth:`PartitionLog.truncate` cuts the log (and the cache) as a replica that becomes
+leader in an unclean election has it.
+
 Idempotent producers follow Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo`` rules
 (KIP-98, KIP-360), checked per partition in this order:
 
@@ -142,6 +150,64 @@ class PartitionLog:
         #: cluster has not noticed yet (it cannot fetch, so nothing past this is committed);
         #: None: followers are in sync and the high watermark is the log end.
         self.hw_limit: int | None = None
+        #: The leader epoch cache: (epoch, start offset), epochs and offsets increasing.
+        self.epochs: list[tuple[int, int]] = []
+
+    # ---- leader epochs ------------------------------------------------------------------
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """``epoch`` starts at ``start_offset``, as Kafka's ``LeaderEpochFileCache.assign``:
+        nothing changes for the latest epoch at or after its start; otherwise entries that
+        are not below the new one (in epoch and start offset) go first -- so an epoch whose
+        leader wrote nothing is forgotten once the next one starts at the same offset."""
+        if epoch < 0:
+            return
+        if self.epochs and self.epochs[-1][0] == epoch and start_offset >= self.epochs[-1][1]:
+            return
+        while self.epochs and (self.epochs[-1][0] >= epoch or self.epochs[-1][1] >= start_offset):
+            self.epochs.pop()
+        self.epochs.append((epoch, start_offset))
+
+    def end_offset_for(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch, as Kafka's
+        ``LeaderEpochFileCache.endOffsetFor``: the latest epoch ends at the log end; an
+        older one at the start of the first epoch above it, answered with the largest known
+        epoch <= the one asked (or the one asked, when it is below every known epoch);
+        (-1, -1) for an epoch above all known ones or for -1."""
+        if epoch < 0 or not self.epochs:
+            return -1, -1
+        if epoch == self.epochs[-1][0]:
+            return epoch, self.log_end_offset
+        i = bisect.bisect_right([e for e, _ in self.epochs], epoch)  # first entry above
+        if i == len(self.epochs):
+            return -1, -1
+        higher_start = self.epochs[i][1]
+        return (self.epochs[i - 1][0] if i > 0 else epoch), higher_start
+
+    def truncate(self, offset: int) -> None:
+        """Remove everything from ``offset`` (a batch boundary) on: the batches, the epoch
+        cache entries starting there or later, the producer state and aborted transactions
+        they held -- what a replica's log no longer has after it is truncated."""
+        i = self.first_batch_index(offset)
+        if i < len(self.batches) and self.batches[i].base_offset != offset:
+            raise ValueError(f"offset {offset} is inside a batch; truncate at a batch boundary")
+        if offset > self.log_end_offset:
+            raise ValueError(f"offset {offset} is past the log end {self.log_end_offset}")
+        del self.batches[i:]
+        del self._last_offsets[i:]
+        self.log_end_offset = offset
+        self.log_start_offset = min(self.log_start_offset, offset)
+        # Kafka's truncateFromEnd: entries starting at or past the cut go.
+        self.epochs = [(e, start) for e, start in self.epochs if start < offset]
+        self.aborted = [a for a in self.aborted if a[2] < offset]
+        for pid, entry in list(self.producers.items()):
+            kept = [b for b in entry.batches if b[2] < offset]
+            entry.batches.clear()
+            entry.batches.extend(kept)
+            if entry.txn_first_offset is not None and entry.txn_first_offset >= offset:
+                entry.txn_first_offset = None
+            if not kept and entry.txn_first_offset is None:
+                del self.producers[pid]
 
     # ---- reading state ----------------------------------------------------------------
 
@@ -203,6 +269,7 @@ class PartitionLog:
         elif batch.is_transactional:
             return Appended(INVALID_RECORD, message="a transactional batch needs a producer id")
         base = self.log_end_offset
+        self.assign_epoch(leader_epoch, base)
         data = bytearray(records)
         _Q.pack_into(data, _BASE_OFFSET_AT, base)
         _I.pack_into(data, _LEADER_EPOCH_AT, leader_epoch)
@@ -289,6 +356,7 @@ class PartitionLog:
         builder.append(now_ms, control_record_key(1 if commit else 0), value, ())
         data = bytearray(builder.build())
         base = self.log_end_offset
+        self.assign_epoch(leader_epoch, base)
         _Q.pack_into(data, _BASE_OFFSET_AT, base)
         _I.pack_into(data, _LEADER_EPOCH_AT, leader_epoch)
         self._store(

@@ -32,7 +32,9 @@ record timestamps the broker assigns (LogAppendTime) use ``wall_clock`` (default
 
 Faults act on the serving tasks: a killed node refuses new connections and closes its
 open ones, and the cluster elects new leaders for its partitions (:meth:`kill`); an isolated
-node keeps its roles but is unreachable (:meth:`isolate`); :meth:`delay`,
+node keeps its roles but is unreachable (:meth:`isolate`); :meth:`move_leader` is a clean
+election (leader epoch + 1, same log) and :meth:`truncate` an unclean one (leader epoch + 1,
+the log cut: KIP-320's log truncation); :meth:`delay`,
 :meth:`black_hole`, :meth:`cut_after`, :meth:`cut_after_bytes`, :meth:`inject_garbage`,
 :meth:`swap_next_responses` and :meth:`inject` change what a node answers and when.
 :meth:`answer` lets a test answer an API key itself (one the model lacks, or a modelled one
@@ -873,6 +875,21 @@ class FakeKafka(Observers):
             return None
         to_node = others[self._rng.randrange(len(others))]
         return chosen.name, p.index, self.move_leader(chosen.name, p.index, to_node)
+
+    def truncate(self, topic: str, partition: int, to_offset: int) -> int:
+        """An unclean leader election: the partition's log loses everything from
+        ``to_offset`` on (a batch boundary), as when a replica that had only that much
+        becomes leader (the next live replica, or the same node when there is no other).
+        The leader epoch goes up by one and starts at ``to_offset``: later appends are
+        written in it, so a consumer that read past ``to_offset`` can tell (KIP-320:
+        OffsetForLeaderEpoch, a Fetch's diverging epoch). Committed offsets are kept, as
+        they live elsewhere. Returns the new leader."""
+        p = self.cluster.partition(topic, partition)
+        if p is None:
+            raise KeyError(f"no partition {topic}-{partition}")
+        self.cluster.truncate(p, to_offset)
+        self._data_changed()
+        return p.leader
 
     def move_coordinator(self, key: str, to_node: int) -> None:
         """Group or transactional id ``key`` is coordinated by ``to_node`` from now on."""

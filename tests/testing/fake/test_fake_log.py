@@ -137,3 +137,47 @@ def test_delete_records_moves_the_start_and_forgets_producers_with_no_batch_left
     # counts records below it while their segment (here: batch) is kept.
     assert log.offset_for_timestamp(0) == (3, 11)
     assert log.max_timestamp() == (1, 51)
+
+
+def epoch_append(log: PartitionLog, epoch: int, n: int = 1) -> int:
+    done = log.append(batch(n), now_ms=5000, leader_epoch=epoch)
+    assert done.error_code == E.NONE
+    return done.base_offset
+
+
+def test_the_leader_epoch_cache_answers_as_kafkas_end_offset_for() -> None:
+    """LeaderEpochFileCache.endOffsetFor: the latest epoch ends at the log end; an older
+    one where the next known epoch starts, named by the largest known epoch <= it."""
+    log = PartitionLog()
+    log.assign_epoch(1, 0)  # a leader in epoch 1 from offset 0
+    epoch_append(log, 1, 3)  # 0..2
+    log.assign_epoch(2, 3)  # a leader that writes nothing...
+    log.assign_epoch(3, 3)  # ...is forgotten when the next epoch starts at the same offset
+    epoch_append(log, 3, 2)  # 3..4
+    assert log.epochs == [(1, 0), (3, 3)]
+    assert log.end_offset_for(3) == (3, 5)
+    assert log.end_offset_for(1) == (1, 3)
+    assert log.end_offset_for(2) == (1, 3)  # unknown: the largest epoch below it
+    assert log.end_offset_for(0) == (0, 0)  # below every epoch: the first one's start
+    assert log.end_offset_for(4) == (-1, -1)  # above every epoch
+    assert log.end_offset_for(-1) == (-1, -1)
+    # An append in a newer epoch starts that epoch at its base offset.
+    assert epoch_append(log, 5) == 5
+    assert log.epochs[-1] == (5, 5) and log.end_offset_for(3) == (3, 5)
+
+
+def test_truncation_cuts_the_log_the_epoch_cache_and_the_producer_state() -> None:
+    log = PartitionLog()
+    log.assign_epoch(0, 0)
+    assert append(log, batch(2, pid=PID, epoch=0, seq=0)) == (E.NONE, 0)  # 0..1, epoch 3
+    log.assign_epoch(4, 2)
+    assert log.append(batch(3, pid=PID, epoch=0, seq=2), now_ms=1, leader_epoch=4).base_offset == 2
+    with pytest.raises(ValueError, match="batch boundary"):
+        log.truncate(3)
+    log.truncate(2)
+    assert log.log_end_offset == log.high_watermark == 2
+    assert log.epochs == [(3, 0)]  # epoch 0 started where epoch 3 did: replaced
+    assert [r.offset for b in iter_batches(b"".join(log.read(0, 1 << 20, 9, min_one=True)))
+            for r in b.records()] == [0, 1]  # fmt: skip
+    # The producer's last batch on the log is the one at seq 0-1: seq 2 follows it again.
+    assert append(log, batch(1, pid=PID, epoch=0, seq=2)) == (E.NONE, 2)
