@@ -135,13 +135,19 @@ class _OptionalBuildExt(build_ext):
             # sources, and one removed from the source tree by a wheel build would be lost.
             for ext in self.extensions:
                 Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
-            _go_pure(f"the C build failed ({exc!r})")
+            # The compiler it ran: a missing one is otherwise only "No such file or directory".
+            compiler = getattr(getattr(self, "compiler", None), "compiler_so", None)
+            used = f" with {compiler[0]!r}" if compiler else ""
+            _go_pure(f"the C build failed{used} ({exc!r})")
             self._record()
 
     def _record(self) -> None:
-        # build_py wrote "compiled" before this ran; the package directory is where the
-        # outputs go (the build tree, or the sources for an editable install).
+        # build_py wrote "compiled" before this ran, into the package directory the outputs
+        # go to: the build tree, and for an editable install also the sources (setuptools
+        # builds there in the build tree and copies the extensions over).
         _write_record(Path(self.get_ext_fullpath(C_EXTENSION[0])).parents[1])
+        if getattr(self, "editable_mode", False):
+            _write_record(Path("aiokafka_ng"))
 
 
 class _RecordingBuildPy(build_py):
