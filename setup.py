@@ -113,12 +113,23 @@ def _mypyc_extensions() -> list[Any] | None:
         return None
 
 
+#: setup.py's commands that build the extensions (pip and build run bdist_wheel or
+#: editable_wheel; the others are what a direct `python setup.py ...` may run).
+_BUILDING_COMMANDS = frozenset(
+    {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop", "bdist_egg"}
+)
+
+
 class _OptionalBuildExt(build_ext):
     """Build the extensions, or none of them: a half-built group would fail at import."""
 
     def finalize_options(self) -> None:
         planned = self.distribution.ext_modules
-        if planned and not any(ext.name == "aiokafka_ng._hot" for ext in planned):
+        # egg_info (for the metadata, and for the sdist's file list) finalizes this command
+        # to list the extensions' sources: mypyc's C is generated, not a source, so only a
+        # run that builds asks mypyc for it.
+        building = _BUILDING_COMMANDS.intersection(self.distribution.commands)
+        if building and planned and not any(ext.name == "aiokafka_ng._hot" for ext in planned):
             compiled = _mypyc_extensions()
             self.distribution.ext_modules = [*compiled, *planned] if compiled else []
         super().finalize_options()

@@ -14,9 +14,10 @@ expected (compiled: every mypyc module and the C kernel; pure: with the reason t
 recorded), and records make a produce/consume round trip through ``FakeKafka`` on asyncio
 and trio. ``aiokafka-ng --version`` says the same about the build.
 
-Measured on the 2-core dev machine: 3 min 13 s of CPU in all (user time of the test and its
-processes), most of it mypyc's type check and the compiled wheel's C; 943 s of wall time
-with the machine shared by four other jobs (load 10-13), the builds 864 s of it.
+Measured on the 2-core dev machine, shared with four other jobs (load 3-7): 177 s of wall
+time, the builds 120 s of it; 82 s of CPU (user time of the test and its processes), most of
+it mypyc's type check and the compiled wheel's C. (943 s at load 10-13, before setup.py
+stopped running mypyc for the metadata and the sdist.)
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ PY_TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
 
 pytestmark = [
     pytest.mark.slow,
-    # The first test builds everything: 3 min of CPU, 864 s on a machine loaded five-fold.
+    # The first test builds everything: 120 s measured, 864 s on a machine loaded five-fold.
     pytest.mark.timeout(1800),
     pytest.mark.skipif(sys.platform != "linux", reason="manylinux wheels are built on Linux"),
 ]
