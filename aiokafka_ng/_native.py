@@ -27,16 +27,22 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 __all__ = [
+    "BUILD_RECORD",
     "COMPILED_MODULES",
     "C_EXTENSION",
     "PURE_TWIN_SUFFIX",
+    "BuildInfo",
+    "build_info",
     "compiled_modules",
     "honour_pure_python_env",
     "is_compiled",
@@ -59,6 +65,9 @@ C_EXTENSION = "aiokafka_ng.protocol._speedups"
 #: A pure twin of module ``m`` is registered as ``m + PURE_TWIN_SUFFIX``;
 #: ``speedups.kernel`` gives such a module no C functions.
 PURE_TWIN_SUFFIX = "_pure_twin"
+#: The file ``setup.py`` writes into the package: ``{"compiled": bool, "reason": str}``
+#: (keep equal to ``setup.py``'s ``BUILD_RECORD``; a test checks).
+BUILD_RECORD = "_build.json"
 _TRUE = {"1", "true", "yes", "on"}
 _log = logging.getLogger("aiokafka_ng")
 
@@ -113,6 +122,60 @@ def compiled_modules() -> dict[str, bool]:
     except ImportError:
         out[C_EXTENSION] = False
     return out
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """Which build of aiokafka_ng runs (:func:`build_info`)."""
+
+    #: True when every mypyc module and the C kernel run compiled.
+    compiled: bool
+    #: Why it is the pure-Python build; empty when compiled.
+    reason: str
+    #: Each compiled module's name (and the C kernel's) and whether it loaded compiled.
+    modules: Mapping[str, bool]
+
+    def __str__(self) -> str:
+        return (
+            "compiled: mypyc and the C kernel" if self.compiled else f"pure Python: {self.reason}"
+        )
+
+
+def _read_record() -> dict[str, object] | None:
+    try:
+        record = json.loads(Path(__file__).with_name(BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def build_info() -> BuildInfo:
+    """Which build runs: compiled (the mypyc modules and the C kernel, several times faster
+    on the producer's and consumer's hot paths) or pure Python, and why.
+
+    A machine without a C compiler (or where mypyc fails) installs the pure build with only
+    a warning in pip's build output, which pip hides unless ``-v``: the reason the build
+    gave is kept in the package and returned here, as is ``AIOKAFKA_NG_PURE_PYTHON`` set
+    now, or a compiled module that is missing or does not import.
+    """
+    modules = compiled_modules()
+    if all(modules.values()):
+        return BuildInfo(True, "", modules)
+    if pure_python_requested():
+        return BuildInfo(False, "AIOKAFKA_NG_PURE_PYTHON is set", modules)
+    record = _read_record()
+    if record is not None and record.get("compiled") is False:
+        return BuildInfo(False, f"{record.get('reason')} (when this copy was built)", modules)
+    missing = ", ".join(name for name, ok in modules.items() if not ok)
+    if record is None:
+        why = "no build record: a source tree without its compiled modules"
+    else:
+        why = "the build compiled them, but they do not load"
+    try:
+        importlib.import_module(C_EXTENSION)
+    except ImportError as exc:
+        why += f" ({C_EXTENSION}: {exc})"
+    return BuildInfo(False, f"{why}; pure: {missing}", modules)
 
 
 def is_compiled() -> bool:

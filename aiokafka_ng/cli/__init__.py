@@ -26,8 +26,24 @@ __all__ = ["build_parser", "main"]
 _PROG = "aiokafka-ng"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the version and which build runs (a machine without a C compiler
+    installs the pure-Python build, and pip hides the build's warning that says so)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from aiokafka_ng import __version__, build_info
+
+        print(f"{parser.prog} {__version__} ({build_info()})", flush=True)  # stdout, as argparse's
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from aiokafka_ng import __version__
     from aiokafka_ng.cli import (
         _bench,
         _broker,
@@ -44,7 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="An asyncio/trio Kafka client's command line: a local broker, topics, "
         "consumer groups, produce, consume, bench and a demo.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        nargs=0,
+        help="show the version and the build (compiled, or pure Python and why), then exit",
+    )
     parser.add_argument(
         "--backend",
         choices=["asyncio", "trio"],

@@ -244,8 +244,17 @@ append_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (i = start; i < end; i++, delta++) {
         const char *kp, *vp;
         Py_ssize_t kn, vn;
-        items_get(&keys, i, &kp, &kn, "key"); /* checked in pass 1 */
-        items_get(&values, i, &vp, &vn, "value");
+        if (items_get(&keys, i, &kp, &kn, "key") < 0 ||
+            items_get(&values, i, &vp, &vn, "value") < 0) {
+            /* Pass 1 read these very items and no Python code ran since, so this does not
+             * happen; if it did, the bytes written so far and the room reserved for the
+             * rest go, and buf is as it was (a shrink does not fail). */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            (void)PyByteArray_Resize(buf, used);
+            PyErr_Restore(type, value, tb);
+            return NULL;
+        }
         uint64_t zd = ZZ(delta);
         uint64_t body = 2 + (uint64_t)ts_len + (uint64_t)varint_size(zd) + field_size(kn) +
                         field_size(vn);
