@@ -228,8 +228,17 @@ _SPARK = (
     "tests/spark/test_spark_docs_snippets.py runs it on the suite's shared Spark session"
 )
 
+_REGISTRY = (
+    "needs a Schema Registry (a JVM, 6-9 s to start), over this file's budget; "
+    "tests/schema_registry/ runs these calls against one"
+)
+
 #: (page, a line of the snippet) -> why it is not run.
 NOT_RUN: dict[tuple[str, str], str] = {
+    ("schema-registry.md", 'schema_id = await registry.register("orders-value"'): _REGISTRY,
+    ("schema-registry.md", "value_serializer = await AvroSerializer.create("): _REGISTRY,
+    ("schema-registry.md", "deserializer = AvroDeserializer(registry)"): _REGISTRY,
+    ("schema-registry.md", "async with SchemaRegistry() as registry:"): _REGISTRY,
     ("security.md", "async with KafkaCluster(brokers=1, broker_properties=oauth_properties())"): (
         _KAFKA_JVM + "; tests/kafka/test_kafka_oauth.py runs this recipe"
     ),
