@@ -12,7 +12,8 @@ and it turns each event into the one thing that follows from it:
   ``send()``'s yield (below).
 * ``memory_wanted`` and ``wake_all`` wake every sender; ``metadata_needed`` asks the cluster
   for a topic's metadata; ``request_ended`` tells the producer-id owner, which waits for
-  nothing to be in flight before it replaces the id.
+  nothing to be in flight before it replaces the id; ``expiry_needed`` wakes the expiry
+  timer (:mod:`aiokafka_ng.producer.expiry`).
 
 Senders are made only between :meth:`Senders.attach` (the producer's cluster and task group
 exist) and :meth:`Senders.detach` (the producer closed); a wake-up outside that window starts
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from aiokafka_ng.cluster import ClusterClient
     from aiokafka_ng.config import ProducerConfig
     from aiokafka_ng.producer.accumulator import Accumulator
+    from aiokafka_ng.producer.expiry import ExpiryTimer
     from aiokafka_ng.producer.producer_id import ProducerIdOwner
 
 __all__ = ["Senders"]
@@ -51,14 +53,21 @@ class Senders:
     ``by_node`` holds every sender made (kept after close, for statistics); ``send()`` reads
     and clears ``yield_due``."""
 
-    def __init__(self, config: ProducerConfig, ids: ProducerIdOwner | None) -> None:
+    def __init__(
+        self,
+        config: ProducerConfig,
+        ids: ProducerIdOwner | None,
+        expiry: ExpiryTimer | None = None,
+    ) -> None:
         """``config``: the senders' settings; ``ids``: the producer id's owner, told when a
-        request ends (None without idempotence)."""
+        request ends (None without idempotence); ``expiry``: the expiry timer, woken when
+        it has something to expire again (None: nobody expires, as in tests of parts)."""
         self.by_node: dict[int, NodeSender] = {}
         self.yield_due = False
         self._wakes = 0
         self._config = config
         self._ids = ids
+        self._expiry = expiry
         self._cluster: ClusterClient | None = None
         self._acc: Accumulator | None = None
         self._tasks: Supervised | None = None
@@ -97,6 +106,10 @@ class Senders:
 
     def memory_wanted(self) -> None:
         self.wake_all()  # every batch is ready while someone waits for memory
+
+    def expiry_needed(self) -> None:
+        if self._expiry is not None:
+            self._expiry.wake()
 
     def request_ended(self) -> None:
         if self._ids is not None:

@@ -36,6 +36,11 @@ class Wakeups(Protocol):
         """A ``send()`` waits for buffer memory: every batch is ready now, so every sender
         should drain (the memory pool, once per waiter)."""
 
+    def expiry_needed(self) -> None:
+        """A record or batch entered while the expiry timer had nothing to expire and
+        waits (the accumulator, once per such period): it must sleep until the new
+        delivery deadline."""
+
     def request_ended(self) -> None:
         """A sender's Produce request ended, answered or not: no batch may be in flight
         any more (the senders, once per request)."""
@@ -58,6 +63,9 @@ class Unwired:
         pass
 
     def memory_wanted(self) -> None:
+        pass
+
+    def expiry_needed(self) -> None:
         pass
 
     def request_ended(self) -> None:
