@@ -23,6 +23,7 @@ from aiokafka_ng.cluster import Cluster
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.net.clock import loop_clock
 from aiokafka_ng.producer.accumulator import Accumulator
 from aiokafka_ng.producer.expiry import ExpiryTimer
 from aiokafka_ng.producer.idempotence import IdempotenceState
@@ -133,6 +134,10 @@ def start_tasks(
     """Start the expiry timer, and attach the producer id's owner (if any) to the started
     producer and run it, in ``tasks``. A transactional producer's ``init()`` is the
     caller's to await."""
+    # The same clock as anyio.current_time() (what build_parts gave it), read without a
+    # backend lookup per call: the accumulator and the senders read it several times per
+    # request.
+    parts.acc.clock = loop_clock()
     tasks.start_soon(parts.expiry.run, parts.acc)
     if parts.txn is not None:
         # spawn: a transaction whose task was cancelled is aborted by a task of ours.
