@@ -237,7 +237,7 @@ class NodeSender:
         started = self._acc.clock()
         try:
             # Written from this task, in drain order (see the module docstring); the
-            # response is awaited in a task of its own so requests pipeline.
+            # answer is awaited by _settle_answers, so requests pipeline.
             pending = await conn.submit(
                 request,
                 version=version,
