@@ -64,8 +64,9 @@ batch releases the sum when it completes or fails.
 
 Wake-ups: the accumulator never calls a sender. It signals on the producer's wake-up channel
 (:mod:`aiokafka_ng.producer.wakeups`): ``batch_ready(node)`` whenever a node's drain may
-take something or its next deadline moved (a batch closed, a new head batch, an unmute, a
-re-queue or split, a leader moved there), ``metadata_needed(topic)`` when a record starts
+take something or its next deadline moved (a batch closed, an unmute, a re-queue or split,
+a leader moved there), ``batch_due(node, at)`` for a new head batch that only lingers until
+``at``, ``metadata_needed(topic)`` when a record starts
 waiting for its topic.
 """
 
@@ -317,8 +318,12 @@ class Accumulator:
         batches = pq.batches
         batches.append(batch)
         if len(batches) == 1 and pq.leader >= 0:
-            # A new head batch: its sender must learn the linger deadline.
-            self.wakeups.batch_ready(pq.leader)
+            # A new head batch: its sender must learn the linger deadline (or drain now).
+            at = self._is_ready(pq, batch, batch.created)
+            if at:
+                self.wakeups.batch_due(pq.leader, at)
+            else:
+                self.wakeups.batch_ready(pq.leader)
         if not self.expiry_armed:
             self.arm_expiry()
         return batch

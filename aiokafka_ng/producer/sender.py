@@ -32,6 +32,7 @@ out in order. A re-queued batch is unmuted *after* it is queued, then this node 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -140,9 +141,28 @@ class NodeSender:
         self._answers = deque()
         #: set when an answer is queued for _settle_answers
         self._answer_queued = anyio.Event()
+        #: True while the loop waits with nothing due by time (see wake_at), and the loop
+        #: timer wake_at armed then (asyncio only)
+        self._idle = False
+        self._timer: asyncio.TimerHandle | None = None
 
     def wake(self) -> None:
         self._event.set()
+
+    def wake_at(self, at: float) -> None:
+        """Something becomes ready at ``at`` (the accumulator's clock) and not before: a
+        loop waiting with nothing due by time sleeps until then instead of looking now (on
+        asyncio, a loop timer that sets the event); otherwise, as :meth:`wake`."""
+        loop = self._acc.loop
+        if not self._idle or loop is None:
+            self._event.set()
+            return
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= at:
+                return
+            timer.cancel()
+        self._timer = loop.call_at(at, self._event.set)
 
     async def run(self) -> None:
         acc = self._acc
@@ -190,8 +210,15 @@ class NodeSender:
                     timeout = at - now
             if timeout is None:
                 # Nothing due by time: no cancel scope (entering and leaving one costs more
-                # than the rest of an idle look).
-                await event.wait()
+                # than the rest of an idle look); wake_at may arm a timer meanwhile.
+                self._idle = True
+                try:
+                    await event.wait()
+                finally:
+                    self._idle = False
+                    if self._timer is not None:
+                        self._timer.cancel()
+                        self._timer = None
             elif (loop := acc.loop) is not None:
                 # asyncio: a timer that sets the event (a wake-up like any other: the loop
                 # looks again) costs far less than a cancel scope's expiry.

@@ -10,6 +10,9 @@ and it turns each event into the one thing that follows from it:
   making it (and starting its task) the first time that node has something: the producer
   has a sender only for brokers that lead a partition it writes to. It also counts towards
   ``send()``'s yield (below).
+* ``batch_due(node, at)`` (a new head batch lingering until ``at``) lets an idle sender sleep
+  until ``at`` without a look now (``NodeSender.wake_at``): a lone record costs its sender
+  one trip round its loop, not two.
 * ``memory_wanted`` and ``wake_all`` wake every sender; ``metadata_needed`` asks the cluster
   for a topic's metadata; ``request_ended`` tells the producer-id owner, which waits for
   nothing to be in flight before it replaces the id; ``expiry_needed`` wakes the expiry
@@ -89,6 +92,18 @@ class Senders:
     # ------------------------------------------------------------------ Wakeups
 
     def batch_ready(self, node: int) -> None:
+        sender = self._sender(node)
+        if sender is not None:
+            sender.wake()
+
+    def batch_due(self, node: int, at: float) -> None:
+        sender = self._sender(node)
+        if sender is not None:
+            sender.wake_at(at)
+
+    def _sender(self, node: int) -> NodeSender | None:
+        """``node``'s sender (made now if need be), counting a batch wake-up towards
+        ``send()``'s yield."""
         self._wakes += 1
         if self._wakes >= _WAKES_PER_YIELD:
             self._wakes = 0
@@ -96,9 +111,7 @@ class Senders:
         sender = self.by_node.get(node)
         if sender is None:
             sender = self._start(node)
-            if sender is None:
-                return
-        sender.wake()
+        return sender
 
     def metadata_needed(self, topic: str) -> None:
         if self._cluster is not None:

@@ -29,6 +29,12 @@ class Wakeups(Protocol):
         was closed or became a partition's head, a partition was unmuted or re-queued, a
         leader moved to it (the accumulator)."""
 
+    def batch_due(self, node: int, at: float) -> None:
+        """A partition of ``node`` has a new head batch that becomes ready by lingering at
+        ``at`` (the accumulator's clock) and not before, unless something else happens
+        (which signals on its own): a sender with nothing else to do may sleep until
+        then without looking now (the accumulator)."""
+
     def metadata_needed(self, topic: str) -> None:
         """A record waits for ``topic``'s metadata (the accumulator, once per wait)."""
 
@@ -58,6 +64,9 @@ class Unwired:
 
     def batch_ready(self, node: int) -> None:
         pass
+
+    def batch_due(self, node: int, at: float) -> None:
+        self.batch_ready(node)  # a listener of batch_ready hears this too
 
     def metadata_needed(self, topic: str) -> None:
         pass
