@@ -81,6 +81,7 @@ from aiokafka_ng.net._errors import (
 from aiokafka_ng.net._pending import NO_RESPONSE, InFlight, PendingResponse
 from aiokafka_ng.net._reading import read_until
 from aiokafka_ng.net._reauth import Reauthentication
+from aiokafka_ng.net.clock import loop_clock
 from aiokafka_ng.protocol.connection import ClientConnection, Poisoned
 from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
@@ -118,6 +119,8 @@ class Connection:
         self.features_epoch = -1
         self._config = config
         self._stream = stream
+        #: made inside the loop (by _open): its clock, read on every request
+        self._clock = loop_clock()
         self._where = f"{host}:{port}"
         self._state = ConnectionState.CONNECTING
         self._close_reason = ""
@@ -436,7 +439,7 @@ class Connection:
         else:
             _handshake.check_version(request_type, version, self.api_versions, self._where)
         limit = self._config.request_timeout_s if timeout is None else timeout
-        deadline = anyio.current_time() + limit
+        deadline = self._clock() + limit
         self._raise_if_closed()
         if self._reauth is not None and self._reauth.due():
             await self._reauth.run(
@@ -447,10 +450,16 @@ class Connection:
             await self._write(request, version, deadline, None, None)
             return NO_RESPONSE
 
-        acquired = False
-        with anyio.move_on_at(deadline):
-            await self._permits.acquire()
+        try:
+            # A free permit is taken without a cancel scope (the common case: the
+            # scope's timer and bookkeeping cost more than the rest of the acquire).
+            self._permits.acquire_nowait()
             acquired = True
+        except anyio.WouldBlock:
+            acquired = False
+            with anyio.move_on_at(deadline):
+                await self._permits.acquire()
+                acquired = True
         if not acquired:
             raise RequestTimeoutError(
                 f"{self._where}: no in-flight slot within {limit:g}s "
@@ -491,10 +500,14 @@ class Connection:
         entry: InFlight[ApiMessage] | None,
         limits: DecodeLimits | None,
     ) -> None:
-        acquired = False
-        with anyio.move_on_at(deadline):
-            await self._write_lock.acquire()
+        try:
+            self._write_lock.acquire_nowait()  # free: no cancel scope (see _submit)
             acquired = True
+        except anyio.WouldBlock:
+            acquired = False
+            with anyio.move_on_at(deadline):
+                await self._write_lock.acquire()
+                acquired = True
         if not acquired:
             raise RequestTimeoutError(f"{self._where}: could not write within the timeout")
         try:
@@ -512,14 +525,15 @@ class Connection:
 
     async def _write_frame(self, frame: bytes, deadline: float) -> None:
         written = False
-        with anyio.CancelScope(shield=True):
-            with anyio.move_on_at(deadline):
-                try:
-                    await self._stream.send(frame)
-                except IO_ERRORS as exc:
-                    self._poison(f"write failed: {describe(exc)}", cause=exc)
-                    raise connection_error(self._where, exc) from exc
-                written = True
+        # Shielded from the caller's cancellation (a frame is written whole or the
+        # connection is poisoned), bounded by the request's own deadline: one scope.
+        with anyio.CancelScope(shield=True, deadline=deadline):
+            try:
+                await self._stream.send(frame)
+            except IO_ERRORS as exc:
+                self._poison(f"write failed: {describe(exc)}", cause=exc)
+                raise connection_error(self._where, exc) from exc
+            written = True
         if not written:
             self._poison("write timed out; a partial frame may be on the wire")
             raise RequestTimeoutError(f"{self._where}: writing the request timed out")

@@ -51,15 +51,22 @@ Ordering. A failed batch goes back to the *head* of its partition's deque.
 
 Expiry: ``delivery_timeout_ms`` bounds every record from ``send()`` to its outcome -- in the
 topic queue, in a partition queue and in flight (a late answer for an expired batch is
-ignored).
+ignored). The expiry timer (:mod:`aiokafka_ng.producer.expiry`) sleeps until
+:meth:`Accumulator.next_expiry`, the earliest deadline among what :meth:`Accumulator.expire`
+looks at, and not at all while the accumulator is empty. Every deadline is its item's
+creation time plus the one ``delivery_timeout_ms`` on one monotonic clock, so an item that
+enters never has an earlier deadline than those already held: the timer needs a signal only
+when something enters an accumulator it has left alone (``expiry_armed`` False), one flag
+test per new batch or queued record (``expiry_needed`` on the wake-up channel).
 
 Memory: each record reserves its estimated size from the ``MemoryPool`` in ``send()``; a
 batch releases the sum when it completes or fails.
 
 Wake-ups: the accumulator never calls a sender. It signals on the producer's wake-up channel
 (:mod:`aiokafka_ng.producer.wakeups`): ``batch_ready(node)`` whenever a node's drain may
-take something or its next deadline moved (a batch closed, a new head batch, an unmute, a
-re-queue or split, a leader moved there), ``metadata_needed(topic)`` when a record starts
+take something or its next deadline moved (a batch closed, an unmute, a re-queue or split,
+a leader moved there), ``batch_due(node, at)`` for a new head batch that only lingers until
+``at``, ``metadata_needed(topic)`` when a record starts
 waiting for its topic.
 """
 
@@ -148,6 +155,10 @@ class Accumulator:
         self._drain_index: dict[int, int] = {}
         self.flushing = 0
         self.closing = False
+        #: True while the expiry timer knows there is something to expire (it sleeps until
+        #: a deadline, or is about to look); False once it found nothing and waits for
+        #: ``expiry_needed`` (see "Expiry" in the module docstring).
+        self.expiry_armed = False
         #: batches drained and not yet completed/re-queued (all nodes)
         self.flight: set[ProducerBatch] = set()
         #: counters for statistics(): batches re-queued for retry, split, expired
@@ -190,6 +201,8 @@ class Accumulator:
                 return
             self.wakeups.metadata_needed(topic)
         t.pending.append((partition, key, value, headers, timestamp_ms, size, future, self.clock()))
+        if not self.expiry_armed:
+            self.arm_expiry()
 
     def queue_run(self, t: TopicQueue, run: PendingRun) -> None:
         """Queue a bulk chunk in the pending queue of ``t``, whose metadata is not known yet
@@ -202,6 +215,8 @@ class Accumulator:
             self.wakeups.metadata_needed(t.name)
         run.enqueued_at = self.clock()
         t.pending.append(run)
+        if not self.expiry_armed:
+            self.arm_expiry()
 
     def fail_run(self, run: PendingRun, exc: BaseException) -> None:
         shared, positions = run.shared, run.positions
@@ -303,9 +318,20 @@ class Accumulator:
         batches = pq.batches
         batches.append(batch)
         if len(batches) == 1 and pq.leader >= 0:
-            # A new head batch: its sender must learn the linger deadline.
-            self.wakeups.batch_ready(pq.leader)
+            # A new head batch: its sender must learn the linger deadline (or drain now).
+            at = self._is_ready(pq, batch, batch.created)
+            if at:
+                self.wakeups.batch_due(pq.leader, at)
+            else:
+                self.wakeups.batch_ready(pq.leader)
+        if not self.expiry_armed:
+            self.arm_expiry()
         return batch
+
+    def arm_expiry(self) -> None:
+        """Something with a deadline entered while the expiry timer was idle: wake it."""
+        self.expiry_armed = True
+        self.wakeups.expiry_needed()
 
     def _close(self, batch: ProducerBatch) -> bytes:
         """Build a batch; with compression, learn how well the topic compresses so the next
@@ -570,11 +596,36 @@ class Accumulator:
     def expired(self, batch: ProducerBatch, now: float) -> bool:
         return now - batch.created >= self.delivery_timeout
 
+    def next_expiry(self) -> float | None:
+        """The earliest delivery deadline :meth:`expire` acts on (a topic's oldest waiting
+        record, a partition's head batch, a batch in flight); None when nothing is held.
+        Heads only, as :meth:`expire`: a partition's head is its oldest batch (re-queued
+        batches return to the head, in sequence order), and a timer woken for a deadline
+        ``expire`` would not act on would wake again at once."""
+        oldest: float | None = None
+        for t in self.topics.values():
+            if t.pending:
+                at = _enqueued_at(t.pending[0])
+                if oldest is None or at < oldest:
+                    oldest = at
+            for pq in t.partitions:
+                if pq.batches:
+                    at = pq.batches[0].created
+                    if oldest is None or at < oldest:
+                        oldest = at
+        for batch in self.flight:
+            if oldest is None or batch.created < oldest:
+                oldest = batch.created
+        return None if oldest is None else oldest + self.delivery_timeout
+
     def expire(self, now: float) -> None:
-        """Fail what outlived ``delivery_timeout_ms``, queued or in flight."""
+        """Fail what outlived ``delivery_timeout_ms``, queued or in flight. (Deadlines are
+        compared as :meth:`next_expiry` computes them, ``created + limit <= now``: in
+        floating point ``now - created >= limit`` can be false at that very moment, and
+        the expiry timer would wake for it again and again.)"""
         limit = self.delivery_timeout
         for t in self.topics.values():
-            while t.pending and now - _enqueued_at(t.pending[0]) >= limit:
+            while t.pending and _enqueued_at(t.pending[0]) + limit <= now:
                 self._fail_entry(
                     t.pending.popleft(),
                     KafkaTimeoutError(
@@ -582,14 +633,14 @@ class Accumulator:
                     ),
                 )
             for pq in t.partitions:
-                while pq.batches and now - pq.batches[0].created >= limit:
+                while pq.batches and pq.batches[0].created + limit <= now:
                     batch = pq.batches.popleft()
                     self.expired_batches += 1
                     self.fail(batch, _expired_error(batch, now))
         # In flight too (Java does the same): the request is bounded by request_timeout_ms
         # anyway, but delivery_timeout_ms is the promise made to the caller. A late answer
         # for such a batch is ignored (complete/requeue check ``done``).
-        for batch in [b for b in self.flight if now - b.created >= limit]:
+        for batch in [b for b in self.flight if b.created + limit <= now]:
             self.expired_batches += 1
             self.fail(batch, _expired_error(batch, now))
 

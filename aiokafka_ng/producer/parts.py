@@ -2,7 +2,8 @@
 
 :func:`build_parts` makes the parts (``Producer.__init__``): the retry policy, the producer id's
 owner (the transaction manager when transactional, a
-:class:`~aiokafka_ng.producer.producer_id.ProducerIdOwner` when only idempotent), the wake-up
+:class:`~aiokafka_ng.producer.producer_id.ProducerIdOwner` when only idempotent), the expiry
+timer (:class:`~aiokafka_ng.producer.expiry.ExpiryTimer`), the wake-up
 channel (:class:`~aiokafka_ng.producer.senders.Senders`), the memory pool, the accumulator
 and what ``send()`` reads (:class:`~aiokafka_ng.producer.intake.Intake`).
 :func:`start_tasks` starts the parts' background tasks other than the per-node senders (the
@@ -22,7 +23,9 @@ from aiokafka_ng.cluster import Cluster, Supervisor
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.net.clock import loop_clock
 from aiokafka_ng.producer.accumulator import Accumulator
+from aiokafka_ng.producer.expiry import ExpiryTimer
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.intake import Intake
 from aiokafka_ng.producer.memory import MemoryPool
@@ -31,7 +34,7 @@ from aiokafka_ng.producer.senders import Senders
 from aiokafka_ng.producer.transactions import TransactionManager
 from aiokafka_ng.protocol.compression import Compression
 
-__all__ = ["CODECS", "Parts", "build_parts", "expire_batches", "start_tasks"]
+__all__ = ["CODECS", "Parts", "build_parts", "start_tasks"]
 
 #: ``compression_type`` -> the codec.
 CODECS = {
@@ -52,6 +55,7 @@ class Parts:
     idem: IdempotenceState | None
     #: The producer id's one owner (the transaction manager's when transactional).
     ids: ProducerIdOwner | None
+    expiry: ExpiryTimer
     senders: Senders
     pool: MemoryPool
     acc: Accumulator
@@ -84,8 +88,10 @@ def build_parts(
         idem = IdempotenceState()
         ids = ProducerIdOwner(idem, label="producer", log=log)
     # The wake-up channel of the accumulator, the pool, the senders and the producer
-    # id's owner; it makes the per-node senders once start() attaches it.
-    senders = Senders(config, ids)
+    # id's owner; it makes the per-node senders once start() attaches it, and wakes the
+    # expiry timer when something to expire enters an empty accumulator.
+    expiry = ExpiryTimer()
+    senders = Senders(config, ids, expiry)
     pool = MemoryPool(config.buffer_memory, wakeups=senders)
     acc = Accumulator(
         pool=pool,
@@ -115,7 +121,7 @@ def build_parts(
         max_block_ms=config.max_block_ms,
         why_stopped=why_stopped,
     )
-    return Parts(retry_backoff, txn, idem, ids, senders, pool, acc, intake)
+    return Parts(retry_backoff, txn, idem, ids, expiry, senders, pool, acc, intake)
 
 
 def start_tasks(
@@ -127,7 +133,11 @@ def start_tasks(
     """Start the expiry timer, and attach the producer id's owner (if any) to the started
     producer and run it, in ``tasks``. A transactional producer's ``init()`` is the
     caller's to await."""
-    tasks.start_soon(expire_batches, parts.acc)
+    # The same clock as anyio.current_time() (what build_parts gave it), read without a
+    # backend lookup per call: the accumulator and the senders read it several times per
+    # request.
+    parts.acc.clock = loop_clock()
+    tasks.start_soon(parts.expiry.run, parts.acc)
     if parts.txn is not None:
         # spawn: a transaction whose task was cancelled is aborted by a task of ours.
         parts.txn.attach(
@@ -146,11 +156,3 @@ def start_tasks(
             parts.retry_backoff,
             on_cluster_error,  # an authentication failure fails what waits
         )
-
-
-async def expire_batches(acc: Accumulator) -> None:
-    """The expiry timer: fails what waited longer than ``delivery_timeout_ms``."""
-    interval = min(0.1, acc.delivery_timeout / 10)
-    while True:
-        await anyio.sleep(interval)
-        acc.expire(acc.clock())

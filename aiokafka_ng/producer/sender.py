@@ -11,9 +11,16 @@ request that would then sit waiting for a permit while newer records could have 
 
 Write order matters for idempotent sequences, and task start order is not guaranteed (trio
 deliberately shuffles it), so the sender writes each request itself with
-``Connection.submit`` (returns once the frame is on the wire) and only the wait for the
-response runs in a task of its own: up to ``max_in_flight`` requests pipeline, in drain
-order on the wire.
+``Connection.submit`` (returns once the frame is on the wire) and queues its pending answer;
+one more task per node (``_settle_answers``) awaits the queued answers in wire order and
+applies them: up to ``max_in_flight`` requests pipeline, in drain order on the wire, and the
+outcomes of one partition apply in send order (as the Java client promises) without a task
+per request.
+
+Nothing runs when nothing is due: with nothing to drain the loop waits on its event alone,
+with a lingering batch until that deadline (on asyncio a loop timer that sets the event, not
+a cancel scope whose expiry throws into the wait), and a request's end wakes it only if it
+was waiting for an in-flight slot.
 
 Every batch of a request leaves the "in flight" state exactly once, on every path: the
 answer (or the request's failure) is turned into outcomes by the pure functions of
@@ -25,7 +32,9 @@ out in order. A re-queued batch is unmuted *after* it is queued, then this node 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -104,16 +113,38 @@ class NodeSender:
         self._event = anyio.Event()
         self.in_flight = 0
         self.requests = 0
-        #: set once the outcome of the last request sent was applied (see _await_response)
-        self._handled = anyio.Event()
-        self._handled.set()
+        #: the requests written and not settled yet, in wire order (see _settle_answers)
+        self._answers: deque[tuple[Pending[ProduceResponse | None], list[ProducerBatch], float]]
+        self._answers = deque()
+        #: set when an answer is queued for _settle_answers
+        self._answer_queued = anyio.Event()
+        #: True while the loop waits with nothing due by time (see wake_at), and the loop
+        #: timer wake_at armed then (asyncio only)
+        self._idle = False
+        self._timer: asyncio.TimerHandle | None = None
 
     def wake(self) -> None:
         self._event.set()
 
+    def wake_at(self, at: float) -> None:
+        """Something becomes ready at ``at`` (the accumulator's clock) and not before: a
+        loop waiting with nothing due by time sleeps until then instead of looking now (on
+        asyncio, a loop timer that sets the event); otherwise, as :meth:`wake`."""
+        loop = self._acc.loop
+        if not self._idle or loop is None:
+            self._event.set()
+            return
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= at:
+                return
+            timer.cancel()
+        self._timer = loop.call_at(at, self._event.set)
+
     async def run(self) -> None:
         acc = self._acc
         clock = acc.clock
+        self._tg.start_soon(self._settle_answers)
         # Reconnect pacing of this node (the retry driver's timing object); the batches'
         # own retry timing stays in the accumulator.
         pacing = RetryState(acc.retry_backoff)
@@ -154,8 +185,28 @@ class NodeSender:
                         timeout = max(0.0, next_at - now)
                 elif at is not None:
                     timeout = at - now
-            with anyio.move_on_after(timeout):
-                await event.wait()
+            if timeout is None:
+                # Nothing due by time: no cancel scope (entering and leaving one costs more
+                # than the rest of an idle look); wake_at may arm a timer meanwhile.
+                self._idle = True
+                try:
+                    await event.wait()
+                finally:
+                    self._idle = False
+                    if self._timer is not None:
+                        self._timer.cancel()
+                        self._timer = None
+            elif (loop := acc.loop) is not None:
+                # asyncio: a timer that sets the event (a wake-up like any other: the loop
+                # looks again) costs far less than a cancel scope's expiry.
+                timer = loop.call_later(timeout, event.set)
+                try:
+                    await event.wait()
+                finally:
+                    timer.cancel()
+            else:
+                with anyio.move_on_after(timeout):
+                    await event.wait()
 
     async def _send(self, conn: Link, batches: list[ProducerBatch]) -> None:
         try:
@@ -187,10 +238,10 @@ class NodeSender:
         )
         self.in_flight += 1
         self.requests += 1
-        started = anyio.current_time()
+        started = self._acc.clock()
         try:
             # Written from this task, in drain order (see the module docstring); the
-            # response is awaited in a task of its own so requests pipeline.
+            # answer is awaited by _settle_answers, so requests pipeline.
             pending = await conn.submit(
                 request,
                 version=version,
@@ -204,47 +255,65 @@ class NodeSender:
         except BaseException:
             self._request_done()
             raise
-        prev, self._handled = self._handled, anyio.Event()
-        self._tg.start_soon(self._await_response, pending, batches, prev, self._handled, started)
+        self._answers.append((pending, batches, started))
+        self._answer_queued.set()
+
+    async def _settle_answers(self) -> None:
+        """Until cancelled: await the queued answers in wire order and apply each, so the
+        outcomes of one partition apply in send order. A request whose connection died
+        fails at once (its pending answer raises), so one in the queue's head never holds
+        the others back longer than its own request timeout, as before."""
+        answers = self._answers
+        try:
+            while True:
+                if not answers:
+                    # Replaced before waiting, with no await in between: a request queued
+                    # after this look sets the new event.
+                    self._answer_queued = queued = anyio.Event()
+                    await queued.wait()
+                    continue
+                pending, batches, started = answers[0]
+                try:
+                    await self._await_response(pending, batches, started)
+                finally:
+                    answers.popleft()
+                    self._request_done()
+        finally:
+            # Cancelled (the producer is closing): what is still queued ends unanswered.
+            while answers:
+                answers.popleft()
+                self._request_done()
 
     async def _await_response(
         self,
         pending: Pending[ProduceResponse | None],
         batches: list[ProducerBatch],
-        prev: anyio.Event,
-        handled: anyio.Event,
         started: float,
     ) -> None:
+        response: ProduceResponse | None = None
+        error: KafkaError | None = None
         try:
-            response: ProduceResponse | None = None
-            error: KafkaError | None = None
-            try:
-                response = await pending.wait()
-                if response is not None:
-                    self._acc.request_latency.record(anyio.current_time() - started)
-            except KafkaError as exc:
-                error = exc
-            # Outcomes are applied in wire order, as the broker answered: the waiting tasks
-            # may wake in any order (trio shuffles them), and callbacks of one partition
-            # must run in send order (as the Java client promises). (Already set -- the
-            # usual case -- costs no trip through the event loop: anyio's wait() would take
-            # one anyway, and it delays every batch's outcome.)
-            if not prev.is_set():
-                await prev.wait()
-            if error is not None:
-                self.on_failure(batches, error)
-            elif response is None:  # acks=0: nothing to wait for; offsets unknown
-                for b in batches:
-                    self._acc.complete(b, -1, -1)
-            else:
-                self.on_response(response, batches)
-        finally:
-            handled.set()
-            self._request_done()
+            response = await pending.wait()
+            if response is not None:
+                self._acc.request_latency.record(self._acc.clock() - started)
+        except KafkaError as exc:
+            error = exc
+        if error is not None:
+            self.on_failure(batches, error)
+        elif response is None:  # acks=0: nothing to wait for; offsets unknown
+            for b in batches:
+                self._acc.complete(b, -1, -1)
+        else:
+            self.on_response(response, batches)
 
     def _request_done(self) -> None:
+        # Only a loop that waits for an in-flight slot needs this wake-up: what else a
+        # request's end changes (a partition unmuted, a batch re-queued, an idempotence
+        # slot freed) wakes the node through the accumulator. A lone record's request
+        # thus ends without another trip round the loop.
+        if self.in_flight >= self._max_in_flight:
+            self.wake()
         self.in_flight -= 1
-        self.wake()
         self._wakeups.request_ended()
 
     def on_response(self, response: ProduceResponse, batches: list[ProducerBatch]) -> None:

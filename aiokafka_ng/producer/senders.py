@@ -10,9 +10,13 @@ and it turns each event into the one thing that follows from it:
   making it (and starting its task) the first time that node has something: the producer
   has a sender only for brokers that lead a partition it writes to. It also counts towards
   ``send()``'s yield (below).
+* ``batch_due(node, at)`` (a new head batch lingering until ``at``) lets an idle sender sleep
+  until ``at`` without a look now (``NodeSender.wake_at``): a lone record costs its sender
+  one trip round its loop, not two.
 * ``memory_wanted`` and ``wake_all`` wake every sender; ``metadata_needed`` asks the cluster
   for a topic's metadata; ``request_ended`` tells the producer-id owner, which waits for
-  nothing to be in flight before it replaces the id.
+  nothing to be in flight before it replaces the id; ``expiry_needed`` wakes the expiry
+  timer (:mod:`aiokafka_ng.producer.expiry`).
 
 Senders are made only between :meth:`Senders.attach` (the producer's cluster and task group
 exist) and :meth:`Senders.detach` (the producer closed); a wake-up outside that window starts
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
     from aiokafka_ng.cluster import ClusterClient, Supervisor
     from aiokafka_ng.config import ProducerConfig
     from aiokafka_ng.producer.accumulator import Accumulator
+    from aiokafka_ng.producer.expiry import ExpiryTimer
     from aiokafka_ng.producer.producer_id import ProducerIdOwner
 
 __all__ = ["Senders"]
@@ -51,14 +56,21 @@ class Senders:
     ``by_node`` holds every sender made (kept after close, for statistics); ``send()`` reads
     and clears ``yield_due``."""
 
-    def __init__(self, config: ProducerConfig, ids: ProducerIdOwner | None) -> None:
+    def __init__(
+        self,
+        config: ProducerConfig,
+        ids: ProducerIdOwner | None,
+        expiry: ExpiryTimer | None = None,
+    ) -> None:
         """``config``: the senders' settings; ``ids``: the producer id's owner, told when a
-        request ends (None without idempotence)."""
+        request ends (None without idempotence); ``expiry``: the expiry timer, woken when
+        it has something to expire again (None: nobody expires, as in tests of parts)."""
         self.by_node: dict[int, NodeSender] = {}
         self.yield_due = False
         self._wakes = 0
         self._config = config
         self._ids = ids
+        self._expiry = expiry
         self._cluster: ClusterClient | None = None
         self._acc: Accumulator | None = None
         self._tasks: Supervisor | None = None
@@ -80,6 +92,18 @@ class Senders:
     # ------------------------------------------------------------------ Wakeups
 
     def batch_ready(self, node: int) -> None:
+        sender = self._sender(node)
+        if sender is not None:
+            sender.wake()
+
+    def batch_due(self, node: int, at: float) -> None:
+        sender = self._sender(node)
+        if sender is not None:
+            sender.wake_at(at)
+
+    def _sender(self, node: int) -> NodeSender | None:
+        """``node``'s sender (made now if need be), counting a batch wake-up towards
+        ``send()``'s yield."""
         self._wakes += 1
         if self._wakes >= _WAKES_PER_YIELD:
             self._wakes = 0
@@ -87,9 +111,7 @@ class Senders:
         sender = self.by_node.get(node)
         if sender is None:
             sender = self._start(node)
-            if sender is None:
-                return
-        sender.wake()
+        return sender
 
     def metadata_needed(self, topic: str) -> None:
         if self._cluster is not None:
@@ -97,6 +119,10 @@ class Senders:
 
     def memory_wanted(self) -> None:
         self.wake_all()  # every batch is ready while someone waits for memory
+
+    def expiry_needed(self) -> None:
+        if self._expiry is not None:
+            self._expiry.wake()
 
     def request_ended(self) -> None:
         if self._ids is not None:

@@ -29,12 +29,23 @@ class Wakeups(Protocol):
         was closed or became a partition's head, a partition was unmuted or re-queued, a
         leader moved to it (the accumulator)."""
 
+    def batch_due(self, node: int, at: float) -> None:
+        """A partition of ``node`` has a new head batch that becomes ready by lingering at
+        ``at`` (the accumulator's clock) and not before, unless something else happens
+        (which signals on its own): a sender with nothing else to do may sleep until
+        then without looking now (the accumulator)."""
+
     def metadata_needed(self, topic: str) -> None:
         """A record waits for ``topic``'s metadata (the accumulator, once per wait)."""
 
     def memory_wanted(self) -> None:
         """A ``send()`` waits for buffer memory: every batch is ready now, so every sender
         should drain (the memory pool, once per waiter)."""
+
+    def expiry_needed(self) -> None:
+        """A record or batch entered while the expiry timer had nothing to expire and
+        waits (the accumulator, once per such period): it must sleep until the new
+        delivery deadline."""
 
     def request_ended(self) -> None:
         """A sender's Produce request ended, answered or not: no batch may be in flight
@@ -54,10 +65,16 @@ class Unwired:
     def batch_ready(self, node: int) -> None:
         pass
 
+    def batch_due(self, node: int, at: float) -> None:
+        self.batch_ready(node)  # a listener of batch_ready hears this too
+
     def metadata_needed(self, topic: str) -> None:
         pass
 
     def memory_wanted(self) -> None:
+        pass
+
+    def expiry_needed(self) -> None:
         pass
 
     def request_ended(self) -> None:

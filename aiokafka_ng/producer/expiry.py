@@ -1,0 +1,60 @@
+"""The producer's expiry timer: fails what outlived ``delivery_timeout_ms``, on time.
+
+Theory of operation
+-------------------
+One task per producer. It does not tick: it sleeps until the earliest delivery deadline of
+what the accumulator holds (:meth:`~aiokafka_ng.producer.accumulator.Accumulator.next_expiry`),
+fails what is due then (:meth:`~aiokafka_ng.producer.accumulator.Accumulator.expire`), and
+looks again. With nothing held it clears the accumulator's ``expiry_armed`` flag and waits
+for :meth:`ExpiryTimer.wake`, which the accumulator signals (through the wake-up channel)
+when a record or batch enters while the flag is clear.
+
+Why one flag is enough: every deadline is an item's creation time plus the same
+``delivery_timeout_ms``, so an item entering later never has an earlier deadline than one
+the timer already sleeps for. A deadline the timer slept for may have gone (the batch was
+delivered); waking for it finds the next one. So an idle producer's timer sleeps for good,
+and a busy one's wakes about once per ``delivery_timeout_ms`` instead of ten times a second.
+
+No await lies between clearing the flag and waiting on a fresh event, and the accumulator
+sets the flag before it signals: a record that enters in between is never missed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+
+if TYPE_CHECKING:
+    from aiokafka_ng.producer.accumulator import Accumulator
+
+__all__ = ["ExpiryTimer"]
+
+
+class ExpiryTimer:
+    """Sleeps until the accumulator's next delivery deadline (see the module docstring)."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def wake(self) -> None:
+        """Something with a deadline entered while the timer was idle."""
+        self._event.set()
+
+    async def run(self, acc: Accumulator) -> None:
+        """Until cancelled: expire what is due, sleep until the next deadline."""
+        clock = acc.clock
+        while True:
+            acc.expire(clock())
+            at = acc.next_expiry()
+            if at is None:
+                self._event = anyio.Event()
+                acc.expiry_armed = False
+                await self._event.wait()
+            else:
+                acc.expiry_armed = True
+                # The loop's clock may fire a timer up to its resolution early; expire()
+                # then finds nothing due and the same deadline comes back, slept again.
+                await anyio.sleep(max(0.0, at - clock()))
