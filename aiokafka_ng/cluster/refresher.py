@@ -71,7 +71,12 @@ from aiokafka_ng.cluster.metadata import (
 )
 from aiokafka_ng.cluster.pool import ConnectionPool
 from aiokafka_ng.cluster.retry import RetryState, retrying, timeout_scope
-from aiokafka_ng.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from aiokafka_ng.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
+)
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.limits import DecodeLimits
@@ -80,6 +85,11 @@ from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequ
 __all__ = ["MetadataRefresher"]
 
 log = logging.getLogger(__name__)
+
+#: How long UNKNOWN_TOPIC_OR_PARTITION must have been the answer for a topic before it is said
+#: not to exist: Kafka answers it to the Metadata request that auto-creates a topic, while
+#: the controller creates it (KRaft's AutoTopicCreationManager), for well under a second.
+MISSING_AFTER_S = 2.0
 
 
 class MetadataRefresher:
@@ -119,6 +129,9 @@ class MetadataRefresher:
         self._topic_events: dict[str, anyio.Event] = {}
         self._answered: dict[str, int] = {}  # topic -> number of the last request answering it
         self._last_error: KafkaError | None = None
+        #: Topics answered UNKNOWN_TOPIC_OR_PARTITION, since when (-1 once said): said once
+        #: per topic, not per round, until it exists.
+        self._unknown_since: dict[str, float] = {}
         self.requests = 0  # Metadata requests sent by the refresher and bootstrap
         self.failures = 0  # refresh attempts that failed (no connection, error, timeout)
         self.rebootstraps = 0  # times it went back to bootstrap_servers (KIP-1102)
@@ -143,6 +156,29 @@ class MetadataRefresher:
     def ready(self) -> bool:
         """True once a broker answered a metadata request (bootstrap done)."""
         return self._ok_seq > 0
+
+    def _say_if_missing(self, name: str, topic: TopicMetadata, now: float) -> None:
+        """A topic the brokers say does not exist (auto-creation off or not allowed) is a
+        WARNING once, as the Java client's "Error while fetching metadata ... {t=UNKNOWN_TOPIC_
+        OR_PARTITION}" (which it logs every round): a consumer of a misspelled topic reads
+        nothing and raises nothing. Only once that has been the answer for
+        ``MISSING_AFTER_S``: Kafka answers it for a moment to a request that auto-creates the
+        topic. A producer says it itself, with the records that wait and until when (the
+        accumulator), so here it is DEBUG."""
+        if topic.error is not UnknownTopicOrPartitionError:
+            self._unknown_since.pop(name, None)
+            return
+        since = self._unknown_since.setdefault(name, now)
+        if since < 0 or now - since < MISSING_AFTER_S:
+            return
+        self._unknown_since[name] = -1.0  # said
+        config = self._config
+        log.log(
+            logging.DEBUG if config.role == "producer" else logging.WARNING,
+            "%s %s: topic %r does not exist: the brokers answer UNKNOWN_TOPIC_OR_PARTITION "
+            "(auto-creation is off or not allowed); waiting for it",
+            config.role, config.client_id, name,
+        )  # fmt: skip
 
     @property
     def last_error(self) -> KafkaError | None:
@@ -488,8 +524,9 @@ class MetadataRefresher:
                 node_id, len(update.topics) - len(kept),
             )  # fmt: skip
             update = replace(update, topics=MappingProxyType(kept))
-        for name in update.topics:
+        for name, topic in update.topics.items():
             self._answered[name] = seq
+            self._say_if_missing(name, topic, now)
         base = self._metadata
         if self._fresh_start:  # re-bootstrapped: the answer replaces what was known
             self._fresh_start = False

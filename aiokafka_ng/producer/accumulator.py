@@ -10,7 +10,13 @@ librdkafka's UA queue). A record goes to one of two places, synchronously:
   topic);
 * otherwise the topic's pending queue, in send order. When the topic's metadata arrives
   (:meth:`Accumulator.update_metadata`) the queue is partitioned entry by entry, in order.
-  Records whose topic never gets usable metadata fail alone at ``delivery_timeout_ms``.
+  Records whose topic never gets usable metadata fail alone at ``delivery_timeout_ms`` --
+  or, once the brokers say the topic does not exist (UNKNOWN_TOPIC_OR_PARTITION for
+  ``MISSING_AFTER_S``: auto-creation is off), ``max_block_ms`` after their ``send()``: how
+  long the Java client's ``send()`` blocks for a topic's metadata before it fails "not
+  present in metadata". The error names the brokers' answer. (Not ``max_block_ms`` for
+  every wait: ``send()`` never blocks on metadata, and ``max_block_ms=0`` -- never wait for
+  memory -- must not fail the first records of every new topic.)
   A chunk of a bulk run (``send_many``/``send_batch``) waits as *one* entry
   (:class:`PendingRun`) and is placed whole by the bulk path when its turn comes, not as a
   queue entry and a future per record: a fresh producer's first runs queue thousands of
@@ -51,13 +57,18 @@ Ordering. A failed batch goes back to the *head* of its partition's deque.
 
 Expiry: ``delivery_timeout_ms`` bounds every record from ``send()`` to its outcome -- in the
 topic queue, in a partition queue and in flight (a late answer for an expired batch is
-ignored). The expiry timer (:mod:`aiokafka_ng.producer.expiry`) sleeps until
+ignored); a record waiting for a topic said not to exist, by ``max_block_ms`` (above).
+The expiry timer (:mod:`aiokafka_ng.producer.expiry`) sleeps until
 :meth:`Accumulator.next_expiry`, the earliest deadline among what :meth:`Accumulator.expire`
-looks at, and not at all while the accumulator is empty. Every deadline is its item's
-creation time plus the one ``delivery_timeout_ms`` on one monotonic clock, so an item that
-enters never has an earlier deadline than those already held: the timer needs a signal only
-when something enters an accumulator it has left alone (``expiry_armed`` False), one flag
-test per new batch or queued record (``expiry_needed`` on the wake-up channel).
+looks at, and not at all while the accumulator is empty. A batch's deadline is its creation
+time plus ``delivery_timeout_ms``, a waiting record's its arrival plus the same or, for a
+topic said not to exist, ``max_block_ms``, on one monotonic clock: an item entering never
+has an earlier deadline than those of its kind already held. So the timer needs a signal
+only when something enters an accumulator it has left alone (``expiry_armed`` False), one
+flag test per new batch or queued record (``expiry_needed`` on the wake-up channel), or
+when waiting records get the shorter limit: a topic is said not to exist, or a missing
+topic's first waiting record is due before ``expiry_at``, the deadline the timer sleeps
+for.
 
 Memory: each record reserves its estimated size from the ``MemoryPool`` in ``send()``; a
 batch releases the sum when it completes or fails.
@@ -73,12 +84,14 @@ waiting for its topic.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from aiokafka_ng.cluster.metadata import ClusterMetadata, TopicMetadata
-from aiokafka_ng.errors import KafkaError, KafkaTimeoutError
+from aiokafka_ng.cluster.refresher import MISSING_AFTER_S
+from aiokafka_ng.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.latency import LatencyRecorder
 from aiokafka_ng.producer.batch import (
@@ -99,6 +112,8 @@ from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitione
 from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import RecordBatchBuilder
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Accumulator", "PartitionQueue", "PendingRun", "ProducerBatch", "TopicQueue"]
 
@@ -123,6 +138,7 @@ class Accumulator:
         max_request_size: int,
         delivery_timeout_ms: float,
         retry_backoff: ExponentialBackoff,
+        max_block_ms: float | None = None,
         guarantee_order: bool,
         idempotence: IdempotenceState | None,
         partitioner: CustomPartitioner | None = None,
@@ -136,6 +152,11 @@ class Accumulator:
         self.compression = compression
         self.max_request_size = max_request_size
         self.delivery_timeout = delivery_timeout_ms / 1000
+        #: How long a record waits for a topic said not to exist (module docstring).
+        self.metadata_wait = min(
+            self.delivery_timeout,
+            self.delivery_timeout if max_block_ms is None else max_block_ms / 1000,
+        )
         self.retry_backoff = retry_backoff
         self.guarantee_order = guarantee_order
         self.idem = idempotence
@@ -159,6 +180,14 @@ class Accumulator:
         #: a deadline, or is about to look); False once it found nothing and waits for
         #: ``expiry_needed`` (see "Expiry" in the module docstring).
         self.expiry_armed = False
+        #: The deadline the expiry timer sleeps for while armed.
+        self.expiry_at = float("inf")
+        #: Topics whose waiting records wait on a retriable topic error, that error (named
+        #: when they fail) and since when it has been the answer.
+        self.waiting_on: dict[str, tuple[type[KafkaError], float]] = {}
+        #: Topics the brokers have said do not exist for ``MISSING_AFTER_S``: their waiting
+        #: records have the shorter limit, ``metadata_wait`` (said once per wait).
+        self.missing: set[str] = set()
         #: batches drained and not yet completed/re-queued (all nodes)
         self.flight: set[ProducerBatch] = set()
         #: counters for statistics(): batches re-queued for retry, split, expired
@@ -200,8 +229,11 @@ class Accumulator:
                 self.fail_record(future, size, tm.error(f"topic {topic!r}: {tm.error.__name__}"))
                 return
             self.wakeups.metadata_needed(topic)
-        t.pending.append((partition, key, value, headers, timestamp_ms, size, future, self.clock()))
-        if not self.expiry_armed:
+        now = self.clock()
+        t.pending.append((partition, key, value, headers, timestamp_ms, size, future, now))
+        if not self.expiry_armed or (
+            len(t.pending) == 1 and now + self._wait_limit(topic) < self.expiry_at
+        ):
             self.arm_expiry()
 
     def queue_run(self, t: TopicQueue, run: PendingRun) -> None:
@@ -213,9 +245,11 @@ class Accumulator:
                 self.fail_run(run, tm.error(f"topic {t.name!r}: {tm.error.__name__}"))
                 return
             self.wakeups.metadata_needed(t.name)
-        run.enqueued_at = self.clock()
+        run.enqueued_at = now = self.clock()
         t.pending.append(run)
-        if not self.expiry_armed:
+        if not self.expiry_armed or (
+            len(t.pending) == 1 and now + self._wait_limit(t.name) < self.expiry_at
+        ):
             self.arm_expiry()
 
     def fail_run(self, run: PendingRun, exc: BaseException) -> None:
@@ -329,7 +363,8 @@ class Accumulator:
         return batch
 
     def arm_expiry(self) -> None:
-        """Something with a deadline entered while the expiry timer was idle: wake it."""
+        """Something with a deadline entered while the expiry timer was idle, or one due
+        before the timer's: wake it."""
         self.expiry_armed = True
         self.wakeups.expiry_needed()
 
@@ -365,9 +400,12 @@ class Accumulator:
         for name, t in self.topics.items():
             tm = meta.topics.get(name)
             if tm is not None and tm.ready:
+                self._end_wait(name)
                 self._apply_topic(t, tm)
             elif tm is not None and tm.fatal and tm.error is not None:
                 self._fail_pending(t, tm.error(f"topic {name!r}: {tm.error.__name__}"))
+            elif tm is not None and tm.error is not None and t.pending:
+                self._note_waiting(t, tm.error)
             for pq in t.partitions:
                 if pq.leader >= 0:
                     nodes.setdefault(pq.leader, []).append(pq)
@@ -605,7 +643,10 @@ class Accumulator:
         oldest: float | None = None
         for t in self.topics.values():
             if t.pending:
-                at = _enqueued_at(t.pending[0])
+                # In the frame of the others (+ delivery_timeout below): a shorter limit
+                # comes out earlier.
+                shorter = self._wait_limit(t.name) - self.delivery_timeout
+                at = _enqueued_at(t.pending[0]) + shorter
                 if oldest is None or at < oldest:
                     oldest = at
             for pq in t.partitions:
@@ -625,13 +666,11 @@ class Accumulator:
         the expiry timer would wake for it again and again.)"""
         limit = self.delivery_timeout
         for t in self.topics.values():
-            while t.pending and _enqueued_at(t.pending[0]) + limit <= now:
-                self._fail_entry(
-                    t.pending.popleft(),
-                    KafkaTimeoutError(
-                        f"no usable metadata for topic {t.name!r} within delivery_timeout_ms"
-                    ),
-                )
+            waiting = self._wait_limit(t.name)
+            while t.pending and _enqueued_at(t.pending[0]) + waiting <= now:
+                self._fail_entry(t.pending.popleft(), self._not_in_metadata(t.name))
+                if not t.pending:  # the wait is over: a new one is said anew
+                    self._end_wait(t.name)
             for pq in t.partitions:
                 while pq.batches and pq.batches[0].created + limit <= now:
                     batch = pq.batches.popleft()
@@ -643,6 +682,83 @@ class Accumulator:
         for batch in [b for b in self.flight if b.created + limit <= now]:
             self.expired_batches += 1
             self.fail(batch, _expired_error(batch, now))
+
+    def _note_waiting(self, t: TopicQueue, error: type[KafkaError]) -> None:
+        """The records waiting in ``t`` wait on ``error``, a retriable topic error, this
+        metadata round. UNKNOWN_TOPIC_OR_PARTITION answered for ``MISSING_AFTER_S`` makes the
+        topic missing: a WARNING says so once per wait (Java logs it every round), and the
+        records get the shorter limit. Not at once: Kafka answers it to the first Metadata
+        request that auto-creates a topic, while the controller creates it (KRaft's
+        AutoTopicCreationManager). Other errors (LEADER_NOT_AVAILABLE while a topic is
+        created) are routine: DEBUG."""
+        name = t.name
+        now = self.clock()
+        known = self.waiting_on.get(name)
+        if known is None or known[0] is not error:
+            self.waiting_on[name] = (error, now)
+            log.debug("producer: topic %r: the brokers answer %s", name, error.__name__)
+            return
+        if (
+            error is not UnknownTopicOrPartitionError
+            or name in self.missing
+            or now - known[1] < MISSING_AFTER_S
+        ):
+            return
+        self.missing.add(name)
+        log.warning(
+            "producer: topic %r does not exist: the brokers answer UNKNOWN_TOPIC_OR_PARTITION "
+            "(auto-creation is off or not allowed); %d record(s) wait for it and fail %.0f ms "
+            "after their send if it does not come",
+            name, _waiting(t), self.metadata_wait * 1000,
+        )  # fmt: skip
+        self.arm_expiry()  # the shorter limit may be due before expiry_at
+
+    def _end_wait(self, topic: str) -> None:
+        self.waiting_on.pop(topic, None)
+        self.missing.discard(topic)
+
+    def _wait_limit(self, topic: str) -> float:
+        """How long records of ``topic`` may wait for its metadata (module docstring)."""
+        return self.metadata_wait if topic in self.missing else self.delivery_timeout
+
+    def waiting_reason(self, topic: str) -> str:
+        """What a record of ``topic`` not yet acknowledged waits for, said to a caller who
+        stopped waiting (``send_and_wait``'s timeout)."""
+        t = self.topics.get(topic)
+        if t is None or not t.pending:
+            return "the record stays queued and may still be delivered"
+        known = self.waiting_on.get(topic)
+        answer = "" if known is None else f" (the brokers answer {known[0].__name__})"
+        return (
+            f"it waits for the metadata of topic {topic!r}{answer}, and fails if that does "
+            f"not come within {self._wait_limit(topic) * 1000:.0f} ms of its send"
+        )
+
+    def _not_in_metadata(self, topic: str) -> KafkaTimeoutError:
+        """The error of a record whose topic had no usable metadata in time: what the
+        brokers last answered for the topic is named, and chained as the cause."""
+        waited = self._wait_limit(topic)
+        wait_ms = f"{waited * 1000:.0f} ms"
+        limit = "max_block_ms" if waited < self.delivery_timeout else "delivery_timeout_ms"
+        known = self.waiting_on.get(topic)
+        if known is None:
+            return KafkaTimeoutError(
+                f"topic {topic!r} not present in metadata after {wait_ms} ({limit}): no "
+                "broker answered for it"
+            )
+        why = (
+            "it does not exist, and the brokers do not create it (auto.create.topics.enable "
+            "is off, or allow_auto_create_topics=False)"
+            if known[0] is UnknownTopicOrPartitionError
+            else "retrying did not help"
+        )
+        error = known[0]
+        exc = KafkaTimeoutError(
+            f"topic {topic!r} not present in metadata after {wait_ms} ({limit}): the brokers "
+            f"answer {error.__name__}: {why}"
+        )
+        exc.__cause__ = error(f"topic {topic!r}")
+        return exc
 
     # ------------------------------------------------------------------ flush / close
 
@@ -685,6 +801,11 @@ class Accumulator:
                 pq.in_flight = []
                 for b in pq.batches:
                     b.base_sequence = -1
+
+
+def _waiting(t: TopicQueue) -> int:
+    """How many records wait in ``t``'s pending queue."""
+    return sum(len(e.futures) if isinstance(e, PendingRun) else 1 for e in t.pending)
 
 
 def _enqueued_at(entry: Pending | PendingRun) -> float:

@@ -9,11 +9,14 @@ looks again. With nothing held it clears the accumulator's ``expiry_armed`` flag
 for :meth:`ExpiryTimer.wake`, which the accumulator signals (through the wake-up channel)
 when a record or batch enters while the flag is clear.
 
-Why one flag is enough: every deadline is an item's creation time plus the same
-``delivery_timeout_ms``, so an item entering later never has an earlier deadline than one
-the timer already sleeps for. A deadline the timer slept for may have gone (the batch was
-delivered); waking for it finds the next one. So an idle producer's timer sleeps for good,
-and a busy one's wakes about once per ``delivery_timeout_ms`` instead of ten times a second.
+Why one flag is (almost) enough: a batch's deadline is its creation time plus the same
+``delivery_timeout_ms``, so a batch entering later never has an earlier deadline than one
+the timer already sleeps for. A record waiting for its topic's metadata is bounded by the
+shorter ``max_block_ms``: the accumulator wakes the timer when a topic's first waiting
+record is due before ``expiry_at``, the deadline the timer sleeps for. A deadline the
+timer slept for may have gone (the batch was delivered); waking for it finds the next one.
+So an idle producer's timer sleeps for good, and a busy one's wakes about once per
+``delivery_timeout_ms`` instead of ten times a second.
 
 No await lies between clearing the flag and waiting on a fresh event, and the accumulator
 sets the flag before it signals: a record that enters in between is never missed.
@@ -55,6 +58,11 @@ class ExpiryTimer:
                 await self._event.wait()
             else:
                 acc.expiry_armed = True
-                # The loop's clock may fire a timer up to its resolution early; expire()
-                # then finds nothing due and the same deadline comes back, slept again.
-                await anyio.sleep(max(0.0, at - clock()))
+                acc.expiry_at = at
+                # Woken early by a waiting record due before ``at`` (its limit, max_block_ms,
+                # may be the shorter: see the accumulator's "Expiry"). The loop's clock may
+                # fire a timer up to its resolution early; expire() then finds nothing due
+                # and the same deadline comes back, slept again.
+                self._event = anyio.Event()
+                with anyio.move_on_after(max(0.0, at - clock())):
+                    await self._event.wait()

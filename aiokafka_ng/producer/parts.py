@@ -101,6 +101,7 @@ def build_parts(
         max_request_size=config.max_request_size,
         delivery_timeout_ms=config.delivery_timeout_ms,
         retry_backoff=retry_backoff,
+        max_block_ms=config.max_block_ms,
         guarantee_order=config.max_in_flight_requests_per_connection == 1,
         idempotence=idem,
         partitioner=config.partitioner,

@@ -365,7 +365,7 @@ class Producer:
         if not queued.done():
             raise SendTimeoutError(
                 f"send_and_wait to {topic!r}: not acknowledged within {timeout:g} s; "
-                "the record stays queued and may still be delivered"
+                + self._acc.waiting_reason(topic)
             )
         return queued.result()
 
