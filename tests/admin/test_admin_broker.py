@@ -71,10 +71,13 @@ async def test_topic_lifecycle_cross_checked(kafka_broker: LocalBroker) -> None:
             [NewTopic(name, 3, 1, topic_configs={"retention.ms": "3600000"})]
         )
         assert created.result(name).name == name
-        # Apache Kafka: each broker learns of the topic a moment after the controller.
-        await eventually(lambda: admin.describe_topics([name]), lambda r: name in r.succeeded)
-
-        desc = (await admin.describe_topics([name])).result(name)
+        # Apache Kafka: each broker learns of the topic a moment after the controller (and
+        # describe_topics asks the brokers in turn: a second call may meet one that has not
+        # yet, so the answer that succeeded is the one read).
+        described = await eventually(
+            lambda: admin.describe_topics([name]), lambda r: name in r.succeeded
+        )
+        desc = described.result(name)
         assert [p.partition for p in desc.partitions] == [0, 1, 2]
         assert all(p.leader is not None and p.replicas and p.isr for p in desc.partitions)
         assert desc.topic_id is not None
