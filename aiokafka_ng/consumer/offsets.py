@@ -23,7 +23,7 @@ Everything runs under one deadline (``timeout`` seconds) and raises KafkaTimeout
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from aiokafka_ng.cluster import ClusterClient, Coordinator, Link, RetryState
@@ -127,36 +127,53 @@ class OffsetsClient:
 
         The offset is -1 when no record has a timestamp at or after the one asked for.
         """
-        pending = dict(timestamps)
-        result: dict[TopicPartition, tuple[int, int]] = {}
+        return await self._at_leaders(
+            timestamps, self._list_from, api="ListOffsets", what="list offsets", timeout=timeout
+        )
+
+    async def _at_leaders(
+        self,
+        asks: Mapping[TopicPartition, int],
+        ask_node: Callable[
+            [int, Mapping[TopicPartition, int]], Awaitable[Mapping[TopicPartition, T | KafkaError]]
+        ],
+        *,
+        api: str,
+        what: str,
+        timeout: float | None,  # noqa: ASYNC109 (a RetryState budget, as list_offsets')
+    ) -> dict[TopicPartition, T]:
+        """Each partition's ``asks`` value sent to its leader by ``ask_node`` (ListOffsets,
+        OffsetForLeaderEpoch), retried on the one backoff policy until every partition has
+        its answer: one round asks every pending partition of its leader; what failed (a
+        retriable error, per partition or for a whole node) stays pending."""
+        pending = dict(asks)
+        result: dict[TopicPartition, T] = {}
 
         async def attempt() -> None:
-            # One round: every pending partition asked of its leader; what failed (a
-            # retriable error, per partition or for a whole node) stays pending.
             by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
-            for tp, ts in pending.items():
+            for tp, ask in pending.items():
                 leader = await self._cluster.leader_for(tp.topic, tp.partition)
-                by_leader[leader][tp] = ts
+                by_leader[leader][tp] = ask
             last: KafkaError | None = None
             for leader, parts in by_leader.items():
                 try:
-                    done = await self._list_from(leader, parts)
+                    done = await ask_node(leader, parts)
                 except KafkaError as exc:
                     if not exc.retriable:
                         raise
                     last = exc
                     continue
                 for tp, answer in done.items():
-                    if isinstance(answer, tuple):
+                    if isinstance(answer, KafkaError):
+                        last = answer
+                    else:
                         result[tp] = answer
                         pending.pop(tp)
-                    else:
-                        last = answer
             if pending:
-                raise last or KafkaError("ListOffsets: some partitions were not answered")
+                raise last or KafkaError(f"{api}: some partitions were not answered")
 
         if pending:
-            await retrying(attempt, self._state(timeout), what="list offsets")
+            await retrying(attempt, self._state(timeout), what=what)
         return result
 
     async def _list_from(
@@ -201,35 +218,13 @@ class OffsetsClient:
     ) -> dict[TopicPartition, EpochEnd]:
         """``{tp: leader epoch}`` -> where each epoch ends in its leader's log
         (OffsetForLeaderEpoch)."""
-        pending = dict(epochs)
-        result: dict[TopicPartition, EpochEnd] = {}
-
-        async def attempt() -> None:
-            by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
-            for tp, epoch in pending.items():
-                leader = await self._cluster.leader_for(tp.topic, tp.partition)
-                by_leader[leader][tp] = epoch
-            last: KafkaError | None = None
-            for leader, parts in by_leader.items():
-                try:
-                    done = await self._epochs_from(leader, parts)
-                except KafkaError as exc:
-                    if not exc.retriable:
-                        raise
-                    last = exc
-                    continue
-                for tp, answer in done.items():
-                    if isinstance(answer, KafkaError):
-                        last = answer
-                    else:
-                        result[tp] = answer
-                        pending.pop(tp)
-            if pending:
-                raise last or KafkaError("OffsetForLeaderEpoch: some partitions not answered")
-
-        if pending:
-            await retrying(attempt, self._state(timeout), what="validate positions")
-        return result
+        return await self._at_leaders(
+            epochs,
+            self._epochs_from,
+            api="OffsetForLeaderEpoch",
+            what="validate positions",
+            timeout=timeout,
+        )
 
     async def _epochs_from(
         self, node: int, parts: Mapping[TopicPartition, int]
