@@ -458,6 +458,10 @@ class Fetcher:
         if current <= state.seen_epoch:
             return
         if state.leader_epoch >= 0 and state.seen_epoch >= 0:
+            log.debug(
+                "%s-%s: leader epoch %s -> %s, validating position %s",
+                state.tp.topic, state.tp.partition, state.seen_epoch, current, state.position,
+            )  # fmt: skip
             state.request_validation()
         else:
             state.seen_epoch = current

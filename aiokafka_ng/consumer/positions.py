@@ -102,6 +102,8 @@ async def resolve_positions(
     for s in to_reset:
         answer = answers.get(s.tp)
         if answer is None or s.epoch != epochs[id(s)]:
+            if answer is None:  # its leader did not answer this round: the planner asks again
+                log.debug("no ListOffsets answer for %s-%s yet", s.tp.topic, s.tp.partition)
             continue
         offset = answer[0]
         if offset < 0:  # no record at/after the timestamp: go to the end
