@@ -33,7 +33,9 @@ oversize batch, and the statistics show the largest value ever seen.
 *Fairness.* Partitions are listed in fetch requests least recently served first (a
 partition is "served" when a response brings it data), and the drain that serves
 ``getmany`` starts from a rotating partition, so neither a busy partition nor the response
-size limit starves the others. Listing order matters: brokers fill a response in request
+size limit starves the others (``async for`` takes runs of up to ``ONE_RUN`` records from
+one partition, then the next: the same fairness at ``max_poll_records``' granularity).
+Listing order matters: brokers fill a response in request
 order, and some (Tansu) ignore ``partition_max_bytes`` and give the first partition all of
 ``max_bytes``; with this order such a broker still serves the partitions in turn.
 
