@@ -258,6 +258,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("share-groups.md", "await admin.list_share_groups()"): _SHARE_GROUPS,
     ("spark.md", "register(spark)  # once per SparkSession"): _SPARK,
     ("spark.md", 'spark.readStream.format("aiokafka_ng")'): _SPARK,
+    ("spark.md", '.option("valueFormat", "avro")'): (
+        _SPARK + " with a schema registry; tests/spark/test_spark_registry.py reads so"
+    ),
 }
 
 
