@@ -1,0 +1,146 @@
+"""ProtobufSerializer / ProtobufDeserializer: the message-index encoding by golden bytes and
+round trips, and against the real registry the framing, references for imported files,
+subject name strategies, auto-register off and the latest version."""
+
+from __future__ import annotations
+
+import base64
+import struct
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from google.protobuf.descriptor_pb2 import FileDescriptorProto
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aiokafka_ng.schema_registry import (
+    ProtobufDeserializer,
+    ProtobufSerializer,
+    SchemaRegistryClient,
+    SerializationError,
+    SubjectNotFoundError,
+    decode_message_indexes,
+    encode_message_indexes,
+    message_indexes_of,
+    record_name_strategy,
+    topic_record_name_strategy,
+)
+from aiokafka_ng.testing import SchemaRegistry
+from tests.schema_registry.conftest import ProtoModules
+
+
+def _topic() -> str:
+    return f"pb-{uuid.uuid4().hex[:10]}"
+
+
+def test_message_indexes_golden_bytes() -> None:
+    assert encode_message_indexes([0]) == b"\x00"  # the shortcut: a count of zero
+    assert encode_message_indexes([1]) == b"\x02\x02"  # count 1, index 1 (zig-zag: 2, 2)
+    assert encode_message_indexes([0, 0]) == b"\x04\x00\x00"
+    assert encode_message_indexes([2, 70]) == b"\x04\x04\x8c\x01"  # 70 -> 140: two bytes
+    assert decode_message_indexes(b"\x00rest") == ([0], 1)
+    assert decode_message_indexes(b"..\x04\x04\x8c\x01", 2) == ([2, 70], 6)
+    with pytest.raises(SerializationError, match="end before"):
+        decode_message_indexes(b"\x04\x04")
+    with pytest.raises(SerializationError, match="count"):
+        decode_message_indexes(b"\x01")  # zig-zag -1
+    with pytest.raises(ValueError):
+        encode_message_indexes([])
+
+
+@given(st.lists(st.integers(min_value=0, max_value=2**31 - 1), min_size=1, max_size=8))
+def test_message_indexes_round_trip(indexes: list[int]) -> None:
+    encoded = encode_message_indexes(indexes)
+    assert decode_message_indexes(encoded + b"tail") == (indexes, len(encoded))
+
+
+@pytest.fixture
+async def client(schema_registry: SchemaRegistry) -> AsyncIterator[SchemaRegistryClient]:
+    async with SchemaRegistryClient(schema_registry.url) as registry_client:
+        yield registry_client
+
+
+@pytest.mark.anyio
+async def test_framing_message_indexes_and_references(
+    client: SchemaRegistryClient, protos: ProtoModules
+) -> None:
+    topic = _topic()
+    shop = protos.shop
+    serializer = await ProtobufSerializer.create(client, shop.Order, topic=topic)
+    order = shop.Order(id=7, item="tea")
+    order.price.currency = "EUR"
+    payload = serializer(order)
+    header = b"\x00" + struct.pack(">I", serializer.schema_id)
+    assert payload == header + b"\x00" + order.SerializeToString()
+    assert serializer(None) is None
+    # Nested (Order.Line: [0, 0]) and second top-level (OrderKey: [1]) messages, same file.
+    line = await ProtobufSerializer.create(client, shop.Order.Line, topic=topic + "l")
+    key = await ProtobufSerializer.create(client, shop.OrderKey, topic=topic, is_key=True)
+    assert line.schema_id == key.schema_id == serializer.schema_id  # one file, one schema
+    assert line(shop.Order.Line(sku="a")) == header + b"\x04\x00\x00" + b"\x0a\x01a"
+    key_payload = key(shop.OrderKey(id=1))
+    assert key_payload == header + b"\x02\x02" + b"\x08\x01"
+    assert message_indexes_of(key_payload) == [1]
+    assert ProtobufDeserializer(shop.Order)(payload) == order
+    assert await ProtobufDeserializer(shop.OrderKey).deserialize(key_payload) == shop.OrderKey(id=1)
+    # The imported file is registered under its name and referenced; the well-known
+    # timestamp.proto is not.
+    registered = await client.get_latest_version(serializer.subject)
+    (ref,) = registered.schema.references
+    assert (ref.name, ref.subject) == ("srtest/money.proto", "srtest/money.proto")
+    money = await client.get_version(ref.subject, ref.version)
+    assert money.schema.schema_type == "PROTOBUF"
+    described = FileDescriptorProto.FromString(base64.b64decode(money.schema.schema_str))
+    assert described.name == "srtest/money.proto"
+    assert [m.name for m in described.message_type] == ["Money"]
+
+
+@pytest.mark.anyio
+async def test_strategies_auto_register_off_and_latest_version(
+    client: SchemaRegistryClient, protos: ProtoModules
+) -> None:
+    topic = _topic()
+    shop = protos.shop
+    by_topic_record = await ProtobufSerializer.create(
+        client, shop.OrderKey, topic=topic, subject_name_strategy=topic_record_name_strategy
+    )
+    assert by_topic_record.subject == f"{topic}-srtest.shop.OrderKey"
+    by_record = ProtobufSerializer(
+        client, shop.OrderKey, topic=topic, subject_name_strategy=record_name_strategy
+    )
+    assert await by_record.prepare() == by_topic_record.schema_id
+    assert by_record.subject == "srtest.shop.OrderKey"
+    with pytest.raises(SubjectNotFoundError):
+        await ProtobufSerializer.create(client, shop.Order, topic=topic, auto_register=False)
+    registered = await ProtobufSerializer.create(client, shop.Order, topic=topic)
+    looked_up = await ProtobufSerializer.create(
+        client, shop.Order, topic=topic, auto_register=False
+    )
+    assert looked_up.schema_id == registered.schema_id
+    # The latest version's file locates the message: Order.Line is [0, 0] in it.
+    latest = await ProtobufSerializer.create(
+        client,
+        shop.Order.Line,
+        topic=topic,
+        auto_register=False,
+        use_latest_version=True,
+    )
+    assert latest.schema_id == registered.schema_id
+    assert message_indexes_of(latest(shop.Order.Line()) or b"") == [0, 0]
+
+
+@pytest.mark.anyio
+async def test_wrong_messages_and_bytes_are_refused(
+    client: SchemaRegistryClient, protos: ProtoModules
+) -> None:
+    shop = protos.shop
+    serializer = await ProtobufSerializer.create(client, shop.OrderKey, topic=_topic())
+    with pytest.raises(SerializationError, match=r"takes srtest\.shop\.OrderKey messages"):
+        serializer(shop.Order(id=1))
+    payload = serializer(shop.OrderKey(id=1))
+    assert payload is not None
+    with pytest.raises(SerializationError, match="cannot decode"):
+        ProtobufDeserializer(shop.OrderKey)(payload[:-1])  # the varint cut short
+    with pytest.raises(SerializationError, match="too short"):
+        ProtobufDeserializer(shop.OrderKey)(b"\x00\x00")
