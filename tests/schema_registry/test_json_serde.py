@@ -14,6 +14,7 @@ import pydantic
 import pytest
 
 from aiokafka_ng.schema_registry import (
+    IncompatibleSchemaError,
     JsonDeserializer,
     JsonSerializer,
     Schema,
@@ -168,3 +169,48 @@ async def test_the_validating_deserializer_decodes_loaded_ids(client: SchemaRegi
         deserializer(b"\x01\x00\x00\x00\x01{}")
     with pytest.raises(ValueError, match="registry client"):
         JsonDeserializer(validate=True)
+
+
+class Ticket(pydantic.BaseModel):
+    # A closed model (additionalProperties: false): adding a field with a default is then a
+    # BACKWARD-compatible change, as the registry's JSON Schema rules see it (on an open
+    # model, a new property narrows what the old schema allowed).
+    model_config = pydantic.ConfigDict(extra="forbid", title="Ticket")
+
+    id: int
+    seat: str
+
+
+class TicketV2(Ticket):
+    model_config = pydantic.ConfigDict(extra="forbid", title="Ticket")
+
+    vip: bool = False
+
+
+class TicketBad(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", title="Ticket")
+
+    id: str  # was an integer
+    seat: str
+
+
+async def test_backward_evolution_and_an_incompatible_model_refused(
+    client: SchemaRegistryClient,
+) -> None:
+    topic = _topic()
+    old = await JsonSerializer.create(client, Ticket, topic=topic)
+    await client.set_compatibility("BACKWARD", old.subject)
+    with pytest.raises(IncompatibleSchemaError) as refused:
+        await JsonSerializer.create(client, TicketBad, topic=topic)
+    assert refused.value.subject == old.subject
+    assert "compatibility rule" in str(refused.value)
+    assert await client.get_versions(old.subject) == [1]  # nothing registered
+    new = await JsonSerializer.create(client, TicketV2, topic=topic)
+    assert new.schema_id != old.schema_id
+    assert await client.get_versions(old.subject) == [1, 2]
+    # The new reader reads a record written before the field existed, the default filled in.
+    reader = JsonDeserializer(client, model=TicketV2, validate=True)
+    assert await reader.deserialize(old(Ticket(id=1, seat="4A"))) == TicketV2(id=1, seat="4A")
+    assert await reader.deserialize(new(TicketV2(id=2, seat="1A", vip=True))) == TicketV2(
+        id=2, seat="1A", vip=True
+    )
