@@ -1,6 +1,7 @@
 """ProtobufSerializer / ProtobufDeserializer: the message-index encoding by golden bytes and
 round trips, and against the real registry the framing, references for imported files,
-subject name strategies, auto-register off and the latest version."""
+subject name strategies, auto-register off and the latest version; and Protobuf keys with
+JSON values as a producer's and a consumer's settings, through FakeKafka."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import struct
 import uuid
 from collections.abc import AsyncIterator
 
+import pydantic
 import pytest
 from google.protobuf.descriptor_pb2 import FileDescriptorProto
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aiokafka_ng import Consumer, Producer, TopicPartition
 from aiokafka_ng.schema_registry import (
+    JsonDeserializer,
+    JsonSerializer,
     ProtobufDeserializer,
     ProtobufSerializer,
     SchemaRegistryClient,
@@ -26,7 +31,7 @@ from aiokafka_ng.schema_registry import (
     record_name_strategy,
     topic_record_name_strategy,
 )
-from aiokafka_ng.testing import SchemaRegistry
+from aiokafka_ng.testing import FakeKafka, SchemaRegistry
 from tests.schema_registry.conftest import ProtoModules
 
 
@@ -144,3 +149,44 @@ async def test_wrong_messages_and_bytes_are_refused(
         ProtobufDeserializer(shop.OrderKey)(payload[:-1])  # the varint cut short
     with pytest.raises(SerializationError, match="too short"):
         ProtobufDeserializer(shop.OrderKey)(b"\x00\x00")
+
+
+class Receipt(pydantic.BaseModel):
+    order_id: int
+    total: float
+
+
+@pytest.mark.anyio
+async def test_as_the_producer_and_consumer_settings(
+    client: SchemaRegistryClient, protos: ProtoModules, fake_kafka: FakeKafka
+) -> None:
+    # Protobuf keys and JSON (pydantic) values, through Kafka, as the clients' settings.
+    topic = _topic()
+    fake_kafka.create_topic(topic, partitions=1)
+    key_serializer = await ProtobufSerializer.create(
+        client, protos.shop.OrderKey, topic=topic, is_key=True
+    )
+    value_serializer = await JsonSerializer.create(client, Receipt, topic=topic)
+    sent = [(protos.shop.OrderKey(id=i), Receipt(order_id=i, total=i * 2.5)) for i in (1, 2)]
+    config = fake_kafka.client_config()
+    async with Producer(
+        **config, key_serializer=key_serializer, value_serializer=value_serializer
+    ) as producer:
+        for key, value in sent:
+            await producer.send_and_wait(topic, value, key=key)
+        with pytest.raises(SerializationError):  # refused in send: nothing is queued
+            await producer.send_and_wait(topic, {"order_id": "x"}, key=sent[0][0])
+    assert fake_kafka.end_offset(topic, 0) == len(sent)
+    async with Consumer(
+        **config,
+        auto_offset_reset="earliest",
+        key_deserializer=ProtobufDeserializer(protos.shop.OrderKey),
+        value_deserializer=JsonDeserializer(model=Receipt),
+    ) as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        seen = []
+        async for record in consumer:
+            seen.append((record.key, record.value))
+            if len(seen) == len(sent):
+                break
+    assert seen == sent
