@@ -132,15 +132,13 @@ def message_indexes_of(data: bytes | bytearray | memoryview) -> list[int]:
 
 
 def _index_path(descriptor: Descriptor) -> list[int]:
-    """Where ``descriptor`` sits in its file: top-level index, then nested ones."""
-    path: list[int] = []
-    current = descriptor
-    while current.containing_type is not None:
-        parent = current.containing_type
-        path.append(list(parent.nested_types).index(current))
-        current = parent
-    path.append(list(current.file.message_types_by_name.values()).index(current))
-    path.reverse()
+    """Where ``descriptor`` sits in its file: top-level index, then nested ones, in the
+    order the file declares them (read from the file's own descriptor proto, whose order is
+    the declaration order whichever runtime implementation built the descriptors)."""
+    file = FileDescriptorProto.FromString(descriptor.file.serialized_pb)
+    path = _index_path_in(file, descriptor.full_name)
+    if path is None:  # pragma: no cover (a message is always in its own file)
+        raise SerializationError(f"{descriptor.full_name} is not in {file.name}")
     return path
 
 
