@@ -160,7 +160,7 @@ def main() -> None:
     try:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         ours = anyio.run(_ours, url, topic, shop)
-        theirs_registry = TheirRegistry({"url": url})
+        theirs_registry = TheirRegistry({"url": url, "timeout": 10})
 
         def dump(model: Any, ctx: Any) -> Any:
             return model.model_dump(mode="json")

@@ -26,18 +26,26 @@ then encodes with no I/O.
 The deserializer decodes into the message class it is given and needs no registry: the
 message indexes say which message of the writer's file the body is, and the application
 says which class it reads it as (as with confluent-kafka's ``ProtobufDeserializer``).
+Without a class it builds one from the writer's registered file (and the files it
+references) in a descriptor pool of its own, one per schema id, and picks the message the
+indexes name.
 """
 
 from __future__ import annotations
 
 import base64
+import importlib
 from collections.abc import Callable
 from typing import Any, Final
 
+from google.protobuf import descriptor_pool as default_pool
 from google.protobuf.descriptor_pb2 import FileDescriptorProto
+from google.protobuf.descriptor_pool import DescriptorPool
 from google.protobuf.message import DecodeError, Message
+from google.protobuf.message_factory import GetMessageClass
 
 from aiokafka_ng.schema_registry._client import SchemaRegistryClient
+from aiokafka_ng.schema_registry._errors import UnknownSchemaIdError
 from aiokafka_ng.schema_registry._types import Schema, SchemaReference
 from aiokafka_ng.schema_registry._wire import (
     HEADER_SIZE,
@@ -332,20 +340,92 @@ class ProtobufSerializer:
 
 
 class ProtobufDeserializer:
-    """Confluent-framed Protobuf bytes to messages of ``message_type``; no registry needed.
+    """Confluent-framed Protobuf bytes to messages.
+
+    With ``message_type`` (a generated class) every payload is decoded as that class and no
+    registry is needed. Without one, the writer's schema is fetched by id (through
+    ``client``) and the message the indexes name is decoded as a class built from it: then,
+    as Avro's deserializer, ``await deserialize(data)`` fetches unknown ids and calling the
+    deserializer decodes ids already loaded (:meth:`load`, :meth:`prepare`), raising
+    :class:`UnknownSchemaIdError` otherwise. Only schemas registered as file descriptors
+    (what this package and confluent-kafka's Python serializer register) can be built so;
+    ``.proto`` text (what Java clients register) needs ``message_type``.
 
     Args:
         message_type: the generated message class to decode into.
+        client: the registry client, to read without a generated class.
     """
 
-    def __init__(self, message_type: type[Message]) -> None:
+    def __init__(
+        self,
+        message_type: type[Message] | None = None,
+        *,
+        client: SchemaRegistryClient | None = None,
+    ) -> None:
+        if message_type is None and client is None:
+            raise ValueError("give a message_type, or the registry client to read schemas from")
         self.message_type: Final = message_type
+        self._client = client
+        self._files: dict[int, tuple[FileDescriptorProto, DescriptorPool]] = {}
+        self._classes: dict[tuple[int, tuple[int, ...]], type[Message]] = {}
 
     def __repr__(self) -> str:
-        return f"<ProtobufDeserializer {self.message_type.DESCRIPTOR.full_name}>"
+        if self.message_type is not None:
+            return f"<ProtobufDeserializer {self.message_type.DESCRIPTOR.full_name}>"
+        return f"<ProtobufDeserializer {len(self._files)} schema ids loaded>"
+
+    @property
+    def loaded_ids(self) -> frozenset[int]:
+        """The schema ids the synchronous form decodes without a generated class."""
+        return frozenset(self._files)
+
+    async def load(self, schema_id: int) -> None:
+        """Fetch the writer schema of ``schema_id`` and the files it references; build them."""
+        if self._client is None or schema_id in self._files:
+            return
+        client = self._client
+        pool = DescriptorPool()
+        added: set[str] = set()
+
+        async def add(name: str, schema: Schema) -> FileDescriptorProto:
+            for ref in schema.references:
+                if ref.name not in added:
+                    registered = await client.get_version(ref.subject, ref.version)
+                    await add(ref.name, registered.schema)
+            file = _descriptor_proto(schema, f"schema id {schema_id} ({name})")
+            try:
+                for dependency in file.dependency:
+                    if dependency not in added and _is_builtin(dependency):
+                        pool.Add(_well_known(dependency))
+                        added.add(dependency)
+                pool.Add(file)
+            except (TypeError, KeyError, ValueError) as exc:  # a file it needs is missing
+                raise SerializationError(
+                    f"cannot build the file of schema id {schema_id} ({name}): {exc}"
+                ) from exc
+            added.add(name)
+            return file
+
+        schema = await client.get_schema(schema_id)
+        if schema.schema_type != "PROTOBUF":
+            raise SerializationError(f"schema id {schema_id} is {schema.schema_type}, not PROTOBUF")
+        self._files[schema_id] = (await add(f"schema id {schema_id}", schema), pool)
+
+    async def prepare(self, subject: str) -> list[int]:
+        """Load every version ``subject`` has now; returns their schema ids."""
+        if self._client is None:
+            raise ValueError("prepare() asks the registry: give the registry client")
+        ids = []
+        for version in await self._client.get_versions(subject):
+            registered = await self._client.get_version(subject, version)
+            await self.load(registered.schema_id)
+            ids.append(registered.schema_id)
+        return ids
 
     async def deserialize(self, data: bytes | None) -> Message | None:
-        """The same as calling the deserializer (for symmetry with the other formats)."""
+        """Decode ``data``, fetching its writer schema first when it is needed and unknown."""
+        if data is not None and self.message_type is None:
+            await self.load(schema_id_of(data))
         return self(data)
 
     def __call__(self, data: bytes | None) -> Message | None:
@@ -353,11 +433,63 @@ class ProtobufDeserializer:
         if data is None:
             return None
         schema_id = schema_id_of(data)
-        _, start = decode_message_indexes(data, HEADER_SIZE)
+        indexes, start = decode_message_indexes(data, HEADER_SIZE)
+        cls = self.message_type or self._class_of(schema_id, tuple(indexes))
         try:
-            return self.message_type.FromString(bytes(data[start:]))
+            return cls.FromString(bytes(data[start:]))
         except DecodeError as exc:
             raise SerializationError(
                 f"cannot decode a payload of schema id {schema_id} as "
-                f"{self.message_type.DESCRIPTOR.full_name}: {exc}"
+                f"{cls.DESCRIPTOR.full_name}: {exc}"
             ) from exc
+
+    def _class_of(self, schema_id: int, indexes: tuple[int, ...]) -> type[Message]:
+        cls = self._classes.get((schema_id, indexes))
+        if cls is not None:
+            return cls
+        loaded = self._files.get(schema_id)
+        if loaded is None:
+            raise UnknownSchemaIdError(schema_id)
+        file, pool = loaded
+        name = _message_name_at(file, indexes)
+        if name is None:
+            raise SerializationError(
+                f"schema id {schema_id} has no message at indexes {list(indexes)}"
+            )
+        cls = GetMessageClass(pool.FindMessageTypeByName(name))
+        self._classes[(schema_id, indexes)] = cls
+        return cls
+
+
+def _descriptor_proto(schema: Schema, what: str) -> FileDescriptorProto:
+    try:
+        return FileDescriptorProto.FromString(base64.b64decode(schema.schema_str, validate=True))
+    except (ValueError, DecodeError) as exc:
+        raise SerializationError(
+            f"{what} is not a file descriptor (.proto text, as Java clients register): "
+            "read it with a generated message_type"
+        ) from exc
+
+
+def _well_known(name: str) -> FileDescriptorProto:
+    """A well-known type's file (``google/protobuf/timestamp.proto``), from the runtime."""
+    module = name.removesuffix(".proto").replace("/", ".") + "_pb2"
+    try:
+        importlib.import_module(module)
+        found = default_pool.Default().FindFileByName(name)
+    except (ImportError, KeyError) as exc:
+        raise SerializationError(f"the protobuf runtime does not know {name}") from exc
+    return FileDescriptorProto.FromString(found.serialized_pb)
+
+
+def _message_name_at(file: FileDescriptorProto, indexes: tuple[int, ...]) -> str | None:
+    """The full name of the message at ``indexes`` in ``file``."""
+    scope = file.package
+    messages: Any = file.message_type
+    for index in indexes:
+        if not 0 <= index < len(messages):
+            return None
+        message = messages[index]
+        scope = f"{scope}.{message.name}" if scope else message.name
+        messages = message.nested_type
+    return scope

@@ -9,6 +9,7 @@ import base64
 import struct
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pydantic
 import pytest
@@ -25,6 +26,7 @@ from aiokafka_ng.schema_registry import (
     SchemaRegistryClient,
     SerializationError,
     SubjectNotFoundError,
+    UnknownSchemaIdError,
     decode_message_indexes,
     encode_message_indexes,
     message_indexes_of,
@@ -190,3 +192,47 @@ async def test_as_the_producer_and_consumer_settings(
             if len(seen) == len(sent):
                 break
     assert seen == sent
+
+
+@pytest.mark.anyio
+async def test_read_without_a_generated_class(
+    client: SchemaRegistryClient, protos: ProtoModules
+) -> None:
+    shop = protos.shop
+    topic = _topic()
+    order = shop.Order(id=7, item="tea", tags=["ü"])
+    order.price.currency = "EUR"  # srtest/money.proto, a reference
+    order.lines.add(sku="a", qty=2)
+    order.at.seconds = 1_700_000_000  # google/protobuf/timestamp.proto, a well-known type
+    value = await ProtobufSerializer.create(client, shop.Order, topic=topic)
+    line = await ProtobufSerializer.create(client, shop.Order.Line, topic=topic + "l")
+    key = await ProtobufSerializer.create(client, shop.OrderKey, topic=topic, is_key=True)
+    payloads = [value(order), line(shop.Order.Line(sku="b")), key(shop.OrderKey(id=3))]
+    async with SchemaRegistryClient(client.url) as fresh:
+        reader = ProtobufDeserializer(client=fresh)
+        with pytest.raises(UnknownSchemaIdError):
+            reader(payloads[0])  # the sync form: nothing loaded yet
+        decoded = [await reader.deserialize(data) for data in payloads]
+    assert [type(m).DESCRIPTOR.full_name for m in decoded] == [
+        "srtest.shop.Order",
+        "srtest.shop.Order.Line",
+        "srtest.shop.OrderKey",
+    ]
+    # Built from the registry, not the generated classes: the same fields, the same bytes.
+    assert not isinstance(decoded[0], shop.Order)
+    first: Any = decoded[0]
+    assert (first.id, first.price.currency, first.lines[0].qty, first.at.seconds) == (
+        7,
+        "EUR",
+        2,
+        1_700_000_000,
+    )
+    assert [m.SerializeToString() for m in decoded if m is not None] == [
+        order.SerializeToString(),
+        shop.Order.Line(sku="b").SerializeToString(),
+        shop.OrderKey(id=3).SerializeToString(),
+    ]
+    assert reader.loaded_ids == {value.schema_id}
+    assert reader(payloads[2]) is not None  # loaded now: the sync form decodes it
+    with pytest.raises(ValueError, match="registry client"):
+        ProtobufDeserializer()
