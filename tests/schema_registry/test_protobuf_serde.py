@@ -23,6 +23,7 @@ from aiokafka_ng.schema_registry import (
     JsonSerializer,
     ProtobufDeserializer,
     ProtobufSerializer,
+    Schema,
     SchemaRegistryClient,
     SerializationError,
     SubjectNotFoundError,
@@ -236,3 +237,26 @@ async def test_read_without_a_generated_class(
     assert reader(payloads[2]) is not None  # loaded now: the sync form decodes it
     with pytest.raises(ValueError, match="registry client"):
         ProtobufDeserializer()
+
+
+@pytest.mark.anyio
+async def test_what_cannot_be_read_without_a_class_says_why(
+    client: SchemaRegistryClient, protos: ProtoModules
+) -> None:
+    # .proto text (as Java clients register it) cannot be built without a .proto parser.
+    text = Schema('syntax = "proto3";\npackage t;\nmessage A { int64 x = 1; }\n', "PROTOBUF")
+    text_id = await client.register(f"{_topic()}-value", text)
+    reader = ProtobufDeserializer(client=client)
+    framed = b"\x00" + struct.pack(">I", text_id) + b"\x00\x08\x01"
+    with pytest.raises(SerializationError, match="not a file descriptor"):
+        await reader.deserialize(framed)
+    # Indexes that name no message of the writer's file.
+    key = await ProtobufSerializer.create(client, protos.shop.OrderKey, topic=_topic())
+    payload = key(protos.shop.OrderKey(id=1)) or b""
+    beyond = payload[:5] + encode_message_indexes([5]) + payload[7:]
+    with pytest.raises(SerializationError, match=r"no message at indexes \[5\]"):
+        await reader.deserialize(beyond)
+    # An Avro schema id is not read as Protobuf.
+    avro_id = await client.register(f"{_topic()}-value", Schema('"string"'))
+    with pytest.raises(SerializationError, match="not PROTOBUF"):
+        await reader.deserialize(b"\x00" + struct.pack(">I", avro_id) + b"\x00")
