@@ -239,6 +239,10 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("schema-registry.md", "value_serializer = await AvroSerializer.create("): _REGISTRY,
     ("schema-registry.md", "deserializer = AvroDeserializer(registry)"): _REGISTRY,
     ("schema-registry.md", "async with SchemaRegistry() as registry:"): _REGISTRY,
+    ("schema-registry.md", "serializer = await JsonSerializer.create(registry, Order"): _REGISTRY,
+    ("schema-registry.md", "serializer = await ProtobufSerializer.create(registry"): (
+        _REGISTRY + "; and needs the application's generated order_pb2"
+    ),
     ("security.md", "async with KafkaCluster(brokers=1, broker_properties=oauth_properties())"): (
         _KAFKA_JVM + "; tests/kafka/test_kafka_oauth.py runs this recipe"
     ),
