@@ -30,6 +30,7 @@ from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
 __all__ = [
+    "TELEMETRY_GROUP_METRICS",
     "TELEMETRY_METRICS",
     "ConsumerStatistics",
     "build_parts",
@@ -63,9 +64,13 @@ TELEMETRY_METRICS = {
     "fetcher.fetch_requests": ("consumer.fetch.manager.fetch.total", _SUM),
     "fetcher.fetch_latency_ms.avg": ("consumer.fetch.manager.fetch.latency.avg", _GAUGE),
     "fetcher.fetch_latency_ms.max": ("consumer.fetch.manager.fetch.latency.max", _GAUGE),
+    **connection_table("consumer"),
+}
+#: A group member's own (Java has a coordinator, and these metrics, only with a group id).
+TELEMETRY_GROUP_METRICS = {
+    **TELEMETRY_METRICS,
     "assignment.count": ("consumer.coordinator.assigned.partitions", _GAUGE),
     "rebalances": ("consumer.coordinator.rebalance.total", _SUM),
-    **connection_table("consumer"),
 }
 
 
@@ -81,7 +86,8 @@ def telemetry_engine(c: ConsumerConfig, statistics: Callable[[], Any]) -> Teleme
         )
         if value
     ]
-    return TelemetryEngine(table_collector(statistics, TELEMETRY_METRICS), resource=tuple(resource))
+    table = TELEMETRY_METRICS if c.group_id is None else TELEMETRY_GROUP_METRICS
+    return TelemetryEngine(table_collector(statistics, table), resource=tuple(resource))
 
 
 def no_fetches(buffer_limit: int) -> FetcherStatistics:
