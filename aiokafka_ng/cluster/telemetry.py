@@ -276,8 +276,8 @@ class TelemetryEngine:
             self.state = TelemetryState.SUBSCRIPTION_NEEDED
             self.due = now + interval / 1000
             return
-        if self.state is not TelemetryState.PUSH_NEEDED:
-            self._last.clear()
+        # The delta ledger is kept across a re-subscription with the same temporality (Java
+        # resets it only when that changes): what was pushed is not pushed again.
         self.state = TelemetryState.PUSH_NEEDED
         self.due = now + interval / 1000 * self._rng.uniform(*_JITTER)
         log.debug("client telemetry subscription %s", sub)

@@ -191,6 +191,26 @@ async def test_delta_temporality_pushes_what_changed_since_the_last_push() -> No
     assert second.data_points[0].start_time_unix_nano == first.data_points[0].time_unix_nano
 
 
+async def test_deltas_add_up_across_a_changed_subscription() -> None:
+    # A receiver summing the deltas must count every record once, also when the client
+    # subscribed again in between (the ledger of what was pushed is kept).
+    broker = TelemetryBroker(metrics=["org.apache.kafka.producer.record."], delta=True)
+    name = "org.apache.kafka.producer.record.send.total"
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        broker.install(kafka)
+        async with Producer(**kafka.client_config()) as producer:
+            for _ in range(3):
+                await (await producer.send("t", b"v"))
+            await broker.until(pushes=1)
+            broker.subscription_id = 9
+            await broker.until(gets=2)
+            for _ in range(4):
+                await (await producer.send("t", b"v"))
+            await broker.until(pushes=3)
+    assert len(broker.gets) == 2
+    assert sum(p.value(name) for p in broker.pushes) == 7
+
+
 async def test_an_unknown_subscription_resubscribes_at_once_with_the_instance_id() -> None:
     broker = TelemetryBroker()
     async with FakeKafka(brokers=1, tcp=False) as kafka:
