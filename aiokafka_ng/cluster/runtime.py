@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
@@ -364,6 +365,23 @@ class ClientRuntime:
     def telemetry(self) -> TelemetryEngine | None:
         """The metrics push's engine (its state, subscription, push count), if started."""
         return None if self._telemetry is None else self._telemetry.engine
+
+    async def client_instance_id(self, timeout: float) -> uuid.UUID | None:  # noqa: ASYNC109
+        """The id the brokers gave this client for its metrics (KIP-714; Java's
+        ``clientInstanceId``), waiting up to ``timeout`` seconds for the first subscription;
+        None if none came by then. IllegalStateError when the client pushes no metrics
+        (``enable_metrics_push`` off, or not started)."""
+        if timeout < 0:
+            raise ValueError("timeout must be >= 0")
+        pusher = self._telemetry
+        if pusher is None:
+            raise IllegalStateError(
+                f"the {self.kind} pushes no metrics (not started, or enable_metrics_push=False)"
+            )
+        with anyio.move_on_after(timeout):
+            await pusher.subscribed.wait()
+        sub = pusher.engine.subscription
+        return None if sub is None else sub.client_instance_id
 
     async def stop_metrics(self, timeout: float) -> None:  # noqa: ASYNC109 (close's budget)
         """Stop pushing metrics and send the terminating push (KIP-714), within ``timeout``

@@ -399,6 +399,8 @@ class TelemetryPusher:
         self._timeout = timeout
         self._closing = closing
         self._conn: Connection | None = None
+        #: Set once a broker answered a subscription: the client instance id is known.
+        self.subscribed = anyio.Event()
         self._stop = anyio.Event()
         self._running: anyio.CancelScope | None = None
 
@@ -431,6 +433,8 @@ class TelemetryPusher:
             if engine.state is TelemetryState.SUBSCRIPTION_NEEDED:
                 sub_resp = await conn.send(engine.subscription_request(), timeout=self._timeout)
                 engine.on_subscription(sub_resp, anyio.current_time())
+                if engine.subscription is not None:
+                    self.subscribed.set()
             else:
                 push = engine.push_request(wall_ns=time.time_ns())
                 push_resp = await conn.send(push, timeout=self._timeout)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -545,6 +546,14 @@ class Consumer:
             for t in response.topics
             if t.name and not (self._config.exclude_internal_topics and t.is_internal)
         )
+
+    async def client_instance_id(self, timeout: float = 0.0) -> uuid.UUID | None:  # noqa: ASYNC109
+        """The id the brokers assigned this consumer for its metrics (KIP-714; Java's
+        ``clientInstanceId``): operators find its pushed metrics under it. Waits up to
+        ``timeout`` seconds for the first telemetry subscription; None if there is none yet
+        (or the brokers have no telemetry plugin). ``IllegalStateError`` when
+        ``enable_metrics_push`` is off or the consumer is not started."""
+        return await self._runtime.client_instance_id(timeout)
 
     def statistics(self) -> ConsumerStatistics:
         """Counters for monitoring and tests, in any state (never blocks), as the producer's

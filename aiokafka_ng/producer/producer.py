@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import uuid
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from types import TracebackType
@@ -545,6 +546,14 @@ class Producer:
         self._intake.check_topic(topic)
         found = await cluster.wait_for_topics([topic], timeout=self._intake.max_block_s)
         return set(found[topic].partitions)
+
+    async def client_instance_id(self, timeout: float = 0.0) -> uuid.UUID | None:  # noqa: ASYNC109
+        """The id the brokers assigned this producer for its metrics (KIP-714; Java's
+        ``clientInstanceId``): operators find its pushed metrics under it. Waits up to
+        ``timeout`` seconds for the first telemetry subscription; None if there is none yet
+        (or the brokers have no telemetry plugin). ``IllegalStateError`` when
+        ``enable_metrics_push`` is off or the producer is not started."""
+        return await self._runtime.client_instance_id(timeout)
 
     def statistics(self) -> ProducerStatistics:
         """Counters for monitoring and tests, in any state (never blocks). Also a read-only

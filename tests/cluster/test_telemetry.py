@@ -18,7 +18,7 @@ import pytest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from aiokafka_ng import Consumer, Producer
-from aiokafka_ng.errors import ConfigError
+from aiokafka_ng.errors import ConfigError, IllegalStateError
 from aiokafka_ng.protocol.compression import decompress
 from aiokafka_ng.protocol.messages.get_telemetry_subscriptions import (
     GetTelemetrySubscriptionsResponse,
@@ -137,6 +137,8 @@ async def test_the_producer_pushes_on_the_interval_with_the_first_push_jittered(
         async with Producer(**kafka.client_config(), transactional_id=None) as producer:
             for i in range(3):
                 await (await producer.send("t", b"v%d" % i))
+            # Java's clientInstanceId: the id the broker assigned, once subscribed.
+            assert await producer.client_instance_id(timeout=30) == INSTANCE
             started = anyio.current_time()
             await broker.until(pushes=3)
             first, second, third = broker.pushes[:3]
@@ -288,11 +290,14 @@ async def test_nothing_is_sent_to_brokers_without_the_api_or_when_switched_off()
         async with Producer(**kafka.client_config()) as producer:
             await (await producer.send("t", b"v"))
             await anyio.sleep(900)
+            assert await producer.client_instance_id(timeout=1) is None
         assert kafka.received(GET) == [] and kafka.received(PUSH) == []
         broker = TelemetryBroker()
         broker.install(kafka)
-        async with Producer(**kafka.client_config(), enable_metrics_push=False):
+        async with Producer(**kafka.client_config(), enable_metrics_push=False) as off:
             await anyio.sleep(60)
+            with pytest.raises(IllegalStateError, match="enable_metrics_push"):
+                await off.client_instance_id()
         async with Consumer(**kafka.client_config(), enable_metrics_push=False):
             await anyio.sleep(60)
         assert broker.gets == [] and broker.pushes == []

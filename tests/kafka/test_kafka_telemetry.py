@@ -160,10 +160,14 @@ async def test_our_pushes_reach_the_broker_with_javas_metric_names(
             await p.send_and_wait(topic, b"v%d" % i, partition=i % 2)
         # Two interval pushes while running (the first after 0.5-1.5 s), then close's.
         await wait_for(received, ours, lambda got: len(got) >= 2)
+        instance = await p.client_instance_id(timeout=10)
     ours_pushes = await wait_for(received, ours, lambda got: any(g["terminating"] for g in got))
     assert ours_pushes[-1]["terminating"]
     assert not any(g["terminating"] for g in ours_pushes[:-1])
-    assert len({g["instance_id"] for g in ours_pushes}) == 1
+    # Kafka prints a Uuid as URL-safe base64 without padding.
+    assert instance is not None
+    kafka_uuid = base64.urlsafe_b64encode(instance.bytes).rstrip(b"=").decode()
+    assert {g["instance_id"] for g in ours_pushes} == {kafka_uuid}
     last = ours_pushes[-1]["metrics"]
     assert total(ours_pushes, "org.apache.kafka.producer.record.send.total") == 5
     assert all(name.startswith("org.apache.kafka.producer.") for name in last)
