@@ -17,15 +17,17 @@ import anyio
 import pytest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
-from aiokafka_ng import Consumer, Producer
+from aiokafka_ng import Consumer, Producer, ShareConsumer
 from aiokafka_ng.errors import ConfigError, IllegalStateError
 from aiokafka_ng.protocol.compression import decompress
+from aiokafka_ng.protocol.messages import share_fetch as sf
 from aiokafka_ng.protocol.messages.get_telemetry_subscriptions import (
     GetTelemetrySubscriptionsResponse,
 )
 from aiokafka_ng.protocol.messages.push_telemetry import PushTelemetryResponse
 from aiokafka_ng.testing import FakeKafka, virtual_time
 from aiokafka_ng.testing.fake import Received
+from tests.consumer.test_share_consumer import SHARE_FETCH, coordinator
 
 pytestmark = pytest.mark.anyio
 
@@ -339,3 +341,24 @@ def test_enable_metrics_push_is_validated() -> None:
     assert off.config.enable_metrics_push is False
     assert Producer().config.enable_metrics_push is True
     assert Consumer().config.enable_metrics_push is True
+
+
+async def test_the_share_consumer_pushes_its_connection_metrics() -> None:
+    # Java's share consumer pushes its connections under consumer.* (as seen from Kafka
+    # 4.4's receiver); that is what our share consumer's statistics measure alike.
+    broker = TelemetryBroker(metrics=["org.apache.kafka.consumer."])
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        coordinator(kafka)
+        kafka.answer(SHARE_FETCH, lambda call: sf.ShareFetchResponse())
+        broker.install(kafka)
+        async with ShareConsumer("t", group_id="sg", **kafka.client_config()) as c:
+            await c.wait_for_assignment(timeout=10)
+            assert await c.client_instance_id(timeout=10) == INSTANCE
+            await broker.until(pushes=1)
+    assert set(broker.pushes[0].metrics()) == {
+        "org.apache.kafka.consumer.connection.count",
+        "org.apache.kafka.consumer.connection.creation.total",
+    }
+    assert broker.pushes[0].resource() == {"group_id": "sg"}
+    assert broker.pushes[-1].terminating

@@ -28,8 +28,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.admin import AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic
 from aiokafka_ng.admin.models import AlterConfigOpType
-from aiokafka_ng.testing import KafkaCluster, KafkaClusterError
-from aiokafka_ng.testing._kafka_jars import ensure_jars, find_java
+from aiokafka_ng.testing import KafkaCluster, KafkaClusterError, ensure_jars, find_java
 from tests.kafka.helpers import admin_for, unique
 from tests.kafka.test_java_interop import run_java
 from tests.kafka.test_kafka_oauth import require_kafka
