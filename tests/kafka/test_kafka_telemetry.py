@@ -25,7 +25,7 @@ import anyio
 import pytest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
-from aiokafka_ng import Consumer, Producer
+from aiokafka_ng import Consumer, Producer, ShareConsumer
 from aiokafka_ng.admin import AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic
 from aiokafka_ng.admin.models import AlterConfigOpType
 from aiokafka_ng.testing import KafkaCluster, KafkaClusterError, ensure_jars, find_java
@@ -188,6 +188,19 @@ async def test_our_pushes_reach_the_broker_with_javas_metric_names(
         == 5
     )
 
+    our_share = unique("ours-share")
+    async with ShareConsumer(
+        topic,
+        group_id=unique("sg"),
+        bootstrap_servers=cluster.bootstrap_servers,
+        client_id=our_share,
+    ) as sc:
+        await sc.wait_for_assignment(timeout=30)
+        await wait_for(received, our_share, lambda got: len(got) >= 1)
+    share_pushes = await wait_for(
+        received, our_share, lambda got: any(g["terminating"] for g in got)
+    )
+
     # The reference: Java's producer and consumer, pushing to the same receiver.
     java_producer, java_consumer = unique("java-producer"), unique("java-consumer")
     record = {"key": None, "value": base64.b64encode(b"j").decode(), "headers": []}
@@ -229,4 +242,8 @@ async def test_our_pushes_reach_the_broker_with_javas_metric_names(
     # Every name we push is one Java pushes, with the same kind (sum or gauge).
     assert {n: java_p_names.get(n) for n in ours_p_names} == ours_p_names
     assert {n: java_c_names.get(n) for n in ours_c_names} == ours_c_names
+    # Java's share consumer pushes its connections as a consumer's (consumer.connection.*).
+    ours_share_names = {n: kind for g in share_pushes for n, (kind, _) in g["metrics"].items()}
+    assert "org.apache.kafka.consumer.connection.count" in ours_share_names
+    assert {n: java_c_names.get(n) for n in ours_share_names} == ours_share_names
     assert total(java_p, "org.apache.kafka.producer.record.send.total") == 5
