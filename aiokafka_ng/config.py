@@ -442,6 +442,10 @@ class ProducerConfig(ClientConfig):
     #: ``partitioner(key_bytes, all_partitions, available_partitions) -> int`` (aiokafka's
     #: signature); None is the Java-compatible default (murmur2 / KIP-794 sticky).
     partitioner: Callable[[bytes | None, list[int], list[int]], int] | None = None
+    #: KIP-714: push the producer's metrics to the brokers when they subscribe to them (a
+    #: client-metrics subscription on the cluster); Java's ``enable.metrics.push``, on by
+    #: default. Nothing is sent to brokers without a telemetry plugin.
+    enable_metrics_push: bool = True
 
     @field_validator("acks", mode="before")
     @classmethod

@@ -61,6 +61,9 @@ class ConsumerConfig(ClientConfig):
     #: ``"range"``); None lets the broker use its default.
     group_remote_assignor: str | None = None
     client_rack: str = ""
+    #: KIP-714: push the consumer's metrics to the brokers when they subscribe to them;
+    #: Java's ``enable.metrics.push``, on by default.
+    enable_metrics_push: bool = True
     auto_offset_reset: Literal["earliest", "latest", "none"] = "latest"
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = Field(default=5000, gt=0)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -44,7 +45,12 @@ from aiokafka_ng.consumer.models import (
     TopicPartition,
 )
 from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
-from aiokafka_ng.consumer.parts import ConsumerStatistics, build_parts, no_fetches
+from aiokafka_ng.consumer.parts import (
+    ConsumerStatistics,
+    build_parts,
+    no_fetches,
+    telemetry_engine,
+)
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
 from aiokafka_ng.protocol.records import RecordBatch
@@ -134,6 +140,11 @@ class Consumer:
                 await self._runtime.start_task(self._group.run)
             else:
                 cluster.add_listener(self._assign_from_metadata)
+            if c.enable_metrics_push:
+                self._runtime.push_metrics(
+                    telemetry_engine(c, self.statistics),
+                    request_timeout=c.request_timeout_ms / 1000,
+                )
 
         await self._runtime.start(cluster, open_)
         if self._initial_topics:
@@ -151,11 +162,12 @@ class Consumer:
             return
         if self._fetcher is not None:
             self._fetcher.wake()  # waiting polls wake up and raise ConsumerStoppedError
+        limit = self._config.close_timeout_ms / 1000 if timeout is None else timeout
+        deadline = anyio.current_time() + limit
         try:
             if self._group is not None:
                 # Shielded (a cancelled owner still leaves the group cleanly), but bounded:
                 # an unreachable coordinator must not hold the shutdown forever.
-                limit = self._config.close_timeout_ms / 1000 if timeout is None else timeout
                 with anyio.move_on_after(limit, shield=True) as scope:
                     await self._group.close()
                 if scope.cancelled_caught:
@@ -165,6 +177,8 @@ class Consumer:
                         self._config.client_id, self._config.group_id, limit,
                         "close_timeout_ms" if timeout is None else "close's timeout",
                     )  # fmt: skip
+            # KIP-714's terminating push, after the final commit, in what close has left.
+            await self._runtime.stop_metrics(max(0.0, deadline - anyio.current_time()))
         finally:
             # The host leaves the task group (cancelling its tasks) and the cluster.
             await self._runtime.finish_close()
@@ -532,6 +546,14 @@ class Consumer:
             for t in response.topics
             if t.name and not (self._config.exclude_internal_topics and t.is_internal)
         )
+
+    async def client_instance_id(self, timeout: float = 0.0) -> uuid.UUID | None:  # noqa: ASYNC109
+        """The id the brokers assigned this consumer for its metrics (KIP-714; Java's
+        ``clientInstanceId``): operators find its pushed metrics under it. Waits up to
+        ``timeout`` seconds for the first telemetry subscription; None if there is none yet
+        (or the brokers have no telemetry plugin). ``IllegalStateError`` when
+        ``enable_metrics_push`` is off or the consumer is not started."""
+        return await self._runtime.client_instance_id(timeout)
 
     def statistics(self) -> ConsumerStatistics:
         """Counters for monitoring and tests, in any state (never blocks), as the producer's

@@ -73,6 +73,7 @@ from aiokafka_ng.cluster import (
     ClusterClient,
     RetryState,
 )
+from aiokafka_ng.cluster.telemetry import TelemetryEngine, connection_table, table_collector
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
@@ -211,6 +212,15 @@ class ShareConsumer(_ShareWire):
 
         async def open_(cluster: Cluster, stack: AsyncExitStack) -> None:
             await self._runtime.start_task(self._heartbeat)
+            c = self._config
+            if c.enable_metrics_push:
+                # KIP-714: what our statistics measure as Java's share consumer does is its
+                # connections (Java pushes them under consumer.*, as a consumer's).
+                engine = TelemetryEngine(
+                    table_collector(self.statistics, connection_table("consumer")),
+                    resource=(("group_id", c.group_id or ""),),
+                )
+                self._runtime.push_metrics(engine, request_timeout=c.request_timeout_ms / 1000)
 
         await self._runtime.start(cluster, open_)
 
@@ -225,6 +235,7 @@ class ShareConsumer(_ShareWire):
         try:
             if runtime.failure is None:
                 limit = self._config.close_timeout_ms / 1000
+                deadline = anyio.current_time() + limit
                 with anyio.move_on_after(limit, shield=True) as scope:
                     self._settle_previous("close")
                     await self._send_acks(closing=True)
@@ -233,6 +244,8 @@ class ShareConsumer(_ShareWire):
                     log.warning(
                         "share consumer %s: not closed cleanly in %g s", self.member_id, limit
                     )
+                # KIP-714's terminating push, in what close has left.
+                await runtime.stop_metrics(max(0.0, deadline - anyio.current_time()))
         finally:
             await runtime.finish_close()
         self._report_acks()
@@ -251,6 +264,13 @@ class ShareConsumer(_ShareWire):
         """Health at a glance, without waiting (see :class:`ClientStatus`): ready only
         while running, connected and not stopped by a failure."""
         return self._runtime.status()
+
+    async def client_instance_id(self, timeout: float = 0.0) -> uuid.UUID | None:  # noqa: ASYNC109
+        """The id the brokers assigned this consumer for its metrics (KIP-714; Java's
+        ``clientInstanceId``), waiting up to ``timeout`` seconds for the first telemetry
+        subscription; None if there is none yet. ``IllegalStateError`` when
+        ``enable_metrics_push`` is off or the consumer is not started."""
+        return await self._runtime.client_instance_id(timeout)
 
     def statistics(self) -> ShareConsumerStatistics:
         """Counters for monitoring and tests, in any state (never blocks), as the other
