@@ -521,16 +521,12 @@ class Consumer:
 
     async def topics(self) -> frozenset[str]:
         """Every topic in the cluster (internal ones excluded by default)."""
-        from aiokafka_ng.protocol.messages.metadata import MetadataRequest
-
         cluster, _, _ = self._running()
-        response = await cluster.request_any(
-            MetadataRequest(topics=None, allow_auto_topic_creation=False)
-        )
+        topics = await cluster.all_topics()
         return frozenset(
-            t.name
-            for t in response.topics
-            if t.name and not (self._config.exclude_internal_topics and t.is_internal)
+            name
+            for name, t in topics.items()
+            if not (self._config.exclude_internal_topics and t.is_internal)
         )
 
     def statistics(self) -> ConsumerStatistics:

@@ -74,7 +74,6 @@ from aiokafka_ng.protocol.messages.describe_groups import DescribeGroupsRequest
 from aiokafka_ng.protocol.messages.heartbeat import HeartbeatRequest
 from aiokafka_ng.protocol.messages.join_group import JoinGroupRequest, JoinGroupRequestProtocol
 from aiokafka_ng.protocol.messages.leave_group import LeaveGroupRequest, MemberIdentity
-from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 from aiokafka_ng.protocol.messages.sync_group import SyncGroupRequest, SyncGroupRequestAssignment
 
 if TYPE_CHECKING:
@@ -395,18 +394,14 @@ class GroupCoordinator(GroupMembership):
     async def _match_pattern(self) -> bool:
         """List the cluster's topics and match the pattern; False when the listing failed."""
         try:
-            response = await self._cluster.request_any(
-                MetadataRequest(topics=None, allow_auto_topic_creation=False)
-            )
+            topics = await self._cluster.all_topics()
         except KafkaError as exc:
             log.debug("group %s: listing topics failed (%r)", self._group_id, exc)
             return False
         names = [
-            t.name
-            for t in response.topics
-            if t.name
-            and not (self._settings.exclude_internal_topics and t.is_internal)
-            and t.error_code == 0
+            name
+            for name, t in topics.items()
+            if not (self._settings.exclude_internal_topics and t.is_internal) and t.error is None
         ]
         before = self._subs.topics
         after = self._subs.match_topics(names)

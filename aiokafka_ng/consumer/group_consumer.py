@@ -76,7 +76,6 @@ from aiokafka_ng.protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatResponse,
     TopicPartitions,
 )
-from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 
 if TYPE_CHECKING:
     from aiokafka_ng.consumer.offsets import OffsetsClient
@@ -272,14 +271,12 @@ class ConsumerGroupMember(GroupCoordinator):
         if not missing:
             return
         try:
-            response = await self._cluster.request_any(
-                MetadataRequest(topics=None, allow_auto_topic_creation=False)
-            )
+            topics = await self._cluster.all_topics()
         except KafkaError as exc:
             log.debug("group %s: topic id lookup failed (%r)", self._group_id, exc)
             return
-        for t in response.topics:
-            if t.name and t.error_code == 0:
+        for t in topics.values():
+            if t.error is None:
                 self._learn(t.topic_id, t.name)
 
     def _learn(self, topic_id: uuid.UUID, name: str) -> None:
