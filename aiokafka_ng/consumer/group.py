@@ -31,7 +31,9 @@ committed) and it rejoins; coordinator errors forget the coordinator and find it
 
 *Static membership* (KIP-345): with ``group_instance_id`` the member keeps its identity
 across restarts; close() does not send LeaveGroup (the coordinator keeps its partitions until
-``session_timeout_ms``), as in the Java client.
+``session_timeout_ms``), as in the Java client. KIP-1092's close options change that:
+LEAVE_GROUP sends LeaveGroup naming the instance id, REMAIN_IN_GROUP keeps a dynamic member
+in the group too (no LeaveGroup) until its session times out.
 """
 
 from __future__ import annotations
@@ -412,9 +414,16 @@ class GroupCoordinator(GroupMembership):
 
     # ------------------------------------------------------------------ leave
 
-    async def leave(self, *, reason: str = "the consumer is closing", force: bool = False) -> None:
-        """LeaveGroup (dynamic members only, unless ``force``); forgets the member id."""
-        if not self.member_id or (self._instance_id is not None and not force):
+    async def leave(
+        self,
+        *,
+        reason: str = "the consumer is closing",
+        force: bool = False,
+        permanent: bool = False,
+    ) -> None:
+        """LeaveGroup (dynamic members only, unless ``force`` or ``permanent``: a static
+        member's LeaveGroup names its instance id); forgets the member id."""
+        if not self.member_id or (self._instance_id is not None and not (force or permanent)):
             return
         request = LeaveGroupRequest(
             group_id=self._group_id,

@@ -42,7 +42,8 @@ the epoch of the next heartbeat answer, until its deadline; a commit made while 
 
 *Leaving.* ``close()`` commits (auto-commit), revokes, and heartbeats with epoch -1; a static
 member (``group_instance_id``) sends -2 instead, so the broker keeps its assignment for its
-return within the session timeout.
+return within the session timeout. KIP-1092's close options change that: LEAVE_GROUP sends -1
+for a static member too, REMAIN_IN_GROUP sends nothing for a dynamic one.
 
 This class reuses, through the classic :class:`~.group.GroupCoordinator`, what the two
 protocols share (:class:`~.membership.GroupMembership`: commit bookkeeping, auto-commit, the
@@ -374,13 +375,22 @@ class ConsumerGroupMember(GroupCoordinator):
         finally:
             self._reconciling = False
 
-    async def leave(self, *, reason: str = "the consumer is closing", force: bool = False) -> None:
-        """Heartbeat with epoch -1 (-2 for a static member); the member keeps its id."""
+    async def leave(
+        self,
+        *,
+        reason: str = "the consumer is closing",
+        force: bool = False,
+        permanent: bool = False,
+    ) -> None:
+        """Heartbeat with epoch -1 (-2 for a static member, which will be back; -1 for it
+        too when ``permanent``, KIP-1092's LEAVE_GROUP, as Java: the broker has no other
+        way to let a static member go for good); the member keeps its id."""
         if self.generation <= 0 and self.state is not MemberState.STABLE:
             self.state = MemberState.UNJOINED
             return
         request = self._request()
-        request.member_epoch = _LEAVE_EPOCH if self._instance_id is None else _STATIC_LEAVE_EPOCH
+        static = self._instance_id is not None and not permanent
+        request.member_epoch = _STATIC_LEAVE_EPOCH if static else _LEAVE_EPOCH
         request.topic_partitions = None
         try:
             with anyio.fail_after(self._settings.request_timeout_s):
