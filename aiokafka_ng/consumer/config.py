@@ -74,9 +74,8 @@ class ConsumerConfig(ClientConfig):
     #: ``"range"``); None lets the broker use its default.
     group_remote_assignor: str | None = None
     client_rack: str = ""
-    #: Where a partition without a committed offset starts: ``"earliest"``, ``"latest"``,
-    #: ``"none"`` (raise), or ``"by_duration:PnDTnHnMn.nS"`` (KIP-1106, Java 4.0's too): the
-    #: first record written at most that long before the reset, the log end if none is.
+    # "earliest", "latest", "none" or "by_duration:PnDTnHnMn.nS" (KIP-1106; its docs text is
+    # tools/gen_config_docs.py's).
     auto_offset_reset: str = "latest"
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = Field(default=5000, gt=0)

@@ -156,8 +156,8 @@ class Consumer:
 
         ``group_membership_operation`` (KIP-1092, :class:`GroupMembershipOperation`):
         ``DEFAULT`` leaves the group unless the member is static, ``LEAVE_GROUP`` leaves
-        (static members too), ``REMAIN_IN_GROUP`` stays until the session times out (a
-        consumer about to be restarted spares the group two rebalances). Java's form,
+        (static members too), ``REMAIN_IN_GROUP`` stays until the session times out (no
+        rebalance at the close). Java's form,
         ``close(CloseOptions(group_membership_operation=..., timeout=...))``, is accepted
         too.
         """

@@ -57,8 +57,8 @@ class GroupMembershipOperation(Enum):
       instance id; KIP-848: the leave heartbeat with epoch -1), so the partitions move now.
     * ``REMAIN_IN_GROUP``: send nothing: the member stays until ``session_timeout_ms``
       runs out without heartbeats (a KIP-848 static member still says it will be back,
-      epoch -2, as on ``DEFAULT``). For a consumer restarted at once, this saves the
-      rebalance its leaving would cause.
+      epoch -2, as on ``DEFAULT``). The group does not rebalance at the close, only when
+      the session times out (a static member back in time keeps its partitions).
     """
 
     DEFAULT = "default"
