@@ -167,7 +167,8 @@ class OffsetReset:
 
 #: What ``reset_consumer_group_offsets`` takes: an :class:`OffsetReset`, or the name of one
 #: of the two resets that need no value (as ``kafka-consumer-groups`` spells them, or short).
-OffsetResetSpec = OffsetReset | Literal["earliest", "latest", "to-earliest", "to-latest"]
+#: A ``"by_duration:<ISO 8601 duration>"`` string (KIP-1106's spelling) is accepted too.
+OffsetResetSpec = OffsetReset | Literal["earliest", "latest", "to-earliest", "to-latest"] | str
 RESET_STRINGS = ("earliest", "latest", "to-earliest", "to-latest")
 # The other kinds, by their string and by the class method that builds them.
 _NEEDS_VALUE = {

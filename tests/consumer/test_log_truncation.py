@@ -279,9 +279,10 @@ async def test_list_offsets_names_the_leader_epoch_it_knows() -> None:
         async with Consumer(**kafka.client_config()) as consumer:
             assert await consumer.end_offsets([TP]) == {TP: 2}
             (first,) = kafka.received(LIST_OFFSETS)
-            epoch = kafka.cluster.partition(TOPIC, 0).leader_epoch
+            partition = kafka.cluster.partition(TOPIC, 0)
+            assert partition is not None
+            epoch, leader = partition.leader_epoch, partition.leader
             assert [p.current_leader_epoch for p in first.request.topics[0].partitions] == [epoch]
-            leader = kafka.cluster.partition(TOPIC, 0).leader
             kafka.move_leader(TOPIC, 0, to_node=leader)  # the same node, a new epoch
             assert await consumer.beginning_offsets([TP]) == {TP: 0}
             later = kafka.received(LIST_OFFSETS)[1:]
