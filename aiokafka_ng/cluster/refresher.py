@@ -531,6 +531,7 @@ class MetadataRefresher:
         now = anyio.current_time()
         self._pacing.succeeded()
         self._failing_since = None
+        self._told_to_rebootstrap = False  # a signal from a bootstrap server: answered since
         self._fatal = None
         self._last_error = None
         self._last_ok_at = now
