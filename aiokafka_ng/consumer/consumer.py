@@ -38,7 +38,9 @@ from aiokafka_ng.consumer.errors import ConsumerStoppedError
 from aiokafka_ng.consumer.fetcher import Fetcher
 from aiokafka_ng.consumer.group import GroupCoordinator
 from aiokafka_ng.consumer.models import (
+    CloseOptions,
     ConsumerRecord,
+    GroupMembershipOperation,
     GroupMetadata,
     OffsetAndMetadata,
     OffsetAndTimestamp,
@@ -150,14 +152,28 @@ class Consumer:
         if self._initial_topics:
             self.subscribe(self._initial_topics)
 
-    async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
+    async def close(
+        self,
+        timeout: float | CloseOptions | None = None,  # noqa: ASYNC109 (public API)
+        *,
+        group_membership_operation: GroupMembershipOperation | str | None = None,
+    ) -> None:
         """Commit (auto-commit), leave the group, stop the tasks, close the connections.
 
         Committing and leaving take at most ``timeout`` seconds (default
         ``close_timeout_ms``): an unreachable coordinator must not hold an application's
         shutdown; then the rest is stopped anyway. Idempotent; closing a consumer that was
         never started just marks it closed. ``stop()`` is the same method (aiokafka's name).
+
+        ``group_membership_operation`` (KIP-1092, :class:`GroupMembershipOperation`):
+        ``DEFAULT`` leaves the group unless the member is static, ``LEAVE_GROUP`` leaves
+        (static members too), ``REMAIN_IN_GROUP`` stays until the session times out (no
+        rebalance at the close). Java's form,
+        ``close(CloseOptions(group_membership_operation=..., timeout=...))``, is accepted
+        too.
         """
+        options = _close_options(timeout, group_membership_operation)  # checked when unused too
+        timeout = options.timeout
         if not self._runtime.begin_close():
             return
         if self._fetcher is not None:
@@ -169,7 +185,7 @@ class Consumer:
                 # Shielded (a cancelled owner still leaves the group cleanly), but bounded:
                 # an unreachable coordinator must not hold the shutdown forever.
                 with anyio.move_on_after(limit, shield=True) as scope:
-                    await self._group.close()
+                    await self._group.close(options.operation)
                 if scope.cancelled_caught:
                     log.warning(
                         "consumer %s: group %s not left cleanly within %g s (%s);"
@@ -535,16 +551,12 @@ class Consumer:
 
     async def topics(self) -> frozenset[str]:
         """Every topic in the cluster (internal ones excluded by default)."""
-        from aiokafka_ng.protocol.messages.metadata import MetadataRequest
-
         cluster, _, _ = self._running()
-        response = await cluster.request_any(
-            MetadataRequest(topics=None, allow_auto_topic_creation=False)
-        )
+        topics = await cluster.all_topics()
         return frozenset(
-            t.name
-            for t in response.topics
-            if t.name and not (self._config.exclude_internal_topics and t.is_internal)
+            name
+            for name, t in topics.items()
+            if not (self._config.exclude_internal_topics and t.is_internal)
         )
 
     async def client_instance_id(self, timeout: float = 0.0) -> uuid.UUID | None:  # noqa: ASYNC109
@@ -596,3 +608,16 @@ class Consumer:
                 await self._group.wait_joined()
             return self.assignment()
         raise KafkaTimeoutError("no assignment from the group in time")
+
+
+def _close_options(
+    timeout: float | CloseOptions | None, operation: GroupMembershipOperation | str | None
+) -> CloseOptions:
+    """``close()``'s arguments as one :class:`CloseOptions` (Java's form or keywords)."""
+    if isinstance(timeout, CloseOptions):
+        if operation is not None:
+            raise TypeError("give group_membership_operation in the CloseOptions, not both")
+        return timeout
+    return CloseOptions(
+        GroupMembershipOperation.DEFAULT if operation is None else operation, timeout
+    )

@@ -23,10 +23,13 @@ Theory of operation. Two activities share the state below, on one event loop:
   and partitions) replaces ``_assignment`` when present. Fenced or unknown -> join again at
   epoch 0 with the same member id. ``stop()`` leaves with epoch -1.
 - ``poll()`` (and iteration, which uses it) does the fetching in the caller's task: one
-  ShareFetch per partition leader, concurrently. Each broker has a *share session* for this
-  member (``_Session``): epoch 0 opens it with the full partition list, each later request
-  uses the next epoch and names only partitions that are new (``topics``), gone
-  (``forgotten_topics_data``) or that carry acknowledgements; -1 closes it. A session's
+  ShareFetch per partition leader, concurrently (with ``share_acquire_mode="record_limit"``
+  only one of them asks for records, the leaders taking turns, and the others carry only
+  acknowledgements and session changes, or are not sent: KIP-1206's limit is per poll).
+  Each broker has a *share session* for this member (``_Session``): epoch 0 opens it with
+  the full partition list, each later request uses the next epoch and names only partitions
+  that are new (``topics``), gone (``forgotten_topics_data``) or that carry
+  acknowledgements; -1 closes it. A session's
   requests are serialized by its lock, since each one's epoch depends on the previous
   answer. A failed request resets the session to epoch 0; the acknowledgements it carried
   are lost and their records come back when their locks expire (Java does the same).
@@ -131,6 +134,14 @@ class ShareConsumer(_ShareWire):
     ``acknowledgement_callback({tp: offsets}, error)`` hears how each acknowledgement went
     (see :data:`AcknowledgementCallback` and docs/share-groups.md).
 
+    ``share_acquire_mode`` (Java's ``share.acquire.mode``, KIP-1206): ``"batch_optimized"``
+    (the default) lets the broker acquire whole record batches, so a poll may acquire more
+    than ``max_poll_records`` (the rest wait in the consumer, their locks running);
+    ``"record_limit"`` has the broker acquire at most ``max_poll_records`` records per poll,
+    splitting batches, and fetches records from one broker at a time (in turn) so the limit
+    holds across brokers. It needs ShareFetch v2 (Kafka 4.2+): against an older broker
+    ``poll()`` raises ``UnsupportedVersionError``.
+
     Where a share group starts reading is the *group's* config ``share.auto.offset.reset``
     (``latest`` unless set; see docs/share-groups.md), not a client setting.
     """
@@ -141,18 +152,28 @@ class ShareConsumer(_ShareWire):
         group_id: str,
         acknowledgement_mode: Literal["implicit", "explicit"] = "implicit",
         acknowledgement_callback: AcknowledgementCallback | None = None,
+        share_acquire_mode: Literal["batch_optimized", "record_limit"] | str = "batch_optimized",
         **config: Any,
     ) -> None:
         topics = check_topic_args(type(self).__name__, topics)
+        bad: dict[str, str] = {}
         if acknowledgement_mode not in ("implicit", "explicit"):
-            raise ConfigError(
-                {"acknowledgement_mode": f"'implicit' or 'explicit', not {acknowledgement_mode!r}"}
+            bad["acknowledgement_mode"] = f"'implicit' or 'explicit', not {acknowledgement_mode!r}"
+        mode = share_acquire_mode.lower() if isinstance(share_acquire_mode, str) else None
+        if mode not in ("batch_optimized", "record_limit"):
+            bad["share_acquire_mode"] = (
+                f"'batch_optimized' or 'record_limit', not {share_acquire_mode!r}"
             )
+        if bad:
+            raise ConfigError(bad)
         if not group_id:
             raise ConfigError({"group_id": "a share consumer needs a group_id"})
         self._config = ConsumerConfig(group_id=group_id, enable_auto_commit=False, **config)
         self._topics = sorted(set(topics))
         self._explicit = acknowledgement_mode == "explicit"
+        self._record_limit = mode == "record_limit"
+        self._fetch_turn = 0  # record_limit: which leader fetches records this round
+        self._fetch_error: KafkaError | None = None
         # A member id of our own (KIP-1082, as Java makes it): 22 chars of URL-safe base64.
         self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self._epoch = 0
@@ -562,7 +583,7 @@ class ShareConsumer(_ShareWire):
         deadline = anyio.current_time() + timeout_ms / 1000
         # No cancellation around a fetch: a ShareFetch abandoned in flight would leave its
         # session's epoch unknown. Each round waits at most what is left of the timeout.
-        while not self._buffer and self._decode_error is None:
+        while not self._buffer and self._decode_error is None and self._fetch_error is None:
             remaining = deadline - anyio.current_time()
             if not self._assignment:
                 if remaining <= 0:
@@ -581,6 +602,9 @@ class ShareConsumer(_ShareWire):
         if self._decode_error is not None:
             error, self._decode_error = self._decode_error, None
             raise error
+        if self._fetch_error is not None:
+            fetch_error, self._fetch_error = self._fetch_error, None
+            raise fetch_error
         if not self._buffer and any(self._acks.values()):
             # Nothing came, but the previous batch's acknowledgements must not wait for
             # the next poll (their locks run out meanwhile).
