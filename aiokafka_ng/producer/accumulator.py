@@ -65,7 +65,7 @@ time plus ``delivery_timeout_ms``, a waiting record's its arrival plus the same 
 topic said not to exist, ``max_block_ms``, on one monotonic clock: an item entering never
 has an earlier deadline than those of its kind already held. So the timer needs a signal
 only when something enters an accumulator it has left alone (``expiry_armed`` False), one
-flag test per new batch or queued record (``expiry_needed`` on the wake-up channel), or
+flag test per new batch or queued record (the ``wake_expiry`` signal), or
 when waiting records get the shorter limit: a topic is said not to exist, or a missing
 topic's first waiting record is due before ``expiry_at``, the deadline the timer sleeps
 for.
@@ -73,12 +73,12 @@ for.
 Memory: each record reserves its estimated size from the ``MemoryPool`` in ``send()``; a
 batch releases the sum when it completes or fails.
 
-Wake-ups: the accumulator never calls a sender. It signals on the producer's wake-up channel
-(:mod:`aiokafka_ng.producer.wakeups`): ``batch_ready(node)`` whenever a node's drain may
-take something or its next deadline moved (a batch closed, an unmute, a re-queue or split,
-a leader moved there), ``batch_due(node, at)`` for a new head batch that only lingers until
-``at``, ``metadata_needed(topic)`` when a record starts
-waiting for its topic.
+Signals: the accumulator never calls a sender. It calls the engine's signals
+(:mod:`aiokafka_ng.producer.signals`): ``wake_node(node)`` whenever a node's drain may take
+something or its next deadline moved (a batch closed, an unmute, a re-queue or split, a
+leader moved there), ``node_due(node, at)`` for a new head batch that only lingers until
+``at``, ``need_metadata(topic)`` when a record starts waiting for its topic,
+``wake_expiry()`` for the expiry timer.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ from aiokafka_ng.producer.future import Delivery, fail_position, finish_all
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitioner, murmur2
-from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
+from aiokafka_ng.producer.signals import QUIET, Signals
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import RecordBatchBuilder
 
@@ -143,7 +143,7 @@ class Accumulator:
         idempotence: IdempotenceState | None,
         partitioner: CustomPartitioner | None = None,
         sticky: StickyPartitioner | None = None,
-        wakeups: Wakeups = UNWIRED,
+        signals: Signals = QUIET,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pool = pool
@@ -162,8 +162,9 @@ class Accumulator:
         self.idem = idempotence
         self.partitioner = partitioner
         self.sticky = sticky or StickyPartitioner()
-        #: Where it signals a node's batch becoming ready and a topic needing metadata.
-        self.wakeups = wakeups
+        #: Where it signals a node's batch becoming ready and a topic needing metadata (the
+        #: engine's signals).
+        self.signals = signals
         self.clock = clock
         #: The asyncio loop the producer runs on (None under trio): futures' callbacks go
         #: through it, one call_soon per batch.
@@ -228,7 +229,7 @@ class Accumulator:
                 # authorization): fail now, as the Java client's metadata wait would.
                 self.fail_record(future, size, tm.error(f"topic {topic!r}: {tm.error.__name__}"))
                 return
-            self.wakeups.metadata_needed(topic)
+            self.signals.need_metadata(topic)
         now = self.clock()
         t.pending.append((partition, key, value, headers, timestamp_ms, size, future, now))
         if not self.expiry_armed or (
@@ -244,7 +245,7 @@ class Accumulator:
             if tm is not None and tm.fatal and tm.error is not None:
                 self.fail_run(run, tm.error(f"topic {t.name!r}: {tm.error.__name__}"))
                 return
-            self.wakeups.metadata_needed(t.name)
+            self.signals.need_metadata(t.name)
         run.enqueued_at = now = self.clock()
         t.pending.append(run)
         if not self.expiry_armed or (
@@ -333,7 +334,7 @@ class Accumulator:
         self._close(batch)
         pq = batch.pq
         if pq.leader >= 0:
-            self.wakeups.batch_ready(pq.leader)
+            self.signals.wake_node(pq.leader)
         if sticky:
             t.sticky = self.sticky.pick(pq.partition, len(t.partitions), t.available)
 
@@ -355,9 +356,9 @@ class Accumulator:
             # A new head batch: its sender must learn the linger deadline (or drain now).
             at = self._is_ready(pq, batch, batch.created)
             if at:
-                self.wakeups.batch_due(pq.leader, at)
+                self.signals.node_due(pq.leader, at)
             else:
-                self.wakeups.batch_ready(pq.leader)
+                self.signals.wake_node(pq.leader)
         if not self.expiry_armed:
             self.arm_expiry()
         return batch
@@ -366,7 +367,7 @@ class Accumulator:
         """Something with a deadline entered while the expiry timer was idle, or one due
         before the timer's: wake it."""
         self.expiry_armed = True
-        self.wakeups.expiry_needed()
+        self.signals.wake_expiry()
 
     def _close(self, batch: ProducerBatch) -> bytes:
         """Build a batch; with compression, learn how well the topic compresses so the next
@@ -413,7 +414,7 @@ class Accumulator:
         self.nodes = nodes
         for node in nodes:
             if node not in old or nodes[node] != old[node]:
-                self.wakeups.batch_ready(node)
+                self.signals.wake_node(node)
 
     def _apply_topic(self, t: TopicQueue, tm: TopicMetadata) -> None:
         count = max(tm.partitions) + 1
@@ -503,6 +504,12 @@ class Accumulator:
                     next_at = at
                 continue
             if idem is not None and not idem.may_drain(pq, batch, node):
+                if idem.drain_error is not None:
+                    # A transaction aborting or failed: what is queued will never be part
+                    # of a committed one. Fail it now, so flush()/abort() need not wait.
+                    exc = idem.drain_error
+                    while pq.batches:
+                        self.fail(pq.batches.popleft(), exc)
                 continue
             data = self._close(batch)
             if out and size + len(data) > self.max_request_size:
@@ -543,7 +550,7 @@ class Accumulator:
         if pq.batches and pq.leader >= 0:
             # Sarama #3689: unmuting (or an idempotence slot freeing up) must wake the
             # drain, or the partition's next batch waits forever.
-            self.wakeups.batch_ready(pq.leader)
+            self.signals.wake_node(pq.leader)
 
     def complete(
         self,
@@ -628,7 +635,7 @@ class Accumulator:
         batch.done = True
         pq.batches.extendleft(reversed(parts))
         if pq.leader >= 0:
-            self.wakeups.batch_ready(pq.leader)
+            self.signals.wake_node(pq.leader)
         return True
 
     def expired(self, batch: ProducerBatch, now: float) -> bool:

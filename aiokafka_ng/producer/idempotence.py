@@ -29,8 +29,9 @@ re-sent batch it already has is DUPLICATE_SEQUENCE_NUMBER (we count it delivered
   real gap; UNKNOWN_PRODUCER_ID means the broker lost our state (restart, retention). Both,
   and any batch that fails for good while holding a sequence (a hole nobody will fill), call
   :meth:`IdempotenceState.request_reset`.
-* Reset (KIP-360's epoch bump, done the portable way): draining stops, and once nothing is
-  in flight the producer id's owner (``producer_id.py``) asks InitProducerId (v3+; Tansu
+* Reset (KIP-360's epoch bump, done the portable way): draining stops, the state calls the
+  ``on_reset`` it was built with (the engine's ``producer_id_wanted`` signal), and once
+  nothing is in flight the producer id's owner (``producer_id.py``) asks InitProducerId (v3+; Tansu
   rejects v0-2) for a *new* producer id. Every partition restarts at sequence 0 and queued
   retries are re-stamped. We take a new id rather than bumping the epoch locally because a
   broker that did not see the bump fences a locally bumped epoch (Tansu answers
@@ -61,8 +62,13 @@ class IdempotenceState:
 
     #: Whether stamped batches carry the transactional flag (the transactional subclass).
     transactional = False
+    #: The error queued batches fail with when the drain meets them (only a transaction
+    #: sets one: ``txn_idempotence``).
+    drain_error: BaseException | None = None
 
     def __init__(self, on_reset: Callable[[], None] = lambda: None) -> None:
+        """``on_reset``: called when a reset is requested (the engine passes its
+        ``producer_id_wanted`` signal)."""
         self.producer_id = -1
         self.epoch = -1
         #: False until InitProducerId answered, and again while a reset is pending.

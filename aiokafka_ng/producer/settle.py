@@ -5,10 +5,10 @@ Theory of operation
 Deciding and doing are apart. :func:`response_outcomes` and :func:`error_outcomes` are pure:
 they read the answer, each batch's attempts and age and -- with idempotence -- whether it
 holds the next sequence the broker expects, and return the outcomes in the order they are
-to be carried out; they change nothing. The sender carries them out
-(``NodeSender.apply``: the accumulator, the cluster's metadata, the idempotence state), so
-every rule below is one place, testable on a canned answer with no sender, connection or
-clock (``tests/producer/test_settle.py``).
+to be carried out; they change nothing. The engine carries them out
+(``ProducerEngine.apply``: the accumulator, the idempotence state, and the cluster's metadata
+through its signals), so every rule below is one place, testable on a canned answer with no
+sender, connection or clock (``tests/producer/test_settle.py``).
 
 Every batch of a request gets exactly one final outcome:
 

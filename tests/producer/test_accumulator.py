@@ -22,7 +22,7 @@ from aiokafka_ng.producer.accumulator import Accumulator, PendingRun
 from aiokafka_ng.producer.future import BatchDelivery, DeliveryFuture
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
-from aiokafka_ng.producer.wakeups import Unwired
+from aiokafka_ng.producer.signals import Signals
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import iter_batches
 
@@ -48,18 +48,18 @@ def meta(
     )
 
 
-class Heard(Unwired):
-    """The accumulator's wake-ups, recorded: nodes woken and topics asked for, in order."""
+class Heard:
+    """The accumulator's signals, recorded: nodes woken and topics asked for, in order. A
+    lingering head batch's ``node_due`` counts as its node woken."""
 
     def __init__(self) -> None:
         self.woken: list[int] = []
         self.requested: list[str] = []
-
-    def batch_ready(self, node: int) -> None:
-        self.woken.append(node)
-
-    def metadata_needed(self, topic: str) -> None:
-        self.requested.append(topic)
+        self.signals = Signals(
+            wake_node=self.woken.append,
+            node_due=lambda node, at: self.woken.append(node),
+            need_metadata=self.requested.append,
+        )
 
 
 def make(
@@ -83,7 +83,7 @@ def make(
         retry_backoff=ExponentialBackoff(100, 1000, jitter=0),
         guarantee_order=guarantee_order,
         idempotence=idem,
-        wakeups=heard,
+        signals=heard.signals,
         clock=clock,
     )
     return acc, heard.woken, heard.requested
