@@ -18,7 +18,7 @@ librdkafka's UA queue). A record goes to one of two places, synchronously:
   every wait: ``send()`` never blocks on metadata, and ``max_block_ms=0`` -- never wait for
   memory -- must not fail the first records of every new topic.)
   A chunk of a bulk run (``send_many``/``send_batch``) waits as *one* entry
-  (:class:`PendingRun`) and is placed whole by the bulk path when its turn comes, not as a
+  (:class:`QueuedRun`) and is placed whole by the bulk path when its turn comes, not as a
   queue entry and a future per record: a fresh producer's first runs queue thousands of
   records before the metadata's round trip ends, and one by one they cost ~10x as much.
 
@@ -97,14 +97,14 @@ from aiokafka_ng.net.latency import LatencyRecorder
 from aiokafka_ng.producer.batch import (
     Headers,
     PartitionQueue,
-    Pending,
-    PendingRun,
     ProducerBatch,
+    QueuedRecord,
+    QueuedRun,
     TopicQueue,
     halves,
     no_partition_error,
 )
-from aiokafka_ng.producer.delivery import decide, place
+from aiokafka_ng.producer.delivery import bind_entry, decide
 from aiokafka_ng.producer.future import Delivery, fail_position, finish_all
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
@@ -115,7 +115,7 @@ from aiokafka_ng.protocol.records import RecordBatchBuilder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Accumulator", "PartitionQueue", "PendingRun", "ProducerBatch", "TopicQueue"]
+__all__ = ["Accumulator", "PartitionQueue", "ProducerBatch", "QueuedRun", "TopicQueue"]
 
 #: How late an event-loop timer may fire (epoll's millisecond rounding): lingering batches
 #: are ready this much before their deadline, so they never leave after it.
@@ -237,7 +237,7 @@ class Accumulator:
         ):
             self.arm_expiry()
 
-    def queue_run(self, t: TopicQueue, run: PendingRun) -> None:
+    def queue_run(self, t: TopicQueue, run: QueuedRun) -> None:
         """Queue a bulk chunk in the pending queue of ``t``, whose metadata is not known yet
         or which has records waiting before it (memory already reserved)."""
         if not t.pending:
@@ -253,7 +253,7 @@ class Accumulator:
         ):
             self.arm_expiry()
 
-    def fail_run(self, run: PendingRun, exc: BaseException) -> None:
+    def fail_run(self, run: QueuedRun, exc: BaseException) -> None:
         shared, positions = run.shared, run.positions
         for j, (fut, size) in enumerate(zip(run.futures, run.sizes, strict=True)):
             if shared is not None and positions is not None:
@@ -302,7 +302,7 @@ class Accumulator:
             if batch.data is None:
                 delta = batch.builder.append(timestamp_ms, key, value, headers or ())
                 if delta is not None:
-                    place(future, batch, delta)
+                    bind_entry(future, batch, delta)
                     batch.futures.append(future)
                     if batch.positions is not None:
                         batch.positions.append(-1)
@@ -314,7 +314,7 @@ class Accumulator:
                     return
         batch = self.open_batch(t, pq)
         batch.builder.append(timestamp_ms, key, value, headers or ())
-        place(future, batch, 0)
+        bind_entry(future, batch, 0)
         batch.futures.append(future)
         batch.memory = size
 
@@ -431,8 +431,8 @@ class Accumulator:
             # Taken off the queue once placed: should placing raise (a bug), the entry is
             # still queued and fails with everything else instead of being lost.
             entry = pending[0]
-            if isinstance(entry, PendingRun):
-                entry.place(self, t, entry)
+            if isinstance(entry, QueuedRun):
+                entry.placer(self, t, entry)
             else:
                 p, key, value, headers, ts, size, fut, _ = entry
                 self.place(t, p, key, value, headers, ts, size, fut)
@@ -442,8 +442,8 @@ class Accumulator:
         while t.pending:
             self._fail_entry(t.pending.popleft(), exc)
 
-    def _fail_entry(self, entry: Pending | PendingRun, exc: BaseException) -> None:
-        if isinstance(entry, PendingRun):
+    def _fail_entry(self, entry: QueuedRecord | QueuedRun, exc: BaseException) -> None:
+        if isinstance(entry, QueuedRun):
             self.fail_run(entry, exc)
         else:
             self.fail_record(entry[6], entry[5], exc)
@@ -519,7 +519,7 @@ class Accumulator:
                 data = idem.stamp(pq, batch)
             size += len(data)
             batch.node = node
-            batch.in_flight = True
+            batch.in_request = True
             self.flight.add(batch)
             if self.guarantee_order:
                 pq.muted = True
@@ -542,8 +542,8 @@ class Accumulator:
     # ------------------------------------------------------------------ outcomes
 
     def _leave_flight(self, batch: ProducerBatch) -> None:
-        if batch.in_flight:
-            batch.in_flight = False
+        if batch.in_request:
+            batch.in_request = False
             self.flight.discard(batch)
         pq = batch.pq
         pq.muted = False
@@ -637,9 +637,6 @@ class Accumulator:
         if pq.leader >= 0:
             self.signals.wake_node(pq.leader)
         return True
-
-    def expired(self, batch: ProducerBatch, now: float) -> bool:
-        return now - batch.created >= self.delivery_timeout
 
     def next_expiry(self) -> float | None:
         """The earliest delivery deadline :meth:`expire` acts on (a topic's oldest waiting
@@ -775,7 +772,7 @@ class Accumulator:
         out: list[Delivery[Any]] = []
         for t in self.topics.values():
             for entry in t.pending:
-                if not isinstance(entry, PendingRun):
+                if not isinstance(entry, QueuedRun):
                     out.append(entry[6])
                 elif entry.shared is not None:
                     out.append(entry.shared)
@@ -805,18 +802,18 @@ class Accumulator:
             for pq in t.partitions:
                 pq.next_sequence = 0
                 pq.last_acked = -1
-                pq.in_flight = []
+                pq.unresolved = []
                 for b in pq.batches:
                     b.base_sequence = -1
 
 
 def _waiting(t: TopicQueue) -> int:
     """How many records wait in ``t``'s pending queue."""
-    return sum(len(e.futures) if isinstance(e, PendingRun) else 1 for e in t.pending)
+    return sum(len(e.futures) if isinstance(e, QueuedRun) else 1 for e in t.pending)
 
 
-def _enqueued_at(entry: Pending | PendingRun) -> float:
-    return entry.enqueued_at if isinstance(entry, PendingRun) else entry[7]
+def _enqueued_at(entry: QueuedRecord | QueuedRun) -> float:
+    return entry.enqueued_at if isinstance(entry, QueuedRun) else entry[7]
 
 
 def _expired_error(batch: ProducerBatch, now: float) -> KafkaError:

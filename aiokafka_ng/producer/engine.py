@@ -56,8 +56,8 @@ from aiokafka_ng.producer.settle import (
     NewLeader,
     Outcome,
     Refresh,
+    Requeue,
     ResetProducerId,
-    Retry,
     Rules,
     Split,
     error_outcomes,
@@ -225,7 +225,7 @@ class ProducerEngine:
         for o in outcomes:
             if isinstance(o, Delivered):
                 acc.complete(o.batch, o.base_offset, o.log_append_time, o.log_start_offset)
-            elif isinstance(o, Retry):
+            elif isinstance(o, Requeue):
                 acc.requeue(o.batch, now)
             elif isinstance(o, Failed):
                 acc.fail(o.batch, o.exc)

@@ -8,7 +8,7 @@ re-sent batch it already has is DUPLICATE_SEQUENCE_NUMBER (we count it delivered
 
 * A batch gets its sequence at its first drain (``stamp``) and keeps it on every retry; the
   header is patched in place (``set_producer_state``), records are not re-encoded.
-* Per partition, ``PartitionQueue.in_flight`` lists the batches holding unresolved sequences,
+* Per partition, ``PartitionQueue.unresolved`` lists the batches holding unresolved sequences,
   in sequence order (on the wire, or re-queued for retry). At most five new batches.
 * A retried batch drains only when it is the lowest unresolved sequence of its partition;
   newer ones wait behind it (the Java client's rule: recovery drops to one in flight).
@@ -101,10 +101,10 @@ class IdempotenceState:
     def may_drain(self, pq: PartitionQueue, batch: ProducerBatch, node: int) -> bool:
         if batch.base_sequence >= 0:
             # A retry: only the lowest unresolved sequence may go (ordered recovery).
-            return bool(pq.in_flight) and pq.in_flight[0] is batch
-        if len(pq.in_flight) >= MAX_IN_FLIGHT_PER_PARTITION:
+            return bool(pq.unresolved) and pq.unresolved[0] is batch
+        if len(pq.unresolved) >= MAX_IN_FLIGHT_PER_PARTITION:
             return False
-        if pq.in_flight and pq.acked_producer_id != self.producer_id:
+        if pq.unresolved and pq.acked_producer_id != self.producer_id:
             # The partition has not written a batch of this producer id yet: one at a time
             # until it has. A broker takes any first sequence from a producer it has no
             # state for (Kafka 4.4), so if the first batch failed and the next one got in,
@@ -114,7 +114,7 @@ class IdempotenceState:
             # refuses anything but the next sequence, and pipelining is safe.
             return False
         # Not past batches still unresolved at another broker (a leader move).
-        return all(b.node == node for b in pq.in_flight)
+        return all(b.node == node for b in pq.unresolved)
 
     def stamp(self, pq: PartitionQueue, batch: ProducerBatch) -> bytes:
         """Give a batch its sequence at first drain (kept on retry); return its bytes."""
@@ -124,7 +124,7 @@ class IdempotenceState:
             seq = pq.next_sequence
             batch.base_sequence = seq
             pq.next_sequence = (seq + len(batch.futures)) % _SEQ_MOD
-            pq.in_flight.append(batch)
+            pq.unresolved.append(batch)
             data = batch.data = set_producer_state(
                 data, self.producer_id, self.epoch, seq, is_transactional=self.transactional
             )
@@ -144,13 +144,13 @@ class IdempotenceState:
         so when this batch's first attempt failed (a leader not yet elected on a new topic,
         say) and a later one of ours got in, the partition is past this batch for good.
         Otherwise an earlier batch is still on its way and this one is retried behind it."""
-        return self.is_next(pq, batch) or (bool(pq.in_flight) and pq.in_flight[0] is batch)
+        return self.is_next(pq, batch) or (bool(pq.unresolved) and pq.unresolved[0] is batch)
 
     def acked(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
         if batch.base_sequence < 0:
             return
         try:
-            pq.in_flight.remove(batch)
+            pq.unresolved.remove(batch)
         except ValueError:
             return  # a reset happened meanwhile; the old sequence no longer matters
         pq.last_acked = (batch.base_sequence + len(batch.futures) - 1) % _SEQ_MOD
@@ -161,7 +161,7 @@ class IdempotenceState:
         if batch.base_sequence < 0:
             return
         try:
-            pq.in_flight.remove(batch)
+            pq.unresolved.remove(batch)
         except ValueError:
             return
         self.request_reset()

@@ -23,7 +23,7 @@ Every batch of a request gets exactly one final outcome:
   partition: ``IdempotenceState.gap_at``) or lost/fenced producer state also asks for a
   new producer id first (:class:`ResetProducerId`, KIP-360);
 * a retriable error (connection lost, timeout, NOT_LEADER...), fewer attempts than
-  ``retries`` and younger than ``delivery_timeout_ms``: :class:`Retry` (re-queued at the
+  ``retries`` and younger than ``delivery_timeout_ms``: :class:`Requeue` (re-queued at the
   head after the backoff); ``invalid_metadata`` errors also ask for a metadata refresh
   (:class:`Refresh`) and, when the answer names the partition's current leader (KIP-951),
   :class:`NewLeader` before anything else;
@@ -52,8 +52,8 @@ __all__ = [
     "NewLeader",
     "Outcome",
     "Refresh",
+    "Requeue",
     "ResetProducerId",
-    "Retry",
     "Rules",
     "Split",
     "error_outcomes",
@@ -80,7 +80,7 @@ class Split(NamedTuple):
     fallback: tuple[Outcome, ...]
 
 
-class Retry(NamedTuple):
+class Requeue(NamedTuple):
     batch: ProducerBatch
 
 
@@ -107,7 +107,7 @@ class ResetProducerId(NamedTuple):
     exc: KafkaError
 
 
-Outcome = Delivered | Split | Retry | Failed | NewLeader | Refresh | ResetProducerId
+Outcome = Delivered | Split | Requeue | Failed | NewLeader | Refresh | ResetProducerId
 
 
 class Rules(NamedTuple):
@@ -136,7 +136,7 @@ def error_outcomes(
         out.append(Refresh(batch.topic))
     expired = now - batch.created >= rules.delivery_timeout
     if retriable and batch.attempts < rules.retries and not expired:
-        out.append(Retry(batch))
+        out.append(Requeue(batch))
     elif expired and retriable:
         out.append(
             Failed(

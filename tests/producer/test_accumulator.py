@@ -18,7 +18,7 @@ from aiokafka_ng.cluster.metadata import (
 )
 from aiokafka_ng.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
 from aiokafka_ng.net.backoff import ExponentialBackoff
-from aiokafka_ng.producer.accumulator import Accumulator, PendingRun
+from aiokafka_ng.producer.accumulator import Accumulator, QueuedRun
 from aiokafka_ng.producer.future import BatchDelivery, DeliveryFuture
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
@@ -267,17 +267,17 @@ def test_pending_topic_fails_alone_at_delivery_timeout() -> None:
     assert acc.pool.available == acc.pool.total
 
 
-def _pending_run(acc: Accumulator, placed: list[str]) -> tuple[BatchDelivery, PendingRun]:
+def _pending_run(acc: Accumulator, placed: list[str]) -> tuple[BatchDelivery, QueuedRun]:
     run = BatchDelivery("t", 1, None, 3)
     assert acc.pool.try_reserve(3 * 40)
 
-    def place(acc: Accumulator, t: Any, entry: PendingRun) -> None:
+    def place(acc: Accumulator, t: Any, entry: QueuedRun) -> None:
         placed.append(t.name)
         for v, size in zip(entry.values, entry.sizes, strict=True):
             acc.place(t, 0, None, v, None, 1, size, DeliveryFuture("t", 1))
 
     values = [b"r0", b"r1", b"r2"]
-    return run, PendingRun(-1, 1, None, values, [40] * 3, [run] * 3, run, [0, 1, 2], place)
+    return run, QueuedRun(-1, 1, None, values, [40] * 3, [run] * 3, run, [0, 1, 2], place)
 
 
 def test_pending_run_waits_as_one_entry_in_send_order() -> None:
