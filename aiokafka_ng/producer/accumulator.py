@@ -203,6 +203,14 @@ class Accumulator:
 
     # ------------------------------------------------------------------ send side
 
+    def placeable(self, topic: str) -> TopicQueue | None:
+        """``topic``'s queue when its records go into batches at once -- its metadata is
+        known and nothing of it waits before them -- else None: they wait in its queue for
+        the metadata (and are charged ``PENDING_OVERHEAD``). The one test ``send()``, the
+        bulk path and ``send_fast`` (C, ``_send.c``) make before placing."""
+        t = self.topics.get(topic)
+        return t if t is not None and t.ready and not t.pending else None
+
     def append(
         self,
         topic: str,
@@ -214,40 +222,51 @@ class Accumulator:
         size: int,
         future: Delivery[Any],
     ) -> None:
-        """Queue one record (memory already reserved). Never blocks, never raises for a
-        record-specific problem: such a record's future fails instead."""
+        """Place one record, or queue it for its topic's metadata (memory already reserved).
+        Never blocks, never raises for a record-specific problem: such a record's future
+        fails instead."""
         t = self.topics.get(topic)
         if t is None:
             t = self.new_topic(topic)
         if t.ready and not t.pending:
             self.place(t, partition, key, value, headers, timestamp_ms, size, future)
             return
-        if not t.pending:
-            tm = self._meta.topics.get(topic)
-            if tm is not None and tm.fatal and tm.error is not None:
-                # The last answer for this topic was an error retrying cannot fix (e.g.
-                # authorization): fail now, as the Java client's metadata wait would.
-                self.fail_record(future, size, tm.error(f"topic {topic!r}: {tm.error.__name__}"))
-                return
-            self.signals.need_metadata(topic)
+        refused = self._refused(t)
+        if refused is not None:
+            self.fail_record(future, size, refused)
+            return
         now = self.clock()
         t.pending.append((partition, key, value, headers, timestamp_ms, size, future, now))
-        if not self.expiry_armed or (
-            len(t.pending) == 1 and now + self._wait_limit(topic) < self.expiry_at
-        ):
-            self.arm_expiry()
+        self._queued(t, now)
 
     def queue_run(self, t: TopicQueue, run: QueuedRun) -> None:
         """Queue a bulk chunk in the pending queue of ``t``, whose metadata is not known yet
         or which has records waiting before it (memory already reserved)."""
-        if not t.pending:
-            tm = self._meta.topics.get(t.name)
-            if tm is not None and tm.fatal and tm.error is not None:
-                self.fail_run(run, tm.error(f"topic {t.name!r}: {tm.error.__name__}"))
-                return
-            self.signals.need_metadata(t.name)
+        refused = self._refused(t)
+        if refused is not None:
+            self.fail_run(run, refused)
+            return
         run.enqueued_at = now = self.clock()
         t.pending.append(run)
+        self._queued(t, now)
+
+    def _refused(self, t: TopicQueue) -> KafkaError | None:
+        """A record or run is about to wait in ``t``'s queue: the error it fails with now
+        when the topic's last answer was one retrying cannot fix (e.g. authorization, as the
+        Java client's metadata wait fails), else None -- and the first to wait asks for the
+        topic's metadata."""
+        if t.pending:
+            return None
+        tm = self._meta.topics.get(t.name)
+        if tm is not None and tm.fatal and tm.error is not None:
+            return tm.error(f"topic {t.name!r}: {tm.error.__name__}")
+        self.signals.need_metadata(t.name)
+        return None
+
+    def _queued(self, t: TopicQueue, now: float) -> None:
+        """Something entered ``t``'s queue at ``now``: the expiry timer must know when the
+        timer is idle, or when it is the topic's first waiter and due before the deadline
+        the timer sleeps for (see "Expiry" above)."""
         if not self.expiry_armed or (
             len(t.pending) == 1 and now + self._wait_limit(t.name) < self.expiry_at
         ):

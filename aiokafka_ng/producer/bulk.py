@@ -327,7 +327,7 @@ async def _queue_chunk(
     # The topic's entry, made now if this is its first record: when the cluster knows the
     # topic already, its first run takes the bulk path too.
     t = acc.topics.get(topic) or acc.new_topic(topic)
-    fast = t.ready and not t.pending
+    fast = acc.placeable(topic) is t
     if not fast:
         sizes = [s + PENDING_OVERHEAD for s in sizes]
     total = sum(sizes)
@@ -337,7 +337,7 @@ async def _queue_chunk(
         if not intake.running:
             pool.release(total)
             raise intake.stopped()
-        fast = t.ready and not t.pending
+        fast = acc.placeable(topic) is t
     if not fast:
         # Not encoded before send_many returns: a column's data buffer is the caller's and
         # may change after that, so the chunk keeps a copy (lists are the run's own already).

@@ -306,9 +306,8 @@ class Producer:
             acc.records_failed += 1
             decide(fut, intake.too_large(size))
             return fut
-        t = acc.topics.get(topic)
-        fast = t is not None and t.ready and not t.pending
-        if not fast:
+        t = acc.placeable(topic)
+        if t is None:
             # It will wait for metadata as a queue entry holding its own objects: charge it.
             size += PENDING_OVERHEAD
         pool = intake.pool
@@ -317,9 +316,8 @@ class Producer:
             if not intake.running:
                 pool.release(size)
                 raise intake.stopped()
-            fast = t is not None and t.ready and not t.pending
-        if fast:
-            assert t is not None
+            t = acc.placeable(topic)
+        if t is not None:
             acc.place(t, partition, key, value, hdrs, timestamp_ms, size, fut)
         else:
             acc.append(topic, partition, key, value, hdrs, timestamp_ms, size, fut)
