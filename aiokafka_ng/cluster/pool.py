@@ -375,13 +375,6 @@ class ConnectionPool:
         node = self._nodes.get(node_id)
         return None if node is None else node.live()
 
-    def ready_in(self, node_id: int) -> float:
-        """Seconds until ``node_id`` may be (re)connected; 0 when open or allowed now."""
-        node = self._nodes.get(node_id)
-        if node is None or node.live() is not None:
-            return 0.0
-        return max(0.0, node.pacing.retry_at - anyio.current_time())
-
     async def _run_node(self, node: _Node, attempt: _Attempt) -> None:
         """Connect after the node's backoff, publish the result, hold the connection."""
         established: Connection | None = None
@@ -500,14 +493,6 @@ class ConnectionPool:
             with anyio.move_on_after(max_idle):
                 await conn.wait_closed()
                 return
-
-    async def close_node(self, node_id: int) -> None:
-        """Close ``node_id``'s connection now (not counted as a failure)."""
-        node = self._nodes.get(node_id)
-        conn = None if node is None else node.live()
-        if node is not None and conn is not None:
-            node.closed_by_us = True
-            await conn.aclose()
 
     # ------------------------------------------------------------------ routing help
 

@@ -260,6 +260,11 @@ class ClientRuntime:
         return self.cluster if self.state is ClientState.RUNNING else None
 
     @property
+    def has_tasks(self) -> bool:
+        """Whether :attr:`tasks` is there (from ``setup`` on, until ``close()``)."""
+        return self._tasks is not None
+
+    @property
     def tasks(self) -> Supervisor:
         """Where background tasks are started (from ``setup`` on, until ``close()``)."""
         if self._tasks is None:

@@ -12,15 +12,17 @@
  * it does not. It takes a record only when every check the Python path makes passes, and
  * returns None -- having changed nothing -- for anything else (a serializer, headers, a
  * bad argument, a stopped producer, a full buffer, metadata not known...), and send() then
- * runs its own path, which raises or waits exactly as before. Once it has taken memory it
- * places the record as Accumulator.place would: the partition (murmur2 of the key, else
+ * runs its own path, which raises or waits exactly as before. It mirrors two functions of
+ * accumulator.py, the placement rule of one record: Accumulator.placeable (the topic's
+ * metadata known and nothing of it waiting: else None, and the Python path queues it),
+ * then, once it has taken memory, Accumulator.place: the partition (murmur2 of the key, else
  * the sticky one), the open batch's builder.append, the batch's futures/positions/memory;
  * anything unusual there (no batch yet, the batch full or built, no sticky partition yet,
  * a partition out of range) is handed to Accumulator.place itself. tests/producer/
  * test_send_fast.py holds the two paths to the same futures, batches, bytes and pool.
  *
  * The objects it reads are the producer's own slotted classes (Intake, the accumulator's
- * _Topic, PartitionQueue, ProducerBatch, DeliveryFuture, MemoryPool). send_fast_setup()
+ * TopicQueue, PartitionQueue, ProducerBatch, DeliveryFuture, MemoryPool). send_fast_setup()
  * is given the classes once, finds each slot's offset from its member descriptor and
  * refuses (TypeError) a layout it does not know; every call checks each object's exact
  * type before reading a slot, so a subclass or a stand-in object takes the Python path.

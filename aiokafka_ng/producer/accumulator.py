@@ -18,7 +18,7 @@ librdkafka's UA queue). A record goes to one of two places, synchronously:
   every wait: ``send()`` never blocks on metadata, and ``max_block_ms=0`` -- never wait for
   memory -- must not fail the first records of every new topic.)
   A chunk of a bulk run (``send_many``/``send_batch``) waits as *one* entry
-  (:class:`PendingRun`) and is placed whole by the bulk path when its turn comes, not as a
+  (:class:`QueuedRun`) and is placed whole by the bulk path when its turn comes, not as a
   queue entry and a future per record: a fresh producer's first runs queue thousands of
   records before the metadata's round trip ends, and one by one they cost ~10x as much.
 
@@ -65,7 +65,7 @@ time plus ``delivery_timeout_ms``, a waiting record's its arrival plus the same 
 topic said not to exist, ``max_block_ms``, on one monotonic clock: an item entering never
 has an earlier deadline than those of its kind already held. So the timer needs a signal
 only when something enters an accumulator it has left alone (``expiry_armed`` False), one
-flag test per new batch or queued record (``expiry_needed`` on the wake-up channel), or
+flag test per new batch or queued record (the ``wake_expiry`` signal), or
 when waiting records get the shorter limit: a topic is said not to exist, or a missing
 topic's first waiting record is due before ``expiry_at``, the deadline the timer sleeps
 for.
@@ -73,12 +73,12 @@ for.
 Memory: each record reserves its estimated size from the ``MemoryPool`` in ``send()``; a
 batch releases the sum when it completes or fails.
 
-Wake-ups: the accumulator never calls a sender. It signals on the producer's wake-up channel
-(:mod:`aiokafka_ng.producer.wakeups`): ``batch_ready(node)`` whenever a node's drain may
-take something or its next deadline moved (a batch closed, an unmute, a re-queue or split,
-a leader moved there), ``batch_due(node, at)`` for a new head batch that only lingers until
-``at``, ``metadata_needed(topic)`` when a record starts
-waiting for its topic.
+Signals: the accumulator never calls a sender. It calls the engine's signals
+(:mod:`aiokafka_ng.producer.signals`): ``wake_node(node)`` whenever a node's drain may take
+something or its next deadline moved (a batch closed, an unmute, a re-queue or split, a
+leader moved there), ``node_due(node, at)`` for a new head batch that only lingers until
+``at``, ``need_metadata(topic)`` when a record starts waiting for its topic,
+``wake_expiry()`` for the expiry timer.
 """
 
 from __future__ import annotations
@@ -97,25 +97,25 @@ from aiokafka_ng.net.latency import LatencyRecorder
 from aiokafka_ng.producer.batch import (
     Headers,
     PartitionQueue,
-    Pending,
-    PendingRun,
     ProducerBatch,
+    QueuedRecord,
+    QueuedRun,
     TopicQueue,
     halves,
     no_partition_error,
 )
-from aiokafka_ng.producer.delivery import decide, place
+from aiokafka_ng.producer.delivery import bind_entry, decide
 from aiokafka_ng.producer.future import Delivery, fail_position, finish_all
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitioner, murmur2
-from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
+from aiokafka_ng.producer.signals import QUIET, Signals
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import RecordBatchBuilder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Accumulator", "PartitionQueue", "PendingRun", "ProducerBatch", "TopicQueue"]
+__all__ = ["Accumulator", "PartitionQueue", "ProducerBatch", "QueuedRun", "TopicQueue"]
 
 #: How late an event-loop timer may fire (epoll's millisecond rounding): lingering batches
 #: are ready this much before their deadline, so they never leave after it.
@@ -143,7 +143,7 @@ class Accumulator:
         idempotence: IdempotenceState | None,
         partitioner: CustomPartitioner | None = None,
         sticky: StickyPartitioner | None = None,
-        wakeups: Wakeups = UNWIRED,
+        signals: Signals = QUIET,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pool = pool
@@ -162,8 +162,9 @@ class Accumulator:
         self.idem = idempotence
         self.partitioner = partitioner
         self.sticky = sticky or StickyPartitioner()
-        #: Where it signals a node's batch becoming ready and a topic needing metadata.
-        self.wakeups = wakeups
+        #: Where it signals a node's batch becoming ready and a topic needing metadata (the
+        #: engine's signals).
+        self.signals = signals
         self.clock = clock
         #: The asyncio loop the producer runs on (None under trio): futures' callbacks go
         #: through it, one call_soon per batch.
@@ -202,6 +203,14 @@ class Accumulator:
 
     # ------------------------------------------------------------------ send side
 
+    def placeable(self, topic: str) -> TopicQueue | None:
+        """``topic``'s queue when its records go into batches at once -- its metadata is
+        known and nothing of it waits before them -- else None: they wait in its queue for
+        the metadata (and are charged ``PENDING_OVERHEAD``). The one test ``send()``, the
+        bulk path and ``send_fast`` (C, ``_send.c``) make before placing."""
+        t = self.topics.get(topic)
+        return t if t is not None and t.ready and not t.pending else None
+
     def append(
         self,
         topic: str,
@@ -213,46 +222,57 @@ class Accumulator:
         size: int,
         future: Delivery[Any],
     ) -> None:
-        """Queue one record (memory already reserved). Never blocks, never raises for a
-        record-specific problem: such a record's future fails instead."""
+        """Place one record, or queue it for its topic's metadata (memory already reserved).
+        Never blocks, never raises for a record-specific problem: such a record's future
+        fails instead."""
         t = self.topics.get(topic)
         if t is None:
             t = self.new_topic(topic)
         if t.ready and not t.pending:
             self.place(t, partition, key, value, headers, timestamp_ms, size, future)
             return
-        if not t.pending:
-            tm = self._meta.topics.get(topic)
-            if tm is not None and tm.fatal and tm.error is not None:
-                # The last answer for this topic was an error retrying cannot fix (e.g.
-                # authorization): fail now, as the Java client's metadata wait would.
-                self.fail_record(future, size, tm.error(f"topic {topic!r}: {tm.error.__name__}"))
-                return
-            self.wakeups.metadata_needed(topic)
+        refused = self._refused(t)
+        if refused is not None:
+            self.fail_record(future, size, refused)
+            return
         now = self.clock()
         t.pending.append((partition, key, value, headers, timestamp_ms, size, future, now))
-        if not self.expiry_armed or (
-            len(t.pending) == 1 and now + self._wait_limit(topic) < self.expiry_at
-        ):
-            self.arm_expiry()
+        self._queued(t, now)
 
-    def queue_run(self, t: TopicQueue, run: PendingRun) -> None:
+    def queue_run(self, t: TopicQueue, run: QueuedRun) -> None:
         """Queue a bulk chunk in the pending queue of ``t``, whose metadata is not known yet
         or which has records waiting before it (memory already reserved)."""
-        if not t.pending:
-            tm = self._meta.topics.get(t.name)
-            if tm is not None and tm.fatal and tm.error is not None:
-                self.fail_run(run, tm.error(f"topic {t.name!r}: {tm.error.__name__}"))
-                return
-            self.wakeups.metadata_needed(t.name)
+        refused = self._refused(t)
+        if refused is not None:
+            self.fail_run(run, refused)
+            return
         run.enqueued_at = now = self.clock()
         t.pending.append(run)
+        self._queued(t, now)
+
+    def _refused(self, t: TopicQueue) -> KafkaError | None:
+        """A record or run is about to wait in ``t``'s queue: the error it fails with now
+        when the topic's last answer was one retrying cannot fix (e.g. authorization, as the
+        Java client's metadata wait fails), else None -- and the first to wait asks for the
+        topic's metadata."""
+        if t.pending:
+            return None
+        tm = self._meta.topics.get(t.name)
+        if tm is not None and tm.fatal and tm.error is not None:
+            return tm.error(f"topic {t.name!r}: {tm.error.__name__}")
+        self.signals.need_metadata(t.name)
+        return None
+
+    def _queued(self, t: TopicQueue, now: float) -> None:
+        """Something entered ``t``'s queue at ``now``: the expiry timer must know when the
+        timer is idle, or when it is the topic's first waiter and due before the deadline
+        the timer sleeps for (see "Expiry" above)."""
         if not self.expiry_armed or (
             len(t.pending) == 1 and now + self._wait_limit(t.name) < self.expiry_at
         ):
             self.arm_expiry()
 
-    def fail_run(self, run: PendingRun, exc: BaseException) -> None:
+    def fail_run(self, run: QueuedRun, exc: BaseException) -> None:
         shared, positions = run.shared, run.positions
         for j, (fut, size) in enumerate(zip(run.futures, run.sizes, strict=True)):
             if shared is not None and positions is not None:
@@ -301,7 +321,7 @@ class Accumulator:
             if batch.data is None:
                 delta = batch.builder.append(timestamp_ms, key, value, headers or ())
                 if delta is not None:
-                    place(future, batch, delta)
+                    bind_entry(future, batch, delta)
                     batch.futures.append(future)
                     if batch.positions is not None:
                         batch.positions.append(-1)
@@ -313,7 +333,7 @@ class Accumulator:
                     return
         batch = self.open_batch(t, pq)
         batch.builder.append(timestamp_ms, key, value, headers or ())
-        place(future, batch, 0)
+        bind_entry(future, batch, 0)
         batch.futures.append(future)
         batch.memory = size
 
@@ -333,7 +353,7 @@ class Accumulator:
         self._close(batch)
         pq = batch.pq
         if pq.leader >= 0:
-            self.wakeups.batch_ready(pq.leader)
+            self.signals.wake_node(pq.leader)
         if sticky:
             t.sticky = self.sticky.pick(pq.partition, len(t.partitions), t.available)
 
@@ -355,9 +375,9 @@ class Accumulator:
             # A new head batch: its sender must learn the linger deadline (or drain now).
             at = self._is_ready(pq, batch, batch.created)
             if at:
-                self.wakeups.batch_due(pq.leader, at)
+                self.signals.node_due(pq.leader, at)
             else:
-                self.wakeups.batch_ready(pq.leader)
+                self.signals.wake_node(pq.leader)
         if not self.expiry_armed:
             self.arm_expiry()
         return batch
@@ -366,7 +386,7 @@ class Accumulator:
         """Something with a deadline entered while the expiry timer was idle, or one due
         before the timer's: wake it."""
         self.expiry_armed = True
-        self.wakeups.expiry_needed()
+        self.signals.wake_expiry()
 
     def _close(self, batch: ProducerBatch) -> bytes:
         """Build a batch; with compression, learn how well the topic compresses so the next
@@ -413,7 +433,7 @@ class Accumulator:
         self.nodes = nodes
         for node in nodes:
             if node not in old or nodes[node] != old[node]:
-                self.wakeups.batch_ready(node)
+                self.signals.wake_node(node)
 
     def _apply_topic(self, t: TopicQueue, tm: TopicMetadata) -> None:
         count = max(tm.partitions) + 1
@@ -430,8 +450,8 @@ class Accumulator:
             # Taken off the queue once placed: should placing raise (a bug), the entry is
             # still queued and fails with everything else instead of being lost.
             entry = pending[0]
-            if isinstance(entry, PendingRun):
-                entry.place(self, t, entry)
+            if isinstance(entry, QueuedRun):
+                entry.placer(self, t, entry)
             else:
                 p, key, value, headers, ts, size, fut, _ = entry
                 self.place(t, p, key, value, headers, ts, size, fut)
@@ -441,8 +461,8 @@ class Accumulator:
         while t.pending:
             self._fail_entry(t.pending.popleft(), exc)
 
-    def _fail_entry(self, entry: Pending | PendingRun, exc: BaseException) -> None:
-        if isinstance(entry, PendingRun):
+    def _fail_entry(self, entry: QueuedRecord | QueuedRun, exc: BaseException) -> None:
+        if isinstance(entry, QueuedRun):
             self.fail_run(entry, exc)
         else:
             self.fail_record(entry[6], entry[5], exc)
@@ -503,6 +523,12 @@ class Accumulator:
                     next_at = at
                 continue
             if idem is not None and not idem.may_drain(pq, batch, node):
+                if idem.drain_error is not None:
+                    # A transaction aborting or failed: what is queued will never be part
+                    # of a committed one. Fail it now, so flush()/abort() need not wait.
+                    exc = idem.drain_error
+                    while pq.batches:
+                        self.fail(pq.batches.popleft(), exc)
                 continue
             data = self._close(batch)
             if out and size + len(data) > self.max_request_size:
@@ -512,7 +538,7 @@ class Accumulator:
                 data = idem.stamp(pq, batch)
             size += len(data)
             batch.node = node
-            batch.in_flight = True
+            batch.in_request = True
             self.flight.add(batch)
             if self.guarantee_order:
                 pq.muted = True
@@ -535,15 +561,15 @@ class Accumulator:
     # ------------------------------------------------------------------ outcomes
 
     def _leave_flight(self, batch: ProducerBatch) -> None:
-        if batch.in_flight:
-            batch.in_flight = False
+        if batch.in_request:
+            batch.in_request = False
             self.flight.discard(batch)
         pq = batch.pq
         pq.muted = False
         if pq.batches and pq.leader >= 0:
             # Sarama #3689: unmuting (or an idempotence slot freeing up) must wake the
             # drain, or the partition's next batch waits forever.
-            self.wakeups.batch_ready(pq.leader)
+            self.signals.wake_node(pq.leader)
 
     def complete(
         self,
@@ -628,11 +654,8 @@ class Accumulator:
         batch.done = True
         pq.batches.extendleft(reversed(parts))
         if pq.leader >= 0:
-            self.wakeups.batch_ready(pq.leader)
+            self.signals.wake_node(pq.leader)
         return True
-
-    def expired(self, batch: ProducerBatch, now: float) -> bool:
-        return now - batch.created >= self.delivery_timeout
 
     def next_expiry(self) -> float | None:
         """The earliest delivery deadline :meth:`expire` acts on (a topic's oldest waiting
@@ -768,7 +791,7 @@ class Accumulator:
         out: list[Delivery[Any]] = []
         for t in self.topics.values():
             for entry in t.pending:
-                if not isinstance(entry, PendingRun):
+                if not isinstance(entry, QueuedRun):
                     out.append(entry[6])
                 elif entry.shared is not None:
                     out.append(entry.shared)
@@ -798,18 +821,18 @@ class Accumulator:
             for pq in t.partitions:
                 pq.next_sequence = 0
                 pq.last_acked = -1
-                pq.in_flight = []
+                pq.unresolved = []
                 for b in pq.batches:
                     b.base_sequence = -1
 
 
 def _waiting(t: TopicQueue) -> int:
     """How many records wait in ``t``'s pending queue."""
-    return sum(len(e.futures) if isinstance(e, PendingRun) else 1 for e in t.pending)
+    return sum(len(e.futures) if isinstance(e, QueuedRun) else 1 for e in t.pending)
 
 
-def _enqueued_at(entry: Pending | PendingRun) -> float:
-    return entry.enqueued_at if isinstance(entry, PendingRun) else entry[7]
+def _enqueued_at(entry: QueuedRecord | QueuedRun) -> float:
+    return entry.enqueued_at if isinstance(entry, QueuedRun) else entry[7]
 
 
 def _expired_error(batch: ProducerBatch, now: float) -> KafkaError:

@@ -1,7 +1,7 @@
 """The accumulator's containers: ProducerBatch (one record batch from first append to
 outcome), PartitionQueue (a partition's batches, leader, mute flag and idempotence sequence
 state), TopicQueue (a topic's partitions, the records waiting for its metadata, the sticky
-partition) and PendingRun (a run of records waiting for metadata); and ``halves``, a batch
+partition) and QueuedRun (a run of records waiting for metadata); and ``halves``, a batch
 rewritten as two (MESSAGE_TOO_LARGE).
 
 Plain slotted containers; the rules that move batches between states live in
@@ -15,16 +15,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka_ng.errors import KafkaError, UnknownTopicOrPartitionError
-from aiokafka_ng.producer.delivery import place
+from aiokafka_ng.producer.delivery import bind_entry
 from aiokafka_ng.producer.future import Delivery
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import RecordBatchBuilder, iter_batches
 
 __all__ = [
     "PartitionQueue",
-    "Pending",
-    "PendingRun",
     "ProducerBatch",
+    "QueuedRecord",
+    "QueuedRun",
     "TopicQueue",
     "halves",
     "no_partition_error",
@@ -43,7 +43,7 @@ class ProducerBatch:
         "data",
         "done",
         "futures",
-        "in_flight",
+        "in_request",
         "log_append_time",
         "log_start_offset",
         "memory",
@@ -68,7 +68,9 @@ class ProducerBatch:
         self.data: bytes | None = None
         self.base_sequence = -1
         self.node = -1  # the broker it was last drained for (idempotence's leader-move rule)
-        self.in_flight = False
+        #: True from its drain until its request is settled (it is in the accumulator's
+        #: ``flight`` then).
+        self.in_request = False
         self.done = False
         self.base_offset = -1
         self.log_append_time = -1
@@ -100,13 +102,13 @@ class PartitionQueue:
     __slots__ = (
         "acked_producer_id",
         "batches",
-        "in_flight",
         "last_acked",
         "leader",
         "muted",
         "next_sequence",
         "partition",
         "topic",
+        "unresolved",
     )
 
     def __init__(self, topic: str, partition: int) -> None:
@@ -119,22 +121,22 @@ class PartitionQueue:
         # holding sequences that are not resolved yet, in sequence order.
         self.next_sequence = 0
         self.last_acked = -1
-        self.in_flight: list[ProducerBatch] = []
+        self.unresolved: list[ProducerBatch] = []
         #: The producer id this partition last acknowledged a batch of (-1: none yet).
         self.acked_producer_id = -1
 
 
-class PendingRun:
+class QueuedRun:
     """A chunk of a bulk run, placed at once when its topic is ready, else queued as one
     entry until its topic's metadata comes.
 
     ``futures[i]`` and ``sizes[i]`` belong to record ``i`` (with ``send_many`` every entry
     is the run's ``shared`` BatchDelivery and ``positions[i]`` the record's place in it);
-    ``place`` is the bulk path's placement, called with the accumulator and the topic once
+    ``placer`` is the bulk path's placement, called with the accumulator and the topic once
     the topic is ready."""
 
     __slots__ = (
-        "enqueued_at", "futures", "keys", "partition", "place", "positions", "shared", "sizes",
+        "enqueued_at", "futures", "keys", "partition", "placer", "positions", "shared", "sizes",
         "timestamp_ms", "values",
     )  # fmt: skip
 
@@ -148,7 +150,7 @@ class PendingRun:
         futures: list[Delivery[Any]],
         shared: Any,
         positions: list[int] | None,
-        place: Callable[[Any, Any, PendingRun], None],
+        placer: Callable[[Any, Any, QueuedRun], None],
     ) -> None:
         self.partition = partition
         self.timestamp_ms = timestamp_ms
@@ -158,13 +160,15 @@ class PendingRun:
         self.futures = futures
         self.shared = shared  # BatchDelivery | None (future.py's class; typed loosely here)
         self.positions = positions
-        self.place = place
+        self.placer = placer
         self.enqueued_at = 0.0
 
 
 Headers = list[tuple[str, bytes | None]]
 # (partition or -1, key, value, headers, timestamp_ms, size, future, enqueued_at)
-Pending = tuple[int, bytes | None, bytes | None, Headers | None, int, int, Delivery[Any], float]
+QueuedRecord = tuple[
+    int, bytes | None, bytes | None, Headers | None, int, int, Delivery[Any], float
+]
 
 
 class TopicQueue:
@@ -185,7 +189,7 @@ class TopicQueue:
     def __init__(self, name: str) -> None:
         self.name = name
         self.sticky = -1
-        self.pending: deque[Pending | PendingRun] = deque()
+        self.pending: deque[QueuedRecord | QueuedRun] = deque()
         self.partitions: list[PartitionQueue] = []
         self.all_partitions: list[int] = []
         self.available: list[int] = []
@@ -214,7 +218,7 @@ def halves(batch: ProducerBatch, compression: Compression) -> list[ProducerBatch
             new.positions = batch.positions[lo:hi]
         for rec, fut in zip(records[lo:hi], batch.futures[lo:hi], strict=True):
             delta = new.builder.append(rec.timestamp, rec.key, rec.value, rec.headers)
-            place(fut, new, delta or 0)
+            bind_entry(fut, new, delta or 0)
             new.futures.append(fut)
         new.close()
         new.attempts = batch.attempts

@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio.lowlevel
 
 from aiokafka_ng.errors import BufferExhaustedError, KafkaError
-from aiokafka_ng.producer.batch import PendingRun, no_partition_error
-from aiokafka_ng.producer.delivery import decide, place_each
+from aiokafka_ng.producer.batch import QueuedRun, no_partition_error
+from aiokafka_ng.producer.delivery import bind_entries, decide
 from aiokafka_ng.producer.future import (
     BatchDelivery,
     Delivery,
@@ -327,7 +327,7 @@ async def _queue_chunk(
     # The topic's entry, made now if this is its first record: when the cluster knows the
     # topic already, its first run takes the bulk path too.
     t = acc.topics.get(topic) or acc.new_topic(topic)
-    fast = t.ready and not t.pending
+    fast = acc.placeable(topic) is t
     if not fast:
         sizes = [s + PENDING_OVERHEAD for s in sizes]
     total = sum(sizes)
@@ -337,12 +337,12 @@ async def _queue_chunk(
         if not intake.running:
             pool.release(total)
             raise intake.stopped()
-        fast = t.ready and not t.pending
+        fast = acc.placeable(topic) is t
     if not fast:
         # Not encoded before send_many returns: a column's data buffer is the caller's and
         # may change after that, so the chunk keeps a copy (lists are the run's own already).
         keys, values = _own(keys), _own(values)
-    chunk = PendingRun(partition, ts, keys, values, sizes, futures, shared, positions, _place_chunk)
+    chunk = QueuedRun(partition, ts, keys, values, sizes, futures, shared, positions, _place_chunk)
     if fast:
         _place_chunk(acc, t, chunk)
     else:
@@ -358,7 +358,7 @@ def _own(items: Any) -> Any:
     return items
 
 
-def _place_chunk(acc: Accumulator, t: TopicQueue, chunk: PendingRun) -> None:
+def _place_chunk(acc: Accumulator, t: TopicQueue, chunk: QueuedRun) -> None:
     """Place a chunk (memory reserved) in its partitions' batches; the topic is ready and
     nothing of it waits before the chunk."""
     partition, ts, keys, values = chunk.partition, chunk.timestamp_ms, chunk.keys, chunk.values
@@ -453,7 +453,7 @@ def place_run(
         else:
             if batch.positions is not None:
                 batch.positions.extend([-1] * (stop - i))
-            place_each(futures, i, stop, batch, delta)
+            bind_entries(futures, i, stop, batch, delta)
             bfuts.extend(futures[i:stop])
             batch.memory += sum(sizes[i:stop])
         i = stop

@@ -62,10 +62,10 @@ __all__ = [
     "Cancelled",
     "Delivery",
     "FutureNotDoneError",
+    "bind_entries",
+    "bind_entry",
     "decide",
     "listed",
-    "place",
-    "place_each",
     "take_waiters",
 ]
 
@@ -333,17 +333,17 @@ def take_waiters(fut: Delivery[Any]) -> Any:
 
 
 # The producer's side of a future, for the accumulator and ``send()``/``send_many``: module
-# functions, not methods, so the futures users hold show none of it. ``place`` is called
-# once per record on the Python send path; ``place_each`` keeps a run's loop in one call.
+# functions, not methods, so the futures users hold show none of it. ``bind_entry`` is called
+# once per record on the Python send path; ``bind_entries`` keeps a run's loop in one call.
 
 
-def place(fut: Delivery[Any], batch: Placed, delta: int) -> None:
+def bind_entry(fut: Delivery[Any], batch: Placed, delta: int) -> None:
     """``fut``'s record is entry ``delta`` of ``batch`` (read once the batch is decided)."""
     fut._batch = batch
     fut._delta = delta
 
 
-def place_each(futures: list[Any], start: int, stop: int, batch: Placed, delta: int) -> None:
+def bind_entries(futures: list[Any], start: int, stop: int, batch: Placed, delta: int) -> None:
     """``futures[start:stop]`` are consecutive entries of ``batch`` from ``delta`` on."""
     for j in range(start, stop):
         fut = futures[j]

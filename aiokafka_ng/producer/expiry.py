@@ -6,7 +6,7 @@ One task per producer. It does not tick: it sleeps until the earliest delivery d
 what the accumulator holds (:meth:`~aiokafka_ng.producer.accumulator.Accumulator.next_expiry`),
 fails what is due then (:meth:`~aiokafka_ng.producer.accumulator.Accumulator.expire`), and
 looks again. With nothing held it clears the accumulator's ``expiry_armed`` flag and waits
-for :meth:`ExpiryTimer.wake`, which the accumulator signals (through the wake-up channel)
+for :meth:`ExpiryTimer.wake`, which the accumulator signals (the engine's ``wake_expiry``)
 when a record or batch enters while the flag is clear.
 
 Why one flag is (almost) enough: a batch's deadline is its creation time plus the same

@@ -8,7 +8,7 @@ re-sent batch it already has is DUPLICATE_SEQUENCE_NUMBER (we count it delivered
 
 * A batch gets its sequence at its first drain (``stamp``) and keeps it on every retry; the
   header is patched in place (``set_producer_state``), records are not re-encoded.
-* Per partition, ``PartitionQueue.in_flight`` lists the batches holding unresolved sequences,
+* Per partition, ``PartitionQueue.unresolved`` lists the batches holding unresolved sequences,
   in sequence order (on the wire, or re-queued for retry). At most five new batches.
 * A retried batch drains only when it is the lowest unresolved sequence of its partition;
   newer ones wait behind it (the Java client's rule: recovery drops to one in flight).
@@ -29,8 +29,9 @@ re-sent batch it already has is DUPLICATE_SEQUENCE_NUMBER (we count it delivered
   real gap; UNKNOWN_PRODUCER_ID means the broker lost our state (restart, retention). Both,
   and any batch that fails for good while holding a sequence (a hole nobody will fill), call
   :meth:`IdempotenceState.request_reset`.
-* Reset (KIP-360's epoch bump, done the portable way): draining stops, and once nothing is
-  in flight the producer id's owner (``producer_id.py``) asks InitProducerId (v3+; Tansu
+* Reset (KIP-360's epoch bump, done the portable way): draining stops, the state calls the
+  ``on_reset`` it was built with (the engine's ``producer_id_wanted`` signal), and once
+  nothing is in flight the producer id's owner (``producer_id.py``) asks InitProducerId (v3+; Tansu
   rejects v0-2) for a *new* producer id. Every partition restarts at sequence 0 and queued
   retries are re-stamped. We take a new id rather than bumping the epoch locally because a
   broker that did not see the bump fences a locally bumped epoch (Tansu answers
@@ -61,8 +62,13 @@ class IdempotenceState:
 
     #: Whether stamped batches carry the transactional flag (the transactional subclass).
     transactional = False
+    #: The error queued batches fail with when the drain meets them (only a transaction
+    #: sets one: ``txn_idempotence``).
+    drain_error: BaseException | None = None
 
     def __init__(self, on_reset: Callable[[], None] = lambda: None) -> None:
+        """``on_reset``: called when a reset is requested (the engine passes its
+        ``producer_id_wanted`` signal)."""
         self.producer_id = -1
         self.epoch = -1
         #: False until InitProducerId answered, and again while a reset is pending.
@@ -95,10 +101,10 @@ class IdempotenceState:
     def may_drain(self, pq: PartitionQueue, batch: ProducerBatch, node: int) -> bool:
         if batch.base_sequence >= 0:
             # A retry: only the lowest unresolved sequence may go (ordered recovery).
-            return bool(pq.in_flight) and pq.in_flight[0] is batch
-        if len(pq.in_flight) >= MAX_IN_FLIGHT_PER_PARTITION:
+            return bool(pq.unresolved) and pq.unresolved[0] is batch
+        if len(pq.unresolved) >= MAX_IN_FLIGHT_PER_PARTITION:
             return False
-        if pq.in_flight and pq.acked_producer_id != self.producer_id:
+        if pq.unresolved and pq.acked_producer_id != self.producer_id:
             # The partition has not written a batch of this producer id yet: one at a time
             # until it has. A broker takes any first sequence from a producer it has no
             # state for (Kafka 4.4), so if the first batch failed and the next one got in,
@@ -108,7 +114,7 @@ class IdempotenceState:
             # refuses anything but the next sequence, and pipelining is safe.
             return False
         # Not past batches still unresolved at another broker (a leader move).
-        return all(b.node == node for b in pq.in_flight)
+        return all(b.node == node for b in pq.unresolved)
 
     def stamp(self, pq: PartitionQueue, batch: ProducerBatch) -> bytes:
         """Give a batch its sequence at first drain (kept on retry); return its bytes."""
@@ -118,7 +124,7 @@ class IdempotenceState:
             seq = pq.next_sequence
             batch.base_sequence = seq
             pq.next_sequence = (seq + len(batch.futures)) % _SEQ_MOD
-            pq.in_flight.append(batch)
+            pq.unresolved.append(batch)
             data = batch.data = set_producer_state(
                 data, self.producer_id, self.epoch, seq, is_transactional=self.transactional
             )
@@ -138,13 +144,13 @@ class IdempotenceState:
         so when this batch's first attempt failed (a leader not yet elected on a new topic,
         say) and a later one of ours got in, the partition is past this batch for good.
         Otherwise an earlier batch is still on its way and this one is retried behind it."""
-        return self.is_next(pq, batch) or (bool(pq.in_flight) and pq.in_flight[0] is batch)
+        return self.is_next(pq, batch) or (bool(pq.unresolved) and pq.unresolved[0] is batch)
 
     def acked(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
         if batch.base_sequence < 0:
             return
         try:
-            pq.in_flight.remove(batch)
+            pq.unresolved.remove(batch)
         except ValueError:
             return  # a reset happened meanwhile; the old sequence no longer matters
         pq.last_acked = (batch.base_sequence + len(batch.futures) - 1) % _SEQ_MOD
@@ -155,7 +161,7 @@ class IdempotenceState:
         if batch.base_sequence < 0:
             return
         try:
-            pq.in_flight.remove(batch)
+            pq.unresolved.remove(batch)
         except ValueError:
             return
         self.request_reset()

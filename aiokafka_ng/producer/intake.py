@@ -30,8 +30,7 @@ from aiokafka_ng.protocol import speedups
 from aiokafka_ng.protocol.records import BATCH_OVERHEAD
 
 if TYPE_CHECKING:
-    from aiokafka_ng.producer.accumulator import Accumulator
-    from aiokafka_ng.producer.memory import MemoryPool
+    from aiokafka_ng.producer.engine import ProducerEngine
     from aiokafka_ng.producer.transactions import TransactionManager
 
 _log = logging.getLogger(__name__)
@@ -114,6 +113,7 @@ class Intake:
         "_max_request_size",
         "_why_stopped",
         "acc",
+        "engine",
         "key_ser",
         "last_ts",
         "loop",
@@ -129,8 +129,7 @@ class Intake:
     def __init__(
         self,
         *,
-        acc: Accumulator,
-        pool: MemoryPool,
+        engine: ProducerEngine,
         txn: TransactionManager | None,
         key_serializer: Callable[[Any], Any] | None,
         value_serializer: Callable[[Any], Any] | None,
@@ -139,8 +138,11 @@ class Intake:
         max_block_ms: int,
         why_stopped: Callable[[], KafkaError],
     ) -> None:
-        self.acc = acc
-        self.pool = pool
+        self.engine = engine
+        # The engine's accumulator and pool, read here directly: send() reads them per
+        # record, and the C fast path reads these slots.
+        self.acc = engine.acc
+        self.pool = engine.pool
         self.txn = txn
         self.key_ser = key_serializer
         self.value_ser = value_serializer

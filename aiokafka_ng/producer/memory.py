@@ -15,8 +15,8 @@ buffers, since Python allocates anyway):
   the producer before it gets here; the pool itself refuses with ``ValueError``).
 
 While anyone waits, the accumulator treats every batch as ready (``waiters > 0``) so memory
-is freed as fast as the brokers allow; the pool signals each new waiter on the producer's
-wake-up channel (``Wakeups.memory_wanted``), which wakes the senders to drain.
+is freed as fast as the brokers allow; the pool signals each new waiter (the engine's ``wake_all``
+signal), which wakes the senders to drain.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import anyio
 
 from aiokafka_ng.errors import BufferExhaustedError
-from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
+from aiokafka_ng.producer.signals import QUIET, Signals
 
 __all__ = ["MemoryPool", "MemoryPoolStatistics"]
 
@@ -57,9 +57,9 @@ class MemoryPool:
     """A byte budget with FIFO, piecemeal waiters and a deadline. (Slotted: the C
     ``send_fast``, see :mod:`aiokafka_ng.producer.intake`, does ``try_reserve`` by offset.)"""
 
-    __slots__ = ("_available", "_peak_used", "_timeouts", "_total", "_waiters", "_waits", "wakeups")
+    __slots__ = ("_available", "_peak_used", "_timeouts", "_total", "_waiters", "_waits", "signals")
 
-    def __init__(self, total: int, wakeups: Wakeups = UNWIRED) -> None:
+    def __init__(self, total: int, signals: Signals = QUIET) -> None:
         if total <= 0:
             raise ValueError("total must be > 0")
         self._total = total
@@ -68,7 +68,7 @@ class MemoryPool:
         self._waits = 0
         self._timeouts = 0
         self._peak_used = 0
-        self.wakeups = wakeups
+        self.signals = signals
 
     @property
     def total(self) -> int:
@@ -104,7 +104,7 @@ class MemoryPool:
         self._waits += 1
         # Anything already free goes to the head (which may be us).
         self._distribute()
-        self.wakeups.memory_wanted()
+        self.signals.wake_all()  # every batch is ready while someone waits
         try:
             with anyio.move_on_after(timeout):
                 await waiter.event.wait()

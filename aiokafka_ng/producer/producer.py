@@ -1,21 +1,24 @@
 """The public :class:`Producer`.
 
-``send()`` validates and serializes the record, reserves memory, hands it to the
-:class:`~aiokafka_ng.producer.accumulator.Accumulator` and returns a
-:class:`~aiokafka_ng.producer.future.DeliveryFuture`. It never waits for metadata; it waits
-only for memory (``max_block_ms``). Everything else happens in tasks owned by the
-producer's task group: one :class:`~aiokafka_ng.producer.sender.NodeSender` per broker that
-leads a partition we write to, the producer-id task (idempotence: a
-:class:`~aiokafka_ng.producer.producer_id.ProducerIdOwner`) and the expiry timer. The parts
-are made from the config, and those two tasks started, in :mod:`aiokafka_ng.producer.parts`.
+``send()`` validates and serializes the record, reserves memory, hands it to the engine's
+accumulator and returns a :class:`~aiokafka_ng.producer.future.DeliveryFuture`. It never
+waits for metadata; it waits only for memory (``max_block_ms``).
 
-The parts do not call each other back: the accumulator, the memory pool, the senders and
-the producer-id owner signal on one wake-up channel
-(:class:`~aiokafka_ng.producer.wakeups.Wakeups`), the producer's
-:class:`~aiokafka_ng.producer.senders.Senders`, which makes the per-node senders, wakes them,
-asks the cluster for metadata and tells ``send()`` when to yield. The cluster's metadata
-reaches the accumulator through the producer's listener (``_on_metadata``), which turns a
-bug there into the producer's failure rather than the cluster task's.
+A producer is an engine and its drivers (DESIGN.md, "The shape we are moving to"), all made
+from the config by their constructors in :mod:`aiokafka_ng.producer.parts`:
+
+* the :class:`~aiokafka_ng.producer.engine.ProducerEngine` -- the memory pool, the
+  accumulator and the idempotence state, synchronous and without I/O; it applies every
+  answer and says what it needs through the callables (``Signals``) it was built with;
+* the I/O drivers, tasks in the producer's task group: one
+  :class:`~aiokafka_ng.producer.sender.NodeSender` per broker that leads a partition we
+  write to (made by :class:`~aiokafka_ng.producer.senders.Senders` at its first ready
+  batch), the expiry timer, and the producer id's owner
+  (:class:`~aiokafka_ng.producer.producer_id.ProducerIdOwner`, or the transaction manager),
+  which take the engine in their constructors.
+
+The cluster's metadata reaches the engine through the producer's listener (``_on_metadata``),
+which turns a bug there into the producer's failure rather than the cluster task's.
 
 The lifecycle (NEW, RUNNING, CLOSING, CLOSED), the task group and the cluster in a task of
 their own (so ``start()`` and ``close()`` may run in different tasks, as web frameworks'
@@ -56,6 +59,7 @@ from aiokafka_ng.errors import (
     SaslAuthenticationFailedError,
     SendTimeoutError,
 )
+from aiokafka_ng.net.clock import loop_clock
 from aiokafka_ng.producer.bulk import send_batch, send_many
 from aiokafka_ng.producer.delivery import decide
 from aiokafka_ng.producer.future import (
@@ -128,14 +132,11 @@ class Producer:
             started_twice="producer is {state}; start() runs once",
             on_failure=self._crashed,
         )
-        parts = build_parts(config, why_stopped=self._not_running, log=log)
-        self._retry_backoff = parts.retry_backoff
+        parts = build_parts(config, self._runtime, why_stopped=self._not_running, log=log)
+        self._engine = parts.engine  # records, batches, memory, sequences: no I/O
+        self._acc = parts.engine.acc
         self._txn = parts.txn
-        self._idem = parts.idem
-        self._ids = parts.ids  # the producer id's one owner (the transaction manager's)
-        self._senders = parts.senders  # the wake-up channel; makes the per-node senders
-        self._pool = parts.pool
-        self._acc = parts.acc
+        self._senders = parts.senders  # the I/O side: a sender per broker
         self._intake = parts.intake  # what send() and the bulk path read
         self._parts = parts
 
@@ -158,8 +159,11 @@ class Producer:
         await self._runtime.start(cluster, self._open)
         self._intake.running = True
         # Under asyncio, delivery futures are asyncio futures of this loop (see future.py).
-        self._intake.loop = self._acc.loop = _asyncio_loop()
-        self._acc.update_metadata(cluster.metadata)
+        self._intake.loop = loop = _asyncio_loop()
+        # The same clock as anyio.current_time() (what the engine was built with), read
+        # without a backend lookup per call: the engine reads it several times per request.
+        self._engine.started(loop_clock(), loop)
+        self._engine.update_metadata(cluster.metadata)
         start_tasks(self._parts, cluster, self._runtime.tasks, self._on_cluster_error)
         if self._txn is not None:
             try:
@@ -169,8 +173,7 @@ class Producer:
                 raise
 
     async def _open(self, cluster: Cluster, stack: AsyncExitStack) -> None:
-        """Wire the entered cluster to the parts (run in the runtime's host task)."""
-        self._senders.attach(cluster, self._acc, self._runtime.tasks)
+        """Listen to the entered cluster (run in the runtime's host task)."""
         stack.callback(cluster.add_listener(self._on_metadata))
         stack.callback(cluster.add_error_listener(self._on_cluster_error))
         cfg = self.config
@@ -235,8 +238,7 @@ class Producer:
                 # against close's timeout, as in the Java client (a fenced producer's EndTxn
                 # may never be answered).
                 await self._txn.abort_quietly(timeout)
-            acc.closing = True
-            self._senders.wake_all()
+            self._engine.begin_close()
             with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
                 for fut in acc.incomplete():
                     await fut.wait_done()
@@ -260,7 +262,7 @@ class Producer:
                     "(close_timeout_ms); they fail with ClosedBeforeDeliveryError",
                     self.config.client_id, acc.records_failed - failed_before, timeout,
                 )  # fmt: skip
-            self._senders.detach()
+            self._senders.close()
             # The host leaves the task group and the cluster in its own task.
             await runtime.finish_close()
 
@@ -320,9 +322,8 @@ class Producer:
             acc.records_failed += 1
             decide(fut, intake.too_large(size))
             return fut
-        t = acc.topics.get(topic)
-        fast = t is not None and t.ready and not t.pending
-        if not fast:
+        t = acc.placeable(topic)
+        if t is None:
             # It will wait for metadata as a queue entry holding its own objects: charge it.
             size += PENDING_OVERHEAD
         pool = intake.pool
@@ -331,9 +332,8 @@ class Producer:
             if not intake.running:
                 pool.release(size)
                 raise intake.stopped()
-            fast = t is not None and t.ready and not t.pending
-        if fast:
-            assert t is not None
+            t = acc.placeable(topic)
+        if t is not None:
             acc.place(t, partition, key, value, hdrs, timestamp_ms, size, fut)
         else:
             acc.append(topic, partition, key, value, hdrs, timestamp_ms, size, fut)
@@ -448,8 +448,7 @@ class Producer:
         if self._runtime.state is not ClientState.RUNNING:
             raise self._not_running()
         acc = self._acc
-        acc.flushing += 1
-        self._senders.wake_all()
+        self._engine.begin_flush()
         try:
             done = False
             with anyio.move_on_after(timeout):
@@ -460,7 +459,7 @@ class Producer:
             if not done:
                 raise KafkaTimeoutError(f"flush did not complete within {timeout}s")
         finally:
-            acc.flushing -= 1
+            self._engine.end_flush()
 
     # ------------------------------------------------------------------ transactions
 
@@ -520,7 +519,7 @@ class Producer:
             prepared,
             commit=commit,
             transaction_timeout_ms=cfg.transaction_timeout_ms,
-            retry_backoff=self._retry_backoff,
+            retry_backoff=self._engine.retry_backoff,
             request_timeout_s=cfg.request_timeout_ms / 1000,
             max_block_s=cfg.max_block_ms / 1000,
         )
@@ -589,7 +588,7 @@ class Producer:
 
     def _on_metadata(self, snapshot: Any) -> None:
         try:
-            self._acc.update_metadata(snapshot)
+            self._engine.update_metadata(snapshot)
         except Exception as exc:  # a bug of ours, run in the cluster's task: fail loudly here
             self._runtime.fail(exc)
 

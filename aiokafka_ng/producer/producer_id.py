@@ -2,29 +2,30 @@
 
 Theory of operation
 -------------------
-:class:`ProducerIdOwner` holds the producer's :class:`IdempotenceState` (producer id, epoch,
-and the sequence rules that read them) and is the only code that gives it a producer id.
-Replacing the id is always the same three steps:
+:class:`ProducerIdOwner` takes the producer's engine in its constructor and is the only code
+that gives the engine's :class:`IdempotenceState` (producer id, epoch, and the sequence rules
+that read them) a producer id. Replacing the id is always the same three steps:
 
-1. Wait until no batch is in flight (:meth:`ProducerIdOwner.wait_idle`). A batch on the wire
-   holds a sequence of the old id; its answer must be settled (written, a duplicate, or a
-   hole that asks for a reset) before sequences are thrown away, or a late answer would be
-   read against the new id's sequences. :meth:`ProducerIdOwner.on_idle` is called at the
-   end of every request (the senders' ``Wakeups.request_ended``), which is the only moment
-   ``flight`` can shrink to empty with an answer in hand.
+1. Wait until no batch is in flight (:meth:`ProducerIdOwner.wait_idle`, the engine's
+   ``wait_nothing_in_flight``). A batch on the wire holds a sequence of the old id; its
+   answer must be settled (written, a duplicate, or a hole that asks for a reset) before
+   sequences are thrown away, or a late answer would be read against the new id's
+   sequences. The engine looks again at the end of every request, which is the only moment
+   the flight can shrink to empty with an answer in hand.
 2. Ask for the new id/epoch. *How* is the caller's, an :data:`Ask` given the current id
    and epoch: :func:`idempotent_ask` for a producer without a transactional id (always a
    fresh id, see ``idempotence.py`` for why), the transaction coordinator's InitProducerId
    (fencing at init, KIP-360's epoch bump after an abort) for a transactional one.
-3. Apply it (:meth:`ProducerIdOwner.apply`): every partition restarts at sequence 0, queued
-   retries lose their old sequence (re-stamped at their next drain), the state takes the
-   id (drain resumes) and the senders are woken (the producer's wake-up channel,
-   ``Wakeups.wake_all``).
+3. Apply it (:meth:`ProducerIdOwner.apply`, the engine's ``new_producer_id``): every
+   partition restarts at sequence 0, queued retries lose their old sequence (re-stamped at
+   their next drain), the state takes the id (drain resumes) and the senders are woken.
 
 *When* is the caller's too. An idempotent producer runs :meth:`ProducerIdOwner.run` as a
 background task: an id at start, and a new one each time the idempotence state requests a
-reset (a sequence gap, UNKNOWN_PRODUCER_ID, a batch that failed for good holding a
-sequence), every error retried while the producer runs (the shared ``retrying`` driver).
+reset (a sequence gap, UNKNOWN_PRODUCER_ID, a batch that failed for good holding a sequence:
+the engine's ``producer_id_wanted`` signal, routed to
+:meth:`ProducerIdOwner.renewal_requested`), every error retried while the producer runs
+(the shared ``retrying`` driver).
 A transactional producer's state machine (``transactions.py``) calls
 :meth:`ProducerIdOwner.renew` itself at init and for the epoch bump after an abort that left
 a sequence hole, and judges the errors (fenced: fatal; timed out: try again); transactions
@@ -42,14 +43,13 @@ import anyio
 
 from aiokafka_ng.cluster.retry import Retry, RetryState, retrying
 from aiokafka_ng.errors import KafkaError
-from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
 from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster import ClusterClient
     from aiokafka_ng.net.backoff import ExponentialBackoff
-    from aiokafka_ng.producer.accumulator import Accumulator
+    from aiokafka_ng.producer.engine import ProducerEngine
     from aiokafka_ng.producer.idempotence import IdempotenceState
 
 __all__ = ["Ask", "ProducerIdOwner", "idempotent_ask"]
@@ -89,49 +89,31 @@ def idempotent_ask(cluster: ClusterClient) -> Ask:
 class ProducerIdOwner:
     """Gets, holds and renews a producer's id and epoch (see the module docstring)."""
 
-    __slots__ = (
-        "_idle",
-        "_renewal",
-        "accumulator",
-        "idem",
-        "label",
-        "level",
-        "log",
-        "wakeups",
-    )
+    __slots__ = ("_renewal", "engine", "idem", "label", "level", "log")
 
     def __init__(
         self,
-        idem: IdempotenceState,
+        engine: ProducerEngine,
         *,
         label: str,
         log: logging.Logger,
         level: int = logging.DEBUG,
     ) -> None:
-        self.idem = idem
-        # A reset the idempotence state requests comes here (a transactional state never
-        # requests one this way: its state machine decides, see transactions.py).
-        idem.on_reset = self.renewal_requested
-        #: Who we are in log lines ("producer", "transaction 'tid'"), on whose logger, and
-        #: the level of the line a new producer id gets.
+        """``engine``: whose idempotence state this owner gives ids to; ``label``, ``log``
+        and ``level``: who we are in log lines ("producer", "transaction 'tid'"), on whose
+        logger, and the level of the line a new producer id gets."""
+        assert engine.idem is not None, "a producer id owner without idempotence"
+        self.engine = engine
+        self.idem: IdempotenceState = engine.idem
         self.label = label
         self.log = log
         self.level = level
-        self.accumulator: Accumulator | None = None
-        self.wakeups: Wakeups = UNWIRED
-        # Made by the task that waits on them (an anyio Event needs a running loop).
+        # Made by the task that waits on it (an anyio Event needs a running loop).
         self._renewal: anyio.Event | None = None
-        self._idle: anyio.Event | None = None
 
     def __repr__(self) -> str:
         i = self.idem
         return f"<ProducerIdOwner {self.label} pid={i.producer_id} epoch={i.epoch} ready={i.ready}>"
-
-    def attach(self, accumulator: Accumulator, wakeups: Wakeups) -> None:
-        """The accumulator whose sequences a new id resets, and the channel that wakes the
-        senders."""
-        self.accumulator = accumulator
-        self.wakeups = wakeups
 
     @property
     def producer_id(self) -> int:
@@ -141,38 +123,26 @@ class ProducerIdOwner:
     def epoch(self) -> int:
         return self.idem.epoch
 
-    # ------------------------------------------------------------------ notifications
-
     def renewal_requested(self) -> None:
-        """The idempotence state asked for a new id (its ``on_reset``); :meth:`run` acts."""
+        """The idempotence state asked for a new id (the engine's ``producer_id_wanted``
+        signal); :meth:`run` acts."""
         if self._renewal is not None:
             self._renewal.set()
-
-    def on_idle(self) -> None:
-        """A sender finished a request: ``flight`` may be empty now."""
-        if self._idle is not None:
-            self._idle.set()
 
     # ------------------------------------------------------------------ the three steps
 
     async def wait_idle(self) -> None:
         """Return once no batch is in flight (their sequences are settled)."""
-        acc = self.accumulator
-        while acc is not None and acc.flight:
-            self._idle = anyio.Event()
-            await self._idle.wait()
+        await self.engine.wait_nothing_in_flight()
 
     def apply(self, producer_id: int, epoch: int, *, routine: bool = False) -> None:
         """Take ``producer_id``/``epoch``: sequences restart at 0, drain resumes, senders
         wake. ``routine``: logged at DEBUG (transactions v2 moves the epoch every commit)."""
-        if self.accumulator is not None:
-            self.accumulator.reset_sequences()
-        self.idem.set_producer(producer_id, epoch)
+        self.engine.new_producer_id(producer_id, epoch)
         self.log.log(
             logging.DEBUG if routine else self.level,
             "%s: producer id %s epoch %s", self.label, producer_id, epoch,
         )  # fmt: skip
-        self.wakeups.wake_all()
 
     async def renew(self, ask: Ask) -> tuple[int, int]:
         """Wait until nothing is in flight, ``ask`` for an id, apply it; returns it. What

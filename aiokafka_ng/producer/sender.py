@@ -1,9 +1,9 @@
-"""One sender task per broker: drain, write Produce requests, settle every batch.
+"""One sender task per broker: the I/O driver of the producer engine for that broker.
 
 Theory of operation
 -------------------
 A :class:`NodeSender` loops: get the node's connection (the pool reconnects with backoff),
-drain ready batches (:meth:`Accumulator.drain`), send them as one Produce request, and sleep
+drain ready batches (:meth:`ProducerEngine.drain`), send them as one Produce request, and sleep
 until woken (a batch became ready, a partition was unmuted, a response freed a slot) or the
 next linger deadline. It keeps at most ``max_in_flight`` requests outstanding -- the
 connection's semaphore has exactly that many permits, so draining never commits batches to a
@@ -22,11 +22,13 @@ with a lingering batch until that deadline (on asyncio a loop timer that sets th
 a cancel scope whose expiry throws into the wait), and a request's end wakes it only if it
 was waiting for an in-flight slot.
 
-Every batch of a request leaves the "in flight" state exactly once, on every path: the
-answer (or the request's failure) is turned into outcomes by the pure functions of
-:mod:`aiokafka_ng.producer.settle`, which hold the rules (complete, retry at the head after
-the backoff, split, reset the producer id, fail), and :meth:`NodeSender.apply` carries them
-out in order. A re-queued batch is unmuted *after* it is queued, then this node is woken
+The sender decides nothing about batches. Every batch of a request leaves the "in flight"
+state exactly once, on every path: the answer (or the request's failure) goes to
+:meth:`ProducerEngine.settle`, which turns it into outcomes by the pure functions of
+:mod:`aiokafka_ng.producer.settle` (complete, retry at the head after the backoff, split,
+reset the producer id, fail) and carries them out in order; a request's end is told to the
+engine too (:meth:`ProducerEngine.request_ended`: the producer id's owner waits for an empty
+flight). A re-queued batch is unmuted *after* it is queued, then this node is woken
 (Sarama #3644/#3689: the accumulator's ``requeue``).
 """
 
@@ -35,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -43,20 +44,6 @@ import anyio.abc
 
 from aiokafka_ng.cluster.retry import RetryState
 from aiokafka_ng.errors import KafkaError, UnsupportedVersionError
-from aiokafka_ng.producer.settle import (
-    Delivered,
-    Failed,
-    NewLeader,
-    Outcome,
-    Refresh,
-    ResetProducerId,
-    Retry,
-    Rules,
-    Split,
-    error_outcomes,
-    response_outcomes,
-)
-from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
 from aiokafka_ng.protocol.messages.produce import (
     PartitionProduceData,
     ProduceRequest,
@@ -66,52 +53,48 @@ from aiokafka_ng.protocol.messages.produce import (
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster import ClusterClient, Link, Pending, Supervisor
-    from aiokafka_ng.producer.accumulator import Accumulator
     from aiokafka_ng.producer.batch import ProducerBatch
+    from aiokafka_ng.producer.engine import ProducerEngine
 
 __all__ = ["NodeSender"]
 
 log = logging.getLogger(__name__)
 
-#: Produce v3 is the first that carries v2 record batches. v12 only in a transaction of
-#: transactions v2 (``IdempotenceState.max_produce_version``); v13 names topics by id,
-#: which the producer does not track.
+#: Produce v3 is the first that carries v2 record batches. The newest is the engine's to
+#: say: v11, or v12 in a transaction of transactions v2 (``max_produce_version``); v13
+#: names topics by id, which the producer does not track.
 _MIN_PRODUCE_VERSION = 3
-_MAX_PRODUCE_VERSION = 11
 
 
 class NodeSender:
-    """Drains and sends for one broker; runs until cancelled."""
+    """Drains and sends for one broker; runs until cancelled. The I/O around the engine:
+    connection, submit, await, hand the answer to the engine."""
 
     def __init__(
         self,
         node_id: int,
         *,
+        engine: ProducerEngine,
         cluster: ClusterClient,
-        accumulator: Accumulator,
         task_group: anyio.abc.TaskGroup | Supervisor,
         acks: int,
         request_timeout_ms: int,
         max_in_flight: int,
-        retries: int,
         transactional_id: str | None = None,
-        wakeups: Wakeups = UNWIRED,
     ) -> None:
         self.node_id = node_id
+        self._engine = engine
         self._cluster = cluster
-        self._acc = accumulator
         self._tg = task_group
         self._acks = acks
         self._timeout_ms = request_timeout_ms
         self._max_in_flight = max_in_flight
-        self._rules = Rules(retries, accumulator.delivery_timeout, accumulator.idem)
         # Transactional batches must name their transaction in the request (the broker
         # checks it against AddPartitionsToTxn and writes the markers accordingly).
         self._transactional_id = transactional_id
-        #: Told when each request ends (the producer-id owner waits for an empty flight).
-        self._wakeups = wakeups
         self._event = anyio.Event()
-        self.in_flight = 0
+        #: Produce requests written and not ended yet (at most ``max_in_flight``).
+        self.requests_in_flight = 0
         self.requests = 0
         #: the requests written and not settled yet, in wire order (see _settle_answers)
         self._answers: deque[tuple[Pending[ProduceResponse | None], list[ProducerBatch], float]]
@@ -130,7 +113,7 @@ class NodeSender:
         """Something becomes ready at ``at`` (the accumulator's clock) and not before: a
         loop waiting with nothing due by time sleeps until then instead of looking now (on
         asyncio, a loop timer that sets the event); otherwise, as :meth:`wake`."""
-        loop = self._acc.loop
+        loop = self._engine.acc.loop
         if not self._idle or loop is None:
             self._event.set()
             return
@@ -142,12 +125,13 @@ class NodeSender:
         self._timer = loop.call_at(at, self._event.set)
 
     async def run(self) -> None:
-        acc = self._acc
-        clock = acc.clock
+        engine = self._engine
+        acc = engine.acc
+        clock = engine.clock
         self._tg.start_soon(self._settle_answers)
         # Reconnect pacing of this node (the retry driver's timing object); the batches'
-        # own retry timing stays in the accumulator.
-        pacing = RetryState(acc.retry_backoff)
+        # own retry timing stays in the engine.
+        pacing = RetryState(engine.retry_backoff)
         while True:
             # A set event is replaced *before* looking at the accumulator, so a wake() that
             # happens after the look is never lost. (An unset one is kept: creating anyio
@@ -156,9 +140,9 @@ class NodeSender:
             if event.is_set():
                 event = self._event = anyio.Event()
             timeout: float | None = None
-            if self.in_flight < self._max_in_flight:
+            if self.requests_in_flight < self._max_in_flight:
                 now = clock()
-                at = acc.next_deadline(self.node_id, now)
+                at = engine.next_deadline(self.node_id, now)
                 if at is not None and at <= now:
                     try:
                         conn = await self._cluster.connection(self.node_id)
@@ -174,7 +158,7 @@ class NodeSender:
                         await pacing.pause()
                         continue
                     now = clock()
-                    batches, next_at = acc.drain(self.node_id, now)
+                    batches, next_at = engine.drain(self.node_id, now)
                     if batches:
                         await self._send(conn, batches)
                         continue
@@ -209,20 +193,19 @@ class NodeSender:
                     await event.wait()
 
     async def _send(self, conn: Link, batches: list[ProducerBatch]) -> None:
+        engine = self._engine
         try:
-            idem = self._acc.idem
-            cap = _MAX_PRODUCE_VERSION if idem is None else idem.max_produce_version
-            version = min(conn.version_for(ProduceRequest), cap)
+            version = min(conn.version_for(ProduceRequest), engine.max_produce_version)
         except UnsupportedVersionError as exc:
-            for b in batches:
-                self._acc.fail(b, exc)
+            engine.fail_unsent(batches, exc)
             return
         if version < _MIN_PRODUCE_VERSION:
-            exc2 = UnsupportedVersionError(
-                f"broker {self.node_id} only supports Produce v{version}; v3+ is required"
+            engine.fail_unsent(
+                batches,
+                UnsupportedVersionError(
+                    f"broker {self.node_id} only supports Produce v{version}; v3+ is required"
+                ),
             )
-            for b in batches:
-                self._acc.fail(b, exc2)
             return
         by_topic: dict[str, list[PartitionProduceData]] = {}
         for b in batches:
@@ -236,9 +219,9 @@ class NodeSender:
                 for name, parts in by_topic.items()
             ],
         )
-        self.in_flight += 1
+        self.requests_in_flight += 1
         self.requests += 1
-        started = self._acc.clock()
+        started = engine.clock()
         try:
             # Written from this task, in drain order (see the module docstring); the
             # answer is awaited by _settle_answers, so requests pipeline.
@@ -249,7 +232,7 @@ class NodeSender:
                 expect_response=self._acks != 0,
             )
         except KafkaError as exc:
-            self.on_failure(batches, exc)
+            engine.settle(batches, None, exc)
             self._request_done()
             return
         except BaseException:
@@ -290,64 +273,20 @@ class NodeSender:
         batches: list[ProducerBatch],
         started: float,
     ) -> None:
-        response: ProduceResponse | None = None
-        error: KafkaError | None = None
         try:
             response = await pending.wait()
-            if response is not None:
-                self._acc.request_latency.record(self._acc.clock() - started)
         except KafkaError as exc:
-            error = exc
-        if error is not None:
-            self.on_failure(batches, error)
-        elif response is None:  # acks=0: nothing to wait for; offsets unknown
-            for b in batches:
-                self._acc.complete(b, -1, -1)
+            self._engine.settle(batches, None, exc)
         else:
-            self.on_response(response, batches)
+            # None with acks=0: nothing to wait for; written, offsets unknown.
+            self._engine.settle(batches, response, started=started)
 
     def _request_done(self) -> None:
         # Only a loop that waits for an in-flight slot needs this wake-up: what else a
         # request's end changes (a partition unmuted, a batch re-queued, an idempotence
-        # slot freed) wakes the node through the accumulator. A lone record's request
+        # slot freed) wakes the node through the engine's signals. A lone record's request
         # thus ends without another trip round the loop.
-        if self.in_flight >= self._max_in_flight:
+        if self.requests_in_flight >= self._max_in_flight:
             self.wake()
-        self.in_flight -= 1
-        self._wakeups.request_ended()
-
-    def on_response(self, response: ProduceResponse, batches: list[ProducerBatch]) -> None:
-        """Settle the ``batches`` of one request by its answer (see :mod:`.settle`)."""
-        now = self._acc.clock()
-        self.apply(response_outcomes(response, batches, now, self._rules), now)
-
-    def on_failure(self, batches: list[ProducerBatch], exc: KafkaError) -> None:
-        """Settle the ``batches`` of a request that failed as a whole (no answer)."""
-        acc = self._acc
-        now = acc.clock()
-        rules = self._rules
-        for batch in batches:
-            self.apply(error_outcomes(batch, exc, None, now, rules), now)
-
-    def apply(self, outcomes: Iterable[Outcome], now: float) -> None:
-        """Carry out what :mod:`.settle` decided at ``now``, in order."""
-        acc = self._acc
-        for o in outcomes:
-            if isinstance(o, Delivered):
-                acc.complete(o.batch, o.base_offset, o.log_append_time, o.log_start_offset)
-            elif isinstance(o, Retry):
-                acc.requeue(o.batch, now)
-            elif isinstance(o, Failed):
-                acc.fail(o.batch, o.exc)
-            elif isinstance(o, Split):
-                if not acc.split(o.batch):
-                    self.apply(o.fallback, now)
-            elif isinstance(o, NewLeader):
-                self._cluster.update_leader(o.topic, o.partition, o.leader, o.epoch, o.endpoint)
-            elif isinstance(o, Refresh):
-                self._cluster.request_update([o.topic])
-            elif isinstance(o, ResetProducerId):
-                # A real gap, or the broker lost/fenced our producer state (KIP-360).
-                log.info("producer: %s on %s; resetting producer id", type(o.exc).__name__, o.batch)
-                assert acc.idem is not None
-                acc.idem.request_reset(o.code)
+        self.requests_in_flight -= 1
+        self._engine.request_ended()

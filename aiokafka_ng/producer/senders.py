@@ -1,27 +1,24 @@
-"""The producer's senders, one per broker, and the wake-up channel that drives them.
+"""The producer's I/O side: a sender per broker, and the cluster requests the engine asks for.
 
 Theory of operation
 -------------------
-:class:`Senders` is the producer's :class:`~aiokafka_ng.producer.wakeups.Wakeups`: the
-accumulator, the memory pool, the senders and the producer-id owner all signal through it,
-and it turns each event into the one thing that follows from it:
+:class:`Senders` is built with the producer's engine and runtime. The engine's signals that
+concern I/O come here (the producer routes them: ``parts.build_parts``), and each turns into
+the one thing that follows from it:
 
-* ``batch_ready(node)`` wakes ``node``'s :class:`~aiokafka_ng.producer.sender.NodeSender`,
+* ``wake_node(node)`` wakes ``node``'s :class:`~aiokafka_ng.producer.sender.NodeSender`,
   making it (and starting its task) the first time that node has something: the producer
   has a sender only for brokers that lead a partition it writes to. It also counts towards
   ``send()``'s yield (below).
-* ``batch_due(node, at)`` (a new head batch lingering until ``at``) lets an idle sender sleep
+* ``node_due(node, at)`` (a new head batch lingering until ``at``) lets an idle sender sleep
   until ``at`` without a look now (``NodeSender.wake_at``): a lone record costs its sender
   one trip round its loop, not two.
-* ``memory_wanted`` and ``wake_all`` wake every sender; ``metadata_needed`` asks the cluster
-  for a topic's metadata; ``request_ended`` tells the producer-id owner, which waits for
-  nothing to be in flight before it replaces the id; ``expiry_needed`` wakes the expiry
-  timer (:mod:`aiokafka_ng.producer.expiry`).
+* ``wake_all`` wakes every sender; ``need_metadata`` asks the cluster for a topic's
+  metadata and ``leader_moved`` tells it a partition's new leader (KIP-951).
 
-Senders are made only between :meth:`Senders.attach` (the producer's cluster and task group
-exist) and :meth:`Senders.detach` (the producer closed); a wake-up outside that window starts
-no sender -- the accumulator keeps the batch, and the next wake-up after ``attach``
-finds it.
+Senders are made only while the runtime has a task group and a cluster (from ``start()``)
+and until :meth:`Senders.close` (the producer closed); a wake-up outside that window starts
+no sender -- the engine keeps the batch, and the next wake-up finds it.
 
 Yielding. ``send()`` does not await anything in its common case, so a tight ``send()`` loop
 would never let the senders run. It yields (``yield_due``) after every
@@ -38,11 +35,10 @@ from typing import TYPE_CHECKING
 from aiokafka_ng.producer.sender import NodeSender
 
 if TYPE_CHECKING:
-    from aiokafka_ng.cluster import ClusterClient, Supervisor
+    from aiokafka_ng.cluster import ClientRuntime
+    from aiokafka_ng.cluster.metadata import BrokerMetadata
     from aiokafka_ng.config import ProducerConfig
-    from aiokafka_ng.producer.accumulator import Accumulator
-    from aiokafka_ng.producer.expiry import ExpiryTimer
-    from aiokafka_ng.producer.producer_id import ProducerIdOwner
+    from aiokafka_ng.producer.engine import ProducerEngine
 
 __all__ = ["Senders"]
 
@@ -51,52 +47,40 @@ _WAKES_PER_YIELD = 4
 
 
 class Senders:
-    """The per-node senders and the producer's wake-up channel (see the module docstring).
+    """The per-node senders of one producer (see the module docstring).
 
     ``by_node`` holds every sender made (kept after close, for statistics); ``send()`` reads
     and clears ``yield_due``."""
 
     def __init__(
-        self,
-        config: ProducerConfig,
-        ids: ProducerIdOwner | None,
-        expiry: ExpiryTimer | None = None,
+        self, engine: ProducerEngine, config: ProducerConfig, runtime: ClientRuntime
     ) -> None:
-        """``config``: the senders' settings; ``ids``: the producer id's owner, told when a
-        request ends (None without idempotence); ``expiry``: the expiry timer, woken when
-        it has something to expire again (None: nobody expires, as in tests of parts)."""
+        """``engine``: what the senders drain and settle into; ``config``: their settings;
+        ``runtime``: where their tasks run and whose cluster they write to, once started."""
         self.by_node: dict[int, NodeSender] = {}
         self.yield_due = False
         self._wakes = 0
+        self._engine = engine
         self._config = config
-        self._ids = ids
-        self._expiry = expiry
-        self._cluster: ClusterClient | None = None
-        self._acc: Accumulator | None = None
-        self._tasks: Supervisor | None = None
+        self._runtime = runtime
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<Senders nodes={sorted(self.by_node)}>"
 
-    def attach(self, cluster: ClusterClient, accumulator: Accumulator, tasks: Supervisor) -> None:
-        """The producer started: senders may be made from now on, in ``tasks``."""
-        self._cluster = cluster
-        self._acc = accumulator
-        self._tasks = tasks
-
-    def detach(self) -> None:
+    def close(self) -> None:
         """The producer closed: no sender is made any more (their tasks are being
         cancelled with the producer's task group)."""
-        self._tasks = None
+        self._closed = True
 
-    # ------------------------------------------------------------------ Wakeups
+    # ------------------------------------------------------------------ the engine's signals
 
-    def batch_ready(self, node: int) -> None:
+    def wake_node(self, node: int) -> None:
         sender = self._sender(node)
         if sender is not None:
             sender.wake()
 
-    def batch_due(self, node: int, at: float) -> None:
+    def node_due(self, node: int, at: float) -> None:
         sender = self._sender(node)
         if sender is not None:
             sender.wake_at(at)
@@ -113,44 +97,41 @@ class Senders:
             sender = self._start(node)
         return sender
 
-    def metadata_needed(self, topic: str) -> None:
-        if self._cluster is not None:
-            self._cluster.request_update([topic])
-
-    def memory_wanted(self) -> None:
-        self.wake_all()  # every batch is ready while someone waits for memory
-
-    def expiry_needed(self) -> None:
-        if self._expiry is not None:
-            self._expiry.wake()
-
-    def request_ended(self) -> None:
-        if self._ids is not None:
-            self._ids.on_idle()
-
     def wake_all(self) -> None:
         for sender in self.by_node.values():
             sender.wake()
 
+    def need_metadata(self, topic: str) -> None:
+        cluster = self._runtime.cluster
+        if cluster is not None:
+            cluster.request_update([topic])
+
+    def leader_moved(
+        self, topic: str, partition: int, leader: int, epoch: int, endpoint: BrokerMetadata | None
+    ) -> None:
+        cluster = self._runtime.cluster
+        if cluster is not None:
+            cluster.update_leader(topic, partition, leader, epoch, endpoint)
+
     # ------------------------------------------------------------------ internals
 
     def _start(self, node: int) -> NodeSender | None:
-        """``node``'s sender, made and started now; None before attach or after detach."""
-        tasks, cluster, acc = self._tasks, self._cluster, self._acc
-        if tasks is None or cluster is None or acc is None:
+        """``node``'s sender, made and started now; None before the producer started (no
+        task group yet) or after it closed."""
+        runtime = self._runtime
+        cluster = runtime.cluster
+        if self._closed or cluster is None or not runtime.has_tasks:
             return None
         cfg = self._config
         sender = self.by_node[node] = NodeSender(
             node,
+            engine=self._engine,
             cluster=cluster,
-            accumulator=acc,
-            task_group=tasks,
-            wakeups=self,
+            task_group=runtime.tasks,
             acks=cfg.acks,
             request_timeout_ms=cfg.request_timeout_ms,
             max_in_flight=cfg.max_in_flight_requests_per_connection,
-            retries=cfg.retries,
             transactional_id=cfg.transactional_id,
         )
-        tasks.start_soon(sender.run)
+        runtime.tasks.start_soon(sender.run)
         return sender

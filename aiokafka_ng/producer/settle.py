@@ -5,10 +5,10 @@ Theory of operation
 Deciding and doing are apart. :func:`response_outcomes` and :func:`error_outcomes` are pure:
 they read the answer, each batch's attempts and age and -- with idempotence -- whether it
 holds the next sequence the broker expects, and return the outcomes in the order they are
-to be carried out; they change nothing. The sender carries them out
-(``NodeSender.apply``: the accumulator, the cluster's metadata, the idempotence state), so
-every rule below is one place, testable on a canned answer with no sender, connection or
-clock (``tests/producer/test_settle.py``).
+to be carried out; they change nothing. The engine carries them out
+(``ProducerEngine.apply``: the accumulator, the idempotence state, and the cluster's metadata
+through its signals), so every rule below is one place, testable on a canned answer with no
+sender, connection or clock (``tests/producer/test_settle.py``).
 
 Every batch of a request gets exactly one final outcome:
 
@@ -23,7 +23,7 @@ Every batch of a request gets exactly one final outcome:
   partition: ``IdempotenceState.gap_at``) or lost/fenced producer state also asks for a
   new producer id first (:class:`ResetProducerId`, KIP-360);
 * a retriable error (connection lost, timeout, NOT_LEADER...), fewer attempts than
-  ``retries`` and younger than ``delivery_timeout_ms``: :class:`Retry` (re-queued at the
+  ``retries`` and younger than ``delivery_timeout_ms``: :class:`Requeue` (re-queued at the
   head after the backoff); ``invalid_metadata`` errors also ask for a metadata refresh
   (:class:`Refresh`) and, when the answer names the partition's current leader (KIP-951),
   :class:`NewLeader` before anything else;
@@ -52,8 +52,8 @@ __all__ = [
     "NewLeader",
     "Outcome",
     "Refresh",
+    "Requeue",
     "ResetProducerId",
-    "Retry",
     "Rules",
     "Split",
     "error_outcomes",
@@ -80,7 +80,7 @@ class Split(NamedTuple):
     fallback: tuple[Outcome, ...]
 
 
-class Retry(NamedTuple):
+class Requeue(NamedTuple):
     batch: ProducerBatch
 
 
@@ -107,7 +107,7 @@ class ResetProducerId(NamedTuple):
     exc: KafkaError
 
 
-Outcome = Delivered | Split | Retry | Failed | NewLeader | Refresh | ResetProducerId
+Outcome = Delivered | Split | Requeue | Failed | NewLeader | Refresh | ResetProducerId
 
 
 class Rules(NamedTuple):
@@ -136,7 +136,7 @@ def error_outcomes(
         out.append(Refresh(batch.topic))
     expired = now - batch.created >= rules.delivery_timeout
     if retriable and batch.attempts < rules.retries and not expired:
-        out.append(Retry(batch))
+        out.append(Requeue(batch))
     elif expired and retriable:
         out.append(
             Failed(

@@ -83,10 +83,11 @@ def collect(parts: Parts, runtime: ClientRuntime, *, buffer_memory: int) -> Prod
     """The snapshot of a producer made of ``parts`` (``Producer.statistics``), the common
     part from its ``runtime``: reads counters only, so it never blocks and works in any
     state."""
-    acc = parts.acc
-    pool = parts.pool
+    engine = parts.engine
+    acc = engine.acc
+    pool = engine.pool
     by_node = parts.senders.by_node
-    idem = parts.idem
+    idem = engine.idem
     return runtime.statistics(
         ProducerStatistics,
         memory=pool.statistics(),
@@ -97,8 +98,8 @@ def collect(parts: Parts, runtime: ClientRuntime, *, buffer_memory: int) -> Prod
         buffer_bytes_used=buffer_memory - pool.available,
         request_latency_ms=acc.request_latency.snapshot(),
         in_flight_batches=len(acc.flight),
-        in_flight_requests=sum(s.in_flight for s in by_node.values()),
-        in_flight_by_node={n: s.in_flight for n, s in by_node.items()},
+        in_flight_requests=sum(s.requests_in_flight for s in by_node.values()),
+        in_flight_by_node={n: s.requests_in_flight for n, s in by_node.items()},
         retries=acc.retries,
         splits=acc.splits,
         expired_batches=acc.expired_batches,

@@ -2,9 +2,14 @@
 
 Theory of operation
 -------------------
-:class:`TransactionManager` holds the transaction's state (the table of states and moves is
-``txn_state.py``) and makes every move; the producer's idempotence state while a
-transactional id is set is ``txn_idempotence.py``.
+:class:`TransactionManager` takes the producer's engine in its constructor, holds the
+transaction's state (the table of states and moves is ``txn_state.py``) and makes every move.
+The transaction's drain state -- the partitions added or waiting to be, the error queued
+batches fail with, v2 or not -- is the engine's idempotence state while a transactional id is
+set (``txn_idempotence.py``): the drain reads it there, the manager moves it. What the drain
+notices comes back as the engine's signals (``partitions_wanted``: :meth:`TransactionManager.wake`;
+``fenced``: :meth:`TransactionManager.fail_fatal`; ``sequence_hole``), which the producer
+routes here.
 
 *Partitions join before data* (``txn_idempotence.py``): the drain queues the partitions not
 in the transaction yet for :meth:`TransactionManager.run`, which adds every queued partition
@@ -65,11 +70,9 @@ from aiokafka_ng.producer.txn_state import (
     TransactionState,
 )
 from aiokafka_ng.producer.txn_state import TRANSITIONS as _TRANSITIONS  # noqa: F401 (tests)
-from aiokafka_ng.producer.wakeups import UNWIRED, Wakeups
 
 if TYPE_CHECKING:
-    from aiokafka_ng.net.backoff import ExponentialBackoff
-    from aiokafka_ng.producer.accumulator import Accumulator
+    from aiokafka_ng.producer.engine import ProducerEngine
     from aiokafka_ng.producer.future import Delivery
 
 __all__ = [
@@ -129,35 +132,41 @@ class TransactionManager:
 
     def __init__(
         self,
-        transactional_id: str,
+        engine: ProducerEngine,
         *,
         transaction_timeout_ms: int,
-        retry_backoff: ExponentialBackoff,
         request_timeout_ms: int,
         max_block_ms: int,
+        cluster: Callable[[], CoordinatorCluster | None],
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None,
+        transaction_version: Callable[[], int] = lambda: 0,
     ) -> None:
-        self.transactional_id = transactional_id
+        """``engine``: the producer's, built with a transactional id (its idempotence state
+        is this transaction's drain state); ``cluster``: the producer's cluster once started
+        (None before: a call then raises); ``spawn``: starts a task in the producer's task
+        group (a transaction whose task was cancelled is aborted by a task of ours);
+        ``transaction_version``: the cluster's finalized ``transaction.version`` (0 when
+        unknown), read at each begin."""
+        idem = engine.idem
+        assert isinstance(idem, TransactionalIdempotence), "the engine is not transactional"
+        self.engine = engine
+        self.idem = idem
+        self.transactional_id = idem.transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
-        self.retry_backoff = retry_backoff
+        self.retry_backoff = engine.retry_backoff
         self.request_timeout_s = request_timeout_ms / 1000
         self.max_block_s = max_block_ms / 1000
-        self.idem = TransactionalIdempotence(self)
         #: Gets and applies the producer id; this state machine decides when and judges
         #: the errors (the module docstring of ``producer_id``).
         self.ids = ProducerIdOwner(
-            self.idem, label=f"transaction {transactional_id}", log=log, level=logging.INFO
+            engine, label=f"transaction {self.transactional_id}", log=log, level=logging.INFO
         )
         self.state = S.UNINITIALIZED
-        #: partitions added to the open transaction / waiting to be added
-        self.partitions: set[tuple[str, int]] = set()
-        self.pending_partitions: set[tuple[str, int]] = set()
-        #: the error queued batches fail with (aborting, abortable or fatal), else None
-        self.drain_error: KafkaError | None = None
         self.last_error: KafkaError | None = None
-        self.accumulator: Accumulator | None = None
-        self.client: TxnCoordinatorClient | None = None
-        self._wakeups: Wakeups = UNWIRED
-        self._spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None
+        self._cluster = cluster
+        self._client_made: TxnCoordinatorClient | None = None
+        self._spawn = spawn
+        self._transaction_version = transaction_version
         self._background: anyio.Event | None = None  # set when a background abort ends
         self._event = anyio.Event()
         self._offset_groups: set[str] = set()  # groups added (AddOffsetsToTxn) in this txn
@@ -166,9 +175,6 @@ class TransactionManager:
         #: The AddPartitionsToTxn call of run() in progress (its cancel scope and an event
         #: set when it has ended), for _abort to end it first: see _stop_adding.
         self._adding: tuple[anyio.CancelScope, anyio.Event] | None = None
-        #: Transactions v2 for the open transaction (decided at begin, module docstring).
-        self.v2 = False
-        self._transaction_version: Callable[[], int] = lambda: 0
         self._futures: list[Delivery[Any]] = []
         self.transactions = 0  # committed
         self.aborts = 0
@@ -179,31 +185,53 @@ class TransactionManager:
             f"pid={self.idem.producer_id} epoch={self.idem.epoch}>"
         )
 
-    def attach(
-        self,
-        cluster: CoordinatorCluster,
-        accumulator: Accumulator,
-        wakeups: Wakeups,
-        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None,
-        transaction_version: Callable[[], int] | None = None,
-    ) -> None:
-        """Connect to the producer's cluster, accumulator and task group (at start).
-        ``transaction_version``: the cluster's finalized ``transaction.version`` (0 when
-        unknown), read at each begin."""
-        self.accumulator = accumulator
-        self.ids.attach(accumulator, wakeups)
-        if transaction_version is not None:
-            self._transaction_version = transaction_version
-        self._wakeups = wakeups
-        self._spawn = spawn
-        self.client = TxnCoordinatorClient(
-            cluster,
-            self.transactional_id,
-            transaction_timeout_ms=self.transaction_timeout_ms,
-            retry_backoff=self.retry_backoff,
-            request_timeout_s=self.request_timeout_s,
-            max_block_s=self.max_block_s,
-        )
+    # The transaction's drain state lives in the engine's idempotence state (the drain
+    # reads it there); the state machine moves it.
+
+    @property
+    def partitions(self) -> set[tuple[str, int]]:
+        """The partitions added to the open transaction."""
+        return self.idem.partitions
+
+    @property
+    def pending_partitions(self) -> set[tuple[str, int]]:
+        """The partitions waiting to be added (queued by the drain)."""
+        return self.idem.pending_partitions
+
+    @property
+    def drain_error(self) -> KafkaError | None:
+        """The error queued batches fail with (aborting, abortable or fatal), else None."""
+        return self.idem.drain_error
+
+    @drain_error.setter
+    def drain_error(self, exc: KafkaError | None) -> None:
+        self.idem.drain_error = exc
+
+    @property
+    def v2(self) -> bool:
+        """Transactions v2 for the open transaction (decided at begin, module docstring)."""
+        return self.idem.v2
+
+    @v2.setter
+    def v2(self, value: bool) -> None:
+        self.idem.v2 = value
+
+    @property
+    def client(self) -> TxnCoordinatorClient | None:
+        """The coordinator client, made at the first call after the producer started."""
+        if self._client_made is None:
+            cluster = self._cluster()
+            if cluster is None:
+                return None
+            self._client_made = TxnCoordinatorClient(
+                cluster,
+                self.transactional_id,
+                transaction_timeout_ms=self.transaction_timeout_ms,
+                retry_backoff=self.retry_backoff,
+                request_timeout_s=self.request_timeout_s,
+                max_block_s=self.max_block_s,
+            )
+        return self._client_made
 
     # ------------------------------------------------------------------ state machine
 
@@ -235,7 +263,7 @@ class TransactionManager:
         self.state = S.FATAL_ERROR
         self.last_error = exc
         self.drain_error = exc
-        self._wakeups.wake_all()
+        self.engine.signals.wake_all()
 
     def _fail_abortable(self, exc: KafkaError) -> None:
         if self.state in (S.IN_TRANSACTION, S.COMMITTING, S.INITIALIZING):
@@ -243,7 +271,7 @@ class TransactionManager:
             self.state = S.ABORTABLE_ERROR
             self.last_error = exc
             self.drain_error = exc
-            self._wakeups.wake_all()
+            self.engine.signals.wake_all()
 
     def _failed(self, exc: KafkaError) -> None:
         """Record a coordinator call's error: fatal or abortable by its type."""
@@ -264,6 +292,7 @@ class TransactionManager:
             )
 
     def wake(self) -> None:
+        """Partitions wait to be added (the engine's ``partitions_wanted`` signal)."""
         self._event.set()
 
     def check_send(self) -> None:
@@ -291,9 +320,10 @@ class TransactionManager:
     # ------------------------------------------------------------------ operations
 
     def _client(self) -> TxnCoordinatorClient:
-        if self.client is None:
+        client = self.client
+        if client is None:
             raise IllegalTransactionStateError("the producer is not started")
-        return self.client
+        return client
 
     async def init(self) -> None:
         """InitProducerId with our transactional id (fences older producers using it)."""
@@ -358,7 +388,7 @@ class TransactionManager:
         """Flush and check every record of the transaction was delivered (COMMITTING)."""
         if self.state is not S.COMMITTING:  # COMMITTING: a timed-out commit, resumed
             self._to(S.COMMITTING, op)
-        self._wakeups.wake_all()
+        self.engine.signals.wake_all()
         await flush()
         if self.state is not S.COMMITTING:  # an error arrived while flushing
             self._to(S.COMMITTING, op)  # raises the right error
@@ -425,14 +455,13 @@ class TransactionManager:
         self.drain_error = TransactionAbortedError(
             f"transaction of {self.transactional_id!r} was aborted"
         )
-        acc = self.accumulator
-        if acc is not None:
-            acc.abort_all(self.drain_error)
-            self._wakeups.wake_all()
-            # In flight: their outcome no longer matters, but they must not be written
-            # after the abort marker. Re-queued retries fail at their next drain.
-            for fut in acc.incomplete():
-                await fut.wait_done()
+        acc = self.engine.acc
+        acc.abort_all(self.drain_error)
+        self.engine.signals.wake_all()
+        # In flight: their outcome no longer matters, but they must not be written after
+        # the abort marker. Re-queued retries fail at their next drain.
+        for fut in acc.incomplete():
+            await fut.wait_done()
         await self._stop_adding()
         self.pending_partitions.clear()
         client = self._client()
@@ -580,9 +609,9 @@ class TransactionManager:
                     ended.set()
                 if scope.cancelled_caught or batch is None:
                     break
-                self.partitions |= batch
-                self.pending_partitions -= batch
-                self._wakeups.wake_all()
+                self.partitions.update(batch)
+                self.pending_partitions.difference_update(batch)
+                self.engine.signals.wake_all()
 
     async def _add_pending(self) -> set[tuple[str, int]] | None:
         """One attempt of :meth:`run`: the partitions pending now, added (and returned);

@@ -18,11 +18,11 @@ from aiokafka_ng.cluster.metadata import (
 )
 from aiokafka_ng.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
 from aiokafka_ng.net.backoff import ExponentialBackoff
-from aiokafka_ng.producer.accumulator import Accumulator, PendingRun
+from aiokafka_ng.producer.accumulator import Accumulator, QueuedRun
 from aiokafka_ng.producer.future import BatchDelivery, DeliveryFuture
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
-from aiokafka_ng.producer.wakeups import Unwired
+from aiokafka_ng.producer.signals import Signals
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import iter_batches
 
@@ -48,18 +48,18 @@ def meta(
     )
 
 
-class Heard(Unwired):
-    """The accumulator's wake-ups, recorded: nodes woken and topics asked for, in order."""
+class Heard:
+    """The accumulator's signals, recorded: nodes woken and topics asked for, in order. A
+    lingering head batch's ``node_due`` counts as its node woken."""
 
     def __init__(self) -> None:
         self.woken: list[int] = []
         self.requested: list[str] = []
-
-    def batch_ready(self, node: int) -> None:
-        self.woken.append(node)
-
-    def metadata_needed(self, topic: str) -> None:
-        self.requested.append(topic)
+        self.signals = Signals(
+            wake_node=self.woken.append,
+            node_due=lambda node, at: self.woken.append(node),
+            need_metadata=self.requested.append,
+        )
 
 
 def make(
@@ -83,7 +83,7 @@ def make(
         retry_backoff=ExponentialBackoff(100, 1000, jitter=0),
         guarantee_order=guarantee_order,
         idempotence=idem,
-        wakeups=heard,
+        signals=heard.signals,
         clock=clock,
     )
     return acc, heard.woken, heard.requested
@@ -267,17 +267,17 @@ def test_pending_topic_fails_alone_at_delivery_timeout() -> None:
     assert acc.pool.available == acc.pool.total
 
 
-def _pending_run(acc: Accumulator, placed: list[str]) -> tuple[BatchDelivery, PendingRun]:
+def _pending_run(acc: Accumulator, placed: list[str]) -> tuple[BatchDelivery, QueuedRun]:
     run = BatchDelivery("t", 1, None, 3)
     assert acc.pool.try_reserve(3 * 40)
 
-    def place(acc: Accumulator, t: Any, entry: PendingRun) -> None:
+    def place(acc: Accumulator, t: Any, entry: QueuedRun) -> None:
         placed.append(t.name)
         for v, size in zip(entry.values, entry.sizes, strict=True):
             acc.place(t, 0, None, v, None, 1, size, DeliveryFuture("t", 1))
 
     values = [b"r0", b"r1", b"r2"]
-    return run, PendingRun(-1, 1, None, values, [40] * 3, [run] * 3, run, [0, 1, 2], place)
+    return run, QueuedRun(-1, 1, None, values, [40] * 3, [run] * 3, run, [0, 1, 2], place)
 
 
 def test_pending_run_waits_as_one_entry_in_send_order() -> None:

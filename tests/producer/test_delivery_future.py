@@ -10,10 +10,10 @@ import anyio
 import pytest
 
 from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
-from aiokafka_ng.producer.delivery import place
+from aiokafka_ng.producer.delivery import bind_entry
 from aiokafka_ng.producer.future import DeliveryFuture, RecordMetadata, finish_all, withdraw
 
-# The futures are driven through the producer's side of them -- ``place`` (where a record
+# The futures are driven through the producer's side of them -- ``bind_entry`` (where a record
 # landed) and ``finish_all`` (a batch decided) -- the calls the accumulator makes, not
 # their slots.
 
@@ -57,7 +57,7 @@ def test_pending_state_raises() -> None:
 @pytest.mark.anyio
 async def test_await_and_callbacks_in_order() -> None:
     fut = DeliveryFuture("t", 7)
-    place(fut, FakeBatch(), 2)
+    bind_entry(fut, FakeBatch(), 2)
     seen: list[str] = []
     fut.add_done_callback(lambda f: seen.append("cb1"))
     results: list[RecordMetadata] = []
@@ -79,7 +79,7 @@ async def test_await_and_callbacks_in_order() -> None:
 
 def test_result_is_an_immutable_record_metadata() -> None:
     fut = DeliveryFuture("t", 7)
-    place(fut, FakeBatch(), 5)
+    bind_entry(fut, FakeBatch(), 5)
     deliver(fut)
     meta = fut.result()
     # Built by the fast path, it is the same value as one built by its constructor.
@@ -102,7 +102,7 @@ def test_result_is_an_immutable_record_metadata() -> None:
     with pytest.raises(AttributeError):
         meta.offset = 1  # type: ignore[misc]
     unknown = DeliveryFuture("t", 7)
-    place(unknown, UnknownOffsetBatch(), 0)
+    bind_entry(unknown, UnknownOffsetBatch(), 0)
     deliver(unknown)  # no offset from the broker; log-append time wins, and says so
     assert unknown.result() == RecordMetadata("t", 1, -1, 9, timestamp_type=1, log_start_offset=4)
 
@@ -122,7 +122,7 @@ def test_callback_error_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -
     fut.add_done_callback(lambda f: 1 / 0)
     later: list[bool] = []
     fut.add_done_callback(lambda f: later.append(True))
-    place(fut, FakeBatch(), 0)
+    bind_entry(fut, FakeBatch(), 0)
     with caplog.at_level(logging.ERROR):
         deliver(fut)
     assert later == [True]  # the next callback still ran
@@ -215,7 +215,7 @@ async def test_one_waiter_is_kept_as_is_and_several_as_a_list(
         tg.start_soon(wait_done, fut)
         await anyio.wait_all_tasks_blocked()
         assert containers(fut) == [list]  # the callback and the delivery wait
-        place(fut, FakeBatch(), 0)
+        bind_entry(fut, FakeBatch(), 0)
         deliver(fut)
         await anyio.wait_all_tasks_blocked()
         assert woke == [True]
@@ -235,7 +235,7 @@ async def test_one_waiter_is_kept_as_is_and_several_as_a_list(
         assert fut2.cancel()
         await anyio.wait_all_tasks_blocked()
         assert woke == []  # cancelled, not delivered: the wait goes on
-        place(fut2, FakeBatch(), 0)
+        bind_entry(fut2, FakeBatch(), 0)
         deliver(fut2)
         await anyio.wait_all_tasks_blocked()
         assert woke == [True]
@@ -246,7 +246,7 @@ async def test_one_waiter_is_kept_as_is_and_several_as_a_list(
     fut3.add_done_callback(None)  # type: ignore[arg-type]
     fut3.add_done_callback(lambda f: seen.append("after None"))
     assert not fut3.done()
-    place(fut3, FakeBatch(), 0)
+    bind_entry(fut3, FakeBatch(), 0)
     with caplog.at_level(logging.ERROR):
         deliver(fut3)
     assert fut3.done() and fut3.result().offset == 100
@@ -263,8 +263,8 @@ def test_a_delivered_future_leaves_the_gc_lists_a_failed_one_stays() -> None:
 
     delivered, failed = DeliveryFuture("t", 7), DeliveryFuture("t", 8)
     assert gc.is_tracked(delivered) and gc.is_tracked(failed)
-    place(delivered, FakeBatch(), 0)
-    place(failed, FakeBatch(), 0)
+    bind_entry(delivered, FakeBatch(), 0)
+    bind_entry(failed, FakeBatch(), 0)
     deliver(delivered)
     deliver(failed, KafkaTimeoutError("expired"))
     assert gc.is_tracked(delivered) is not speedups.AVAILABLE

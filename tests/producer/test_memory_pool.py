@@ -7,17 +7,19 @@ import pytest
 
 from aiokafka_ng.errors import BufferExhaustedError
 from aiokafka_ng.producer.memory import MemoryPool
-from aiokafka_ng.producer.wakeups import Unwired
+from aiokafka_ng.producer.signals import Signals
 
 
-class Waits(Unwired):
-    """Counts the pool's ``memory_wanted`` wake-ups; ``await waits.until(n)`` for the n-th
-    waiter."""
+class Waits:
+    """Counts the pool's wake-ups for a waiter (its ``wake_all`` signal); ``await
+    waits.until(n)`` for the n-th waiter. ``waits.pool(total)``: a pool that signals here."""
 
-    def __init__(self, pool: MemoryPool) -> None:
+    def __init__(self) -> None:
         self.count = 0
         self._event = anyio.Event()
-        pool.wakeups = self
+
+    def pool(self, total: int) -> MemoryPool:
+        return MemoryPool(total, signals=Signals(wake_all=self.memory_wanted))
 
     def memory_wanted(self) -> None:
         self.count += 1
@@ -42,8 +44,8 @@ def test_try_reserve_and_release() -> None:
 
 @pytest.mark.anyio
 async def test_waiters_are_served_fifo_and_piecemeal() -> None:
-    pool = MemoryPool(100)
-    waits = Waits(pool)
+    waits = Waits()
+    pool = waits.pool(100)
     assert pool.try_reserve(100)
     order: list[str] = []
     big_done = anyio.Event()
@@ -87,8 +89,8 @@ async def test_timeout_raises_and_returns_partial_memory() -> None:
 
 @pytest.mark.anyio
 async def test_timeout_hands_memory_to_next_waiter() -> None:
-    pool = MemoryPool(100)
-    waits = Waits(pool)
+    waits = Waits()
+    pool = waits.pool(100)
     assert pool.try_reserve(100)
     got: list[int] = []
 

@@ -180,15 +180,16 @@ async def test_black_holed_broker_blocks_then_raises_within_memory() -> None:
 async def test_a_bug_in_a_background_task_fails_records_loudly_not_a_hang(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # An exception nothing handles (here injected where responses are applied) must not
-    # silently stop the senders and leave every awaiter hanging until close(): the pending
-    # record fails, later sends are refused, close() returns, and the log says why.
-    from aiokafka_ng.producer.sender import NodeSender
+    # An exception nothing handles (here injected where a sender hands an answer to the
+    # engine) must not silently stop the senders and leave every awaiter hanging until
+    # close(): the pending record fails, later sends are refused, close() returns, and the
+    # log says why.
+    from aiokafka_ng.producer.engine import ProducerEngine
 
-    def broken(self: Any, response: Any, batches: Any) -> None:
+    def broken(self: Any, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError("injected bug")
 
-    monkeypatch.setattr(NodeSender, "on_response", broken)
+    monkeypatch.setattr(ProducerEngine, "settle", broken)
     topic = "bug"
     async with FakeKafka(brokers=1, tcp=False) as kafka:
         with anyio.fail_after(20):

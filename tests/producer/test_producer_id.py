@@ -2,8 +2,8 @@
 in flight, a new id resets every sequence, the idempotent ask is retried whatever the
 error, and both idempotent and transactional producers get their id through it.
 
-The first tests drive :class:`ProducerIdOwner` with a scripted ``Ask`` and a real
-Accumulator, because the order they check (no InitProducerId while a batch is still on the
+The first tests drive :class:`ProducerIdOwner` with a scripted ``Ask`` and a real engine
+(ProducerEngine), because the order they check (no InitProducerId while a batch is on the
 wire) cannot be forced against a real broker without a race; the last ones run real
 producers against the embedded broker.
 """
@@ -23,17 +23,15 @@ from aiokafka_ng.cluster.metadata import (
     PartitionMetadata,
     TopicMetadata,
 )
+from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import ClusterAuthorizationFailedError, KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer import Producer
-from aiokafka_ng.producer.accumulator import Accumulator
 from aiokafka_ng.producer.batch import ProducerBatch
+from aiokafka_ng.producer.engine import ProducerEngine
 from aiokafka_ng.producer.future import DeliveryFuture
-from aiokafka_ng.producer.idempotence import IdempotenceState
-from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.producer_id import ProducerIdOwner
-from aiokafka_ng.producer.wakeups import Unwired
-from aiokafka_ng.protocol.compression import Compression
+from aiokafka_ng.producer.signals import Signals
 from aiokafka_ng.protocol.records import iter_batches
 from tests.helpers import topic_name
 
@@ -42,27 +40,35 @@ pytestmark = pytest.mark.anyio
 _LOG = logging.getLogger("tests.producer_id")
 
 
-class Rig(Unwired):
-    """An owner over a real IdempotenceState and Accumulator; the ask answers ``ids`` in
-    turn and records the (id, epoch) it was asked with; its wake-up channel is the rig."""
+class Rig:
+    """An owner over a real engine (its idempotence state and accumulator); the ask answers
+    ``ids`` in turn and records the (id, epoch) it was asked with; the engine's signals
+    reach the rig (an applied id wakes every sender: ``wake_all``) and the owner (a reset
+    requested), as the producer routes them."""
 
     def __init__(self, ids: list[tuple[int, int]], failures: int = 0) -> None:
-        self.idem = IdempotenceState()
-        self.owner = ProducerIdOwner(self.idem, label="producer", log=_LOG)
-        self.acc = Accumulator(
-            pool=MemoryPool(1 << 20),
+        config = ProducerConfig(
+            bootstrap_servers="127.0.0.1:9092",
             batch_size=1000,
             linger_ms=0,
-            compression=Compression.NONE,
-            max_request_size=1 << 20,
             delivery_timeout_ms=60000,
-            retry_backoff=ExponentialBackoff(1, 5, jitter=0),
-            guarantee_order=False,
-            idempotence=self.idem,
+            retry_backoff_ms=1,
+            retry_backoff_max_ms=5,
+        )
+        self.engine = ProducerEngine(
+            config,
+            signals=Signals(
+                wake_all=self.wake_all,
+                producer_id_wanted=lambda: self.owner.renewal_requested(),
+            ),
             clock=lambda: 1000.0,
         )
+        assert self.engine.idem is not None
+        self.idem = self.engine.idem
+        self.acc = self.engine.acc
+        self.owner = ProducerIdOwner(self.engine, label="producer", log=_LOG)
         parts = {p: PartitionMetadata(partition=p, leader=1) for p in range(3)}
-        self.acc.update_metadata(
+        self.engine.update_metadata(
             ClusterMetadata(
                 brokers=MappingProxyType({1: BrokerMetadata(1, "127.0.0.1", 1)}),
                 topics=MappingProxyType(
@@ -71,7 +77,6 @@ class Rig(Unwired):
             )
         )
         self.applied = anyio.Event()
-        self.owner.attach(self.acc, self)  # apply() wakes the senders last: wake_all
         self.ids = ids
         self.failures = failures
         self.asked: list[tuple[int, int]] = []
@@ -96,7 +101,7 @@ class Rig(Unwired):
         return fut
 
     def drain(self) -> list[ProducerBatch]:
-        batches, _ = self.acc.drain(1, 1000.0)
+        batches, _ = self.engine.drain(1, 1000.0)
         return batches
 
 
@@ -119,11 +124,11 @@ async def test_a_reset_requested_while_batches_are_in_flight_waits_for_them() ->
         await anyio.wait_all_tasks_blocked()
         assert rig.asked == [(-1, -1)]
         rig.acc.complete(b0, 0, -1)
-        rig.owner.on_idle()  # what a sender does when a request ends
+        rig.engine.request_ended()  # what a sender does when a request ends
         await anyio.wait_all_tasks_blocked()
         assert rig.asked == [(-1, -1)]  # b2 is still in flight
         rig.acc.complete(b2, 0, -1)
-        rig.owner.on_idle()
+        rig.engine.request_ended()
         await rig.next_id()
         assert rig.asked == [(-1, -1), (7, 0)]
         assert (rig.idem.producer_id, rig.idem.epoch, rig.idem.ready) == (8, 0, True)

@@ -1,5 +1,6 @@
-"""A model check of the ordering machinery: accumulator + idempotence + response handling
-against a simulated broker, with random pipelining, lost responses and connection cuts.
+"""A model check of the ordering machinery: the producer engine (accumulator + idempotence +
+response handling) against a simulated broker, with random pipelining, lost responses and
+connection cuts.
 
 The simulated broker keeps a log per partition and, for idempotent producers, the next
 expected sequence per (producer id, partition): it appends a batch whose first sequence is
@@ -23,7 +24,6 @@ from types import MappingProxyType
 
 import pytest
 
-from aiokafka_ng.cluster import Cluster
 from aiokafka_ng.cluster.metadata import (
     BrokerMetadata,
     ClusterMetadata,
@@ -32,14 +32,9 @@ from aiokafka_ng.cluster.metadata import (
 )
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import KafkaConnectionError
-from aiokafka_ng.net.backoff import ExponentialBackoff
-from aiokafka_ng.producer.accumulator import Accumulator
 from aiokafka_ng.producer.batch import ProducerBatch
+from aiokafka_ng.producer.engine import ProducerEngine
 from aiokafka_ng.producer.future import DeliveryFuture
-from aiokafka_ng.producer.idempotence import IdempotenceState
-from aiokafka_ng.producer.memory import MemoryPool
-from aiokafka_ng.producer.sender import NodeSender
-from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.messages.produce import (
     PartitionProduceResponse,
     ProduceResponse,
@@ -99,24 +94,32 @@ class Broker:
 def run_model(seed: int, idempotent: bool) -> tuple[dict[int, list[bytes]], dict[int, list[bytes]]]:
     rng = random.Random(seed)
     clock = Clock()
-    idem = IdempotenceState() if idempotent else None
-    acc = Accumulator(
-        pool=MemoryPool(1 << 30),
-        batch_size=rng.choice([80, 200, 1000]),
-        linger_ms=rng.choice([0, 5]),
-        compression=Compression.NONE,
-        max_request_size=rng.choice([300, 1 << 20]),
+    batch_size = rng.choice([80, 200, 1000])
+    linger_ms = rng.choice([0, 5])
+    max_request_size = rng.choice([300, 1 << 20])
+    config = ProducerConfig(
+        bootstrap_servers="127.0.0.1:9092",
+        buffer_memory=1 << 30,
+        batch_size=batch_size,
+        linger_ms=linger_ms,
+        max_request_size=max_request_size,
         delivery_timeout_ms=10**9,
-        retry_backoff=ExponentialBackoff(10, 100),
-        guarantee_order=not idempotent,
-        idempotence=idem,
-        clock=clock,
+        retry_backoff_ms=10,
+        retry_backoff_max_ms=100,
+        retries=10**9,
+        enable_idempotence=idempotent,
+        max_in_flight_requests_per_connection=5 if idempotent else 1,
     )
+    # The engine alone: the model is its I/O side -- it drains, carries requests to the
+    # simulated broker and hands the answers (or the cuts) to the engine, as a sender does.
+    engine = ProducerEngine(config, clock=clock)
+    acc = engine.acc
+    idem = engine.idem
     leaders = {p: 1 for p in range(PARTITIONS)}
 
     def publish() -> None:
         parts = {p: PartitionMetadata(p, leader=leaders[p]) for p in range(PARTITIONS)}
-        acc.update_metadata(
+        engine.update_metadata(
             ClusterMetadata(
                 brokers=MappingProxyType({n: BrokerMetadata(n, "127.0.0.1", n) for n in NODES}),
                 topics=MappingProxyType(
@@ -126,23 +129,7 @@ def run_model(seed: int, idempotent: bool) -> tuple[dict[int, list[bytes]], dict
         )
 
     publish()
-    max_in_flight = 5 if idempotent else 1
-    # The senders' cluster is asked for nothing but metadata updates: a real one, never
-    # started, takes them (the model publishes the metadata itself).
-    cluster = Cluster(ProducerConfig(bootstrap_servers="127.0.0.1:9092").cluster_config())
-    senders = {
-        n: NodeSender(
-            n,
-            cluster=cluster,
-            accumulator=acc,
-            task_group=None,  # type: ignore[arg-type]
-            acks=-1,
-            request_timeout_ms=1000,
-            max_in_flight=max_in_flight,
-            retries=10**9,
-        )
-        for n in NODES
-    }
+    max_in_flight = config.max_in_flight_requests_per_connection
     broker = Broker()
     sent: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
     futures: list[DeliveryFuture] = []
@@ -154,11 +141,10 @@ def run_model(seed: int, idempotent: bool) -> tuple[dict[int, list[bytes]], dict
         nonlocal pid
         if idem is not None and not idem.ready and not acc.flight:
             pid += 1  # InitProducerId: a new producer id, sequences from 0
-            acc.reset_sequences()
-            idem.set_producer(pid, 0)
+            engine.new_producer_id(pid, 0)
 
     if idem is not None:
-        idem.set_producer(pid, 0)
+        engine.new_producer_id(pid, 0)
     counter = 0
     steps = 400
     for step in range(steps * 3):
@@ -177,14 +163,14 @@ def run_model(seed: int, idempotent: bool) -> tuple[dict[int, list[bytes]], dict
         elif op < 0.6:
             node = rng.choice(NODES)
             if len(wires[node]) < max_in_flight:
-                batches, _ = acc.drain(node, clock.now)
+                batches, _ = engine.drain(node, clock.now)
                 if batches:
                     wires[node].append(batches)
         elif op < 0.85:
             node = rng.choice(NODES)
             if wires[node]:
                 batches = wires[node].pop(0)
-                senders[node].on_response(broker.produce(batches), batches)
+                engine.settle(batches, broker.produce(batches))
         elif op < 0.88 and producing:
             # connection cut: a prefix of the wire was processed, every answer is lost
             node = rng.choice(NODES)
@@ -194,7 +180,7 @@ def run_model(seed: int, idempotent: bool) -> tuple[dict[int, list[bytes]], dict
                 if i < processed:
                     broker.produce(batches)
                 for b in batches:
-                    senders[node].on_failure([b], KafkaConnectionError("cut"))
+                    engine.settle([b], None, KafkaConnectionError("cut"))
             wire.clear()
         elif op < 0.9 and producing:
             # leadership moves (metadata update); requests already on the wire stay there
@@ -208,16 +194,16 @@ def run_model(seed: int, idempotent: bool) -> tuple[dict[int, list[bytes]], dict
     for node in NODES:
         while wires[node]:
             batches = wires[node].pop(0)
-            senders[node].on_response(broker.produce(batches), batches)
+            engine.settle(batches, broker.produce(batches))
     for _ in range(100_000):
         if all(f.done() for f in futures):
             break
         clock.now += 0.2
         maybe_reset()
         for node in NODES:
-            batches, _ = acc.drain(node, clock.now)
+            batches, _ = engine.drain(node, clock.now)
             if batches:
-                senders[node].on_response(broker.produce(batches), batches)
+                engine.settle(batches, broker.produce(batches))
     assert all(f.done() for f in futures), "some records never completed"
     assert all(f.exception() is None for f in futures)
     assert acc.pool.available == acc.pool.total

@@ -28,8 +28,8 @@ from aiokafka_ng.producer.settle import (
     Failed,
     NewLeader,
     Refresh,
+    Requeue,
     ResetProducerId,
-    Retry,
     Rules,
     Split,
     error_outcomes,
@@ -92,10 +92,10 @@ def test_not_leader_moves_the_leader_refreshes_and_retries_in_that_order() -> No
     assert out == [
         NewLeader("t", 1, 2, 9, BrokerMetadata(2, "127.0.0.1", 2, None)),
         Refresh("t"),
-        Retry(b),
+        Requeue(b),
     ]
     # Without a current-leader hint: refresh and retry only.
-    assert kinds(response_outcomes(answer(part(1, 6)), [b], NOW, RULES)) == [Refresh, Retry]
+    assert kinds(response_outcomes(answer(part(1, 6)), [b], NOW, RULES)) == [Refresh, Requeue]
 
 
 def test_retries_stop_at_the_limit_with_the_last_error() -> None:
@@ -103,7 +103,7 @@ def test_retries_stop_at_the_limit_with_the_last_error() -> None:
     (failed,) = error_outcomes(b, KafkaConnectionError("cut"), None, NOW, RULES)
     assert isinstance(failed, Failed) and isinstance(failed.exc, KafkaConnectionError)
     below = batch(attempts=2)
-    assert error_outcomes(below, KafkaConnectionError("x"), None, NOW, RULES) == [Retry(below)]
+    assert error_outcomes(below, KafkaConnectionError("x"), None, NOW, RULES) == [Requeue(below)]
 
 
 def test_a_retriable_error_after_the_delivery_timeout_fails_as_a_timeout() -> None:
@@ -138,7 +138,7 @@ def test_too_large_splits_and_falls_back_to_failing(code: int) -> None:
 def test_a_partition_left_out_of_the_answer_is_retried() -> None:
     answered, silent = batch(0), batch(1)
     out = response_outcomes(answer(part(0, 0, base_offset=5)), [answered, silent], NOW, RULES)
-    assert out == [Delivered(answered, 5, -1, -1), Retry(silent)]
+    assert out == [Delivered(answered, 5, -1, -1), Requeue(silent)]
 
 
 def test_an_answer_for_a_partition_not_in_the_request_is_ignored() -> None:
@@ -157,27 +157,27 @@ def idempotent(last_acked: int, base_sequence: int, attempts: int = 0) -> tuple[
 def test_out_of_order_resets_only_when_nothing_ahead_can_fill_the_gap() -> None:
     nxt, rules = idempotent(last_acked=9, base_sequence=10)
     out = response_outcomes(answer(part(0, 45)), [nxt], NOW, rules)
-    assert kinds(out) == [ResetProducerId, Retry] and out[0].code == 45  # type: ignore[union-attr]
+    assert kinds(out) == [ResetProducerId, Requeue] and out[0].code == 45  # type: ignore[union-attr]
     # Behind an earlier batch still unresolved (its retry may fill the gap): retry only.
     behind, rules = idempotent(last_acked=9, base_sequence=13)
     earlier = batch()
     earlier.base_sequence = 10
-    behind.pq.in_flight[:] = [earlier, behind]
-    assert response_outcomes(answer(part(0, 45)), [behind], NOW, rules) == [Retry(behind)]
+    behind.pq.unresolved[:] = [earlier, behind]
+    assert response_outcomes(answer(part(0, 45)), [behind], NOW, rules) == [Requeue(behind)]
     # The first unresolved batch, yet not next: the partition is already past it (a later
     # batch of ours got in first -- a broker takes any first sequence from a producer it
     # has no state for), so no retry under this producer id can ever fit: reset.
     passed, rules = idempotent(last_acked=333, base_sequence=0)
-    passed.pq.in_flight[:] = [passed]
+    passed.pq.unresolved[:] = [passed]
     out = response_outcomes(answer(part(0, 45)), [passed], NOW, rules)
-    assert kinds(out) == [ResetProducerId, Retry]
+    assert kinds(out) == [ResetProducerId, Requeue]
 
 
 @pytest.mark.parametrize("code", [59, 47, 90])
 def test_lost_or_fenced_producer_state_resets_and_retries(code: int) -> None:
     b, rules = idempotent(last_acked=0, base_sequence=50)
     out = response_outcomes(answer(part(0, code)), [b], NOW, rules)
-    assert kinds(out) == [ResetProducerId, Retry]
+    assert kinds(out) == [ResetProducerId, Requeue]
     if code == 59:
         assert isinstance(out[0].exc, UnknownProducerIdError)  # type: ignore[union-attr]
     # Out of attempts: still reset (the state is lost either way), and the batch fails.

@@ -6,7 +6,7 @@ sequence hole, the ``transaction()`` context."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from types import MappingProxyType
 from typing import Any
 
@@ -27,9 +27,9 @@ from aiokafka_ng.errors import (
     TopicAuthorizationFailedError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
-from aiokafka_ng.producer.accumulator import Accumulator
+from aiokafka_ng.producer.engine import ProducerEngine
 from aiokafka_ng.producer.future import DeliveryFuture
-from aiokafka_ng.producer.memory import MemoryPool
+from aiokafka_ng.producer.signals import Signals
 from aiokafka_ng.producer.transactions import (
     _TRANSITIONS,
     ConsumerGroupMetadata,
@@ -40,8 +40,6 @@ from aiokafka_ng.producer.transactions import (
     TransactionState,
 )
 from aiokafka_ng.producer.txn_coordinator import TxnCoordinatorClient
-from aiokafka_ng.producer.wakeups import Unwired
-from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import iter_batches
 from aiokafka_ng.testing import FakeKafka, virtual_time
 from aiokafka_ng.testing.fake import Received
@@ -67,37 +65,53 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return virtual_time.backend(request.param)
 
 
-class Setup(Unwired):
-    """A TransactionManager attached to an Accumulator and a real cluster on FakeKafka; the
-    setup is its wake-up channel (counting ``wake_all``) and its sender: the accumulator's
-    metadata is set by hand and drained batches are completed here, so only the
-    coordinator requests reach the fake."""
+class Setup:
+    """A TransactionManager over a transactional engine and a real cluster on FakeKafka; the
+    setup hears the engine's signals (counting ``wake_all``, routing the transaction's to
+    the manager as the producer does) and is its sender: the engine's metadata is set by
+    hand and drained batches are completed here, so only the coordinator requests reach the
+    fake. ``spawn``: where the manager starts a background abort (None: nowhere)."""
 
-    def __init__(self, kafka: FakeKafka, cluster: Cluster) -> None:
+    def __init__(
+        self,
+        kafka: FakeKafka,
+        cluster: Cluster,
+        spawn: Callable[[Callable[[], Coroutine[Any, Any, None]]], object] | None = None,
+    ) -> None:
         self.kafka = kafka
         self.cluster = cluster
         self.now = 1000.0
-        self.manager = TransactionManager(
-            "txn-1",
-            transaction_timeout_ms=60000,
-            retry_backoff=ExponentialBackoff(1, 5),
-            request_timeout_ms=1000,
-            max_block_ms=2000,
-        )
-        self.acc = Accumulator(
-            pool=MemoryPool(1 << 20),
+        config = ProducerConfig(
+            bootstrap_servers="127.0.0.1:9092",
+            transactional_id="txn-1",
             batch_size=1000,
             linger_ms=0,
-            compression=Compression.NONE,
-            max_request_size=1 << 20,
             delivery_timeout_ms=60000,
-            retry_backoff=ExponentialBackoff(1, 5, jitter=0),
-            guarantee_order=False,
-            idempotence=self.manager.idem,
+            request_timeout_ms=1000,
+            retry_backoff_ms=1,
+            retry_backoff_max_ms=5,
+        )
+        self.engine = ProducerEngine(
+            config,
+            signals=Signals(
+                wake_all=self.wake_all,
+                partitions_wanted=lambda: self.manager.wake(),
+                fenced=lambda exc: self.manager.fail_fatal(exc),
+                sequence_hole=lambda: self.manager.sequence_hole(),
+            ),
             clock=lambda: self.now,
         )
+        self.acc = self.engine.acc
+        self.manager = TransactionManager(
+            self.engine,
+            transaction_timeout_ms=60000,
+            request_timeout_ms=1000,
+            max_block_ms=2000,
+            cluster=lambda: self.cluster,
+            spawn=spawn,
+        )
         parts = {p: PartitionMetadata(partition=p, leader=1) for p in range(2)}
-        self.acc.update_metadata(
+        self.engine.update_metadata(
             ClusterMetadata(
                 brokers=MappingProxyType({1: BrokerMetadata(1, "127.0.0.1", 1)}),
                 topics=MappingProxyType(
@@ -109,7 +123,6 @@ class Setup(Unwired):
             )
         )
         self.wakes = 0
-        self.manager.attach(self.cluster, self.acc, self)  # its wake-up channel
 
     def names(self) -> list[str]:
         """The transaction requests received, in order (the cluster's own left out)."""
@@ -130,7 +143,7 @@ class Setup(Unwired):
         return fut
 
     def drain(self) -> list[Any]:
-        batches, _ = self.acc.drain(1, self.now)
+        batches, _ = self.engine.drain(1, self.now)
         return batches
 
     def complete(self, batches: list[Any]) -> None:
@@ -139,7 +152,7 @@ class Setup(Unwired):
 
     async def flush(self) -> None:
         # What Producer.flush does, with a "sender" that answers every drained batch.
-        self.acc.flushing += 1
+        self.engine.begin_flush()
         try:
             for _ in range(100):
                 self.complete(self.drain())
@@ -148,7 +161,7 @@ class Setup(Unwired):
                 await anyio.sleep(0.001)
             raise AssertionError("flush did not finish")
         finally:
-            self.acc.flushing -= 1
+            self.engine.end_flush()
 
 
 @pytest.fixture
@@ -181,12 +194,11 @@ async def run_adds(s: Setup) -> None:
 def test_transition_table_is_closed_and_fatal_is_final() -> None:
     assert set(_TRANSITIONS) == set(TransactionState)
     assert _TRANSITIONS[S.FATAL_ERROR] == frozenset()
+    engine = ProducerEngine(
+        ProducerConfig(bootstrap_servers="127.0.0.1:9092", transactional_id="x")
+    )
     m = TransactionManager(
-        "x",
-        transaction_timeout_ms=1,
-        retry_backoff=ExponentialBackoff(1, 1),
-        request_timeout_ms=1,
-        max_block_ms=1,
+        engine, transaction_timeout_ms=1, request_timeout_ms=1, max_block_ms=1, cluster=lambda: None
     )
     for old, new in itertools.product(TransactionState, TransactionState):
         if new is S.FATAL_ERROR or old is S.FATAL_ERROR:
@@ -231,9 +243,10 @@ async def test_partition_is_added_before_its_first_batch_drains(s: Setup) -> Non
     fut = s.send(b"a", partition=1)
     assert s.drain() == []  # held back: not in the transaction yet
     assert m.pending_partitions == {("t", 1)}
+    wakes = s.wakes
     await run_adds(s)
     assert m.partitions == {("t", 1)} and not m.pending_partitions
-    assert s.wakes >= 1  # senders woken once the partition joined
+    assert s.wakes > wakes  # senders woken once the partition joined
     assert s.names() == ["InitProducerId", "AddPartitionsToTxn"]
     batches = s.drain()
     assert len(batches) == 1
@@ -476,9 +489,9 @@ async def test_transaction_context_commits_or_aborts(s: Setup) -> None:
 
 
 async def test_cancelled_transaction_is_aborted_by_a_background_task(s: Setup) -> None:
-    m = s.manager
     async with anyio.create_task_group() as tg:
-        m.attach(s.cluster, s.acc, Unwired(), spawn=tg.start_soon)
+        s = Setup(s.kafka, s.cluster, spawn=tg.start_soon)
+        m = s.manager
         await m.init()
         with anyio.move_on_after(0.05):
             async with m.context(s.flush):

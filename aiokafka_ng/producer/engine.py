@@ -1,0 +1,281 @@
+"""The producer engine: every record's state between ``send()`` and its outcome, without I/O.
+
+Theory of operation
+-------------------
+:class:`ProducerEngine` is the synchronous core of a :class:`~aiokafka_ng.producer.Producer`
+(DESIGN.md, "The shape we are moving to"). Built from the producer's config in one
+constructor, it owns
+
+* the memory pool (:class:`~aiokafka_ng.producer.memory.MemoryPool`, ``buffer_memory``),
+* the accumulator (:class:`~aiokafka_ng.producer.accumulator.Accumulator`: topic queues,
+  partition batches, readiness, drain, expiry),
+* the idempotence state (:class:`~aiokafka_ng.producer.idempotence.IdempotenceState`, or
+  the transactional one of :mod:`~aiokafka_ng.producer.txn_idempotence`; None without
+  idempotence),
+
+and applies what happens to a request: :meth:`settle` takes a Produce answer (or the
+request's failure), asks the pure rule book (:mod:`aiokafka_ng.producer.settle`) what it means
+for each batch and carries the outcomes out in order (:meth:`apply`). It never awaits I/O and
+never starts a task: what it needs of the world -- a node's sender to look again, a topic's
+metadata, a new producer id -- it says through the :class:`~aiokafka_ng.producer.signals.Signals`
+it was built with.
+
+Around it, thin drivers do the I/O: one :class:`~aiokafka_ng.producer.sender.NodeSender` per
+broker (connect, :meth:`drain`, submit, await, :meth:`settle`), the expiry timer
+(:meth:`~aiokafka_ng.producer.accumulator.Accumulator.expire` at the next deadline), and the
+producer id's owner (:mod:`~aiokafka_ng.producer.producer_id`) or the transaction manager,
+which take the engine in their constructors and give it a new producer id with
+:meth:`new_producer_id` once :meth:`wait_nothing_in_flight` returns.
+
+The engine has two waits, both on its own state and never on I/O: the memory pool's
+``reserve`` (``send()`` waiting for buffer memory) and :meth:`wait_nothing_in_flight`.
+
+Tests drive an engine alone (no producer, no connection, a clock of their own): build it
+from a :class:`~aiokafka_ng.config.ProducerConfig`, give it metadata, ``acc.append``,
+:meth:`drain`, :meth:`settle` a canned answer, read the futures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+
+from aiokafka_ng.errors import KafkaError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.producer.accumulator import Accumulator
+from aiokafka_ng.producer.idempotence import IdempotenceState
+from aiokafka_ng.producer.memory import MemoryPool
+from aiokafka_ng.producer.settle import (
+    Delivered,
+    Failed,
+    NewLeader,
+    Outcome,
+    Refresh,
+    Requeue,
+    ResetProducerId,
+    Rules,
+    Split,
+    error_outcomes,
+    response_outcomes,
+)
+from aiokafka_ng.producer.signals import QUIET, Signals
+from aiokafka_ng.producer.txn_idempotence import TransactionalIdempotence
+from aiokafka_ng.protocol.compression import Compression
+
+if TYPE_CHECKING:
+    from aiokafka_ng.cluster.metadata import ClusterMetadata
+    from aiokafka_ng.config import ProducerConfig
+    from aiokafka_ng.producer.batch import ProducerBatch
+    from aiokafka_ng.producer.partitioner import StickyPartitioner
+    from aiokafka_ng.protocol.messages.produce import ProduceResponse
+
+__all__ = ["CODECS", "ProducerEngine"]
+
+log = logging.getLogger("aiokafka_ng.producer.sender")  # where outcomes were always logged
+
+#: ``compression_type`` -> the codec.
+CODECS = {
+    "none": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
+
+
+class ProducerEngine:
+    """The producer's records, batches, memory and sequences; synchronous, no I/O (see the
+    module docstring). A documented seam: tests build one from a config and drive it."""
+
+    __slots__ = (
+        "_no_flight",
+        "acc",
+        "clock",
+        "idem",
+        "pool",
+        "retry_backoff",
+        "rules",
+        "signals",
+    )
+
+    def __init__(
+        self,
+        config: ProducerConfig,
+        *,
+        signals: Signals = QUIET,
+        clock: Callable[[], float] = time.monotonic,
+        sticky: StickyPartitioner | None = None,
+    ) -> None:
+        """``signals``: what the engine tells the world (default: nobody); ``clock``: the
+        clock linger, retry and delivery deadlines are read on -- the event loop's in a
+        producer (:meth:`started`); ``sticky``: the KIP-794 partition picker (tests seed
+        one)."""
+        self.signals = signals
+        #: One retry policy (KIP-580) for batches, reconnects and the transaction's requests.
+        self.retry_backoff = ExponentialBackoff.retry(
+            config.retry_backoff_ms, config.retry_backoff_max_ms
+        )
+        idem: IdempotenceState | None = None
+        if config.transactional_id is not None:
+            idem = TransactionalIdempotence(config.transactional_id, signals)
+        elif config.enable_idempotence:
+            idem = IdempotenceState(on_reset=signals.producer_id_wanted)
+        self.idem = idem
+        self.pool = MemoryPool(config.buffer_memory, signals=signals)
+        self.acc = Accumulator(
+            pool=self.pool,
+            batch_size=config.batch_size,
+            linger_ms=config.linger_ms,
+            compression=CODECS[config.compression_type],
+            max_request_size=config.max_request_size,
+            delivery_timeout_ms=config.delivery_timeout_ms,
+            retry_backoff=self.retry_backoff,
+            max_block_ms=config.max_block_ms,
+            guarantee_order=config.max_in_flight_requests_per_connection == 1,
+            idempotence=idem,
+            partitioner=config.partitioner,
+            sticky=sticky,
+            signals=signals,
+            clock=clock,
+        )
+        self.clock = clock
+        #: What settle.py's decisions read besides the answer.
+        self.rules = Rules(config.retries, self.acc.delivery_timeout, idem)
+        #: Set at the end of a request while :meth:`wait_nothing_in_flight` waits.
+        self._no_flight: anyio.Event | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<ProducerEngine topics={len(self.acc.topics)} in_flight={len(self.acc.flight)} "
+            f"memory={self.pool.available}/{self.pool.total}>"
+        )
+
+    def started(self, clock: Callable[[], float], loop: asyncio.AbstractEventLoop | None) -> None:
+        """The producer runs: deadlines are read on ``clock`` (the event loop's, read without
+        a backend lookup per call) and, under asyncio, futures' callbacks go through
+        ``loop``."""
+        self.clock = self.acc.clock = clock
+        self.acc.loop = loop
+
+    # ------------------------------------------------------------------ the sender's side
+
+    def update_metadata(self, snapshot: ClusterMetadata) -> None:
+        """A metadata snapshot: leaders move, waiting records are placed."""
+        self.acc.update_metadata(snapshot)
+
+    def next_deadline(self, node: int, now: float) -> float | None:
+        """Earliest time a batch of ``node`` becomes ready by time alone."""
+        return self.acc.next_deadline(node, now)
+
+    def drain(self, node: int, now: float) -> tuple[list[ProducerBatch], float | None]:
+        """The ready batches of ``node`` for one request (see ``Accumulator.drain``)."""
+        return self.acc.drain(node, now)
+
+    @property
+    def max_produce_version(self) -> int:
+        """The newest Produce version the idempotence state allows (11 without one)."""
+        idem = self.idem
+        return 11 if idem is None else idem.max_produce_version
+
+    def settle(
+        self,
+        batches: Sequence[ProducerBatch],
+        response: ProduceResponse | None,
+        error: KafkaError | None = None,
+        *,
+        started: float | None = None,
+    ) -> None:
+        """Settle the ``batches`` of one request: by its ``response`` (None with ``acks=0``:
+        written, offsets unknown), or by the ``error`` it failed with as a whole.
+        ``started``: when it was written, for the request latency."""
+        now = self.clock()
+        if error is not None:
+            rules = self.rules
+            for batch in batches:
+                self.apply(error_outcomes(batch, error, None, now, rules), now)
+        elif response is None:
+            for b in batches:
+                self.acc.complete(b, -1, -1)
+        else:
+            if started is not None:
+                self.acc.request_latency.record(now - started)
+            self.apply(response_outcomes(response, batches, now, self.rules), now)
+
+    def fail_unsent(self, batches: Iterable[ProducerBatch], exc: BaseException) -> None:
+        """Batches drained for a request that could not be made (no Produce version both
+        sides speak): they fail for good."""
+        for b in batches:
+            self.acc.fail(b, exc)
+
+    def request_ended(self) -> None:
+        """A request ended, answered or not (the senders, once per request): the only
+        moment the flight can shrink to empty with its answers settled."""
+        event = self._no_flight
+        if event is not None:
+            event.set()
+
+    def apply(self, outcomes: Iterable[Outcome], now: float) -> None:
+        """Carry out what :mod:`.settle` decided at ``now``, in order."""
+        acc = self.acc
+        for o in outcomes:
+            if isinstance(o, Delivered):
+                acc.complete(o.batch, o.base_offset, o.log_append_time, o.log_start_offset)
+            elif isinstance(o, Requeue):
+                acc.requeue(o.batch, now)
+            elif isinstance(o, Failed):
+                acc.fail(o.batch, o.exc)
+            elif isinstance(o, Split):
+                if not acc.split(o.batch):
+                    self.apply(o.fallback, now)
+            elif isinstance(o, NewLeader):
+                self.signals.leader_moved(o.topic, o.partition, o.leader, o.epoch, o.endpoint)
+            elif isinstance(o, Refresh):
+                self.signals.need_metadata(o.topic)
+            elif isinstance(o, ResetProducerId):
+                # A real gap, or the broker lost/fenced our producer state (KIP-360).
+                log.info("producer: %s on %s; resetting producer id", type(o.exc).__name__, o.batch)
+                assert self.idem is not None
+                self.idem.request_reset(o.code)
+
+    # ------------------------------------------------------------------ producer id
+
+    async def wait_nothing_in_flight(self) -> None:
+        """Return once no batch is in flight: their answers are settled, so their sequences
+        no longer matter (looked at again at the end of each request)."""
+        flight = self.acc.flight
+        while flight:
+            self._no_flight = event = anyio.Event()
+            try:
+                await event.wait()
+            finally:
+                self._no_flight = None
+
+    def new_producer_id(self, producer_id: int, epoch: int) -> None:
+        """Take ``producer_id``/``epoch``: every partition restarts at sequence 0, queued
+        retries lose their old sequence (re-stamped at their next drain), drain resumes and
+        every sender is woken."""
+        idem = self.idem
+        assert idem is not None, "a producer id without idempotence"
+        self.acc.reset_sequences()
+        idem.set_producer(producer_id, epoch)
+        self.signals.wake_all()
+
+    # ------------------------------------------------------------------ flush / close
+
+    def begin_flush(self) -> None:
+        """Every batch is ready while a flush is under way (nested flushes count)."""
+        self.acc.flushing += 1
+        self.signals.wake_all()
+
+    def end_flush(self) -> None:
+        self.acc.flushing -= 1
+
+    def begin_close(self) -> None:
+        """Closing: every batch is ready from now on."""
+        self.acc.closing = True
+        self.signals.wake_all()
