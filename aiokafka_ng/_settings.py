@@ -57,7 +57,9 @@ class ProducerSettings(ClientSettings, total=False):
     acks: int | str
     batch_size: int
     buffer_memory: int
+    client_rack: str
     close_timeout_ms: int
+    compression_level: int | None
     compression_type: CompressionType | str | None
     delivery_timeout_ms: int
     enable_idempotence: bool
@@ -67,6 +69,7 @@ class ProducerSettings(ClientSettings, total=False):
     max_in_flight_requests_per_connection: int
     max_request_size: int
     partitioner: Callable[[bytes | None, list[int], list[int]], int] | None
+    partitioner_rack_aware: bool
     retries: int
     transaction_timeout_ms: int
     transactional_id: str | None

@@ -41,6 +41,7 @@ from pydantic import (
 # public). The cluster layer owns it; the clients validate their setting with it.
 from aiokafka_ng.cluster.config import parse_bootstrap_servers
 from aiokafka_ng.errors import ConfigError
+from aiokafka_ng.protocol.compression import Compression, level_problem
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster import ClusterConfig
@@ -434,6 +435,11 @@ class ProducerConfig(ClientConfig):
     max_request_size: int = Field(default=1024 * 1024, gt=0)
     retries: int = Field(default=_MAX_INT32, ge=0)
     compression_type: CompressionType = "none"
+    #: KIP-390: the codec's level, in the range Kafka validates for it (gzip 1..9 or -1,
+    #: lz4 1..17, zstd -131072..22; snappy and none have none); None is Kafka's default
+    #: (gzip 6, lz4 9 -- its fast compressor --, zstd 3). Java has one setting per codec
+    #: (``compression.zstd.level``): ``from_properties`` takes those too.
+    compression_level: int | None = None
     key_serializer: Callable[[Any], bytes | None] | None = None
     value_serializer: Callable[[Any], bytes | None] | None = None
     #: Makes the producer transactional (KIP-98); requires idempotence.
@@ -442,6 +448,12 @@ class ProducerConfig(ClientConfig):
     #: ``partitioner(key_bytes, all_partitions, available_partitions) -> int`` (aiokafka's
     #: signature); None is the Java-compatible default (murmur2 / KIP-794 sticky).
     partitioner: Callable[[bytes | None, list[int], list[int]], int] | None = None
+    #: Where this client runs (Java's ``client.rack``, the brokers' ``broker.rack``).
+    client_rack: str = ""
+    #: KIP-1123: with a ``client_rack``, records without key or partition stick to
+    #: partitions whose leader is in that rack, while one has a leader (then to any). No
+    #: effect on keyed records or with a custom ``partitioner``. Off by default, as in Java.
+    partitioner_rack_aware: bool = False
 
     @field_validator("acks", mode="before")
     @classmethod
@@ -461,8 +473,45 @@ class ProducerConfig(ClientConfig):
     def _lower_codec(cls, v: Any) -> Any:
         return v.lower() if isinstance(v, str) else ("none" if v is None else v)
 
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> Any:
+        """As :meth:`ClientConfig.from_properties`; Java's per-codec levels
+        (``compression.gzip.level``, ``.lz4.``, ``.zstd.``) are checked as Java checks each,
+        and the one of the configured ``compression.type`` becomes ``compression_level``."""
+        props = dict(properties)
+        codec = props.get("compression.type", props.get("compression_type")) or "none"
+        errors: dict[str, str] = {}
+        chosen: int | None = None
+        for name in ("gzip", "lz4", "zstd"):
+            key = f"compression.{name}.level"
+            if key not in props:
+                continue
+            value = props.pop(key)
+            try:
+                level = int(value)
+            except (TypeError, ValueError):
+                errors[key] = f"must be an integer, not {value!r}"
+                continue
+            problem = level_problem(Compression[name.upper()], level)
+            if problem is not None:
+                errors[key] = problem
+            elif str(codec).strip().lower() == name:
+                if "compression.level" in props or "compression_level" in props:
+                    errors[key] = "not with compression.level (one level for the codec)"
+                chosen = level
+        if errors:
+            raise ConfigError(errors)
+        if chosen is not None:
+            props["compression_level"] = chosen
+        return super().from_properties(props)
+
     def _cross_check(self) -> dict[str, str]:
         errors = super()._cross_check()
+        if self.compression_level is not None:
+            codec = Compression.parse(self.compression_type)
+            problem = level_problem(codec, self.compression_level)
+            if problem is not None:
+                errors["compression_level"] = problem
         user = self.model_fields_set
         conflicts: dict[str, str] = {}
         if self.acks != -1:

@@ -29,6 +29,7 @@ from aiokafka_ng.producer.expiry import ExpiryTimer
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.intake import Intake
 from aiokafka_ng.producer.memory import MemoryPool
+from aiokafka_ng.producer.partitioner import StickyPartitioner
 from aiokafka_ng.producer.producer_id import ProducerIdOwner, idempotent_ask
 from aiokafka_ng.producer.senders import Senders
 from aiokafka_ng.producer.transactions import TransactionManager
@@ -98,6 +99,7 @@ def build_parts(
         batch_size=config.batch_size,
         linger_ms=config.linger_ms,
         compression=CODECS[config.compression_type],
+        compression_level=config.compression_level,
         max_request_size=config.max_request_size,
         delivery_timeout_ms=config.delivery_timeout_ms,
         retry_backoff=retry_backoff,
@@ -105,6 +107,10 @@ def build_parts(
         guarantee_order=config.max_in_flight_requests_per_connection == 1,
         idempotence=idem,
         partitioner=config.partitioner,
+        # KIP-1123 as Java: rack-aware only when asked and the client has a rack.
+        sticky=StickyPartitioner(
+            rack=(config.client_rack or None) if config.partitioner_rack_aware else None
+        ),
         wakeups=senders,
         # The event loop's clock, which linger, retry and delivery timers sleep on: the same
         # as time.monotonic on asyncio, and virtual under trio's MockClock (tests).
