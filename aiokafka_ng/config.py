@@ -147,6 +147,33 @@ class ClientConfig(BaseModel):
     sasl_oauthbearer_client_secret: SecretStr | None = None
     #: OIDC scope to ask for (JAAS ``scope``).
     sasl_oauthbearer_scope: str | None = None
+    #: The grant (librdkafka's ``sasl.oauthbearer.grant.type``): ``client_credentials``, or
+    #: ``urn:ietf:params:oauth:grant-type:jwt-bearer`` (KIP-1139: a signed assertion is the
+    #: grant; Java's ``JwtBearerJwtRetriever``).
+    sasl_oauthbearer_grant_type: Literal[
+        "client_credentials", "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    ] = "client_credentials"
+    #: KIP-1139/1258 assertions: signed RS256 or ES256 with the PKCS#8 PEM key in this file.
+    #: With client_credentials an assertion (this key, or ``..._assertion_file``)
+    #: authenticates the client instead of a secret (KIP-1258, ``private_key_jwt``).
+    sasl_oauthbearer_assertion_private_key_file: str | None = None
+    #: The key file's passphrase, if it is encrypted; a secret.
+    sasl_oauthbearer_assertion_private_key_passphrase: SecretStr | None = None
+    sasl_oauthbearer_assertion_algorithm: Literal["RS256", "ES256"] = "RS256"
+    #: The assertion's ``iss``, ``sub`` and ``aud`` claims (none when not set).
+    sasl_oauthbearer_assertion_claim_iss: str | None = None
+    sasl_oauthbearer_assertion_claim_sub: str | None = None
+    sasl_oauthbearer_assertion_claim_aud: str | None = None
+    #: ``exp`` this long after ``iat``; ``nbf`` this long before it; a random ``jti`` or not.
+    sasl_oauthbearer_assertion_claim_exp_seconds: int = Field(default=300, ge=0, le=86400)
+    sasl_oauthbearer_assertion_claim_nbf_seconds: int = Field(default=60, ge=0, le=3600)
+    sasl_oauthbearer_assertion_claim_jti_include: bool = False
+    #: JSON ``{"header": {...}, "payload": {...}}`` merged into every assertion (re-read
+    #: when it changes; the times and ``alg``/``typ`` win).
+    sasl_oauthbearer_assertion_template_file: str | None = None
+    #: A ready-made assertion (a JWT made elsewhere), sent as it is, re-read when it changes;
+    #: first choice over a key, as in Java.
+    sasl_oauthbearer_assertion_file: str | None = None
     #: SASL extensions (KIP-342) sent with every token (JAAS ``extension_NAME``).
     sasl_oauthbearer_extensions: dict[str, str] = {}
     #: GSSAPI: the brokers' Kerberos service name (their principal's first part).
@@ -241,15 +268,20 @@ class ClientConfig(BaseModel):
         return errors
 
     def _oauth_problems(self) -> dict[str, str]:
-        oidc = {
-            "sasl_oauthbearer_token_endpoint_url": self.sasl_oauthbearer_token_endpoint_url,
-            "sasl_oauthbearer_client_id": self.sasl_oauthbearer_client_id,
-            "sasl_oauthbearer_client_secret": self.sasl_oauthbearer_client_secret,
-        }
-        given = {key for key, value in oidc.items() if value}
         url = self.sasl_oauthbearer_token_endpoint_url or ""
         if url and not url.startswith(("http://", "https://")):
             return {"sasl_oauthbearer_token_endpoint_url": "must be an http:// or https:// URL"}
+        assertion = (
+            self.sasl_oauthbearer_assertion_file or self.sasl_oauthbearer_assertion_private_key_file
+        )
+        jwt_bearer = self.sasl_oauthbearer_grant_type != "client_credentials"
+        oidc = {
+            "sasl_oauthbearer_token_endpoint_url": url,
+            "sasl_oauthbearer_client_id": self.sasl_oauthbearer_client_id,
+            "sasl_oauthbearer_client_secret": self.sasl_oauthbearer_client_secret,
+            "sasl_oauthbearer_assertion_private_key_file": assertion,
+        }
+        given = {key for key, value in oidc.items() if value}
         if self.sasl_oauth_token_provider is not None:
             if given:
                 return {
@@ -260,9 +292,37 @@ class ClientConfig(BaseModel):
         if not given:
             return {
                 "sasl_oauth_token_provider": "OAUTHBEARER needs a token provider or "
-                "sasl_oauthbearer_token_endpoint_url with client id and secret"
+                "sasl_oauthbearer_token_endpoint_url with client id and secret (or an assertion)"
             }
-        return {key: "required with the other OIDC settings" for key in oidc if key not in given}
+        problems: dict[str, str] = {}
+        if not url:
+            problems["sasl_oauthbearer_token_endpoint_url"] = (
+                "required with the other OIDC settings"
+            )
+        if jwt_bearer or assertion:
+            if not assertion:
+                problems["sasl_oauthbearer_assertion_private_key_file"] = (
+                    "the jwt-bearer grant needs an assertion: a private key file to sign it "
+                    "(or sasl_oauthbearer_assertion_file)"
+                )
+            if self.sasl_oauthbearer_client_secret is not None:
+                problems["sasl_oauthbearer_client_secret"] = (
+                    "not with an assertion (the assertion authenticates the client)"
+                    if not jwt_bearer
+                    else "not with the jwt-bearer grant (the assertion is the grant)"
+                )
+            if assertion and not self.sasl_oauthbearer_assertion_file:
+                try:
+                    import cryptography  # noqa: F401
+                except ImportError:
+                    problems["sasl_oauthbearer_assertion_private_key_file"] = (
+                        "signing assertions needs cryptography: pip install 'aiokafka-ng[oauth]'"
+                    )
+            return problems
+        for key in ("sasl_oauthbearer_client_id", "sasl_oauthbearer_client_secret"):
+            if key not in given:
+                problems[key] = "required with the other OIDC settings"
+        return problems
 
     def _force(self, **values: Any) -> None:
         # Frozen model: adjusting a default the user did not set is the only mutation.
@@ -365,16 +425,50 @@ class ClientConfig(BaseModel):
             return None
         if self.sasl_oauth_token_provider is not None:
             return self.sasl_oauth_token_provider
-        if self._token_provider is None and self.sasl_oauthbearer_client_secret is not None:
-            from aiokafka_ng.net.oidc import ClientCredentialsTokenProvider
-
-            self._token_provider = ClientCredentialsTokenProvider(
-                self.sasl_oauthbearer_token_endpoint_url or "",
-                self.sasl_oauthbearer_client_id or "",
-                self.sasl_oauthbearer_client_secret.get_secret_value(),
-                scope=self.sasl_oauthbearer_scope,
-            )
+        if self._token_provider is None and self.sasl_oauthbearer_token_endpoint_url:
+            self._token_provider = self._oidc_provider(self.sasl_oauthbearer_token_endpoint_url)
         return self._token_provider
+
+    def _oidc_provider(self, url: str) -> Any:
+        """The token endpoint's provider for the configured grant and client authentication
+        (the settings were checked: see ``_oauth_problems``)."""
+        from aiokafka_ng.net.oidc import ClientCredentialsTokenProvider, JwtBearerTokenProvider
+
+        assertion = self._assertion_source()
+        if self.sasl_oauthbearer_grant_type != "client_credentials" and assertion is not None:
+            return JwtBearerTokenProvider(url, assertion, scope=self.sasl_oauthbearer_scope)
+        secret = self.sasl_oauthbearer_client_secret
+        return ClientCredentialsTokenProvider(
+            url,
+            self.sasl_oauthbearer_client_id,
+            None if secret is None else secret.get_secret_value(),
+            client_assertion=assertion,
+            scope=self.sasl_oauthbearer_scope,
+        )
+
+    def _assertion_source(self) -> Callable[[], str] | None:
+        """What makes the KIP-1139/1258 assertions: the assertion file (Java's first choice),
+        else a signer with the private key; None without either."""
+        from aiokafka_ng.net.assertion import JwtAssertion, read_assertion_file
+
+        if self.sasl_oauthbearer_assertion_file:
+            return read_assertion_file(self.sasl_oauthbearer_assertion_file)
+        key_file = self.sasl_oauthbearer_assertion_private_key_file
+        if not key_file:
+            return None
+        passphrase = self.sasl_oauthbearer_assertion_private_key_passphrase
+        return JwtAssertion(
+            key_file,
+            algorithm=self.sasl_oauthbearer_assertion_algorithm,
+            passphrase=None if passphrase is None else passphrase.get_secret_value(),
+            issuer=self.sasl_oauthbearer_assertion_claim_iss,
+            subject=self.sasl_oauthbearer_assertion_claim_sub,
+            audience=self.sasl_oauthbearer_assertion_claim_aud,
+            exp_seconds=self.sasl_oauthbearer_assertion_claim_exp_seconds,
+            nbf_seconds=self.sasl_oauthbearer_assertion_claim_nbf_seconds,
+            include_jti=self.sasl_oauthbearer_assertion_claim_jti_include,
+            template_file=self.sasl_oauthbearer_assertion_template_file,
+        )
 
     def cluster_config(self, *, max_in_flight: int = 5) -> ClusterConfig:
         """The settings for :class:`aiokafka_ng.cluster.Cluster`."""
