@@ -13,7 +13,7 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import SecretStr
 
-from aiokafka_ng.config import CompressionType, SaslMechanism, SecurityProtocol
+from aiokafka_ng.config import CompressionType, OAuthGrantType, SaslMechanism, SecurityProtocol
 
 __all__ = ["AdminSettings", "ClientSettings", "ConsumerSettings", "ProducerSettings"]
 
@@ -39,7 +39,7 @@ class ClientSettings(TypedDict, total=False):
     sasl_kerberos_service_name: str
     sasl_mechanism: SaslMechanism | str | None
     sasl_oauth_token_provider: Any
-    sasl_oauthbearer_assertion_algorithm: Literal['RS256', 'ES256']
+    sasl_oauthbearer_assertion_algorithm: Literal["RS256", "ES256"] | str
     sasl_oauthbearer_assertion_claim_aud: str | None
     sasl_oauthbearer_assertion_claim_exp_seconds: int
     sasl_oauthbearer_assertion_claim_iss: str | None
@@ -48,12 +48,12 @@ class ClientSettings(TypedDict, total=False):
     sasl_oauthbearer_assertion_claim_sub: str | None
     sasl_oauthbearer_assertion_file: str | None
     sasl_oauthbearer_assertion_private_key_file: str | None
-    sasl_oauthbearer_assertion_private_key_passphrase: SecretStr | None
+    sasl_oauthbearer_assertion_private_key_passphrase: str | SecretStr | None
     sasl_oauthbearer_assertion_template_file: str | None
     sasl_oauthbearer_client_id: str | None
     sasl_oauthbearer_client_secret: SecretStr | None
     sasl_oauthbearer_extensions: dict[str, str]
-    sasl_oauthbearer_grant_type: Literal['client_credentials', 'urn:ietf:params:oauth:grant-type:jwt-bearer']
+    sasl_oauthbearer_grant_type: OAuthGrantType
     sasl_oauthbearer_scope: str | None
     sasl_oauthbearer_token_endpoint_url: str | None
     sasl_plain_password: str | SecretStr | None

@@ -52,6 +52,7 @@ __all__ = ["ClientConfig", "ProducerConfig", "parse_bootstrap_servers"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+OAuthGrantType = Literal["client_credentials", "urn:ietf:params:oauth:grant-type:jwt-bearer"]
 
 _MAX_INT32 = 2**31 - 1
 _MIB = 1024 * 1024
@@ -150,9 +151,7 @@ class ClientConfig(BaseModel):
     #: The grant (librdkafka's ``sasl.oauthbearer.grant.type``): ``client_credentials``, or
     #: ``urn:ietf:params:oauth:grant-type:jwt-bearer`` (KIP-1139: a signed assertion is the
     #: grant; Java's ``JwtBearerJwtRetriever``).
-    sasl_oauthbearer_grant_type: Literal[
-        "client_credentials", "urn:ietf:params:oauth:grant-type:jwt-bearer"
-    ] = "client_credentials"
+    sasl_oauthbearer_grant_type: OAuthGrantType = "client_credentials"
     #: KIP-1139/1258 assertions: signed RS256 or ES256 with the PKCS#8 PEM key in this file.
     #: With client_credentials an assertion (this key, or ``..._assertion_file``)
     #: authenticates the client instead of a secret (KIP-1258, ``private_key_jwt``).
@@ -207,6 +206,12 @@ class ClientConfig(BaseModel):
         errors.update(self._cross_check())
         if errors:
             raise ConfigError(errors)
+
+    @field_validator("sasl_oauthbearer_assertion_algorithm", mode="before")
+    @classmethod
+    def _upper_algorithm(cls, v: Any) -> Any:
+        # Java takes the algorithm in any case (CaseInsensitiveValidString).
+        return v.upper() if isinstance(v, str) else v
 
     @field_validator("transport")
     @classmethod

@@ -247,4 +247,18 @@ def test_assertion_settings_are_checked_by_name(tmp_path: Path) -> None:
     )
     assert config.sasl_oauthbearer_assertion_claim_jti_include is True
     assert isinstance(config.oauth_token_provider(), JwtBearerTokenProvider)
+    # Java picks the grant with its retriever class.
+    java = ClientConfig.from_properties(
+        {
+            **{k.replace("_", "."): v for k, v in base.items()},
+            "sasl.oauthbearer.jwt.retriever.class": "org.apache.kafka.common.security."
+            "oauthbearer.JwtBearerJwtRetriever",
+            "sasl.oauthbearer.assertion.private.key.file": "k.pem",
+            "sasl.oauthbearer.assertion.algorithm": "es256",  # any case, as Java
+        }
+    )
+    assert java.sasl_oauthbearer_grant_type == JWT_BEARER
+    assert java.sasl_oauthbearer_assertion_algorithm == "ES256"
+    with pytest.raises(ConfigError, match="retriever"):
+        ClientConfig.from_properties({"sasl.oauthbearer.jwt.retriever.class": "com.example.R"})
     assert CLIENT_ASSERTION.endswith("jwt-bearer")
