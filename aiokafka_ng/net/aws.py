@@ -341,6 +341,11 @@ def aws_credentials(
     for where, link in links:
         try:
             found = link()
+        except configparser.Error as exc:
+            # Its message quotes the file's lines, which may hold a secret key: the type only.
+            raise SaslAuthenticationFailedError(
+                f"AWS credentials ({where}): the file does not parse ({type(exc).__name__})"
+            ) from None
         except (OSError, ValueError, KeyError, ET.ParseError, urllib.error.URLError) as exc:
             raise SaslAuthenticationFailedError(
                 f"AWS credentials ({where}): {type(exc).__name__}: {str(exc)[:200]}"

@@ -281,3 +281,12 @@ def test_the_docs_recipes_are_one_line_configurations() -> None:
     entra = eval(docs_one_liner("AzureImdsTokenProvider"), {**vars(azure), "namespace": "ns"})
     assert isinstance(entra, AzureImdsTokenProvider)
     assert entra.resource == "https://ns.servicebus.windows.net"
+
+
+def test_a_broken_credentials_file_is_named_without_its_content(tmp_path: Path) -> None:
+    broken = tmp_path / "credentials"
+    broken.write_text(f"[default]\naws_access_key_id = AKIAX\n{SECRET}\n")
+    env = {"AWS_SHARED_CREDENTIALS_FILE": str(broken), "AWS_CONFIG_FILE": "/none", **NOTHING}
+    with pytest.raises(SaslAuthenticationFailedError, match="does not parse") as info:
+        aws_credentials("eu-west-1", env=env)
+    assert SECRET not in str(info.value)
