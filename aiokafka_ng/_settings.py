@@ -75,6 +75,7 @@ class ProducerSettings(ClientSettings, total=False):
     compression_type: CompressionType | str | None
     delivery_timeout_ms: int
     enable_idempotence: bool
+    enable_metrics_push: bool
     key_serializer: Callable[[Any], bytes | None] | None
     linger_ms: float
     max_block_ms: int
@@ -98,6 +99,7 @@ class ConsumerSettings(ClientSettings, total=False):
     client_rack: str
     close_timeout_ms: int
     enable_auto_commit: bool
+    enable_metrics_push: bool
     exclude_internal_topics: bool
     fetch_buffer_bytes: int
     fetch_max_bytes: int

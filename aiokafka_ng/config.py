@@ -23,8 +23,10 @@ attributes when it starts.
 from __future__ import annotations
 
 import difflib
+import re
 import ssl
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import (
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
     from aiokafka_ng.cluster import ClusterConfig
     from aiokafka_ng.net.connection import ConnectionConfig
 
-__all__ = ["ClientConfig", "ProducerConfig", "parse_bootstrap_servers"]
+__all__ = ["ClientConfig", "ProducerConfig", "parse_bootstrap_servers", "parse_duration"]
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
@@ -56,6 +58,36 @@ OAuthGrantType = Literal["client_credentials", "urn:ietf:params:oauth:grant-type
 
 _MAX_INT32 = 2**31 - 1
 _MIB = 1024 * 1024
+
+
+_SIMPLE_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_ISO_DURATION = re.compile(
+    r"^P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?"
+    r"(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$"
+)
+
+
+def parse_duration(text: str) -> timedelta:
+    """A duration as ISO 8601 writes it (``PT1H30M``, ``P1DT2H``, ``PT0.5S``: what Java's
+    ``Duration.parse`` reads, less signs, for the consumer's ``auto_offset_reset=
+    "by_duration:..."`` and ``kafka-consumer-groups --by-duration``), or short (``90s``,
+    ``15m``, ``2h``, ``1d``). ValueError naming the text otherwise; never negative."""
+    stripped = text.strip()
+    simple = _SIMPLE_DURATION.match(stripped)
+    if simple:
+        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[simple.group(2)]
+        return timedelta(**{unit: float(simple.group(1))})
+    upper = stripped.upper()
+    iso = _ISO_DURATION.match(upper)
+    if iso and upper not in ("P", "PT") and not upper.endswith("T"):
+        parts = {k: float(v) for k, v in iso.groupdict().items() if v is not None}
+        return timedelta(
+            days=parts.get("d", 0),
+            hours=parts.get("h", 0),
+            minutes=parts.get("m", 0),
+            seconds=parts.get("s", 0),
+        )
+    raise ValueError(f"bad duration {text!r}: use ISO 8601 (PT1H, P1DT2H30M) or 90s, 15m, 2h, 1d")
 
 
 def _describe(err: Mapping[str, Any]) -> tuple[str, str]:
@@ -553,6 +585,10 @@ class ProducerConfig(ClientConfig):
     #: partitions whose leader is in that rack, while one has a leader (then to any). No
     #: effect on keyed records or with a custom ``partitioner``. Off by default, as in Java.
     partitioner_rack_aware: bool = False
+    #: KIP-714: push the producer's metrics to the brokers when they subscribe to them (a
+    #: client-metrics subscription on the cluster); Java's ``enable.metrics.push``, on by
+    #: default. Nothing is sent to brokers without a telemetry plugin.
+    enable_metrics_push: bool = True
 
     @field_validator("acks", mode="before")
     @classmethod

@@ -85,9 +85,11 @@ DESCRIPTIONS = {
     "does not rebalance.",
     "client_rack": "Rack of this client, for fetching from the closest replica (KIP-392).",
     "auto_offset_reset": "Where to start without a committed offset (or when it is out of "
-    "range); `none` raises. After a log truncation (KIP-320: an unclean leader election "
-    "under the consumer) a policy resumes at the divergence with a warning, and `none` "
-    "raises `LogTruncationError`.",
+    "range); `none` raises. `by_duration:PnDTnHnMn.nS` (KIP-1106, e.g. `by_duration:PT1H`) "
+    "starts at the first record written at most that long ago, the log end if none is. "
+    "After a log truncation (KIP-320: an unclean leader election under the consumer) a "
+    "policy resumes at the divergence with a warning, and `none` raises "
+    "`LogTruncationError`.",
     "enable_auto_commit": "Commit consumed positions every `auto_commit_interval_ms` and on close.",
     "auto_commit_interval_ms": "Auto-commit period.",
     "session_timeout_ms": "A member that sends no heartbeat for this long is removed from the "

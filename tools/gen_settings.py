@@ -29,7 +29,7 @@ INPUT_TYPES = {
     "sasl_plain_password": "str | SecretStr | None",
     "security_protocol": "SecurityProtocol | str",
     "sasl_mechanism": "SaslMechanism | str | None",
-    "auto_offset_reset": 'Literal["earliest", "latest", "none"] | str',
+    "auto_offset_reset": 'Literal["earliest", "latest", "none"] | str',  # or "by_duration:..."
     "isolation_level": 'Literal["read_uncommitted", "read_committed"] | str',
     "group_protocol": 'Literal["classic", "consumer"] | str',
     "partition_assignment_strategy": "str | Sequence[Any]",

@@ -3,8 +3,8 @@
 The generator takes Kafka's schemas from the kafka-clients jar of the pinned Kafka release,
 and a newer release brings newer versions of requests the client already sends. Some are
 only new optional fields; others change what a request means (Produce v13 names topics by
-id, EndTxn v5 bumps the producer epoch at every commit, Metadata v13 adds a top-level error
-to check). The version handshake picks the highest version both sides support, so a version
+id, EndTxn v5 bumps the producer epoch at every commit, ApiVersions v5 checks the cluster
+id). The version handshake picks the highest version both sides support, so a version
 the schemas bring in would be sent at once, before any code reads its new fields. Each
 request below is therefore held at the version its code and tests were written for:
 ``MAX_STABLE_VERSION`` is the smaller of this cap and the schema's latest stable version.
@@ -34,7 +34,6 @@ CAPS: dict[str, tuple[int, str]] = {
     "ListConfigResources": (0, "v1: ResourceTypes; v0 lists client metrics resources"),
     "ListOffsets": (10, "v11: earliest pending upload offset (KIP-1023)"),
     "ListTransactions": (1, "v2: TransactionalIdPattern (KIP-1152)"),
-    "Metadata": (12, "v13: a top-level error code in the response"),
     "OffsetCommit": (9, "v10: topic ids instead of names (KIP-848)"),
     "OffsetFetch": (9, "v10: topic ids instead of names (KIP-848)"),
     "Produce": (12, "v12 is transactions v2 (implicit AddPartitionsToTxn); v13: topic ids"),

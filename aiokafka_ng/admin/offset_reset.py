@@ -32,6 +32,7 @@ from aiokafka_ng.admin.models import (
     TopicPartition,
 )
 from aiokafka_ng.admin.results import ItemResults
+from aiokafka_ng.config import parse_duration
 from aiokafka_ng.errors import GroupIdNotFoundError, NonEmptyGroupError
 
 __all__ = [
@@ -96,12 +97,16 @@ class OffsetReset:
 
     @classmethod
     def parse(cls, spec: OffsetResetSpec) -> OffsetReset:
-        """``spec`` itself, or the reset one of :data:`RESET_STRINGS` names. Only the two
-        resets that take no value have a string form; anything else is a TypeError (a
-        string naming a reset that needs a value says which class method to call)."""
+        """``spec`` itself, the reset one of :data:`RESET_STRINGS` names, or
+        ``"by_duration:PT1H"`` (the consumer's ``auto_offset_reset`` spelling, KIP-1106; a bad
+        duration is a ValueError). Other resets that take a value have no string form: a
+        TypeError (a string naming one says which class method to call)."""
         if isinstance(spec, OffsetReset):
             return spec
         if isinstance(spec, str):
+            for prefix in ("by_duration:", "by-duration:"):  # KIP-1106's consumer spelling
+                if spec.startswith(prefix):
+                    return cls.by_duration(parse_duration(spec[len(prefix) :]))
             if spec in ("earliest", "to-earliest"):
                 return cls.to_earliest()
             if spec in ("latest", "to-latest"):
@@ -162,7 +167,8 @@ class OffsetReset:
 
 #: What ``reset_consumer_group_offsets`` takes: an :class:`OffsetReset`, or the name of one
 #: of the two resets that need no value (as ``kafka-consumer-groups`` spells them, or short).
-OffsetResetSpec = OffsetReset | Literal["earliest", "latest", "to-earliest", "to-latest"]
+#: A ``"by_duration:<ISO 8601 duration>"`` string (KIP-1106's spelling) is accepted too.
+OffsetResetSpec = OffsetReset | Literal["earliest", "latest", "to-earliest", "to-latest"] | str
 RESET_STRINGS = ("earliest", "latest", "to-earliest", "to-latest")
 # The other kinds, by their string and by the class method that builds them.
 _NEEDS_VALUE = {

@@ -8,7 +8,6 @@ prints the plan unless ``--execute`` is given (and then refuses while the group 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -76,29 +75,16 @@ def _admin(args: argparse.Namespace) -> AdminClient:
     return AdminClient(**client_settings(args, AdminConfig))
 
 
-_SIMPLE_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-_ISO_DURATION = re.compile(
-    r"^P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?"
-    r"(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$"
-)
-
-
 def parse_duration(text: str) -> timedelta:
-    """``PT1H30M``, ``P1DT2H`` (ISO 8601, as Kafka's tool takes) or ``90s``, ``15m``, ``2h``."""
-    simple = _SIMPLE_DURATION.match(text.strip())
-    if simple:
-        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[simple.group(2)]
-        return timedelta(**{unit: float(simple.group(1))})
-    iso = _ISO_DURATION.match(text.strip().upper())
-    if iso and text.strip().upper() not in ("P", "PT"):
-        parts = {k: float(v) for k, v in iso.groupdict().items() if v is not None}
-        return timedelta(
-            days=parts.get("d", 0),
-            hours=parts.get("h", 0),
-            minutes=parts.get("m", 0),
-            seconds=parts.get("s", 0),
-        )
-    raise CliError(f"bad duration {text!r}: use ISO 8601 (PT1H) or 90s, 15m, 2h, 1d")
+    """``PT1H30M``, ``P1DT2H`` (ISO 8601, as Kafka's tool takes) or ``90s``, ``15m``, ``2h``:
+    :func:`aiokafka_ng.config.parse_duration` (the consumer's ``by_duration`` reads the same),
+    its error as the CLI's."""
+    from aiokafka_ng.config import parse_duration as parse
+
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _reset_from_args(args: argparse.Namespace) -> OffsetReset:

@@ -127,6 +127,12 @@ class ClusterClient(Protocol):
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> R: ...
 
+    async def all_topics(
+        self,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, TopicMetadata]: ...
+
     async def request_any(
         self,
         request: ApiRequest[R],

@@ -29,7 +29,12 @@ from anyio.abc import TaskGroup
 
 from aiokafka_ng.cluster.config import ClusterConfig, describe_servers, parse_bootstrap_servers
 from aiokafka_ng.cluster.coordinators import CoordinatorCache
-from aiokafka_ng.cluster.metadata import BrokerMetadata, ClusterMetadata, TopicMetadata
+from aiokafka_ng.cluster.metadata import (
+    BrokerMetadata,
+    ClusterMetadata,
+    TopicMetadata,
+    parse_metadata_response,
+)
 from aiokafka_ng.cluster.pool import ConnectionPool, Connector, PoolStatistics
 from aiokafka_ng.cluster.refresher import MetadataRefresher
 from aiokafka_ng.cluster.retry import (
@@ -47,6 +52,7 @@ from aiokafka_ng.errors import (
     KafkaConnectionError,
     KafkaError,
     NotControllerError,
+    RebootstrapRequiredError,
     UnknownTopicOrPartitionError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -280,6 +286,23 @@ class Cluster:
         """
         conn = await self._any_connection()
         return await conn.send(request, version=version, timeout=timeout)
+
+    async def all_topics(self, *, timeout: float | None = None) -> dict[str, TopicMetadata]:  # noqa: ASYNC109
+        """Every topic in the cluster (internal ones included), asked of the least loaded
+        broker now (the cache holds only the tracked topics). A top-level error of the answer
+        (Metadata v13+) is raised rather than read as "no topics" -- a pattern subscription
+        would drop every partition -- and REBOOTSTRAP_REQUIRED also has the refresher ask
+        again, so it hears the signal itself."""
+        from aiokafka_ng.protocol.messages.metadata import MetadataRequest
+
+        response = await self.request_any(
+            MetadataRequest(topics=None, allow_auto_topic_creation=False), timeout=timeout
+        )
+        try:
+            return dict(parse_metadata_response(response).topics)
+        except RebootstrapRequiredError:
+            self._refresher.request_update()
+            raise
 
     async def call(
         self,

@@ -228,13 +228,19 @@ def parse_metadata_response(response: MetadataResponse) -> ClusterMetadata:
 
     Fields absent in old versions carry the codec's defaults (rack None, controller -1,
     leader epoch -1, zero topic id), which map to "unknown" here. Topics without a name
-    (v12+: queried by id and unknown) are skipped -- we only ever ask by name.
+    (v12+: queried by id and unknown) are skipped -- we only ever ask by name. A top-level
+    error (v13+) is raised: REBOOTSTRAP_REQUIRED as ``RebootstrapRequiredError``.
 
     A partition index outside ``0 <= index < MAX_PARTITIONS_PER_TOPIC`` raises
     ResponseLimitError: the producer keeps a queue per index up to the highest one, so one
     partition numbered 2**31 - 1 would make it allocate two billion of them. (Kafka numbers
     a topic's partitions 0..n-1; the decoder already holds n to the same limit.)
     """
+    if response.error_code:
+        # v13+: the whole request failed (Kafka's error answer has no brokers and every
+        # topic failing with the same code), e.g. REBOOTSTRAP_REQUIRED (KIP-1102). Installed,
+        # it would read as a cluster without brokers or topics.
+        raise error_for_code(response.error_code)("Metadata answer: top-level error")
     brokers = {
         b.node_id: BrokerMetadata(b.node_id, b.host, b.port, b.rack) for b in response.brokers
     }

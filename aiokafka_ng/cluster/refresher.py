@@ -46,6 +46,12 @@ a new cluster's leader epochs may be lower than the old one's, and merging would
 stale leaders (the epoch rule of KIP-320). Tracked topics stay tracked; their waiters wait
 for the new answer.
 
+A broker can also say so itself (KIP-1102): a Metadata answer (v13+) whose top-level error is
+REBOOTSTRAP_REQUIRED goes back to ``bootstrap_servers`` at once, without waiting for the
+trigger time (as Java's ``NetworkClient`` does). With the strategy "none" the answer is a
+failed refresh, retried under the backoff. (Kafka 4.4 itself sends the code only in
+ApiVersions v5 answers, KIP-1242; Metadata carries it for brokers that do.)
+
 *Per-topic waiters.* Each topic has its own :class:`anyio.Event`, set whenever a snapshot
 brings news of that topic. A caller of ``wait_for_topics(["a"])`` wakes when "a" becomes
 usable in *any* response, however long topic "b" keeps failing next to it in the same
@@ -75,6 +81,7 @@ from aiokafka_ng.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    RebootstrapRequiredError,
     UnknownTopicOrPartitionError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -124,6 +131,7 @@ class MetadataRefresher:
         self._last_ok_at: float | None = None
         self._failing_since: float | None = None  # first failure since the last success
         self._fresh_start = False  # re-bootstrapped: install the next answer, do not merge
+        self._told_to_rebootstrap = False  # a broker answered REBOOTSTRAP_REQUIRED (KIP-1102)
         self._fatal: KafkaError | None = None  # non-retriable failure of request _fatal_seq
         self._fatal_seq = 0
         self._topic_events: dict[str, anyio.Event] = {}
@@ -378,7 +386,7 @@ class MetadataRefresher:
                     await self._refresh_from(node_id, sorted(self._tracked))
                     return
                 except KafkaError as exc:
-                    if not exc.retriable:
+                    if not _retriable(exc):
                         raise
                     last = exc
                     log.info("bootstrap server %s failed: %s", self._pool.address(node_id), exc)
@@ -419,25 +427,40 @@ class MetadataRefresher:
                     log.debug("metadata refresh via node %s failed: %r", node_id, exc)
 
     def _maybe_rebootstrap(self) -> None:
-        """After a failed refresh: go back to the bootstrap servers if the brokers of the
-        last answer have failed for the trigger time (module docstring, "Re-bootstrap")."""
+        """After a failed refresh: go back to the bootstrap servers if a broker said so
+        (REBOOTSTRAP_REQUIRED) or the brokers of the last answer have failed for the trigger
+        time (module docstring, "Re-bootstrap")."""
         now = anyio.current_time()
         if self._failing_since is None:
             self._failing_since = now
+        told, self._told_to_rebootstrap = self._told_to_rebootstrap, False
         config = self._config
-        if (
-            config.metadata_recovery_strategy != "rebootstrap"
-            or not self._metadata.brokers  # still (or again) asking the bootstrap servers
-            or now - self._failing_since < config.metadata_recovery_rebootstrap_trigger_ms / 1000
-        ):
+        if config.metadata_recovery_strategy != "rebootstrap":
+            if told:
+                log.info(
+                    "%s %s: a broker answered REBOOTSTRAP_REQUIRED; retrying the known "
+                    "brokers (metadata_recovery_strategy=none)",
+                    config.role, config.client_id,
+                )  # fmt: skip
+            return
+        if not self._metadata.brokers:  # still (or again) asking the bootstrap servers
+            return
+        waited = now - self._failing_since
+        if not told and waited < config.metadata_recovery_rebootstrap_trigger_ms / 1000:
             return
         self.rebootstraps += 1
-        log.warning(
-            "%s %s: no broker of the last metadata answered for %.0f s (%s); re-bootstrapping "
-            "from %s (metadata_recovery_strategy=rebootstrap)",
-            config.role, config.client_id, now - self._failing_since, self._last_error,
-            self.bootstrap_summary,
-        )  # fmt: skip
+        if told:
+            log.warning(
+                "%s %s: the broker answered REBOOTSTRAP_REQUIRED (KIP-1102); re-bootstrapping "
+                "from %s (metadata_recovery_strategy=rebootstrap)",
+                config.role, config.client_id, self.bootstrap_summary,
+            )  # fmt: skip
+        else:
+            log.warning(
+                "%s %s: no broker of the last metadata answered for %.0f s (%s); "
+                "re-bootstrapping from %s (metadata_recovery_strategy=rebootstrap)",
+                config.role, config.client_id, waited, self._last_error, self.bootstrap_summary,
+            )  # fmt: skip
         self._failing_since = now
         self._fresh_start = True
         # Only the brokers go: the topics stay (their leaders answer the next request), so
@@ -496,7 +519,9 @@ class MetadataRefresher:
             self._pacing.failed(exc)
             self._retry_at = self._pacing.retry_at
             self._update_needed = True
-            self._fatal = None if exc.retriable else exc
+            if isinstance(exc, RebootstrapRequiredError):
+                self._told_to_rebootstrap = True
+            self._fatal = None if _retriable(exc) else exc
             self._fatal_seq = seq
             self._finish_attempt(all_topics=self._fatal is not None)
             if self._fatal is not None:
@@ -506,6 +531,7 @@ class MetadataRefresher:
         now = anyio.current_time()
         self._pacing.succeeded()
         self._failing_since = None
+        self._told_to_rebootstrap = False  # a signal from a bootstrap server: answered since
         self._fatal = None
         self._last_error = None
         self._last_ok_at = now
@@ -567,6 +593,13 @@ class MetadataRefresher:
         if all_topics:  # a fatal failure concerns every waiter
             for name in list(self._topic_events):
                 self._topic_events.pop(name).set()
+
+
+def _retriable(exc: KafkaError) -> bool:
+    """Whether a failed Metadata request is tried again: REBOOTSTRAP_REQUIRED is not
+    retriable as an error (the same request to the same broker gets the same answer), but
+    the refresher acts on it and asks again, elsewhere."""
+    return exc.retriable or isinstance(exc, RebootstrapRequiredError)
 
 
 def _answer_limits(base: DecodeLimits, asked: int) -> DecodeLimits | None:

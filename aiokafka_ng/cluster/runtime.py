@@ -31,6 +31,11 @@ stays ``RUNNING`` but stopped: its calls raise the failure until ``close()`` cle
 task that fails before it reported itself started (``start_task``) fails ``start()``
 instead.
 
+*Telemetry.* :meth:`ClientRuntime.push_metrics` starts the client's KIP-714 metrics pusher
+(:mod:`aiokafka_ng.cluster.telemetry`) as one more supervised task; the client's ``close()``
+calls :meth:`ClientRuntime.stop_metrics` once its own work is done (so the last push counts
+it) and before the tasks are cancelled: it sends the terminating push.
+
 *Status.* :meth:`ClientRuntime.status` never waits: ``ready`` only while ``RUNNING``, not
 failed, bootstrapped and the last metadata request succeeded -- so a health check answers
 "not ready" once shutdown has begun (the FastAPI recipe in docs/fastapi.md) or a task has
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
@@ -51,6 +57,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from aiokafka_ng.cluster.host import TaskHost, enter_task_group
+from aiokafka_ng.cluster.telemetry import TelemetryEngine, TelemetryPusher
 from aiokafka_ng.errors import IllegalStateError
 
 if TYPE_CHECKING:
@@ -201,6 +208,7 @@ class ClientRuntime:
         "_on_failure",
         "_started_twice",
         "_tasks",
+        "_telemetry",
         "_tg",
         "client_id",
         "cluster",
@@ -232,6 +240,7 @@ class ClientRuntime:
         self._host: TaskHost | None = None
         self._tg: TaskGroup | None = None
         self._tasks: Supervisor | None = None
+        self._telemetry: TelemetryPusher | None = None
 
     def __repr__(self) -> str:
         failed = "" if self.failure is None else f" failed={self.failure!r}"
@@ -335,6 +344,55 @@ class ClientRuntime:
         self.failure = exc
         if self._on_failure is not None:
             self._on_failure(exc)
+
+    # ------------------------------------------------------------------ telemetry
+
+    def push_metrics(self, engine: TelemetryEngine, *, request_timeout: float) -> None:
+        """Start pushing the client's metrics as the brokers subscribe (KIP-714), decided
+        by ``engine``; each request is bounded by ``request_timeout`` seconds. From the
+        client's ``setup`` on (the task group must exist)."""
+        cluster = self.cluster
+        assert cluster is not None
+        pusher = self._telemetry = TelemetryPusher(
+            engine,
+            cluster.any_connection,
+            timeout=request_timeout,
+            closing=lambda: self.closing,
+        )
+        self.tasks.start_soon(pusher.run)
+
+    @property
+    def telemetry(self) -> TelemetryEngine | None:
+        """The metrics push's engine (its state, subscription, push count), if started."""
+        return None if self._telemetry is None else self._telemetry.engine
+
+    async def client_instance_id(self, timeout: float) -> uuid.UUID | None:  # noqa: ASYNC109
+        """The id the brokers gave this client for its metrics (KIP-714; Java's
+        ``clientInstanceId``), waiting up to ``timeout`` seconds for the first subscription;
+        None if none came by then. IllegalStateError when the client pushes no metrics
+        (``enable_metrics_push`` off, or not started)."""
+        if timeout < 0:
+            raise ValueError("timeout must be >= 0")
+        pusher = self._telemetry
+        if pusher is None:
+            raise IllegalStateError(
+                f"the {self.kind} pushes no metrics (not started, or enable_metrics_push=False)"
+            )
+        with anyio.move_on_after(timeout):
+            await pusher.subscribed.wait()
+        sub = pusher.engine.subscription
+        return None if sub is None else sub.client_instance_id
+
+    async def stop_metrics(self, timeout: float) -> None:  # noqa: ASYNC109 (close's budget)
+        """Stop pushing metrics and send the terminating push (KIP-714), within ``timeout``
+        seconds (0: none is sent). Once; from the client's ``close()``."""
+        pusher = self._telemetry
+        if pusher is None:
+            return
+        if timeout <= 0:
+            pusher.engine.close()
+            return
+        await pusher.close(timeout)
 
     # ------------------------------------------------------------------ status
 

@@ -21,7 +21,9 @@ from aiokafka_ng.consumer.errors import (
 from aiokafka_ng.consumer.fetcher import FetcherStatistics
 from aiokafka_ng.consumer.membership import ConsumerRebalanceListener
 from aiokafka_ng.consumer.models import (
+    CloseOptions,
     ConsumerRecord,
+    GroupMembershipOperation,
     GroupMetadata,
     OffsetAndMetadata,
     OffsetAndTimestamp,
@@ -36,6 +38,7 @@ from aiokafka_ng.consumer.share import (
 
 __all__ = [
     "AcknowledgeType",
+    "CloseOptions",
     "CommitFailedError",
     "Consumer",
     "ConsumerConfig",
@@ -45,6 +48,7 @@ __all__ = [
     "ConsumerStoppedError",
     "CooperativeStickyAssignor",
     "FetcherStatistics",
+    "GroupMembershipOperation",
     "GroupMetadata",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",

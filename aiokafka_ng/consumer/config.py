@@ -8,17 +8,30 @@ bad key, and ``ConsumerConfig.from_properties({"group.id": "g"})`` takes Kafka's
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from pydantic import Field, field_validator
 
-from aiokafka_ng.config import ClientConfig
+from aiokafka_ng.config import ClientConfig, parse_duration
 from aiokafka_ng.errors import ConfigError
 
 if TYPE_CHECKING:
     from aiokafka_ng.consumer.membership import GroupSettings
 
-__all__ = ["ASSIGNOR_NAMES", "ConsumerConfig"]
+__all__ = ["ASSIGNOR_NAMES", "BY_DURATION", "ConsumerConfig", "by_duration_ago"]
+
+#: The prefix of KIP-1106's reset strategy: ``auto_offset_reset="by_duration:PT1H"``.
+BY_DURATION = "by_duration:"
+
+
+def by_duration_ago(strategy: str) -> timedelta:
+    """How far back a ``"by_duration:<duration>"`` reset goes (the one duration parser,
+    :func:`aiokafka_ng.config.parse_duration`, which the admin's offset reset uses too)."""
+    if not strategy.startswith(BY_DURATION):
+        raise ValueError(f"not a by_duration strategy: {strategy!r}")
+    return parse_duration(strategy[len(BY_DURATION) :])
+
 
 #: Assignors known by name (see :mod:`aiokafka_ng.consumer.assignors`).
 ASSIGNOR_NAMES = ("range", "roundrobin", "cooperative-sticky")
@@ -61,7 +74,12 @@ class ConsumerConfig(ClientConfig):
     #: ``"range"``); None lets the broker use its default.
     group_remote_assignor: str | None = None
     client_rack: str = ""
-    auto_offset_reset: Literal["earliest", "latest", "none"] = "latest"
+    #: KIP-714: push the consumer's metrics to the brokers when they subscribe to them;
+    #: Java's ``enable.metrics.push``, on by default.
+    enable_metrics_push: bool = True
+    # "earliest", "latest", "none" or "by_duration:PnDTnHnMn.nS" (KIP-1106; its docs text is
+    # tools/gen_config_docs.py's).
+    auto_offset_reset: str = "latest"
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = Field(default=5000, gt=0)
     #: How long ``stop()`` (and leaving ``async with``) may spend on the final commit and
@@ -97,6 +115,19 @@ class ConsumerConfig(ClientConfig):
     @classmethod
     def _lower(cls, v: Any) -> Any:
         return v.lower() if isinstance(v, str) else v
+
+    @field_validator("auto_offset_reset")
+    @classmethod
+    def _reset_strategy(cls, v: str) -> str:
+        if v in ("earliest", "latest", "none"):
+            return v
+        if v.startswith(BY_DURATION):
+            by_duration_ago(v)  # ValueError saying what is wrong with the duration
+            return v
+        raise ValueError(
+            "must be 'earliest', 'latest', 'none' or 'by_duration:<ISO 8601 duration>' "
+            f"(e.g. 'by_duration:PT1H'), not {v!r}"
+        )
 
     @field_validator("partition_assignment_strategy", mode="before")
     @classmethod

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -37,14 +38,21 @@ from aiokafka_ng.consumer.errors import ConsumerStoppedError
 from aiokafka_ng.consumer.fetcher import Fetcher
 from aiokafka_ng.consumer.group import GroupCoordinator
 from aiokafka_ng.consumer.models import (
+    CloseOptions,
     ConsumerRecord,
+    GroupMembershipOperation,
     GroupMetadata,
     OffsetAndMetadata,
     OffsetAndTimestamp,
     TopicPartition,
 )
 from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
-from aiokafka_ng.consumer.parts import ConsumerStatistics, build_parts, no_fetches
+from aiokafka_ng.consumer.parts import (
+    ConsumerStatistics,
+    build_parts,
+    no_fetches,
+    telemetry_engine,
+)
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import IllegalStateError, KafkaTimeoutError
 from aiokafka_ng.protocol.records import RecordBatch
@@ -134,30 +142,50 @@ class Consumer:
                 await self._runtime.start_task(self._group.run)
             else:
                 cluster.add_listener(self._assign_from_metadata)
+            if c.enable_metrics_push:
+                self._runtime.push_metrics(
+                    telemetry_engine(c, self.statistics),
+                    request_timeout=c.request_timeout_ms / 1000,
+                )
 
         await self._runtime.start(cluster, open_)
         if self._initial_topics:
             self.subscribe(self._initial_topics)
 
-    async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
+    async def close(
+        self,
+        timeout: float | CloseOptions | None = None,  # noqa: ASYNC109 (public API)
+        *,
+        group_membership_operation: GroupMembershipOperation | str | None = None,
+    ) -> None:
         """Commit (auto-commit), leave the group, stop the tasks, close the connections.
 
         Committing and leaving take at most ``timeout`` seconds (default
         ``close_timeout_ms``): an unreachable coordinator must not hold an application's
         shutdown; then the rest is stopped anyway. Idempotent; closing a consumer that was
         never started just marks it closed. ``stop()`` is the same method (aiokafka's name).
+
+        ``group_membership_operation`` (KIP-1092, :class:`GroupMembershipOperation`):
+        ``DEFAULT`` leaves the group unless the member is static, ``LEAVE_GROUP`` leaves
+        (static members too), ``REMAIN_IN_GROUP`` stays until the session times out (no
+        rebalance at the close). Java's form,
+        ``close(CloseOptions(group_membership_operation=..., timeout=...))``, is accepted
+        too.
         """
+        options = _close_options(timeout, group_membership_operation)  # checked when unused too
+        timeout = options.timeout
         if not self._runtime.begin_close():
             return
         if self._fetcher is not None:
             self._fetcher.wake()  # waiting polls wake up and raise ConsumerStoppedError
+        limit = self._config.close_timeout_ms / 1000 if timeout is None else timeout
+        deadline = anyio.current_time() + limit
         try:
             if self._group is not None:
                 # Shielded (a cancelled owner still leaves the group cleanly), but bounded:
                 # an unreachable coordinator must not hold the shutdown forever.
-                limit = self._config.close_timeout_ms / 1000 if timeout is None else timeout
                 with anyio.move_on_after(limit, shield=True) as scope:
-                    await self._group.close()
+                    await self._group.close(options.operation)
                 if scope.cancelled_caught:
                     log.warning(
                         "consumer %s: group %s not left cleanly within %g s (%s);"
@@ -165,6 +193,8 @@ class Consumer:
                         self._config.client_id, self._config.group_id, limit,
                         "close_timeout_ms" if timeout is None else "close's timeout",
                     )  # fmt: skip
+            # KIP-714's terminating push, after the final commit, in what close has left.
+            await self._runtime.stop_metrics(max(0.0, deadline - anyio.current_time()))
         finally:
             # The host leaves the task group (cancelling its tasks) and the cluster.
             await self._runtime.finish_close()
@@ -521,17 +551,21 @@ class Consumer:
 
     async def topics(self) -> frozenset[str]:
         """Every topic in the cluster (internal ones excluded by default)."""
-        from aiokafka_ng.protocol.messages.metadata import MetadataRequest
-
         cluster, _, _ = self._running()
-        response = await cluster.request_any(
-            MetadataRequest(topics=None, allow_auto_topic_creation=False)
-        )
+        topics = await cluster.all_topics()
         return frozenset(
-            t.name
-            for t in response.topics
-            if t.name and not (self._config.exclude_internal_topics and t.is_internal)
+            name
+            for name, t in topics.items()
+            if not (self._config.exclude_internal_topics and t.is_internal)
         )
+
+    async def client_instance_id(self, timeout: float = 0.0) -> uuid.UUID | None:  # noqa: ASYNC109
+        """The id the brokers assigned this consumer for its metrics (KIP-714; Java's
+        ``clientInstanceId``): operators find its pushed metrics under it. Waits up to
+        ``timeout`` seconds for the first telemetry subscription; None if there is none yet
+        (or the brokers have no telemetry plugin). ``IllegalStateError`` when
+        ``enable_metrics_push`` is off or the consumer is not started."""
+        return await self._runtime.client_instance_id(timeout)
 
     def statistics(self) -> ConsumerStatistics:
         """Counters for monitoring and tests, in any state (never blocks), as the producer's
@@ -574,3 +608,16 @@ class Consumer:
                 await self._group.wait_joined()
             return self.assignment()
         raise KafkaTimeoutError("no assignment from the group in time")
+
+
+def _close_options(
+    timeout: float | CloseOptions | None, operation: GroupMembershipOperation | str | None
+) -> CloseOptions:
+    """``close()``'s arguments as one :class:`CloseOptions` (Java's form or keywords)."""
+    if isinstance(timeout, CloseOptions):
+        if operation is not None:
+            raise TypeError("give group_membership_operation in the CloseOptions, not both")
+        return timeout
+    return CloseOptions(
+        GroupMembershipOperation.DEFAULT if operation is None else operation, timeout
+    )

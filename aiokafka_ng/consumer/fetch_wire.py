@@ -224,7 +224,11 @@ def partition_error(
         if error.invalid_metadata:
             cluster.request_update([tp.topic])
         state.failures += 1
-        state.retry_at = anyio.current_time() + backoff.backoff_s(state.failures)
+        delay = backoff.backoff_s(state.failures)
+        state.retry_at = anyio.current_time() + delay
+        log.debug(
+            "fetch %s-%s: %s, retried in %.3f s", tp.topic, tp.partition, error.__name__, delay
+        )
         return False
     state.error = error(f"fetch {tp.topic}-{tp.partition}")
     return True

@@ -33,7 +33,9 @@ oversize batch, and the statistics show the largest value ever seen.
 *Fairness.* Partitions are listed in fetch requests least recently served first (a
 partition is "served" when a response brings it data), and the drain that serves
 ``getmany`` starts from a rotating partition, so neither a busy partition nor the response
-size limit starves the others. Listing order matters: brokers fill a response in request
+size limit starves the others (``async for`` takes runs of up to ``ONE_RUN`` records from
+one partition, then the next: the same fairness at ``max_poll_records``' granularity).
+Listing order matters: brokers fill a response in request
 order, and some (Tansu) ignore ``partition_max_bytes`` and give the first partition all of
 ``max_bytes``; with this order such a broker still serves the partitions in turn.
 
@@ -119,6 +121,10 @@ class FetcherStatistics:
     fetch_latency_ms: dict[str, float]  # Fetch round trips (incl. the broker's long poll)
 
 
+#: Records ``drain_one`` takes from one partition in a row (``max_poll_records``' default).
+ONE_RUN = 500
+
+
 class Fetcher:
     """Fetches ahead for the assigned partitions within a memory budget (module docstring)."""
 
@@ -156,6 +162,10 @@ class Fetcher:
         self._resolve_pacing = RetryState(self._backoff)
         self._served = 0  # counter behind PartitionState.served
         self._drain_rotation = 0
+        # drain_one's current run: the partition, the assignment it belongs to, records left
+        self._one_state: PartitionState | None = None
+        self._one_states: tuple[PartitionState, ...] = ()
+        self._one_left = 0
         self._requests = 0
         self._failures = 0
         self._records_out = 0
@@ -271,7 +281,40 @@ class Fetcher:
     def drain_one(
         self, only: frozenset[TopicPartition] | None = None
     ) -> ConsumerRecord[Any, Any] | None:
-        """``drain(1)`` without building a dict: the ``getone``/iteration fast path."""
+        """``drain(1)`` without building a dict: the ``getone``/iteration fast path.
+
+        Records come from the partition served last while its buffer lasts, up to
+        ``ONE_RUN`` in a row, then from the next in rotating order: ``drain``'s fairness at
+        ``max_poll_records``' granularity, without looking at every partition per record
+        (that scan was half the cost of ``async for``).
+        """
+        state = self._one_state
+        if state is not None and only is None and self._one_left and self._error is None:
+            buf = state.buffer
+            if (
+                buf is not None
+                and state.error is None
+                and not state.paused
+                and buf.epoch == state.epoch
+                and self._one_states is self._subs.states  # still assigned
+            ):
+                try:
+                    record = buf.take_one(self._key_de, self._value_de)
+                except Exception:
+                    state.epoch += 1  # as in _take: drop the buffer, position stays put
+                    raise
+                if buf.exhausted:
+                    self._release(state)
+                if record is not None:
+                    self._one_left -= 1
+                    self._records_out += 1
+                    return record
+        self._one_state = None
+        return self._drain_one_rotating(only)
+
+    def _drain_one_rotating(
+        self, only: frozenset[TopicPartition] | None
+    ) -> ConsumerRecord[Any, Any] | None:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
@@ -304,6 +347,9 @@ class Fetcher:
                 self._release(state)
             if record is not None:
                 self._records_out += 1
+                if only is None:
+                    self._one_state, self._one_states = state, states
+                    self._one_left = ONE_RUN - 1
                 return record
         return None
 
@@ -458,6 +504,10 @@ class Fetcher:
         if current <= state.seen_epoch:
             return
         if state.leader_epoch >= 0 and state.seen_epoch >= 0:
+            log.debug(
+                "%s-%s: leader epoch %s -> %s, validating position %s",
+                state.tp.topic, state.tp.partition, state.seen_epoch, current, state.position,
+            )  # fmt: skip
             state.request_validation()
         else:
             state.seen_epoch = current

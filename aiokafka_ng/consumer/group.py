@@ -31,7 +31,9 @@ committed) and it rejoins; coordinator errors forget the coordinator and find it
 
 *Static membership* (KIP-345): with ``group_instance_id`` the member keeps its identity
 across restarts; close() does not send LeaveGroup (the coordinator keeps its partitions until
-``session_timeout_ms``), as in the Java client.
+``session_timeout_ms``), as in the Java client. KIP-1092's close options change that:
+LEAVE_GROUP sends LeaveGroup naming the instance id, REMAIN_IN_GROUP keeps a dynamic member
+in the group too (no LeaveGroup) until its session times out.
 """
 
 from __future__ import annotations
@@ -74,7 +76,6 @@ from aiokafka_ng.protocol.messages.describe_groups import DescribeGroupsRequest
 from aiokafka_ng.protocol.messages.heartbeat import HeartbeatRequest
 from aiokafka_ng.protocol.messages.join_group import JoinGroupRequest, JoinGroupRequestProtocol
 from aiokafka_ng.protocol.messages.leave_group import LeaveGroupRequest, MemberIdentity
-from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 from aiokafka_ng.protocol.messages.sync_group import SyncGroupRequest, SyncGroupRequestAssignment
 
 if TYPE_CHECKING:
@@ -395,18 +396,14 @@ class GroupCoordinator(GroupMembership):
     async def _match_pattern(self) -> bool:
         """List the cluster's topics and match the pattern; False when the listing failed."""
         try:
-            response = await self._cluster.request_any(
-                MetadataRequest(topics=None, allow_auto_topic_creation=False)
-            )
+            topics = await self._cluster.all_topics()
         except KafkaError as exc:
             log.debug("group %s: listing topics failed (%r)", self._group_id, exc)
             return False
         names = [
-            t.name
-            for t in response.topics
-            if t.name
-            and not (self._settings.exclude_internal_topics and t.is_internal)
-            and t.error_code == 0
+            name
+            for name, t in topics.items()
+            if not (self._settings.exclude_internal_topics and t.is_internal) and t.error is None
         ]
         before = self._subs.topics
         after = self._subs.match_topics(names)
@@ -417,9 +414,16 @@ class GroupCoordinator(GroupMembership):
 
     # ------------------------------------------------------------------ leave
 
-    async def leave(self, *, reason: str = "the consumer is closing", force: bool = False) -> None:
-        """LeaveGroup (dynamic members only, unless ``force``); forgets the member id."""
-        if not self.member_id or (self._instance_id is not None and not force):
+    async def leave(
+        self,
+        *,
+        reason: str = "the consumer is closing",
+        force: bool = False,
+        permanent: bool = False,
+    ) -> None:
+        """LeaveGroup (dynamic members only, unless ``force`` or ``permanent``: a static
+        member's LeaveGroup names its instance id); forgets the member id."""
+        if not self.member_id or (self._instance_id is not None and not (force or permanent)):
             return
         request = LeaveGroupRequest(
             group_id=self._group_id,

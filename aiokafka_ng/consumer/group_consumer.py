@@ -42,7 +42,8 @@ the epoch of the next heartbeat answer, until its deadline; a commit made while 
 
 *Leaving.* ``close()`` commits (auto-commit), revokes, and heartbeats with epoch -1; a static
 member (``group_instance_id``) sends -2 instead, so the broker keeps its assignment for its
-return within the session timeout.
+return within the session timeout. KIP-1092's close options change that: LEAVE_GROUP sends -1
+for a static member too, REMAIN_IN_GROUP sends nothing for a dynamic one.
 
 This class reuses, through the classic :class:`~.group.GroupCoordinator`, what the two
 protocols share (:class:`~.membership.GroupMembership`: commit bookkeeping, auto-commit, the
@@ -76,7 +77,6 @@ from aiokafka_ng.protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatResponse,
     TopicPartitions,
 )
-from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 
 if TYPE_CHECKING:
     from aiokafka_ng.consumer.offsets import OffsetsClient
@@ -272,14 +272,12 @@ class ConsumerGroupMember(GroupCoordinator):
         if not missing:
             return
         try:
-            response = await self._cluster.request_any(
-                MetadataRequest(topics=None, allow_auto_topic_creation=False)
-            )
+            topics = await self._cluster.all_topics()
         except KafkaError as exc:
             log.debug("group %s: topic id lookup failed (%r)", self._group_id, exc)
             return
-        for t in response.topics:
-            if t.name and t.error_code == 0:
+        for t in topics.values():
+            if t.error is None:
                 self._learn(t.topic_id, t.name)
 
     def _learn(self, topic_id: uuid.UUID, name: str) -> None:
@@ -377,13 +375,22 @@ class ConsumerGroupMember(GroupCoordinator):
         finally:
             self._reconciling = False
 
-    async def leave(self, *, reason: str = "the consumer is closing", force: bool = False) -> None:
-        """Heartbeat with epoch -1 (-2 for a static member); the member keeps its id."""
+    async def leave(
+        self,
+        *,
+        reason: str = "the consumer is closing",
+        force: bool = False,
+        permanent: bool = False,
+    ) -> None:
+        """Heartbeat with epoch -1 (-2 for a static member, which will be back; -1 for it
+        too when ``permanent``, KIP-1092's LEAVE_GROUP, as Java: the broker has no other
+        way to let a static member go for good); the member keeps its id."""
         if self.generation <= 0 and self.state is not MemberState.STABLE:
             self.state = MemberState.UNJOINED
             return
         request = self._request()
-        request.member_epoch = _LEAVE_EPOCH if self._instance_id is None else _STATIC_LEAVE_EPOCH
+        static = self._instance_id is not None and not permanent
+        request.member_epoch = _STATIC_LEAVE_EPOCH if static else _LEAVE_EPOCH
         request.topic_partitions = None
         try:
             with anyio.fail_after(self._settings.request_timeout_s):

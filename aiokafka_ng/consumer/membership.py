@@ -36,7 +36,7 @@ from anyio.abc import TaskStatus
 
 from aiokafka_ng.cluster import ClusterClient, ClusterMetadata
 from aiokafka_ng.consumer.errors import CommitFailedError
-from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
+from aiokafka_ng.consumer.models import GroupMembershipOperation, OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
@@ -351,12 +351,23 @@ class GroupMembership:
             if self.state is MemberState.STABLE or self._subs.mode is SubscriptionMode.ASSIGNED:
                 await self.commit_positions(swallow=True)
 
-    async def leave(self, *, reason: str = "the consumer is closing", force: bool = False) -> None:
-        """Leave the group the protocol's way (dynamic members only, unless ``force``)."""
+    async def leave(
+        self,
+        *,
+        reason: str = "the consumer is closing",
+        force: bool = False,
+        permanent: bool = False,
+    ) -> None:
+        """Leave the group the protocol's way: a dynamic member leaves; a static one only
+        with ``force`` (classic; the poll timeout) or ``permanent`` (both protocols: it will
+        not be back, KIP-1092's LEAVE_GROUP)."""
         raise NotImplementedError
 
-    async def close(self) -> None:
-        """Stop heartbeats and auto-commit, then commit, revoke, and leave the group."""
+    async def close(
+        self, operation: GroupMembershipOperation = GroupMembershipOperation.DEFAULT
+    ) -> None:
+        """Stop heartbeats and auto-commit, then commit, revoke, and leave the group as
+        ``operation`` says (KIP-1092, :class:`~.models.GroupMembershipOperation`)."""
         self._run_scope.cancel()
         if self._started:
             await self._run_done.wait()
@@ -367,5 +378,15 @@ class GroupMembership:
                 await self.commit_positions(swallow=True)
             if not manual:
                 await self._call("on_partitions_revoked", set(self._subs.assignment))
-        await self.leave()
+        if operation is GroupMembershipOperation.LEAVE_GROUP:
+            await self.leave(permanent=True)
+        elif operation is GroupMembershipOperation.DEFAULT or self._instance_id is not None:
+            # A static member remaining in the group is what DEFAULT does for it (KIP-848
+            # says so with epoch -2; classic sends nothing).
+            await self.leave()
+        else:
+            log.info(
+                "group %s: closing without leaving (REMAIN_IN_GROUP): member %s stays until "
+                "the session times out", self._group_id, self.member_id,
+            )  # fmt: skip
         self.state = MemberState.CLOSED

@@ -4,7 +4,8 @@ paced by the consumer's :class:`ExponentialBackoff`.
 
 Retry rules, as the Java client applies them:
 
-* ListOffsets: per-partition ``invalid_metadata`` errors (not leader, unknown partition,
+* ListOffsets: carries the leader epoch the metadata gives (KIP-320's current leader epoch,
+  as Java's); per-partition ``invalid_metadata`` errors (not leader, unknown partition,
   fenced/unknown leader epoch) refresh metadata and retry that partition; other retriable
   errors retry; anything else is raised. A connection failure retries the whole node.
 * OffsetForLeaderEpoch (KIP-320, to the leaders): as ListOffsets; a leader that does not
@@ -145,9 +146,14 @@ class OffsetsClient:
         """Each partition's ``asks`` value sent to its leader by ``ask_node`` (ListOffsets,
         OffsetForLeaderEpoch), retried on the one backoff policy until every partition has
         its answer: one round asks every pending partition of its leader; what failed (a
-        retriable error, per partition or for a whole node) stays pending."""
+        retriable error, per partition or for a whole node) stays pending. After an
+        ``invalid_metadata`` answer (not the leader, a fenced or unknown leader epoch) the
+        next round waits for fresh metadata of those topics, as Java's
+        ``awaitMetadataUpdate``: asked again with the same leader and epoch, the broker
+        would only give the same answer."""
         pending = dict(asks)
         result: dict[TopicPartition, T] = {}
+        stale: set[str] = set()
 
         async def attempt() -> None:
             by_leader: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
@@ -166,14 +172,22 @@ class OffsetsClient:
                 for tp, answer in done.items():
                     if isinstance(answer, KafkaError):
                         last = answer
+                        if answer.invalid_metadata:
+                            stale.add(tp.topic)
                     else:
                         result[tp] = answer
                         pending.pop(tp)
             if pending:
                 raise last or KafkaError(f"{api}: some partitions were not answered")
 
+        async def refresh_stale(error: KafkaError) -> None:
+            if stale:
+                topics = sorted(stale)
+                stale.clear()
+                await self._cluster.refresh(topics)
+
         if pending:
-            await retrying(attempt, self._state(timeout), what=what)
+            await retrying(attempt, self._state(timeout), what=what, on_retry=refresh_stale)
         return result
 
     async def _list_from(
@@ -181,10 +195,19 @@ class OffsetsClient:
     ) -> dict[TopicPartition, tuple[int, int] | KafkaError]:
         conn = await self._cluster.connection(node)
         version = conn.version_for(ListOffsetsRequest)
+        metadata = self._cluster.metadata
         topics: dict[str, list[ListOffsetsPartition]] = defaultdict(list)
         for tp, ts in parts.items():
+            # The leader epoch we know (KIP-320, v4+; -1 when unknown), as Java sends it: a
+            # leader with a newer epoch answers FENCED_LEADER_EPOCH, one that has not heard
+            # of ours yet (a deposed leader) UNKNOWN_LEADER_EPOCH -- both refresh and retry
+            # -- instead of answering from a log that may no longer be the partition's.
             topics[tp.topic].append(
-                ListOffsetsPartition(partition_index=tp.partition, timestamp=ts)
+                ListOffsetsPartition(
+                    partition_index=tp.partition,
+                    current_leader_epoch=current_leader_epoch(metadata, tp),
+                    timestamp=ts,
+                )
             )
         request = ListOffsetsRequest(
             replica_id=-1,

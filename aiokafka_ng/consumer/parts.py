@@ -9,9 +9,17 @@ is the shape of its ``statistics()`` snapshot.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka_ng.cluster import ClientStatistics, ClusterClient
+from aiokafka_ng.cluster.telemetry import (
+    MetricKind,
+    TelemetryEngine,
+    connection_table,
+    table_collector,
+)
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.fetcher import Fetcher, FetcherStatistics, FetchSettings
 from aiokafka_ng.consumer.group import GroupCoordinator
@@ -21,7 +29,14 @@ from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
-__all__ = ["ConsumerStatistics", "build_parts", "no_fetches"]
+__all__ = [
+    "TELEMETRY_GROUP_METRICS",
+    "TELEMETRY_METRICS",
+    "ConsumerStatistics",
+    "build_parts",
+    "no_fetches",
+    "telemetry_engine",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +50,44 @@ class ConsumerStatistics(ClientStatistics):
     generation: int | None
     member_id: str | None
     rebalances: int
+
+
+_SUM, _GAUGE = MetricKind.SUM, MetricKind.GAUGE
+
+#: KIP-714's names (after ``org.apache.kafka.``) of the statistics that mean what Java's
+#: consumer metric of that name means (groups ``consumer-fetch-manager-metrics``,
+#: ``consumer-coordinator-metrics``, ``consumer-metrics``); see
+#: :mod:`aiokafka_ng.cluster.telemetry`. Our fetch latency is over the consumer's life,
+#: Java's over its last two 30 s windows.
+TELEMETRY_METRICS = {
+    "fetcher.records_consumed": ("consumer.fetch.manager.records.consumed.total", _SUM),
+    "fetcher.fetch_requests": ("consumer.fetch.manager.fetch.total", _SUM),
+    "fetcher.fetch_latency_ms.avg": ("consumer.fetch.manager.fetch.latency.avg", _GAUGE),
+    "fetcher.fetch_latency_ms.max": ("consumer.fetch.manager.fetch.latency.max", _GAUGE),
+    **connection_table("consumer"),
+}
+#: A group member's own (Java has a coordinator, and these metrics, only with a group id).
+TELEMETRY_GROUP_METRICS = {
+    **TELEMETRY_METRICS,
+    "assignment.count": ("consumer.coordinator.assigned.partitions", _GAUGE),
+    "rebalances": ("consumer.coordinator.rebalance.total", _SUM),
+}
+
+
+def telemetry_engine(c: ConsumerConfig, statistics: Callable[[], Any]) -> TelemetryEngine:
+    """The consumer's KIP-714 metrics push (``statistics``: its snapshot). The resource
+    names what Java's ``ClientTelemetryProvider`` names: group id, group instance id, rack."""
+    resource = [
+        (key, value)
+        for key, value in (
+            ("group_id", c.group_id),
+            ("group_instance_id", c.group_instance_id),
+            ("client_rack", c.client_rack),
+        )
+        if value
+    ]
+    table = TELEMETRY_METRICS if c.group_id is None else TELEMETRY_GROUP_METRICS
+    return TelemetryEngine(table_collector(statistics, table), resource=tuple(resource))
 
 
 def no_fetches(buffer_limit: int) -> FetcherStatistics:

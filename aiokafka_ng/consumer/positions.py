@@ -25,8 +25,10 @@ the policy ("none": the error, without a divergent offset).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 
+from aiokafka_ng.consumer.config import by_duration_ago
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
 from aiokafka_ng.consumer.state import PartitionState
@@ -102,9 +104,11 @@ async def resolve_positions(
     for s in to_reset:
         answer = answers.get(s.tp)
         if answer is None or s.epoch != epochs[id(s)]:
+            if answer is None:  # its leader did not answer this round: the planner asks again
+                log.debug("no ListOffsets answer for %s-%s yet", s.tp.topic, s.tp.partition)
             continue
         offset = answer[0]
-        if offset < 0:  # no record at/after the timestamp: go to the end
+        if offset < 0:  # no record at/after the timestamp (by_duration too): go to the end
             s.request_reset("latest")
             continue
         s.seek(offset)
@@ -167,10 +171,15 @@ def complete_validation(
 
 
 def _reset_timestamp(reset: str | int) -> int:
-    """ListOffsets' timestamp for a reset: "earliest", "latest", or a time in ms."""
+    """ListOffsets' timestamp for a reset: "earliest", "latest", a time in ms, or
+    "by_duration:<duration>" (KIP-1106): that long before now, on the wall clock (record
+    timestamps are wall-clock ms), computed when the reset is made as Java does. Never below
+    0: a negative timestamp would ask ListOffsets for one of its special offsets."""
     if reset == "earliest":
         return EARLIEST
     if reset == "latest":
         return LATEST
-    assert isinstance(reset, int)
+    if isinstance(reset, str):
+        ago_ms = int(by_duration_ago(reset).total_seconds() * 1000)
+        return max(0, time.time_ns() // 1_000_000 - ago_ms)
     return reset

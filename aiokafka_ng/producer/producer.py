@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import uuid
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from types import TracebackType
@@ -44,6 +45,7 @@ import anyio
 import anyio.lowlevel
 
 from aiokafka_ng.cluster import ClientRuntime, ClientState, ClientStatus, Cluster
+from aiokafka_ng.cluster.telemetry import TelemetryEngine, metadata_age, table_collector
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.errors import (
     ClosedBeforeDeliveryError,
@@ -71,7 +73,7 @@ from aiokafka_ng.producer.intake import (
     check_headers,
 )
 from aiokafka_ng.producer.parts import build_parts, start_tasks
-from aiokafka_ng.producer.statistics import ProducerStatistics, collect
+from aiokafka_ng.producer.statistics import TELEMETRY_METRICS, ProducerStatistics, collect
 from aiokafka_ng.producer.transactions import TransactionManager
 from aiokafka_ng.producer.txn_coordinator import PreparedTransaction, complete_prepared
 from aiokafka_ng.protocol import speedups
@@ -171,6 +173,18 @@ class Producer:
         self._senders.attach(cluster, self._acc, self._runtime.tasks)
         stack.callback(cluster.add_listener(self._on_metadata))
         stack.callback(cluster.add_error_listener(self._on_cluster_error))
+        cfg = self.config
+        if cfg.enable_metrics_push:
+            tid = cfg.transactional_id
+            engine = TelemetryEngine(
+                table_collector(
+                    self.statistics, TELEMETRY_METRICS, derived=metadata_age("producer")
+                ),
+                # Java's ClientTelemetryProvider: the producer's resource names its
+                # transactional id (the broker adds client id, software and address).
+                resource=(("transactional_id", tid),) if tid else (),
+            )
+            self._runtime.push_metrics(engine, request_timeout=cfg.request_timeout_ms / 1000)
 
     async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until a broker answered. ``start()`` does not wait for the cluster (records
@@ -227,6 +241,8 @@ class Producer:
                 for fut in acc.incomplete():
                     await fut.wait_done()
                 await callbacks_run(self._intake.loop)
+            # KIP-714's terminating push, with the final counts, in what close has left.
+            await runtime.stop_metrics(max(0.0, deadline - anyio.current_time()))
         finally:
             # The senders stop before what is left fails: none may settle a batch after.
             runtime.cancel_tasks()
@@ -530,6 +546,14 @@ class Producer:
         self._intake.check_topic(topic)
         found = await cluster.wait_for_topics([topic], timeout=self._intake.max_block_s)
         return set(found[topic].partitions)
+
+    async def client_instance_id(self, timeout: float = 0.0) -> uuid.UUID | None:  # noqa: ASYNC109
+        """The id the brokers assigned this producer for its metrics (KIP-714; Java's
+        ``clientInstanceId``): operators find its pushed metrics under it. Waits up to
+        ``timeout`` seconds for the first telemetry subscription; None if there is none yet
+        (or the brokers have no telemetry plugin). ``IllegalStateError`` when
+        ``enable_metrics_push`` is off or the producer is not started."""
+        return await self._runtime.client_instance_id(timeout)
 
     def statistics(self) -> ProducerStatistics:
         """Counters for monitoring and tests, in any state (never blocks). Also a read-only

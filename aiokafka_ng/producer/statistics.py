@@ -14,13 +14,34 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiokafka_ng.cluster import ClientStatistics
+from aiokafka_ng.cluster.telemetry import MetricKind, connection_table
 from aiokafka_ng.producer.memory import MemoryPoolStatistics
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster import ClientRuntime
     from aiokafka_ng.producer.parts import Parts
 
-__all__ = ["ProducerStatistics", "collect"]
+__all__ = ["TELEMETRY_METRICS", "ProducerStatistics", "collect"]
+
+_SUM, _GAUGE = MetricKind.SUM, MetricKind.GAUGE
+
+#: KIP-714's names (after ``org.apache.kafka.``) of the statistics that mean what Java's
+#: producer metric of that name means (``producer-metrics`` group); see
+#: :mod:`aiokafka_ng.cluster.telemetry`. Our request latency is over the producer's life,
+#: Java's over its last two 30 s windows.
+TELEMETRY_METRICS = {
+    "records_sent": ("producer.record.send.total", _SUM),
+    "records_failed": ("producer.record.error.total", _SUM),
+    "splits": ("producer.batch.split.total", _SUM),
+    "memory.total": ("producer.buffer.total.bytes", _GAUGE),
+    "memory.available": ("producer.buffer.available.bytes", _GAUGE),
+    "memory.waiters": ("producer.waiting.threads", _GAUGE),
+    "memory.timeouts": ("producer.buffer.exhausted.total", _SUM),
+    "in_flight_requests": ("producer.requests.in.flight", _GAUGE),
+    "request_latency_ms.avg": ("producer.request.latency.avg", _GAUGE),
+    "request_latency_ms.max": ("producer.request.latency.max", _GAUGE),
+    **connection_table("producer"),
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

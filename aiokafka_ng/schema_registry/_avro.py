@@ -55,6 +55,7 @@ from aiokafka_ng.schema_registry._wire import (
     schema_id_of,
     topic_name_strategy,
 )
+from aiokafka_ng.schema_registry._writer import check_modes, resolve_writer
 
 __all__ = ["AvroDeserializer", "AvroSerializer"]
 
@@ -157,13 +158,11 @@ class AvroSerializer:
         normalize: bool = False,
         to_dict: Callable[[Any], Any] | None = None,
     ) -> None:
-        if use_latest_version and auto_register:
-            raise ValueError(
-                "use_latest_version writes with a registered schema: "
-                "pass auto_register=False with it"
-            )
-        if schema is None and not use_latest_version:
-            raise ValueError("a schema is needed unless use_latest_version=True")
+        check_modes(
+            has_schema=schema is not None,
+            auto_register=auto_register,
+            use_latest_version=use_latest_version,
+        )
         self._client = client
         self._schema = None if schema is None else _as_schema(schema)
         self.topic: Final = topic
@@ -214,19 +213,21 @@ class AvroSerializer:
         client = self._client
         if self._use_latest:
             name = None if self._schema is None else _declared_name(self._schema)
-            subject = self._strategy(self.topic, self.is_key, name)
-            latest = await client.get_latest_version(subject)
-            parsed = await _parse(client, latest.schema)
-            schema_id = latest.schema_id
         else:
             assert self._schema is not None
-            parsed = await _parse(client, self._schema)
-            subject = self._strategy(self.topic, self.is_key, _full_name(parsed))
-            if self._auto_register:
-                schema_id = await client.register(subject, self._schema, normalize=self._normalize)
-            else:
-                registered = await client.lookup(subject, self._schema, normalize=self._normalize)
-                schema_id = registered.schema_id
+            # Parsed first: a schema fastavro refuses is not registered.
+            name = _full_name(await _parse(client, self._schema))
+        subject = self._strategy(self.topic, self.is_key, name)
+        writer = await resolve_writer(
+            client,
+            subject,
+            self._schema,
+            auto_register=self._auto_register,
+            use_latest_version=self._use_latest,
+            normalize=self._normalize,
+        )
+        parsed = await _parse(client, writer.schema)
+        schema_id = writer.schema_id
         self._parsed = parsed
         self._subject = subject
         self._schema_id = schema_id

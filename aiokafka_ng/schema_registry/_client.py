@@ -377,6 +377,10 @@ class SchemaRegistryClient:
         self, body: dict[str, Any], subject: str, fallback: Schema | None = None
     ) -> RegisteredSchema:
         schema = Schema.from_json(body) if "schema" in body else fallback
+        if schema is not None and fallback is not None and "schemaType" not in body:
+            # A lookup's answer may leave the type out (Apicurio's does, for every type):
+            # the schema found is the one asked with, so its type and references are those.
+            schema = Schema(schema.schema_str, fallback.schema_type, fallback.references)
         if schema is None:  # pragma: no cover (a registry always sends the schema here)
             raise SchemaRegistryError(f"the registry's answer for {subject!r} has no schema")
         schema_id = int(body["id"])

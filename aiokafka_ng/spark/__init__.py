@@ -34,9 +34,10 @@ if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 2):  # pragma
     raise ImportError(f"aiokafka_ng.spark needs pyspark >= 4.2 (found {pyspark.__version__})")
 
 from aiokafka_ng.spark._options import SparkOptionError
+from aiokafka_ng.spark._registry import REGISTRY_OPTIONS, avro_to_spark
 from aiokafka_ng.spark.datasource import KafkaDataSource
 
-__all__ = ["KafkaDataSource", "SparkOptionError", "register"]
+__all__ = ["REGISTRY_OPTIONS", "KafkaDataSource", "SparkOptionError", "avro_to_spark", "register"]
 
 
 def register(spark: Any) -> None:

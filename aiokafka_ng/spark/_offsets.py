@@ -39,7 +39,6 @@ from aiokafka_ng.protocol.messages.list_offsets import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 from aiokafka_ng.spark._options import Subscription
 
 __all__ = ["Bounds", "offsets_for_times", "partition_bounds", "subscribed_bounds"]
@@ -72,13 +71,11 @@ async def subscribed_bounds(
         if sub.kind == "subscribe":
             return await _bounds_once(cluster, list(sub.topics))
         if sub.kind == "subscribePattern":
-            response = await cluster.request_any(
-                MetadataRequest(topics=None, allow_auto_topic_creation=False)
-            )
+            topics = await cluster.all_topics()
             names = sorted(
-                t.name
-                for t in response.topics
-                if t.name and not t.is_internal and t.error_code == 0 and sub.matches(t.name)
+                name
+                for name, t in topics.items()
+                if not t.is_internal and t.error is None and sub.matches(name)
             )
             return await _bounds_once(cluster, names) if names else {}
         wanted = [TopicPartition(t, p) for t, p in sub.assigned]

@@ -47,6 +47,7 @@ from aiokafka_ng.spark._options import (
     subscription_option,
     warn_unknown,
 )
+from aiokafka_ng.spark._registry import REGISTRY_OPTIONS, ValueFormat, plan_formats
 
 __all__ = [
     "DATA_LOSS_HINT",
@@ -80,11 +81,14 @@ DATA_LOSS_HINT = (
 )
 
 
-def read_schema(include_headers: bool) -> StructType:
-    """The columns of Spark's Kafka source: ``headers`` only with ``includeHeaders=true``.
+def read_schema(include_headers: bool, formats: tuple[ValueFormat, ...] = ()) -> StructType:
+    """The columns of Spark's Kafka source: ``headers`` only with ``includeHeaders=true``;
+    ``key``/``value`` typed by their registry schema with ``keyFormat``/``valueFormat``.
     Built from types, not DDL: parsing DDL needs a SparkContext, which the planner's Python
     worker does not have."""
-    return StructType(_BASE_FIELDS + ([_HEADERS] if include_headers else []))
+    typed = {f.column: f.spark_type for f in formats}
+    fields = [StructField(f.name, typed[f.name]) if f.name in typed else f for f in _BASE_FIELDS]
+    return StructType(fields + ([_HEADERS] if include_headers else []))
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ class ReadPlan:
     include_headers: bool = False
     fetch_offset_retries: int = 3
     fetch_offset_retry_interval_ms: int = 10
+    formats: tuple[ValueFormat, ...] = ()  # registry-framed key/value (._registry)
 
 
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
@@ -126,7 +131,7 @@ def _duration_s(options: Mapping[str, str], name: str, default: float) -> float:
 def plan_read(options: Mapping[str, str], *, streaming: bool | None) -> ReadPlan:
     """The read's plan; ``streaming=None`` checks what both kinds of query share (all but
     the rules of one kind: a batch cannot start at latest, a stream has no end)."""
-    warn_unknown(options, READ_OPTIONS, "source")
+    warn_unknown(options, READ_OPTIONS | REGISTRY_OPTIONS, "source")
     properties = consumer_properties(options)
     subscription = subscription_option(options)
     starting = parse_limit(options, "starting", "earliest" if streaming is False else "latest")
@@ -171,7 +176,14 @@ def plan_read(options: Mapping[str, str], *, streaming: bool | None) -> ReadPlan
         include_headers=bool_option(options, "includeHeaders", False),
         fetch_offset_retries=_int(options, "fetchOffset.numRetries", 3, minimum=0),
         fetch_offset_retry_interval_ms=_int(options, "fetchOffset.retryIntervalMs", 10, minimum=0),
+        # Last: the only check that asks a server (the registry), after every local one.
+        formats=plan_formats(options, _named_topics(subscription), writing=False),
     )
+
+
+def _named_topics(subscription: Subscription) -> list[str]:
+    """The topics a subscription names (none for a pattern): the default subjects'."""
+    return list(subscription.topics or dict.fromkeys(t for t, _ in subscription.assigned))
 
 
 def _int(options: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:

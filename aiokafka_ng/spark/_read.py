@@ -36,6 +36,7 @@ at the trigger are the target.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -62,6 +63,7 @@ from aiokafka_ng.spark._plan import (
     resolve_positions,
     split_ranges,
 )
+from aiokafka_ng.spark._registry import ValueFormat, decode_column, reader_for
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
@@ -320,7 +322,13 @@ async def _consume(part: KafkaRange, put: Any, stop: threading.Event) -> None:
     properties = dict(part.plan.properties)
     # failOnDataLoss: an offset out of range must reach us, not be reset silently.
     properties["auto.offset.reset"] = "none" if part.plan.fail_on_data_loss else "earliest"
-    async with Consumer.from_properties(properties) as consumer:
+    async with contextlib.AsyncExitStack() as stack:
+        consumer = await stack.enter_async_context(Consumer.from_properties(properties))
+        # Registry-framed key/value: one registry client and decoder per column and task.
+        decoders = []
+        for fmt in part.plan.formats:
+            client = await stack.enter_async_context(fmt.client())
+            decoders.append((fmt, reader_for(fmt, client)))
         consumer.assign([tp])
         consumer.seek(tp, start)
         position = start
@@ -353,12 +361,28 @@ async def _consume(part: KafkaRange, put: Any, stop: threading.Event) -> None:
             full = columns.count >= _ARROW_BATCH_ROWS or columns.data_bytes >= _ARROW_BATCH_BYTES
             if full or (columns.count and position >= end):
                 arrow = _to_arrow(pa, part, columns)
+                for fmt, decoder in decoders:
+                    arrow = await _decoded(arrow, fmt, decoder, tp)
                 columns = RecordColumns(with_headers)
                 if not await anyio.to_thread.run_sync(put, arrow):
                     return
 
 
 _NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+
+
+async def _decoded(
+    arrow: pa.RecordBatch, fmt: ValueFormat, decoder: Any, tp: TopicPartition
+) -> Any:
+    """``arrow`` with its ``fmt.column`` decoded from registry-framed Avro (._registry)."""
+    offsets = arrow.column(_NAMES.index("offset"))
+
+    def where(i: int) -> str:
+        return f"the {fmt.column} of {tp.topic}-{tp.partition} offset {offsets[i].as_py()}"
+
+    index = _NAMES.index(fmt.column)
+    typed = await decode_column(fmt, arrow.column(index), where, decoder)
+    return arrow.set_column(index, fmt.column, typed)
 
 
 def _binary(

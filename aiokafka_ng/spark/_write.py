@@ -41,9 +41,10 @@ The commit message counts rows and payload bytes per topic; the driver logs the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,13 @@ from aiokafka_ng.spark._options import (
     option_value,
     producer_properties,
     warn_unknown,
+)
+from aiokafka_ng.spark._registry import (
+    REGISTRY_OPTIONS,
+    ValueFormat,
+    check_column,
+    encoder,
+    plan_formats,
 )
 
 if TYPE_CHECKING:
@@ -134,6 +142,7 @@ class WritePlan:
     topic: str | None
     columns: dict[str, int]  # role in _KNOWN -> position in the rows (names match any case)
     exactly_once: ExactlyOnce | None = None
+    formats: tuple[ValueFormat, ...] = ()  # registry-framed key/value (._registry)
 
 
 class ExactlyOnceReplayError(RuntimeError):
@@ -159,7 +168,7 @@ def plan_write(
     options: Mapping[str, str], schema: StructType, streaming: bool = False
 ) -> WritePlan:
     """Validate the options and the DataFrame's columns (driver, planning time)."""
-    warn_unknown(options, WRITE_OPTIONS | EXACTLY_ONCE_OPTIONS, "sink")
+    warn_unknown(options, WRITE_OPTIONS | EXACTLY_ONCE_OPTIONS | REGISTRY_OPTIONS, "sink")
     properties = producer_properties(options)
     exactly_once = plan_exactly_once(options, properties, streaming)
     if exactly_once is not None and "transaction.timeout.ms" not in properties:
@@ -178,8 +187,13 @@ def plan_write(
             "column 'value' (binary or string) is required to write to Kafka; "
             f"the DataFrame has columns {[f.name for f in schema.fields]}"
         )
+    topic = (option_value(options, "topic") or "").strip() or None
+    formats = plan_formats(options, [] if topic is None else [topic], writing=True)
+    typed = {f.column: f for f in formats}
     for name in ("key", "value"):
-        if name in types and not isinstance(types[name], _BYTES_OR_STRING):
+        if name in typed and name in types:
+            check_column(typed[name], types[name])
+        elif name in types and not isinstance(types[name], _BYTES_OR_STRING):
             raise _type_error(name, types[name], "binary or string")
     if "topic" in types and not isinstance(types["topic"], StringType):
         raise _type_error("topic", types["topic"], "string")
@@ -189,7 +203,6 @@ def plan_write(
         raise _type_error("partition", types["partition"], "int")
     if "headers" in types and not _is_header_type(types["headers"]):
         raise _type_error("headers", types["headers"], "array<struct<key:string,value:binary>>")
-    topic = (option_value(options, "topic") or "").strip() or None
     if topic is None and "topic" not in types:
         raise SparkOptionError(
             "no topic to write to: set option 'topic' or add a string column 'topic'"
@@ -200,6 +213,7 @@ def plan_write(
         topic,
         {c: positions[c] for c in _KNOWN if c in positions},
         exactly_once,
+        formats,
     )
 
 
@@ -376,6 +390,44 @@ def _settle(pending: deque[tuple[int, list[Delivery[Any]]]]) -> None:
 
 
 async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaCommitMessage:
+    async with contextlib.AsyncExitStack() as stack:
+        # Registry-framed key/value: one registry client and encoder per column and task.
+        encoders: dict[str, Callable[[Any], Any]] = {}
+        for fmt in plan.formats:
+            client = await stack.enter_async_context(fmt.client())
+            encoders[fmt.column] = await encoder(fmt, client)
+        return await _produce_with(plan, batches, encoders)
+
+
+def _typed(
+    batch: pa.RecordBatch, plan: WritePlan, name: str, encoders: Mapping[str, Callable[[Any], Any]]
+) -> list[bytes | None] | None:
+    """Column ``name`` encoded by its registry format (._registry); None without one."""
+    encode = encoders.get(name)
+    index = plan.columns.get(name)
+    if encode is None or index is None:
+        return None
+    out = []
+    for i, value in enumerate(batch.column(index).to_pylist()):
+        try:
+            out.append(encode(value))
+        except Exception as exc:
+            exc.add_note(f"aiokafka_ng spark sink: the {name} of row #{i} of an Arrow batch")
+            raise
+    return out
+
+
+def _nbytes(
+    batch: pa.RecordBatch, plan: WritePlan, name: str, typed: list[bytes | None] | None
+) -> int:
+    if typed is None:
+        return _payload_bytes(batch, plan, name)
+    return sum(len(v) for v in typed if v is not None)
+
+
+async def _produce_with(
+    plan: WritePlan, batches: Iterator[pa.RecordBatch], encoders: Mapping[str, Callable[[Any], Any]]
+) -> KafkaCommitMessage:
     result = KafkaCommitMessage()
     per_topic = result.per_topic
     pending: deque[tuple[int, list[Delivery[Any]]]] = deque()
@@ -393,7 +445,7 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
         if slot is not None:
             marker = await committed_marker(properties, slot)
             if marker is not None and marker[0] >= slot.batch:
-                result = await _replayed(plan, batches, slot.batch, marker[0], marker[1])
+                result = await _replayed(plan, batches, slot.batch, marker[0], marker[1], encoders)
                 ok = True
                 return result
             producer.begin_transaction()
@@ -423,17 +475,23 @@ async def _produce(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> KafkaC
                 # with one future for the whole Arrow batch instead of one per record.
                 assert default_topic is not None
                 topic = default_topic
-                values = _bytes_column(batch, plan, "value")
+                typed_values = _typed(batch, plan, "value", encoders)
+                typed_keys = _typed(batch, plan, "key", encoders)
+                values = (
+                    _bytes_column(batch, plan, "value") if typed_values is None else typed_values
+                )
                 assert values is not None
-                keys = _bytes_column(batch, plan, "key")
+                keys = _bytes_column(batch, plan, "key") if typed_keys is None else typed_keys
                 futs = [await producer.send_many(topic, values, keys=keys)]
                 per_topic[topic] = per_topic.get(topic, 0) + n
-                result.bytes += _payload_bytes(batch, plan, "value")
-                result.bytes += _payload_bytes(batch, plan, "key")
+                result.bytes += _nbytes(batch, plan, "value", typed_values)
+                result.bytes += _nbytes(batch, plan, "key", typed_keys)
             else:
-                values = _column(batch, plan, "value")
+                values = _typed(batch, plan, "value", encoders)
+                values = _column(batch, plan, "value") if values is None else values
                 assert values is not None
-                keys = _column(batch, plan, "key")
+                keys = _typed(batch, plan, "key", encoders)
+                keys = _column(batch, plan, "key") if keys is None else keys
                 # The option wins over the column (Spark's rule): the column is not read.
                 topics = None if default_topic is not None else _column(batch, plan, "topic")
                 parts = _column(batch, plan, "partition")
@@ -486,6 +544,7 @@ async def _replayed(
     batch_id: int,
     committed: int,
     meta: Mapping[str, Any],
+    encoders: Mapping[str, Callable[[Any], Any]],
 ) -> KafkaCommitMessage:
     """Batch ``batch_id`` of this slot is committed already: count its rows, send nothing.
 
@@ -498,7 +557,8 @@ async def _replayed(
         if batch is _END:
             break
         rows += batch.num_rows
-        nbytes += _payload_bytes(batch, plan, "value") + _payload_bytes(batch, plan, "key")
+        for name in ("value", "key"):  # counted as the committed attempt counted them
+            nbytes += _nbytes(batch, plan, name, _typed(batch, plan, name, encoders))
     if committed == batch_id and (meta.get("rows"), meta.get("bytes")) != (rows, nbytes):
         raise ExactlyOnceReplayError(
             f"micro-batch {batch_id} is replayed with {rows} rows ({nbytes} bytes) in this "

@@ -18,6 +18,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from aiokafka_ng.spark._options import SparkOptionError
+from aiokafka_ng.spark._plan import ReadPlan
 from aiokafka_ng.spark._read import KafkaBatchReader, KafkaStreamReader, plan_read, read_schema
 from aiokafka_ng.spark._write import KafkaBatchWriter, KafkaStreamWriter, plan_write
 
@@ -57,16 +58,17 @@ class KafkaDataSource(DataSource):  # type: ignore[misc,unused-ignore]
         # what is valid in one kind of query only (``startingOffsets=latest``, ``endingOffsets``)
         # is checked when the query is planned (``reader()``/``streamReader()``), before any
         # task runs.
-        return read_schema(plan_read(self.options, streaming=None).include_headers)
+        plan = plan_read(self.options, streaming=None)
+        return read_schema(plan.include_headers, plan.formats)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         plan = plan_read(self.options, streaming=False)
-        self._check_read_schema(schema, plan.include_headers)
+        self._check_read_schema(schema, plan)
         return KafkaBatchReader(plan)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         plan = plan_read(self.options, streaming=True)
-        self._check_read_schema(schema, plan.include_headers)
+        self._check_read_schema(schema, plan)
         return KafkaStreamReader(plan)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -83,8 +85,8 @@ class KafkaDataSource(DataSource):  # type: ignore[misc,unused-ignore]
         return KafkaStreamWriter(plan_write(self.options, schema, streaming=True))
 
     @staticmethod
-    def _check_read_schema(schema: StructType, include_headers: bool) -> None:
-        expected = read_schema(include_headers)
+    def _check_read_schema(schema: StructType, plan: ReadPlan) -> None:
+        expected = read_schema(plan.include_headers, plan.formats)
         if schema != expected:
             raise SparkOptionError(
                 "the aiokafka_ng source has a fixed schema; do not pass .schema(...) "

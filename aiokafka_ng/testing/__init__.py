@@ -6,9 +6,11 @@ provides the ``kafka_broker``, ``kafka_broker_factory`` and ``fresh_kafka_broker
 ``python -m aiokafka_ng.testing`` runs a broker in the foreground. :class:`TcpProxy` forwards
 one 127.0.0.1 address to a broker that can be swapped behind it.
 :class:`KafkaCluster` runs real Apache Kafka (KRaft, 3 nodes by default) from jars that Maven
-fetches once; it needs Java 17+ and, for the first fetch, ``mvn``. :class:`FakeKafka` is an
-in-process model of a Kafka cluster (no process, no port needed: clients connect in memory,
-or over TCP) with fault methods, for fast tests on virtual time
+fetches once; it needs Java 17+ and, for the first fetch, ``mvn``; :func:`ensure_jars` (the
+``libs`` directory of those jars) and :func:`find_java` serve tests that run or compile Java
+against the same Kafka (a client peer, a broker plugin for ``extra_classpath``).
+:class:`FakeKafka` is an in-process model of a Kafka cluster (no process, no port needed:
+clients connect in memory, or over TCP) with fault methods, for fast tests on virtual time
 (:mod:`aiokafka_ng.testing.virtual_time`). :class:`SchemaRegistry` runs a real Schema Registry
 (Apicurio Registry, Confluent-compatible API) fetched once with Maven; it needs Java 21+.
 """
@@ -20,7 +22,7 @@ from aiokafka_ng.testing._kafka_config import (
     kerberos_properties,
     oauth_properties,
 )
-from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION
+from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION, ensure_jars, find_java
 from aiokafka_ng.testing._registry import (
     APICURIO_VERSION,
     SchemaRegistry,
@@ -43,6 +45,8 @@ __all__ = [
     "SchemaRegistry",
     "SchemaRegistryProcessError",
     "TcpProxy",
+    "ensure_jars",
+    "find_java",
     "kerberos_properties",
     "oauth_properties",
 ]

@@ -16,6 +16,7 @@ from aiokafka_ng.cluster import (
 from aiokafka_ng.errors import (
     ConfigError,
     LeaderNotAvailableError,
+    RebootstrapRequiredError,
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
@@ -222,3 +223,12 @@ def test_parse_bootstrap_servers_rejects(text: str) -> None:
 def test_cluster_config_requires_servers() -> None:
     with pytest.raises(ConfigError):
         ClusterConfig(bootstrap_servers=[])
+
+
+def test_a_top_level_error_is_raised_not_read_as_an_empty_cluster() -> None:
+    # Metadata v13+: Kafka's whole-request error answer has no brokers and no topics.
+    assert set(parse_metadata_response(_response()).brokers) == {1, 2, 3}
+    told = _response()
+    told.error_code = RebootstrapRequiredError.errno
+    with pytest.raises(RebootstrapRequiredError):
+        parse_metadata_response(told)

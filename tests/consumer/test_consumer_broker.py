@@ -7,6 +7,7 @@ pause/resume, highwater, and the memory cap of the fetch buffer.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -185,7 +186,13 @@ async def test_deserializers_iteration_seek_pause(kafka_broker: Any) -> None:
         assert consumer.highwater(tp0) == 40
 
 
-async def test_memory_cap_slow_consumer_all_partitions_progress(kafka_broker: Any) -> None:
+async def test_memory_cap_slow_consumer_all_partitions_progress(
+    kafka_broker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Failed once in ci9 on Kafka (one partition's first records at poll 54 of 83) and not
+    # since in 200 runs: the fetcher's debug log (position lookups, fetch errors and their
+    # backoff, leader-epoch validations) and the poll timeline go into the failure message.
+    caplog.set_level(logging.DEBUG, logger="aiokafka_ng.consumer")
     topic = topic_name("cap")
     value = b"v" * 1000
     per_partition = 1500
@@ -208,12 +215,16 @@ async def test_memory_cap_slow_consumer_all_partitions_progress(kafka_broker: An
         counts = dict.fromkeys(tps, 0)
         firsts: dict[TopicPartition, int] = {}
         polls = 0
+        start = anyio.current_time()
+        timeline: list[str] = []
         # Bounded, not timed: the 3-node Kafka pass of this test takes ~10 s on a quiet
         # 2-core machine and ran past 60 s under a load average of ~18.
         with anyio.fail_after(180):
             while sum(counts.values()) < len(rows):
                 got = await consumer.getmany(timeout_ms=500, max_records=100)
                 polls += 1
+                served = {tp.partition: len(r) for tp, r in got.items()}
+                timeline.append(f"{anyio.current_time() - start:.3f}s poll {polls}: {served}")
                 for tp, records in got.items():
                     counts[tp] += len(records)
                     firsts.setdefault(tp, polls)
@@ -224,7 +235,11 @@ async def test_memory_cap_slow_consumer_all_partitions_progress(kafka_broker: An
         stats = consumer.statistics().fetcher
         assert counts == dict.fromkeys(tps, per_partition)
         # Every partition got records early, not one after the other.
-        assert max(firsts.values()) <= polls // 4, (firsts, polls)
+        if max(firsts.values()) > polls // 4:
+            t0 = caplog.records[0].created if caplog.records else 0.0
+            log = [f"{r.created - t0:.3f}s {r.getMessage()}" for r in caplog.records[-300:]]
+            detail = "\n".join(["timeline:", *timeline[:120], "consumer log:", *log])
+            pytest.fail(f"late partition: firsts={firsts} polls={polls}\n{detail}")
         assert 0 < stats.max_buffered_bytes <= cap
         assert stats.fetch_requests > 6_000_000 // cap  # it had to fetch in many rounds
 

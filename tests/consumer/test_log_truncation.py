@@ -20,7 +20,7 @@ import pytest
 
 from aiokafka_ng import Producer
 from aiokafka_ng.consumer import Consumer, ConsumerRecord, TopicPartition
-from aiokafka_ng.errors import LogTruncationError, OffsetOutOfRangeError
+from aiokafka_ng.errors import FencedLeaderEpochError, LogTruncationError, OffsetOutOfRangeError
 from aiokafka_ng.protocol.messages.metadata import MetadataResponse
 from aiokafka_ng.testing import FakeKafka, virtual_time
 from aiokafka_ng.testing.fake import Received
@@ -263,3 +263,30 @@ async def test_without_offset_for_leader_epoch_the_fetch_still_finds_the_diverge
         assert kafka.received(OFFSET_FOR_LEADER_EPOCH) == []
     (warning,) = truncation_warnings(caplog)
     assert f"{TOPIC}-0" in warning and "position 11" in warning
+
+
+LIST_OFFSETS = 2
+
+
+async def test_list_offsets_names_the_leader_epoch_it_knows() -> None:
+    # KIP-320's follow-up: ListOffsets carries the metadata's leader epoch, as Java's does.
+    # The leader is re-elected (same node, epoch + 1) after the consumer cached the old
+    # epoch: the broker fences the stale request, the consumer refreshes and asks again
+    # with the new epoch. Without the epoch the stale view would be answered as if current.
+    async with FakeKafka(brokers=3, tcp=False) as kafka:
+        kafka.create_topic(TOPIC, 1, replication_factor=3)
+        await produce(kafka, [b"a", b"b"])
+        async with Consumer(**kafka.client_config()) as consumer:
+            assert await consumer.end_offsets([TP]) == {TP: 2}
+            (first,) = kafka.received(LIST_OFFSETS)
+            partition = kafka.cluster.partition(TOPIC, 0)
+            assert partition is not None
+            epoch, leader = partition.leader_epoch, partition.leader
+            assert [p.current_leader_epoch for p in first.request.topics[0].partitions] == [epoch]
+            kafka.move_leader(TOPIC, 0, to_node=leader)  # the same node, a new epoch
+            assert await consumer.beginning_offsets([TP]) == {TP: 0}
+            later = kafka.received(LIST_OFFSETS)[1:]
+            sent = [p.current_leader_epoch for r in later for p in r.request.topics[0].partitions]
+            assert sent == [epoch, epoch + 1]  # fenced, refreshed, asked again
+            fenced = FencedLeaderEpochError.errno
+            assert kafka.errors(LIST_OFFSETS) == kafka.errors(LIST_OFFSETS, fenced) == 1

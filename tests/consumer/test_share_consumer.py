@@ -24,7 +24,7 @@ from aiokafka_ng.cluster import ClientState, Cluster
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.share._wire import _GAP, _runs
-from aiokafka_ng.errors import ConfigError, IllegalStateError
+from aiokafka_ng.errors import ConfigError, IllegalStateError, UnsupportedVersionError
 from aiokafka_ng.protocol.messages import share_acknowledge as sa
 from aiokafka_ng.protocol.messages import share_fetch as sf
 from aiokafka_ng.protocol.messages import share_group_heartbeat as sgh
@@ -400,3 +400,98 @@ async def test_a_heartbeat_error_retrying_cannot_fix_stops_the_consumer(
         # One heartbeat, no leave (epoch -1) after the failure.
         assert [x.request.member_epoch for x in kafka.received(SHARE_GROUP_HEARTBEAT)] == [0]
     assert "heartbeat answered" in caplog.text
+
+
+# ---------------------------------------------------------------- share_acquire_mode (KIP-1206)
+
+
+def test_share_acquire_mode_is_checked() -> None:
+    assert consumer(share_acquire_mode="RECORD_LIMIT") is not None  # case-insensitive
+    with pytest.raises(ConfigError) as info:
+        consumer(share_acquire_mode="strict", acknowledgement_mode="auto")
+    assert set(info.value.errors) == {"share_acquire_mode", "acknowledgement_mode"}
+
+
+def two_leaders(kafka: FakeKafka) -> dict[int, int]:
+    """Topic t with a partition led by each of the two nodes, both assigned to every member
+    (the scripted coordinator); returns partition -> leader."""
+    topic = kafka.create_topic("t", 2)
+    topic_id = topic.topic_id
+    leaders = {p.index: p.leader for p in topic.partitions}
+    assert set(leaders.values()) == {1, 2}
+
+    def heartbeat(call: Received) -> sgh.ShareGroupHeartbeatResponse:
+        req = call.request
+        if req.member_epoch == -1:
+            return sgh.ShareGroupHeartbeatResponse(member_id=req.member_id, member_epoch=-1)
+        return sgh.ShareGroupHeartbeatResponse(
+            member_id=req.member_id,
+            member_epoch=1,
+            heartbeat_interval_ms=5000,
+            assignment=sgh.Assignment([sgh.TopicPartitions(topic_id, [0, 1])]),
+        )
+
+    kafka.answer(SHARE_GROUP_HEARTBEAT, heartbeat)
+    kafka.answer(SHARE_ACKNOWLEDGE, lambda call: sa.ShareAcknowledgeResponse())
+
+    async def nothing_yet(call: Received) -> sf.ShareFetchResponse:
+        await anyio.sleep(call.request.max_wait_ms / 1000)  # a long poll with no records
+        return sf.ShareFetchResponse()
+
+    kafka.answer(SHARE_FETCH, nothing_yet)
+    return leaders
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["batch_optimized", "record_limit"])
+async def test_record_limit_asks_one_leader_at_a_time_for_records(
+    anyio_backend: str, mode: str
+) -> None:
+    # Java's record_limit: one ShareFetch asks for records per round, from the leaders in
+    # turn; the other brokers get only session changes (nothing asked, nothing waited for)
+    # or no request. batch_optimized asks every leader every round.
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        two_leaders(kafka)
+        async with ShareConsumer(
+            "t",
+            group_id="g",
+            share_acquire_mode=mode,
+            max_poll_records=7,
+            fetch_max_wait_ms=25,
+            **kafka.client_config(),
+        ) as c:
+            await c.wait_for_assignment(timeout=10)
+            assert await c.poll(timeout_ms=100) == []
+        sent = fetches(kafka)
+    asking = [x for x in sent if x.request.max_records > 0]
+    assert {x.request.share_acquire_mode for x in sent} == {int(mode == "record_limit")}
+    assert all(x.version == 2 for x in sent)
+    assert {x.request.max_records for x in asking} == {7}
+    if mode == "batch_optimized":
+        assert len(asking) == len(sent) and {x.node for x in asking} == {1, 2}
+        return
+    nodes = [x.node for x in asking]
+    assert len(nodes) >= 3 and nodes == [1 + i % 2 for i in range(len(nodes))]
+    quiet = [x.request for x in sent if x.request.max_records == 0]
+    assert quiet, "the other leader's session was opened without asking for records"
+    assert all(r.max_wait_ms == 0 and r.max_bytes == 0 and r.topics for r in quiet)
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_record_limit_against_a_broker_without_share_fetch_v2_is_an_error(
+    anyio_backend: str,
+) -> None:
+    # Kafka 4.1 speaks ShareFetch v1 only: the mode would be dropped silently (the field is
+    # ignorable), so the poll says so instead.
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        two_leaders(kafka)
+        kafka.api_versions[SHARE_FETCH] = (1, 1)
+        async with ShareConsumer(
+            "t", group_id="g", share_acquire_mode="record_limit", **kafka.client_config()
+        ) as c:
+            await c.wait_for_assignment(timeout=10)
+            with pytest.raises(UnsupportedVersionError, match=r"record_limit.*Kafka 4\.2"):
+                await c.poll(timeout_ms=100)
+        assert [x for x in fetches(kafka) if x.request.max_records > 0] == []

@@ -234,6 +234,10 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("schema-registry.md", "value_serializer = await AvroSerializer.create("): _REGISTRY,
     ("schema-registry.md", "deserializer = AvroDeserializer(registry)"): _REGISTRY,
     ("schema-registry.md", "async with SchemaRegistry() as registry:"): _REGISTRY,
+    ("schema-registry.md", "serializer = await JsonSerializer.create(registry, Order"): _REGISTRY,
+    ("schema-registry.md", "serializer = await ProtobufSerializer.create(registry"): (
+        _REGISTRY + "; and needs the application's generated order_pb2"
+    ),
     ("security.md", "async with KafkaCluster(brokers=1, broker_properties=oauth_properties())"): (
         _KAFKA_JVM + "; tests/kafka/test_kafka_oauth.py runs this recipe"
     ),
@@ -250,6 +254,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("share-groups.md", "await admin.list_share_groups()"): _SHARE_GROUPS,
     ("spark.md", "register(spark)  # once per SparkSession"): _SPARK,
     ("spark.md", 'spark.readStream.format("aiokafka_ng")'): _SPARK,
+    ("spark.md", '.option("valueFormat", "avro")'): (
+        _SPARK + " with a schema registry; tests/spark/test_spark_registry.py reads so"
+    ),
 }
 
 

@@ -89,6 +89,20 @@ async def test_register_lookup_versions_and_caches(schema_registry: SchemaRegist
         assert fresh.cached_schema(second) is not None
 
 
+async def test_a_lookup_keeps_the_schema_type(schema_registry: SchemaRegistry) -> None:
+    # Apicurio's answer to a lookup leaves schemaType out; what the lookup cached (and the
+    # version read from that cache) is still the JSON schema asked with, not Avro.
+    subject = _subject("typed-value")
+    schema = Schema('{"type":"object","properties":{"a":{"type":"integer"}}}', "JSON")
+    async with SchemaRegistryClient(schema_registry.url) as client:
+        await client.register(subject, schema)
+        async with SchemaRegistryClient(schema_registry.url) as other:
+            found = await other.lookup(subject, schema)
+            assert found.schema.schema_type == "JSON"
+            assert (await other.get_version(subject, found.version)).schema.schema_type == "JSON"
+            assert (await other.get_schema(found.schema_id)).schema_type == "JSON"
+
+
 async def test_named_errors(schema_registry: SchemaRegistry) -> None:
     subject = _subject("errors-value")
     async with SchemaRegistryClient(schema_registry.url) as client:

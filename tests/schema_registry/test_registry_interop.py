@@ -90,7 +90,10 @@ async def ours(schema_registry: SchemaRegistry) -> AsyncIterator[SchemaRegistryC
 
 @pytest.fixture
 def theirs(schema_registry: SchemaRegistry) -> Iterator[ConfluentRegistry]:
-    with ConfluentRegistry({"url": schema_registry.url}) as registry:
+    # A request timeout: confluent-kafka's client has none by default, and once (under
+    # load, in one of five runs) one of its GETs got no answer from the registry and hung
+    # the test to pytest's timeout; a timed-out request is retried by its client.
+    with ConfluentRegistry({"url": schema_registry.url, "timeout": 10}) as registry:
         yield registry
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from aiokafka_ng.spark import REGISTRY_OPTIONS
 from aiokafka_ng.spark._options import READ_OPTIONS, WRITE_OPTIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
@@ -58,3 +59,10 @@ def test_read_options_table_matches_the_source() -> None:
 
 def test_write_options_table_matches_the_sink() -> None:
     _check(_table("Write options"), SPARK_WRITE, WRITE_OPTIONS)
+
+
+def test_registry_options_table_matches_the_options() -> None:
+    text = DOC.read_text()
+    section = text.split("## Schema Registry values\n", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `([^`]+)` \|", section, re.MULTILINE))
+    assert rows == REGISTRY_OPTIONS

@@ -108,6 +108,9 @@ class _ShareWire:
     _buffer: deque[ShareRecord[Any, Any]]
     _backoff: ExponentialBackoff
     _decode_error: RecordDeserializationError | None
+    _record_limit: bool  # share_acquire_mode="record_limit" (KIP-1206)
+    _fetch_turn: int
+    _fetch_error: KafkaError | None  # raised by the next poll (an unusable broker version)
     member_id: str
 
     # Each acknowledging request's outcome per partition: (tp, record offsets, error or None);
@@ -140,9 +143,26 @@ class _ShareWire:
             # is the interval at which we look again, not a retry against a broker).
             await anyio.sleep(self._backoff.backoff_s(1))
             return
+        records_from = None
+        if self._record_limit:
+            # KIP-1206's limit holds per poll: one broker acquires records for this round
+            # (the leaders in turn, so none is starved), the others only take
+            # acknowledgements and session changes (as Java's ShareConsumeRequestManager).
+            leaders = sorted(node for node, tps in by_node.items() if tps)
+            if leaders:
+                records_from = leaders[self._fetch_turn % len(leaders)]
+                self._fetch_turn += 1
         async with anyio.create_task_group() as tg:
             for node, tps in by_node.items():
-                tg.start_soon(self._fetch_node, cluster, node, frozenset(tps), limit, wait_ms)
+                fetch = records_from is None or node == records_from
+                tg.start_soon(
+                    self._fetch_node,
+                    cluster,
+                    node,
+                    frozenset(tps),
+                    limit if fetch else 0,
+                    wait_ms if fetch else 0,
+                )
         held = {tp for s in self._sessions.values() for tp in s.partitions}
         held.update(tp for tps in by_node.values() for tp in tps)
         for tp in list(self._acks):
@@ -176,6 +196,8 @@ class _ShareWire:
             wanted = frozenset(tp for tp in wanted if tp.topic in ids)
             if not wanted and not session.partitions:
                 return
+            if self._record_limit and limit and not await self._acquire_mode_ok(cluster, node):
+                return
             leaving = session.partitions - wanted
             if not wanted:
                 # Nothing left on this broker: close the session rather than keep it (the
@@ -196,15 +218,20 @@ class _ShareWire:
                         acks[tp], sent[tp] = batches, offsets
                 topics = self._fetch_topics(ids, (wanted - session.partitions) | acks.keys(), acks)
                 forgotten = self._group_ids(ids, leaving)
+                if not limit and not topics and not forgotten:
+                    return  # record_limit, not this broker's turn, nothing else to say
             req = sf.ShareFetchRequest(
                 group_id=self._config.group_id,
                 member_id=self.member_id,
                 share_session_epoch=session.epoch,
+                # A request not asking for records (limit 0) says so in every bound, as
+                # Java's session-only ShareFetch does.
                 max_wait_ms=wait_ms,
-                min_bytes=self._config.fetch_min_bytes,
-                max_bytes=self._config.fetch_max_bytes,
+                min_bytes=self._config.fetch_min_bytes if limit else 0,
+                max_bytes=self._config.fetch_max_bytes if limit else 0,
                 max_records=limit,
                 batch_size=limit,
+                share_acquire_mode=1 if self._record_limit else 0,
                 topics=topics,
                 forgotten_topics_data=[
                     sf.ForgottenTopic(topic_id=t, partitions=ps) for t, ps in forgotten.items()
@@ -246,6 +273,23 @@ class _ShareWire:
                     self._take_partition(cluster, tp, p)
             for tp, offsets in sent.items():
                 self._acked(tp, offsets, None)  # not named in the answer: nothing went wrong
+
+    async def _acquire_mode_ok(self, cluster: ClusterClient, node: int) -> bool:
+        """Whether ``node`` understands ``share_acquire_mode="record_limit"`` (ShareFetch
+        v2, Kafka 4.2+). An older broker would drop the field and acquire whole batches, so
+        the poll gets an error instead of a silently broken limit."""
+        try:
+            conn = await cluster.connection(node)
+        except KafkaError:
+            return True  # unreachable: the fetch fails as any other and is paced
+        version = conn.version_for(sf.ShareFetchRequest)
+        if version >= 2:
+            return True
+        self._fetch_error = UnsupportedVersionError(
+            f"share_acquire_mode='record_limit' needs ShareFetch v2 (Kafka 4.2+); broker "
+            f"{node} offers up to v{version}"
+        )
+        return False
 
     def _take_partition(
         self, cluster: ClusterClient, tp: TopicPartition, p: sf.PartitionData

@@ -23,10 +23,13 @@ Theory of operation. Two activities share the state below, on one event loop:
   and partitions) replaces ``_assignment`` when present. Fenced or unknown -> join again at
   epoch 0 with the same member id. ``stop()`` leaves with epoch -1.
 - ``poll()`` (and iteration, which uses it) does the fetching in the caller's task: one
-  ShareFetch per partition leader, concurrently. Each broker has a *share session* for this
-  member (``_Session``): epoch 0 opens it with the full partition list, each later request
-  uses the next epoch and names only partitions that are new (``topics``), gone
-  (``forgotten_topics_data``) or that carry acknowledgements; -1 closes it. A session's
+  ShareFetch per partition leader, concurrently (with ``share_acquire_mode="record_limit"``
+  only one of them asks for records, the leaders taking turns, and the others carry only
+  acknowledgements and session changes, or are not sent: KIP-1206's limit is per poll).
+  Each broker has a *share session* for this member (``_Session``): epoch 0 opens it with
+  the full partition list, each later request uses the next epoch and names only partitions
+  that are new (``topics``), gone (``forgotten_topics_data``) or that carry
+  acknowledgements; -1 closes it. A session's
   requests are serialized by its lock, since each one's epoch depends on the previous
   answer. A failed request resets the session to epoch 0; the acknowledgements it carried
   are lost and their records come back when their locks expire (Java does the same).
@@ -73,6 +76,7 @@ from aiokafka_ng.cluster import (
     ClusterClient,
     RetryState,
 )
+from aiokafka_ng.cluster.telemetry import TelemetryEngine, connection_table, table_collector
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
@@ -130,6 +134,14 @@ class ShareConsumer(_ShareWire):
     ``acknowledgement_callback({tp: offsets}, error)`` hears how each acknowledgement went
     (see :data:`AcknowledgementCallback` and docs/share-groups.md).
 
+    ``share_acquire_mode`` (Java's ``share.acquire.mode``, KIP-1206): ``"batch_optimized"``
+    (the default) lets the broker acquire whole record batches, so a poll may acquire more
+    than ``max_poll_records`` (the rest wait in the consumer, their locks running);
+    ``"record_limit"`` has the broker acquire at most ``max_poll_records`` records per poll,
+    splitting batches, and fetches records from one broker at a time (in turn) so the limit
+    holds across brokers. It needs ShareFetch v2 (Kafka 4.2+): against an older broker
+    ``poll()`` raises ``UnsupportedVersionError``.
+
     Where a share group starts reading is the *group's* config ``share.auto.offset.reset``
     (``latest`` unless set; see docs/share-groups.md), not a client setting.
     """
@@ -140,18 +152,28 @@ class ShareConsumer(_ShareWire):
         group_id: str,
         acknowledgement_mode: Literal["implicit", "explicit"] = "implicit",
         acknowledgement_callback: AcknowledgementCallback | None = None,
+        share_acquire_mode: Literal["batch_optimized", "record_limit"] | str = "batch_optimized",
         **config: Any,
     ) -> None:
         topics = check_topic_args(type(self).__name__, topics)
+        bad: dict[str, str] = {}
         if acknowledgement_mode not in ("implicit", "explicit"):
-            raise ConfigError(
-                {"acknowledgement_mode": f"'implicit' or 'explicit', not {acknowledgement_mode!r}"}
+            bad["acknowledgement_mode"] = f"'implicit' or 'explicit', not {acknowledgement_mode!r}"
+        mode = share_acquire_mode.lower() if isinstance(share_acquire_mode, str) else None
+        if mode not in ("batch_optimized", "record_limit"):
+            bad["share_acquire_mode"] = (
+                f"'batch_optimized' or 'record_limit', not {share_acquire_mode!r}"
             )
+        if bad:
+            raise ConfigError(bad)
         if not group_id:
             raise ConfigError({"group_id": "a share consumer needs a group_id"})
         self._config = ConsumerConfig(group_id=group_id, enable_auto_commit=False, **config)
         self._topics = sorted(set(topics))
         self._explicit = acknowledgement_mode == "explicit"
+        self._record_limit = mode == "record_limit"
+        self._fetch_turn = 0  # record_limit: which leader fetches records this round
+        self._fetch_error: KafkaError | None = None
         # A member id of our own (KIP-1082, as Java makes it): 22 chars of URL-safe base64.
         self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self._epoch = 0
@@ -211,6 +233,15 @@ class ShareConsumer(_ShareWire):
 
         async def open_(cluster: Cluster, stack: AsyncExitStack) -> None:
             await self._runtime.start_task(self._heartbeat)
+            c = self._config
+            if c.enable_metrics_push:
+                # KIP-714: what our statistics measure as Java's share consumer does is its
+                # connections (Java pushes them under consumer.*, as a consumer's).
+                engine = TelemetryEngine(
+                    table_collector(self.statistics, connection_table("consumer")),
+                    resource=(("group_id", c.group_id or ""),),
+                )
+                self._runtime.push_metrics(engine, request_timeout=c.request_timeout_ms / 1000)
 
         await self._runtime.start(cluster, open_)
 
@@ -225,6 +256,7 @@ class ShareConsumer(_ShareWire):
         try:
             if runtime.failure is None:
                 limit = self._config.close_timeout_ms / 1000
+                deadline = anyio.current_time() + limit
                 with anyio.move_on_after(limit, shield=True) as scope:
                     self._settle_previous("close")
                     await self._send_acks(closing=True)
@@ -233,6 +265,8 @@ class ShareConsumer(_ShareWire):
                     log.warning(
                         "share consumer %s: not closed cleanly in %g s", self.member_id, limit
                     )
+                # KIP-714's terminating push, in what close has left.
+                await runtime.stop_metrics(max(0.0, deadline - anyio.current_time()))
         finally:
             await runtime.finish_close()
         self._report_acks()
@@ -251,6 +285,13 @@ class ShareConsumer(_ShareWire):
         """Health at a glance, without waiting (see :class:`ClientStatus`): ready only
         while running, connected and not stopped by a failure."""
         return self._runtime.status()
+
+    async def client_instance_id(self, timeout: float = 0.0) -> uuid.UUID | None:  # noqa: ASYNC109
+        """The id the brokers assigned this consumer for its metrics (KIP-714; Java's
+        ``clientInstanceId``), waiting up to ``timeout`` seconds for the first telemetry
+        subscription; None if there is none yet. ``IllegalStateError`` when
+        ``enable_metrics_push`` is off or the consumer is not started."""
+        return await self._runtime.client_instance_id(timeout)
 
     def statistics(self) -> ShareConsumerStatistics:
         """Counters for monitoring and tests, in any state (never blocks), as the other
@@ -542,7 +583,7 @@ class ShareConsumer(_ShareWire):
         deadline = anyio.current_time() + timeout_ms / 1000
         # No cancellation around a fetch: a ShareFetch abandoned in flight would leave its
         # session's epoch unknown. Each round waits at most what is left of the timeout.
-        while not self._buffer and self._decode_error is None:
+        while not self._buffer and self._decode_error is None and self._fetch_error is None:
             remaining = deadline - anyio.current_time()
             if not self._assignment:
                 if remaining <= 0:
@@ -561,6 +602,9 @@ class ShareConsumer(_ShareWire):
         if self._decode_error is not None:
             error, self._decode_error = self._decode_error, None
             raise error
+        if self._fetch_error is not None:
+            fetch_error, self._fetch_error = self._fetch_error, None
+            raise fetch_error
         if not self._buffer and any(self._acks.values()):
             # Nothing came, but the previous batch's acknowledgements must not wait for
             # the next poll (their locks run out meanwhile).

@@ -594,7 +594,7 @@ class MetadataRequest(ApiRequest[MetadataResponse]):
     API_KEY: ClassVar[int] = 3
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 13
-    MAX_STABLE_VERSION: ClassVar[int] = 12
+    MAX_STABLE_VERSION: ClassVar[int] = 13
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 9
     RESPONSE_TYPE: ClassVar[type[MetadataResponse]] = MetadataResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

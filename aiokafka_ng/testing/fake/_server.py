@@ -36,7 +36,8 @@ node keeps its roles but is unreachable (:meth:`isolate`); :meth:`move_leader` i
 election (leader epoch + 1, same log) and :meth:`truncate` an unclean one (leader epoch + 1,
 the log cut: KIP-320's log truncation); :meth:`delay`,
 :meth:`black_hole`, :meth:`cut_after`, :meth:`cut_after_bytes`, :meth:`inject_garbage`,
-:meth:`swap_next_responses` and :meth:`inject` change what a node answers and when.
+:meth:`swap_next_responses` and :meth:`inject` change what a node answers and when;
+:meth:`require_rebootstrap` sends KIP-1102's REBOOTSTRAP_REQUIRED in Metadata answers.
 :meth:`answer` lets a test answer an API key itself (one the model lacks, or a modelled one
 answered otherwise for a while; rules in :mod:`._scripted`). What the nodes saw is counted in
 :mod:`._observe` (:meth:`requests`, :meth:`request_times`, :meth:`errors`,
@@ -67,6 +68,7 @@ from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.framing import FrameReader, decode_request, encode_response
 from aiokafka_ng.protocol.messages import REQUEST_TYPES
 from aiokafka_ng.protocol.messages.api_versions import FinalizedFeatureKey, SupportedFeatureKey
+from aiokafka_ng.protocol.messages.metadata import MetadataResponse, MetadataResponseTopic
 from aiokafka_ng.protocol.primitives import ApiMessage
 from aiokafka_ng.protocol.record_reader import Record, iter_batches
 from aiokafka_ng.testing.fake import _codes as E
@@ -91,7 +93,7 @@ from aiokafka_ng.testing.fake._scripted import (
 __all__ = ["FakeKafka", "FakeNode"]
 
 LOOPBACK = "127.0.0.1"
-PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
+PRODUCE, FETCH, METADATA, API_VERSIONS = 0, 1, 3, 18
 _SIZE = struct.Struct(">i")
 _STREAM_ERRORS = (
     anyio.EndOfStream,
@@ -971,6 +973,28 @@ class FakeKafka(Observers):
         rule = Injection(api_key, error_code, times, match)
         self._injections.append(rule)
         return rule
+
+    def require_rebootstrap(self, *, times: int | None = 1, node: int | None = None) -> Script:
+        """Answer the next ``times`` Metadata requests (at ``node``, if given) as a broker
+        that wants the client to bootstrap again (KIP-1102): Kafka's whole-request error
+        answer, no brokers and every topic asked for failing, with REBOOTSTRAP_REQUIRED as
+        the top-level error code (Metadata v13+; an older version has no field for it and
+        shows only the topics' errors). Kafka 4.4 itself sends the code only in ApiVersions
+        v5 answers (KIP-1242, a cluster or node id that does not match); this stands for a
+        broker that sends it in Metadata. Returns the rule (``cancel()`` ends it early)."""
+        code = E.REBOOTSTRAP_REQUIRED
+
+        def answer(call: Received) -> MetadataResponse:
+            topics = call.request.topics or []
+            return MetadataResponse(
+                error_code=code,
+                topics=[
+                    MetadataResponseTopic(error_code=code, name=t.name or "", topic_id=t.topic_id)
+                    for t in topics
+                ],
+            )
+
+        return self.answer(METADATA, answer, times=times, match=node)
 
     def inject_garbage(self, node: int, times: int = 1, api_key: int | None = None) -> None:
         """Replace ``node``'s next ``times`` answers (of ``api_key`` only, if given) with a

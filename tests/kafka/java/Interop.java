@@ -5,11 +5,12 @@
 // in this one JVM (a JVM start costs seconds, so the test batches its cases). Every result is
 // one JSON line on stdout; bytes (keys, values, header values) are base64, null stays null.
 // Ops:
-//   produce   {topic, compression, idempotent, transactional_id?, records? | transactions?}
+//   produce   {topic, compression, idempotent, transactional_id?, client_id?, hold_ms?,
+//             records? | transactions?} (hold_ms: stay open that long before close)
 //             transactions: [{"commit": bool, "records": [...]}]; a record is
 //             {partition?, key, value, timestamp?, headers: [[name, value], ...]}
 //             -> {"op":"produced", "topic", "acks": [[partition, offset, timestamp], ...]}
-//   consume   {topic, isolation, count?} reads every partition from the beginning: at least
+//   consume   {topic, isolation, count?, client_id?} reads every partition from the beginning: at least
 //             count records (when given), then up to each partition's end
 //             offset (the LSO under read_committed) -> {"op":"record", ...} per record, then
 //             {"op":"consumed", "topic", "count"}
@@ -102,6 +103,7 @@ public class Interop {
         p.put(ProducerConfig.LINGER_MS_CONFIG, "20"); // several records per batch: the codec matters
         String txid = op.path("transactional_id").asText(null);
         if (txid != null) p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txid);
+        if (op.hasNonNull("client_id")) p.put(ProducerConfig.CLIENT_ID_CONFIG, op.get("client_id").asText());
         ArrayNode acks = JSON.createArrayNode();
         try (KafkaProducer<byte[], byte[]> producer =
                 new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
@@ -122,6 +124,9 @@ public class Interop {
                 producer.flush();
                 for (Future<RecordMetadata> f : futures) acks.add(ack(f.get()));
             }
+            // Stay open a while (KIP-714's tests: the producer gets its metrics
+            // subscription and pushes before close()).
+            Thread.sleep(op.path("hold_ms").asLong(0));
         }
         ObjectNode out = JSON.createObjectNode().put("op", "produced").put("topic", topic);
         out.set("acks", acks);
@@ -154,6 +159,7 @@ public class Interop {
     static void consume(String bootstrap, JsonNode op) {
         String topic = op.get("topic").asText();
         Properties p = consumerProps(bootstrap, op.path("isolation").asText("read_committed"));
+        if (op.hasNonNull("client_id")) p.put(ConsumerConfig.CLIENT_ID_CONFIG, op.get("client_id").asText());
         int count = 0;
         try (KafkaConsumer<byte[], byte[]> consumer =
                 new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
