@@ -62,13 +62,13 @@ class CloudEndpoints:
 
         class Handler(BaseHTTPRequestHandler):
             def do_PUT(self) -> None:
-                stand_in._route(self, "PUT")
+                stand_in.route(self, "PUT")
 
             def do_GET(self) -> None:
-                stand_in._route(self, "GET")
+                stand_in.route(self, "GET")
 
             def do_POST(self) -> None:
-                stand_in._route(self, "POST")
+                stand_in.route(self, "POST")
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -93,7 +93,7 @@ class CloudEndpoints:
 
     # ---------------------------------------------------------------------------- routing
 
-    def _route(self, h: BaseHTTPRequestHandler, method: str) -> None:
+    def route(self, h: BaseHTTPRequestHandler, method: str) -> None:
         url = urllib.parse.urlsplit(h.path)
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
