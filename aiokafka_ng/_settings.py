@@ -13,7 +13,7 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import SecretStr
 
-from aiokafka_ng.config import CompressionType, SaslMechanism, SecurityProtocol
+from aiokafka_ng.config import CompressionType, OAuthGrantType, SaslMechanism, SecurityProtocol
 
 __all__ = ["AdminSettings", "ClientSettings", "ConsumerSettings", "ProducerSettings"]
 
@@ -39,9 +39,21 @@ class ClientSettings(TypedDict, total=False):
     sasl_kerberos_service_name: str
     sasl_mechanism: SaslMechanism | str | None
     sasl_oauth_token_provider: Any
+    sasl_oauthbearer_assertion_algorithm: Literal["RS256", "ES256"] | str
+    sasl_oauthbearer_assertion_claim_aud: str | None
+    sasl_oauthbearer_assertion_claim_exp_seconds: int
+    sasl_oauthbearer_assertion_claim_iss: str | None
+    sasl_oauthbearer_assertion_claim_jti_include: bool
+    sasl_oauthbearer_assertion_claim_nbf_seconds: int
+    sasl_oauthbearer_assertion_claim_sub: str | None
+    sasl_oauthbearer_assertion_file: str | None
+    sasl_oauthbearer_assertion_private_key_file: str | None
+    sasl_oauthbearer_assertion_private_key_passphrase: str | SecretStr | None
+    sasl_oauthbearer_assertion_template_file: str | None
     sasl_oauthbearer_client_id: str | None
     sasl_oauthbearer_client_secret: SecretStr | None
     sasl_oauthbearer_extensions: dict[str, str]
+    sasl_oauthbearer_grant_type: OAuthGrantType
     sasl_oauthbearer_scope: str | None
     sasl_oauthbearer_token_endpoint_url: str | None
     sasl_plain_password: str | SecretStr | None
@@ -57,7 +69,9 @@ class ProducerSettings(ClientSettings, total=False):
     acks: int | str
     batch_size: int
     buffer_memory: int
+    client_rack: str
     close_timeout_ms: int
+    compression_level: int | None
     compression_type: CompressionType | str | None
     delivery_timeout_ms: int
     enable_idempotence: bool
@@ -68,6 +82,7 @@ class ProducerSettings(ClientSettings, total=False):
     max_in_flight_requests_per_connection: int
     max_request_size: int
     partitioner: Callable[[bytes | None, list[int], list[int]], int] | None
+    partitioner_rack_aware: bool
     retries: int
     transaction_timeout_ms: int
     transactional_id: str | None

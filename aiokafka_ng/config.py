@@ -43,6 +43,7 @@ from pydantic import (
 # public). The cluster layer owns it; the clients validate their setting with it.
 from aiokafka_ng.cluster.config import parse_bootstrap_servers
 from aiokafka_ng.errors import ConfigError
+from aiokafka_ng.protocol.compression import Compression, level_problem
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster import ClusterConfig
@@ -53,6 +54,7 @@ __all__ = ["ClientConfig", "ProducerConfig", "parse_bootstrap_servers", "parse_d
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+OAuthGrantType = Literal["client_credentials", "urn:ietf:params:oauth:grant-type:jwt-bearer"]
 
 _MAX_INT32 = 2**31 - 1
 _MIB = 1024 * 1024
@@ -178,6 +180,31 @@ class ClientConfig(BaseModel):
     sasl_oauthbearer_client_secret: SecretStr | None = None
     #: OIDC scope to ask for (JAAS ``scope``).
     sasl_oauthbearer_scope: str | None = None
+    #: The grant (librdkafka's ``sasl.oauthbearer.grant.type``): ``client_credentials``, or
+    #: ``urn:ietf:params:oauth:grant-type:jwt-bearer`` (KIP-1139: a signed assertion is the
+    #: grant; Java's ``JwtBearerJwtRetriever``).
+    sasl_oauthbearer_grant_type: OAuthGrantType = "client_credentials"
+    #: KIP-1139/1258 assertions: signed RS256 or ES256 with the PKCS#8 PEM key in this file.
+    #: With client_credentials an assertion (this key, or ``..._assertion_file``)
+    #: authenticates the client instead of a secret (KIP-1258, ``private_key_jwt``).
+    sasl_oauthbearer_assertion_private_key_file: str | None = None
+    #: The key file's passphrase, if it is encrypted; a secret.
+    sasl_oauthbearer_assertion_private_key_passphrase: SecretStr | None = None
+    sasl_oauthbearer_assertion_algorithm: Literal["RS256", "ES256"] = "RS256"
+    #: The assertion's ``iss``, ``sub`` and ``aud`` claims (none when not set).
+    sasl_oauthbearer_assertion_claim_iss: str | None = None
+    sasl_oauthbearer_assertion_claim_sub: str | None = None
+    sasl_oauthbearer_assertion_claim_aud: str | None = None
+    #: ``exp`` this long after ``iat``; ``nbf`` this long before it; a random ``jti`` or not.
+    sasl_oauthbearer_assertion_claim_exp_seconds: int = Field(default=300, ge=0, le=86400)
+    sasl_oauthbearer_assertion_claim_nbf_seconds: int = Field(default=60, ge=0, le=3600)
+    sasl_oauthbearer_assertion_claim_jti_include: bool = False
+    #: JSON ``{"header": {...}, "payload": {...}}`` merged into every assertion (re-read
+    #: when it changes; the times and ``alg``/``typ`` win).
+    sasl_oauthbearer_assertion_template_file: str | None = None
+    #: A ready-made assertion (a JWT made elsewhere), sent as it is, re-read when it changes;
+    #: first choice over a key, as in Java.
+    sasl_oauthbearer_assertion_file: str | None = None
     #: SASL extensions (KIP-342) sent with every token (JAAS ``extension_NAME``).
     sasl_oauthbearer_extensions: dict[str, str] = {}
     #: GSSAPI: the brokers' Kerberos service name (their principal's first part).
@@ -211,6 +238,12 @@ class ClientConfig(BaseModel):
         errors.update(self._cross_check())
         if errors:
             raise ConfigError(errors)
+
+    @field_validator("sasl_oauthbearer_assertion_algorithm", mode="before")
+    @classmethod
+    def _upper_algorithm(cls, v: Any) -> Any:
+        # Java takes the algorithm in any case (CaseInsensitiveValidString).
+        return v.upper() if isinstance(v, str) else v
 
     @field_validator("transport")
     @classmethod
@@ -272,15 +305,20 @@ class ClientConfig(BaseModel):
         return errors
 
     def _oauth_problems(self) -> dict[str, str]:
-        oidc = {
-            "sasl_oauthbearer_token_endpoint_url": self.sasl_oauthbearer_token_endpoint_url,
-            "sasl_oauthbearer_client_id": self.sasl_oauthbearer_client_id,
-            "sasl_oauthbearer_client_secret": self.sasl_oauthbearer_client_secret,
-        }
-        given = {key for key, value in oidc.items() if value}
         url = self.sasl_oauthbearer_token_endpoint_url or ""
         if url and not url.startswith(("http://", "https://")):
             return {"sasl_oauthbearer_token_endpoint_url": "must be an http:// or https:// URL"}
+        assertion = (
+            self.sasl_oauthbearer_assertion_file or self.sasl_oauthbearer_assertion_private_key_file
+        )
+        jwt_bearer = self.sasl_oauthbearer_grant_type != "client_credentials"
+        oidc = {
+            "sasl_oauthbearer_token_endpoint_url": url,
+            "sasl_oauthbearer_client_id": self.sasl_oauthbearer_client_id,
+            "sasl_oauthbearer_client_secret": self.sasl_oauthbearer_client_secret,
+            "sasl_oauthbearer_assertion_private_key_file": assertion,
+        }
+        given = {key for key, value in oidc.items() if value}
         if self.sasl_oauth_token_provider is not None:
             if given:
                 return {
@@ -291,9 +329,37 @@ class ClientConfig(BaseModel):
         if not given:
             return {
                 "sasl_oauth_token_provider": "OAUTHBEARER needs a token provider or "
-                "sasl_oauthbearer_token_endpoint_url with client id and secret"
+                "sasl_oauthbearer_token_endpoint_url with client id and secret (or an assertion)"
             }
-        return {key: "required with the other OIDC settings" for key in oidc if key not in given}
+        problems: dict[str, str] = {}
+        if not url:
+            problems["sasl_oauthbearer_token_endpoint_url"] = (
+                "required with the other OIDC settings"
+            )
+        if jwt_bearer or assertion:
+            if not assertion:
+                problems["sasl_oauthbearer_assertion_private_key_file"] = (
+                    "the jwt-bearer grant needs an assertion: a private key file to sign it "
+                    "(or sasl_oauthbearer_assertion_file)"
+                )
+            if self.sasl_oauthbearer_client_secret is not None:
+                problems["sasl_oauthbearer_client_secret"] = (
+                    "not with an assertion (the assertion authenticates the client)"
+                    if not jwt_bearer
+                    else "not with the jwt-bearer grant (the assertion is the grant)"
+                )
+            if assertion and not self.sasl_oauthbearer_assertion_file:
+                try:
+                    import cryptography  # noqa: F401
+                except ImportError:
+                    problems["sasl_oauthbearer_assertion_private_key_file"] = (
+                        "signing assertions needs cryptography: pip install 'aiokafka-ng[oauth]'"
+                    )
+            return problems
+        for key in ("sasl_oauthbearer_client_id", "sasl_oauthbearer_client_secret"):
+            if key not in given:
+                problems[key] = "required with the other OIDC settings"
+        return problems
 
     def _force(self, **values: Any) -> None:
         # Frozen model: adjusting a default the user did not set is the only mutation.
@@ -396,16 +462,50 @@ class ClientConfig(BaseModel):
             return None
         if self.sasl_oauth_token_provider is not None:
             return self.sasl_oauth_token_provider
-        if self._token_provider is None and self.sasl_oauthbearer_client_secret is not None:
-            from aiokafka_ng.net.oidc import ClientCredentialsTokenProvider
-
-            self._token_provider = ClientCredentialsTokenProvider(
-                self.sasl_oauthbearer_token_endpoint_url or "",
-                self.sasl_oauthbearer_client_id or "",
-                self.sasl_oauthbearer_client_secret.get_secret_value(),
-                scope=self.sasl_oauthbearer_scope,
-            )
+        if self._token_provider is None and self.sasl_oauthbearer_token_endpoint_url:
+            self._token_provider = self._oidc_provider(self.sasl_oauthbearer_token_endpoint_url)
         return self._token_provider
+
+    def _oidc_provider(self, url: str) -> Any:
+        """The token endpoint's provider for the configured grant and client authentication
+        (the settings were checked: see ``_oauth_problems``)."""
+        from aiokafka_ng.net.oidc import ClientCredentialsTokenProvider, JwtBearerTokenProvider
+
+        assertion = self._assertion_source()
+        if self.sasl_oauthbearer_grant_type != "client_credentials" and assertion is not None:
+            return JwtBearerTokenProvider(url, assertion, scope=self.sasl_oauthbearer_scope)
+        secret = self.sasl_oauthbearer_client_secret
+        return ClientCredentialsTokenProvider(
+            url,
+            self.sasl_oauthbearer_client_id,
+            None if secret is None else secret.get_secret_value(),
+            client_assertion=assertion,
+            scope=self.sasl_oauthbearer_scope,
+        )
+
+    def _assertion_source(self) -> Callable[[], str] | None:
+        """What makes the KIP-1139/1258 assertions: the assertion file (Java's first choice),
+        else a signer with the private key; None without either."""
+        from aiokafka_ng.net.assertion import JwtAssertion, read_assertion_file
+
+        if self.sasl_oauthbearer_assertion_file:
+            return read_assertion_file(self.sasl_oauthbearer_assertion_file)
+        key_file = self.sasl_oauthbearer_assertion_private_key_file
+        if not key_file:
+            return None
+        passphrase = self.sasl_oauthbearer_assertion_private_key_passphrase
+        return JwtAssertion(
+            key_file,
+            algorithm=self.sasl_oauthbearer_assertion_algorithm,
+            passphrase=None if passphrase is None else passphrase.get_secret_value(),
+            issuer=self.sasl_oauthbearer_assertion_claim_iss,
+            subject=self.sasl_oauthbearer_assertion_claim_sub,
+            audience=self.sasl_oauthbearer_assertion_claim_aud,
+            exp_seconds=self.sasl_oauthbearer_assertion_claim_exp_seconds,
+            nbf_seconds=self.sasl_oauthbearer_assertion_claim_nbf_seconds,
+            include_jti=self.sasl_oauthbearer_assertion_claim_jti_include,
+            template_file=self.sasl_oauthbearer_assertion_template_file,
+        )
 
     def cluster_config(self, *, max_in_flight: int = 5) -> ClusterConfig:
         """The settings for :class:`aiokafka_ng.cluster.Cluster`."""
@@ -466,6 +566,11 @@ class ProducerConfig(ClientConfig):
     max_request_size: int = Field(default=1024 * 1024, gt=0)
     retries: int = Field(default=_MAX_INT32, ge=0)
     compression_type: CompressionType = "none"
+    #: KIP-390: the codec's level, in the range Kafka validates for it (gzip 1..9 or -1,
+    #: lz4 1..17, zstd -131072..22; snappy and none have none); None is Kafka's default
+    #: (gzip 6, lz4 9 -- its fast compressor --, zstd 3). Java has one setting per codec
+    #: (``compression.zstd.level``): ``from_properties`` takes those too.
+    compression_level: int | None = None
     key_serializer: Callable[[Any], bytes | None] | None = None
     value_serializer: Callable[[Any], bytes | None] | None = None
     #: Makes the producer transactional (KIP-98); requires idempotence.
@@ -474,6 +579,12 @@ class ProducerConfig(ClientConfig):
     #: ``partitioner(key_bytes, all_partitions, available_partitions) -> int`` (aiokafka's
     #: signature); None is the Java-compatible default (murmur2 / KIP-794 sticky).
     partitioner: Callable[[bytes | None, list[int], list[int]], int] | None = None
+    #: Where this client runs (Java's ``client.rack``, the brokers' ``broker.rack``).
+    client_rack: str = ""
+    #: KIP-1123: with a ``client_rack``, records without key or partition stick to
+    #: partitions whose leader is in that rack, while one has a leader (then to any). No
+    #: effect on keyed records or with a custom ``partitioner``. Off by default, as in Java.
+    partitioner_rack_aware: bool = False
     #: KIP-714: push the producer's metrics to the brokers when they subscribe to them (a
     #: client-metrics subscription on the cluster); Java's ``enable.metrics.push``, on by
     #: default. Nothing is sent to brokers without a telemetry plugin.
@@ -497,8 +608,45 @@ class ProducerConfig(ClientConfig):
     def _lower_codec(cls, v: Any) -> Any:
         return v.lower() if isinstance(v, str) else ("none" if v is None else v)
 
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> Any:
+        """As :meth:`ClientConfig.from_properties`; Java's per-codec levels
+        (``compression.gzip.level``, ``.lz4.``, ``.zstd.``) are checked as Java checks each,
+        and the one of the configured ``compression.type`` becomes ``compression_level``."""
+        props = dict(properties)
+        codec = props.get("compression.type", props.get("compression_type")) or "none"
+        errors: dict[str, str] = {}
+        chosen: int | None = None
+        for name in ("gzip", "lz4", "zstd"):
+            key = f"compression.{name}.level"
+            if key not in props:
+                continue
+            value = props.pop(key)
+            try:
+                level = int(value)
+            except (TypeError, ValueError):
+                errors[key] = f"must be an integer, not {value!r}"
+                continue
+            problem = level_problem(Compression[name.upper()], level)
+            if problem is not None:
+                errors[key] = problem
+            elif str(codec).strip().lower() == name:
+                if "compression.level" in props or "compression_level" in props:
+                    errors[key] = "not with compression.level (one level for the codec)"
+                chosen = level
+        if errors:
+            raise ConfigError(errors)
+        if chosen is not None:
+            props["compression_level"] = chosen
+        return super().from_properties(props)
+
     def _cross_check(self) -> dict[str, str]:
         errors = super()._cross_check()
+        if self.compression_level is not None:
+            codec = Compression.parse(self.compression_type)
+            problem = level_problem(codec, self.compression_level)
+            if problem is not None:
+                errors["compression_level"] = problem
         user = self.model_fields_set
         conflicts: dict[str, str] = {}
         if self.acks != -1:

@@ -14,6 +14,8 @@ properties into what our configs take (``ClientConfig.from_properties`` calls it
   ``unsecuredLoginStringClaim_sub`` (+ ``unsecuredLoginLifetimeSeconds``) for an unsigned
   token (development brokers only). ``sasl.login.callback.handler.class`` may name Java's
   own OAuth handler (what Java needs for OIDC); any other class is refused;
+  ``sasl.oauthbearer.jwt.retriever.class`` may name Kafka's retrievers, and
+  ``JwtBearerJwtRetriever`` picks the jwt-bearer grant (KIP-1139);
 * ``sasl.jaas.config`` with ``Krb5LoginModule`` (GSSAPI): ``principal``, ``keyTab`` (with
   ``useKeyTab=true``) and ``ticketCache``; ``sasl.kerberos.service.name`` is a plain setting;
 * ``ssl.truststore.location`` / ``ssl.truststore.certificates`` (PEM),
@@ -52,12 +54,23 @@ _JAVA_OAUTH_HANDLERS = frozenset(
         "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
     }
 )
+#: Java's token retrievers (Kafka 4.1+) -> the grant each asks for.
+_JAVA_RETRIEVERS = {
+    "org.apache.kafka.common.security.oauthbearer.DefaultJwtRetriever": "client_credentials",
+    "org.apache.kafka.common.security.oauthbearer.ClientCredentialsJwtRetriever": (
+        "client_credentials"
+    ),
+    "org.apache.kafka.common.security.oauthbearer.JwtBearerJwtRetriever": (
+        "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    ),
+}
 _JAAS_VALUE = re.compile(r"""(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'|([^\s;]+))""")
 #: Properties consumed here (they never reach the config models as such).
 SECURITY_KEYS = frozenset(
     {
         "sasl.jaas.config",
         "sasl.login.callback.handler.class",
+        "sasl.oauthbearer.jwt.retriever.class",
         "ssl.truststore.location",
         "ssl.truststore.type",
         "ssl.truststore.certificates",
@@ -158,6 +171,18 @@ def translate_security(props: Mapping[str, Any]) -> tuple[dict[str, Any], ssl.SS
                 "use sasl.oauthbearer.token.endpoint.url or a token provider"
             }
         )
+    retriever = props.get("sasl.oauthbearer.jwt.retriever.class")
+    if retriever is not None:
+        grant = _JAVA_RETRIEVERS.get(str(retriever).strip())
+        if grant is None:
+            raise ConfigError(
+                {
+                    "sasl.oauthbearer.jwt.retriever.class": "Java classes cannot be loaded; "
+                    "Kafka's DefaultJwtRetriever, ClientCredentialsJwtRetriever and "
+                    "JwtBearerJwtRetriever are understood"
+                }
+            )
+        plain.setdefault("sasl.oauthbearer.grant.type", grant)
     if "sasl.jaas.config" in props:
         module, options = _jaas(str(props["sasl.jaas.config"]))
         if module == "oauthbearerloginmodule":

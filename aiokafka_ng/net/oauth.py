@@ -8,10 +8,14 @@ when it expires. Accepted shapes (:func:`obtain_token` normalises them):
 - aiokafka's ``AbstractTokenProvider`` shape: an object with ``async token() -> str`` and,
   optionally, ``extensions() -> dict[str, str]`` (SASL extensions, KIP-342).
 
-Two providers are built in: :class:`ClientCredentialsTokenProvider` (OIDC client
-credentials, KIP-768, with a cached token refreshed at ~80% of its lifetime, as Java's login
-refresh does) and :class:`UnsecuredTokenProvider` (an unsigned JWS for brokers running Kafka's
-unsecured validator: development and tests only).
+Built-in providers, each caching its token and refreshing it at ~80% of its lifetime, as
+Java's login refresh does: ``oidc.ClientCredentialsTokenProvider`` (OIDC client
+credentials, KIP-768, the client authenticated by a secret or a signed assertion, KIP-1258)
+and ``oidc.JwtBearerTokenProvider`` (the jwt-bearer grant, KIP-1139; assertions from
+``assertion.JwtAssertion``), ``aws.MskIamTokenProvider`` (AWS MSK IAM) and
+``azure.AzureImdsTokenProvider`` (Azure managed identity, for Event Hubs); and
+:class:`UnsecuredTokenProvider` here (an unsigned JWS for brokers running Kafka's unsecured
+validator: development and tests only).
 
 The token is fetched before each authentication -- the first one and every re-authentication
 (KIP-368, driven by the broker's ``session_lifetime_ms``; see ``connection.py``), so a

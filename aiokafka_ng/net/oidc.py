@@ -1,11 +1,24 @@
-"""OIDC client credentials (KIP-768): the built-in OAUTHBEARER token provider.
+"""OIDC token endpoints: the built-in OAUTHBEARER token providers.
 
 ``ClientCredentialsTokenProvider(url, client_id, client_secret, scope=...)`` POSTs
-``grant_type=client_credentials`` to the token endpoint (RFC 6749 section 4.4) with the
-client id and secret in HTTP Basic authentication, form-encoded first as RFC 6749 section
-2.3.1 says (Java's ``sasl.oauthbearer.header.urlencode`` does the same when enabled; IdPs
-accept both for plain ASCII ids). The answer's ``access_token`` is the bearer token; its
-expiry comes from the JWT's ``exp`` claim, else from ``expires_in``.
+``grant_type=client_credentials`` to the token endpoint (RFC 6749 section 4.4, KIP-768) with
+the client id and secret in HTTP Basic authentication, form-encoded first as RFC 6749
+section 2.3.1 says (Java's ``sasl.oauthbearer.header.urlencode`` does the same when
+enabled; IdPs accept both for plain ASCII ids). With ``client_assertion`` instead of a
+secret (KIP-1258, ``private_key_jwt``) the client authenticates with a signed JWT in the
+form: ``client_assertion_type=urn:ietf:params:oauth:client-assertion-type:jwt-bearer``,
+``client_assertion``, ``grant_type=client_credentials``, ``client_id`` when given, and
+``scope``, and no Authorization header (RFC 7523 section 2.2, as Java's
+``ClientAssertionRequestFormatter`` sends it).
+
+``JwtBearerTokenProvider(url, assertion, scope=...)`` is the jwt-bearer grant (KIP-1139,
+RFC 7523 section 2.1): ``grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer``, the
+signed ``assertion`` and ``scope``, no client authentication (Java's
+``JwtBearerRequestFormatter``). Assertions come from a callable, made fresh for every
+request: :class:`~aiokafka_ng.net.assertion.JwtAssertion` signs them with the user's key.
+
+For every grant the answer's ``access_token`` is the bearer token; its expiry comes from the
+JWT's ``exp`` claim, else from ``expires_in``.
 
 Caching. One token is shared by every connection using the provider and handed out until
 ~80% of its lifetime (plus jitter), then fetched again; concurrent callers wait for the one
@@ -21,7 +34,7 @@ pass ``retry_backoff_max_ms`` in total; then a retriable KafkaConnectionError.
 
 HTTP is the standard library's urllib in a worker thread (no new dependency), without the
 environment's proxy settings (the Java client ignores them too), answers capped at 1 MiB.
-The client secret is never in a repr, log line or error.
+The client secret and the assertions are never in a repr, log line or error.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -44,21 +58,23 @@ from aiokafka_ng.errors import KafkaConnectionError, SaslAuthenticationFailedErr
 from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState
 from aiokafka_ng.net.oauth import OAuthBearerToken, jwt_claims, refresh_time
 
-__all__ = ["ClientCredentialsTokenProvider"]
+__all__ = ["ClientCredentialsTokenProvider", "JwtBearerTokenProvider"]
+
+JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 
 _log = logging.getLogger(__name__)
 _MAX_ANSWER = 1024 * 1024
 _FINAL_STATUSES = frozenset({400, 401, 403})
 
 
-class ClientCredentialsTokenProvider:
-    """OAUTHBEARER tokens from an OIDC token endpoint (client credentials grant)."""
+class _TokenEndpointProvider:
+    """What every grant shares: the cached token, the request with its retries, the answer.
+    A grant says what it sends (:meth:`_request`) and who asks (:meth:`_who`)."""
 
     def __init__(
         self,
         token_endpoint_url: str,
-        client_id: str,
-        client_secret: str,
         *,
         scope: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
@@ -70,12 +86,8 @@ class ClientCredentialsTokenProvider:
         scheme = urllib.parse.urlsplit(token_endpoint_url).scheme
         if scheme not in ("http", "https"):
             raise ValueError("the token endpoint URL must be http:// or https://")
-        if not client_id or not client_secret:
-            raise ValueError("client id and client secret are required")
         self.token_endpoint_url = token_endpoint_url
-        self.client_id = client_id
         self.scope = scope
-        self._secret = client_secret
         self._timeout_s = timeout_s
         self._backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms)
         self._retry_budget_ms = retry_backoff_max_ms
@@ -91,11 +103,12 @@ class ClientCredentialsTokenProvider:
         #: HTTP requests made (successful or not); for tests and diagnostics.
         self.requests = 0
 
-    def __repr__(self) -> str:
-        return (
-            f"ClientCredentialsTokenProvider({self.token_endpoint_url!r}, "
-            f"client_id={self.client_id!r}, scope={self.scope!r})"
-        )
+    def _request(self) -> tuple[dict[str, str], dict[str, str]]:
+        """The form and the extra headers of one token request (worker thread)."""
+        raise NotImplementedError
+
+    def _who(self) -> str:
+        raise NotImplementedError
 
     async def __call__(self) -> OAuthBearerToken:
         import sniffio
@@ -126,8 +139,8 @@ class ClientCredentialsTokenProvider:
                     return self._parse(body)
                 if status in _FINAL_STATUSES:
                     raise SaslAuthenticationFailedError(
-                        f"token endpoint {self.token_endpoint_url} refused client "
-                        f"{self.client_id!r}: HTTP {status} {_oauth_error(body)}"
+                        f"token endpoint {self.token_endpoint_url} refused "
+                        f"{self._who()}: HTTP {status} {_oauth_error(body)}"
                     )
                 problem = f"HTTP {status} {_oauth_error(body)}"
             pause_s = retry.failed()
@@ -150,18 +163,25 @@ class ClientCredentialsTokenProvider:
     def _post(self) -> tuple[int, bytes]:
         """One token request (runs in a worker thread)."""
         self.requests += 1
-        form = {"grant_type": "client_credentials"}
-        if self.scope:
-            form["scope"] = self.scope
-        quote = urllib.parse.quote_plus
-        basic = base64.b64encode(f"{quote(self.client_id)}:{quote(self._secret)}".encode())
+        try:
+            form, headers = self._request()
+        except (OSError, ValueError) as exc:
+            # An assertion that cannot be made (its key or file unreadable) is final: no
+            # retry makes the file appear. The message names files, never their content.
+            raise SaslAuthenticationFailedError(
+                f"token endpoint {self.token_endpoint_url}: no assertion for {self._who()} "
+                f"({type(exc).__name__}: {str(exc)[:300]})"
+            ) from None
+        if self.scope and self.scope.strip():
+            form["scope"] = self.scope.strip()
         request = urllib.request.Request(
             self.token_endpoint_url,
             data=urllib.parse.urlencode(form).encode(),
             headers={
-                "Authorization": "Basic " + basic.decode(),
+                **headers,
                 "Content-Type": "application/x-www-form-urlencoded",
                 "Accept": "application/json",
+                "Cache-Control": "no-cache",
             },
             method="POST",
         )
@@ -192,6 +212,105 @@ class ClientCredentialsTokenProvider:
                 f"{where}: the token has no exp claim and the answer no expires_in"
             )
         return OAuthBearerToken(value, expires_at)
+
+
+class ClientCredentialsTokenProvider(_TokenEndpointProvider):
+    """OAUTHBEARER tokens from an OIDC token endpoint (client credentials grant), the client
+    authenticated by its secret (HTTP Basic) or by a signed assertion (KIP-1258)."""
+
+    def __init__(
+        self,
+        token_endpoint_url: str,
+        client_id: str | None,
+        client_secret: str | None = None,
+        *,
+        client_assertion: Callable[[], str] | None = None,
+        scope: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        timeout_s: float = 10.0,
+        retry_backoff_ms: float = 100,
+        retry_backoff_max_ms: float = 10000,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(
+            token_endpoint_url,
+            scope=scope,
+            ssl_context=ssl_context,
+            timeout_s=timeout_s,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            rng=rng,
+        )
+        if client_assertion is not None:
+            if client_secret:
+                raise ValueError("a client secret or a client assertion, not both")
+        elif not client_id or not client_secret:
+            raise ValueError("client id and client secret (or a client assertion) are required")
+        self.client_id = client_id
+        self._secret = client_secret
+        self._assertion = client_assertion
+
+    def __repr__(self) -> str:
+        how = ", client_assertion=..." if self._assertion is not None else ""
+        return (
+            f"ClientCredentialsTokenProvider({self.token_endpoint_url!r}, "
+            f"client_id={self.client_id!r}{how}, scope={self.scope!r})"
+        )
+
+    def _who(self) -> str:
+        return f"client {self.client_id!r}" if self.client_id else "the client assertion"
+
+    def _request(self) -> tuple[dict[str, str], dict[str, str]]:
+        if self._assertion is not None:
+            form = {
+                "client_assertion_type": CLIENT_ASSERTION_TYPE,
+                "client_assertion": self._assertion(),
+                "grant_type": "client_credentials",
+            }
+            if self.client_id:
+                form["client_id"] = self.client_id
+            return form, {}
+        quote = urllib.parse.quote_plus
+        secret = self._secret or ""
+        basic = base64.b64encode(f"{quote(self.client_id or '')}:{quote(secret)}".encode())
+        return {"grant_type": "client_credentials"}, {"Authorization": "Basic " + basic.decode()}
+
+
+class JwtBearerTokenProvider(_TokenEndpointProvider):
+    """OAUTHBEARER tokens from an OIDC token endpoint for a signed assertion (the jwt-bearer
+    grant, KIP-1139): ``assertion()`` makes a fresh one per request."""
+
+    def __init__(
+        self,
+        token_endpoint_url: str,
+        assertion: Callable[[], str],
+        *,
+        scope: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        timeout_s: float = 10.0,
+        retry_backoff_ms: float = 100,
+        retry_backoff_max_ms: float = 10000,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(
+            token_endpoint_url,
+            scope=scope,
+            ssl_context=ssl_context,
+            timeout_s=timeout_s,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            rng=rng,
+        )
+        self._assertion = assertion
+
+    def __repr__(self) -> str:
+        return f"JwtBearerTokenProvider({self.token_endpoint_url!r}, scope={self.scope!r})"
+
+    def _who(self) -> str:
+        return "the jwt-bearer assertion"
+
+    def _request(self) -> tuple[dict[str, str], dict[str, str]]:
+        return {"grant_type": JWT_BEARER_GRANT, "assertion": self._assertion()}, {}
 
 
 def _reason(exc: BaseException) -> str:

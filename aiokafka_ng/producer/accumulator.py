@@ -135,6 +135,7 @@ class Accumulator:
         batch_size: int,
         linger_ms: float,
         compression: Compression,
+        compression_level: int | None = None,
         max_request_size: int,
         delivery_timeout_ms: float,
         retry_backoff: ExponentialBackoff,
@@ -150,6 +151,8 @@ class Accumulator:
         self.batch_size = max(1, batch_size)
         self.linger = linger_ms / 1000
         self.compression = compression
+        #: Kafka's level for the codec (KIP-390), None for its default.
+        self.compression_level = compression_level
         self.max_request_size = max_request_size
         self.delivery_timeout = delivery_timeout_ms / 1000
         #: How long a record waits for a topic said not to exist (module docstring).
@@ -342,8 +345,21 @@ class Accumulator:
         full (drawn at random when there is none yet)."""
         n = len(t.partitions)
         if not 0 <= t.sticky < n:
-            t.sticky = self.sticky.pick(-1, n, t.available)
+            t.sticky = self.sticky.pick(-1, n, t.available, self._leader_rack(t))
         return t.sticky
+
+    def _leader_rack(self, t: TopicQueue) -> Callable[[int], str | None] | None:
+        """partition of ``t`` -> its leader's rack, for a rack-aware sticky draw (KIP-1123);
+        None when the draw is not rack-aware (nothing to look up)."""
+        if self.sticky.rack is None:
+            return None
+        brokers, partitions = self._meta.brokers, t.partitions
+
+        def rack(partition: int) -> str | None:
+            broker = brokers.get(partitions[partition].leader)
+            return None if broker is None else broker.rack
+
+        return rack
 
     def batch_full(self, t: TopicQueue, batch: ProducerBatch, sticky: bool) -> None:
         """``batch`` refused a record: a later batch exists now, so it is ready -- close it
@@ -355,7 +371,9 @@ class Accumulator:
         if pq.leader >= 0:
             self.signals.wake_node(pq.leader)
         if sticky:
-            t.sticky = self.sticky.pick(pq.partition, len(t.partitions), t.available)
+            t.sticky = self.sticky.pick(
+                pq.partition, len(t.partitions), t.available, self._leader_rack(t)
+            )
 
     def open_batch(self, t: TopicQueue, pq: PartitionQueue) -> ProducerBatch:
         """A new, empty batch at the tail of ``pq`` (sized by the topic's compression
@@ -366,6 +384,7 @@ class Accumulator:
                 self.compression,
                 max_size=self.batch_size,
                 compression_ratio_estimate=self._ratios.get(t.name, 1.0),
+                compression_level=self.compression_level,
             ),
             self.clock(),
         )
@@ -648,7 +667,7 @@ class Accumulator:
         if self.idem is not None:
             self.idem.failed(pq, batch)  # its sequence range is abandoned: reset
         self._leave_flight(batch)
-        parts = halves(batch, self.compression)
+        parts = halves(batch, self.compression, self.compression_level)
         batch.memory = 0
         batch.futures = []
         batch.done = True

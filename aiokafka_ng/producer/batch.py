@@ -202,17 +202,22 @@ def no_partition_error(t: TopicQueue, partition: int) -> KafkaError:
     )
 
 
-def halves(batch: ProducerBatch, compression: Compression) -> list[ProducerBatch]:
+def halves(
+    batch: ProducerBatch, compression: Compression, level: int | None = None
+) -> list[ProducerBatch]:
     """``batch`` (closed, two records or more) rewritten as two closed batches of its first
-    and second half, each record's future moved to its new place; the memory it holds is
-    shared between them by record count (``split``: MESSAGE_TOO_LARGE)."""
+    and second half (compressed by ``compression`` at ``level``), each record's future moved
+    to its new place; the memory it holds is shared between them by record count
+    (``split``: MESSAGE_TOO_LARGE)."""
     assert batch.data is not None
     records = [r for b in iter_batches(batch.data) for r in b.records()]
     n = len(batch.futures)
     parts: list[ProducerBatch] = []
     for lo, hi in ((0, n // 2), (n // 2, n)):
         new = ProducerBatch(
-            batch.pq, RecordBatchBuilder(compression, max_size=1 << 31), batch.created
+            batch.pq,
+            RecordBatchBuilder(compression, max_size=1 << 31, compression_level=level),
+            batch.created,
         )
         if batch.positions is not None:
             new.positions = batch.positions[lo:hi]

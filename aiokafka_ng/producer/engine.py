@@ -50,6 +50,7 @@ from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.accumulator import Accumulator
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
+from aiokafka_ng.producer.partitioner import StickyPartitioner
 from aiokafka_ng.producer.settle import (
     Delivered,
     Failed,
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
     from aiokafka_ng.cluster.metadata import ClusterMetadata
     from aiokafka_ng.config import ProducerConfig
     from aiokafka_ng.producer.batch import ProducerBatch
-    from aiokafka_ng.producer.partitioner import StickyPartitioner
     from aiokafka_ng.protocol.messages.produce import ProduceResponse
 
 __all__ = ["CODECS", "ProducerEngine"]
@@ -132,6 +132,7 @@ class ProducerEngine:
             batch_size=config.batch_size,
             linger_ms=config.linger_ms,
             compression=CODECS[config.compression_type],
+            compression_level=config.compression_level,
             max_request_size=config.max_request_size,
             delivery_timeout_ms=config.delivery_timeout_ms,
             retry_backoff=self.retry_backoff,
@@ -139,7 +140,12 @@ class ProducerEngine:
             guarantee_order=config.max_in_flight_requests_per_connection == 1,
             idempotence=idem,
             partitioner=config.partitioner,
-            sticky=sticky,
+            # KIP-1123 as Java: rack-aware only when asked and the client has a rack.
+            sticky=sticky
+            if sticky is not None
+            else StickyPartitioner(
+                rack=(config.client_rack or None) if config.partitioner_rack_aware else None
+            ),
             signals=signals,
             clock=clock,
         )

@@ -11,6 +11,11 @@ in a row when there is a choice). This fills whole batches instead of spreading 
 over every partition. Switching on a full batch, rather than when a batch is *created*
 (KIP-480, which a linger-drained batch also triggers), gives every partition the same share
 of bytes however fast its broker drains it.
+
+Rack-aware (KIP-1123, ``partitioner_rack_aware`` with ``client_rack``): the draw is among the
+available partitions whose leader is in the client's rack when there is one, else among all
+available partitions, as Java's ``BuiltInPartitioner`` draws (keyed records are not
+affected: their partition is the key's).
 """
 
 from __future__ import annotations
@@ -81,18 +86,31 @@ def default_partition(key: bytes, num_partitions: int) -> int:
 
 class StickyPartitioner:
     """KIP-794 uniform sticky choice for null keys: the accumulator keeps one sticky
-    partition per topic and calls :meth:`pick` when that partition's batch is full."""
+    partition per topic and calls :meth:`pick` when that partition's batch is full.
+    ``rack``: the client's rack when rack-aware (KIP-1123), else None."""
 
-    __slots__ = ("_rng",)
+    __slots__ = ("_rng", "rack")
 
-    def __init__(self, rng: random.Random | None = None) -> None:
+    def __init__(self, rng: random.Random | None = None, *, rack: str | None = None) -> None:
         # Seeded from the global generator: random.seed() in a test replays the choices.
         self._rng = rng or random.Random(random.getrandbits(64))
+        self.rack = rack
 
-    def pick(self, current: int, num_partitions: int, available: Sequence[int]) -> int:
+    def pick(
+        self,
+        current: int,
+        num_partitions: int,
+        available: Sequence[int],
+        leader_rack: Callable[[int], str | None] | None = None,
+    ) -> int:
         """A uniformly random partition among ``available`` (all if none), not ``current``
-        when there is a choice."""
+        when there is a choice. Rack-aware, with ``leader_rack`` (partition -> its leader's
+        rack): among the available partitions led in :attr:`rack`, if any."""
         choices = available if available else range(num_partitions)
+        if self.rack is not None and leader_rack is not None and available:
+            near = [p for p in available if leader_rack(p) == self.rack]
+            if near:
+                choices = near
         if len(choices) == 1:
             return choices[0]
         p = choices[self._rng.randrange(len(choices))]

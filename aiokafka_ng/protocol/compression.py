@@ -10,6 +10,12 @@ client so that every broker and consumer can read what we write:
 * lz4: the LZ4 *frame* format (KIP-57) with independent 64 KiB blocks.  Kafka's Java reader
   rejects linked blocks, so the frame is written with ``block_linked=False``.  The default
   level is lz4's fast mode, which is what Java uses for its default level.
+
+Levels (KIP-390) are Kafka's, per codec, in the ranges Kafka's ``CompressionType`` validates
+(:data:`LEVELS`): gzip 1..9 (and -1, zlib's default), lz4 1..17, zstd -131072..22; snappy
+has none.  Kafka's quirk is kept: lz4's default level 9 is the *fast* compressor (Java's
+``Lz4BlockOutputStream`` picks lz4-java's fast compressor for exactly the default level and
+LZ4 HC for every other), so 8 or 10 compress harder than the default 9.
 * snappy: written in the xerial framing of the Java client (``\\x82SNAPPY\\x00``, version 1,
   compatible version 1, then ``[int32 length][raw snappy block]`` chunks of 32 KiB input);
   read in both xerial and raw-block form (librdkafka and some old clients write raw blocks).
@@ -40,11 +46,13 @@ from aiokafka_ng.protocol.errors import ProtocolError
 
 __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
+    "LEVELS",
     "Compression",
     "DecompressionError",
     "DecompressionLimitError",
     "compress",
     "decompress",
+    "level_problem",
 ]
 
 Buffer = bytes | bytearray | memoryview
@@ -88,7 +96,31 @@ class Compression(IntEnum):
 
 _GZIP_LEVEL = 6
 _ZSTD_LEVEL = 3
-_LZ4_LEVEL = 1
+#: Kafka's default lz4 level, which means the fast compressor (module docstring).
+_LZ4_DEFAULT_LEVEL = 9
+#: cramjam's level for LZ4's fast mode (the frame API's levels below 3 are all fast).
+_LZ4_FAST = 1
+
+#: The levels Kafka (``CompressionType.levelValidator``, 4.x) accepts per codec, as
+#: inclusive ranges; gzip also takes -1 (zlib's default).  Snappy and none have no level.
+LEVELS: dict[Compression, tuple[int, int]] = {
+    Compression.GZIP: (1, 9),
+    Compression.LZ4: (1, 17),
+    Compression.ZSTD: (-131072, 22),
+}
+
+
+def level_problem(codec: Compression, level: int) -> str | None:
+    """What is wrong with ``level`` for ``codec`` (Kafka's validation), or None."""
+    bounds = LEVELS.get(codec)
+    if bounds is None:
+        return f"compression {codec.name.lower()!r} has no levels"
+    lo, hi = bounds
+    if lo <= level <= hi or (codec == Compression.GZIP and level == -1):
+        return None
+    extra = " or -1" if codec == Compression.GZIP else ""
+    return f"{codec.name.lower()} levels are {lo}..{hi}{extra}, not {level}"
+
 
 _XERIAL_HEADER = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
 _XERIAL_MAGIC = _XERIAL_HEADER[:8]
@@ -101,12 +133,15 @@ _GROWTH = 8
 
 
 def compress(codec: Compression, data: Buffer, *, level: int | None = None) -> bytes:
-    """Compress ``data`` in Kafka's wire format for ``codec`` (NONE returns it unchanged)."""
+    """Compress ``data`` in Kafka's wire format for ``codec`` (NONE returns it unchanged).
+
+    ``level`` is Kafka's level for the codec (see :data:`LEVELS`; None: Kafka's default);
+    snappy ignores it. The caller validates it (:func:`level_problem`)."""
     if codec == Compression.NONE:
         return bytes(data)
     if codec == Compression.LZ4:
         compressor = cramjam.lz4.Compressor(
-            level=_LZ4_LEVEL if level is None else level,
+            level=_LZ4_FAST if level is None or level == _LZ4_DEFAULT_LEVEL else level,
             content_checksum=False,
             block_linked=False,
         )
@@ -119,7 +154,9 @@ def compress(codec: Compression, data: Buffer, *, level: int | None = None) -> b
     if codec == Compression.ZSTD:
         return bytes(cramjam.zstd.compress(data, level=_ZSTD_LEVEL if level is None else level))
     if codec == Compression.GZIP:
-        return bytes(cramjam.gzip.compress(data, level=_GZIP_LEVEL if level is None else level))
+        # -1 is zlib's "default" (6), which cramjam's unsigned level cannot take.
+        gzip_level = _GZIP_LEVEL if level is None or level == -1 else level
+        return bytes(cramjam.gzip.compress(data, level=gzip_level))
     raise ValueError(f"unknown compression codec {codec!r}")
 
 

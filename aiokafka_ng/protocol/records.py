@@ -161,12 +161,13 @@ class RecordBatchBuilder:
     cross it, except the first record, which is always taken (the caller decides what to do
     with a record too large for any batch).  For compressed batches the estimate scales the
     uncompressed size by ``compression_ratio_estimate`` (1.0, the safe default, never lets a
-    batch outgrow ``max_size`` unless the codec expands the data).
+    batch outgrow ``max_size`` unless the codec expands the data).  ``compression_level`` is
+    Kafka's level for the codec (None: its default; see :func:`compress`).
     """
 
     __slots__ = (
         "_attributes", "_base_offset", "_base_sequence", "_base_ts", "_buf", "_built",
-        "_compression", "_count", "_limit", "_max_size", "_max_ts", "_producer_epoch",
+        "_compression", "_count", "_level", "_limit", "_max_size", "_max_ts", "_producer_epoch",
         "_producer_id", "_ratio", "_refused", "_uncompressed_size", "compressed_size",
     )  # fmt: skip
 
@@ -183,8 +184,10 @@ class RecordBatchBuilder:
         is_control: bool = False,
         timestamp_type: int = CREATE_TIME,
         compression_ratio_estimate: float = 1.0,
+        compression_level: int | None = None,
     ) -> None:
         self._compression = Compression(compression)
+        self._level = compression_level
         attributes = int(self._compression)
         if timestamp_type == LOG_APPEND_TIME:
             attributes |= _TIMESTAMP_TYPE_MASK
@@ -406,7 +409,9 @@ class RecordBatchBuilder:
         buf = self._buf
         self._uncompressed_size = len(buf)
         if self._compression != Compression.NONE:
-            compressed = compress(self._compression, memoryview(buf)[BATCH_OVERHEAD:])
+            compressed = compress(
+                self._compression, memoryview(buf)[BATCH_OVERHEAD:], level=self._level
+            )
             buf = bytearray(BATCH_OVERHEAD) + compressed
         self.compressed_size = len(buf) - BATCH_OVERHEAD
         count = self._count

@@ -187,12 +187,7 @@ INSIDE: dict[tuple[str, str], str] = {
 
 #: (page, a line of the snippet) -> (page, a line of the snippet it continues): the two run
 #: as one file.
-AFTER: dict[tuple[str, str], tuple[str, str]] = {
-    ("security.md", 'sasl_oauth_token_provider=MSKTokenProvider("eu-west-1"),'): (
-        "security.md",
-        "class MSKTokenProvider:",
-    ),
-}
+AFTER: dict[tuple[str, str], tuple[str, str]] = {}
 
 #: The records the quickstart's consumer reads (the Produce example's two).
 PRODUCE_TWO = """
@@ -247,9 +242,6 @@ NOT_RUN: dict[tuple[str, str], str] = {
         _KAFKA_JVM + "; tests/kafka/test_kafka_oauth.py runs this recipe"
     ),
     ("testing.md", "async with KafkaCluster(brokers=3) as cluster:"): _KAFKA_JVM,
-    ("security.md", "from azure.identity.aio import DefaultAzureCredential"): (
-        "needs the azure-identity package and an Entra ID tenant (a cloud service)"
-    ),
     ("share-groups.md", '"jobs", bootstrap_servers="127.0.0.1:9092", group_id="workers"'): (
         _SHARE_GROUPS
     ),

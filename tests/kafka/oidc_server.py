@@ -1,11 +1,18 @@
 """A small OIDC identity provider on 127.0.0.1 for the OAUTHBEARER tests on Apache Kafka.
 
 ``POST /token``: the client credentials grant (RFC 6749 4.4) with HTTP Basic client
-authentication; answers an RS256-signed JWT (``sub`` = the client id) or RFC 6749 5.2
-errors. ``GET /jwks``: the public key as a JWK Set, which Kafka's JWKS validator (KIP-768)
-fetches. Runs in a thread (the broker calls it too, from the JVM); keys are made with
-``cryptography``. This is a real HTTP server the real broker and client talk to, not a fake
-of either: only the identity provider itself is ours, as no IdP ships with the tests.
+authentication or, for a client registered with a public key, a signed client assertion
+(RFC 7523 2.2, ``private_key_jwt``: KIP-1258); and the jwt-bearer grant (RFC 7523 2.1:
+KIP-1139) for an issuer registered with a public key. Assertions are checked as an IdP
+checks them: the signature (RS256 or ES256, verified with ``cryptography``) against the
+registered key, ``alg`` the registered one, ``aud`` this IdP's token URL or issuer, ``exp``
+in the future, ``nbf``/``iat`` not in the future (30 s leeway), for a client assertion
+``iss`` = ``sub`` = the client (and the form's ``client_id``, if sent). Answers an
+RS256-signed JWT (``sub`` = the client id, or the assertion's ``sub`` for jwt-bearer) or
+RFC 6749 5.2 errors. ``GET /jwks``: the public key as a JWK Set, which Kafka's JWKS
+validator (KIP-768) fetches. Runs in a thread (the broker calls it too, from the JVM); keys
+are made with ``cryptography``. This is a real HTTP server the real broker and client talk
+to, not a fake of either: only the identity provider itself is ours, as no IdP ships with the tests.
 """
 
 from __future__ import annotations
@@ -19,11 +26,15 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa, utils
 
 ISSUER = "https://idp.test"
 AUDIENCE = "kafka-test"
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+CLIENT_ASSERTION = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+LEEWAY_S = 30
 
 
 def b64url(data: bytes) -> str:
@@ -34,6 +45,51 @@ def _uint(value: int) -> str:
     return b64url(value.to_bytes((value.bit_length() + 7) // 8, "big"))
 
 
+def _unb64(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+class AssertionRejected(Exception):
+    """Why an assertion was refused (the error_description)."""
+
+
+def verify_assertion(
+    token: str, key: Any, algorithm: str, audiences: set[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The header and claims of ``token`` once its signature (with ``key``), ``alg``,
+    ``aud`` and times check; else AssertionRejected."""
+    try:
+        head_b64, body_b64, sig_b64 = token.split(".")
+        header, claims = json.loads(_unb64(head_b64)), json.loads(_unb64(body_b64))
+        signature = _unb64(sig_b64)
+    except ValueError:
+        raise AssertionRejected("not a JWS compact token") from None
+    if header.get("alg") != algorithm:
+        raise AssertionRejected(f"alg {header.get('alg')!r}, expected {algorithm}")
+    signed = f"{head_b64}.{body_b64}".encode()
+    try:
+        if algorithm == "RS256":
+            key.verify(signature, signed, padding.PKCS1v15(), hashes.SHA256())
+        else:
+            if len(signature) != 64:  # JWS: r || s, 32 bytes each (not DER)
+                raise AssertionRejected("ES256 signature is not 64 bytes")
+            r, s = int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")
+            der = utils.encode_dss_signature(r, s)
+            key.verify(der, signed, ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        raise AssertionRejected("bad signature") from None
+    aud = claims.get("aud")
+    if not (set(aud) if isinstance(aud, list) else {aud}) & audiences:
+        raise AssertionRejected(f"aud {aud!r} is not this IdP")
+    now = time.time()
+    if not isinstance(claims.get("exp"), int) or claims["exp"] + LEEWAY_S < now:
+        raise AssertionRejected("expired or no exp")
+    for claim in ("nbf", "iat"):
+        if claim in claims and claims[claim] - LEEWAY_S > now:
+            raise AssertionRejected(f"{claim} in the future")
+    return header, claims
+
+
 class IdentityProvider:
     """Clients (id -> secret), per-client token lifetimes, revocation, request counts."""
 
@@ -42,6 +98,13 @@ class IdentityProvider:
         self.lifetime_s: dict[str, float] = {}
         self.default_lifetime_s = lifetime_s
         self.revoked: set[str] = set()
+        #: Clients authenticating by assertion (KIP-1258): id -> (public key, alg).
+        self.assertion_clients: dict[str, tuple[Any, str]] = {}
+        #: Issuers whose assertions are jwt-bearer grants (KIP-1139): iss -> (key, alg).
+        self.trusted_issuers: dict[str, tuple[Any, str]] = {}
+        #: Every assertion accepted: (grant, header, claims, the form's other keys).
+        self.assertions: list[tuple[str, dict[str, Any], dict[str, Any], set[str]]] = []
+        self.rejections: list[str] = []
         self.requests: Counter[str] = Counter()  # token requests by client id (as sent)
         self.issued: Counter[str] = Counter()  # tokens issued by client id
         self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -75,6 +138,7 @@ class IdentityProvider:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         port = self._server.server_address[1]
         self.token_url = f"http://127.0.0.1:{port}/token"
+        self.audiences = {self.token_url, ISSUER}
         self.jwks_url = f"http://127.0.0.1:{port}/jwks"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -112,8 +176,16 @@ class IdentityProvider:
     def token_answer(
         self, authorization: str, form: dict[str, list[str]]
     ) -> tuple[int, dict[str, Any]]:
-        if form.get("grant_type") != ["client_credentials"]:
+        one = {k: v[0] for k, v in form.items() if len(v) == 1}
+        if len(one) != len(form):
+            return 400, {"error": "invalid_request", "error_description": "repeated parameter"}
+        grant = one.get("grant_type")
+        if grant == JWT_BEARER:
+            return self._jwt_bearer(authorization, one)
+        if grant != "client_credentials":
             return 400, {"error": "unsupported_grant_type"}
+        if "client_assertion" in one or "client_assertion_type" in one:
+            return self._client_assertion(authorization, one)
         try:
             user, _, secret = (
                 base64.b64decode(authorization.removeprefix("Basic ")).decode().partition(":")
@@ -125,9 +197,70 @@ class IdentityProvider:
             self.requests[client] += 1
             if self.clients.get(client) != secret:
                 return 401, {"error": "invalid_client", "error_description": "bad credentials"}
-            if client in self.revoked:
+        return self._issue(client)
+
+    def _issue(self, subject: str) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            if subject in self.revoked:
                 return 400, {"error": "unauthorized_client", "error_description": "revoked"}
-            self.issued[client] += 1
-        lifetime = self.lifetime_s.get(client, self.default_lifetime_s)
-        token = self.token_for(client, lifetime)
+            self.issued[subject] += 1
+        lifetime = self.lifetime_s.get(subject, self.default_lifetime_s)
+        token = self.token_for(subject, lifetime)
         return 200, {"access_token": token, "token_type": "Bearer", "expires_in": int(lifetime)}
+
+    def _reject(self, status: int, error: str, why: str) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            self.rejections.append(why)
+        return status, {"error": error, "error_description": why}
+
+    def _client_assertion(
+        self, authorization: str, form: dict[str, str]
+    ) -> tuple[int, dict[str, Any]]:
+        """RFC 7523 2.2 / OIDC private_key_jwt: the client is the assertion's iss and sub."""
+        if authorization:
+            return self._reject(400, "invalid_request", "two client authentications")
+        if form.get("client_assertion_type") != CLIENT_ASSERTION:
+            return self._reject(400, "invalid_request", "wrong client_assertion_type")
+        token = form.get("client_assertion", "")
+        try:
+            unverified = json.loads(_unb64(token.split(".")[1]))
+        except (ValueError, IndexError):
+            return self._reject(401, "invalid_client", "client_assertion is not a JWT")
+        client = unverified.get("iss")
+        with self._lock:
+            self.requests[str(client)] += 1
+        registered = self.assertion_clients.get(str(client))
+        if registered is None:
+            return self._reject(401, "invalid_client", f"unknown client {client!r}")
+        if unverified.get("sub") != client or form.get("client_id", client) != client:
+            return self._reject(401, "invalid_client", "iss, sub and client_id differ")
+        try:
+            header, claims = verify_assertion(token, *registered, self.audiences)
+        except AssertionRejected as exc:
+            return self._reject(401, "invalid_client", str(exc))
+        with self._lock:
+            self.assertions.append(("client_credentials", header, claims, set(form)))
+        return self._issue(str(client))
+
+    def _jwt_bearer(self, authorization: str, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """RFC 7523 2.1: a trusted issuer's signed assertion is the grant for its sub."""
+        token = form.get("assertion", "")
+        try:
+            unverified = json.loads(_unb64(token.split(".")[1]))
+        except (ValueError, IndexError):
+            return self._reject(400, "invalid_grant", "assertion is not a JWT")
+        issuer = str(unverified.get("iss"))
+        with self._lock:
+            self.requests[issuer] += 1
+        registered = self.trusted_issuers.get(issuer)
+        if registered is None:
+            return self._reject(400, "invalid_grant", f"untrusted issuer {issuer!r}")
+        try:
+            header, claims = verify_assertion(token, *registered, self.audiences)
+        except AssertionRejected as exc:
+            return self._reject(400, "invalid_grant", str(exc))
+        if not isinstance(claims.get("sub"), str) or not claims["sub"]:
+            return self._reject(400, "invalid_grant", "no sub")
+        with self._lock:
+            self.assertions.append((JWT_BEARER, header, claims, set(form)))
+        return self._issue(claims["sub"])

@@ -147,6 +147,60 @@ async def test_oidc_client_credentials_log_in_through_jwks(
     assert 1 <= idp.issued["app"] - before <= 3
 
 
+@pytest.mark.parametrize("algorithm", ["RS256", "ES256"])
+async def test_jwt_bearer_and_client_assertion_log_in_through_kafkas_validator(
+    oauth_cluster: KafkaCluster, idp: IdentityProvider, tmp_path: Path, algorithm: str
+) -> None:
+    """KIP-1139 and KIP-1258: assertions signed with our key (the IdP verifies them), the
+    IdP's tokens for them validated by Kafka's own JWKS validator: producer, consumer and
+    admin log in with each."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    key: Any = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        if algorithm == "RS256"
+        else ec.generate_private_key(ec.SECP256R1())
+    )
+    pem = tmp_path / "key.pem"
+    pem.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    issuer, robot = unique("issuer"), unique("robot")  # the module's IdP outlives a backend
+    idp.trusted_issuers[issuer] = (key.public_key(), algorithm)
+    idp.assertion_clients[robot] = (key.public_key(), algorithm)
+    signing = {
+        "bootstrap_servers": oauth_cluster.bootstrap_for("SASL_SSL"),
+        "security_protocol": "SASL_SSL",
+        "ssl_context": oauth_cluster.ssl_context(),
+        "sasl_mechanism": "OAUTHBEARER",
+        "sasl_oauthbearer_token_endpoint_url": idp.token_url,
+        "sasl_oauthbearer_assertion_private_key_file": str(pem),
+        "sasl_oauthbearer_assertion_algorithm": algorithm,
+        "sasl_oauthbearer_assertion_claim_aud": idp.token_url,
+    }
+    jwt_bearer = {
+        **signing,
+        "sasl_oauthbearer_grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+        "sasl_oauthbearer_assertion_claim_iss": issuer,
+        "sasl_oauthbearer_assertion_claim_sub": "alice",
+    }
+    assert await round_trip(jwt_bearer) == [b"0"]
+    assert idp.issued["alice"] >= 1
+    client_assertion = {
+        **signing,
+        "sasl_oauthbearer_client_id": robot,
+        "sasl_oauthbearer_assertion_claim_iss": robot,
+        "sasl_oauthbearer_assertion_claim_sub": robot,
+    }
+    assert await round_trip(client_assertion) == [b"0"]
+    assert idp.issued[robot] >= 1
+
+
 async def test_wrong_secret_is_a_named_error_from_the_first_attempt(
     oauth_cluster: KafkaCluster, idp: IdentityProvider
 ) -> None:

@@ -72,3 +72,27 @@ def test_pick_away_from_current_is_uniform() -> None:
         counts[sp.pick(0, 4, [0, 1, 2, 3])] += 1
     assert counts[0] == 0
     assert min(counts[p] for p in (1, 2, 3)) > 1150  # ~1333 each
+
+
+def test_rack_aware_pick_stays_in_the_clients_rack() -> None:
+    # KIP-1123: leaders 0->a, 1->b, 2->a, 3->c, 4->b, 5->a; the client is in rack b.
+    leaders = "abacba"
+    sp = StickyPartitioner(rng=random.Random(5), rack="b")
+    picks = {sp.pick(-1, 6, range(6), lambda p: leaders[p]) for _ in range(300)}
+    assert picks == {1, 4}
+    # Away from the current one when the rack has a choice.
+    assert {sp.pick(1, 6, range(6), lambda p: leaders[p]) for _ in range(50)} == {4}
+
+
+def test_rack_aware_pick_falls_back_to_every_available_partition() -> None:
+    sp = StickyPartitioner(rng=random.Random(9), rack="z")  # no leader in rack z
+    picks = {sp.pick(-1, 6, [0, 2, 3], lambda p: "abacba"[p]) for _ in range(300)}
+    assert picks == {0, 2, 3}
+    # A leader without a rack is in no rack, and no rack-aware draw without racks to read.
+    assert {sp.pick(-1, 3, [0, 1, 2], lambda p: None) for _ in range(300)} == {0, 1, 2}
+    assert {sp.pick(-1, 3, [0, 1, 2]) for _ in range(300)} == {0, 1, 2}
+
+
+def test_without_a_rack_the_leaders_racks_do_not_matter() -> None:
+    sp = StickyPartitioner(rng=random.Random(4))
+    assert {sp.pick(-1, 6, range(6), lambda p: "abacba"[p]) for _ in range(300)} == set(range(6))

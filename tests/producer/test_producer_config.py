@@ -129,3 +129,57 @@ def test_transactional_id_requires_idempotence() -> None:
         {"transactional.id": "t2", "transaction.timeout.ms": "5000"}
     )
     assert c2.transactional_id == "t2" and c2.transaction_timeout_ms == 5000
+
+
+def test_compression_level_checked_against_the_codecs_range() -> None:
+    assert ProducerConfig().compression_level is None  # the codec's Kafka default
+    for codec, level in (("gzip", 9), ("gzip", -1), ("lz4", 17), ("zstd", -131072), ("zstd", 22)):
+        assert (
+            ProducerConfig(compression_type=codec, compression_level=level).compression_level
+            == level
+        )
+    for codec, level in (
+        ("gzip", 0),
+        ("gzip", 10),
+        ("lz4", 18),
+        ("zstd", 23),
+        ("snappy", 1),
+        ("none", 1),
+    ):
+        with pytest.raises(ConfigError) as ei:
+            ProducerConfig(compression_type=codec, compression_level=level)
+        assert set(ei.value.errors) == {"compression_level"}
+        assert codec in ei.value.errors["compression_level"]
+
+
+def test_from_properties_takes_javas_level_for_the_configured_codec() -> None:
+    c = ProducerConfig.from_properties(
+        {"compression.type": "zstd", "compression.zstd.level": "19", "compression.gzip.level": "2"}
+    )
+    assert c.compression_level == 19
+    # The other codecs' levels are checked as Java checks them, and otherwise unused.
+    assert ProducerConfig.from_properties({"compression.lz4.level": 4}).compression_level is None
+    with pytest.raises(ConfigError) as ei:
+        ProducerConfig.from_properties({"compression.type": "lz4", "compression.gzip.level": "10"})
+    assert set(ei.value.errors) == {"compression.gzip.level"}
+    with pytest.raises(ConfigError) as ei:
+        ProducerConfig.from_properties(
+            {"compression.type": "gzip", "compression.gzip.level": 3, "compression.level": 4}
+        )
+    assert set(ei.value.errors) == {"compression.gzip.level"}
+    # librdkafka's single setting is ours by name.
+    assert (
+        ProducerConfig.from_properties(
+            {"compression.type": "gzip", "compression.level": "4"}
+        ).compression_level
+        == 4
+    )
+
+
+def test_rack_aware_partitioning_settings_have_javas_names_and_defaults() -> None:
+    assert ProducerConfig().partitioner_rack_aware is False
+    assert ProducerConfig().client_rack == ""
+    c = ProducerConfig.from_properties(
+        {"client.rack": "use1-az1", "partitioner.rack.aware": "true"}
+    )
+    assert c.client_rack == "use1-az1" and c.partitioner_rack_aware is True

@@ -379,6 +379,44 @@ def test_sticky_choices_identical(seed: int, available: list[int], partitions: i
         current = a
 
 
+@given(
+    st.integers(0, 2**32),
+    st.lists(st.integers(0, 11), max_size=8),
+    st.sampled_from(["a", "b", "z"]),
+    st.integers(0, 11),
+)
+def test_rack_aware_sticky_choices_identical(
+    seed: int, available: list[int], rack: str, current: int
+) -> None:
+    # KIP-1123: leaders' racks by partition (None: a leader without a rack).
+    racks = ["a", "b", None, "a", "c", "b", None, "a", "b", "c", "a", "b"]
+    ours = partitioner_compiled.StickyPartitioner(random.Random(seed), rack=rack)
+    pure = partitioner_pure.StickyPartitioner(random.Random(seed), rack=rack)
+    for _ in range(10):
+        a = ours.pick(current, 12, available, racks.__getitem__)
+        assert a == pure.pick(current, 12, available, racks.__getitem__)
+        current = a
+
+
+@given(
+    codec=st.sampled_from([Compression.GZIP, Compression.LZ4, Compression.ZSTD]),
+    level=st.integers(-2, 23),
+    records=_RECORDS,
+)
+def test_builders_compress_at_the_same_level(
+    codec: Compression, level: int, records: list[Any]
+) -> None:
+    # KIP-390: the level reaches the codec the same way in both (gzip and lz4 are
+    # deterministic; zstd too at one level within one process).
+    if not records or (codec == Compression.GZIP and level in (-2, 0, 10, 11)):
+        return
+    if codec == Compression.LZ4 and level < 1:
+        return
+    ours = _outcome(lambda: _build(records_compiled, codec, records, compression_level=level))
+    pure = _outcome(lambda: _build(records_pure, codec, records, compression_level=level))
+    assert ours == pure
+
+
 # --------------------------------------------------------------------------- consumer records
 
 

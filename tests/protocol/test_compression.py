@@ -16,6 +16,7 @@ from aiokafka_ng.protocol.compression import (
     DecompressionLimitError,
     compress,
     decompress,
+    level_problem,
 )
 from aiokafka_ng.protocol.errors import ProtocolError
 
@@ -161,3 +162,61 @@ def test_corrupted_raises_only_protocol_error(
         except ProtocolError:
             continue
         assert len(out) <= 1 << 16
+
+
+# KIP-390 levels: (codec, the ends of Kafka's range, a low and a high level to compare).
+_LEVELLED = [
+    (Compression.GZIP, -1, 9, 1, 9),
+    (Compression.LZ4, 1, 17, 1, 17),
+    (Compression.ZSTD, -131072, 22, 1, 19),
+]
+_TEXT = b" ".join(
+    b"record-%d key=user-%d amount=%d.%02d" % (i, i % 97, i * 7, i % 100) for i in range(3000)
+)
+
+
+@pytest.mark.parametrize(("codec", "lo", "hi", "_low", "_high"), _LEVELLED)
+def test_every_kafka_level_round_trips(
+    codec: Compression, lo: int, hi: int, _low: int, _high: int
+) -> None:
+    for level in (lo, lo + 1, hi - 1, hi):
+        assert decompress(codec, compress(codec, _TEXT, level=level)) == _TEXT
+
+
+@pytest.mark.parametrize(("codec", "_lo", "_hi", "low", "high"), _LEVELLED)
+def test_a_higher_level_compresses_smaller(
+    codec: Compression, _lo: int, _hi: int, low: int, high: int
+) -> None:
+    assert len(compress(codec, _TEXT, level=high)) < len(compress(codec, _TEXT, level=low))
+
+
+def test_kafka_default_levels() -> None:
+    # None is Kafka's default: gzip -1 (zlib's 6), lz4 9 -- its *fast* compressor, as Java's
+    # Lz4BlockOutputStream picks for exactly the default level --, zstd 3.
+    assert compress(Compression.GZIP, _TEXT) == compress(Compression.GZIP, _TEXT, level=-1)
+    assert compress(Compression.GZIP, _TEXT) == compress(Compression.GZIP, _TEXT, level=6)
+    assert compress(Compression.ZSTD, _TEXT) == compress(Compression.ZSTD, _TEXT, level=3)
+    fast = compress(Compression.LZ4, _TEXT, level=9)
+    assert fast == compress(Compression.LZ4, _TEXT)
+    assert len(compress(Compression.LZ4, _TEXT, level=8)) < len(fast)  # HC, as in Java
+
+
+def test_level_problem_is_kafkas_range() -> None:
+    ok = {
+        Compression.GZIP: [-1, 1, 9],
+        Compression.LZ4: [1, 17],
+        Compression.ZSTD: [-131072, 0, 22],
+    }
+    bad = {
+        Compression.GZIP: [-2, 0, 10],
+        Compression.LZ4: [0, 18, -1],
+        Compression.ZSTD: [-131073, 23],
+        Compression.SNAPPY: [1],
+        Compression.NONE: [0],
+    }
+    for codec, levels in ok.items():
+        assert all(level_problem(codec, level) is None for level in levels), codec
+    for codec, levels in bad.items():
+        for level in levels:
+            problem = level_problem(codec, level)
+            assert problem is not None and codec.name.lower() in problem, (codec, level)

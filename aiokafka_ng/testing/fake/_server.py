@@ -54,7 +54,7 @@ import random
 import struct
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -189,6 +189,8 @@ class FakeKafka(Observers):
         max_received: requests :meth:`received` keeps, the latest (None: every one). A
             bound, so that a long-lived fake (a soak, a user's service test) does not
             grow with every request.
+        racks: node id -> its ``broker.rack``, which Metadata and DescribeCluster report
+            (nodes not named have none).
     """
 
     def __init__(
@@ -205,6 +207,7 @@ class FakeKafka(Observers):
         max_connections: int = 10_000,
         seed: int | None = None,
         max_received: int | None = 100_000,
+        racks: Mapping[int, str] | None = None,
     ) -> None:
         if not 1 <= brokers <= 64:
             raise ValueError("brokers must be between 1 and 64")
@@ -218,7 +221,10 @@ class FakeKafka(Observers):
             n: FakeNode(n, 0 if tcp else 19092 + n) for n in range(1, brokers + 1)
         }
         self.cluster = FakeCluster(
-            [Broker(n, LOOPBACK, node.port) for n, node in self.nodes.items()],
+            [
+                Broker(n, LOOPBACK, node.port, rack=(racks or {}).get(n))
+                for n, node in self.nodes.items()
+            ],
             cluster_id=cluster_id,
             default_partitions=default_partitions,
             auto_create_topics=auto_create_topics,
