@@ -525,8 +525,8 @@ class Consumer:
                 raise ValueError("timestamps must be >= 0")
         answers = await offsets.list_offsets(dict(timestamps))
         return {
-            tp: None if off < 0 else OffsetAndTimestamp(off, ts)
-            for tp, (off, ts) in answers.items()
+            tp: None if a.offset < 0 else OffsetAndTimestamp(a.offset, a.timestamp)
+            for tp, a in answers.items()
         }
 
     async def beginning_offsets(
@@ -534,13 +534,13 @@ class Consumer:
     ) -> dict[TopicPartition, int]:
         _, _, offsets = self._running()
         answers = await offsets.list_offsets(dict.fromkeys(partitions, EARLIEST))
-        return {tp: off for tp, (off, _) in answers.items()}
+        return {tp: a.offset for tp, a in answers.items()}
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The offset the next written record will get (the high watermark)."""
         _, _, offsets = self._running()
         answers = await offsets.list_offsets(dict.fromkeys(partitions, LATEST))
-        return {tp: off for tp, (off, _) in answers.items()}
+        return {tp: a.offset for tp, a in answers.items()}
 
     # ------------------------------------------------------------------ metadata
 

@@ -79,6 +79,16 @@ _MAX_OFFSET_FETCH_VERSION = 7  # v8+ batches groups; one group per request is al
 _MIN_OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 
 
+class ListedOffset(NamedTuple):
+    """A ListOffsets answer: the offset (-1: no record at or after the timestamp asked), the
+    record's timestamp, and the leader epoch of the record at that offset (-1 when the
+    broker does not say), which a reset position carries (KIP-320, as Java's)."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int = -1
+
+
 class EpochEnd(NamedTuple):
     """An OffsetForLeaderEpoch answer: asked under ``current_epoch`` (the partition's leader
     epoch in our metadata), the log's largest epoch <= the one asked and where it ends
@@ -123,8 +133,8 @@ class OffsetsClient:
         timestamps: Mapping[TopicPartition, int],
         *,
         timeout: float | None = None,  # noqa: ASYNC109
-    ) -> dict[TopicPartition, tuple[int, int]]:
-        """``{tp: timestamp}`` (or EARLIEST/LATEST) -> ``{tp: (offset, timestamp)}``.
+    ) -> dict[TopicPartition, ListedOffset]:
+        """``{tp: timestamp}`` (or EARLIEST/LATEST) -> ``{tp: ListedOffset}``.
 
         The offset is -1 when no record has a timestamp at or after the one asked for.
         """
@@ -192,7 +202,7 @@ class OffsetsClient:
 
     async def _list_from(
         self, node: int, parts: Mapping[TopicPartition, int]
-    ) -> dict[TopicPartition, tuple[int, int] | KafkaError]:
+    ) -> dict[TopicPartition, ListedOffset | KafkaError]:
         conn = await self._cluster.connection(node)
         version = conn.version_for(ListOffsetsRequest)
         metadata = self._cluster.metadata
@@ -216,7 +226,7 @@ class OffsetsClient:
             timeout_ms=int(self._timeout * 1000),
         )
         response = await conn.send(request, version=version)
-        out: dict[TopicPartition, tuple[int, int] | KafkaError] = {}
+        out: dict[TopicPartition, ListedOffset | KafkaError] = {}
         for t in response.topics:
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.partition_index)
@@ -228,7 +238,7 @@ class OffsetsClient:
                         raise error(f"ListOffsets for {t.name}-{p.partition_index}")
                     out[tp] = error(f"ListOffsets for {t.name}-{p.partition_index}")
                 else:  # v1+ (v0's list of old-style offsets went with Kafka 4)
-                    out[tp] = (p.offset, p.timestamp)
+                    out[tp] = ListedOffset(p.offset, p.timestamp, p.leader_epoch)
         return out
 
     # ------------------------------------------------------------------ leader epochs

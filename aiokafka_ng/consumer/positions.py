@@ -107,11 +107,12 @@ async def resolve_positions(
             if answer is None:  # its leader did not answer this round: the planner asks again
                 log.debug("no ListOffsets answer for %s-%s yet", s.tp.topic, s.tp.partition)
             continue
-        offset = answer[0]
-        if offset < 0:  # no record at/after the timestamp (by_duration too): go to the end
+        if answer.offset < 0:  # no record at/after the timestamp (by_duration too): the end
             s.request_reset("latest")
             continue
-        s.seek(offset)
+        # The position carries the epoch of its record (Java's seekUnvalidated after a
+        # reset): a later leader change validates it (KIP-320) instead of trusting it.
+        s.seek(answer.offset, answer.leader_epoch)
 
 
 def complete_validation(

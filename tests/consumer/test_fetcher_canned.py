@@ -247,13 +247,15 @@ async def test_list_offsets_retries_leader_errors_and_reads_answers() -> None:
             )
             metadata_asked = kafka.requests()[METADATA]
             kafka.inject(LIST_OFFSETS, NotLeaderOrFollowerError.errno)
-            assert await offsets.list_offsets({TP0: -1}) == {TP0: (3, -1)}  # LATEST
+            latest = await offsets.list_offsets({TP0: -1})  # LATEST
+            assert {tp: a[:2] for tp, a in latest.items()} == {TP0: (3, -1)}
             assert fetch_offsets(kafka) == [("list", -1), ("list", -1)]
             assert all(x.request.replica_id == -1 for x in kafka.received(LIST_OFFSETS))
             # The leader error asked for fresh metadata.
             await kafka.wait_until(lambda: kafka.requests()[METADATA] > metadata_asked)
             # No record at or after this timestamp: no offset.
-            assert await offsets.list_offsets({TP0: 2**50}) == {TP0: (-1, -1)}
+            none = await offsets.list_offsets({TP0: 2**50})
+            assert {tp: a[:2] for tp, a in none.items()} == {TP0: (-1, -1)}
 
 
 async def test_failing_position_lookup_is_raised_and_backed_off() -> None:

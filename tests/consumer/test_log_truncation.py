@@ -290,3 +290,25 @@ async def test_list_offsets_names_the_leader_epoch_it_knows() -> None:
             assert sent == [epoch, epoch + 1]  # fenced, refreshed, asked again
             fenced = FencedLeaderEpochError.errno
             assert kafka.errors(LIST_OFFSETS) == kafka.errors(LIST_OFFSETS, fenced) == 1
+
+
+async def test_a_reset_position_carries_its_epoch_and_is_validated_after_a_truncation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A position from ``auto_offset_reset`` (ListOffsets) has the epoch the broker gives
+    for it, as Java's reset does: a consumer at the log end that has fetched nothing yet
+    still notices the truncation and reads the records written in the new epoch from the
+    divergence, instead of resuming at its old (now too high) offset and skipping them."""
+    caplog.set_level(logging.WARNING, logger=FETCHER_LOG)
+    async with FakeKafka(brokers=3, tcp=False) as kafka:
+        kafka.create_topic(TOPIC, 1)
+        await produce(kafka, OLD)
+        async with Consumer(**kafka.client_config(), auto_offset_reset="latest") as consumer:
+            consumer.assign([TP])
+            assert await consumer.position(TP) == 10  # reset to the end: nothing read
+            kafka.truncate(TOPIC, 0, 6)  # offsets 6..9 are lost, a new leader epoch
+            await produce(kafka, NEW)  # offsets 6..8, in the new epoch
+            again = await read(consumer, 3)
+            assert [(r.offset, r.value) for r in again] == list(zip(range(6, 9), NEW, strict=True))
+    (warning,) = truncation_warnings(caplog)
+    assert "position 10" in warning and "at 6" in warning
