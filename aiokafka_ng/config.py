@@ -442,6 +442,10 @@ class ProducerConfig(ClientConfig):
     #: ``partitioner(key_bytes, all_partitions, available_partitions) -> int`` (aiokafka's
     #: signature); None is the Java-compatible default (murmur2 / KIP-794 sticky).
     partitioner: Callable[[bytes | None, list[int], list[int]], int] | None = None
+    #: OpenTelemetry tracing (``pip install aiokafka-ng[tracing]``): a ``TracerProvider``
+    #: (``opentelemetry.trace.get_tracer_provider()`` for the global one). A PRODUCER span
+    #: per send, its context in the record's headers (W3C ``traceparent``). None: off.
+    tracer_provider: Any = None
 
     @field_validator("acks", mode="before")
     @classmethod

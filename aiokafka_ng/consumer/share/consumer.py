@@ -76,6 +76,7 @@ from aiokafka_ng.cluster import (
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
+from aiokafka_ng.consumer.parts import build_tracing
 from aiokafka_ng.consumer.share._wire import (
     _RENEW,
     AcknowledgeType,
@@ -152,6 +153,7 @@ class ShareConsumer(_ShareWire):
         self._config = ConsumerConfig(group_id=group_id, enable_auto_commit=False, **config)
         self._topics = sorted(set(topics))
         self._explicit = acknowledgement_mode == "explicit"
+        self._tracing = build_tracing(self._config)  # aiokafka_ng.tracing's spans, or None
         # A member id of our own (KIP-1082, as Java makes it): 22 chars of URL-safe base64.
         self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self._epoch = 0
@@ -571,6 +573,8 @@ class ShareConsumer(_ShareWire):
             record = self._buffer.popleft()
             self._unacked[(record.topic_partition, record.offset)] = record
             out.append(record)
+        if out and self._tracing is not None:
+            self._tracing.received_many((out,))
         return out
 
     def __aiter__(self) -> Self:
