@@ -52,19 +52,14 @@ Only ``opentelemetry-api`` is needed here; this module is imported when a client
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter, Setter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
-
-if TYPE_CHECKING:
-    from aiokafka_ng.config import ProducerConfig
-    from aiokafka_ng.consumer.config import ConsumerConfig
-    from aiokafka_ng.consumer.models import ConsumerRecord
-    from aiokafka_ng.producer.future import BatchDelivery, DeliveryFuture
 
 __all__ = ["ConsumerTracing", "ProducerTracing", "TraceHeaders", "record_context"]
 
@@ -72,6 +67,26 @@ _INSTRUMENTATION = "aiokafka_ng"
 _T = TypeVar("_T")
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+
+# The clients' types, structurally: this module is imported by the producer and the
+# consumers, and imports none of them (nor their configs) back.
+class _Record(Protocol):
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> Any: ...
+    @property
+    def value(self) -> Any: ...
+    @property
+    def headers(self) -> Headers: ...
+
+
+_Future = Any  # a DeliveryFuture or a BatchDelivery (asyncio-future-like)
 
 
 class TraceHeaders(list[tuple[str, bytes | None]]):
@@ -103,7 +118,7 @@ _SETTER = _HeaderSetter()
 _GETTER = _HeaderGetter()
 
 
-def record_context(record: ConsumerRecord[Any, Any]) -> Context:
+def record_context(record: _Record) -> Context:
     """The trace context the record's producer sent in its headers (an empty context when
     there is none): the parent for the application's processing span, e.g.
     ``tracer.start_as_current_span("handle", context=record_context(record))``."""
@@ -139,9 +154,10 @@ def _client_attributes(client_id: str | None, bootstrap_servers: str | list[str]
 
 
 def _tracer(provider: Any) -> trace.Tracer:
-    from aiokafka_ng import __version__
-
-    return trace.get_tracer(_INSTRUMENTATION, __version__, tracer_provider=provider)
+    # The version from the imported package root, not an import of it: the root imports
+    # every client, and the clients import this module (the layers allow no edge up).
+    version = str(getattr(sys.modules.get("aiokafka_ng"), "__version__", "unknown"))
+    return trace.get_tracer(_INSTRUMENTATION, version, tracer_provider=provider)
 
 
 def _type_name(exc: BaseException) -> str:
@@ -163,9 +179,7 @@ class ProducerTracing:
     #: The header list of a record whose span is started: ``Producer.send`` checks for it.
     carrier = TraceHeaders
 
-    def __init__(
-        self, config: ProducerConfig, send: Callable[..., Awaitable[DeliveryFuture]]
-    ) -> None:
+    def __init__(self, config: Any, send: Callable[..., Awaitable[_Future]]) -> None:
         self._send = send  # the producer's send(), which sends a traced record as it is
         self._tracer = _tracer(config.tracer_provider)
         self._attrs = _client_attributes(config.client_id, config.bootstrap_servers)
@@ -180,7 +194,7 @@ class ProducerTracing:
         partition: int | None,
         timestamp_ms: int | None,
         headers: Iterable[tuple[str, bytes | None]] | None,
-    ) -> DeliveryFuture:
+    ) -> _Future:
         """The producer's ``send()`` inside a PRODUCER span that ends when the record is
         decided; the span's context goes in the record's headers."""
         attrs = dict(self._attrs)
@@ -233,7 +247,7 @@ def _named(header: Any, names: set[str]) -> bool:
     return isinstance(header, tuple) and len(header) == 2 and header[0] in names
 
 
-def _end_send(span: trace.Span, fut: DeliveryFuture) -> None:
+def _end_send(span: trace.Span, fut: _Future) -> None:
     if fut.cancelled():
         span.set_attribute("error.type", "cancelled")
         span.set_status(Status(StatusCode.ERROR, "cancelled"))
@@ -255,7 +269,7 @@ class _BulkEnd:
 
     __slots__ = ("failed", "futures", "left", "span")
 
-    def __init__(self, span: trace.Span, futures: list[DeliveryFuture | BatchDelivery]) -> None:
+    def __init__(self, span: trace.Span, futures: list[_Future]) -> None:
         self.span = span
         self.futures = futures
         self.left = len(futures)
@@ -293,7 +307,7 @@ class ConsumerTracing:
     """The consumer's spans (see the module docstring); made by ``Consumer()`` when its
     config has a ``tracer_provider``."""
 
-    def __init__(self, config: ConsumerConfig) -> None:
+    def __init__(self, config: Any) -> None:
         self._tracer = _tracer(config.tracer_provider)
         attrs = _client_attributes(config.client_id, config.bootstrap_servers)
         if config.group_id is not None:
@@ -302,7 +316,7 @@ class ConsumerTracing:
         attrs["messaging.operation.type"] = "receive"
         self._attrs = attrs
 
-    def received(self, record: ConsumerRecord[Any, Any]) -> None:
+    def received(self, record: _Record) -> None:
         """One record handed out: a CONSUMER span, child of and linked to its producer's."""
         attrs = dict(self._attrs)
         topic = record.topic

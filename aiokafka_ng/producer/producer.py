@@ -272,7 +272,8 @@ class Producer:
         tracing = self._tracing
         if tracing is not None and headers.__class__ is not tracing.carrier:
             # A span, its context put in the headers; the traced record comes back here.
-            return await tracing.send(topic, value, key, partition, timestamp_ms, headers)
+            traced = await tracing.send(topic, value, key, partition, timestamp_ms, headers)
+            return cast(DeliveryFuture, traced)
         # The hot path: the common case in one C call (None: not taken, nothing done),
         # else every check here is cheap and the common case calls only the builder.
         intake = self._intake
