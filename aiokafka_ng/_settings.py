@@ -84,6 +84,7 @@ class ProducerSettings(ClientSettings, total=False):
     partitioner: Callable[[bytes | None, list[int], list[int]], int] | None
     partitioner_rack_aware: bool
     retries: int
+    tracer_provider: Any
     transaction_timeout_ms: int
     transactional_id: str | None
     value_serializer: Callable[[Any], bytes | None] | None
@@ -118,6 +119,7 @@ class ConsumerSettings(ClientSettings, total=False):
     partition_assignment_strategy: str | Sequence[Any]
     rebalance_timeout_ms: int | None
     session_timeout_ms: int
+    tracer_provider: Any
     value_deserializer: Callable[[bytes | None], Any] | None
 
 

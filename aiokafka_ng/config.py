@@ -589,6 +589,10 @@ class ProducerConfig(ClientConfig):
     #: client-metrics subscription on the cluster); Java's ``enable.metrics.push``, on by
     #: default. Nothing is sent to brokers without a telemetry plugin.
     enable_metrics_push: bool = True
+    #: OpenTelemetry tracing (``pip install aiokafka-ng[tracing]``): a ``TracerProvider``
+    #: (``opentelemetry.trace.get_tracer_provider()`` for the global one). A PRODUCER span
+    #: per send, its context in the record's headers (W3C ``traceparent``). None: off.
+    tracer_provider: Any = None
 
     @field_validator("acks", mode="before")
     @classmethod

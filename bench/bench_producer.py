@@ -17,6 +17,11 @@ and unkeyed, 100 B uncompressed; the gather pattern also with 1 KiB lz4):
   Every other row keeps each client's defaults (ours and aiokafka's: 16 KiB, the Java
   client's), where per-batch work weighs on the bulk path
 
+``--clients ...,traced`` adds the ``traced`` column: ours with tracing on
+(``tracer_provider=``: the OpenTelemetry SDK with a BatchSpanProcessor over an exporter that
+drops the spans, so the figure is the client's and the SDK's span cost, not an exporter's);
+``tr/ng`` is it against ours from the same run.
+
 After the table, CPU seconds per million records for each run: the client's process (all
 its threads: librdkafka's too) and the broker's (Tansu), from ``time.process_time`` and
 ``/proc/PID/stat`` around each run (client start and close included; the broker's clock
@@ -188,6 +193,32 @@ def ours(job: Job, **kw: Any) -> Producer:
     )
 
 
+_TRACER_PROVIDER: Any = None
+
+
+def traced(job: Job) -> Producer:
+    """``ours`` with tracing on (the ``traced`` column): the OpenTelemetry SDK's provider with
+    a BatchSpanProcessor, as a service sets it up, over an exporter that drops the spans (the
+    client's cost, not an exporter's)."""
+    global _TRACER_PROVIDER
+    if _TRACER_PROVIDER is None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        class Drop(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                return SpanExportResult.SUCCESS
+
+        _TRACER_PROVIDER = TracerProvider()
+        # A queue that never fills: a dropped span would not be counted as a cost.
+        _TRACER_PROVIDER.add_span_processor(BatchSpanProcessor(Drop(), max_queue_size=1 << 20))
+    return ours(job, tracer_provider=_TRACER_PROVIDER)
+
+
 async def ours_gather(job: Job, make: Callable[[Job], Any] = ours) -> float:
     async with make(job) as p:
         await p.partitions_for(job.topic)
@@ -242,8 +273,8 @@ async def ours_tasks(job: Job, make: Callable[[Job], Any] = ours) -> float:
         return await _tasks(job, p.send_and_wait)
 
 
-async def ours_batch(job: Job) -> float:
-    async with ours(job) as p:
+async def ours_batch(job: Job, make: Callable[[Job], Any] = ours) -> float:
+    async with make(job) as p:
         await p.partitions_for(job.topic)
         topic, values, keys = job.topic, job.values, job.keys
         t0 = time.perf_counter()
@@ -259,8 +290,8 @@ async def ours_batch(job: Job) -> float:
         return elapsed
 
 
-async def ours_many(job: Job) -> float:
-    async with ours(job) as p:
+async def ours_many(job: Job, make: Callable[[Job], Any] = ours) -> float:
+    async with make(job) as p:
         await p.partitions_for(job.topic)
         topic, values, keys = job.topic, job.values, job.keys
         t0 = time.perf_counter()
@@ -741,7 +772,7 @@ def main() -> None:
         print(f"load average before: {os.getloadavg()[0]:.2f}")
         print(f"{'pattern':<28}{'aiokafka_ng':>12}{'aiokafka':>12}{'confluent':>12}"
               f"{'ng/aio':>8}{'ng/conf':>8}{'null':>12}{'null/conf':>10}{'ng/null':>8}"
-              f"{'java':>12}{'ng/java':>8}")  # fmt: skip
+              f"{'java':>12}{'ng/java':>8}{'traced':>12}{'tr/ng':>8}")  # fmt: skip
         java_runs: dict[int | None, tuple[float, tuple[float, float, float]]] = {}
         for label, size, codec in (("100 B", 100, "none"), ("1 KiB lz4", 1024, "lz4")):
             for keyed in (True, False):
@@ -755,6 +786,8 @@ def main() -> None:
                     spec = (bs, n, size, codec, keyed, 1_000_000 if pattern == "many1m" else None)
                     if "ours" in clients:
                         rates["ours"] = timed("ours", used, OURS[pattern], Job(*spec))
+                    if "traced" in clients:
+                        rates["traced"] = timed("traced", used, OURS[pattern], Job(*spec), traced)
                     if "null" in clients and pattern in NULL_PATTERNS:
                         rates["null"] = n / run(OURS[pattern], Job(*spec), NullProducer)
                     if "aiokafka" in clients:
@@ -793,6 +826,7 @@ def main() -> None:
                 f"{label:>10} {used[key][0]:5.2f} + {used[key][1]:5.2f} ({used[key][2]:.1f})"
                 for key, label in (
                     ("ours", "ours"),
+                    ("traced", "traced"),
                     ("aio", "aiokafka"),
                     ("conf", "confluent"),
                     ("java", "java"),
@@ -851,6 +885,7 @@ def _row(name: str, r: dict[str, float]) -> str:
         f"{name:<28}{cell('ours')}{cell('aio')}{cell('conf')}"
         f"{ratio('ours', 'aio')}{ratio('ours', 'conf')}{cell('null')}{ratio('null', 'conf', 10)}"
         f"{ratio('ours', 'null')}{cell('java')}{ratio('ours', 'java')}"
+        f"{cell('traced')}{ratio('traced', 'ours')}"
     )
 
 

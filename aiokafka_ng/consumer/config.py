@@ -110,6 +110,10 @@ class ConsumerConfig(ClientConfig):
     allow_auto_create_topics: bool = True
     key_deserializer: Callable[[bytes | None], Any] | None = None
     value_deserializer: Callable[[bytes | None], Any] | None = None
+    #: OpenTelemetry tracing (``pip install aiokafka-ng[tracing]``): a ``TracerProvider``
+    #: (``opentelemetry.trace.get_tracer_provider()`` for the global one). A CONSUMER span
+    #: per record (``getmany``: per call) linked to its producer's context. None: off.
+    tracer_provider: Any = None
 
     @field_validator("auto_offset_reset", "isolation_level", "group_protocol", mode="before")
     @classmethod

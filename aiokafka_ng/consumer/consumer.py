@@ -50,6 +50,7 @@ from aiokafka_ng.consumer.offsets import EARLIEST, LATEST, OffsetsClient
 from aiokafka_ng.consumer.parts import (
     ConsumerStatistics,
     build_parts,
+    build_tracing,
     no_fetches,
     telemetry_engine,
 )
@@ -85,6 +86,8 @@ class Consumer:
         self._fetcher: Fetcher | None = None
         self._group: GroupCoordinator | None = None
         self._offsets: OffsetsClient | None = None
+        #: Spans of records handed out (aiokafka_ng.tracing), or None: a check per record.
+        self._tracing = build_tracing(self._config)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any], *topics: str) -> Consumer:
@@ -352,6 +355,8 @@ class Consumer:
             records = fetcher.drain(limit, only)
             now = anyio.current_time()
             if records or now >= deadline:
+                if records and self._tracing is not None:
+                    self._tracing.received_many(records.values())
                 return records
             with anyio.move_on_after(deadline - now):
                 await self._wait(fetcher)
@@ -385,6 +390,8 @@ class Consumer:
         while True:
             record = fetcher.drain_one(only)
             if record is not None:
+                if self._tracing is not None:
+                    self._tracing.received(record)
                 return record
             await self._wait(fetcher)
             self._check_after_wait()
@@ -400,6 +407,8 @@ class Consumer:
             self._poll_entry()
             record = fetcher.drain_one(None)
             if record is not None:
+                if self._tracing is not None:
+                    self._tracing.received(record)
                 return record
         try:
             return await self.getone()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka_ng.cluster import ClientStatistics, ClusterClient
 from aiokafka_ng.cluster.telemetry import (
@@ -29,11 +29,15 @@ from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.net.backoff import ExponentialBackoff
 
+if TYPE_CHECKING:
+    from aiokafka_ng.tracing import ConsumerTracing
+
 __all__ = [
     "TELEMETRY_GROUP_METRICS",
     "TELEMETRY_METRICS",
     "ConsumerStatistics",
     "build_parts",
+    "build_tracing",
     "no_fetches",
     "telemetry_engine",
 ]
@@ -148,3 +152,13 @@ def build_parts(
     member = ConsumerGroupMember if c.group_protocol == "consumer" else GroupCoordinator
     group = member(cluster, c.group_settings(), subscription, offsets, on_assignment=fetcher.wake)
     return offsets, fetcher, group
+
+
+def build_tracing(config: ConsumerConfig) -> ConsumerTracing | None:
+    """The spans of records handed out (``aiokafka_ng.tracing``), or None when the config
+    has no ``tracer_provider``: then opentelemetry is not even imported."""
+    if config.tracer_provider is None:
+        return None
+    from aiokafka_ng.tracing import ConsumerTracing  # needs the tracing extra
+
+    return ConsumerTracing(config)

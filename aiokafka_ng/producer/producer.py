@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
@@ -84,6 +85,7 @@ from aiokafka_ng.protocol import speedups
 
 if TYPE_CHECKING:
     from aiokafka_ng._settings import ProducerSettings
+    from aiokafka_ng.tracing import ProducerTracing
 
 __all__ = ["Producer", "ProducerRecord", "ProducerStatistics"]
 
@@ -139,6 +141,8 @@ class Producer:
         self._senders = parts.senders  # the I/O side: a sender per broker
         self._intake = parts.intake  # what send() and the bulk path read
         self._parts = parts
+        #: Spans and trace headers (aiokafka_ng.tracing), or None: then a check per send.
+        self._tracing = _tracing(config, self)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> Producer:
@@ -283,6 +287,11 @@ class Producer:
         ``BufferExhaustedError``. A record too large for ``max_request_size`` or
         ``buffer_memory`` gets a future failed with ``MessageSizeTooLargeError``.
         """
+        tracing = self._tracing
+        if tracing is not None and headers.__class__ is not tracing.carrier:
+            # A span, its context put in the headers; the traced record comes back here.
+            traced = await tracing.send(topic, value, key, partition, timestamp_ms, headers)
+            return cast(DeliveryFuture, traced)
         # The hot path: the common case in one C call (None: not taken, nothing done),
         # else every check here is cheap and the common case calls only the builder.
         intake = self._intake
@@ -407,9 +416,8 @@ class Producer:
         Cancelled, the records already queued are still delivered and the rest are not
         sent (see ``aiokafka_ng.producer.bulk``, Cancellation).
         """
-        return await send_batch(
-            self._intake, self.send, topic, records, keys, partition, timestamp_ms
-        )
+        call = send_batch(self._intake, self.send, topic, records, keys, partition, timestamp_ms)
+        return await (call if self._tracing is None else self._tracing.bulk(topic, call))
 
     async def send_many(
         self,
@@ -440,7 +448,8 @@ class Producer:
         are part of it) and the rest are not sent; ``flush()`` and a commit do not wait
         for them.
         """
-        return await send_many(self._intake, topic, values, keys, partition, timestamp_ms)
+        run = send_many(self._intake, topic, values, keys, partition, timestamp_ms)
+        return await (run if self._tracing is None else self._tracing.bulk(topic, run))
 
     async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
         """Send everything queued now and wait for its outcome (not raising delivery
@@ -591,6 +600,15 @@ class Producer:
             self._engine.update_metadata(snapshot)
         except Exception as exc:  # a bug of ours, run in the cluster's task: fail loudly here
             self._runtime.fail(exc)
+
+
+def _tracing(config: ProducerConfig, producer: Producer) -> ProducerTracing | None:
+    if config.tracer_provider is None:
+        return None
+    from aiokafka_ng.tracing import ProducerTracing  # needs the tracing extra
+
+    # Producer.send itself, not an override: a subclass's send runs once per record.
+    return ProducerTracing(config, functools.partial(Producer.send, producer))
 
 
 def _stopped(failure: Exception) -> IllegalStateError:

@@ -307,3 +307,33 @@ async def test_closing_releases_what_was_not_acknowledged(kafka_cluster: KafkaCl
     assert [r.offset for r in held] == [0, 1]
     assert sorted((r.offset, r.delivery_count) for r in again) == [(0, 2), (1, 2)]
     assert member_id not in {m.member_id for m in desc.members}
+
+
+async def test_a_traced_poll_is_one_consumer_span_linked_to_each_producer(
+    kafka_cluster: KafkaCluster,
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import SpanKind
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    servers = kafka_cluster.bootstrap_servers
+    async with new_topic(kafka_cluster, 1, 3) as topic:
+        group = await share_group(kafka_cluster)
+        async with consumers(kafka_cluster, topic, group, tracer_provider=provider) as (member,):
+            async with Producer(bootstrap_servers=servers, tracer_provider=provider) as producer:
+                for i in range(3):
+                    await producer.send_and_wait(topic, b"v%d" % i)
+            got = await poll_until(member, lambda got: len(got) >= 3)
+    sent = [s for s in exporter.get_finished_spans() if s.name == f"{topic} send"]
+    polls = [s for s in exporter.get_finished_spans() if s.name == f"{topic} receive"]
+    assert len(sent) == 3 and len(got) == 3
+    assert all(s.kind is SpanKind.CONSUMER for s in polls)
+    linked = [link.context.span_id for s in polls for link in s.links]
+    assert sorted(linked) == sorted(s.context.span_id for s in sent if s.context)
+    counts = [(s.attributes or {})["messaging.batch.message_count"] for s in polls]
+    assert sum(counts) == 3
+    assert all((s.attributes or {})["messaging.consumer.group.name"] == group for s in polls)

@@ -80,6 +80,7 @@ from aiokafka_ng.cluster.telemetry import TelemetryEngine, connection_table, tab
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
+from aiokafka_ng.consumer.parts import build_tracing
 from aiokafka_ng.consumer.share._wire import (
     _RENEW,
     AcknowledgeType,
@@ -174,6 +175,7 @@ class ShareConsumer(_ShareWire):
         self._record_limit = mode == "record_limit"
         self._fetch_turn = 0  # record_limit: which leader fetches records this round
         self._fetch_error: KafkaError | None = None
+        self._tracing = build_tracing(self._config)  # aiokafka_ng.tracing's spans, or None
         # A member id of our own (KIP-1082, as Java makes it): 22 chars of URL-safe base64.
         self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self._epoch = 0
@@ -615,6 +617,8 @@ class ShareConsumer(_ShareWire):
             record = self._buffer.popleft()
             self._unacked[(record.topic_partition, record.offset)] = record
             out.append(record)
+        if out and self._tracing is not None:
+            self._tracing.received_many((out,))
         return out
 
     def __aiter__(self) -> Self:

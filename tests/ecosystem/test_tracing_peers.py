@@ -1,0 +1,253 @@
+"""One trace across three clients: aiokafka_ng's tracing with the OpenTelemetry
+instrumentations of aiokafka (``opentelemetry-instrumentation-aiokafka``) and confluent-kafka
+(``-confluent-kafka``) as peers, in both directions, on a real broker.
+
+Each test is a relay: a peer produces inside an application span, we consume the record
+and, in the processing span parented on its context (``record_context``), produce one of
+our own, which the other peer consumes. The exported spans (in-memory exporter) must form
+one trace: our consumer span the child of the peer's send span, and the other peer's
+consumer span the child of (aiokafka) or linked to (confluent-kafka) our send span.
+
+The peers run in a worker thread (aiokafka on an asyncio loop of its own), so the test runs
+on asyncio and trio alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio.to_thread
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from aiokafka_ng import AdminClient, NewTopic
+from aiokafka_ng.consumer import Consumer
+from aiokafka_ng.producer import Producer
+from aiokafka_ng.tracing import record_context
+from tests.helpers import topic_name
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def spans() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+async def _topics(bootstrap: str, *names: str) -> None:
+    async with AdminClient(bootstrap_servers=bootstrap) as admin:
+        (await admin.create_topics([NewTopic(n, 1, -1) for n in names])).raise_on_error()
+
+
+def dump(spans: list[ReadableSpan]) -> str:
+    """The spans as lines (trace, span, parent, kind, name, links, attributes): what a trace
+    viewer shows, for the report and for a failure's message."""
+    out = []
+    for s in spans:
+        ctx = s.context
+        assert ctx is not None
+        parent = f"{s.parent.span_id:016x}" if s.parent else "-" * 16
+        links = ",".join(f"{link.context.span_id:016x}" for link in s.links) or "-"
+        attrs = " ".join(f"{k}={v}" for k, v in sorted((s.attributes or {}).items()))
+        scope = s.instrumentation_scope.name if s.instrumentation_scope else "?"
+        out.append(
+            f"trace={ctx.trace_id:032x} span={ctx.span_id:016x} parent={parent} "
+            f"{s.kind.name:<8} {s.name!r} [{scope}] links={links} {attrs}"
+        )
+    return "\n".join(out)
+
+
+def _one(spans: list[ReadableSpan], name: str, scope: str) -> ReadableSpan:
+    found = [
+        s
+        for s in spans
+        if s.name == name and s.instrumentation_scope and s.instrumentation_scope.name == scope
+    ]
+    assert len(found) == 1, (name, scope, dump(spans))
+    return found[0]
+
+
+def _is_child(child: ReadableSpan, parent: ReadableSpan) -> bool:
+    assert child.context is not None and parent.context is not None
+    return (
+        child.parent is not None
+        and child.parent.span_id == parent.context.span_id
+        and child.context.trace_id == parent.context.trace_id
+    )
+
+
+# ------------------------------------------------------------------ the peers, in a thread
+
+
+def confluent_produce(bootstrap: str, topic: str, provider: TracerProvider) -> None:
+    from confluent_kafka import Producer as ConfluentProducer
+    from opentelemetry.instrumentation.confluent_kafka import ConfluentKafkaInstrumentor
+
+    producer = ConfluentKafkaInstrumentor.instrument_producer(
+        ConfluentProducer({"bootstrap.servers": bootstrap}), tracer_provider=provider
+    )
+    with provider.get_tracer("app").start_as_current_span("http POST /orders"):
+        producer.produce(topic, b"order-1", key=b"o1")
+    assert producer.flush(30) == 0
+
+
+def confluent_consume(bootstrap: str, topic: str, provider: TracerProvider) -> None:
+    from confluent_kafka import Consumer as ConfluentConsumer
+    from opentelemetry.instrumentation.confluent_kafka import ConfluentKafkaInstrumentor
+
+    consumer = ConfluentKafkaInstrumentor.instrument_consumer(
+        ConfluentConsumer(
+            {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+        ),
+        tracer_provider=provider,
+    )
+    consumer.subscribe([topic])
+    try:
+        for _ in range(120):
+            msg = consumer.poll(1.0)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                return
+        raise AssertionError("confluent-kafka got no record in 120 s")
+    finally:
+        consumer.close()  # ends its process span
+
+
+def aiokafka_instrumented(provider: TracerProvider) -> Any:
+    from opentelemetry.instrumentation.aiokafka import AIOKafkaInstrumentor
+
+    instrumentor = AIOKafkaInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)  # patches aiokafka's classes
+    return instrumentor
+
+
+def aiokafka_produce(bootstrap: str, topic: str, provider: TracerProvider) -> None:
+    async def main() -> None:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            with provider.get_tracer("app").start_as_current_span("http POST /orders"):
+                await producer.send_and_wait(topic, b"order-1", key=b"o1")
+        finally:
+            await producer.stop()
+
+    instrumentor = aiokafka_instrumented(provider)
+    try:
+        asyncio.run(main())
+    finally:
+        instrumentor.uninstrument()
+
+
+def aiokafka_consume(bootstrap: str, topic: str, provider: TracerProvider) -> None:
+    async def main() -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=topic, auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            await asyncio.wait_for(consumer.getone(), 120)
+        finally:
+            await consumer.stop()
+
+    instrumentor = aiokafka_instrumented(provider)
+    try:
+        asyncio.run(main())
+    finally:
+        instrumentor.uninstrument()
+
+
+# ------------------------------------------------------------------ us, in the middle
+
+
+async def relay(bootstrap: str, source: str, target: str, provider: TracerProvider) -> None:
+    """Consume one record of ``source`` (traced), handle it in a span parented on its
+    context, and send one record to ``target`` from there (traced)."""
+    async with (
+        Consumer(
+            source,
+            bootstrap_servers=bootstrap,
+            group_id=source,
+            auto_offset_reset="earliest",
+            client_id="relay-in",
+            tracer_provider=provider,
+        ) as consumer,
+        Producer(
+            bootstrap_servers=bootstrap, client_id="relay-out", tracer_provider=provider
+        ) as producer,
+    ):
+        with anyio.fail_after(120):
+            record = await consumer.getone()
+        context = record_context(record)
+        with provider.get_tracer("app").start_as_current_span("handle order", context=context):
+            await producer.send_and_wait(target, b"shipment-1", key=b"s1")
+
+
+async def test_confluent_kafka_to_us_to_aiokafka_is_one_trace(
+    kafka_broker: Any, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = spans
+    bootstrap = kafka_broker.bootstrap_servers
+    orders, shipments = topic_name("orders"), topic_name("shipments")
+    await _topics(bootstrap, orders, shipments)
+    await anyio.to_thread.run_sync(confluent_produce, bootstrap, orders, provider)
+    await relay(bootstrap, orders, shipments, provider)
+    await anyio.to_thread.run_sync(aiokafka_consume, bootstrap, shipments, provider)
+    got = list(exporter.get_finished_spans())
+    peer = "opentelemetry.instrumentation."
+    request = _one(got, "http POST /orders", "app")
+    their_send = _one(got, f"{orders} send", peer + "confluent_kafka")
+    our_receive = _one(got, f"{orders} receive", "aiokafka_ng")
+    handle = _one(got, "handle order", "app")
+    our_send = _one(got, f"{shipments} send", "aiokafka_ng")
+    their_receive = _one(got, f"{shipments} receive", peer + "aiokafka")
+    assert _is_child(their_send, request), dump(got)
+    assert _is_child(our_receive, their_send), dump(got)  # ours extracts theirs
+    assert _is_child(handle, their_send), dump(got)  # record_context
+    assert _is_child(our_send, handle), dump(got)
+    assert _is_child(their_receive, our_send), dump(got)  # theirs extracts ours
+    assert (our_receive.kind, our_send.kind) == (SpanKind.CONSUMER, SpanKind.PRODUCER)
+    assert (our_send.attributes or {})["messaging.kafka.offset"] == 0
+    assert (their_receive.attributes or {})["messaging.kafka.message.offset"] == 0
+    assert len({s.context.trace_id for s in got if s.context}) == 1, dump(got)
+
+
+async def test_aiokafka_to_us_to_confluent_kafka_is_one_trace(
+    kafka_broker: Any, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = spans
+    bootstrap = kafka_broker.bootstrap_servers
+    orders, shipments = topic_name("orders"), topic_name("shipments")
+    await _topics(bootstrap, orders, shipments)
+    await anyio.to_thread.run_sync(aiokafka_produce, bootstrap, orders, provider)
+    await relay(bootstrap, orders, shipments, provider)
+    await anyio.to_thread.run_sync(confluent_consume, bootstrap, shipments, provider)
+    got = list(exporter.get_finished_spans())
+    peer = "opentelemetry.instrumentation."
+    request = _one(got, "http POST /orders", "app")
+    their_send = _one(got, f"{orders} send", peer + "aiokafka")
+    our_receive = _one(got, f"{orders} receive", "aiokafka_ng")
+    handle = _one(got, "handle order", "app")
+    our_send = _one(got, f"{shipments} send", "aiokafka_ng")
+    their_process = _one(got, f"{shipments} process", peer + "confluent_kafka")
+    assert _is_child(their_send, request), dump(got)
+    assert _is_child(our_receive, their_send), dump(got)
+    assert _is_child(handle, their_send), dump(got)
+    assert _is_child(our_send, handle), dump(got)
+    # confluent-kafka's instrumentation links its process span to the producer's context
+    # (a new trace of its own): the link is what carries the trace across.
+    assert our_send.context is not None
+    assert [(link.context.trace_id, link.context.span_id) for link in their_process.links] == [
+        (our_send.context.trace_id, our_send.context.span_id)
+    ], dump(got)
+    assert request.context is not None and request.context.trace_id == our_send.context.trace_id
