@@ -98,19 +98,29 @@ class _Partition:
         self.handed = 0
         self.duplicated = 0
         self.reordered = 0
+        # Where it went wrong, for the report (bounded: the first few of each).
+        self.jumps: list[tuple[int, int]] = []  # (expected, got) when seq skipped ahead
+        self.repeats: list[tuple[int, int]] = []  # (expected, got) when seq went back
+        self._repeating = False
 
     def record(self, seq: int) -> None:
         self.handed += 1
+        repeating, self._repeating = self._repeating, False
         if seq == self.expected:
             self.expected += 1
         elif seq > self.expected:
+            if len(self.jumps) < 5:
+                self.jumps.append((self.expected, seq))
             self.missing.update(range(self.expected, seq))
             self.expected = seq + 1
         elif seq in self.missing:
             self.missing.discard(seq)
             self.reordered += 1
         else:
+            if not repeating and len(self.repeats) < 5:
+                self.repeats.append((self.expected, seq))  # where a run of repeats starts
             self.duplicated += 1
+            self._repeating = True
 
     def lost(self, sent: int) -> int:
         gone = self.missing | set(range(self.expected, sent))
@@ -359,6 +369,12 @@ async def soak(
         result.lost += t.lost(next_seq[part])
         result.duplicated += t.duplicated
         result.reordered += t.reordered
+        if t.jumps or t.repeats or t.lost(next_seq[part]):
+            out(
+                f"[soak] partition {part}: sent {next_seq[part]}, handed {t.handed}, "
+                f"skipped ahead (expected, got) {t.jumps}, went back {t.repeats}, "
+                f"lost {sorted(t.missing)[:10]}..."
+            )
     out(
         f"[soak] lost={result.lost} duplicated={result.duplicated} reordered={result.reordered} "
         f"failed_sends={result.failed_sends} faults={result.faults} "
