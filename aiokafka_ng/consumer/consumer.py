@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 
 import anyio
+import anyio.lowlevel
 
 from aiokafka_ng.cluster import ClientRuntime, ClientState, ClientStatus, Cluster, ClusterMetadata
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
@@ -608,6 +609,9 @@ class Consumer:
     async def wait_for_assignment(self, *, timeout_ms: int = 60000) -> frozenset[TopicPartition]:
         """Wait until the group has given this member an assignment (possibly empty)."""
         self._running()
+        # A checkpoint even when the answer is known: a caller looping until the assignment
+        # is non-empty must let the group's tasks (and its own deadline) run.
+        await anyio.lowlevel.checkpoint()
         if self._group is None:
             return self.assignment()
         with anyio.move_on_after(timeout_ms / 1000):
