@@ -243,6 +243,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
         _KAFKA_JVM + "; tests/kafka/test_kafka_oauth.py runs this recipe"
     ),
     ("testing.md", "async with KafkaCluster(brokers=3) as cluster:"): _KAFKA_JVM,
+    ("testing.md", "async with KafkaCluster(brokers=3, addressable=True) as cluster:"): (
+        _KAFKA_JVM + ", and needs root; tests/kafka/test_kafka_partitions.py runs each call"
+    ),
     ("security.md", "from azure.identity.aio import DefaultAzureCredential"): (
         "needs the azure-identity package and an Entra ID tenant (a cloud service)"
     ),
