@@ -15,10 +15,18 @@ is none of the nodes: the test itself, a Java or librdkafka peer.
 
 Cutting. Every connection between two parties is opened by one towards the other's
 listener: a node's to another node (replication, the quorum, AlterPartition), a client's to
-a node. Dropping the packets that one party sends to the other's address and ports
-therefore cuts both directions -- a connection cannot be set up, and on an established one
-the requests (and the ACKs for the answers) are lost, so nothing gets through. DROP, not
-REJECT: a partition is silence, and clients and brokers must notice it by their timeouts.
+a node. A cut drops, first, the packets that the opener sends to the other's address and
+ports: no connection can be set up, no request gets through. That alone would leak the
+answer to a request sent just before the cut (a follower's fetch waiting at the leader:
+the record produced after the cut would still reach the follower), and the answers go to
+127.0.0.1 and an ephemeral port, which say nothing of whose they are. So, while the nemesis
+is entered, every connection to a node's listener is tagged with its opener (``CONNMARK``,
+set from the opener's packets in the mangle table, which runs before the filter: even a
+packet the cut then drops tags its connection), and a cut also drops what the listener sends
+on connections tagged with the cut opener. A connection is tagged by the first packet its
+opener sends after the nemesis was entered, so enter it before the traffic it must cut
+starts, not just before the cut. DROP, not REJECT: a partition is silence, and clients and
+brokers must notice it by their timeouts.
 :meth:`Nemesis.partition` takes groups of parties (node ids and :data:`CLIENTS`) and cuts
 every party from every party of another group; :meth:`heal` removes every cut.
 
@@ -61,6 +69,9 @@ _CHAIN_PREFIX: Final = "AKNG-"
 _TABLES: Final = ("filter", "mangle")
 #: fwmark of node N's packets for :meth:`Nemesis.slow` (the low bits are the node id).
 _MARK_BASE: Final = 0x4B4E0000
+#: connmark of a connection opened by node N (the low bits) or by a client (0xFF).
+_OPENER_BASE: Final = 0x4B4F0000
+_CLIENT_TAG: Final = 0xFF
 _MARK_MASK: Final = "0xffffffff"
 _LO: Final = "lo"
 
@@ -118,6 +129,7 @@ class Nemesis:
             _run("iptables", "-w", "-A", probe, "-m", "owner", "--gid-owner", "0", "-j", "RETURN")
             _run("iptables", "-w", "-A", probe, "-m", "statistic", "--mode", "random",
                  "--probability", "0.5", "-j", "RETURN")  # fmt: skip
+            _run("iptables", "-w", "-A", probe, "-m", "connmark", "--mark", "1", "-j", "RETURN")
         except NemesisError as exc:
             return f"the kernel lacks a match the nemesis needs: {exc}"
         finally:
@@ -137,6 +149,7 @@ class Nemesis:
                 _run("iptables", "-w", "-t", table, "-N", self._chain)
                 _run("iptables", "-w", "-t", table, "-I", "OUTPUT", "1", "-j", self._chain)
             self._entered = True
+            self._apply()  # the openers' tags, from now on (see "Cutting")
         except BaseException:
             self._remove_all()
             raise
@@ -273,10 +286,21 @@ class Nemesis:
         """Rewrite both chains from the state (a flush and a few appends: milliseconds)."""
         if not self._entered:
             raise NemesisError("use the nemesis inside its with block")
-        rules: list[tuple[str, list[str]]] = [
-            ("filter", [*self._to(cut.receiver), *self._sent_by(cut.sender), "-j", "DROP"])
-            for cut in sorted(self._cuts, key=lambda c: (str(c.sender), c.receiver))
-        ]
+        rules: list[tuple[str, list[str]]] = []
+        openers: list[Party] = [n.node_id for n in self.cluster.brokers]
+        openers.append(CLIENTS)
+        for node in self.cluster.brokers:
+            for opener in openers:
+                if opener != node.node_id:
+                    tag = ["-j", "CONNMARK", "--set-mark", self._opener_tag(opener)]
+                    rules.append(
+                        ("mangle", [*self._to(node.node_id), *self._sent_by(opener), *tag])
+                    )
+        for cut in sorted(self._cuts, key=lambda c: (str(c.sender), c.receiver)):
+            rules.append(("filter", [*self._to(cut.receiver), *self._sent_by(cut.sender),
+                                     "-j", "DROP"]))  # fmt: skip
+            rules.append(("filter", [*self._from(cut.receiver), "-m", "connmark", "--mark",
+                                     self._opener_tag(cut.sender), "-j", "DROP"]))  # fmt: skip
         for node_id, probability in sorted(self._lossy.items()):
             chance = ["-m", "statistic", "--mode", "random", "--probability", f"{probability}"]
             node = self._node(node_id)
@@ -295,6 +319,16 @@ class Nemesis:
         node = self._node(node_id)
         ports = ",".join(str(port) for port in node.ports.all())
         return ["-d", node.host, "-p", "tcp", "-m", "multiport", "--dports", ports]
+
+    def _from(self, node_id: int) -> list[str]:
+        """What ``node_id``'s listeners send (answers on connections others opened)."""
+        node = self._node(node_id)
+        ports = ",".join(str(port) for port in node.ports.all())
+        return ["-s", node.host, "-p", "tcp", "-m", "multiport", "--sports", ports]
+
+    @staticmethod
+    def _opener_tag(party: Party) -> str:
+        return hex(_OPENER_BASE + (_CLIENT_TAG if party == CLIENTS else int(party)))
 
     def _sent_by(self, party: Party) -> list[str]:
         if party == CLIENTS:

@@ -23,14 +23,18 @@ import argparse
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.admin import AdminClient, NewTopic, TopicPartition
 from aiokafka_ng.testing import KafkaCluster, Nemesis
+from aiokafka_ng.testing._kafka_jars import ensure_jars, find_java
 
 PARTITIONS = 3
 #: Seconds between two sends of the producer.
@@ -115,6 +119,7 @@ class Run:
 @dataclass
 class Report:
     seed: int
+    client: str
     steps: list[str]
     sent: int
     acknowledged: int
@@ -133,7 +138,7 @@ class Report:
     def row(self) -> str:
         recover = ", ".join("-" if r is None else f"{r:.1f}" for r in self.recover_s)
         return (
-            f"seed {self.seed} | {' '.join(self.steps)} | sent {self.sent} | acked "
+            f"{self.client} | seed {self.seed} | {' '.join(self.steps)} | sent {self.sent} | acked "
             f"{self.acknowledged} | failed {self.failed} | lost {len(self.lost)} | dup "
             f"{len(self.duplicated)} | reordered {len(self.reordered)} | commits lost "
             f"{len(self.committed_lost)} | recover s [{recover}] | acked during faults "
@@ -145,8 +150,16 @@ def _partition_of(seq: int) -> int:
     return seq % PARTITIONS
 
 
-async def run(cluster: KafkaCluster, nemesis: Nemesis, schedule: Schedule) -> Report:
-    """One run of ``schedule`` on a fresh topic (see the module docstring)."""
+#: The producers a schedule can run: ours, the Java client (kafka-clients, through
+#: tests/kafka/java/Interop.java's "stream" op) and librdkafka (confluent-kafka).
+CLIENTS = ("aiokafka-ng", "java", "confluent-kafka")
+
+
+async def run(
+    cluster: KafkaCluster, nemesis: Nemesis, schedule: Schedule, client: str = "aiokafka-ng"
+) -> Report:
+    """One run of ``schedule`` on a fresh topic with ``client``'s producer (see the module
+    docstring); the committing group member is ours in every run."""
     name = f"part-{schedule.seed}-{time.monotonic_ns() % 10**9}"
     async with AdminClient(
         bootstrap_servers=cluster.bootstrap_servers, default_api_timeout_ms=30000
@@ -155,14 +168,21 @@ async def run(cluster: KafkaCluster, nemesis: Nemesis, schedule: Schedule) -> Re
         state = Run(topic=name, group=f"{name}-g", schedule=schedule)
         done = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_produce, cluster, state, done)
+            producers = {
+                "aiokafka-ng": _produce,
+                "java": _produce_java,
+                "confluent-kafka": _produce_confluent,
+            }
+            tg.start_soon(producers[client], cluster, state, done)
             tg.start_soon(_consume_and_commit, cluster, state, done)
             try:
                 await _apply_schedule(admin, cluster, nemesis, state)
             finally:
                 nemesis.reset()
                 done.set()
-        return await check(cluster, state)
+        report = await check(cluster, state)
+        report.client = client
+        return report
 
 
 async def _apply_schedule(
@@ -239,9 +259,118 @@ async def _settle(future: Any, seq: int, state: Run) -> None:
     except Exception as exc:  # a record that failed is not acknowledged: never "lost"
         state.failed[seq] = type(exc).__name__
     else:
-        state.acked_at[seq] = time.monotonic()
-        if len(state.acked_at) >= 50:
-            state.flowing.set()
+        _acked(state, seq)
+
+
+def _acked(state: Run, seq: int) -> None:
+    state.acked_at[seq] = time.monotonic()
+    if len(state.acked_at) >= 50:
+        state.flowing.set()
+
+
+_INTEROP = Path(__file__).parent / "java" / "Interop.java"
+
+
+async def _produce_java(cluster: KafkaCluster, state: Run, done: anyio.Event) -> None:
+    """The Java producer, same settings, in a JVM of its own: each line it prints is taken
+    as it comes, so "sent" and "ack" times are this process's clock (plus a pipe's delay)."""
+    spec = {
+        "bootstrap": cluster.bootstrap_servers,
+        "ops": [
+            {
+                "op": "stream",
+                "topic": state.topic,
+                "partitions": PARTITIONS,
+                "interval_ms": int(SEND_INTERVAL * 1000),
+            }
+        ],
+    }
+    command = [find_java(), "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               "-cp", f"{ensure_jars()}/*", str(_INTEROP)]  # fmt: skip
+    async with await anyio.open_process(command, stderr=None) as process:
+        assert process.stdin is not None and process.stdout is not None
+        await process.stdin.send(json.dumps(spec).encode() + b"\n")
+
+        async def stop() -> None:
+            await done.wait()
+            assert process.stdin is not None
+            await process.stdin.send(b"stop\n")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop)
+            buffer = b""
+            finished = False
+            while not finished:
+                buffer += await process.stdout.receive()
+                *lines, buffer = buffer.split(b"\n")
+                now = time.monotonic()
+                for raw in lines:
+                    if not raw.startswith(b"{"):
+                        continue  # a log line of the JVM's
+                    line = json.loads(raw)
+                    if line["op"] == "sent":
+                        state.sent_at[line["seq"]] = now
+                    elif line["op"] == "ack":
+                        _acked(state, line["seq"])
+                    elif line["op"] == "fail":
+                        state.failed[line["seq"]] = line["error"]
+                    elif line["op"] == "streamed":
+                        finished = True
+        await process.wait()
+
+
+async def _produce_confluent(cluster: KafkaCluster, state: Run, done: anyio.Event) -> None:
+    """librdkafka's idempotent producer, same settings, polled in a worker thread; its
+    delivery reports run in that thread (dict writes only, which the GIL keeps whole)."""
+    import threading
+
+    import confluent_kafka
+
+    stop = threading.Event()
+
+    def produce() -> None:
+        producer = confluent_kafka.Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "request.timeout.ms": 5000,
+                "delivery.timeout.ms": 60000,
+            }
+        )
+
+        def report(seq: int) -> Callable[[Any, Any], None]:
+            def on_delivery(error: Any, _message: Any) -> None:
+                if error is None:
+                    state.acked_at[seq] = time.monotonic()
+                else:
+                    state.failed[seq] = str(error.name())
+
+            return on_delivery
+
+        seq = 0
+        while not stop.is_set():
+            producer.produce(
+                state.topic, b"%08d" % seq, partition=_partition_of(seq), on_delivery=report(seq)
+            )
+            state.sent_at[seq] = time.monotonic()
+            seq += 1
+            producer.poll(SEND_INTERVAL)
+        producer.flush()
+
+    async def stopper() -> None:
+        # anyio.Event is not thread-safe: the flowing signal is set from this side.
+        while not done.is_set():
+            if len(state.acked_at) >= 50:
+                state.flowing.set()
+            with anyio.move_on_after(0.1):
+                await done.wait()
+        stop.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stopper)
+        await anyio.to_thread.run_sync(produce)
 
 
 async def _consume_and_commit(cluster: KafkaCluster, state: Run, done: anyio.Event) -> None:
@@ -316,6 +445,7 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
     )  # fmt: skip
     return Report(
         seed=state.schedule.seed,
+        client="aiokafka-ng",
         steps=[f"{w.step.fault}@{w.target}" for w in state.windows],
         sent=len(state.sent_at),
         acknowledged=len(state.acked_at),
@@ -354,7 +484,9 @@ def new_cluster() -> KafkaCluster:
     )
 
 
-async def _main(seed: int, runs: int, steps: int, hold: float, recover: float) -> int:
+async def _main(
+    seed: int, runs: int, steps: int, hold: float, recover: float, clients: list[str]
+) -> int:
     reason = Nemesis.unavailable()
     if reason is not None:
         print(f"cannot run: {reason}")
@@ -363,18 +495,20 @@ async def _main(seed: int, runs: int, steps: int, hold: float, recover: float) -
     async with new_cluster() as cluster:
         with Nemesis(cluster) as nemesis:
             for run_seed in range(seed, seed + runs):
-                report = await run(
-                    cluster, nemesis, Schedule.seeded(run_seed, steps, hold, recover)
-                )
-                print(report.row(), flush=True)
-                if not report.ok:
+                for client in clients:
+                    schedule = Schedule.seeded(run_seed, steps, hold, recover)
+                    report = await run(cluster, nemesis, schedule, client)
+                    print(report.row(), flush=True)
+                    if report.ok:
+                        continue
                     failed += 1
-                    print(json.dumps({"lost": report.lost[:20],
-                                      "duplicated": report.duplicated[:20],
-                                      "reordered": report.reordered[:20],
-                                      "committed_lost": report.committed_lost}))  # fmt: skip
+                    found = {"lost": report.lost[:20], "duplicated": report.duplicated[:20],
+                             "reordered": report.reordered[:20],
+                             "committed_lost": report.committed_lost}  # fmt: skip
+                    print(json.dumps(found))
                     print(f"replay: python -m tests.kafka.partitions --seed {run_seed} --runs 1 "
-                          f"--steps {steps} --hold {hold} --recover {recover}")  # fmt: skip
+                          f"--steps {steps} --hold {hold} --recover {recover} "
+                          f"--clients {client}")  # fmt: skip
     return 1 if failed else 0
 
 
@@ -385,8 +519,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=len(FAULTS))
     parser.add_argument("--hold", type=float, default=8.0)
     parser.add_argument("--recover", type=float, default=6.0)
+    parser.add_argument("--clients", nargs="+", choices=CLIENTS, default=["aiokafka-ng"])
     args = parser.parse_args()
-    raise SystemExit(anyio.run(_main, args.seed, args.runs, args.steps, args.hold, args.recover))
+    raise SystemExit(
+        anyio.run(_main, args.seed, args.runs, args.steps, args.hold, args.recover, args.clients)
+    )
 
 
 if __name__ == "__main__":
