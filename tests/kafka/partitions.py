@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.admin import AdminClient, NewTopic, TopicPartition
 from aiokafka_ng.testing import KafkaCluster, Nemesis
 from aiokafka_ng.testing._kafka_jars import ensure_jars, find_java
+
+_log = logging.getLogger("partitions")
 
 PARTITIONS = 3
 #: Seconds between two sends of the producer.
@@ -193,10 +196,12 @@ async def _apply_schedule(
         target = await _target(admin, cluster, state.topic, step)
         window = Window(step, target, time.monotonic())
         _fault(nemesis, step.fault, target)
+        _log.warning("fault %s on node %d", step.fault, target)
         state.windows.append(window)
         await anyio.sleep(step.hold)
         nemesis.reset()
         window.healed = time.monotonic()
+        _log.warning("healed")
         await anyio.sleep(step.recover)
     # The last window's recovery is seen by the time the producer has sent for a while.
     await anyio.sleep(2.0)
@@ -486,7 +491,13 @@ def new_cluster() -> KafkaCluster:
 
 
 async def _main(
-    seed: int, runs: int, steps: int, hold: float, recover: float, clients: list[str]
+    seed: int,
+    runs: int,
+    steps: int,
+    hold: float,
+    recover: float,
+    clients: list[str],
+    faults: list[str] | None,
 ) -> int:
     reason = Nemesis.unavailable()
     if reason is not None:
@@ -498,6 +509,11 @@ async def _main(
             for run_seed in range(seed, seed + runs):
                 for client in clients:
                     schedule = Schedule.seeded(run_seed, steps, hold, recover)
+                    if faults:  # the seed still picks the node of "one node" faults
+                        schedule = Schedule(run_seed, tuple(
+                            replace(step, fault=faults[i % len(faults)])
+                            for i, step in enumerate(schedule.steps)
+                        ))  # fmt: skip
                     report = await run(cluster, nemesis, schedule, client)
                     print(report.row(), flush=True)
                     if report.ok:
@@ -509,7 +525,8 @@ async def _main(
                     print(json.dumps(found))
                     print(f"replay: python -m tests.kafka.partitions --seed {run_seed} --runs 1 "
                           f"--steps {steps} --hold {hold} --recover {recover} "
-                          f"--clients {client}")  # fmt: skip
+                          f"--clients {client}"
+                          + (f" --faults {' '.join(faults)}" if faults else ""))  # fmt: skip
     return 1 if failed else 0
 
 
@@ -521,10 +538,16 @@ def main() -> None:
     parser.add_argument("--hold", type=float, default=8.0)
     parser.add_argument("--recover", type=float, default=6.0)
     parser.add_argument("--clients", nargs="+", choices=CLIENTS, default=["aiokafka-ng"])
+    parser.add_argument("--faults", nargs="+", choices=FAULTS, help="these, in turn, instead")
+    parser.add_argument("--debug", action="store_true", help="the client's DEBUG log, timed")
     args = parser.parse_args()
-    raise SystemExit(
-        anyio.run(_main, args.seed, args.runs, args.steps, args.hold, args.recover, args.clients)
+    if args.debug:
+        logging.basicConfig(format="%(relativeCreated)8.0f %(name)s %(message)s")
+        logging.getLogger("aiokafka_ng").setLevel(logging.DEBUG)
+    code = anyio.run(
+        _main, args.seed, args.runs, args.steps, args.hold, args.recover, args.clients, args.faults
     )
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":
