@@ -70,7 +70,7 @@ from aiokafka_ng.testing._kafka_config import (
     node_properties,
     scram_arguments,
 )
-from aiokafka_ng.testing._kafka_jars import KafkaSetupError, ensure_jars, find_java
+from aiokafka_ng.testing._kafka_jars import KafkaSetupError, ensure_jars, find_java, missing_tools
 from aiokafka_ng.testing._kafka_procs import (
     KafkaClusterError,
     bind_failed,
@@ -364,6 +364,12 @@ class KafkaCluster:
         #: seconds the last :meth:`start` took, jars fetch excluded.
         self.start_seconds: float | None = None
         self._bind_failed = False
+
+    @staticmethod
+    def unavailable() -> str | None:
+        """Why no cluster can start here (no Java 17+, or no Maven and no cached jars), in
+        one line; None when one can."""
+        return missing_tools()
 
     # -- state -------------------------------------------------------------------------------
 

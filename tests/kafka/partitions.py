@@ -35,7 +35,6 @@ import anyio.to_thread
 from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.admin import AdminClient, NewTopic, TopicPartition
 from aiokafka_ng.testing import KafkaCluster, Nemesis
-from aiokafka_ng.testing._kafka_jars import ensure_jars, find_java
 
 _log = logging.getLogger("partitions")
 
@@ -290,8 +289,8 @@ async def _produce_java(cluster: KafkaCluster, state: Run, done: anyio.Event) ->
             }
         ],
     }
-    command = [find_java(), "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-               "-cp", f"{ensure_jars()}/*", str(_INTEROP)]  # fmt: skip
+    command = [cluster.java, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               "-cp", f"{cluster.libs}/*", str(_INTEROP)]  # fmt: skip
     async with await anyio.open_process(command, stderr=None) as process:
         assert process.stdin is not None and process.stdout is not None
         await process.stdin.send(json.dumps(spec).encode() + b"\n")

@@ -22,12 +22,19 @@ from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.admin import ElectionType, NewTopic, PartitionInfo, TopicPartition
 from aiokafka_ng.errors import LogTruncationError
 from aiokafka_ng.testing import CLIENTS, KafkaCluster, KafkaClusterError, Nemesis
-from aiokafka_ng.testing._kafka_jars import missing_tools
-from aiokafka_ng.testing.pytest_plugin import _kafka_mode
 from tests.kafka.helpers import admin_for, eventually, known_everywhere
 from tests.kafka.partitions import Schedule, new_cluster, run
 
 pytestmark = [pytest.mark.kafka]
+
+
+def _kafka_mode(config: pytest.Config) -> str:
+    """The plugin's --kafka mode: as given, else "require" under CI=true, else "auto"."""
+    chosen = config.getoption("--kafka", default=None)
+    if chosen:
+        return str(chosen)
+    ci = os.environ.get("CI", "").strip().lower()
+    return "require" if ci not in ("", "0", "false", "no") else "auto"
 
 
 def _unavailable(reason: str, config: pytest.Config) -> None:
@@ -40,7 +47,7 @@ def _unavailable(reason: str, config: pytest.Config) -> None:
 def cluster(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
     if _kafka_mode(request.config) == "off":
         pytest.skip("Apache Kafka tests are off (--kafka=off)")
-    for reason in (missing_tools(), Nemesis.unavailable()):
+    for reason in (KafkaCluster.unavailable(), Nemesis.unavailable()):
         if reason is not None:
             _unavailable(reason, request.config)
     cluster = new_cluster()
