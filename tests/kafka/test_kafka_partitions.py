@@ -216,7 +216,15 @@ async def test_an_unclean_election_truncates_the_log_and_our_consumer_says_so(
     # A request that went to L when it was isolated is given up after 5 s and asked of
     # another node, well within the call's 30 s.
     async with admin_for(cluster, request_timeout_ms=5000) as admin:
-        controller = (await admin.describe_metadata_quorum()).leader_id
+        # The roles hang on who the active controller is: read it once the quorum has
+        # settled after the previous test's faults (every voter caught up with the leader),
+        # so that it does not move to L or F in the middle of this one.
+        quorum = await eventually(
+            admin.describe_metadata_quorum,
+            lambda q: all(v.log_end_offset >= q.high_watermark for v in q.voters),
+            attempts=600,
+        )
+        controller = quorum.leader_id
         first, second = [n.node_id for n in cluster.brokers if n.node_id != controller]
         configs = {"unclean.leader.election.enable": "true", "min.insync.replicas": "1"}
         new = NewTopic(tp.topic, replica_assignments={0: [first, second]}, topic_configs=configs)
@@ -250,7 +258,8 @@ async def test_an_unclean_election_truncates_the_log_and_our_consumer_says_so(
                 nemesis.partition({follower}, {leader})
                 await produce(cluster, tp, [b"lost-10"], acks="1")
                 shrunk = await eventually(partition, isr_is(leader), attempts=600)
-                assert isr_is(leader)(shrunk), shrunk
+                quorum = await admin.describe_metadata_quorum()
+                assert isr_is(leader)(shrunk), (shrunk.isr, leader, follower, quorum.leader_id)
                 await produce(cluster, tp, [b"lost-%d" % i for i in range(11, 20)])
                 assert await read_values(consumer, tp, 10) == [
                     b"lost-%d" % i for i in range(10, 20)
