@@ -525,7 +525,8 @@ class KafkaCluster:
                 raise KafkaClusterError(str(exc)) from exc
             keystore, self._ca_file = tls.keystore, tls.ca_file
         (directory / "log4j2.properties").write_text(LOG4J2)
-        all_ports = free_ports(5 * self.broker_count, tuple(dict.fromkeys(self.hosts)))
+        count = 5 * self.broker_count
+        all_ports = free_ports(count, self.hosts) if self.addressable else free_ports(count)
         ports = [NodePorts(*all_ports[i * 5 : i * 5 + 5]) for i in range(self.broker_count)]
         voters = ",".join(f"{i + 1}@{self.hosts[i]}:{p.CONTROLLER}" for i, p in enumerate(ports))
         # A group per node only where the process may take one (root): without it the
