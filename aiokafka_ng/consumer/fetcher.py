@@ -524,10 +524,15 @@ class Fetcher:
             )
             self._resolve_pacing.succeeded()
         except KafkaError as exc:
-            # Raised to the application once; retried after the shared backoff, so a
-            # persistent failure (say, authorization) is not a hot loop.
+            # Retried after the shared backoff, so a persistent failure (say, authorization)
+            # is not a hot loop. Raised to the application once only when asking again cannot
+            # fix it: a timeout (the coordinator or a leader behind a network partition) is
+            # retried in the background and getmany returns nothing meanwhile, as Java's
+            # poll does (its committed-offset and ListOffsets lookups throw only
+            # non-retriable errors).
             log.warning("resolving positions failed: %r", exc)
-            self._error = exc
+            if not exc.retriable:
+                self._error = exc
             self._resolve_pacing.failed(exc)
         finally:
             self._resolving = False

@@ -13,6 +13,8 @@ against the same Kafka (a client peer, a broker plugin for ``extra_classpath``).
 clients connect in memory, or over TCP) with fault methods, for fast tests on virtual time
 (:mod:`aiokafka_ng.testing.virtual_time`). :class:`SchemaRegistry` runs a real Schema Registry
 (Apicurio Registry, Confluent-compatible API) fetched once with Maven; it needs Java 21+.
+:class:`Nemesis` cuts, loses and slows the links between the nodes of a
+``KafkaCluster(addressable=True)`` and its clients (iptables and tc, as root).
 """
 
 from aiokafka_ng.testing._broker import BINARY_ENV_VAR, LocalBroker, LocalBrokerError
@@ -29,11 +31,13 @@ from aiokafka_ng.testing._registry import (
     SchemaRegistryProcessError,
 )
 from aiokafka_ng.testing.fake import FakeKafka
+from aiokafka_ng.testing.nemesis import CLIENTS, Nemesis, NemesisError
 from aiokafka_ng.testing.proxy import TcpProxy
 
 __all__ = [
     "APICURIO_VERSION",
     "BINARY_ENV_VAR",
+    "CLIENTS",
     "KAFKA_VERSION",
     "OAUTH_ALLOWED_URLS",
     "FakeKafka",
@@ -42,6 +46,8 @@ __all__ = [
     "KafkaNode",
     "LocalBroker",
     "LocalBrokerError",
+    "Nemesis",
+    "NemesisError",
     "SchemaRegistry",
     "SchemaRegistryProcessError",
     "TcpProxy",

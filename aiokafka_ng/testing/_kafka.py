@@ -1,4 +1,4 @@
-"""KafkaCluster: a real Apache Kafka cluster (KRaft) on 127.0.0.1, for tests and benchmarks.
+"""KafkaCluster: a real Apache Kafka cluster (KRaft) on loopback, for tests and benchmarks.
 
 Theory of operation
 -------------------
@@ -20,6 +20,16 @@ it runs under one deadline (``startup_timeout``); a start that fails raises
 :class:`KafkaClusterError` whose first line says why and whose rest is the last log lines.
 Ports are picked free but bound by the JVMs seconds later, so a start that lost one to
 another process in between is tried once more on new ports.
+
+Addresses. By default every node listens on 127.0.0.1 (ports tell them apart). With
+``addressable=True`` node N listens on 127.0.0.(N+1) alone, for clients, replication and the
+controller quorum, so that a packet filter can cut one node's traffic by address
+(:class:`~aiokafka_ng.testing.Nemesis`). An address tells where a packet goes, not where it
+comes from: a socket that is not bound gets the source address of the route, 127.0.0.1 for all
+of 127.0.0.0/8, and Kafka binds none of its outgoing connections. So, run as root, each node of
+an addressable cluster also runs under a group of its own (:func:`node_gid`; the user stays
+root, so it reads every file as before), and the filter tells senders apart by that group
+(``-m owner --gid-owner``), which the kernel knows for every packet a local socket sends.
 
 Processes. Each node is a :class:`subprocess.Popen` (not bound to an event loop, so a
 cluster started by a sync fixture can be driven from asyncio or trio tests), spawned from
@@ -60,15 +70,16 @@ from aiokafka_ng.testing._kafka_config import (
     node_properties,
     scram_arguments,
 )
-from aiokafka_ng.testing._kafka_jars import KafkaSetupError, ensure_jars, find_java
+from aiokafka_ng.testing._kafka_jars import KafkaSetupError, ensure_jars, find_java, missing_tools
 from aiokafka_ng.testing._kafka_procs import (
     KafkaClusterError,
     bind_failed,
-    die_with_parent,
+    child_setup,
     first_leaf,
     free_ports,
     last_error,
     listed_brokers,
+    node_gid,
     port_clash,
     port_is_free,
 )
@@ -99,9 +110,22 @@ _TOOL_OPTIONS: Final = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1
 class KafkaNode:
     """One node (broker and controller) of a :class:`KafkaCluster`."""
 
-    def __init__(self, cluster: KafkaCluster, node_id: int, ports: NodePorts, directory: Path):
+    def __init__(
+        self,
+        cluster: KafkaCluster,
+        node_id: int,
+        ports: NodePorts,
+        directory: Path,
+        host: str = HOST,
+        gid: int | None = None,
+    ):
         self._cluster = cluster
         self.node_id: Final = node_id
+        #: The loopback address every listener of this node (the controller's too) is on.
+        self.host: Final = host
+        #: The group the node's JVM runs under (addressable clusters started as root), by
+        #: which a packet filter tells this node's packets from others'; else None.
+        self.gid: Final = gid
         self.ports: Final = ports
         self.directory: Final = directory
         self.log_path: Final = directory / "server.log"
@@ -112,21 +136,17 @@ class KafkaNode:
     # -- state -------------------------------------------------------------------------------
 
     @property
-    def host(self) -> str:
-        return HOST
-
-    @property
     def port(self) -> int:
         """The PLAINTEXT listener's port."""
         return self.ports.PLAINTEXT
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"{HOST}:{self.ports.PLAINTEXT}"
+        return f"{self.host}:{self.ports.PLAINTEXT}"
 
     def address(self, listener: str = "PLAINTEXT") -> str:
         """``host:port`` of one client listener: PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL."""
-        return f"{HOST}:{self.ports.client(listener)}"
+        return f"{self.host}:{self.ports.client(listener)}"
 
     @property
     def running(self) -> bool:
@@ -213,7 +233,7 @@ class KafkaNode:
 
     def _check_ports_free(self) -> None:
         for port in self.ports.all():
-            if not port_is_free(port):
+            if not port_is_free(port, self.host):
                 raise KafkaClusterError(f"port {port} of node {self.node_id} is taken")
 
     def _spawn(self) -> None:
@@ -239,7 +259,7 @@ class KafkaNode:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent,
+                    preexec_fn=child_setup(self.gid),
                 )
             except OSError as exc:
                 raise KafkaClusterError(f"cannot run {command[0]}: {exc}") from exc
@@ -275,19 +295,19 @@ class KafkaNode:
             problem = self._exit_problem()
             if problem is not None:
                 raise KafkaClusterError(problem, self.log_tail())
-            if node_ids <= await listed_brokers(self.ports.PLAINTEXT):
+            if node_ids <= await listed_brokers(self.ports.PLAINTEXT, self.host):
                 return
             await anyio.sleep(_POLL_INTERVAL)
 
 
 class KafkaCluster:
-    """Apache Kafka in KRaft mode: ``brokers`` nodes on free 127.0.0.1 ports.
+    """Apache Kafka in KRaft mode: ``brokers`` nodes on free loopback ports.
 
     Use it as ``async with KafkaCluster(brokers=3) as cluster:`` (asyncio or trio), or call
     :meth:`start_sync`/:meth:`stop_sync` outside an event loop. Listeners: PLAINTEXT
     (:attr:`bootstrap_servers`), SASL_PLAINTEXT with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512
     for every user in ``users``, and, with ``tls=True``, SSL and SASL_SSL with a certificate
-    for 127.0.0.1 and localhost signed by :attr:`ca_file`. See :meth:`bootstrap_for`.
+    for the nodes' addresses and localhost signed by :attr:`ca_file`. See :meth:`bootstrap_for`.
 
     Args:
         brokers: number of nodes (each broker and controller; 3 allows replication factor 3).
@@ -301,6 +321,9 @@ class KafkaCluster:
         java_options: extra JVM options for every node.
         extra_classpath: directories or jars put on every node's class path after Kafka's
             own (a broker plugin: a metrics reporter, an authorizer).
+        addressable: node N on 127.0.0.(N+1) instead of every node on 127.0.0.1, and, when
+            run as root, under a group of its own (:attr:`KafkaNode.gid`): what
+            :class:`~aiokafka_ng.testing.Nemesis` needs to cut and slow nodes' links.
     """
 
     def __init__(
@@ -315,6 +338,7 @@ class KafkaCluster:
         stop_timeout: float = 60.0,
         java_options: Sequence[str] = (),
         extra_classpath: Sequence[str | Path] = (),
+        addressable: bool = False,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"brokers must be >= 1, got {brokers}")
@@ -328,6 +352,11 @@ class KafkaCluster:
         self.stop_timeout: Final = stop_timeout
         self.java_options: Final = tuple(java_options)
         self.extra_classpath: Final = tuple(str(p) for p in extra_classpath)
+        self.addressable: Final = addressable
+        #: Every node's address, in node id order.
+        self.hosts: Final = tuple(
+            f"127.0.0.{i + 2}" if addressable else HOST for i in range(brokers)
+        )
         self.cluster_id: Final = new_cluster_id()
         self.brokers: list[KafkaNode] = []
         self.java = ""
@@ -339,6 +368,12 @@ class KafkaCluster:
         #: seconds the last :meth:`start` took, jars fetch excluded.
         self.start_seconds: float | None = None
         self._bind_failed = False
+
+    @staticmethod
+    def unavailable() -> str | None:
+        """Why no cluster can start here (no Java 17+, or no Maven and no cached jars), in
+        one line; None when one can."""
+        return missing_tools()
 
     # -- state -------------------------------------------------------------------------------
 
@@ -489,26 +524,38 @@ class KafkaCluster:
         keystore = None
         if self.tls:
             try:
-                tls = make_tls_files(directory)
+                tls = make_tls_files(directory, tuple(dict.fromkeys(self.hosts)))
             except RuntimeError as exc:
                 raise KafkaClusterError(str(exc)) from exc
             keystore, self._ca_file = tls.keystore, tls.ca_file
         (directory / "log4j2.properties").write_text(LOG4J2)
-        all_ports = free_ports(5 * self.broker_count)
+        count = 5 * self.broker_count
+        all_ports = free_ports(count, self.hosts) if self.addressable else free_ports(count)
         ports = [NodePorts(*all_ports[i * 5 : i * 5 + 5]) for i in range(self.broker_count)]
-        voters = ",".join(f"{i + 1}@{HOST}:{p.CONTROLLER}" for i, p in enumerate(ports))
+        voters = ",".join(f"{i + 1}@{self.hosts[i]}:{p.CONTROLLER}" for i, p in enumerate(ports))
+        # A group per node only where the process may take one (root): without it the
+        # cluster still runs on its addresses, and the nemesis says what it lacks.
+        gids = self.addressable and os.geteuid() == 0
         token_secret = new_cluster_id()
         self.brokers = []
         for index, node_ports in enumerate(ports):
             node_id = index + 1
             node_dir = directory / f"node-{node_id}"
             node_dir.mkdir()
-            node = KafkaNode(self, node_id, node_ports, node_dir)
+            node = KafkaNode(
+                self,
+                node_id,
+                node_ports,
+                node_dir,
+                host=self.hosts[index],
+                gid=node_gid(node_ports.CONTROLLER) if gids else None,
+            )
             node.properties_path.write_text(
                 node_properties(
                     node_id=node_id,
                     ports=node_ports,
                     voters=voters,
+                    host=node.host,
                     data_dir=node_dir / "data",
                     keystore=keystore,
                     users=self.users,
@@ -560,7 +607,7 @@ class KafkaCluster:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent,
+                    preexec_fn=child_setup(None),
                 )
             except OSError as exc:
                 raise KafkaClusterError(f"cannot run {self.java}: {exc}") from exc

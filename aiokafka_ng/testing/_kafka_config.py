@@ -87,6 +87,7 @@ def node_properties(
     node_id: int,
     ports: NodePorts,
     voters: str,
+    host: str = HOST,
     data_dir: Path,
     keystore: Path | None,
     users: Mapping[str, str],
@@ -94,7 +95,7 @@ def node_properties(
     token_secret: str,
     extra: Mapping[str, str],
 ) -> str:
-    """``server.properties`` of one combined broker+controller node."""
+    """``server.properties`` of one combined broker+controller node, listening on ``host``."""
     listeners = [name for name in CLIENT_LISTENERS if keystore is not None or "SSL" not in name]
     replicas = str(min(3, brokers))
     min_isr = str(min(2, brokers))
@@ -104,11 +105,11 @@ def node_properties(
         "controller.quorum.voters": voters,
         "controller.listener.names": "CONTROLLER",
         "listeners": ",".join(
-            [f"{name}://{HOST}:{ports.client(name)}" for name in listeners]
-            + [f"CONTROLLER://{HOST}:{ports.CONTROLLER}"]
+            [f"{name}://{host}:{ports.client(name)}" for name in listeners]
+            + [f"CONTROLLER://{host}:{ports.CONTROLLER}"]
         ),
         "advertised.listeners": ",".join(
-            f"{name}://{HOST}:{ports.client(name)}" for name in listeners
+            f"{name}://{host}:{ports.client(name)}" for name in listeners
         ),
         "listener.security.protocol.map": ",".join(
             [f"{name}:{name}" for name in CLIENT_LISTENERS] + ["CONTROLLER:PLAINTEXT"]
@@ -267,8 +268,8 @@ class TlsFiles:
     keystore: Path
 
 
-def make_tls_files(directory: Path) -> TlsFiles:
-    """A fresh CA and a server certificate for 127.0.0.1 and localhost, as PEM files."""
+def make_tls_files(directory: Path, hosts: tuple[str, ...] = (HOST,)) -> TlsFiles:
+    """A fresh CA and a server certificate for ``hosts`` and localhost, as PEM files."""
     try:
         import trustme
         from cryptography.hazmat.primitives import serialization
@@ -277,7 +278,7 @@ def make_tls_files(directory: Path) -> TlsFiles:
             "the SSL listeners need trustme (pip install trustme), or pass tls=False"
         ) from exc
     ca = trustme.CA()
-    cert = ca.issue_cert(HOST, "localhost")
+    cert = ca.issue_cert(*hosts, "localhost")
     key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), password=None)
     # Kafka's PEM keystore reads PKCS#8 keys only ("BEGIN PRIVATE KEY").
     pkcs8 = key.private_bytes(

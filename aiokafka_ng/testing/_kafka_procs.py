@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import random
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -21,12 +23,14 @@ from aiokafka_ng.testing._kafka_config import HOST
 __all__ = [
     "KafkaClusterError",
     "bind_failed",
+    "child_setup",
     "die_with_parent",
     "ephemeral_range",
     "first_leaf",
     "free_ports",
     "last_error",
     "listed_brokers",
+    "node_gid",
     "port_clash",
     "port_is_free",
 ]
@@ -44,15 +48,15 @@ class KafkaClusterError(RuntimeError):
         super().__init__(f"{reason}\n{log_tail}" if log_tail else reason)
 
 
-async def listed_brokers(port: int) -> set[int]:
-    """The node ids a Metadata answer from ``127.0.0.1:port`` lists; empty if no answer."""
+async def listed_brokers(port: int, host: str = HOST) -> set[int]:
+    """The node ids a Metadata answer from ``host:port`` lists; empty if no answer."""
     from aiokafka_ng.net.connection import ConnectionConfig, connect
     from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataResponse
 
     config = ConnectionConfig(client_id="aiokafka-ng-testing", connect_timeout_s=2.0)
     try:
         with anyio.fail_after(5.0):
-            async with connect(HOST, port, config) as conn:
+            async with connect(host, port, config) as conn:
                 response = await conn.send(MetadataRequest(topics=[]))
     except (Exception, TimeoutError):  # not up yet: refused, reset, timed out, ...
         return set()
@@ -88,8 +92,9 @@ def first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return exc
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports, below the kernel's ephemeral range where it allows.
+def free_ports(count: int, hosts: tuple[str, ...] = (HOST,)) -> list[int]:
+    """``count`` distinct ports free on every one of ``hosts``, below the kernel's ephemeral
+    range where it allows.
 
     Why not ``bind(0)``: that hands out a port of the ephemeral range and we release it at
     once, while the node binds it seconds later. In between, the kernel may give the same
@@ -103,16 +108,20 @@ def free_ports(count: int) -> list[int]:
     pool_start = 10000
     if low - pool_start < 20 * count:  # no room below the range: take what bind(0) gives
         with contextlib.ExitStack() as stack:
-            ports = []
-            for _ in range(count):
+            ports: list[int] = []
+            for _ in range(20 * count):
+                if len(ports) == count:
+                    break
                 sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
                 sock.bind((HOST, 0))
-                ports.append(int(sock.getsockname()[1]))
+                port = int(sock.getsockname()[1])
+                if all(port_is_free(port, host) for host in hosts if host != HOST):
+                    ports.append(port)
             return ports
     rng = random.SystemRandom()
     chosen: list[int] = []
     for port in rng.sample(range(pool_start, low), min(low - pool_start, 50 * count)):
-        if port_is_free(port):
+        if all(port_is_free(port, host) for host in hosts):
             chosen.append(port)
             if len(chosen) == count:
                 return chosen
@@ -128,17 +137,41 @@ def ephemeral_range() -> tuple[int, int]:
         return 49152, 65535
 
 
-def port_is_free(port: int) -> bool:
-    """No listener on ``127.0.0.1:port`` (also :class:`~aiokafka_ng.testing.LocalBroker`'s
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """No listener on ``host:port`` (also :class:`~aiokafka_ng.testing.LocalBroker`'s
     check). SO_REUSEADDR, as the JVM and Tansu (tokio) bind with it: connections left in
     TIME_WAIT by a previous run must not count as "in use", only another listener does."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((HOST, port))
+            sock.bind((host, port))
         except OSError:
             return False
         return True
+
+
+def node_gid(controller_port: int) -> int:
+    """The group id a node of an addressable cluster runs under (see ``KafkaCluster``): one
+    per node on the machine (its controller port is), so that a packet filter can tell which
+    node a packet comes from (``iptables -m owner --gid-owner``)."""
+    return _NODE_GID_BASE + controller_port
+
+
+#: Far above any group a distribution allocates (Debian's dynamic ones end at 59999).
+_NODE_GID_BASE = 3_000_000
+
+
+def child_setup(gid: int | None) -> Callable[[], None]:
+    """The ``preexec_fn`` of a node: die with the parent and, if ``gid`` is given, run
+    under that group (the user stays: a root JVM still reads every file it did)."""
+
+    def setup() -> None:
+        die_with_parent()
+        if gid is not None:
+            os.setgroups([])
+            os.setgid(gid)
+
+    return setup
 
 
 def die_with_parent() -> None:

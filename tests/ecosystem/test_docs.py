@@ -242,6 +242,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
         _KAFKA_JVM + "; tests/kafka/test_kafka_oauth.py runs this recipe"
     ),
     ("testing.md", "async with KafkaCluster(brokers=3) as cluster:"): _KAFKA_JVM,
+    ("testing.md", "async with KafkaCluster(brokers=3, addressable=True) as cluster:"): (
+        _KAFKA_JVM + ", and needs root; tests/kafka/test_kafka_partitions.py runs each call"
+    ),
     ("share-groups.md", '"jobs", bootstrap_servers="127.0.0.1:9092", group_id="workers"'): (
         _SHARE_GROUPS
     ),

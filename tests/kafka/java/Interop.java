@@ -24,6 +24,11 @@
 //             acknowledgement): prints {"op":"share_started"} after its first poll, each
 //             record (with "delivery_count"), {"op":"share_committed", "errors"} after each
 //             non-empty poll's commitSync, and leaves when stdin yields a line or closes
+//   stream    {topic, partitions, interval_ms} an idempotent acks=all producer sending
+//             record n (value n as 8 digits) to partition n % partitions every interval_ms
+//             until stdin yields a line or closes, then flushing: prints {"op":"sent","seq"}
+//             as each is handed to send(), {"op":"ack","seq"} or {"op":"fail","seq","error"}
+//             from its callback, and {"op":"streamed"} at the end (tests/kafka/partitions.py)
 //   timings   {topic, group_protocol, rounds, partitions} the measurements of
 //             tests/kafka/kip848_timings.py, made the same way inside this JVM (after its
 //             start): start of a fresh group's only member to its first record, and a third
@@ -67,6 +72,7 @@ public class Interop {
                 case "partition" -> partition(op);
                 case "share" -> share(bootstrap, op, in);
                 case "timings" -> timings(bootstrap, op);
+                case "stream" -> stream(bootstrap, op, in);
                 default -> throw new IllegalArgumentException("unknown op " + op.get("op"));
             }
         }
@@ -131,6 +137,42 @@ public class Interop {
         ObjectNode out = JSON.createObjectNode().put("op", "produced").put("topic", topic);
         out.set("acks", acks);
         emit(out);
+    }
+
+    static void stream(String bootstrap, JsonNode op, BufferedReader in) throws Exception {
+        String topic = op.get("topic").asText();
+        int partitions = op.get("partitions").asInt();
+        long interval = op.get("interval_ms").asLong();
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");
+        AtomicBoolean stop = new AtomicBoolean();
+        Thread stopper = new Thread(() -> {
+            try { in.readLine(); } catch (Exception e) { /* EOF or error: stop either way */ }
+            stop.set(true);
+        });
+        stopper.setDaemon(true);
+        stopper.start();
+        try (KafkaProducer<byte[], byte[]> producer =
+                new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
+            for (long seq = 0; !stop.get(); seq++) {
+                final long n = seq;
+                byte[] value = String.format("%08d", n).getBytes(StandardCharsets.US_ASCII);
+                emit(JSON.createObjectNode().put("op", "sent").put("seq", n));
+                producer.send(new ProducerRecord<>(topic, (int) (n % partitions), null, value), (m, e) -> {
+                    if (e == null) emit(JSON.createObjectNode().put("op", "ack").put("seq", n));
+                    else emit(JSON.createObjectNode().put("op", "fail").put("seq", n)
+                            .put("error", e.getClass().getSimpleName()));
+                });
+                Thread.sleep(interval);
+            }
+            producer.flush();
+        }
+        emit(JSON.createObjectNode().put("op", "streamed"));
     }
 
     static ArrayNode ack(RecordMetadata m) {

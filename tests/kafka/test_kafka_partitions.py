@@ -1,0 +1,305 @@
+"""Network partitions on Apache Kafka (issue 50): the nemesis cuts what it says, leaves the
+machine's tables as they were, and a short seeded schedule of faults loses nothing an
+idempotent acks=all producer or a committing consumer group was told was done.
+
+The cluster is this module's own (``KafkaCluster(addressable=True)``, Kafka's settings from
+tests/kafka/partitions.py): the faults must not reach the session's shared cluster. The
+nemesis needs root, iptables and tc: without them these tests skip with the reason, and fail
+under CI=true (.ci/run installs iptables).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from aiokafka_ng import Consumer, Producer
+from aiokafka_ng.admin import ElectionType, NewTopic, PartitionInfo, TopicPartition
+from aiokafka_ng.errors import LogTruncationError
+from aiokafka_ng.testing import CLIENTS, KafkaCluster, KafkaClusterError, Nemesis
+from tests.kafka.helpers import admin_for, eventually, known_everywhere
+from tests.kafka.partitions import Schedule, new_cluster, run
+
+pytestmark = [pytest.mark.kafka]
+
+
+def _kafka_mode(config: pytest.Config) -> str:
+    """The plugin's --kafka mode: as given, else "require" under CI=true, else "auto"."""
+    chosen = config.getoption("--kafka", default=None)
+    if chosen:
+        return str(chosen)
+    ci = os.environ.get("CI", "").strip().lower()
+    return "require" if ci not in ("", "0", "false", "no") else "auto"
+
+
+def _unavailable(reason: str, config: pytest.Config) -> None:
+    if _kafka_mode(config) == "require":
+        pytest.fail(f"network partition tests are required (CI=true): {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def cluster(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
+    if _kafka_mode(request.config) == "off":
+        pytest.skip("Apache Kafka tests are off (--kafka=off)")
+    for reason in (KafkaCluster.unavailable(), Nemesis.unavailable()):
+        if reason is not None:
+            _unavailable(reason, request.config)
+    cluster = new_cluster()
+    try:
+        cluster.start_sync()
+    except KafkaClusterError as exc:
+        pytest.fail(f"the addressable Kafka cluster could not start: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop_sync()
+
+
+def _tables() -> str:
+    """What the nemesis may touch: both iptables tables and lo's qdiscs."""
+    return "".join(
+        subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        for command in (
+            ["iptables", "-w", "-S"],
+            ["iptables", "-w", "-t", "mangle", "-S"],
+            ["tc", "qdisc", "show", "dev", "lo"],
+        )
+    )
+
+
+_PROBE = """
+import os, socket, sys
+gid, host, port = sys.argv[1:]
+if gid != "-":
+    os.setgroups([]); os.setgid(int(gid))
+# As the JVM does: an IPv6 socket, the node's IPv4 address mapped.
+s = socket.socket(socket.AF_INET6)
+s.settimeout(1.5)  # a loopback connect that gets through takes microseconds
+try:
+    s.connect(("::ffff:" + host, int(port)))
+except OSError as exc:
+    print("cut", type(exc).__name__)
+else:
+    print("open", s.getsockname()[0])
+"""
+
+
+def _reaches(sender: int | str, cluster: KafkaCluster, receiver: int) -> bool:
+    """Whether a connection from ``sender``'s group (a node id, or CLIENTS) to the node
+    ``receiver`` is set up: the very match the filter makes on the nodes' own sockets."""
+    gid = "-" if sender == CLIENTS else str(cluster.node(int(sender)).gid)
+    node = cluster.node(receiver)
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, gid, node.host, str(node.port)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    if out[0] == "open":
+        # Loopback's source address quirk, the reason the filter matches groups: an unbound
+        # socket leaves from 127.0.0.1 whatever node it goes to.
+        assert out[1] == "::ffff:127.0.0.1"
+    return out[0] == "open"
+
+
+def test_the_rules_cut_exactly_the_links_named(cluster: KafkaCluster) -> None:
+    before = _tables()
+    with Nemesis(cluster) as nemesis:
+        assert _reaches(1, cluster, 2) and _reaches(CLIENTS, cluster, 2)
+        nemesis.partition({1}, {2})
+        assert not _reaches(1, cluster, 2)
+        assert not _reaches(2, cluster, 1)
+        assert _reaches(1, cluster, 3) and _reaches(3, cluster, 2)
+        assert _reaches(CLIENTS, cluster, 1) and _reaches(CLIENTS, cluster, 2)
+        nemesis.heal()
+        nemesis.cut_clients(3)
+        assert not _reaches(CLIENTS, cluster, 3)
+        assert _reaches(1, cluster, 3) and _reaches(CLIENTS, cluster, 1)
+        nemesis.heal()
+        nemesis.isolate(2)
+        assert not _reaches(CLIENTS, cluster, 2) and not _reaches(1, cluster, 2)
+        assert not _reaches(2, cluster, 3) and _reaches(3, cluster, 1)
+        nemesis.heal()
+        assert _reaches(CLIENTS, cluster, 2) and _reaches(2, cluster, 3)
+    assert _tables() == before
+
+
+def test_every_rule_is_removed_on_an_error(cluster: KafkaCluster) -> None:
+    before = _tables()
+    with pytest.raises(RuntimeError, match="the test's own"), Nemesis(cluster) as nemesis:
+        nemesis.partition({1, CLIENTS}, {2, 3})
+        nemesis.lossy(1, 0.5)
+        nemesis.slow(2, "1mbit")
+        assert _tables() != before
+        raise RuntimeError("the test's own")
+    assert _tables() == before
+
+
+_HOLDER = """
+import sys, time
+from aiokafka_ng.testing import KafkaCluster, Nemesis
+with Nemesis(KafkaCluster(addressable=True)):
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["interrupt", "kill"])
+def test_every_rule_is_removed_on_interrupt_or_by_the_next_nemesis(
+    cluster: KafkaCluster, how: signal.Signals
+) -> None:
+    """Ctrl-C: the holder removes its own chains. SIGKILL: nothing can run in the killed
+    process; the next nemesis removes the chains of processes that are gone."""
+    before = _tables()
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLDER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # the KeyboardInterrupt traceback
+        text=True,
+        cwd=os.getcwd(),
+    ) as holder:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "ready"
+        assert f"AKNG-{holder.pid}" in _tables()
+        holder.send_signal(how)
+        holder.wait()
+    if how == signal.SIGKILL:
+        assert f"AKNG-{holder.pid}" in _tables()
+        with Nemesis(cluster):
+            pass
+    assert _tables() == before
+
+
+@pytest.mark.anyio
+async def test_a_short_schedule_of_faults_loses_nothing_acknowledged(
+    cluster: KafkaCluster, anyio_backend: str
+) -> None:
+    """The six faults of seed 11's schedule, about 3 s each, three on each backend: every
+    acknowledged record read back once and in order, every acknowledged commit still the
+    group's. (The long schedules: nox -s partitions.)"""
+    full = Schedule.seeded(seed=11, steps=6, hold=3.0, recover=3.0)
+    half = full.steps[:3] if anyio_backend == "asyncio" else full.steps[3:]
+    schedule = Schedule(full.seed, half)
+    before = _tables()
+    with Nemesis(cluster) as nemesis:
+        report = await run(cluster, nemesis, schedule)
+    print(report.row())
+    assert _tables() == before
+    assert report.acknowledged > 0
+    assert report.lost == [] and report.duplicated == [] and report.reordered == []
+    assert report.committed_lost == {}
+
+
+@pytest.mark.anyio
+async def test_an_unclean_election_truncates_the_log_and_our_consumer_says_so(
+    cluster: KafkaCluster, anyio_backend: str
+) -> None:
+    """KIP-320 on Apache Kafka (issue 48 item 3). How the election is forced: a partition on
+    two nodes, leader L and follower F, neither the active controller, with unclean election
+    on and ``min.insync.replicas=1``. F is cut from L (the nemesis) and one record is sent
+    with acks=1, which puts F behind (a follower at the leader's log end never leaves the ISR,
+    silent or not); L drops F from the ISR after ``replica.lag.time.max.ms`` (5 s here) and
+    acknowledges records 10-19 alone, and our consumer reads them. Then L is isolated from
+    everything: the controller fences it (``broker.session.timeout.ms``, 6 s) and, asked for
+    an unclean election (``elect_leaders(UNCLEAN)``; the topic's setting allows it), makes F
+    leader in a new epoch with a log that ends at 10. Records produced then take offsets
+    10-14 of the new log. Our consumer, at 20 in the old one, must not go on silently: with
+    ``auto_offset_reset="none"`` it raises LogTruncationError naming 10 as the divergence,
+    and after seeking there it reads the new log's records."""
+    tp = TopicPartition(f"unclean-{anyio_backend}-{os.getpid()}", 0)
+    # A request that went to L when it was isolated is given up after 5 s and asked of
+    # another node, well within the call's 30 s.
+    async with admin_for(cluster, request_timeout_ms=5000) as admin:
+        # The roles hang on who the active controller is: read it once the quorum has
+        # settled after the previous test's faults (every voter caught up with the leader),
+        # so that it does not move to L or F in the middle of this one.
+        quorum = await eventually(
+            admin.describe_metadata_quorum,
+            lambda q: all(v.log_end_offset >= q.high_watermark for v in q.voters),
+            attempts=600,
+        )
+        controller = quorum.leader_id
+        first, second = [n.node_id for n in cluster.brokers if n.node_id != controller]
+        configs = {"unclean.leader.election.enable": "true", "min.insync.replicas": "1"}
+        new = NewTopic(tp.topic, replica_assignments={0: [first, second]}, topic_configs=configs)
+        (await admin.create_topics([new])).raise_on_error()
+        await known_everywhere(cluster, tp.topic, 1)
+
+        async def partition() -> PartitionInfo:
+            return (await admin.describe_topics([tp.topic])).result(tp.topic).partitions[0]
+
+        def isr_is(*nodes: int) -> Callable[[PartitionInfo], bool]:
+            return lambda p: sorted(n.node_id for n in p.isr) == sorted(nodes)
+
+        # Both in the ISR, and the leader read from it: a node the previous test isolated
+        # may not be back yet when the topic is made, and the other one then leads.
+        whole = await eventually(partition, isr_is(first, second), attempts=600)
+        assert isr_is(first, second)(whole) and whole.leader is not None, whole
+        leader = whole.leader.node_id
+        follower = second if leader == first else first
+        # Entered before any traffic: F's fetch connection to L is then tagged as F's, and
+        # the cut drops L's answer to a fetch F sent before it (see Nemesis, "Cutting").
+        with Nemesis(cluster) as nemesis:
+            async with Consumer(
+                bootstrap_servers=cluster.bootstrap_servers,
+                auto_offset_reset="none",
+                request_timeout_ms=5000,
+            ) as consumer:
+                consumer.assign([tp])
+                consumer.seek(tp, 0)
+                await produce(cluster, tp, [b"kept-%d" % i for i in range(10)])
+                assert await read_values(consumer, tp, 10) == [b"kept-%d" % i for i in range(10)]
+                nemesis.partition({follower}, {leader})
+                await produce(cluster, tp, [b"lost-10"], acks="1")
+                shrunk = await eventually(partition, isr_is(leader), attempts=600)
+                quorum = await admin.describe_metadata_quorum()
+                assert isr_is(leader)(shrunk), (shrunk.isr, leader, follower, quorum.leader_id)
+                await produce(cluster, tp, [b"lost-%d" % i for i in range(11, 20)])
+                assert await read_values(consumer, tp, 10) == [
+                    b"lost-%d" % i for i in range(10, 20)
+                ]
+                nemesis.isolate(leader)
+
+                answers: list[object] = []
+
+                async def elect() -> PartitionInfo:
+                    answers.append(await admin.elect_leaders(ElectionType.UNCLEAN, [tp]))
+                    return await partition()
+
+                def led_by_follower(p: PartitionInfo) -> bool:
+                    return p.leader is not None and p.leader.node_id == follower
+
+                elected = await eventually(elect, led_by_follower, attempts=600)
+                assert led_by_follower(elected), (elected, answers[-3:], controller, leader)
+                await produce(cluster, tp, [b"new-%d" % i for i in range(10, 15)])
+                with pytest.raises(LogTruncationError) as caught:
+                    await read_values(consumer, tp, 1)
+                assert caught.value.divergent_offsets[tp] == 10
+                assert caught.value.fetch_offsets[tp] == 20
+                consumer.seek(tp, caught.value.divergent_offsets[tp])
+                assert await read_values(consumer, tp, 5) == [b"new-%d" % i for i in range(10, 15)]
+        await admin.delete_topics([tp.topic])
+
+
+async def produce(
+    cluster: KafkaCluster, tp: TopicPartition, values: list[bytes], acks: str = "all"
+) -> None:
+    """Acknowledged one by one, each its own batch, by a fresh producer."""
+    async with Producer(
+        bootstrap_servers=cluster.bootstrap_servers, acks=acks, linger_ms=0
+    ) as producer:
+        for value in values:
+            await producer.send_and_wait(tp.topic, value, partition=tp.partition)
+
+
+async def read_values(consumer: Consumer, tp: TopicPartition, count: int) -> list[bytes | None]:
+    values: list[bytes | None] = []
+    while len(values) < count:
+        values.extend(r.value for r in (await consumer.getmany(timeout_ms=500)).get(tp, []))
+    return values
