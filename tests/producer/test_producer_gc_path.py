@@ -164,11 +164,14 @@ async def test_finished_records_are_freed_without_the_collector(
                 del futs, fut
                 found = gc.collect()
                 garbage = [type(o).__name__ for o in gc.garbage]
+                # ci11 (Kafka, load ~10) once found a socket transport's cycle here and no
+                # record's: the connections' state then says which one went away.
+                cluster = producer.statistics().cluster
         finally:
             gc.set_debug(0)
             gc.garbage.clear()
     assert len(results) == N
-    assert (found, garbage) == (0, [])
+    assert (found, garbage) == (0, []), cluster
 
 
 @asyncio_only

@@ -28,6 +28,7 @@ FRAGMENTS = {
 }
 WRITE_READ = "from aiokafka_ng.spark import register"
 STREAMING = "orders = (\n    spark.readStream"
+REGISTRY = "orders = (\n    spark.read.format"
 
 
 def spark_blocks() -> list[str]:
@@ -42,7 +43,7 @@ def the_block(starts: str) -> str:
 
 def test_every_block_is_run_or_named() -> None:
     for code in spark_blocks():
-        known = [s for s in (*FRAGMENTS, WRITE_READ, STREAMING) if code.startswith(s)]
+        known = [s for s in (*FRAGMENTS, WRITE_READ, STREAMING, REGISTRY) if code.startswith(s)]
         assert len(known) == 1, code[:80]
 
 
@@ -99,3 +100,40 @@ def test_streaming_block(spark: Any, kafka_broker: Any, tmp_path: Path) -> None:
     assert sorted((bytes(r.key), bytes(r.value)) for r in out) == sorted(
         (b"%d" % i, v.upper()) for i, v in enumerate(values)
     )
+
+
+def test_registry_block(spark: Any, kafka_broker: Any, schema_registry: Any) -> None:
+    """The Schema Registry section's read: typed columns from registry-framed Avro."""
+    import json
+
+    import anyio
+
+    from aiokafka_ng.schema_registry import AvroSerializer, SchemaRegistryClient
+
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    schema = json.dumps(
+        {
+            "type": "record",
+            "name": "Order",
+            "fields": [{"name": "id", "type": "long"}, {"name": "customer", "type": "string"}],
+        }
+    )
+
+    async def produce() -> None:
+        async with SchemaRegistryClient(schema_registry.url) as registry:
+            serializer = await AvroSerializer.create(registry, schema, topic=topic)
+            async with Producer(
+                bootstrap_servers=kafka_broker.bootstrap_servers, value_serializer=serializer
+            ) as producer:
+                for i in range(3):
+                    await producer.send(topic, {"id": i, "customer": f"c{i}"}, partition=0)
+
+    anyio.run(produce)
+    code = the_block(REGISTRY)
+    code = code.replace("localhost:9092", kafka_broker.bootstrap_servers)
+    code = code.replace("http://localhost:8081", schema_registry.url)
+    code = code.replace('"orders"', repr(topic))
+    names: dict[str, Any] = {"spark": spark}
+    exec(compile(code, "<docs/spark.md registry read>", "exec"), names)
+    rows = names["orders"].select("value.id", "value.customer").orderBy("id").collect()
+    assert [(r.id, r.customer) for r in rows] == [(0, "c0"), (1, "c1"), (2, "c2")]
