@@ -45,9 +45,11 @@ def test_bench_producer_on_kafka_with_the_java_client(kafka_cluster: KafkaCluste
     )
     assert "Apache Kafka, 3 broker JVMs, replication factor 3" in out, out
     row = next(line for line in out.splitlines() if line.startswith("gather 100 B keyed"))
-    # ours, aiokafka, confluent, 2 ratios, null (not run), null/conf, ng/null, java, ng/java
+    # ours, aiokafka, confluent, 2 ratios, null (not run), null/conf, ng/null, java, ng/java,
+    # traced and tr/ng (not run)
     cells = row.split()[4:]
-    assert len(cells) == 10 and cells[-1].endswith("x") and cells[-2] != "-", row
+    assert len(cells) == 12 and cells[-3].endswith("x") and cells[-4] != "-", row
+    assert cells[-2:] == ["-", "-"], row
     cpu = next(line for line in out.splitlines() if "gather 100 B keyed" in line and "java" in line)
     assert cpu.count("+") == 4, cpu
 
