@@ -55,7 +55,7 @@ from aiokafka_ng.schema_registry._wire import (
     schema_id_of,
     topic_name_strategy,
 )
-from aiokafka_ng.schema_registry._writer import check_modes, resolve_writer
+from aiokafka_ng.schema_registry._writer import PreparedWriter, check_modes, resolve_writer
 
 __all__ = ["AvroDeserializer", "AvroSerializer"]
 
@@ -120,7 +120,7 @@ def _parse_local(schema: Schema, named: dict[str, Any] | None = None) -> Any:
         raise SerializationError(f"invalid Avro schema: {exc}") from exc
 
 
-class AvroSerializer:
+class AvroSerializer(PreparedWriter):
     """Objects to Confluent-framed Avro bytes, with the schema id resolved up front.
 
     Usage::
@@ -186,24 +186,8 @@ class AvroSerializer:
         await serializer.prepare()
         return serializer
 
-    @property
-    def schema_id(self) -> int:
-        """The id every payload carries (after :meth:`prepare`)."""
-        if self._schema_id is None:
-            raise RuntimeError("the serializer is not prepared: await its prepare() first")
-        return self._schema_id
-
-    @property
-    def subject(self) -> str:
-        """The subject the schema is registered under (after :meth:`prepare`)."""
-        if self._subject is None:
-            raise RuntimeError("the serializer is not prepared: await its prepare() first")
-        return self._subject
-
     def __repr__(self) -> str:
-        state = f"id={self._schema_id}" if self._schema_id is not None else "not prepared"
-        role = "key" if self.is_key else "value"
-        return f"<AvroSerializer {role} topic={self.topic!r} subject={self._subject!r} {state}>"
+        return f"<AvroSerializer {self._describe(self.topic, self.is_key)}>"
 
     async def prepare(self) -> int:
         """Resolve the schema id: register, look up, or take the latest version (see the

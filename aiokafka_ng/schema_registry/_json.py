@@ -56,7 +56,7 @@ from aiokafka_ng.schema_registry._wire import (
     schema_id_of,
     topic_name_strategy,
 )
-from aiokafka_ng.schema_registry._writer import check_modes, resolve_writer
+from aiokafka_ng.schema_registry._writer import PreparedWriter, check_modes, resolve_writer
 
 __all__ = ["JsonDeserializer", "JsonSerializer"]
 
@@ -129,7 +129,7 @@ def _local_validator(schema: Schema, registry: referencing.Registry[Any] | None 
     return cls(body, registry=registry)
 
 
-class JsonSerializer:
+class JsonSerializer(PreparedWriter):
     """Objects (pydantic models or dicts) to Confluent-framed JSON, validated on the way.
 
     Usage::
@@ -204,24 +204,8 @@ class JsonSerializer:
         await serializer.prepare()
         return serializer
 
-    @property
-    def schema_id(self) -> int:
-        """The id every payload carries (after :meth:`prepare`)."""
-        if self._schema_id is None:
-            raise RuntimeError("the serializer is not prepared: await its prepare() first")
-        return self._schema_id
-
-    @property
-    def subject(self) -> str:
-        """The subject the schema is registered under (after :meth:`prepare`)."""
-        if self._subject is None:
-            raise RuntimeError("the serializer is not prepared: await its prepare() first")
-        return self._subject
-
     def __repr__(self) -> str:
-        state = f"id={self._schema_id}" if self._schema_id is not None else "not prepared"
-        role = "key" if self.is_key else "value"
-        return f"<JsonSerializer {role} topic={self.topic!r} subject={self._subject!r} {state}>"
+        return f"<JsonSerializer {self._describe(self.topic, self.is_key)}>"
 
     async def prepare(self) -> int:
         """Resolve the schema id (register, look up, or the latest version: see

@@ -55,7 +55,7 @@ from aiokafka_ng.schema_registry._wire import (
     schema_id_of,
     topic_name_strategy,
 )
-from aiokafka_ng.schema_registry._writer import check_modes, resolve_writer
+from aiokafka_ng.schema_registry._writer import PreparedWriter, check_modes, resolve_writer
 
 __all__ = [
     "ProtobufDeserializer",
@@ -175,7 +175,7 @@ def _is_builtin(name: str) -> bool:
     return name.startswith(_BUILTIN_PREFIXES)
 
 
-class ProtobufSerializer:
+class ProtobufSerializer(PreparedWriter):
     """Generated Protobuf messages to Confluent-framed bytes (message indexes included).
 
     Usage::
@@ -242,28 +242,9 @@ class ProtobufSerializer:
         await serializer.prepare()
         return serializer
 
-    @property
-    def schema_id(self) -> int:
-        """The id every payload carries (after :meth:`prepare`)."""
-        if self._schema_id is None:
-            raise RuntimeError("the serializer is not prepared: await its prepare() first")
-        return self._schema_id
-
-    @property
-    def subject(self) -> str:
-        """The subject the schema is registered under (after :meth:`prepare`)."""
-        if self._subject is None:
-            raise RuntimeError("the serializer is not prepared: await its prepare() first")
-        return self._subject
-
     def __repr__(self) -> str:
-        state = f"id={self._schema_id}" if self._schema_id is not None else "not prepared"
-        role = "key" if self.is_key else "value"
         name = self.message_type.DESCRIPTOR.full_name
-        return (
-            f"<ProtobufSerializer {name} {role} topic={self.topic!r} "
-            f"subject={self._subject!r} {state}>"
-        )
+        return f"<ProtobufSerializer {name} {self._describe(self.topic, self.is_key)}>"
 
     async def _references(self, file: FileDescriptor) -> tuple[SchemaReference, ...]:
         """Register (or look up) the files ``file`` imports, depth first; their references."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from aiokafka_ng.schema_registry._client import SchemaRegistryClient
 from aiokafka_ng.schema_registry._types import Schema
 
-__all__ = ["WriterSchema", "check_modes", "resolve_writer"]
+__all__ = ["PreparedWriter", "WriterSchema", "check_modes", "resolve_writer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,34 @@ class WriterSchema:
 
     schema_id: int
     schema: Schema
+
+
+class PreparedWriter:
+    """What the three serializers share once prepared: the subject their schema is under and
+    the id every payload carries (both None until ``prepare()``)."""
+
+    _subject: str | None = None
+    _schema_id: int | None = None
+
+    @property
+    def schema_id(self) -> int:
+        """The id every payload carries (after :meth:`prepare`)."""
+        if self._schema_id is None:
+            raise RuntimeError("the serializer is not prepared: await its prepare() first")
+        return self._schema_id
+
+    @property
+    def subject(self) -> str:
+        """The subject the schema is registered under (after :meth:`prepare`)."""
+        if self._subject is None:
+            raise RuntimeError("the serializer is not prepared: await its prepare() first")
+        return self._subject
+
+    def _describe(self, topic: str, is_key: bool) -> str:
+        """The repr's common part: role, topic, subject and id (or "not prepared")."""
+        state = f"id={self._schema_id}" if self._schema_id is not None else "not prepared"
+        role = "key" if is_key else "value"
+        return f"{role} topic={topic!r} subject={self._subject!r} {state}"
 
 
 def check_modes(*, has_schema: bool, auto_register: bool, use_latest_version: bool) -> None:
