@@ -63,7 +63,7 @@ import anyio
 import anyio.to_thread
 
 from aiokafka_ng.errors import SaslAuthenticationFailedError
-from aiokafka_ng.net.oauth import OAuthBearerToken, refresh_time
+from aiokafka_ng.net.oauth import OAuthBearerToken, TokenCache
 
 __all__ = ["AwsCredentials", "MskIamTokenProvider", "aws_credentials", "msk_iam_token"]
 
@@ -379,9 +379,7 @@ class MskIamTokenProvider:
         self._clock = clock
         self._rng = rng or random.Random()
         self._credentials: AwsCredentials | None = None
-        self._token: OAuthBearerToken | None = None
-        self._refresh_at = 0.0
-        self._locks: dict[str, anyio.Lock] = {}
+        self._cache = TokenCache(self._rng, clock)
 
     def __repr__(self) -> str:
         return f"MskIamTokenProvider({self.region!r}, profile={self.profile!r})"
@@ -399,17 +397,12 @@ class MskIamTokenProvider:
         return OAuthBearerToken(token, expires_at)
 
     async def __call__(self) -> OAuthBearerToken:
-        import sniffio
+        return await self._cache.get(self._signed)
 
-        lock = self._locks.setdefault(sniffio.current_async_library(), anyio.Lock())
-        async with lock:
-            if self._token is None or self._clock() >= self._refresh_at:
-                issued = self._clock()
-                self._token = await anyio.to_thread.run_sync(self._sign, abandon_on_cancel=True)
-                self._refresh_at = refresh_time(issued, self._token.expires_at or issued, self._rng)
-            return self._token
+    async def _signed(self) -> OAuthBearerToken:
+        return await anyio.to_thread.run_sync(self._sign, abandon_on_cancel=True)
 
     def invalidate(self) -> None:
         """Drop the cached token and credentials: the next call reads the chain again."""
-        self._token = None
+        self._cache.invalidate()
         self._credentials = None

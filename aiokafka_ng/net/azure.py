@@ -32,7 +32,7 @@ import anyio.to_thread
 
 from aiokafka_ng.errors import KafkaConnectionError, SaslAuthenticationFailedError
 from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState
-from aiokafka_ng.net.oauth import OAuthBearerToken, refresh_time
+from aiokafka_ng.net.oauth import OAuthBearerToken, TokenCache
 
 __all__ = ["IMDS_TOKEN_URL", "AzureImdsTokenProvider"]
 
@@ -75,9 +75,7 @@ class AzureImdsTokenProvider:
         self._retry_budget_ms = retry_backoff_max_ms
         self._rng = rng or random.Random()
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        self._token: OAuthBearerToken | None = None
-        self._refresh_at = 0.0
-        self._locks: dict[str, anyio.Lock] = {}
+        self._cache = TokenCache(self._rng)
         #: HTTP requests made; for tests and diagnostics.
         self.requests = 0
 
@@ -93,19 +91,11 @@ class AzureImdsTokenProvider:
         return f"{self.endpoint}?{urllib.parse.urlencode(query)}"
 
     async def __call__(self) -> OAuthBearerToken:
-        import sniffio
-
-        lock = self._locks.setdefault(sniffio.current_async_library(), anyio.Lock())
-        async with lock:
-            if self._token is None or time.time() >= self._refresh_at:
-                issued = time.time()
-                self._token = await self._fetch()
-                self._refresh_at = refresh_time(issued, self._token.expires_at or issued, self._rng)
-            return self._token
+        return await self._cache.get(self._fetch)
 
     def invalidate(self) -> None:
         """Drop the cached token: the next call asks IMDS again."""
-        self._token = None
+        self._cache.invalidate()
 
     async def _fetch(self) -> OAuthBearerToken:
         retry = RetryState(self._backoff)

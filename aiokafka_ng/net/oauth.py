@@ -34,15 +34,18 @@ import json
 import random
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import anyio
 
 from aiokafka_ng.errors import SaslAuthenticationFailedError
 
 __all__ = [
     "OAuthBearerMechanism",
     "OAuthBearerToken",
+    "TokenCache",
     "UnsecuredTokenProvider",
     "jwt_claims",
     "obtain_token",
@@ -256,3 +259,33 @@ def refresh_time(issued_at: float, expires_at: float, rng: random.Random) -> flo
     """When to refresh a token: 80% of its lifetime plus up to 5% jitter (Java's
     ``sasl.login.refresh.window.factor`` / ``.jitter`` defaults)."""
     return issued_at + (expires_at - issued_at) * (0.8 + 0.05 * rng.random())
+
+
+class TokenCache:
+    """A provider's one token: fetched when there is none or it is due for refresh (at
+    :func:`refresh_time` from when it was asked for), one fetch at a time. One lock per
+    async library: a provider may serve an asyncio and a trio client at once."""
+
+    def __init__(self, rng: random.Random, clock: Callable[[], float] = time.time) -> None:
+        self._rng = rng
+        self._clock = clock
+        self._token: OAuthBearerToken | None = None
+        self._refresh_at = 0.0
+        self._locks: dict[str, anyio.Lock] = {}
+
+    async def get(self, fetch: Callable[[], Awaitable[OAuthBearerToken]]) -> OAuthBearerToken:
+        """The cached token, or a new one from ``fetch`` when it is missing or due."""
+        import sniffio
+
+        lock = self._locks.setdefault(sniffio.current_async_library(), anyio.Lock())
+        async with lock:
+            if self._token is None or self._clock() >= self._refresh_at:
+                issued = self._clock()
+                self._token = await fetch()
+                expires = self._token.expires_at or issued
+                self._refresh_at = refresh_time(issued, expires, self._rng)
+            return self._token
+
+    def invalidate(self) -> None:
+        """Drop the token: the next :meth:`get` fetches a new one."""
+        self._token = None

@@ -56,7 +56,7 @@ import anyio.to_thread
 
 from aiokafka_ng.errors import KafkaConnectionError, SaslAuthenticationFailedError
 from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState
-from aiokafka_ng.net.oauth import OAuthBearerToken, jwt_claims, refresh_time
+from aiokafka_ng.net.oauth import OAuthBearerToken, TokenCache, jwt_claims
 
 __all__ = ["ClientCredentialsTokenProvider", "JwtBearerTokenProvider"]
 
@@ -96,10 +96,7 @@ class _TokenEndpointProvider:
         if ssl_context is not None:
             handlers.append(urllib.request.HTTPSHandler(context=ssl_context))
         self._opener = urllib.request.build_opener(*handlers)
-        self._token: OAuthBearerToken | None = None
-        self._refresh_at = 0.0
-        # One lock per async library: a provider may serve an asyncio and a trio client.
-        self._locks: dict[str, anyio.Lock] = {}
+        self._cache = TokenCache(self._rng)
         #: HTTP requests made (successful or not); for tests and diagnostics.
         self.requests = 0
 
@@ -111,20 +108,11 @@ class _TokenEndpointProvider:
         raise NotImplementedError
 
     async def __call__(self) -> OAuthBearerToken:
-        import sniffio
-
-        lock = self._locks.setdefault(sniffio.current_async_library(), anyio.Lock())
-        async with lock:
-            if self._token is None or time.time() >= self._refresh_at:
-                issued = time.time()
-                self._token = await self._fetch()
-                expires = self._token.expires_at or issued
-                self._refresh_at = refresh_time(issued, expires, self._rng)
-            return self._token
+        return await self._cache.get(self._fetch)
 
     def invalidate(self) -> None:
         """Drop the cached token: the next call fetches a new one."""
-        self._token = None
+        self._cache.invalidate()
 
     async def _fetch(self) -> OAuthBearerToken:
         retry = RetryState(self._backoff)
