@@ -24,6 +24,7 @@ class ClientSettings(TypedDict, total=False):
     bootstrap_servers: str | list[str]
     client_id: str | None
     connections_max_idle_ms: int
+    metadata_cluster_check_enable: bool
     metadata_max_age_ms: int
     metadata_recovery_rebootstrap_trigger_ms: int
     metadata_recovery_strategy: Literal["none", "rebootstrap"]

@@ -157,6 +157,11 @@ class ClientConfig(BaseModel):
     #: no known broker has answered for metadata_recovery_rebootstrap_trigger_ms.
     metadata_recovery_strategy: Literal["none", "rebootstrap"] = "rebootstrap"
     metadata_recovery_rebootstrap_trigger_ms: int = Field(default=300000, gt=0)
+    #: KIP-1242 (Java's ``metadata.cluster.check.enable``): a connection to a broker the
+    #: metadata named tells it the cluster id and node id it expects, and a broker that is
+    #: another answers REBOOTSTRAP_REQUIRED (Kafka 4.4+); ignored when
+    #: metadata_recovery_strategy is "none", as in Java.
+    metadata_cluster_check_enable: bool = True
     connections_max_idle_ms: int = Field(default=540000, gt=0)
     security_protocol: SecurityProtocol = "PLAINTEXT"
     ssl_context: ssl.SSLContext | None = None
@@ -522,6 +527,7 @@ class ClientConfig(BaseModel):
             metadata_max_age_ms=self.metadata_max_age_ms,
             metadata_recovery_strategy=self.metadata_recovery_strategy,
             metadata_recovery_rebootstrap_trigger_ms=self.metadata_recovery_rebootstrap_trigger_ms,
+            metadata_cluster_check_enable=self.metadata_cluster_check_enable,
             connections_max_idle_ms=self.connections_max_idle_ms,
             # Clients start without the cluster; bootstrap runs in the background.
             wait_for_bootstrap=False,

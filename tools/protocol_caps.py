@@ -3,13 +3,13 @@
 The generator takes Kafka's schemas from the kafka-clients jar of the pinned Kafka release,
 and a newer release brings newer versions of requests the client already sends. Some are
 only new optional fields; others change what a request means (Produce v13 names topics by
-id, EndTxn v5 bumps the producer epoch at every commit, ApiVersions v5 checks the cluster
-id). The version handshake picks the highest version both sides support, so a version
-the schemas bring in would be sent at once, before any code reads its new fields. Each
-request below is therefore held at the version its code and tests were written for:
-``MAX_STABLE_VERSION`` is the smaller of this cap and the schema's latest stable version.
-Raising a cap is a change of the client, made with the code that handles the new version
-and the same tests as the old ones (on Apache Kafka), one request at a time.
+id, EndTxn v5 bumps the producer epoch at every commit). The version handshake picks the
+highest version both sides support, so a version the schemas bring in would be sent at once,
+before any code reads its new fields. Each request below is therefore held at the version
+its code and tests were written for: ``MAX_STABLE_VERSION`` is the smaller of this cap and
+the schema's latest stable version. Raising a cap is a change of the client, made with the
+code that handles the new version and the same tests as the old ones (on Apache Kafka), one
+request at a time.
 
 Requests not listed here take their schema's latest stable version: those the client does
 not send yet, and those whose versions did not move since the code was written.
@@ -22,7 +22,6 @@ from __future__ import annotations
 CAPS: dict[str, tuple[int, str]] = {
     "AddRaftVoter": (0, "v1: AckWhenCommitted"),
     "AlterPartitionReassignments": (0, "v1: AllowReplicationFactorChange"),
-    "ApiVersions": (4, "v5: cluster id / node id checks, REBOOTSTRAP_REQUIRED (KIP-1242)"),
     "DeleteGroups": (2, "v3: per-group error message"),
     "DescribeCluster": (1, "v2: IncludeFencedBrokers (KIP-1073)"),
     "DescribeGroups": (5, "v6: GROUP_ID_NOT_FOUND for an unknown group (KIP-1043)"),

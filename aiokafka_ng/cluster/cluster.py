@@ -99,6 +99,14 @@ class Cluster:
             connector=connector,
             on_node_failure=self._on_node_failure,
             log_name=f"{config.role} {config.client_id or config.connection.client_id}",
+            # KIP-1242, as Java: only when re-bootstrapping is what the answer can lead to.
+            cluster_id=(
+                self._cluster_id
+                if config.metadata_cluster_check_enable
+                and config.metadata_recovery_strategy == "rebootstrap"
+                else None
+            ),
+            on_rebootstrap_required=self._on_rebootstrap_required,
         )
         self._retry = ExponentialBackoff.retry(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self._refresher = MetadataRefresher(config, self._pool, self._retry)
@@ -440,6 +448,14 @@ class Cluster:
             return await retrying(attempt, RetryState(self._retry), what="controller lookup")
 
     # ------------------------------------------------------------------ metadata
+
+    def _cluster_id(self) -> str | None:
+        return self._refresher.metadata.cluster_id
+
+    def _on_rebootstrap_required(self) -> None:
+        # A broker the metadata named is not who it named (KIP-1242): the metadata is
+        # stale as a whole, so the refresher starts over from bootstrap_servers now.
+        self._refresher.rebootstrap_required()
 
     def _on_node_failure(self, node_id: int) -> None:
         # A broker we route to could not be reached or dropped us: its leaderships,

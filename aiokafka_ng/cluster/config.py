@@ -156,6 +156,10 @@ class ClusterConfig:
     #: request for ``metadata_recovery_rebootstrap_trigger_ms``; "none" keeps trying them.
     metadata_recovery_strategy: str = "rebootstrap"
     metadata_recovery_rebootstrap_trigger_ms: float = 300_000
+    #: KIP-1242: connections to brokers the metadata named send its cluster id and their
+    #: node id (ApiVersions v5); a broker that is another answers REBOOTSTRAP_REQUIRED and
+    #: the client re-bootstraps. Only with metadata_recovery_strategy "rebootstrap".
+    metadata_cluster_check_enable: bool = True
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:

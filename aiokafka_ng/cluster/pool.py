@@ -35,6 +35,15 @@ at DEBUG only, and the first connect that succeeds again is logged once at INFO 
 long the broker was away. A node never reached yet logs at DEBUG (bootstrap failures are
 the cluster's to report).
 
+*Is it the node we meant? (KIP-1242)* An address learned from metadata may since have gone to
+another broker or another cluster (a pod's IP reused, a cluster rebuilt behind the same
+names). When the cluster passes ``cluster_id``, a connect to a broker node sends that id and
+the node's in ApiVersions v5 (once a broker has shown that it offers v5), and a broker that
+is not that node answers REBOOTSTRAP_REQUIRED: the attempt fails as a refused connect would
+(callers get a retriable error) and ``on_rebootstrap_required`` tells the cluster its
+metadata is stale. Bootstrap addresses (negative ids) are not checked: nothing is expected
+of them.
+
 *Idle close.* A connection not handed out by :meth:`get` for ``connections_max_idle_ms``
 and with nothing in flight is closed (a long-poll Fetch keeps it alive).
 
@@ -73,8 +82,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from aiokafka_ng.cluster.retry import RetryState
-from aiokafka_ng.errors import KafkaConnectionError, KafkaError
+from aiokafka_ng.errors import KafkaConnectionError, KafkaError, RebootstrapRequiredError
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.handshake import ExpectedNode
 
 if TYPE_CHECKING:
     from aiokafka_ng.net.connection import Connection, ConnectionConfig
@@ -87,6 +97,7 @@ log = logging.getLogger(__name__)
 #: default wraps :func:`aiokafka_ng.net.connection.connect`; tests inject fakes here.
 Connector = Callable[[str, int], AbstractAsyncContextManager["Connection"]]
 
+_API_VERSIONS = 18
 _ATTEMPT_HISTORY = 64  # connect attempts remembered per node for statistics()
 # A retired connection handed out this recently is kept: its caller may not have run yet.
 _RETIRE_GRACE_S = 1.0
@@ -191,8 +202,21 @@ class ConnectionPool:
         connector: Connector | None = None,
         on_node_failure: Callable[[int], None] | None = None,
         log_name: str | None = None,
+        cluster_id: Callable[[], str | None] | None = None,
+        on_rebootstrap_required: Callable[[], None] | None = None,
     ) -> None:
         self._config = config
+        # KIP-1242: the cluster id of the metadata the nodes' addresses came from (None: do
+        # not check), sent with the node id when connecting to a node; a broker that is not
+        # that node answers REBOOTSTRAP_REQUIRED, which fails the attempt like a refused
+        # connect and calls on_rebootstrap_required (the metadata is stale).
+        self._cluster_id = cluster_id
+        self._on_rebootstrap_required = on_rebootstrap_required
+        # The newest ApiVersions version the last broker we connected to offers. The node's
+        # identity is sent only to brokers that offer v5: Kafka answers a version it does
+        # not know with UNSUPPORTED_VERSION (and we fall back), but Tansu closes a
+        # connection whose ApiVersions v4 parse finds a cluster id after the v4 fields.
+        self._peer_api_versions = -1
         # Called with the node id when a connect attempt fails or an open connection drops
         # without us closing it: the cluster asks for fresh metadata then, as Java's
         # NetworkClient does on a disconnect, since a dead node's partitions (or its
@@ -202,7 +226,7 @@ class ConnectionPool:
         self._max_idle_s = (
             None if connections_max_idle_ms is None else connections_max_idle_ms / 1000
         )
-        self._connector = connector or self._default_connector
+        self._connector = connector
         self._nodes: dict[int, _Node] = {}
         self._tg: TaskGroup | None = None
         # Seeded from the global generator: random.seed() in a test replays the choices.
@@ -211,10 +235,20 @@ class ConnectionPool:
         self._client = log_name or config.client_id or "aiokafka-ng"
         self._closing = False
 
-    def _default_connector(self, host: str, port: int) -> AbstractAsyncContextManager[Connection]:
+    def _open(self, node: _Node) -> AbstractAsyncContextManager[Connection]:
+        if self._connector is not None:
+            return self._connector(node.host, node.port)
         from aiokafka_ng.net.connection import connect
 
-        return connect(host, port, self._config)
+        return connect(node.host, node.port, self._config, expected=self._expected(node))
+
+    def _expected(self, node: _Node) -> ExpectedNode | None:
+        """Who ``node``'s address should reach (KIP-1242); None for a bootstrap address."""
+        cluster_id = None if self._cluster_id is None else self._cluster_id()
+        node_id = node.node_id if node.link_of is None else node.link_of
+        if cluster_id is None or node_id < 0 or self._peer_api_versions < 5:
+            return None
+        return ExpectedNode(cluster_id, node_id)
 
     async def __aenter__(self) -> ConnectionPool:
         tg = anyio.create_task_group()
@@ -361,7 +395,11 @@ class ConnectionPool:
             await attempt.done.wait()
             if attempt.error is not None:
                 err = attempt.error
-                if isinstance(err, KafkaError) and not err.retriable:
+                if (
+                    isinstance(err, KafkaError)
+                    and not err.retriable
+                    and not isinstance(err, RebootstrapRequiredError)  # stale metadata: retry
+                ):
                     raise err  # e.g. SASL failure: the same object for every waiter, like a Future
                 raise KafkaConnectionError(
                     f"cannot connect to node {node_id} at {node.host}:{node.port}: {err}"
@@ -383,8 +421,11 @@ class ConnectionPool:
             host, port = node.host, node.port
             started = anyio.current_time()
             try:
-                async with self._connector(host, port) as conn:
+                async with self._open(node) as conn:
                     established = conn
+                    if self._connector is None:  # (an injected connector checks nothing)
+                        offered = conn.api_versions.get(_API_VERSIONS, (0, -1))
+                        self._peer_api_versions = offered[1]
                     now = anyio.current_time()
                     node.attempts.append(ConnectAttempt(started, now, True))
                     node.connects += 1
@@ -416,6 +457,10 @@ class ConnectionPool:
                     )
                     if node.connects and node.down_since is None and not self._closing:
                         self._went_down(node, f"cannot connect: {exc}")
+                    if isinstance(exc, RebootstrapRequiredError):
+                        log.info("%s: %s", self._client, exc)
+                        if self._on_rebootstrap_required is not None:
+                            self._on_rebootstrap_required()
                     self._node_failed(node.node_id)
                 else:
                     # The connection broke while held; its pending requests already failed.

@@ -49,8 +49,9 @@ for the new answer.
 A broker can also say so itself (KIP-1102): a Metadata answer (v13+) whose top-level error is
 REBOOTSTRAP_REQUIRED goes back to ``bootstrap_servers`` at once, without waiting for the
 trigger time (as Java's ``NetworkClient`` does). With the strategy "none" the answer is a
-failed refresh, retried under the backoff. (Kafka 4.4 itself sends the code only in
-ApiVersions v5 answers, KIP-1242; Metadata carries it for brokers that do.)
+failed refresh, retried under the backoff. Kafka 4.4 itself sends the code in ApiVersions
+v5 answers (KIP-1242), when a connection meant for node N of cluster C reached another
+broker: the pool reports it (:meth:`rebootstrap_required`) and the same happens.
 
 *Per-topic waiters.* Each topic has its own :class:`anyio.Event`, set whenever a snapshot
 brings news of that topic. A caller of ``wait_for_topics(["a"])`` wakes when "a" becomes
@@ -425,6 +426,16 @@ class MetadataRefresher:
                     )  # fmt: skip
                 else:
                     log.debug("metadata refresh via node %s failed: %r", node_id, exc)
+
+    def rebootstrap_required(self) -> None:
+        """A broker the metadata named answered a connect with REBOOTSTRAP_REQUIRED
+        (KIP-1242: it is not that node of that cluster): go back to the bootstrap servers
+        now, as a Metadata answer carrying the code would (with the strategy "none", the
+        refresh is only asked for, as Java only disconnects)."""
+        self._told_to_rebootstrap = True
+        self._maybe_rebootstrap()
+        self._update_needed = True
+        self._wakeup.set()
 
     def _maybe_rebootstrap(self) -> None:
         """After a failed refresh: go back to the bootstrap servers if a broker said so

@@ -20,6 +20,7 @@ from aiokafka_ng.net.sasl import SaslMechanism
 from aiokafka_ng.protocol import handshake
 from aiokafka_ng.protocol.handshake import (
     BrokerVersions,
+    ExpectedNode,
     Steps,
     api_name,
     check_version,
@@ -95,9 +96,13 @@ async def _run(steps: Steps[T], exchange: Exchange, *, plain_in_clear: str = "")
         steps.close()
 
 
-async def negotiate_api_versions(exchange: Exchange, where: str) -> BrokerVersions:
-    """ApiVersions in our newest version, falling back once as the broker tells us."""
-    return await _run(handshake.negotiate_api_versions(where, _software_version()), exchange)
+async def negotiate_api_versions(
+    exchange: Exchange, where: str, expected: ExpectedNode | None = None
+) -> BrokerVersions:
+    """ApiVersions in our newest version, falling back once as the broker tells us;
+    ``expected``: the node the connection is meant for (KIP-1242)."""
+    steps = handshake.negotiate_api_versions(where, _software_version(), expected)
+    return await _run(steps, exchange)
 
 
 async def authenticate(
@@ -119,13 +124,17 @@ async def authenticate(
 
 
 async def setup(
-    exchange: Exchange, config: ConnectionConfig, host: str, where: str
+    exchange: Exchange,
+    config: ConnectionConfig,
+    host: str,
+    where: str,
+    expected: ExpectedNode | None = None,
 ) -> tuple[BrokerVersions, int | None]:
     """A new connection's handshake: ApiVersions, then SASL when ``config`` asks for it.
 
     Returns the broker's versions and the SASL session's lifetime in ms (None without SASL;
     0: the session does not expire), for re-authentication."""
-    versions = await negotiate_api_versions(exchange, where)
+    versions = await negotiate_api_versions(exchange, where, expected)
     if config.sasl is None:
         return versions, None
     mechanism = await config.sasl.create_mechanism(host)

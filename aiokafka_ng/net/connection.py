@@ -83,6 +83,7 @@ from aiokafka_ng.net._reading import read_until
 from aiokafka_ng.net._reauth import Reauthentication
 from aiokafka_ng.net.clock import loop_clock
 from aiokafka_ng.protocol.connection import ClientConnection, Poisoned
+from aiokafka_ng.protocol.handshake import ExpectedNode
 from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
@@ -165,11 +166,13 @@ class Connection:
         await conn._serve(task_status=task_status)
 
     @classmethod
-    async def _open(cls, host: str, port: int, config: ConnectionConfig) -> Connection:
+    async def _open(
+        cls, host: str, port: int, config: ConnectionConfig, expected: ExpectedNode | None = None
+    ) -> Connection:
         stream = await open_stream(host, port, config)
         conn = cls(host, port, config, stream)
         try:
-            await conn._handshake()
+            await conn._handshake(expected)
         except BaseException:
             conn._poison("connection setup failed")
             await conn._close_stream()
@@ -282,9 +285,9 @@ class Connection:
 
     # -- handshake ---------------------------------------------------------------------------
 
-    async def _handshake(self) -> None:
+    async def _handshake(self, expected: ExpectedNode | None) -> None:
         versions, sasl_lifetime_ms = await _handshake.setup(
-            self._setup_exchange, self._config, self.host, self._where
+            self._setup_exchange, self._config, self.host, self._where, expected
         )
         self.api_versions = versions.api_versions
         self.features = versions.features
@@ -585,10 +588,17 @@ class Connection:
 
 @asynccontextmanager
 async def connect(
-    host: str, port: int, config: ConnectionConfig | None = None
+    host: str,
+    port: int,
+    config: ConnectionConfig | None = None,
+    *,
+    expected: ExpectedNode | None = None,
 ) -> AsyncIterator[Connection]:
-    """A connection whose reader runs in a task group private to this context manager."""
-    conn = await Connection._open(host, port, config or ConnectionConfig())
+    """A connection whose reader runs in a task group private to this context manager.
+
+    ``expected``: the cluster and node the address was learned for (KIP-1242); a broker
+    that is not that node fails the setup with RebootstrapRequiredError."""
+    conn = await Connection._open(host, port, config or ConnectionConfig(), expected)
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(conn._serve)

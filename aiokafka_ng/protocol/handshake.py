@@ -11,7 +11,9 @@ request (one correlation path):
 * :func:`negotiate_api_versions` -- ApiVersions in our newest stable version; a broker that
   does not know it answers UNSUPPORTED_VERSION in the v0 format with its own range (read as
   such by :func:`~aiokafka_ng.protocol.connection.decode_api_versions`), and we retry once
-  in the newest version it named, or v0.
+  in the newest version it named, or v0. From v5 (KIP-1242) the request names the cluster
+  and node the connection is meant for, and a broker that is not that node answers
+  REBOOTSTRAP_REQUIRED (raised as such: the caller's metadata is stale).
 * :func:`sasl_authenticate` -- SaslHandshake v1 naming the mechanism, then SaslAuthenticate
   rounds carrying the mechanism's messages until it is complete; returns the session
   lifetime the broker gave (0: none), after which the driver re-authenticates (KIP-368).
@@ -27,7 +29,11 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from aiokafka_ng.protocol.errors import UnsupportedVersionError, error_for_code
+from aiokafka_ng.protocol.errors import (
+    RebootstrapRequiredError,
+    UnsupportedVersionError,
+    error_for_code,
+)
 from aiokafka_ng.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from aiokafka_ng.protocol.messages.sasl_authenticate import (
     SaslAuthenticateRequest,
@@ -41,6 +47,7 @@ from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 __all__ = [
     "BrokerVersions",
+    "ExpectedNode",
     "SaslSteps",
     "Steps",
     "api_name",
@@ -57,6 +64,7 @@ M = TypeVar("M", bound=ApiMessage)
 Steps = Generator[tuple[ApiRequest[ApiMessage], int], ApiMessage, T]
 
 _UNSUPPORTED_VERSION = 35
+_REBOOTSTRAP_REQUIRED = 129
 
 
 class SaslSteps(Protocol):
@@ -134,16 +142,34 @@ def _expect(response: ApiMessage, cls: type[M]) -> M:
     return response
 
 
-def negotiate_api_versions(where: str, software_version: str) -> Steps[BrokerVersions]:
+@dataclass(frozen=True, slots=True)
+class ExpectedNode:
+    """Which broker a connection is meant to reach (KIP-1242): the cluster id and node id of
+    the metadata its address came from. ApiVersions v5 carries them; a broker that is not
+    that node of that cluster (the address now belongs to another node or cluster) answers
+    REBOOTSTRAP_REQUIRED instead of serving requests meant for someone else."""
+
+    cluster_id: str
+    node_id: int
+
+
+def negotiate_api_versions(
+    where: str, software_version: str, expected: ExpectedNode | None = None
+) -> Steps[BrokerVersions]:
     """ApiVersions in our newest version, falling back once as the broker tells us.
 
-    ``software_version`` goes to the broker (v3+) with the name ``aiokafka-ng``."""
+    ``software_version`` goes to the broker (v3+) with the name ``aiokafka-ng``;
+    ``expected`` (v5+), the node the connection is meant for: a broker that is another
+    raises :class:`~aiokafka_ng.errors.RebootstrapRequiredError`."""
     version = ApiVersionsRequest.MAX_STABLE_VERSION
     for attempt in range(2):
         request = ApiVersionsRequest(
             # v3+: the broker validates these against [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?
             client_software_name="aiokafka-ng",
             client_software_version=software_version,
+            # v5+ (older versions do not write them): both or neither, as the KIP asks.
+            cluster_id=None if expected is None else expected.cluster_id,
+            node_id=-1 if expected is None else expected.node_id,
         )
         response = _expect((yield request, version), ApiVersionsResponse)
         if response.error_code == _UNSUPPORTED_VERSION and attempt == 0 and version > 0:
@@ -151,6 +177,11 @@ def negotiate_api_versions(where: str, software_version: str) -> Steps[BrokerVer
             # Retry in the newest version the broker named, or v0 if it named none.
             version = max(0, min(theirs.get(ApiVersionsRequest.API_KEY, 0), version - 1))
             continue
+        if response.error_code == _REBOOTSTRAP_REQUIRED and expected is not None:
+            raise RebootstrapRequiredError(
+                f"{where} is not node {expected.node_id} of cluster {expected.cluster_id} "
+                "(KIP-1242): the metadata that named this address is stale"
+            )
         if response.error_code:
             raise error_for_code(response.error_code)(f"{where}: ApiVersions v{version} failed")
         return BrokerVersions(

@@ -28,6 +28,10 @@ from aiokafka_ng.admin import (
 from aiokafka_ng.admin import TopicPartition as AdminPartition
 from aiokafka_ng.cluster import Cluster, ClusterConfig, parse_bootstrap_servers
 from aiokafka_ng.consumer import CloseOptions, GroupMembershipOperation, TopicPartition
+from aiokafka_ng.errors import RebootstrapRequiredError
+from aiokafka_ng.net.connection import connect
+from aiokafka_ng.protocol.handshake import ExpectedNode
+from aiokafka_ng.protocol.messages.api_versions import ApiVersionsRequest
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest, MetadataRequestTopic
 from aiokafka_ng.testing import KafkaCluster
 from tests.kafka.helpers import admin_for, new_topic, unique
@@ -55,6 +59,30 @@ async def test_metadata_is_spoken_at_v13(kafka_cluster: KafkaCluster) -> None:
         assert len(snapshot.topics[topic].partitions) == 2
         assert topic in await cluster.all_topics()
         assert cluster.statistics().rebootstraps == 0
+
+
+# ------------------------------------------------------------------ KIP-1242: is it the node?
+
+
+async def test_a_broker_that_is_not_the_node_meant_says_so(kafka_cluster: KafkaCluster) -> None:
+    """ApiVersions v5 names the cluster and node a connection is meant for; Kafka 4.4 answers
+    REBOOTSTRAP_REQUIRED when it is not that node of that cluster, and serves the right one
+    (tests/cluster/test_cluster_check.py: what the client does with the answer)."""
+    config = ClusterConfig(
+        bootstrap_servers=parse_bootstrap_servers(kafka_cluster.bootstrap_servers)
+    )
+    async with Cluster(config) as cluster:
+        await cluster.wait_ready(30)
+        cluster_id = cluster.metadata.cluster_id
+        assert cluster_id is not None
+    first, second = kafka_cluster.brokers[:2]
+    right = ExpectedNode(cluster_id, first.node_id)
+    async with connect(first.host, first.port, expected=right) as conn:
+        assert conn.version_for(ApiVersionsRequest) == 5
+    for wrong in (ExpectedNode(cluster_id, second.node_id), ExpectedNode("x" * 22, first.node_id)):
+        with pytest.raises(RebootstrapRequiredError, match=f"node {wrong.node_id} of cluster"):
+            async with connect(first.host, first.port, expected=wrong):
+                pass
 
 
 # ------------------------------------------------------------------ KIP-1092: close options

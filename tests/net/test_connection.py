@@ -115,7 +115,7 @@ async def closed_at_the_broker(kafka: FakeKafka) -> None:
 
 
 async def test_handshake_negotiates_highest_common_version() -> None:
-    versions = {API_VERSIONS_KEY: (0, 4), METADATA_KEY: (1, 9)}
+    versions = {API_VERSIONS_KEY: (0, ApiVersionsRequest.MAX_STABLE_VERSION), METADATA_KEY: (1, 9)}
     async with fake() as kafka:
         kafka.api_versions.clear()
         kafka.api_versions.update(versions)
@@ -379,7 +379,9 @@ async def test_api_versions_falls_back_to_v0_without_a_range() -> None:
 async def test_no_common_version_raises_unsupported_version_naming_the_api() -> None:
     async with fake() as kafka:
         kafka.api_versions.clear()
-        kafka.api_versions.update({API_VERSIONS_KEY: (0, 4), METADATA_KEY: (50, 60)})
+        kafka.api_versions.update(
+            {API_VERSIONS_KEY: (0, ApiVersionsRequest.MAX_STABLE_VERSION), METADATA_KEY: (50, 60)}
+        )
         async with connect(*address(kafka), config(kafka)) as conn:
             with pytest.raises(UnsupportedVersionError, match="Metadata"):
                 conn.version_for(MetadataRequest)

@@ -227,7 +227,7 @@ class ApiVersionsRequest(ApiRequest[ApiVersionsResponse]):
     API_KEY: ClassVar[int] = 18
     MIN_VERSION: ClassVar[int] = 0
     MAX_VERSION: ClassVar[int] = 5
-    MAX_STABLE_VERSION: ClassVar[int] = 4
+    MAX_STABLE_VERSION: ClassVar[int] = 5
     FLEXIBLE_MIN_VERSION: ClassVar[int | None] = 3
     RESPONSE_TYPE: ClassVar[type[ApiVersionsResponse]] = ApiVersionsResponse
     _SCHEMA: ClassVar[tuple[FieldSpec, ...]] = (

@@ -67,7 +67,12 @@ from anyio.streams.memory import MemoryObjectSendStream
 from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.framing import FrameReader, decode_request, encode_response
 from aiokafka_ng.protocol.messages import REQUEST_TYPES
-from aiokafka_ng.protocol.messages.api_versions import FinalizedFeatureKey, SupportedFeatureKey
+from aiokafka_ng.protocol.messages.api_versions import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FinalizedFeatureKey,
+    SupportedFeatureKey,
+)
 from aiokafka_ng.protocol.messages.metadata import MetadataResponse, MetadataResponseTopic
 from aiokafka_ng.protocol.primitives import ApiMessage
 from aiokafka_ng.protocol.record_reader import Record, iter_batches
@@ -369,11 +374,14 @@ class FakeKafka(Observers):
     async def _accept_loop(
         self, tg: anyio.abc.TaskGroup, node: FakeNode, listener: anyio.abc.SocketListener
     ) -> None:
+        port = node.port
         while True:
             try:
                 stream = await listener.accept()
             except (anyio.ClosedResourceError, OSError):
                 return
+            # Whoever has the listener's port now (swap_addresses moves nodes between them).
+            node = next((n for n in self.nodes.values() if n.port == port), node)
             node.attempts.append(anyio.current_time())
             try:
                 self._count_accept()
@@ -545,6 +553,18 @@ class FakeKafka(Observers):
                 resp.error_code = E.UNSUPPORTED_VERSION
                 self._seen.answered(node.node_id, api_key, resp)
                 return resp.encode(0)
+            assert isinstance(request, ApiVersionsRequest)
+            if (
+                version >= 5
+                and request.cluster_id is not None
+                and (
+                    request.cluster_id != self.cluster.cluster_id or request.node_id != node.node_id
+                )
+            ):
+                # KIP-1242, as Kafka 4.4: the client meant another node (or cluster).
+                resp = ApiVersionsResponse(error_code=E.REBOOTSTRAP_REQUIRED)
+                self._seen.answered(node.node_id, api_key, resp)
+                return resp
             resp = H.api_versions(self.api_versions, request, version)
             resp.supported_features = [
                 SupportedFeatureKey(name=name, min_version=0, max_version=_MAX_LEVELS[name])
@@ -904,6 +924,18 @@ class FakeKafka(Observers):
         self._node(to_node)
         self.cluster.coordinator_overrides[key] = to_node
         self.groups.wake()  # a JoinGroup/SyncGroup parked on the old node: NOT_COORDINATOR
+
+    def swap_addresses(self, a: int, b: int) -> None:
+        """Nodes ``a`` and ``b`` trade addresses, as two pods whose IPs were swapped: new
+        connections to ``a``'s old address reach ``b`` and the reverse, and Metadata
+        advertises each at its new address. Open connections stay with the node they
+        reached. A client that connects by stale metadata reaches the wrong node; with
+        ApiVersions v5 it names the node it meant and is answered REBOOTSTRAP_REQUIRED
+        (KIP-1242), as Kafka 4.4 answers."""
+        na, nb = self._node(a), self._node(b)
+        na.port, nb.port = nb.port, na.port
+        self.cluster.brokers[a].port = na.port
+        self.cluster.brokers[b].port = nb.port
 
     def move_controller(self, to_node: int) -> None:
         self._node(to_node)
