@@ -23,8 +23,11 @@ the instance's role):
    and ``sso_region``) or the legacy ``sso_start_url`` / ``sso_region`` in the profile. The
    access token is the one ``aws sso login`` cached in
    ``~/.aws/sso/cache/<sha1 of the session name, or of the start URL>.json``; the portal's
-   ``GetRoleCredentials`` turns it into the role's credentials. An expired token is an
-   error asking for ``aws sso login`` (the OIDC refresh is not done here);
+   ``GetRoleCredentials`` turns it into the role's credentials. For ``sso_session``
+   profiles a token within 15 minutes of its expiry is renewed with its refresh token at
+   the OIDC service's ``CreateToken`` and written back to the cache, as the AWS CLI does;
+   an expired token that cannot be renewed (and any expired legacy one) is an error asking
+   for ``aws sso login``;
 5. the shared credentials file (``AWS_SHARED_CREDENTIALS_FILE``, ``~/.aws/credentials``);
 6. ``credential_process`` in the profile: the command (no shell; split as botocore splits
    it) prints ``{"Version": 1, "AccessKeyId", "SecretAccessKey", "SessionToken",
@@ -41,7 +44,8 @@ The profile is the one passed, else ``AWS_PROFILE``, else ``default``; profiles 
 read the config file's profile with the credentials file's section of the same name laid
 over it (botocore's merged view). STS is ``https://sts.<region>.amazonaws.com`` and the SSO
 portal ``https://portal.sso.<sso_region>.amazonaws.com`` unless ``AWS_ENDPOINT_URL_STS`` /
-``AWS_ENDPOINT_URL_SSO`` (or ``AWS_ENDPOINT_URL`` for both) say otherwise.
+``AWS_ENDPOINT_URL_SSO`` (and ``AWS_ENDPOINT_URL_SSO_OIDC`` for ``oidc.<sso_region>``), or
+``AWS_ENDPOINT_URL`` for all, say otherwise.
 
 Temporary credentials from STS, SSO and ``credential_process`` are kept in the ``cache``
 the caller passes (``MskIamTokenProvider`` keeps one) and reused until 5 minutes before they
@@ -85,6 +89,7 @@ _IMDS_TIMEOUT_S = 1.0  # botocore's: no instance answers slower than this
 # so that a hung helper fails the connection instead of holding a worker thread forever.
 _PROCESS_TIMEOUT_S = 300.0
 _MAX_ANSWER = 1024 * 1024
+_SSO_REFRESH_S = 900  # an SSO token this close to its expiry is renewed (botocore's window)
 _SOURCES = ("Environment", "Ec2InstanceMetadata", "EcsContainer")
 _FORM = "application/x-www-form-urlencoded; charset=utf-8"
 
@@ -372,6 +377,16 @@ def _run_process(command: str, profile: str) -> AwsCredentials:
     )
 
 
+def _write_private_json(path: str, value: Mapping[str, object]) -> None:
+    """Replace ``path`` with ``value`` as JSON, readable by the owner only (it holds
+    tokens), all at once: the AWS CLI may read it at the same moment."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(value, f)
+    os.replace(temporary, path)
+
+
 # ---------------------------------------------------------------------- the config files
 
 
@@ -651,12 +666,26 @@ class _Chain:
         return self.cached(
             key,
             lambda: self.sso_role_credentials(
-                where, login, session_name or start_url, settings["sso_region"], account, role
+                where,
+                login,
+                session_name or start_url,
+                settings["sso_region"],
+                account,
+                role,
+                refresh=bool(session_name),
             ),
         )
 
     def sso_role_credentials(
-        self, where: str, login: str, cache_name: str, sso_region: str, account: str, role: str
+        self,
+        where: str,
+        login: str,
+        cache_name: str,
+        sso_region: str,
+        account: str,
+        role: str,
+        *,
+        refresh: bool,
     ) -> AwsCredentials:
         # The AWS CLI names the cache file after the SHA-1 of the session name (or, for
         # legacy profiles, of the start URL).
@@ -675,6 +704,11 @@ class _Chain:
             token_expiry = _expiry(cached.get("expiresAt"))
         except ValueError:
             raise _ChainError(f"{where}: expiresAt in {path} is not a time") from None
+        if refresh and (token_expiry is None or self.clock() >= token_expiry - _SSO_REFRESH_S):
+            renewed = self.refresh_sso_token(cached, sso_region)
+            if renewed is not None:
+                cached, token_expiry = renewed
+                _write_private_json(path, cached)
         if token_expiry is None or self.clock() >= token_expiry:
             raise _ChainError(f"{where}: the SSO sign-in has expired: run `{login}`")
         endpoint = (
@@ -715,6 +749,69 @@ class _Chain:
         if config:
             return _static(files.config.get(name, {}), f"file {files.config_path}")
         return _static(files.credentials.get(name, {}), f"file {files.credentials_path}")
+
+    def refresh_sso_token(
+        self, cached: dict[str, object], sso_region: str
+    ) -> tuple[dict[str, object], float] | None:
+        """The cached SSO token renewed with its refresh token at the OIDC service's
+        CreateToken (what the AWS CLI and botocore do for sso-session profiles), and its
+        expiry; None when it cannot be (no refresh token, the client registration expired,
+        the service said no): the caller goes on with the token it has."""
+        client_id, client_secret, refresh_token = (
+            cached.get("clientId"),
+            cached.get("clientSecret"),
+            cached.get("refreshToken"),
+        )
+        if not (
+            isinstance(client_id, str)
+            and isinstance(client_secret, str)
+            and isinstance(refresh_token, str)
+        ):
+            return None
+        try:
+            registration_expiry = _expiry(cached.get("registrationExpiresAt"))
+        except ValueError:
+            return None
+        if registration_expiry is not None and self.clock() >= registration_expiry:
+            return None
+        endpoint = (
+            self.env.get("AWS_ENDPOINT_URL_SSO_OIDC")
+            or self.env.get("AWS_ENDPOINT_URL")
+            or f"https://oidc.{sso_region}.amazonaws.com"
+        )
+        request = {
+            "grantType": "refresh_token",
+            "clientId": client_id,
+            "clientSecret": client_secret,
+            "refreshToken": refresh_token,
+        }
+        now = self.clock()
+        try:
+            status, body = _http(
+                "POST",
+                endpoint.rstrip("/") + "/token",
+                {"Content-Type": "application/json"},
+                json.dumps(request).encode(),
+            )
+            answer = json.loads(body) if status == 200 else None
+        except (OSError, ValueError):
+            return None
+        if not isinstance(answer, dict) or not isinstance(answer.get("accessToken"), str):
+            return None
+        expires_in = answer.get("expiresIn")
+        if not isinstance(expires_in, int):
+            return None
+        expiry = now + expires_in
+        renewed = {
+            **cached,
+            "accessToken": answer["accessToken"],
+            "expiresAt": dt.datetime.fromtimestamp(int(expiry), dt.UTC).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
+        }
+        if isinstance(answer.get("refreshToken"), str):
+            renewed["refreshToken"] = answer["refreshToken"]
+        return renewed, float(int(expiry))
 
     def process(self, name: str) -> AwsCredentials | None:
         command = self.files.profiles.get(name, {}).get("credential_process", "").strip()

@@ -23,6 +23,11 @@ talk to, checking what the real endpoints check, and MSK's check of a token.
   UnauthorizedException otherwise, as for an expired or signed-out session) and allowed the
   account's role (403 ForbiddenException); answers ``roleCredentials`` with ``expiration``
   in epoch milliseconds.
+* The IAM Identity Center OIDC service's ``CreateToken``, ``POST /oidc/token`` (JSON):
+  ``grantType`` ``refresh_token`` with a registered client's id and secret (``oidc_clients``)
+  and a refresh token it knows (``oidc_refresh``: refresh token -> the (account, role)s
+  the new access token may use); answers a new access token (which the portal then takes)
+  and a new refresh token, the old one spent (400 ``invalid_grant`` for anything else).
 * Azure IMDS, ``GET /metadata/identity/oauth2/token``: needs ``Metadata: true`` (400
   otherwise, as IMDS answers), ``api-version`` one IMDS knows, a ``resource``, and for a
   user-assigned identity its ``client_id`` (400 "Identity not found" for an unknown one);
@@ -79,6 +84,9 @@ class CloudEndpoints:
         self.roles: dict[str, dict[str, Any]] = {}
         self.assumed: list[dict[str, str]] = []  # each AssumeRole granted: who, what
         self.sso_tokens: dict[str, set[tuple[str, str]]] = {}  # token -> (account, role)s
+        self.oidc_clients: dict[str, str] = {}  # client id -> client secret
+        self.oidc_refresh: dict[str, set[tuple[str, str]]] = {}  # refresh token -> grants
+        self.oidc_issued = 0
         self.azure_tokens: Counter[str] = Counter()
         self.azure_identities = {"system": "system-token", "user-client-id": "user-token"}
         self.azure_busy = 0  # answer this many 429s first
@@ -181,6 +189,8 @@ class CloudEndpoints:
             if form.get("Action") == "AssumeRole":
                 return self._assume_role(h_headers(headers), body, form, url)
             return self._sts(body)
+        if path == "/oidc/token" and method == "POST":
+            return self._oidc_token(headers, body)
         if path == "/sso/federation/credentials" and method == "GET":
             return self._sso(url, headers)
         if path == "/metadata/identity/oauth2/token" and method == "GET":
@@ -290,6 +300,36 @@ class CloudEndpoints:
             "expiration": int((self.clock() + self.expires_in_s) * 1000),
         }
         return 200, js, {"roleCredentials": creds}
+
+    def _oidc_token(self, headers: Any, body: bytes) -> tuple[int, str, Any]:
+        js = "application/json"
+        refused = (400, js, {"error": "invalid_grant", "error_description": "refused"})
+        if not (headers.get("Content-Type") or "").startswith("application/json"):
+            return 400, js, {"error": "invalid_request"}
+        ask = json.loads(body)
+        client = ask.get("clientId")
+        if ask.get("grantType") != "refresh_token" or self.oidc_clients.get(client) is None:
+            return refused
+        if self.oidc_clients[client] != ask.get("clientSecret"):
+            return 401, js, {"error": "invalid_client"}
+        with self._lock:
+            grants = self.oidc_refresh.pop(ask.get("refreshToken", ""), None)
+            if grants is None:
+                return refused
+            self.oidc_issued += 1
+            access, refresh = (
+                f"refreshed-access-{self.oidc_issued}",
+                f"refresh-{self.oidc_issued}",
+            )
+            self.sso_tokens[access] = grants
+            self.oidc_refresh[refresh] = grants
+        answer = {
+            "accessToken": access,
+            "tokenType": "Bearer",
+            "expiresIn": 28800,
+            "refreshToken": refresh,
+        }
+        return 200, js, answer
 
     def _azure(self, url: urllib.parse.SplitResult, headers: Any) -> tuple[int, str, Any]:
         js = "application/json"

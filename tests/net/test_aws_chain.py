@@ -51,6 +51,7 @@ class Setup:
             "HOME": str(home),
             "AWS_ENDPOINT_URL_STS": cloud.base + "/sts",
             "AWS_ENDPOINT_URL_SSO": cloud.base + "/sso",
+            "AWS_ENDPOINT_URL_SSO_OIDC": cloud.base + "/oidc",
             "AWS_EC2_METADATA_DISABLED": "true",
         }
         self.cache: dict[str, AwsCredentials] = {}
@@ -387,21 +388,27 @@ def test_a_missing_credential_process_program_is_named(aws: Setup) -> None:
 # ----------------------------------------------------------------------------------- SSO
 
 
-def sso_cache(aws: Setup, name: str, token: str, expires_at: float) -> None:
-    """The file ``aws sso login`` leaves in ~/.aws/sso/cache."""
-    cache = aws.home / ".aws" / "sso" / "cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    when = dt.datetime.fromtimestamp(expires_at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def stamp(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sso_cache_file(aws: Setup, name: str) -> Path:
+    return aws.home / ".aws" / "sso" / "cache" / f"{hashlib.sha1(name.encode()).hexdigest()}.json"
+
+
+def sso_cache(aws: Setup, name: str, token: str, expires_at: float, **more: str) -> None:
+    """The file ``aws sso login`` leaves in ~/.aws/sso/cache (``more``: the client
+    registration and refresh token it adds for an sso-session)."""
+    path = sso_cache_file(aws, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
     entry = {
         "startUrl": "https://example.awsapps.com/start",
         "region": "eu-central-1",
         "accessToken": token,
-        "expiresAt": when,
-        "clientId": "client",
-        "clientSecret": "client-secret",
-        "refreshToken": "refresh-token",
+        "expiresAt": stamp(expires_at),
+        **more,
     }
-    (cache / f"{hashlib.sha1(name.encode()).hexdigest()}.json").write_text(json.dumps(entry))
+    path.write_text(json.dumps(entry))
 
 
 SSO_SESSION = (
@@ -515,3 +522,68 @@ def test_the_profile_links_in_botocores_order(aws: Setup) -> None:
     # The environment's keys come first unless a profile is passed.
     env_keys = {"AWS_ACCESS_KEY_ID": "AKIAENV", "AWS_SECRET_ACCESS_KEY": "s", "AWS_PROFILE": "role"}
     assert aws.creds(**env_keys).access_key == "AKIAENV"
+
+
+def test_an_expiring_sso_session_token_is_refreshed_and_written_back(aws: Setup) -> None:
+    aws.cloud.oidc_clients["client-1"] = "client-secret-1"
+    aws.cloud.oidc_refresh["refresh-0"] = {(ACCOUNT, "KafkaWriter")}
+    registration = {
+        "clientId": "client-1",
+        "clientSecret": "client-secret-1",
+        "registrationExpiresAt": stamp(T0 + 90 * 86400),
+    }
+    # Ten minutes left: inside botocore's 15-minute window, so renewed before use.
+    sso_cache(aws, "corp", "old-token", T0 + 600, refreshToken="refresh-0", **registration)
+    aws.files(
+        config=(
+            f"[profile dev]\nsso_session = corp\nsso_account_id = {ACCOUNT}\n"
+            f"sso_role_name = KafkaWriter\n{SSO_SESSION}"
+        )
+    )
+    assert aws.creds("dev").access_key == "ASIASSOKAFKAWRITER"
+    written = json.loads(sso_cache_file(aws, "corp").read_text())
+    assert (written["accessToken"], written["refreshToken"]) == ("refreshed-access-1", "refresh-1")
+    assert written["expiresAt"] == stamp(T0 + 28800) and written["clientId"] == "client-1"
+    assert sso_cache_file(aws, "corp").stat().st_mode & 0o077 == 0  # tokens: owner only
+    assert aws.cloud.refusals == []
+    # Expired, and the refresh token already spent: nothing to do but sign in again.
+    aws.cache.clear()
+    sso_cache(aws, "corp", "old-token", T0 - 1, refreshToken="refresh-0", **registration)
+    said = aws.fails("dev")
+    assert "expired: run `aws sso login --sso-session corp`" in said
+    assert "client-secret-1" not in said and "refresh-0" not in said
+    # A legacy profile's token is not refreshed (botocore neither): it has no registration.
+    aws.cloud.calls.clear()
+    sso_cache(aws, "https://example.awsapps.com/start", "t", T0 - 1, refreshToken="refresh-1")
+    aws.files(
+        config=(
+            "[profile old]\nsso_start_url = https://example.awsapps.com/start\n"
+            f"sso_region = eu-central-1\nsso_account_id = {ACCOUNT}\nsso_role_name = R\n"
+        )
+    )
+    assert "aws sso login --profile old" in aws.fails("old")
+    assert aws.cloud.calls["POST /oidc/token"] == 0
+
+
+def test_a_valid_sso_token_is_used_when_its_refresh_fails(aws: Setup) -> None:
+    aws.cloud.sso_tokens["still-good"] = {(ACCOUNT, "KafkaWriter")}
+    aws.cloud.oidc_clients["client-1"] = "client-secret-1"
+    sso_cache(
+        aws,
+        "corp",
+        "still-good",
+        T0 + 600,
+        clientId="client-1",
+        clientSecret="client-secret-1",
+        refreshToken="unknown",
+        registrationExpiresAt=stamp(T0 + 86400),
+    )
+    aws.files(
+        config=(
+            f"[profile dev]\nsso_session = corp\nsso_account_id = {ACCOUNT}\n"
+            f"sso_role_name = KafkaWriter\n{SSO_SESSION}"
+        )
+    )
+    assert aws.creds("dev").access_key == "ASIASSOKAFKAWRITER"
+    assert aws.cloud.refusals == ["POST /oidc/token: 400"]
+    assert json.loads(sso_cache_file(aws, "corp").read_text())["accessToken"] == "still-good"
