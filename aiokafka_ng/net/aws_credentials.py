@@ -90,7 +90,6 @@ _IMDS_TIMEOUT_S = 1.0  # botocore's: no instance answers slower than this
 _PROCESS_TIMEOUT_S = 300.0
 _MAX_ANSWER = 1024 * 1024
 _SSO_REFRESH_S = 900  # an SSO token this close to its expiry is renewed (botocore's window)
-_SOURCES = ("Environment", "Ec2InstanceMetadata", "EcsContainer")
 _FORM = "application/x-www-form-urlencoded; charset=utf-8"
 
 
@@ -517,15 +516,18 @@ class _Chain:
                 raise _ChainError(f"{where}: duration_seconds must be a number of seconds")
             form["DurationSeconds"] = duration
         # The generated session name changes each time: botocore leaves it out of the key.
-        key = "assume-role " + json.dumps(form, sort_keys=True)
+        # The source is in it: two profiles reaching one role from different sources do
+        # not share what one of them was granted.
+        source = {"source_profile": source_profile, "credential_source": credential_source}
+        key = "assume-role " + json.dumps({**form, **source}, sort_keys=True)
         form["RoleSessionName"] = form["RoleSessionName"] or f"aiokafka-ng-{int(self.clock())}"
 
         def fetch() -> AwsCredentials:
             if credential_source:
-                source = self.named_source(credential_source, where)
+                signer = self.named_source(credential_source, where)
             else:
-                source = self.source_profile(name, str(source_profile), visited)
-            return self.call_assume_role(form, source, where)
+                signer = self.source_profile(name, str(source_profile), visited)
+            return self.call_assume_role(form, signer, where)
 
         found = self.cached(key, fetch)
         assert found is not None  # fetch() never answers None
@@ -541,7 +543,7 @@ class _Chain:
         if link is None:
             raise _ChainError(
                 f"{where}: credential_source {credential_source!r} is not one of "
-                + ", ".join(_SOURCES)
+                + ", ".join(links)
             )
         found = link()
         if found is None:
