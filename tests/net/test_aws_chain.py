@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import shlex
 import sys
 from collections.abc import Iterator
@@ -587,3 +588,57 @@ def test_a_valid_sso_token_is_used_when_its_refresh_fails(aws: Setup) -> None:
     assert aws.creds("dev").access_key == "ASIASSOKAFKAWRITER"
     assert aws.cloud.refusals == ["POST /oidc/token: 400"]
     assert json.loads(sso_cache_file(aws, "corp").read_text())["accessToken"] == "still-good"
+
+
+def test_botocore_finds_the_same_credentials_in_the_same_files(
+    aws: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Differential: botocore's own chain, on the same files and against the same STS
+    stand-in (which so takes botocore's AssumeRole as well as ours), picks the same link
+    for each profile. SSO is left out: botocore fixes its token cache's directory at import."""
+    import time
+
+    import botocore.session
+
+    aws.now[0] = time.time()  # botocore signs with the real clock
+    aws.cloud.roles[arn("hop")] = {"trust": {"user/ops"}}
+    aws.cloud.roles[arn("r")] = {"trust": {arn("hop")}}
+    answer = {"Version": 1, "AccessKeyId": "AKIAPROCESS", "SecretAccessKey": "x"}
+    process = f"credential_process = {helper(aws, answer)}\n"
+    config_keys = "aws_access_key_id = AKIACONFIG\naws_secret_access_key = y\n"
+    aws.files(
+        config=(
+            f"[profile role]\nrole_arn = {arn('r')}\nsource_profile = hop\n{process}{config_keys}"
+            f"[profile hop]\nrole_arn = {arn('hop')}\nsource_profile = base\n"
+            f"[profile file]\n{process}{config_keys}"
+            f"[profile process]\n{process}{config_keys}"
+            f"[profile config]\n{config_keys}"
+        ),
+        credentials=(
+            BASE_KEYS + "[file]\naws_access_key_id = AKIACREDFILE\naws_secret_access_key = z\n"
+        ),
+    )
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    for name, value in {
+        **aws.env,
+        "AWS_CONFIG_FILE": str(aws.home / ".aws" / "config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(aws.home / ".aws" / "credentials"),
+        "AWS_ENDPOINT_URL_STS": aws.cloud.base + "/sts/",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(name, value)
+
+    def who(key: str) -> str:
+        """A key the STS stand-in issued stands for the role it was issued for."""
+        return aws.cloud.keys[key][2] if key.startswith("ASIAROLE") else key
+
+    for profile in ("role", "file", "process", "config"):
+        theirs = botocore.session.Session(profile=profile).get_credentials()
+        assert theirs is not None
+        theirs_key = theirs.get_frozen_credentials().access_key
+        assert who(theirs_key) == who(aws.creds(profile).access_key), profile
+    assert aws.cloud.refusals == []
+    # Both walked hop -> r: botocore first, then us.
+    assert [a["role"] for a in aws.cloud.assumed] == [arn("hop"), arn("r")] * 2
