@@ -70,7 +70,9 @@ class AdminStatistics(ClientStatistics):
 
     #: By broker node id: ``{"count", "avg", "max"}`` (ms) of the requests the operations
     #: sent there and got an answer to (over the client's life).
-    request_latency_ms: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+    request_latency_ms_by_node: dict[int, dict[str, float]] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 _GAUGE = MetricKind.GAUGE
@@ -82,8 +84,8 @@ TELEMETRY_METRICS = connection_table("admin.client")
 #: ... and the request latency by broker (``admin-client-node-metrics``, attribute
 #: ``node_id``). Ours is over the client's life, Java's over its last two 30 s windows.
 TELEMETRY_NODE_METRICS = {
-    "request_latency_ms.avg": ("admin.client.node.request.latency.avg", _GAUGE),
-    "request_latency_ms.max": ("admin.client.node.request.latency.max", _GAUGE),
+    "request_latency_ms_by_node.avg": ("admin.client.node.request.latency.avg", _GAUGE),
+    "request_latency_ms_by_node.max": ("admin.client.node.request.latency.max", _GAUGE),
 }
 
 
@@ -217,7 +219,7 @@ class AdminClient(
         latency by broker."""
         return self._runtime.statistics(
             AdminStatistics,
-            request_latency_ms={
+            request_latency_ms_by_node={
                 node: rec.snapshot() for node, rec in self._request_latency.items()
             },
         )
