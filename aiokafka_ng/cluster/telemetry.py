@@ -346,19 +346,18 @@ def table_collector(
         totals: dict[str, tuple[MetricKind, int | float]] = {}
         nodes: Collected = []
         for sample in samples(stats):
-            value: int | float = sample.value
-            if value == int(value):
-                value = int(value)
-            if per_node is not None and sample.name in per_node:
-                name, kind = per_node[sample.name]
-                key = dict(sample.labels).get("key")
-                if key is not None:
-                    nodes.append((f"{DOMAIN}.{name}", kind, value, (("node_id", f"node-{key}"),)))
-                    continue
-            entry = table.get(sample.name)
+            node = per_node.get(sample.name) if per_node is not None else None
+            entry = node or table.get(sample.name)
             if entry is None:
                 continue
             name, kind = entry
+            value: int | float = sample.value
+            if value == int(value):
+                value = int(value)
+            key = dict(sample.labels).get("key")
+            if node is not None and key is not None:
+                nodes.append((f"{DOMAIN}.{name}", kind, value, (("node_id", f"node-{key}"),)))
+                continue
             prev = totals.get(name)
             totals[name] = (kind, value if prev is None else prev[1] + value)
         if derived is not None:
