@@ -396,8 +396,10 @@ async def test_the_admin_client_pushes_its_connections_and_latency_by_broker() -
             await admin.list_consumer_groups()  # ListGroups: a request to every broker
             assert await admin.client_instance_id(timeout=30) == INSTANCE
             latency = admin.statistics().request_latency_ms_by_node
-            await broker.until(pushes=1)
+            await broker.until(pushes=2)
             assert admin.statistics().request_latency_ms_by_node == latency  # nothing sent since
+    # The broker's interval, as for every client.
+    assert broker.pushes[1].at - broker.pushes[0].at == pytest.approx(10.0, abs=0.01)
     # The slowest request to each broker was its ListGroups, held that long (virtual time).
     assert latency[first]["max"] == pytest.approx(40)
     assert latency[second]["max"] == pytest.approx(70)
