@@ -128,3 +128,4 @@ class AdminSettings(ClientSettings, total=False):
     """Keyword settings of :class:`aiokafka_ng.admin.config.AdminConfig`."""
 
     default_api_timeout_ms: int
+    enable_metrics_push: bool

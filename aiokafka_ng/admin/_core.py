@@ -53,6 +53,7 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.net._handshake import check_version
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.net.latency import LatencyRecorder
 from aiokafka_ng.protocol.messages.metadata import (
     MetadataRequest,
     MetadataRequestTopic,
@@ -111,6 +112,7 @@ class _AdminCore:
     _backoff: ExponentialBackoff
     _runtime: ClientRuntime
     _next_any: int  # rotation counter of _any_node
+    _request_latency: dict[int, LatencyRecorder]  # by broker node id (statistics())
 
     @property
     def _cluster(self) -> Cluster:
@@ -273,7 +275,15 @@ class _AdminCore:
         if remaining <= 0:
             raise KafkaTimeoutError(f"{operation}: no time left to send the request")
         timeout = min(remaining, self._config.request_timeout_ms / 1000)
-        return await self._cluster.request(node_id, request, version=version, timeout=timeout)
+        started = anyio.current_time()
+        response = await self._cluster.request(node_id, request, version=version, timeout=timeout)
+        # Per broker, answered requests only, as Java's admin client measures its
+        # request-latency (the telemetry push and statistics() report it).
+        latency = self._request_latency.get(node_id)
+        if latency is None:
+            latency = self._request_latency[node_id] = LatencyRecorder()
+        latency.record(anyio.current_time() - started)
+        return response
 
     async def _metadata(
         self, operation: str, topics: list[str] | None, deadline: float, *, authorized: bool

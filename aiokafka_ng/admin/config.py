@@ -18,6 +18,12 @@ class AdminConfig(ClientConfig):
 
     client_id: str | None = "aiokafka-ng-admin"
     default_api_timeout_ms: int = Field(default=60000, gt=0)
+    #: KIP-714: push the admin client's metrics to the brokers when they subscribe to them
+    #: (a client-metrics subscription on the cluster); Java's ``enable.metrics.push``, off
+    #: by default for an admin client as in Java's (whose push came with KIP-1076): admin
+    #: clients are often short-lived (scripts, CLI commands), each would ask for a
+    #: subscription for nothing. Nothing is sent to brokers without a telemetry plugin.
+    enable_metrics_push: bool = False
 
     def _cross_check(self) -> dict[str, str]:
         errors = super()._cross_check()

@@ -34,10 +34,13 @@ does nothing in between; a client whose brokers lack the API sleeps.
 sample names to KIP-714's names, which follow Java's ``ClientTelemetryReporter``: the
 domain ``org.apache.kafka``, the Java metric group with ``-metrics`` dropped and ``-`` as
 ``.``, then the metric name (``producer-metrics``/``record-send-total`` ->
-``org.apache.kafka.producer.record.send.total``). Only statistics that mean what Java's
-metric of that name means are mapped. Totals are OTLP sums (monotonic) and levels gauges,
-as Java's collector types them; with delta temporality a sum carries what changed since the
-last push and that push's time as its start.
+``org.apache.kafka.producer.record.send.total``); a per-broker metric (Java's
+``<client>-node-metrics``, ``admin-client-node-metrics``/``request-latency-avg`` ->
+``org.apache.kafka.admin.client.node.request.latency.avg``) is one point per broker with
+Java's ``node_id`` attribute. Only statistics that mean what Java's metric of that name
+means are mapped. Totals are OTLP sums (monotonic) and levels gauges, as Java's collector
+types them; with delta temporality a sum carries what changed since the last push and that
+push's time as its start.
 """
 
 from __future__ import annotations
@@ -331,27 +334,37 @@ def table_collector(
     table: MetricTable,
     *,
     derived: Callable[[Any], list[tuple[str, MetricKind, int | float]]] | None = None,
+    per_node: MetricTable | None = None,
 ) -> Callable[[], Collected]:
     """A ``collect`` for :class:`TelemetryEngine`: ``statistics()`` flattened, the samples
-    ``table`` names renamed (keyed ones summed), plus ``derived(stats)``'s own."""
+    ``table`` names renamed (keyed ones summed), plus ``derived(stats)``'s own. The samples
+    ``per_node`` names are keyed by broker node id and stay one point per node, with the
+    attribute Java's node metrics carry (``node_id``: ``node-<id>``)."""
 
     def collect() -> Collected:
         stats = statistics()
         totals: dict[str, tuple[MetricKind, int | float]] = {}
+        nodes: Collected = []
         for sample in samples(stats):
-            entry = table.get(sample.name)
+            node = per_node.get(sample.name) if per_node is not None else None
+            entry = node or table.get(sample.name)
             if entry is None:
                 continue
             name, kind = entry
             value: int | float = sample.value
             if value == int(value):
                 value = int(value)
+            key = dict(sample.labels).get("key")
+            if node is not None and key is not None:
+                nodes.append((f"{DOMAIN}.{name}", kind, value, (("node_id", f"node-{key}"),)))
+                continue
             prev = totals.get(name)
             totals[name] = (kind, value if prev is None else prev[1] + value)
         if derived is not None:
             for name, kind, value in derived(stats):
                 totals[name] = (kind, value)
-        return [(f"{DOMAIN}.{name}", kind, value, ()) for name, (kind, value) in totals.items()]
+        out = [(f"{DOMAIN}.{name}", kind, value, ()) for name, (kind, value) in totals.items()]
+        return out + nodes
 
     return collect
 

@@ -18,6 +18,7 @@ import pytest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from aiokafka_ng import Consumer, Producer, ShareConsumer
+from aiokafka_ng.admin import AdminClient
 from aiokafka_ng.errors import ConfigError, IllegalStateError
 from aiokafka_ng.protocol.compression import decompress
 from aiokafka_ng.protocol.messages import share_fetch as sf
@@ -32,6 +33,7 @@ from tests.consumer.test_share_consumer import SHARE_FETCH, coordinator
 pytestmark = pytest.mark.anyio
 
 GET, PUSH = 71, 72
+LIST_GROUPS = 16
 INSTANCE = uuid.UUID("0123456789abcdef0123456789abcdef")
 
 
@@ -341,6 +343,10 @@ def test_enable_metrics_push_is_validated() -> None:
     assert off.config.enable_metrics_push is False
     assert Producer().config.enable_metrics_push is True
     assert Consumer().config.enable_metrics_push is True
+    # The admin client's is off by default, as Java's Admin's (KIP-1076).
+    assert AdminClient().config.enable_metrics_push is False
+    on = AdminClient.from_properties({"enable.metrics.push": "true"})
+    assert on.config.enable_metrics_push is True
 
 
 async def test_the_share_consumer_pushes_its_connection_metrics() -> None:
@@ -362,3 +368,111 @@ async def test_the_share_consumer_pushes_its_connection_metrics() -> None:
     }
     assert broker.pushes[0].resource() == {"group_id": "sg"}
     assert broker.pushes[-1].terminating
+
+
+def node_points(push: Push, name: str) -> dict[str, float]:
+    """{node_id attribute: value} of a per-broker metric (one Metric per broker)."""
+    out: dict[str, float] = {}
+    for rm in push.data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name == name:
+                    (point,) = m.gauge.data_points
+                    (attr,) = point.attributes
+                    assert attr.key == "node_id"
+                    value = point.as_int if point.HasField("as_int") else point.as_double
+                    out[attr.value.string_value] = value
+    return out
+
+
+async def test_the_admin_client_pushes_its_connections_and_latency_by_broker() -> None:
+    broker = TelemetryBroker(metrics=["org.apache.kafka.admin.client."])
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        broker.install(kafka)
+        first, second = sorted(kafka.nodes)
+        kafka.delay(first, 40, api_key=LIST_GROUPS)
+        kafka.delay(second, 70, api_key=LIST_GROUPS)
+        async with AdminClient(**kafka.client_config(), enable_metrics_push=True) as admin:
+            await admin.list_consumer_groups()  # ListGroups: a request to every broker
+            assert await admin.client_instance_id(timeout=30) == INSTANCE
+            latency = admin.statistics().request_latency_ms_by_node
+            await broker.until(pushes=2)
+            assert admin.statistics().request_latency_ms_by_node == latency  # nothing sent since
+    # The broker's interval, as for every client.
+    assert broker.pushes[1].at - broker.pushes[0].at == pytest.approx(10.0, abs=0.01)
+    # The slowest request to each broker was its ListGroups, held that long (virtual time).
+    assert latency[first]["max"] == pytest.approx(40)
+    assert latency[second]["max"] == pytest.approx(70)
+    assert 0 < latency[first]["avg"] <= 40 and 0 < latency[second]["avg"] <= 70
+    push = broker.pushes[0]
+    m = push.metrics()
+    assert set(m) == {
+        "org.apache.kafka.admin.client.connection.count",
+        "org.apache.kafka.admin.client.connection.creation.total",
+        "org.apache.kafka.admin.client.node.request.latency.avg",
+        "org.apache.kafka.admin.client.node.request.latency.max",
+    }
+    assert m["org.apache.kafka.admin.client.connection.count"].HasField("gauge")
+    assert m["org.apache.kafka.admin.client.connection.creation.total"].sum.is_monotonic
+    assert push.value("org.apache.kafka.admin.client.connection.creation.total") >= 2
+    # One point per broker, named as Java names its node metrics.
+    avg = node_points(push, "org.apache.kafka.admin.client.node.request.latency.avg")
+    assert avg == {f"node-{n}": pytest.approx(s["avg"]) for n, s in latency.items()}
+    top = node_points(push, "org.apache.kafka.admin.client.node.request.latency.max")
+    assert top == {f"node-{n}": pytest.approx(s["max"]) for n, s in latency.items()}
+    assert push.resource() == {}
+    assert broker.pushes[-1].terminating
+    assert not any(p.terminating for p in broker.pushes[:-1])
+
+
+async def test_the_admin_client_pushes_nothing_by_default() -> None:
+    broker = TelemetryBroker(metrics=["org.apache.kafka.admin.client."])
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        broker.install(kafka)
+        async with AdminClient(**kafka.client_config()) as admin:
+            await admin.list_topics()
+            await anyio.sleep(900)
+            with pytest.raises(IllegalStateError, match="enable_metrics_push"):
+                await admin.client_instance_id()
+        assert broker.gets == [] and broker.pushes == []
+
+
+@pytest.mark.parametrize("subscribed", [False, True])
+async def test_a_short_admin_command_closes_without_waiting_unless_subscribed(
+    subscribed: bool,
+) -> None:
+    # A CLI command's life: one operation, then close. Each answer takes 50 ms: close
+    # waits for one (the terminating push) only when a subscription matched this client.
+    broker = TelemetryBroker(metrics=["org.apache.kafka.admin.client."] if subscribed else [])
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        broker.install(kafka)
+        (node,) = kafka.nodes
+        kafka.delay(node, 50)
+        admin = AdminClient(**kafka.client_config(), enable_metrics_push=True)
+        async with admin:
+            await admin.list_topics()
+            # The broker's answer has come (with a subscription for nothing, or not).
+            assert await admin.client_instance_id(timeout=10) == INSTANCE
+            closing = anyio.current_time()
+        closed = anyio.current_time() - closing
+    assert len(broker.gets) == 1
+    if subscribed:
+        assert [p.terminating for p in broker.pushes] == [True]
+        assert closed == pytest.approx(0.05, abs=0.005)
+    else:
+        assert broker.pushes == []
+        assert closed < 0.001
+
+
+async def test_a_subscription_still_unanswered_does_not_hold_close() -> None:
+    broker = TelemetryBroker(metrics=["org.apache.kafka.admin.client."])
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        broker.install(kafka)
+        (node,) = kafka.nodes
+        kafka.delay(node, 5000, api_key=GET)
+        async with AdminClient(**kafka.client_config(), enable_metrics_push=True):
+            await broker.until(gets=1)  # asked; the answer is held
+            closing = anyio.current_time()
+        assert anyio.current_time() - closing < 0.001
+        await anyio.sleep(10)
+        assert broker.pushes == []

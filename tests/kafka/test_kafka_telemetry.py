@@ -7,8 +7,8 @@ writes every push it gets to a file, which the test decodes with ``opentelemetry
 The subscription is made with our admin client (IncrementalAlterConfigs on a
 CLIENT_METRICS resource), as ``kafka-configs --entity-type client-metrics`` makes it.
 
-The Java producer and consumer (``Interop.java``) push to the same receiver; every metric
-name we push must be one Java pushes, with the same OTLP kind.
+The Java producer, consumer and admin client (``Interop.java``) push to the same receiver;
+every metric name we push must be one Java pushes, with the same OTLP kind.
 """
 
 from __future__ import annotations
@@ -26,7 +26,13 @@ import pytest
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from aiokafka_ng import Consumer, Producer, ShareConsumer
-from aiokafka_ng.admin import AlterConfigOp, ConfigResource, ConfigResourceType, NewTopic
+from aiokafka_ng.admin import (
+    AdminClient,
+    AlterConfigOp,
+    ConfigResource,
+    ConfigResourceType,
+    NewTopic,
+)
 from aiokafka_ng.admin.models import AlterConfigOpType
 from aiokafka_ng.testing import KafkaCluster, KafkaClusterError, ensure_jars, find_java
 from tests.kafka.helpers import admin_for, unique
@@ -37,6 +43,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.anyio]
 
 RECEIVER = Path(__file__).parent / "java" / "TelemetryReceiver.java"
 PREFIXES = "org.apache.kafka.producer.,org.apache.kafka.consumer."
+ADMIN_PREFIX = "org.apache.kafka.admin.client."
 
 
 @pytest.fixture
@@ -113,6 +120,22 @@ def decode(data: bytes) -> dict[str, tuple[str, float]]:
     return out
 
 
+def node_ids(pushes: list[dict[str, Any]], name: str) -> set[str]:
+    """The ``node_id`` attributes of a per-broker metric's points, over pushes."""
+    out = set()
+    for push in pushes:
+        data = metrics_pb2.MetricsData.FromString(base64.b64decode(push["data"]))
+        for rm in data.resource_metrics:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    if m.name == name:
+                        for point in m.gauge.data_points:
+                            out.update(
+                                a.value.string_value for a in point.attributes if a.key == "node_id"
+                            )
+    return out
+
+
 def total(pushes: list[dict[str, Any]], name: str) -> float:
     """A sum over pushes: Kafka subscribes with delta temporality."""
     values = [g["metrics"][name] for g in pushes if name in g["metrics"]]
@@ -129,16 +152,12 @@ async def wait_for(received: Path, client_id: str, predicate: Any) -> list[dict[
             await anyio.sleep(0.2)  # the receiver is another process: its file is polled
 
 
-async def test_our_pushes_reach_the_broker_with_javas_metric_names(
-    telemetry_cluster: tuple[KafkaCluster, Path],
-) -> None:
-    cluster, received = telemetry_cluster
-    topic = unique("telemetry")
+async def subscribe(cluster: KafkaCluster, prefixes: str) -> None:
+    """A client-metrics subscription of every client to ``prefixes``, every second."""
     async with admin_for(cluster) as admin:
-        (await admin.create_topics([NewTopic(topic, 2, 1)])).raise_on_error()
         subscription = ConfigResource(ConfigResourceType.CLIENT_METRICS, unique("sub"))
         ops = [
-            AlterConfigOp("metrics", PREFIXES, AlterConfigOpType.SET),
+            AlterConfigOp("metrics", prefixes, AlterConfigOpType.SET),
             AlterConfigOp("interval.ms", "1000", AlterConfigOpType.SET),
         ]
         (await admin.incremental_alter_configs({subscription: ops})).raise_on_error()
@@ -148,9 +167,24 @@ async def test_our_pushes_reach_the_broker_with_javas_metric_names(
             while True:
                 described = (await admin.describe_configs([subscription])).result(subscription)
                 entry = described.get("metrics")
-                if entry is not None and entry.value == PREFIXES:
+                if entry is not None and entry.value == prefixes:
                     break
                 await anyio.sleep(0.1)
+
+
+def names(pushes: list[dict[str, Any]]) -> dict[str, str]:
+    """{metric name: kind} over pushes."""
+    return {n: kind for g in pushes for n, (kind, _) in g["metrics"].items()}
+
+
+async def test_our_pushes_reach_the_broker_with_javas_metric_names(
+    telemetry_cluster: tuple[KafkaCluster, Path],
+) -> None:
+    cluster, received = telemetry_cluster
+    topic = unique("telemetry")
+    async with admin_for(cluster) as admin:
+        (await admin.create_topics([NewTopic(topic, 2, 1)])).raise_on_error()
+    await subscribe(cluster, PREFIXES)
 
     ours = unique("ours-producer")
     async with Producer(bootstrap_servers=cluster.bootstrap_servers, client_id=ours) as p:
@@ -221,10 +255,8 @@ async def test_our_pushes_reach_the_broker_with_javas_metric_names(
     # in our runs (its consumer's did), so only a push is waited for.
     java_p = await wait_for(received, java_producer, lambda got: len(got) >= 1)
     java_c = await wait_for(received, java_consumer, lambda got: any(g["terminating"] for g in got))
-    java_p_names = {n: kind for g in java_p for n, (kind, _) in g["metrics"].items()}
-    java_c_names = {n: kind for g in java_c for n, (kind, _) in g["metrics"].items()}
-    ours_p_names = {n: kind for g in ours_pushes for n, (kind, _) in g["metrics"].items()}
-    ours_c_names = {n: kind for g in consumer_pushes for n, (kind, _) in g["metrics"].items()}
+    java_p_names, java_c_names = names(java_p), names(java_c)
+    ours_p_names, ours_c_names = names(ours_pushes), names(consumer_pushes)
     lines = []
     for title, mine, java in (
         ("producer", ours_p_names, java_p_names),
@@ -243,7 +275,62 @@ async def test_our_pushes_reach_the_broker_with_javas_metric_names(
     assert {n: java_p_names.get(n) for n in ours_p_names} == ours_p_names
     assert {n: java_c_names.get(n) for n in ours_c_names} == ours_c_names
     # Java's share consumer pushes its connections as a consumer's (consumer.connection.*).
-    ours_share_names = {n: kind for g in share_pushes for n, (kind, _) in g["metrics"].items()}
+    ours_share_names = names(share_pushes)
     assert "org.apache.kafka.consumer.connection.count" in ours_share_names
     assert {n: java_c_names.get(n) for n in ours_share_names} == ours_share_names
     assert total(java_p, "org.apache.kafka.producer.record.send.total") == 5
+
+
+async def test_our_admin_client_pushes_javas_admin_metric_names(
+    telemetry_cluster: tuple[KafkaCluster, Path],
+) -> None:
+    cluster, received = telemetry_cluster
+    await subscribe(cluster, ADMIN_PREFIX)
+    ours = unique("ours-admin")
+    async with AdminClient(
+        bootstrap_servers=cluster.bootstrap_servers, client_id=ours, enable_metrics_push=True
+    ) as admin:
+        for _ in range(3):
+            await admin.describe_cluster()
+            await admin.list_topics()
+        instance = await admin.client_instance_id(timeout=10)
+        await wait_for(received, ours, lambda got: len(got) >= 1)
+        latency = admin.statistics().request_latency_ms_by_node
+    ours_pushes = await wait_for(received, ours, lambda got: any(g["terminating"] for g in got))
+    assert ours_pushes[-1]["terminating"]
+    assert not any(g["terminating"] for g in ours_pushes[:-1])
+    assert instance is not None
+    kafka_uuid = base64.urlsafe_b64encode(instance.bytes).rstrip(b"=").decode()
+    assert {g["instance_id"] for g in ours_pushes} == {kafka_uuid}
+
+    # The reference: Java's Admin (with enable.metrics.push=true), same receiver.
+    java_admin = unique("java-admin")
+    (line,) = await run_java(
+        cluster, [{"op": "admin", "client_id": java_admin, "rounds": 3, "hold_ms": 2500}]
+    )
+    java_pushes = await wait_for(received, java_admin, lambda got: len(got) >= 1)
+    assert {g["instance_id"] for g in java_pushes} == {line["instance_id"]}
+
+    mine, java = names(ours_pushes), names(java_pushes)
+    latency_avg = ADMIN_PREFIX + "node.request.latency.avg"
+    assert mine == {
+        ADMIN_PREFIX + "connection.count": "gauge",
+        ADMIN_PREFIX + "connection.creation.total": "sum/delta",
+        latency_avg: "gauge",
+        ADMIN_PREFIX + "node.request.latency.max": "gauge",
+    }
+    # Every name we push is one Java pushes, with the same kind (sum or gauge).
+    assert {n: java.get(n) for n in mine} == mine
+    # Per broker, with Java's attribute: the brokers our operations reached.
+    assert node_ids(ours_pushes, latency_avg) == {f"node-{n}" for n in latency}
+    assert node_ids(ours_pushes, latency_avg) & node_ids(java_pushes, latency_avg)
+    assert total(ours_pushes, ADMIN_PREFIX + "connection.creation.total") >= 1
+    report = os.environ.get("TELEMETRY_REPORT")
+    if report:
+        lines = [f"## admin: {len(mine)} ours, {len(java)} Java's"]
+        lines.extend(
+            f"{name}\t{mine.get(name, '-')}\t{java.get(name, '-')}"
+            for name in sorted(set(mine) | set(java))
+        )
+        async with await anyio.open_file(report, "a") as out:
+            await out.write("\n".join(lines) + "\n")

@@ -34,6 +34,10 @@
 //             start): start of a fresh group's only member to its first record, and a third
 //             member's start until three members hold partitions/3 each
 //             -> {"op":"timings", "first": [s, ...], "third": [s, ...]}
+//   admin     {client_id?, rounds?, hold_ms?} an Admin with enable.metrics.push=true (its
+//             default is false, KIP-1076) making rounds (default 1) of describeCluster and
+//             listTopics, asking its clientInstanceId (up to 10 s), then staying open
+//             hold_ms before close -> {"op":"admin", "instance_id"} (Kafka's Uuid string)
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
@@ -73,6 +77,7 @@ public class Interop {
                 case "share" -> share(bootstrap, op, in);
                 case "timings" -> timings(bootstrap, op);
                 case "stream" -> stream(bootstrap, op, in);
+                case "admin" -> admin(bootstrap, op);
                 default -> throw new IllegalArgumentException("unknown op " + op.get("op"));
             }
         }
@@ -355,6 +360,24 @@ public class Interop {
             }
         }
         emit(out);
+    }
+
+    static void admin(String bootstrap, JsonNode op) throws Exception {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("enable.metrics.push", "true");
+        if (op.hasNonNull("client_id")) p.put("client.id", op.get("client_id").asText());
+        String instance;
+        try (org.apache.kafka.clients.admin.Admin admin = org.apache.kafka.clients.admin.Admin.create(p)) {
+            for (int i = 0; i < op.path("rounds").asInt(1); i++) {
+                admin.describeCluster().nodes().get();
+                admin.listTopics().names().get();
+            }
+            org.apache.kafka.common.Uuid id = admin.clientInstanceId(Duration.ofSeconds(10));
+            instance = id.toString();
+            Thread.sleep(op.path("hold_ms").asLong(0));
+        }
+        emit(JSON.createObjectNode().put("op", "admin").put("instance_id", instance));
     }
 
     static void partition(JsonNode op) {
