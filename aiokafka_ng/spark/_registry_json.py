@@ -210,6 +210,8 @@ def spark_to_json_value(value: Any, schema: Any, root: Mapping[str, Any]) -> Any
     union = _branches(schema) if isinstance(schema, Mapping) else None
     if union is not None and len(union[0]) == 1:
         schema, _ = _resolve(union[0][0], root, "", ())
+    if not isinstance(schema, Mapping):  # true, or no schema: nothing more to follow
+        schema = {}
     if isinstance(value, datetime.datetime):
         return value.isoformat()
     if isinstance(value, datetime.date):

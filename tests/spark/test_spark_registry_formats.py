@@ -9,9 +9,10 @@ The type mappings have unit tests at the end (no Spark, no registry).
 from __future__ import annotations
 
 import datetime
+import decimal
 import json
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pydantic
@@ -44,7 +45,11 @@ from pyspark.sql.types import (
 
 from aiokafka_ng.spark import SparkOptionError
 from aiokafka_ng.spark._registry_json import json_schema_to_spark
-from aiokafka_ng.spark._registry_protobuf import message_to_spark
+from aiokafka_ng.spark._registry_protobuf import (
+    message_to_spark,
+    message_to_value,
+    value_to_message,
+)
 from tests.helpers import topic_name
 from tests.schema_registry.conftest import ProtoModules, protos  # noqa: F401 (the fixture)
 
@@ -335,25 +340,54 @@ def test_protobuf_messages_map_to_sparks(protos: ProtoModules) -> None:  # noqa:
     )
 
 
-def test_protobuf_well_known_and_unsigned_types(protos: ProtoModules) -> None:  # noqa: F811
+def test_protobuf_maps_enums_unsigned_and_recursion() -> None:
     from google.protobuf import descriptor_pb2, descriptor_pool
     from google.protobuf.message_factory import GetMessageClass
 
+    F = descriptor_pb2.FieldDescriptorProto
     file = descriptor_pb2.FileDescriptorProto(name="u.proto", package="u", syntax="proto3")
     msg = file.message_type.add(name="U")
-    F = descriptor_pb2.FieldDescriptorProto
-    msg.field.add(name="big", number=1, type=F.TYPE_UINT64, label=F.LABEL_OPTIONAL)
-    msg.field.add(name="small", number=2, type=F.TYPE_UINT32, label=F.LABEL_OPTIONAL)
+    entry = msg.nested_type.add(name="PricesEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=F.TYPE_DOUBLE, label=F.LABEL_OPTIONAL)
+    msg.field.add(
+        name="prices", number=1, type=F.TYPE_MESSAGE, type_name=".u.U.PricesEntry",
+        label=F.LABEL_REPEATED,
+    )  # fmt: skip
+    color = file.enum_type.add(name="Color")
+    color.value.add(name="RED", number=0)
+    color.value.add(name="BLUE", number=1)
+    msg.field.add(
+        name="color", number=2, type=F.TYPE_ENUM, type_name=".u.Color", label=F.LABEL_OPTIONAL
+    )
+    msg.field.add(name="big", number=3, type=F.TYPE_UINT64, label=F.LABEL_OPTIONAL)
+    msg.field.add(name="small", number=4, type=F.TYPE_UINT32, label=F.LABEL_OPTIONAL)
     node = file.message_type.add(name="Node")
     node.field.add(name="next", number=1, type=F.TYPE_MESSAGE, type_name=".u.Node")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    u: Callable[..., Any] = GetMessageClass(pool.FindMessageTypeByName("u.U"))
-    assert message_to_spark(u.DESCRIPTOR, "v") == StructType(  # type: ignore[attr-defined]
+    u: Any = GetMessageClass(pool.FindMessageTypeByName("u.U"))
+    spark_type = message_to_spark(u.DESCRIPTOR, "v")
+    assert spark_type == StructType(
         [
+            StructField("prices", MapType(StringType(), DoubleType(), False), False),
+            StructField("color", StringType(), False),  # the value's name
             StructField("big", DecimalType(20, 0), False),  # every uint64 fits
             StructField("small", LongType(), False),
         ]
     )
+    # A row as Arrow gives it (a map as pairs) to a message and back.
+    row = {"prices": [("a", 1.5)], "color": "BLUE", "big": 2**64 - 1, "small": 2**32 - 1}
+    message = value_to_message(u, row)
+    assert (message.prices["a"], message.color, message.big) == (1.5, 1, 2**64 - 1)
+    assert message_to_value(message, spark_type) == {
+        "prices": {"a": 1.5},
+        "color": "BLUE",
+        "big": decimal.Decimal(2**64 - 1),
+        "small": 2**32 - 1,
+    }
+    with pytest.raises(ValueError, match="'GREEN' is not a value of its enum"):
+        value_to_message(u, {"color": "GREEN"})
     with pytest.raises(SparkOptionError, match=r"field 'v\.next': recursive message 'u\.Node'"):
         message_to_spark(pool.FindMessageTypeByName("u.Node"), "v")
