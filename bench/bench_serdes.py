@@ -15,11 +15,24 @@ Run: ``cd /work/main && PYTHONPATH=. python bench/bench_serdes.py [--records N]
 (``aiokafka_ng.testing.SchemaRegistry``: Apicurio, Java 21+). The Protobuf messages are
 generated at start from tests/schema_registry/protos by grpcio-tools' protoc. Prints
 CPU microseconds per record (best of ``--repeat`` runs) and the ratio theirs/ours.
+
+In the clients (``--clients``, on a broker: Tansu by default, ``brokers.py``'s options):
+the same serializers where applications call them, in the producer and the consumer, for
+``--client-formats``. Producer: ours ``await send()`` (``gather`` every 10k, as
+bench_producer's gather row) with ``value_serializer=`` our serializer, against confluent-
+kafka's ``produce()`` loop (``poll(0)`` every 1,000, ``flush()``) with its serializer
+called on each value, as its docs show; each also with the values already serialized (the
+same bytes), and the serializer's cost in the client is the difference in the client
+process's CPU per record. Consumer: ours ``getmany()`` with ``value_deserializer=`` our
+deserializer (its writer schema loaded first), against confluent-kafka's ``consume()`` loop
+with its deserializer called on each value; each also without. ``--client-records`` each
+(default 50,000), best of ``--repeat``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import json
 import sys
@@ -33,6 +46,7 @@ from typing import Any
 
 import anyio
 import pydantic
+from brokers import add_options, describe, open_target
 from confluent_kafka.schema_registry import SchemaRegistryClient as TheirRegistry
 from confluent_kafka.schema_registry.avro import AvroDeserializer as TheirAvroDeserializer
 from confluent_kafka.schema_registry.avro import AvroSerializer as TheirAvroSerializer
@@ -142,11 +156,157 @@ async def _ours(url: str, topic: str, shop: Any) -> dict[str, tuple[Any, Any]]:
     }
 
 
+# -- in the clients -----------------------------------------------------------------------
+
+PARTITIONS = 4
+WINDOW = 10_000
+
+
+async def _ours_produce(bootstrap: str, topic: str, items: list[Any], ser: Any) -> None:
+    from aiokafka_ng import Producer
+
+    async with Producer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, value_serializer=ser
+    ) as producer:
+        await producer.partitions_for(topic)
+        futs = []
+        for i, item in enumerate(items):
+            futs.append(await producer.send(topic, item, partition=i % PARTITIONS))
+            if len(futs) == WINDOW:
+                await asyncio.gather(*futs)
+                futs = []
+        await asyncio.gather(*futs)
+
+
+def _their_produce(bootstrap: str, topic: str, items: list[Any], ser: Any, ctx: Any) -> None:
+    from confluent_kafka import Producer as TheirProducer
+
+    producer = TheirProducer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    producer.list_topics(topic, timeout=30)
+    for i, item in enumerate(items):
+        value = item if ser is None else ser(item, ctx)
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.001)
+        if i % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+async def _ours_consume(bootstrap: str, topic: str, n: int, de: Any) -> None:
+    from aiokafka_ng.consumer import Consumer, TopicPartition
+
+    async with Consumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", value_deserializer=de
+    ) as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        count = 0
+        while count < n:
+            for records in (await consumer.getmany(timeout_ms=1000, max_records=10000)).values():
+                count += len(records)
+
+
+def _their_consume(bootstrap: str, topic: str, n: int, de: Any, ctx: Any) -> None:
+    from confluent_kafka import Consumer as TheirConsumer
+    from confluent_kafka import TopicPartition as TheirTP
+
+    consumer = TheirConsumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+        "enable.auto.commit": False,
+        "fetch.wait.max.ms": 10,  # see bench_consumer.py: Tansu holds a 500 ms fetch
+    })  # fmt: skip
+    try:
+        consumer.assign([TheirTP(topic, p, 0) for p in range(PARTITIONS)])
+        count = 0
+        while count < n:
+            for msg in consumer.consume(num_messages=10000, timeout=1.0):
+                if msg.error() is None:
+                    if de is not None:
+                        de(msg.value(), ctx)
+                    count += 1
+    finally:
+        consumer.close()
+
+
+def _cpu_us(fn: Callable[[], Any], n: int, repeat: int) -> float:
+    """CPU microseconds per record this process spends in ``fn()``, best of ``repeat``."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        fn()
+        best = min(best, time.process_time() - start)
+    return best / n * 1e6
+
+
+def in_clients(
+    target: Any,
+    name: str,
+    items: list[Any],
+    ours: tuple[Any, Any],
+    theirs: tuple[Any, Any],
+    repeat: int,
+) -> tuple[float, float, float, float]:
+    """(producer: ours, theirs; consumer: ours, theirs): the serializer's CPU microseconds
+    per record in each client, as the difference with and without it."""
+    bootstrap, n = target.bootstrap, len(items)
+    (our_ser, our_de), (their_ser, their_de) = ours, theirs
+    payloads = [our_ser(item) for item in items]
+
+    topic = target.create_topic(PARTITIONS, "serdes")  # every producer run appends to it
+
+    def produced(ours_side: bool, serialize: bool) -> Callable[[], Any]:
+        def go() -> None:
+            if ours_side:
+                values = items if serialize else payloads
+                asyncio.run(_ours_produce(bootstrap, topic, values, our_ser if serialize else None))
+            else:
+                ctx = SerializationContext(topic, MessageField.VALUE)
+                values = items if serialize else payloads
+                _their_produce(bootstrap, topic, values, their_ser if serialize else None, ctx)
+
+        return go
+
+    source = target.create_topic(PARTITIONS, "serdes")
+    _their_produce(bootstrap, source, payloads, None, None)
+    ctx = SerializationContext(source, MessageField.VALUE)
+
+    def consumed(ours_side: bool, deserialize: bool) -> Callable[[], Any]:
+        def go() -> None:
+            if ours_side:
+                asyncio.run(_ours_consume(bootstrap, source, n, our_de if deserialize else None))
+            else:
+                _their_consume(bootstrap, source, n, their_de if deserialize else None, ctx)
+
+        return go
+
+    costs = []
+    for make in (produced, consumed):
+        for side in (True, False):
+            with_it = _cpu_us(make(side, True), n, repeat)
+            without = _cpu_us(make(side, False), n, repeat)
+            costs.append(with_it - without)
+            print(
+                f"  {name:<19}{'producer' if make is produced else 'consumer'} "
+                f"{'ours' if side else 'theirs':<7}{without:8.2f} -> {with_it:8.2f} us/record"
+            )
+    return costs[0], costs[1], costs[2], costs[3]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--registry-url", default=None)
+    parser.add_argument(
+        "--clients", action="store_true", help="also time them in the producer and consumer"
+    )
+    parser.add_argument("--client-records", type=int, default=50_000)
+    parser.add_argument("--client-formats", default="avro,json (dict),protobuf")
+    add_options(parser)
     args = parser.parse_args()
     shop = _protos()
     registry = None
@@ -225,9 +385,37 @@ def main() -> None:
                 f"{name:<19}{s_ours:>10.2f}{s_theirs:>12.2f}{s_theirs / s_ours:>6.1f}"
                 f"{d_ours:>10.2f}{d_theirs:>12.2f}{d_theirs / d_ours:>6.1f}"
             )
+        if args.clients:
+            _client_table(args, ours, theirs, objects)
     finally:
         if registry is not None:
             registry.stop_sync()
+
+
+def _client_table(
+    args: argparse.Namespace,
+    ours: dict[str, tuple[Any, Any]],
+    theirs: dict[str, tuple[Any, Any, str]],
+    objects: dict[str, list[Any]],
+) -> None:
+    names = [n.strip() for n in args.client_formats.split(",") if n.strip()]
+    rows = {}
+    with open_target(args) as target:
+        print(
+            f"\nin the clients: {args.client_records} records, {PARTITIONS} partitions, "
+            f"{describe(target)}; client CPU us/record without -> with the serializer"
+        )
+        for name in names:
+            items = (objects[name] * (args.client_records // len(objects[name]) + 1))[
+                : args.client_records
+            ]
+            their_ser, their_de, _ = theirs[name]
+            rows[name] = in_clients(target, name, items, ours[name], (their_ser, their_de),
+                                    args.repeat)  # fmt: skip
+    print("\nserialization cost per record in the clients (CPU microseconds, with - without)")
+    print(f"{'format':<19}{'producer ours':>14}{'theirs':>9}{'consumer ours':>15}{'theirs':>9}")
+    for name, (p_ours, p_theirs, c_ours, c_theirs) in rows.items():
+        print(f"{name:<19}{p_ours:>14.2f}{p_theirs:>9.2f}{c_ours:>15.2f}{c_theirs:>9.2f}")
 
 
 if __name__ == "__main__":

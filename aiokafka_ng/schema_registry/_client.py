@@ -38,6 +38,7 @@ from typing import Any, Final, Self
 import httpx
 
 from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState
+from aiokafka_ng.net.oauth import OAuthBearerToken
 from aiokafka_ng.schema_registry._errors import (
     IncompatibleSchemaError,
     InvalidSchemaError,
@@ -62,7 +63,10 @@ _CONTENT_TYPE: Final = "application/vnd.schemaregistry.v1+json"
 _ACCEPT: Final = "application/vnd.schemaregistry.v1+json, application/json"
 _RETRIED_STATUSES: Final = frozenset({500, 502, 503, 504})
 
-BearerToken = str | Callable[[], Awaitable[str]]
+#: A token, or an async callable giving one: a plain string, or an
+#: :class:`~aiokafka_ng.net.oauth.OAuthBearerToken` as the OAUTHBEARER token providers
+#: (:mod:`aiokafka_ng.net.oidc`) give, so one provider serves Kafka and the registry.
+BearerToken = str | Callable[[], Awaitable[str]] | Callable[[], Awaitable[OAuthBearerToken]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +112,10 @@ class SchemaRegistryClient:
             basic auth and removed from the URL kept.
         basic_auth: ``(user, password)`` for HTTP basic auth.
         bearer_token: a bearer token, or an async callable returning one (asked before
-            every request, so it can refresh). Not together with basic auth.
+            every request, so it can refresh): a string or an
+            :class:`~aiokafka_ng.net.oauth.OAuthBearerToken`, so a token provider of
+            :mod:`aiokafka_ng.net.oidc` (which caches its token) can be given as it is. Not
+            together with basic auth.
         ssl_context: the TLS context for ``https`` URLs (trust store, client certificate);
             default: the system's trust store.
         timeout_s: seconds for one HTTP request (connect, write, read each).
@@ -393,6 +400,8 @@ class SchemaRegistryClient:
         headers = {}
         if self._bearer is not None:
             token = self._bearer if isinstance(self._bearer, str) else await self._bearer()
+            if isinstance(token, OAuthBearerToken):
+                token = token.value
             headers["Authorization"] = f"Bearer {token}"
         return headers
 
@@ -462,10 +471,14 @@ class SchemaRegistryClient:
         code = _error_code(response)
         kwargs = {"status": status, "error_code": code}
         if status in (401, 403):
+            if status == 403:
+                refused = "refused the operation"
+            elif self._auth_kind is None:
+                refused = "asks for credentials and none were given"
+            else:
+                refused = f"refused the credentials ({self._auth_kind} auth)"
             raise RegistryAuthError(
-                f"{what}: the registry at {self.url} refused "
-                f"{'the credentials' if status == 401 else 'the operation'} "
-                f"(HTTP {status}): {message}",
+                f"{what}: the registry at {self.url} {refused} (HTTP {status}): {message}",
                 **kwargs,
             )
         if code == 40401 and subject is not None:

@@ -424,6 +424,23 @@ class ProtobufDeserializer:
                 f"{cls.DESCRIPTOR.full_name}: {exc}"
             ) from exc
 
+    def find_message(
+        self, schema_id: int, name: str | None = None
+    ) -> tuple[type[Message], tuple[int, ...]]:
+        """The class this deserializer builds for message ``name`` (a full name; None: the
+        file's first message) of the loaded schema ``schema_id``, and the message indexes
+        that name it in a frame: for code that reads or writes messages of a registered
+        schema without a generated class (Spark's typed columns). Raises
+        :class:`UnknownSchemaIdError` before :meth:`load`, :class:`SerializationError` when
+        the file has no such message."""
+        loaded = self._files.get(schema_id)
+        if loaded is None:
+            raise UnknownSchemaIdError(schema_id)
+        path = [0] if name is None else _index_path_in(loaded[0], name)
+        if path is None or (name is None and not loaded[0].message_type):
+            raise SerializationError(f"schema id {schema_id} has no message {name!r}")
+        return self._class_of(schema_id, tuple(path)), tuple(path)
+
     def _class_of(self, schema_id: int, indexes: tuple[int, ...]) -> type[Message]:
         cls = self._classes.get((schema_id, indexes))
         if cls is not None:

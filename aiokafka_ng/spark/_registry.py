@@ -1,10 +1,14 @@
-"""Schema Registry values in the Spark source and sink: Avro in the Confluent wire format.
+"""Schema Registry values in the Spark source and sink: Avro, JSON Schema and Protobuf in
+the Confluent wire format.
 
-What Spark's ``from_avro``/``to_avro`` with a registry do, as options of the data source:
-``valueFormat=avro`` (or ``keyFormat``) with ``schema.registry.url`` makes the ``value``
-(``key``) column a typed column, decoded from / encoded to registry-framed Avro (magic byte
-0, the 4-byte schema id, the Avro body), byte-compatible with confluent-kafka's
-serializers and this package's :mod:`aiokafka_ng.schema_registry`.
+What Spark's ``from_avro``/``to_avro`` (and ``from_protobuf``) with a registry do, as
+options of the data source: ``valueFormat=avro``, ``json_schema`` or ``protobuf`` (or
+``keyFormat``) with ``schema.registry.url`` makes the ``value`` (``key``) column a typed
+column, decoded from / encoded to registry-framed records (magic byte 0, the 4-byte schema
+id, then the body: Avro; JSON; Protobuf's message indexes and message), byte-compatible
+with confluent-kafka's serializers and this package's :mod:`aiokafka_ng.schema_registry`.
+This module plans every format and does Avro's records; JSON Schema's type mapping and
+records are in :mod:`._registry_json`, Protobuf's in :mod:`._registry_protobuf`.
 
 Theory of operation
 -------------------
@@ -29,7 +33,7 @@ id; a row the schema refuses fails the task naming the row. Planning checks the 
 Spark type against the schema first, so a mismatched DataFrame fails before any task runs.
 
 Not supported (refused at planning, naming the field): unions of two or more non-null
-types, recursive records, and JSON Schema or Protobuf subjects.
+types, recursive records; a subject whose schema is not of the format asked for.
 """
 
 from __future__ import annotations
@@ -87,13 +91,17 @@ REGISTRY_OPTIONS = frozenset(
         "valueSubject",
         "keySchemaVersion",
         "valueSchemaVersion",
+        "keyMessageName",
+        "valueMessageName",
         "schema.registry.url",
         "schema.registry.basic.auth.user.info",
         "schema.registry.bearer.auth.token",
         "mode",
     }
 )
-_FORMATS = ("binary", "avro")
+_FORMATS = ("binary", "avro", "json_schema", "protobuf")
+#: The registry's schema type of each typed format.
+_SCHEMA_TYPES = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}
 _MODES = ("FAILFAST", "PERMISSIVE")
 _PRIMITIVES: dict[str, DataType] = {
     "boolean": BooleanType(),
@@ -111,6 +119,7 @@ class ValueFormat:
     """A registry-framed ``key`` or ``value`` column, planned on the driver."""
 
     column: str  # "key" or "value"
+    kind: str  # "avro", "json_schema" or "protobuf"
     url: str
     subject: str
     version: int
@@ -119,6 +128,7 @@ class ValueFormat:
     spark_type: DataType
     permissive: bool
     uuids: bool  # the schema has uuid strings, which fastavro decodes to UUID objects
+    message: str | None = None  # protobuf: the message's full name (None: the first)
     #: (user, password) or a bearer token; kept out of repr (pickled to the executors)
     credentials: tuple[str, str] | str | None = field(default=None, repr=False)
 
@@ -154,8 +164,8 @@ def plan_formats(
         fmt = (option_value(options, name) or "binary").strip().lower()
         if fmt not in _FORMATS:
             raise SparkOptionError(f"option '{name}' must be one of {_FORMATS}, not {fmt!r}")
-        if fmt == "avro":
-            wanted.append(column)
+        if fmt != "binary":
+            wanted.append((column, fmt))
     mode = (option_value(options, "mode") or "FAILFAST").strip().upper()
     if mode not in _MODES:
         raise SparkOptionError(f"option 'mode' must be FAILFAST or PERMISSIVE, not {mode!r}")
@@ -163,13 +173,14 @@ def plan_formats(
         return ()
     url = (option_value(options, "schema.registry.url") or "").strip()
     if not url:
+        column, kind = wanted[0]
         raise SparkOptionError(
-            f"option 'schema.registry.url' is required with {wanted[0]}Format=avro"
+            f"option 'schema.registry.url' is required with {column}Format={kind}"
         )
     credentials = _credentials(options)
     return tuple(
-        anyio.run(_lookup, column, options, topics, url, credentials, mode == "PERMISSIVE")
-        for column in wanted
+        anyio.run(_lookup, column, kind, options, topics, url, credentials, mode == "PERMISSIVE")
+        for column, kind in wanted
     )
 
 
@@ -191,6 +202,7 @@ def _credentials(options: Mapping[str, str]) -> tuple[str, str] | str | None:
 
 async def _lookup(
     column: str,
+    kind: str,
     options: Mapping[str, str],
     topics: list[str],
     url: str,
@@ -203,7 +215,7 @@ async def _lookup(
     if not subject:
         if len(topics) != 1:
             raise SparkOptionError(
-                f"option '{column}Subject' is required with {column}Format=avro when the "
+                f"option '{column}Subject' is required with {column}Format={kind} when the "
                 "query does not name exactly one topic (the default subject is "
                 f"'<topic>-{column}')"
             )
@@ -214,28 +226,45 @@ async def _lookup(
             f"option '{column}SchemaVersion' must be 'latest' or a version number, "
             f"not {raw_version!r}"
         )
+    message = (option_value(options, f"{column}MessageName") or "").strip() or None
     named: dict[str, Any] = {}  # the named types the schema's references define
+    spark_type: DataType | None = None
     try:
         async with _client(url, credentials) as client:
             if raw_version == "latest":
                 registered = await client.get_latest_version(subject)
             else:
                 registered = await client.get_version(subject, int(raw_version))
-            await _define(client, registered.schema.references, named, column)
+            schema = registered.schema
+            if schema.schema_type.upper() != _SCHEMA_TYPES[kind]:
+                raise SparkOptionError(
+                    f"subject {subject!r} holds a {schema.schema_type} schema; "
+                    f"{column}Format={kind} reads and writes {_SCHEMA_TYPES[kind]} subjects only"
+                )
+            if kind == "avro":
+                await _define(client, schema.references, named, column)
+            elif kind == "protobuf":
+                spark_type = await _protobuf_type(client, registered.schema_id, message, column)
     except SchemaRegistryError as exc:
         raise SparkOptionError(
-            f"{column}Format=avro: subject {subject!r} (version {raw_version}) at {url}: {exc}"
+            f"{column}Format={kind}: subject {subject!r} (version {raw_version}) at {url}: {exc}"
         ) from exc
-    schema = registered.schema
-    if schema.schema_type.upper() != "AVRO":
-        raise SparkOptionError(
-            f"subject {subject!r} holds a {schema.schema_type} schema; {column}Format=avro "
-            "reads and writes Avro subjects only"
-        )
-    parsed = json.loads(schema.schema_str)
-    spark_type = avro_to_spark(parsed, column, named)
+    parsed = None if kind == "protobuf" else json.loads(schema.schema_str)
+    if kind == "avro":
+        spark_type = avro_to_spark(parsed, column, named)
+    elif kind == "json_schema":
+        from aiokafka_ng.spark._registry_json import json_schema_to_spark
+
+        if schema.references:
+            raise SparkOptionError(
+                f"subject {subject!r}: a JSON schema with references to other subjects is "
+                f"not supported by {column}Format=json_schema"
+            )
+        spark_type = json_schema_to_spark(parsed or {}, column)
+    assert spark_type is not None
     return ValueFormat(
         column,
+        kind,
         url,
         subject,
         registered.version,
@@ -243,9 +272,22 @@ async def _lookup(
         schema,
         spark_type,
         permissive,
-        _has_logical(parsed, "uuid"),
+        kind == "avro" and _has_logical(parsed, "uuid"),
+        message,
         credentials,
     )
+
+
+async def _protobuf_type(
+    client: SchemaRegistryClient, schema_id: int, message: str | None, column: str
+) -> DataType:
+    from aiokafka_ng.schema_registry import ProtobufDeserializer
+    from aiokafka_ng.spark._registry_protobuf import message_to_spark
+
+    reader = ProtobufDeserializer(client=client)
+    await reader.load(schema_id)
+    cls, _ = reader.find_message(schema_id, message)
+    return message_to_spark(cls.DESCRIPTOR, column)
 
 
 async def _define(
@@ -427,15 +469,39 @@ def _uuids_to_str(value: Any) -> Any:
     return value
 
 
+async def _decode_one(fmt: ValueFormat, decoder: Any, data: bytes) -> Any:
+    """One framed record as the Python value Arrow takes for ``fmt.spark_type``."""
+    from aiokafka_ng.schema_registry import SerializationError, schema_id_of
+
+    schema_id = schema_id_of(data)
+    if fmt.kind == "json_schema":
+        from aiokafka_ng.spark._registry_json import json_to_spark_value
+
+        value = decoder(data)  # parsed, not validated: no registry needed
+        try:
+            return json_to_spark_value(value, fmt.spark_type)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise SerializationError(f"the JSON does not fit the column's type: {exc}") from exc
+    if schema_id not in decoder.loaded_ids:
+        await decoder.load(schema_id)
+    if fmt.kind == "protobuf":
+        from aiokafka_ng.spark._registry_protobuf import message_to_value
+
+        assert isinstance(fmt.spark_type, StructType)
+        return message_to_value(decoder(data), fmt.spark_type)
+    value = decoder(data)
+    return _uuids_to_str(value) if fmt.uuids else value
+
+
 async def decode_column(
     fmt: ValueFormat, column: pa.Array, where: Callable[[int], str], decoder: Any
 ) -> pa.Array:
-    """``column`` (binary, framed Avro) as an Arrow column of ``fmt.spark_type``;
-    ``decoder`` is the task's :class:`AvroDeserializer`, ``where(i)`` names record ``i``."""
+    """``column`` (binary, framed records) as an Arrow column of ``fmt.spark_type``;
+    ``decoder`` is the task's (:func:`reader_for`), ``where(i)`` names record ``i``."""
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     from pyspark.sql.pandas.types import to_arrow_type
 
-    from aiokafka_ng.schema_registry import SchemaRegistryError, schema_id_of
+    from aiokafka_ng.schema_registry import SchemaRegistryError
 
     out: list[Any] = []
     for i, data in enumerate(column.to_pylist()):
@@ -443,31 +509,46 @@ async def decode_column(
             out.append(None)
             continue
         try:
-            schema_id = schema_id_of(data)
-            if schema_id not in decoder.loaded_ids:
-                await decoder.load(schema_id)
-            value = decoder(data)
+            out.append(await _decode_one(fmt, decoder, data))
         except SchemaRegistryError as exc:
             if fmt.permissive:
                 out.append(None)
                 continue
             raise SchemaRegistryError(
-                f"{fmt.column}Format=avro: {where(i)} is not readable as subject "
+                f"{fmt.column}Format={fmt.kind}: {where(i)} is not readable as subject "
                 f"{fmt.subject!r} version {fmt.version}: {exc} (option mode=PERMISSIVE "
                 "reads it as null)"
             ) from exc
-        out.append(_uuids_to_str(value) if fmt.uuids else value)
     return pa.array(out, type=to_arrow_type(fmt.spark_type, timezone="UTC"))
 
 
 def reader_for(fmt: ValueFormat, client: SchemaRegistryClient) -> Any:
-    from aiokafka_ng.schema_registry import AvroDeserializer
+    """The task's decoder of ``fmt``'s records: the package's deserializer of its format."""
+    from aiokafka_ng.schema_registry import (
+        AvroDeserializer,
+        JsonDeserializer,
+        ProtobufDeserializer,
+    )
 
+    if fmt.kind == "json_schema":
+        return JsonDeserializer(client, validate=False)
+    if fmt.kind == "protobuf":
+        return ProtobufDeserializer(client=client)
     return AvroDeserializer(client, reader_schema=fmt.schema)
 
 
 async def encoder(fmt: ValueFormat, client: SchemaRegistryClient) -> Callable[[Any], Any]:
-    """The task's encoder of one row's value: framed Avro bytes in ``fmt``'s schema."""
+    """The task's encoder of one row's value: framed bytes in ``fmt``'s schema."""
+    if fmt.kind == "json_schema":
+        from aiokafka_ng.spark._registry_json import json_encoder
+
+        return await json_encoder(client, fmt.schema, fmt.subject, fmt.column == "key")
+    if fmt.kind == "protobuf":
+        from aiokafka_ng.schema_registry import ProtobufDeserializer
+        from aiokafka_ng.spark._registry_protobuf import protobuf_encoder
+
+        reader = ProtobufDeserializer(client=client)
+        return await protobuf_encoder(reader, fmt.schema_id, fmt.message)
     from aiokafka_ng.schema_registry import AvroSerializer
 
     subject = fmt.subject

@@ -12,7 +12,8 @@ against the same Kafka (a client peer, a broker plugin for ``extra_classpath``).
 :class:`FakeKafka` is an in-process model of a Kafka cluster (no process, no port needed:
 clients connect in memory, or over TCP) with fault methods, for fast tests on virtual time
 (:mod:`aiokafka_ng.testing.virtual_time`). :class:`SchemaRegistry` runs a real Schema Registry
-(Apicurio Registry, Confluent-compatible API) fetched once with Maven; it needs Java 21+.
+(Apicurio Registry, Confluent-compatible API) fetched once with Maven; it needs Java 21+;
+with :class:`RegistryOidc` it takes only bearer tokens of a given OIDC identity provider.
 :class:`Nemesis` cuts, loses and slows the links between the nodes of a
 ``KafkaCluster(addressable=True)`` and its clients (iptables and tc, as root).
 """
@@ -27,6 +28,7 @@ from aiokafka_ng.testing._kafka_config import (
 from aiokafka_ng.testing._kafka_jars import KAFKA_VERSION, ensure_jars, find_java
 from aiokafka_ng.testing._registry import (
     APICURIO_VERSION,
+    RegistryOidc,
     SchemaRegistry,
     SchemaRegistryProcessError,
 )
@@ -48,6 +50,7 @@ __all__ = [
     "LocalBrokerError",
     "Nemesis",
     "NemesisError",
+    "RegistryOidc",
     "SchemaRegistry",
     "SchemaRegistryProcessError",
     "TcpProxy",

@@ -30,6 +30,16 @@ its port to another process in between is tried once more on another port. Stop 
 SIGTERM to the whole group, then SIGKILL after ``stop_timeout``; every way out of a failed
 start stops it too. The log goes to a temporary directory, removed at stop; its last lines
 are in every start error.
+
+Authentication. With ``oidc`` (:class:`RegistryOidc`) the registry validates bearer tokens
+as Apicurio Registry 3 does in production: Quarkus OIDC as a ``service`` application
+(``quarkus.oidc.tenant-enabled``), the signing keys from the identity provider's JWKS,
+discovery off (a test IdP need not serve ``.well-known/openid-configuration``), ``iss`` and
+``aud`` checked when given. With ``basic_client_credentials`` it also takes HTTP basic auth
+as a client id and secret, which it trades at the token endpoint for a token (Apicurio's
+``apicurio.authn.basic-client-credentials``). Every API call then needs credentials, so a
+started registry is one whose anonymous ``GET /subjects`` answers 401: a 200 there means
+authentication is off, and the start fails saying so.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -60,6 +71,7 @@ from aiokafka_ng.testing._kafka_procs import die_with_parent, free_ports, last_e
 
 __all__ = [
     "APICURIO_VERSION",
+    "RegistryOidc",
     "SchemaRegistry",
     "SchemaRegistryProcessError",
     "ensure_distribution",
@@ -102,6 +114,49 @@ class SchemaRegistryProcessError(RuntimeError):
         self.reason = reason
         self.log_tail = log_tail
         super().__init__(f"{reason}\n{log_tail}" if log_tail else reason)
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryOidc:
+    """How :class:`SchemaRegistry` authenticates its callers: OIDC bearer tokens.
+
+    Args:
+        jwks_url: the identity provider's JWK Set, whose keys sign the tokens.
+        token_url: its token endpoint (used for ``basic_client_credentials``).
+        issuer: the ``iss`` tokens must carry; None: not checked.
+        audience: an ``aud`` tokens must carry; None: not checked.
+        basic_client_credentials: also accept HTTP basic auth as ``client_id:secret``,
+            which the registry exchanges at ``token_url`` (client credentials grant).
+        client_id: the registry's own OIDC client id (Quarkus's ``quarkus.oidc.client-id``).
+    """
+
+    jwks_url: str
+    token_url: str
+    issuer: str | None = None
+    audience: str | None = None
+    basic_client_credentials: bool = False
+    client_id: str = "registry-api"
+
+    def java_options(self) -> list[str]:
+        """The ``-D`` options that turn authentication on (Apicurio Registry 3.3 names)."""
+        options = [
+            "-Dquarkus.oidc.tenant-enabled=true",
+            "-Dquarkus.oidc.application-type=service",
+            f"-Dquarkus.oidc.client-id={self.client_id}",
+            # Quarkus needs a server URL even with discovery off; the paths below are
+            # absolute, so it is used for nothing else.
+            f"-Dquarkus.oidc.auth-server-url={self.token_url.rsplit('/', 1)[0]}",
+            "-Dquarkus.oidc.discovery-enabled=false",
+            f"-Dquarkus.oidc.jwks-path={self.jwks_url}",
+            f"-Dquarkus.oidc.token-path={self.token_url}",
+            "-Dapicurio.authn.basic-client-credentials.enabled="
+            + str(self.basic_client_credentials).lower(),
+        ]
+        if self.issuer is not None:
+            options.append(f"-Dquarkus.oidc.token.issuer={self.issuer}")
+        if self.audience is not None:
+            options.append(f"-Dquarkus.oidc.token.audience={self.audience}")
+        return options
 
 
 # -- Java and the distribution -----------------------------------------------------------------
@@ -270,6 +325,8 @@ class SchemaRegistry:
         tls: also open an HTTPS listener (:attr:`tls_url`) whose certificate, for 127.0.0.1
             and localhost, is signed by :attr:`ca_file` (needs trustme).
         java_options: extra JVM options (``-Dname=value`` sets a registry property).
+        oidc: make every call authenticate with a token of this identity provider (see
+            :class:`RegistryOidc` and the module docstring); None: no authentication.
     """
 
     def __init__(
@@ -280,8 +337,10 @@ class SchemaRegistry:
         stop_timeout: float = 20.0,
         tls: bool = False,
         java_options: Sequence[str] = (),
+        oidc: RegistryOidc | None = None,
     ) -> None:
         self.tls: Final = tls
+        self.oidc: Final = oidc
         self.heap: Final = heap
         self.startup_timeout: Final = startup_timeout
         self.stop_timeout: Final = stop_timeout
@@ -426,6 +485,7 @@ class SchemaRegistry:
             f"-Dquarkus.management.host={HOST}",
             "-Dquarkus.management.port=0",
             *tls_options,
+            *(self.oidc.java_options() if self.oidc is not None else ()),
             *self.java_options,
             "-jar",
             str(dist / "quarkus-run.jar"),
@@ -449,13 +509,25 @@ class SchemaRegistry:
                 raise SchemaRegistryProcessError(f"cannot run {self.java}: {exc}") from exc
 
     def _answers(self) -> bool:
-        """``GET /subjects`` answers 200 (blocking; run in a worker thread)."""
+        """``GET /subjects`` answers as it should: 200, or 401 when ``oidc`` asks for
+        credentials (blocking; run in a worker thread)."""
         url = f"http://{HOST}:{self.port}{CCOMPAT_PATH}/subjects"
         try:
             with urllib.request.urlopen(url, timeout=2.0) as response:
-                return int(response.status) == 200
+                status = int(response.status)
+        except urllib.error.HTTPError as exc:
+            status = exc.code
         except (OSError, urllib.error.URLError, ValueError):
             return False
+        if self.oidc is None:
+            return status == 200
+        if status == 200:
+            raise SchemaRegistryProcessError(
+                "the schema registry answered an anonymous call although oidc is set: "
+                "its authentication is off (are the quarkus.oidc options overridden?)",
+                self.log_tail(),
+            )
+        return status == 401
 
     async def stop(self) -> None:
         """Stop the registry (its process group) and remove its directory; no-op if stopped."""

@@ -47,6 +47,10 @@ A Schema Registry (:class:`~aiokafka_ng.testing.SchemaRegistry`, Apicurio Regist
   ``auto`` (the default) skips where Java 21+ or Maven (for the first fetch) is missing,
   ``require`` (the default under ``CI=true``) fails instead, ``off`` skips; a registry that
   cannot start fails the test.
+- ``schema_registry_factory`` (session): ``factory(**SchemaRegistry kwargs)`` starts a
+  registry of its own (another JVM: ``oidc=`` for one that takes only tokens), under the
+  same ``--schema-registry`` rules; every registry it made is stopped at the end of the
+  session, so a session fixture built on it starts its registry once.
 """
 
 from __future__ import annotations
@@ -237,10 +241,9 @@ def kafka_cluster(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
         cluster.stop_sync()
 
 
-@pytest.fixture(scope="session")
-def schema_registry(request: pytest.FixtureRequest) -> Iterator[SchemaRegistry]:
-    """A Schema Registry shared by the whole session (see the module docstring)."""
-    mode = _kafka_mode(request.config, "--schema-registry")
+def _registry_wanted(config: pytest.Config) -> None:
+    """Skip or fail, as ``--schema-registry`` says, where no registry can run."""
+    mode = _kafka_mode(config, "--schema-registry")
     if mode == "off":
         pytest.skip("schema registry tests are off (--schema-registry=off)")
     missing = registry_missing_tools()
@@ -250,15 +253,46 @@ def schema_registry(request: pytest.FixtureRequest) -> Iterator[SchemaRegistry]:
         pytest.fail(
             f"the schema registry is required (CI=true or --schema-registry=require): {missing}"
         )
-    registry = SchemaRegistry(tls=True)
+
+
+def _start_registry(registry: SchemaRegistry) -> SchemaRegistry:
     try:
         registry.start_sync()
     except SchemaRegistryProcessError as exc:
         pytest.fail(f"the schema registry could not start: {exc}", pytrace=False)
+    return registry
+
+
+@pytest.fixture(scope="session")
+def schema_registry(request: pytest.FixtureRequest) -> Iterator[SchemaRegistry]:
+    """A Schema Registry shared by the whole session (see the module docstring)."""
+    _registry_wanted(request.config)
+    registry = _start_registry(SchemaRegistry(tls=True))
     try:
         yield registry
     finally:
         registry.stop_sync()
+
+
+@pytest.fixture(scope="session")
+def schema_registry_factory(
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., SchemaRegistry]]:
+    """``factory(**SchemaRegistry kwargs)``: a started registry of its own, stopped at the
+    end of the session (see the module docstring)."""
+    started: list[SchemaRegistry] = []
+
+    def factory(**kwargs: Any) -> SchemaRegistry:
+        _registry_wanted(request.config)
+        registry = SchemaRegistry(**kwargs)
+        started.append(registry)
+        return _start_registry(registry)
+
+    try:
+        yield factory
+    finally:
+        for registry in started:
+            registry.stop_sync()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,18 +1,21 @@
-"""A small OIDC identity provider on 127.0.0.1 for the OAUTHBEARER tests on Apache Kafka.
+"""A small OIDC identity provider on 127.0.0.1 for the OAUTHBEARER tests on Apache Kafka and
+the OIDC tests of Apicurio Registry.
 
 ``POST /token``: the client credentials grant (RFC 6749 4.4) with HTTP Basic client
-authentication or, for a client registered with a public key, a signed client assertion
-(RFC 7523 2.2, ``private_key_jwt``: KIP-1258); and the jwt-bearer grant (RFC 7523 2.1:
-KIP-1139) for an issuer registered with a public key. Assertions are checked as an IdP
-checks them: the signature (RS256 or ES256, verified with ``cryptography``) against the
+authentication, with the id and secret in the form (``client_secret_post``, RFC 6749 2.3.1:
+how Apicurio Registry asks, chunked) or, for a client registered with a public key, a signed
+client assertion (RFC 7523 2.2, ``private_key_jwt``: KIP-1258); and the jwt-bearer grant (RFC
+7523 2.1: KIP-1139) for an issuer registered with a public key. Assertions are checked as an
+IdP checks them: the signature (RS256 or ES256, verified with ``cryptography``) against the
 registered key, ``alg`` the registered one, ``aud`` this IdP's token URL or issuer, ``exp``
 in the future, ``nbf``/``iat`` not in the future (30 s leeway), for a client assertion
 ``iss`` = ``sub`` = the client (and the form's ``client_id``, if sent). Answers an
 RS256-signed JWT (``sub`` = the client id, or the assertion's ``sub`` for jwt-bearer) or
 RFC 6749 5.2 errors. ``GET /jwks``: the public key as a JWK Set, which Kafka's JWKS
-validator (KIP-768) fetches. Runs in a thread (the broker calls it too, from the JVM); keys
-are made with ``cryptography``. This is a real HTTP server the real broker and client talk
-to, not a fake of either: only the identity provider itself is ours, as no IdP ships with the tests.
+validator (KIP-768) and Apicurio Registry (Quarkus OIDC) fetch. Runs in a thread (the broker
+and the registry call it too, from their JVMs); keys are made with ``cryptography``. This is
+a real HTTP server the real broker, registry and client talk to, not a fake of either: only
+the identity provider itself is ours, as no IdP ships with the tests.
 """
 
 from __future__ import annotations
@@ -119,10 +122,22 @@ class IdentityProvider:
                 self._answer(200, idp.jwks())
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                form = urllib.parse.parse_qs(self.rfile.read(length).decode())
+                form = urllib.parse.parse_qs(self._body().decode())
                 status, answer = idp.token_answer(self.headers.get("Authorization", ""), form)
                 self._answer(status, answer)
+
+            def _body(self) -> bytes:
+                # Vert.x's web client (Apicurio Registry's token requests) sends its form
+                # chunked (RFC 9112 7.1), with no Content-Length.
+                if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+                    return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                body = b""
+                while size := int(self.rfile.readline().split(b";")[0], 16):
+                    body += self.rfile.read(size)
+                    self.rfile.readline()  # the CRLF after the chunk
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailer fields, up to the empty line
+                return body
 
             def _answer(self, status: int, answer: dict[str, Any]) -> None:
                 data = json.dumps(answer).encode()
@@ -186,13 +201,20 @@ class IdentityProvider:
             return 400, {"error": "unsupported_grant_type"}
         if "client_assertion" in one or "client_assertion_type" in one:
             return self._client_assertion(authorization, one)
-        try:
-            user, _, secret = (
-                base64.b64decode(authorization.removeprefix("Basic ")).decode().partition(":")
-            )
-        except ValueError:
-            return 401, {"error": "invalid_client"}
-        client, secret = urllib.parse.unquote_plus(user), urllib.parse.unquote_plus(secret)
+        if "client_secret" in one:
+            # RFC 6749 2.3.1: the client's id and secret in the form (client_secret_post),
+            # as Apicurio Registry sends them; never together with HTTP Basic.
+            if authorization:
+                return self._reject(400, "invalid_request", "two client authentications")
+            client, secret = one.get("client_id", ""), one["client_secret"]
+        else:
+            try:
+                user, _, secret = (
+                    base64.b64decode(authorization.removeprefix("Basic ")).decode().partition(":")
+                )
+            except ValueError:
+                return 401, {"error": "invalid_client"}
+            client, secret = urllib.parse.unquote_plus(user), urllib.parse.unquote_plus(secret)
         with self._lock:
             self.requests[client] += 1
             if self.clients.get(client) != secret:

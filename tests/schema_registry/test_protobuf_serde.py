@@ -238,6 +238,18 @@ async def test_read_without_a_generated_class(
     with pytest.raises(ValueError, match="registry client"):
         ProtobufDeserializer()
 
+    # The classes it builds, by message name, with the indexes that frame them.
+    with pytest.raises(UnknownSchemaIdError):
+        reader.find_message(value.schema_id + 1000)
+    cls, indexes = reader.find_message(value.schema_id)  # the file's first message
+    assert (cls.DESCRIPTOR.full_name, indexes) == ("srtest.shop.Order", (0,))
+    cls, indexes = reader.find_message(value.schema_id, "srtest.shop.Order.Line")
+    framed, start = decode_message_indexes(payloads[1], 5)
+    assert tuple(framed) == indexes == (0, 0)
+    assert cls.FromString(payloads[1][start:]) == decoded[1]
+    with pytest.raises(SerializationError, match=r"has no message 'srtest\.shop\.Nope'"):
+        reader.find_message(value.schema_id, "srtest.shop.Nope")
+
 
 @pytest.mark.anyio
 async def test_what_cannot_be_read_without_a_class_says_why(

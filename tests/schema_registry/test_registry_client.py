@@ -1,6 +1,6 @@
 """SchemaRegistryClient against the real registry (Apicurio, the session's fixture), and its
-auth, retries and secrets through httpx's transport seam (Apicurio's own auth needs an OIDC
-server, which no test here runs)."""
+auth, retries and secrets through httpx's transport seam (against Apicurio's own, OIDC-backed
+auth: test_registry_auth.py)."""
 
 from __future__ import annotations
 
