@@ -35,12 +35,14 @@ from aiokafka_ng.cluster.pool import (
 from aiokafka_ng.cluster.retry import (
     ANY,
     CONTROLLER,
+    ONCE,
     Coordinator,
     Leader,
     Node,
     Retry,
     RetryState,
     Route,
+    unchecked,
 )
 from aiokafka_ng.cluster.runtime import (
     ClientRuntime,
@@ -54,6 +56,7 @@ from aiokafka_ng.cluster.runtime import (
 __all__ = [
     "ANY",
     "CONTROLLER",
+    "ONCE",
     "BrokerMetadata",
     "ClientRuntime",
     "ClientState",
@@ -86,4 +89,5 @@ __all__ = [
     "enter_task_group",
     "parse_bootstrap_servers",
     "parse_metadata_response",
+    "unchecked",
 ]

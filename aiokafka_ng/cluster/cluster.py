@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 import anyio
 from anyio.abc import TaskGroup
@@ -54,6 +54,7 @@ from aiokafka_ng.errors import (
     NotControllerError,
     RebootstrapRequiredError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
@@ -304,38 +305,87 @@ class Cluster:
             self._refresher.request_update()
             raise
 
+    @overload
     async def call(
         self,
-        request: Any,
+        request: ApiRequest[R],
+        route: Route = ANY,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        retry: Retry | None = None,
+        check: None = None,
+        max_version: int | None = None,
+        min_version: int | None = None,
+        request_timeout: float | None = None,
+        state: RetryState | None = None,
+        what: str | None = None,
+    ) -> R: ...
+    @overload
+    async def call(
+        self,
+        request: ApiRequest[R],
+        route: Route = ANY,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        retry: Retry | None = None,
+        check: Callable[[R], T],
+        max_version: int | None = None,
+        min_version: int | None = None,
+        request_timeout: float | None = None,
+        state: RetryState | None = None,
+        what: str | None = None,
+    ) -> T: ...
+    async def call(
+        self,
+        request: ApiRequest[R],
         route: Route = ANY,
         *,
         timeout: float | None = None,  # noqa: ASYNC109 (the whole operation's deadline)
         retry: Retry | None = None,
-        check: Callable[[Any], Any] | None = None,
+        check: Callable[[R], T] | None = None,
         max_version: int | None = None,
+        min_version: int | None = None,
         request_timeout: float | None = None,
+        state: RetryState | None = None,
         what: str | None = None,
-    ) -> Any:
-        """Send ``request`` where ``route`` points, retrying until it succeeds.
+    ) -> R | T:
+        """Send ``request`` where ``route`` points, retrying until it succeeds; the answer
+        is the request's response type (``ApiRequest[R]`` names it), or what ``check``
+        makes of it.
 
         ``check(response)`` turns the response's error codes into exceptions (and may
         return what the caller wants instead of the response); retriable ones retry. The
-        default check raises a top-level ``error_code`` and returns the response. See
-        :mod:`aiokafka_ng.cluster.retry` for routing, repairs, backoff and the deadline
-        (``timeout`` seconds for the whole call; None: until cancelled). Each request is
-        bounded by ``request_timeout`` (default: the connection's) and the time left.
+        default check raises a top-level ``error_code`` and returns the response
+        (:func:`~aiokafka_ng.cluster.retry.unchecked` returns it as it came, for callers
+        that read the error code themselves). See :mod:`aiokafka_ng.cluster.retry` for
+        routing, repairs, backoff and the deadline (``timeout`` seconds for the whole call;
+        None: until cancelled). ``state`` is the caller's own :class:`RetryState` (its
+        backoff and deadline) instead of one made from ``timeout`` and this cluster's retry
+        backoff. ``max_version`` caps the version negotiated; a broker below ``min_version``
+        is not sent to (UnsupportedVersionError). ``retry=ONCE`` sends once on the route
+        and raises what fails, for callers with their own rules for each error (group
+        membership). Each request is bounded by ``request_timeout`` (default: the
+        connection's) and the time left.
         """
-        state = self.retry_state(timeout=timeout)
+        if state is None:
+            state = self.retry_state(timeout=timeout)
+        pacing = state
+        checked: Callable[[R], R | T] = raise_top_level_error if check is None else check
 
-        async def send(conn: Connection) -> Any:
+        async def send(conn: Connection) -> R | T:
             version = conn.version_for(type(request))
             if max_version is not None:
                 version = min(version, max_version)
-            limit = min(state.remaining(), request_timeout or float("inf"))
+            if min_version is not None and version < min_version:
+                raise UnsupportedVersionError(
+                    f"{type(request).__name__}: the broker offers v{version}, "
+                    f"v{min_version}+ is needed"
+                )
+            limit = min(pacing.remaining(), request_timeout or float("inf"))
             response = await conn.send(
                 request, version=version, timeout=None if limit == float("inf") else limit
             )
-            return (raise_top_level_error if check is None else check)(response)
+            return checked(response)
 
         name = what or type(request).__name__.removesuffix("Request")
         return await self.run(route, send, state, what=name, retry=retry)

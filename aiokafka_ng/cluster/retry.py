@@ -54,6 +54,7 @@ from aiokafka_ng.errors import (
     error_for_code,
 )
 from aiokafka_ng.net.backoff import RetryState
+from aiokafka_ng.protocol.primitives import ApiMessage
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster.client import ClusterClient, Link
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ANY",
     "CONTROLLER",
+    "ONCE",
     "STALE_COORDINATOR",
     "AnyBroker",
     "Controller",
@@ -77,11 +79,13 @@ __all__ = [
     "retrying",
     "routed",
     "timeout_scope",
+    "unchecked",
 ]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+M = TypeVar("M", bound=ApiMessage)
 
 #: Errors after which a cached group/transaction coordinator must be looked up again.
 STALE_COORDINATOR = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
@@ -210,12 +214,22 @@ async def retrying(
 
 _DEFAULT = Retry()
 
+#: Send once on the route and raise what fails, unrepaired: for callers that give each error
+#: a meaning of their own (a heartbeat's REBALANCE_IN_PROGRESS, a join's MEMBER_ID_REQUIRED).
+ONCE = Retry(max_retries=0)
+
+
+def unchecked(response: M) -> M:
+    """A check for :meth:`Cluster.call` that returns the response as it came (its error
+    codes are the caller's to read)."""
+    return response
+
 
 def _inf(deadline: float | None) -> float:
     return float("inf") if deadline is None else deadline
 
 
-def raise_top_level_error(response: Any) -> Any:
+def raise_top_level_error(response: M) -> M:
     """The default check of :meth:`Cluster.call`: a response whose top-level
     ``error_code`` is set raises that error; otherwise the response is the result."""
     code = getattr(response, "error_code", 0)
