@@ -29,17 +29,18 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from anyio.abc import TaskStatus
 
-from aiokafka_ng.cluster import ClusterClient, ClusterMetadata
+from aiokafka_ng.cluster import ONCE, ClusterClient, ClusterMetadata, Coordinator, unchecked
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.consumer.models import GroupMembershipOperation, OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 if TYPE_CHECKING:
     from aiokafka_ng.consumer.offsets import OffsetsClient
@@ -49,6 +50,8 @@ __all__ = ["ConsumerRebalanceListener", "GroupMembership", "GroupSettings", "Mem
 # The group's logger: these lines were group.py's before this module was split out of it
 # (log filters, e.g. tools/outage_timeline.py, select them by that name).
 log = logging.getLogger("aiokafka_ng.consumer.group")
+
+R = TypeVar("R", bound=ApiMessage)
 
 
 class ConsumerRebalanceListener:
@@ -249,10 +252,23 @@ class GroupMembership:
         self._forget(assignment)
         await self.leave(reason="the consumer unsubscribed")
 
-    async def _send(self, request: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
-        node = await self._cluster.coordinator(self._group_id)
-        conn = await self._cluster.coordinator_connection(node)
-        return await conn.send(request, version=conn.version_for(type(request)), timeout=timeout)
+    async def _send(
+        self,
+        request: ApiRequest[R],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (this request's, as the connection's)
+    ) -> R:
+        """``request`` once to the group's coordinator over its own link (not behind a
+        long-poll Fetch); the answer comes back unchecked and a failure as it is: each
+        protocol gives every error code its own meaning (a rejoin, a lost assignment, a
+        coordinator to find again)."""
+        return await self._cluster.call(
+            request,
+            Coordinator(self._group_id, link=True),
+            retry=ONCE,
+            check=unchecked,
+            request_timeout=timeout,
+        )
 
     # ------------------------------------------------------------------ revoke / lose
 

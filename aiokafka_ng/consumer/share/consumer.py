@@ -68,13 +68,16 @@ import anyio
 from anyio.abc import TaskStatus
 
 from aiokafka_ng.cluster import (
+    ONCE,
     ClientRuntime,
     ClientState,
     ClientStatistics,
     ClientStatus,
     Cluster,
     ClusterClient,
+    Coordinator,
     RetryState,
+    unchecked,
 )
 from aiokafka_ng.cluster.telemetry import TelemetryEngine, connection_table, table_collector
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
@@ -429,7 +432,6 @@ class ShareConsumer(_ShareWire):
         assert cluster is not None and group is not None
         pacing = RetryState(self._backoff)  # consecutive failed heartbeats, the shared policy
         interval = 1.0
-        timeout = self._config.request_timeout_ms / 1000
         # The broker sends an assignment only when it changes: one naming a topic id our
         # metadata does not know yet is kept here and resolved again each round.
         target: sgh.Assignment | None = None
@@ -454,10 +456,7 @@ class ShareConsumer(_ShareWire):
                     subscribed_topic_names=list(self._topics),
                 )
                 try:
-                    node = await cluster.coordinator(group, timeout=timeout)
-                    # The coordinator's own connection: not behind a long-poll ShareFetch.
-                    link = await cluster.coordinator_connection(node)
-                    resp = await link.send(req, timeout=timeout)
+                    resp = await self._to_coordinator(req)
                 except KafkaError as exc:
                     pacing.failed(exc)
                     log.debug("share group %s heartbeat failed: %r", group, exc)
@@ -479,6 +478,22 @@ class ShareConsumer(_ShareWire):
                 await self._hb_wake.wait()
             if self._hb_wake.is_set():
                 self._hb_wake = anyio.Event()
+
+    async def _to_coordinator(
+        self, req: sgh.ShareGroupHeartbeatRequest
+    ) -> sgh.ShareGroupHeartbeatResponse:
+        """One heartbeat to the group's coordinator over its own link (not behind a
+        long-poll ShareFetch), the lookup and the request within the request timeout; the
+        answer unchecked (:meth:`_heartbeat_answer` reads it), a failure raised as it is."""
+        cluster = self._runtime.cluster
+        assert cluster is not None and self._config.group_id is not None
+        return await cluster.call(
+            req,
+            Coordinator(self._config.group_id, link=True),
+            timeout=self._config.request_timeout_ms / 1000,
+            retry=ONCE,
+            check=unchecked,
+        )
 
     def _heartbeat_answer(
         self,
@@ -559,9 +574,7 @@ class ShareConsumer(_ShareWire):
             group_id=group, member_id=self.member_id, member_epoch=-1
         )
         try:
-            node = await cluster.coordinator(group, timeout=self._config.request_timeout_ms / 1000)
-            link = await cluster.coordinator_connection(node)
-            await link.send(req, timeout=self._config.request_timeout_ms / 1000)
+            await self._to_coordinator(req)
         except KafkaError as exc:
             log.info("share group %s: leaving failed (%r); the session times out", group, exc)
 
