@@ -128,6 +128,7 @@ class ClusterClient(Protocol):
         request_timeout: float | None = None,
         state: RetryState | None = None,
         what: str | None = None,
+        limit: str | None = None,
     ) -> R: ...
     @overload
     async def call(
@@ -143,6 +144,7 @@ class ClusterClient(Protocol):
         request_timeout: float | None = None,
         state: RetryState | None = None,
         what: str | None = None,
+        limit: str | None = None,
     ) -> T: ...
 
     # -- connections and requests

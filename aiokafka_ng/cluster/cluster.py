@@ -319,6 +319,7 @@ class Cluster:
         request_timeout: float | None = None,
         state: RetryState | None = None,
         what: str | None = None,
+        limit: str | None = None,
     ) -> R: ...
     @overload
     async def call(
@@ -334,6 +335,7 @@ class Cluster:
         request_timeout: float | None = None,
         state: RetryState | None = None,
         what: str | None = None,
+        limit: str | None = None,
     ) -> T: ...
     async def call(
         self,
@@ -348,6 +350,7 @@ class Cluster:
         request_timeout: float | None = None,
         state: RetryState | None = None,
         what: str | None = None,
+        limit: str | None = None,
     ) -> R | T:
         """Send ``request`` where ``route`` points, retrying until it succeeds; the answer
         is the request's response type (``ApiRequest[R]`` names it), or what ``check``
@@ -365,7 +368,8 @@ class Cluster:
         is not sent to (UnsupportedVersionError). ``retry=ONCE`` sends once on the route
         and raises what fails, for callers with their own rules for each error (group
         membership). Each request is bounded by ``request_timeout`` (default: the
-        connection's) and the time left.
+        connection's) and the time left. ``what`` and ``limit`` name the operation and
+        its deadline in the timeout's message (defaults: the API, the deadline in ms).
         """
         if state is None:
             state = self.retry_state(timeout=timeout)
@@ -388,7 +392,7 @@ class Cluster:
             return checked(response)
 
         name = what or type(request).__name__.removesuffix("Request")
-        return await self.run(route, send, state, what=name, retry=retry)
+        return await self.run(route, send, state, what=name, retry=retry, limit=limit)
 
     async def run(
         self,
