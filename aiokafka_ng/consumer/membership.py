@@ -34,7 +34,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 from anyio.abc import TaskStatus
 
-from aiokafka_ng.cluster import ONCE, ClusterClient, ClusterMetadata, Coordinator, unchecked
+from aiokafka_ng.cluster import (
+    ONCE,
+    ClusterClient,
+    ClusterMetadata,
+    Coordinator,
+    Periodic,
+    unchecked,
+)
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.consumer.models import GroupMembershipOperation, OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
@@ -361,11 +368,15 @@ class GroupMembership:
             log.warning("group %s: auto-commit failed: %r", self._group_id, exc)
 
     async def _auto_commit_loop(self) -> None:
-        interval = self._settings.auto_commit_interval_s
+        # A failed auto-commit is logged and the next one goes at the usual interval (as
+        # Java's): the offsets it missed are in the next one.
+        timer = Periodic(self._settings.auto_commit_interval_s, self._backoff)
+        timer.succeeded()  # the first commit one interval after joining, not at once
         while True:
-            await anyio.sleep(interval)
+            await timer.wait()
             if self.state is MemberState.STABLE or self._subs.mode is SubscriptionMode.ASSIGNED:
                 await self.commit_positions(swallow=True)
+            timer.succeeded()
 
     async def leave(
         self,

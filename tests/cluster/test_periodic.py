@@ -1,0 +1,115 @@
+"""Periodic (aiokafka_ng.cluster.retry): the timing of heartbeats, auto-commit and other
+loops that run a round now and then -- an interval after a success, the shared backoff after
+a failure, sooner when woken but never inside a backoff. On virtual time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from aiokafka_ng.cluster import Periodic
+from aiokafka_ng.errors import NotCoordinatorError
+from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.testing import virtual_time
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
+
+
+def _timer(interval: float = 3.0) -> Periodic:
+    # No jitter: the pauses are exactly 0.1, 0.2, 0.4 ... 1.0 s.
+    return Periodic(interval, ExponentialBackoff(100, 1000, jitter=0))
+
+
+async def test_rounds_go_an_interval_apart_and_the_first_at_once() -> None:
+    timer = _timer()
+    start = anyio.current_time()
+    assert await timer.wait()  # due at once
+    assert anyio.current_time() == start
+    timer.succeeded()
+    assert await timer.wait()
+    assert anyio.current_time() - start == pytest.approx(3.0)
+    timer.succeeded(interval=5.0)  # the broker asked for another interval
+    assert await timer.wait()
+    assert anyio.current_time() - start == pytest.approx(8.0)
+    assert timer.interval == 5.0
+
+
+async def test_failures_back_off_and_one_success_resets_the_count() -> None:
+    timer = _timer()
+    start = anyio.current_time()
+    pauses = []
+    for _ in range(3):
+        pauses.append(timer.failed(NotCoordinatorError("moved")))
+        assert await timer.wait()
+    assert pauses == pytest.approx([0.1, 0.2, 0.4])
+    assert anyio.current_time() - start == pytest.approx(0.7)
+    assert timer.failures == 3
+    timer.succeeded()
+    assert timer.failures == 0
+    assert timer.failed() == pytest.approx(0.1)  # from the beginning again
+
+
+async def test_a_wake_up_cuts_an_interval_short() -> None:
+    timer = _timer()
+    timer.succeeded()
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+
+        async def wake_later() -> None:
+            await anyio.sleep(1.0)
+            timer.wake()
+
+        tg.start_soon(wake_later)
+        assert await timer.wait()
+    assert anyio.current_time() - start == pytest.approx(1.0)
+    assert not timer.woken  # served by that round
+    # A wake-up that came before wait() is not lost.
+    timer.succeeded()
+    timer.wake()
+    assert timer.is_due()
+    assert await timer.wait()
+    assert anyio.current_time() - start == pytest.approx(1.0)
+
+
+async def test_a_wake_up_never_cuts_a_backoff_short() -> None:
+    timer = _timer()
+    for _ in range(4):
+        timer.failed()  # the next pause: 0.8 s
+    start = anyio.current_time()
+    timer.wake()
+    assert not timer.is_due()
+    assert await timer.wait()
+    assert anyio.current_time() - start == pytest.approx(0.8)
+    assert not timer.woken  # the round that ends the backoff serves it
+
+
+async def test_until_bounds_the_wait_without_running_a_round() -> None:
+    timer = _timer()
+    timer.succeeded()
+    start = anyio.current_time()
+    assert not await timer.wait(until=start + 1.0)  # the caller's deadline came first
+    assert anyio.current_time() - start == pytest.approx(1.0)
+    assert await timer.wait(until=start + 10.0)
+    assert anyio.current_time() - start == pytest.approx(3.0)
+
+
+async def test_an_idle_loop_waits_for_the_wake_up_alone() -> None:
+    timer = _timer(interval=0.5)
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+
+        async def wake_later() -> None:
+            await anyio.sleep(7.0)
+            timer.wake()
+
+        tg.start_soon(wake_later)
+        await timer.until_woken()  # no interval: only the wake-up ends it
+    assert anyio.current_time() - start == pytest.approx(7.0)
+    assert not timer.woken
