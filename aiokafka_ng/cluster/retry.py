@@ -399,13 +399,16 @@ class Periodic:
             return True
         return False
 
-    async def until_woken(self) -> None:
-        """Sleep until :meth:`wake` (an idle loop: nothing to do until told); consumes it."""
+    async def until_woken(self, *, until: float | None = None) -> bool:
+        """Sleep until :meth:`wake` (an idle loop: no round is due until told) or ``until``;
+        True when woken (the wake-up is consumed)."""
         if not self._woken:
             self._wake = anyio.Event()
-            await self._wake.wait()
+            with anyio.CancelScope(deadline=float("inf") if until is None else until):
+                await self._wake.wait()
             self._wake = None
-        self._woken = False
+        woken, self._woken = self._woken, False
+        return woken
 
 
 class timeout_scope:

@@ -139,7 +139,9 @@ class GroupMembership:
         self.generation = -1
         self.state = MemberState.UNJOINED
         self._rejoin = True
-        self._wakeup = anyio.Event()
+        # The member task's rounds (heartbeats): an interval apart, the backoff after a
+        # failure, at once when woken (a rejoin, an unsubscribe) outside a backoff.
+        self._timer = Periodic(settings.heartbeat_interval_s, self._backoff)
         self._last_poll = anyio.current_time()
         self._poll_expired = False
         self._joined = anyio.Event()  # set after each successful join (tests, position waits)
@@ -157,7 +159,7 @@ class GroupMembership:
 
     def request_rejoin(self) -> None:
         self._rejoin = True
-        self._wakeup.set()
+        self._timer.wake()
 
     def notify_poll(self) -> None:
         self._last_poll = anyio.current_time()
@@ -206,17 +208,22 @@ class GroupMembership:
         """The protocol's membership loop (joins, heartbeats), run by :meth:`run`."""
         raise NotImplementedError
 
-    async def _sleep_until_woken(self, seconds: float | None) -> None:
-        self._wakeup = anyio.Event()
+    async def _sleep_until_woken(self, *, idle: bool = False, until: float | None = None) -> None:
+        """Until the member timer's next round (``idle``: none is due, only a wake-up
+        ends the wait), ``until``, or -- while STABLE and the application is not in a poll
+        -- its poll deadline; then the poll timer is checked."""
         if self._rejoin and self.state is MemberState.STABLE:
             return
         poll_deadline = self._last_poll + self._settings.max_poll_interval_ms / 1000
-        limit = seconds if seconds is not None else float("inf")
+        limit = until if until is not None else float("inf")
         watch = self.state is MemberState.STABLE and not self._in_poll
         if watch:
-            limit = min(limit, max(0.0, poll_deadline - anyio.current_time()))
-        with anyio.move_on_after(limit):
-            await self._wakeup.wait()
+            limit = min(limit, max(anyio.current_time(), poll_deadline))
+        bound = None if limit == float("inf") else limit
+        if idle:
+            await self._timer.until_woken(until=bound)
+        else:
+            await self._timer.wait(until=bound)
         # A getmany() waiting for data is polling (as Java's poll() loop keeps resetting
         # its poll timer): only an application that does not call us at all times out.
         if (
@@ -246,7 +253,7 @@ class GroupMembership:
     def note_unsubscribe(self, assignment: set[TopicPartition], listener: Any) -> None:
         """Called before the subscription is dropped: revoke and leave in the group task."""
         self._unsubscribed = (assignment, listener)
-        self._wakeup.set()
+        self._timer.wake()
 
     async def _leave_after_unsubscribe(self) -> None:
         assert self._unsubscribed is not None
