@@ -39,6 +39,7 @@ from aiokafka_ng.cluster.pool import ConnectionPool, Connector, PoolStatistics
 from aiokafka_ng.cluster.refresher import MetadataRefresher
 from aiokafka_ng.cluster.retry import (
     ANY,
+    ONCE,
     Retry,
     RetryState,
     Route,
@@ -46,6 +47,7 @@ from aiokafka_ng.cluster.retry import (
     retrying,
     routed,
     timeout_scope,
+    unchecked,
 )
 from aiokafka_ng.cluster.runtime import ClientStatus
 from aiokafka_ng.errors import (
@@ -57,6 +59,10 @@ from aiokafka_ng.errors import (
     UnsupportedVersionError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.messages.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 if TYPE_CHECKING:
@@ -105,7 +111,7 @@ class Cluster:
         self._refresher = MetadataRefresher(config, self._pool, self._retry)
         self._tg: TaskGroup | None = None
         self._coordinators = CoordinatorCache(
-            any_connection=self._any_connection,
+            ask_any=self._find_coordinator,
             learn_address=self._learn_address,
             retry_backoff=self._retry,
         )
@@ -419,6 +425,10 @@ class Cluster:
     ) -> RetryState:
         """A :class:`RetryState` paced by this cluster's retry backoff (or ``backoff``)."""
         return RetryState(backoff or self._retry, timeout=timeout)
+
+    async def _find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+        # Once, unchecked: the coordinator cache reads each key's error and retries.
+        return await self.call(request, ANY, retry=ONCE, check=unchecked)
 
     async def any_connection(self) -> Connection:
         """A ready connection to the least loaded reachable broker (see ``request_any``)."""

@@ -45,6 +45,7 @@ pytestmark = pytest.mark.anyio
 
 LIST_OFFSETS = 2
 OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
 NOT_LEADER = 6
 NOT_COORDINATOR = 16
 REQUEST_TIMED_OUT = 7
@@ -222,3 +223,27 @@ async def test_a_callers_retry_state_paces_and_bounds_the_call() -> None:
         assert anyio.current_time() - started == pytest.approx(0.3, abs=0.05)  # 3 x 100 ms
         assert state.failures == 0  # reset by the success
         assert isinstance(state.last_error, RequestTimedOutError)
+
+
+@pytest.mark.parametrize("find_coordinator_max", [3, 6])
+async def test_coordinators_of_several_groups_before_and_after_find_coordinator_v4(
+    find_coordinator_max: int,
+) -> None:
+    # v4+ (KIP-699) asks for every key in one request; before it, one key per request and
+    # the others on the next rounds. Either way each group gets its own coordinator.
+    async with FakeKafka(3, tcp=False) as kafka:
+        lo, _ = kafka.api_versions[FIND_COORDINATOR]
+        kafka.api_versions[FIND_COORDINATOR] = (lo, find_coordinator_max)
+        config = ClusterConfig(
+            bootstrap_servers=parse_bootstrap_servers(kafka.bootstrap_servers),
+            connection=ConnectionConfig(transport=kafka.transport),
+            retry_backoff_ms=20,
+            retry_backoff_max_ms=200,
+        )
+        groups = [f"{GROUP}-{i}" for i in range(3)]
+        async with Cluster(config) as cluster:
+            found = await cluster.coordinators(groups, timeout=20)
+        assert found == {g: kafka.coordinator_for(g) for g in groups}
+        asked = [r.version for r in kafka.received(FIND_COORDINATOR)]
+        assert len(asked) == (1 if find_coordinator_max >= 4 else 3)
+        assert set(asked) == {find_coordinator_max}
