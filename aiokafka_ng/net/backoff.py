@@ -157,6 +157,13 @@ class RetryState:
         self.retry_at = (anyio.current_time() if now is None else now) + pause
         return pause
 
+    def throttle(self, seconds: float, *, now: float | None = None) -> None:
+        """The broker asked for no request before ``seconds`` from now (KIP-219's
+        ``throttle_time_ms``): :attr:`retry_at` moves there unless a backoff already runs
+        longer. Not a failure: the count, and so the next backoff, stay as they are."""
+        until = (anyio.current_time() if now is None else now) + seconds
+        self.retry_at = max(self.retry_at, until)
+
     def succeeded(self) -> None:
         """A success: the next failure starts the backoff from the beginning."""
         self.failures = 0

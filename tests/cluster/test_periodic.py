@@ -1,6 +1,7 @@
 """Periodic (aiokafka_ng.cluster.retry): the timing of heartbeats, auto-commit and other
 loops that run a round now and then -- an interval after a success, the shared backoff after
-a failure, sooner when woken but never inside a backoff. On virtual time."""
+a failure, sooner when woken but never inside a backoff -- and RetryState's throttle, the
+broker-requested wait. On virtual time."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from aiokafka_ng.cluster import Periodic
+from aiokafka_ng.cluster import Periodic, RetryState
 from aiokafka_ng.errors import NotCoordinatorError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.testing import virtual_time
@@ -113,3 +114,17 @@ async def test_an_idle_loop_waits_for_the_wake_up_alone() -> None:
         await timer.until_woken()  # no interval: only the wake-up ends it
     assert anyio.current_time() - start == pytest.approx(7.0)
     assert not timer.woken
+
+
+def test_a_throttle_moves_retry_at_without_counting_a_failure() -> None:
+    # KIP-219: the broker's throttle_time_ms holds the next request back; it is no failure,
+    # so the backoff after a real one starts from the first step.
+    state = RetryState(ExponentialBackoff(100, 1000, jitter=0))
+    state.throttle(2.0, now=10.0)
+    assert state.retry_at == 12.0 and state.failures == 0
+    state.failed(now=10.0)
+    assert state.retry_at == pytest.approx(10.1)  # the first step: nothing was counted before
+    state.failed(now=10.0)
+    state.failed(now=10.0)  # a backoff to 10.4 ...
+    state.throttle(0.1, now=10.0)  # ... is not shortened by a shorter throttle
+    assert state.retry_at == pytest.approx(10.4)
