@@ -175,9 +175,12 @@ class RetryState:
             return float("inf")
         return max(0.0, self.deadline - (anyio.current_time() if now is None else now))
 
-    async def pause(self) -> None:
-        """Sleep until :attr:`retry_at` (the caller's cancel scopes bound it)."""
+    async def pause(self, *, limit: float | None = None) -> None:
+        """Sleep until :attr:`retry_at`, or for ``limit`` seconds if that ends sooner (the
+        caller's cancel scopes bound it too)."""
         delay = self.retry_at - anyio.current_time()
+        if limit is not None:
+            delay = min(delay, limit)
         if delay > 0:
             await anyio.sleep(delay)
         else:

@@ -128,3 +128,16 @@ def test_a_throttle_moves_retry_at_without_counting_a_failure() -> None:
     state.failed(now=10.0)  # a backoff to 10.4 ...
     state.throttle(0.1, now=10.0)  # ... is not shortened by a shorter throttle
     assert state.retry_at == pytest.approx(10.4)
+
+
+async def test_a_pause_may_be_cut_to_a_limit_of_the_callers() -> None:
+    # A share fetch that failed backs off by the policy, but a poll(timeout_ms=...) waits
+    # no longer than its own limit.
+    state = RetryState(ExponentialBackoff(100, 1000, jitter=0))
+    for _ in range(4):
+        state.failed()  # the next pause: 0.8 s
+    start = anyio.current_time()
+    await state.pause(limit=0.3)
+    assert anyio.current_time() - start == pytest.approx(0.3)
+    await state.pause(limit=5.0)  # the backoff ends first: at retry_at
+    assert anyio.current_time() - start == pytest.approx(0.8)
