@@ -302,8 +302,13 @@ class Cluster:
         again, so it hears the signal itself."""
         from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 
-        response = await self.request_any(
-            MetadataRequest(topics=None, allow_auto_topic_creation=False), timeout=timeout
+        # Once, unchecked: parse_metadata_response reads the top-level error.
+        response = await self.call(
+            MetadataRequest(topics=None, allow_auto_topic_creation=False),
+            ANY,
+            retry=ONCE,
+            check=unchecked,
+            request_timeout=timeout,
         )
         try:
             return dict(parse_metadata_response(response).topics)
