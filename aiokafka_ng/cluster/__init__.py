@@ -5,8 +5,11 @@ Public to the producer, consumer and admin client (never to users directly)::
 
     async with Cluster(ClusterConfig(bootstrap_servers=parse_bootstrap_servers("h:9092"))) as c:
         topics = await c.wait_for_topics(["events"])
-        leader = await c.leader_for("events", 0)
-        response = await c.request(leader, some_request)
+        # A control request, routed and retried (its type names the response's):
+        offsets = await c.call(list_offsets_request, Leader("events", 0), timeout=30)
+        committed = await c.call(offset_fetch_request, Coordinator("my-group"), timeout=30)
+        # Once to one node, as it is (the data plane's drivers pace their own sends):
+        response = await c.request(await c.leader_for("events", 0), some_request)
 """
 
 from aiokafka_ng.cluster.client import ClusterClient, Link, Pending
@@ -35,12 +38,15 @@ from aiokafka_ng.cluster.pool import (
 from aiokafka_ng.cluster.retry import (
     ANY,
     CONTROLLER,
+    ONCE,
     Coordinator,
     Leader,
     Node,
+    Periodic,
     Retry,
     RetryState,
     Route,
+    unchecked,
 )
 from aiokafka_ng.cluster.runtime import (
     ClientRuntime,
@@ -54,6 +60,7 @@ from aiokafka_ng.cluster.runtime import (
 __all__ = [
     "ANY",
     "CONTROLLER",
+    "ONCE",
     "BrokerMetadata",
     "ClientRuntime",
     "ClientState",
@@ -74,6 +81,7 @@ __all__ = [
     "NodeStatistics",
     "PartitionMetadata",
     "Pending",
+    "Periodic",
     "PoolStatistics",
     "Retry",
     "RetryState",
@@ -86,4 +94,5 @@ __all__ = [
     "enter_task_group",
     "parse_bootstrap_servers",
     "parse_metadata_response",
+    "unchecked",
 ]

@@ -17,15 +17,17 @@ status.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar, overload
 
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster.metadata import BrokerMetadata, ClusterMetadata, TopicMetadata
+    from aiokafka_ng.cluster.retry import Retry, RetryState, Route
     from aiokafka_ng.protocol.limits import DecodeLimits
 
 R = TypeVar("R", bound=ApiMessage)
+T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 __all__ = ["ClusterClient", "Link", "Pending"]
@@ -110,6 +112,40 @@ class ClusterClient(Protocol):
     ) -> int: ...
 
     def invalidate_coordinator(self, key: str, key_type: int = 0) -> None: ...
+
+    # -- the control-plane path (Cluster.call: routed, retried, checked)
+    @overload
+    async def call(
+        self,
+        request: ApiRequest[R],
+        route: Route = ...,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        retry: Retry | None = None,
+        check: None = None,
+        max_version: int | None = None,
+        min_version: int | None = None,
+        request_timeout: float | None = None,
+        state: RetryState | None = None,
+        what: str | None = None,
+        limit: str | None = None,
+    ) -> R: ...
+    @overload
+    async def call(
+        self,
+        request: ApiRequest[R],
+        route: Route = ...,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        retry: Retry | None = None,
+        check: Callable[[R], T],
+        max_version: int | None = None,
+        min_version: int | None = None,
+        request_timeout: float | None = None,
+        state: RetryState | None = None,
+        what: str | None = None,
+        limit: str | None = None,
+    ) -> T: ...
 
     # -- connections and requests
     async def connection(self, node_id: int) -> Link: ...

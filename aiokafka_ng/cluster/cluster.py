@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 import anyio
 from anyio.abc import TaskGroup
@@ -39,6 +39,7 @@ from aiokafka_ng.cluster.pool import ConnectionPool, Connector, PoolStatistics
 from aiokafka_ng.cluster.refresher import MetadataRefresher
 from aiokafka_ng.cluster.retry import (
     ANY,
+    ONCE,
     Retry,
     RetryState,
     Route,
@@ -46,6 +47,7 @@ from aiokafka_ng.cluster.retry import (
     retrying,
     routed,
     timeout_scope,
+    unchecked,
 )
 from aiokafka_ng.cluster.runtime import ClientStatus
 from aiokafka_ng.errors import (
@@ -54,8 +56,13 @@ from aiokafka_ng.errors import (
     NotControllerError,
     RebootstrapRequiredError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.messages.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 if TYPE_CHECKING:
@@ -112,7 +119,7 @@ class Cluster:
         self._refresher = MetadataRefresher(config, self._pool, self._retry)
         self._tg: TaskGroup | None = None
         self._coordinators = CoordinatorCache(
-            any_connection=self._any_connection,
+            ask_any=self._find_coordinator,
             learn_address=self._learn_address,
             retry_backoff=self._retry,
         )
@@ -303,8 +310,13 @@ class Cluster:
         again, so it hears the signal itself."""
         from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 
-        response = await self.request_any(
-            MetadataRequest(topics=None, allow_auto_topic_creation=False), timeout=timeout
+        # Once, unchecked: parse_metadata_response reads the top-level error.
+        response = await self.call(
+            MetadataRequest(topics=None, allow_auto_topic_creation=False),
+            ANY,
+            retry=ONCE,
+            check=unchecked,
+            request_timeout=timeout,
         )
         try:
             return dict(parse_metadata_response(response).topics)
@@ -312,41 +324,94 @@ class Cluster:
             self._refresher.request_update()
             raise
 
+    @overload
     async def call(
         self,
-        request: Any,
+        request: ApiRequest[R],
+        route: Route = ANY,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        retry: Retry | None = None,
+        check: None = None,
+        max_version: int | None = None,
+        min_version: int | None = None,
+        request_timeout: float | None = None,
+        state: RetryState | None = None,
+        what: str | None = None,
+        limit: str | None = None,
+    ) -> R: ...
+    @overload
+    async def call(
+        self,
+        request: ApiRequest[R],
+        route: Route = ANY,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        retry: Retry | None = None,
+        check: Callable[[R], T],
+        max_version: int | None = None,
+        min_version: int | None = None,
+        request_timeout: float | None = None,
+        state: RetryState | None = None,
+        what: str | None = None,
+        limit: str | None = None,
+    ) -> T: ...
+    async def call(
+        self,
+        request: ApiRequest[R],
         route: Route = ANY,
         *,
         timeout: float | None = None,  # noqa: ASYNC109 (the whole operation's deadline)
         retry: Retry | None = None,
-        check: Callable[[Any], Any] | None = None,
+        check: Callable[[R], T] | None = None,
         max_version: int | None = None,
+        min_version: int | None = None,
         request_timeout: float | None = None,
+        state: RetryState | None = None,
         what: str | None = None,
-    ) -> Any:
-        """Send ``request`` where ``route`` points, retrying until it succeeds.
+        limit: str | None = None,
+    ) -> R | T:
+        """Send ``request`` where ``route`` points, retrying until it succeeds; the answer
+        is the request's response type (``ApiRequest[R]`` names it), or what ``check``
+        makes of it.
 
         ``check(response)`` turns the response's error codes into exceptions (and may
         return what the caller wants instead of the response); retriable ones retry. The
-        default check raises a top-level ``error_code`` and returns the response. See
-        :mod:`aiokafka_ng.cluster.retry` for routing, repairs, backoff and the deadline
-        (``timeout`` seconds for the whole call; None: until cancelled). Each request is
-        bounded by ``request_timeout`` (default: the connection's) and the time left.
+        default check raises a top-level ``error_code`` and returns the response
+        (:func:`~aiokafka_ng.cluster.retry.unchecked` returns it as it came, for callers
+        that read the error code themselves). See :mod:`aiokafka_ng.cluster.retry` for
+        routing, repairs, backoff and the deadline (``timeout`` seconds for the whole call;
+        None: until cancelled). ``state`` is the caller's own :class:`RetryState` (its
+        backoff and deadline) instead of one made from ``timeout`` and this cluster's retry
+        backoff. ``max_version`` caps the version negotiated; a broker below ``min_version``
+        is not sent to (UnsupportedVersionError). ``retry=ONCE`` sends once on the route
+        and raises what fails, for callers with their own rules for each error (group
+        membership). Each request is bounded by ``request_timeout`` (default: the
+        connection's) and the time left. ``what`` and ``limit`` name the operation and
+        its deadline in the timeout's message (defaults: the API, the deadline in ms).
         """
-        state = self.retry_state(timeout=timeout)
+        if state is None:
+            state = self.retry_state(timeout=timeout)
+        pacing = state
+        checked: Callable[[R], R | T] = raise_top_level_error if check is None else check
 
-        async def send(conn: Connection) -> Any:
+        async def send(conn: Connection) -> R | T:
             version = conn.version_for(type(request))
             if max_version is not None:
                 version = min(version, max_version)
-            limit = min(state.remaining(), request_timeout or float("inf"))
+            if min_version is not None and version < min_version:
+                raise UnsupportedVersionError(
+                    f"{type(request).__name__}: the broker offers v{version}, "
+                    f"v{min_version}+ is needed"
+                )
+            limit = min(pacing.remaining(), request_timeout or float("inf"))
             response = await conn.send(
                 request, version=version, timeout=None if limit == float("inf") else limit
             )
-            return (raise_top_level_error if check is None else check)(response)
+            return checked(response)
 
         name = what or type(request).__name__.removesuffix("Request")
-        return await self.run(route, send, state, what=name, retry=retry)
+        return await self.run(route, send, state, what=name, retry=retry, limit=limit)
 
     async def run(
         self,
@@ -373,6 +438,10 @@ class Cluster:
     ) -> RetryState:
         """A :class:`RetryState` paced by this cluster's retry backoff (or ``backoff``)."""
         return RetryState(backoff or self._retry, timeout=timeout)
+
+    async def _find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+        # Once, unchecked: the coordinator cache reads each key's error and retries.
+        return await self.call(request, ANY, retry=ONCE, check=unchecked)
 
     async def any_connection(self) -> Connection:
         """A ready connection to the least loaded reachable broker (see ``request_any``)."""

@@ -21,7 +21,6 @@ waiter of the lookup.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -29,10 +28,10 @@ from aiokafka_ng.cluster.retry import RetryState, retrying
 from aiokafka_ng.errors import CoordinatorNotAvailableError, KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.errors import error_for_code
-from aiokafka_ng.protocol.messages.find_coordinator import FindCoordinatorRequest
-
-if TYPE_CHECKING:
-    from aiokafka_ng.net.connection import Connection
+from aiokafka_ng.protocol.messages.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
 
 __all__ = ["CoordinatorCache"]
 
@@ -64,11 +63,13 @@ class CoordinatorCache:
     def __init__(
         self,
         *,
-        any_connection: Callable[[], Awaitable[Connection]],
+        ask_any: Callable[[FindCoordinatorRequest], Awaitable[FindCoordinatorResponse]],
         learn_address: Callable[[int, str, int], None],
         retry_backoff: ExponentialBackoff,
     ) -> None:
-        self._any_connection = any_connection
+        """``ask_any(request)``: one FindCoordinator to any broker, its answer unchecked (a
+        failure raised as it is: :meth:`lookup`'s loop retries it)."""
+        self._ask_any = ask_any
         self._learn_address = learn_address
         self._retry = retry_backoff
         self._cache: dict[tuple[int, str], int] = {}
@@ -140,17 +141,17 @@ class CoordinatorCache:
         await retrying(attempt, RetryState(self._retry), what="FindCoordinator")
 
     async def _ask(self, keys: list[str], key_type: int) -> list[_Answer]:
-        conn = await self._any_connection()
-        version = conn.version_for(FindCoordinatorRequest)
+        # One request for every version: v4+ carries coordinator_keys, v0-3 the first key
+        # alone (the encoder writes each version's own fields), and the answer says which
+        # form it took (a list of coordinators, or one at the top level).
+        key = keys[0]
+        req = FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=list(keys))
         self.requests += 1
-        resp: Any
-        if version >= 4:
-            req = FindCoordinatorRequest(key_type=key_type, coordinator_keys=list(keys))
-            resp = await conn.send(req, version=version)
+        resp = await self._ask_any(req)
+        if resp.coordinators or not (resp.error_code or resp.host):
+            # v4+ (an empty list answers no key: they stay pending and are asked again).
             return [
                 (c.key, c.error_code, c.error_message, c.node_id, c.host, c.port)
                 for c in resp.coordinators
             ]
-        key = keys[0]  # one key per request before v4
-        resp = await conn.send(FindCoordinatorRequest(key=key, key_type=key_type), version=version)
         return [(key, resp.error_code, resp.error_message, resp.node_id, resp.host, resp.port)]

@@ -23,6 +23,9 @@ spent or the deadline passes:
   one success resets the count. The same object serves loops that cannot sleep inline
   (the fetcher, the pool, the metadata refresher): they call :meth:`RetryState.failed`
   and read :attr:`RetryState.retry_at` instead of sleeping.
+* *Periodic loops* (heartbeats, auto-commit, a pattern's re-check) run a round now and
+  then rather than until success: :class:`Periodic` times them, an interval after a
+  success, the same backoff after a failure, sooner when woken (but never inside a backoff).
 * *Deadline.* The whole loop runs under one cancel scope at ``state.deadline``; when it
   fires the operation raises ``KafkaTimeoutError`` naming the last error it saw, never
   anyio's ``TimeoutError``. Each single request is bounded separately by the caller.
@@ -53,7 +56,8 @@ from aiokafka_ng.errors import (
     NotCoordinatorError,
     error_for_code,
 )
-from aiokafka_ng.net.backoff import RetryState
+from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState
+from aiokafka_ng.protocol.primitives import ApiMessage
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster.client import ClusterClient, Link
@@ -61,6 +65,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ANY",
     "CONTROLLER",
+    "ONCE",
     "STALE_COORDINATOR",
     "AnyBroker",
     "Controller",
@@ -68,6 +73,7 @@ __all__ = [
     "Final",
     "Leader",
     "Node",
+    "Periodic",
     "Retry",
     "RetryState",
     "Route",
@@ -77,11 +83,13 @@ __all__ = [
     "retrying",
     "routed",
     "timeout_scope",
+    "unchecked",
 ]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+M = TypeVar("M", bound=ApiMessage)
 
 #: Errors after which a cached group/transaction coordinator must be looked up again.
 STALE_COORDINATOR = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
@@ -210,12 +218,22 @@ async def retrying(
 
 _DEFAULT = Retry()
 
+#: Send once on the route and raise what fails, unrepaired: for callers that give each error
+#: a meaning of their own (a heartbeat's REBALANCE_IN_PROGRESS, a join's MEMBER_ID_REQUIRED).
+ONCE = Retry(max_retries=0)
+
+
+def unchecked(response: M) -> M:
+    """A check for :meth:`Cluster.call` that returns the response as it came (its error
+    codes are the caller's to read)."""
+    return response
+
 
 def _inf(deadline: float | None) -> float:
     return float("inf") if deadline is None else deadline
 
 
-def raise_top_level_error(response: Any) -> Any:
+def raise_top_level_error(response: M) -> M:
     """The default check of :meth:`Cluster.call`: a response whose top-level
     ``error_code`` is set raises that error; otherwise the response is the result."""
     code = getattr(response, "error_code", 0)
@@ -287,6 +305,110 @@ async def routed(
             await on_retry(error)
 
     return await retrying(attempt, state, what=what, retry=retry, on_retry=after, limit=limit)
+
+
+# ---------------------------------------------------------------------- periodic loops
+
+
+class Periodic:
+    """The timing of a loop that runs a round now and then: a heartbeat, an auto-commit, a
+    pattern subscription's look at the topic list.
+
+    The loop asks :meth:`wait` for its next round and reports each round's outcome. After a
+    success the next round is ``interval`` seconds on (:meth:`succeeded` may take a new
+    interval: the broker's heartbeat interval); after a failure the shared backoff decides
+    (:meth:`failed`, the failures counted in :attr:`pacing`, a :class:`RetryState`). A
+    :meth:`wake` (a new subscription, a rejoin) cuts an *interval* short, never a *backoff*:
+    whoever wakes the loop cannot make it hammer a broker that is failing; a wake-up that
+    comes during a backoff is served by the round that ends it. Like :class:`RetryState` it holds
+    no task: the loop's own task sleeps in :meth:`wait`.
+    """
+
+    __slots__ = ("_wake", "_woken", "due", "interval", "pacing")
+
+    def __init__(self, interval: float, backoff: ExponentialBackoff, *, due: float = 0.0) -> None:
+        self.interval = interval
+        self.pacing = RetryState(backoff)
+        #: anyio.current_time() of the next round (0: at once)
+        self.due = due
+        self._woken = False
+        # Made on first wait: an anyio.Event needs a running event loop, a loop's owner
+        # may be built before one runs.
+        self._wake: anyio.Event | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<Periodic interval={self.interval:g}s failures={self.pacing.failures} "
+            f"due={self.due:.3f}{' woken' if self._woken else ''}>"
+        )
+
+    @property
+    def failures(self) -> int:
+        return self.pacing.failures
+
+    @property
+    def woken(self) -> bool:
+        """A :meth:`wake` not yet served by a round."""
+        return self._woken
+
+    def succeeded(self, *, interval: float | None = None, now: float | None = None) -> None:
+        """A round succeeded: the next one ``interval`` seconds on (and from now on)."""
+        if interval is not None:
+            self.interval = interval
+        self.pacing.succeeded()
+        self.due = (anyio.current_time() if now is None else now) + self.interval
+
+    def failed(self, error: BaseException | None = None) -> float:
+        """A round failed: the next one after the backoff; returns the pause (seconds)."""
+        pause = self.pacing.failed(error)
+        self.due = self.pacing.retry_at
+        return pause
+
+    def wake(self) -> None:
+        """Run the next round now (or, during a backoff, as soon as it ends)."""
+        self._woken = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def is_due(self, now: float | None = None) -> bool:
+        """Whether the next round may go now (due, or woken outside a backoff)."""
+        now = anyio.current_time() if now is None else now
+        return now >= self.due or (self._woken and not self.pacing.failures)
+
+    async def wait(self, *, until: float | None = None) -> bool:
+        """Sleep until the next round is due, a wake-up (outside a backoff) or ``until``
+        (the caller's own deadline, such as a poll timer), whichever comes first. True
+        when the round is due (the wake-up is consumed), False at ``until``."""
+        limit = self.due if until is None else min(self.due, until)
+        if not self.pacing.failures:
+            if self._woken:
+                self._woken = False
+                return True
+            self._wake = anyio.Event()
+            with anyio.CancelScope(deadline=limit):
+                await self._wake.wait()
+            self._wake = None
+            if self._woken:
+                self._woken = False
+                return True
+        else:
+            with anyio.CancelScope(deadline=limit):
+                await anyio.sleep_forever()
+        if anyio.current_time() >= self.due:
+            self._woken = False
+            return True
+        return False
+
+    async def until_woken(self, *, until: float | None = None) -> bool:
+        """Sleep until :meth:`wake` (an idle loop: no round is due until told) or ``until``;
+        True when woken (the wake-up is consumed)."""
+        if not self._woken:
+            self._wake = anyio.Event()
+            with anyio.CancelScope(deadline=float("inf") if until is None else until):
+                await self._wake.wait()
+            self._wake = None
+        woken, self._woken = self._woken, False
+        return woken
 
 
 class timeout_scope:

@@ -614,8 +614,7 @@ class Fetcher:
             return
         if response.throttle_time_ms > 0:
             # KIP-219: over quota, the broker wants no request on this connection for now.
-            throttled_until = anyio.current_time() + response.throttle_time_ms / 1000
-            self._pacing_of(node).retry_at = throttled_until
+            self._pacing_of(node).throttle(response.throttle_time_ms / 1000)
         answers = partition_answers(response, version, self._cluster.metadata)
         endpoints = {e.node_id: e for e in response.node_endpoints}
         budget = reserve

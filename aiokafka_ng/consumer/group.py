@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from aiokafka_ng.cluster import ClusterClient, ClusterMetadata, Retry, RetryState
+from aiokafka_ng.cluster import ClusterClient, ClusterMetadata, Periodic, Retry, RetryState
 from aiokafka_ng.cluster.retry import retrying
 from aiokafka_ng.consumer.assignors import (
     Assignor,
@@ -137,36 +137,32 @@ class GroupCoordinator(GroupMembership):
         # it (as Java does; a new pattern from subscribe() too), then every
         # metadata_max_age_ms. A failed listing is retried on the retry backoff; until one
         # succeeds the member does not join with nothing to ask for.
-        pattern_check_at = 0.0
         matched: re.Pattern[str] | None = None
-        pattern_retry = RetryState(self._backoff)
+        pattern_timer = Periodic(self._settings.metadata_max_age_s, self._backoff)
         while True:
             if self._subs.mode not in (SubscriptionMode.TOPICS, SubscriptionMode.PATTERN):
                 if self._unsubscribed is not None:
                     await self._leave_after_unsubscribe()
-                await self._sleep_until_woken(None)
+                await self._sleep_until_woken(idle=True)
                 continue
-            now = anyio.current_time()
             pattern = self._subs.pattern if self._subs.mode is SubscriptionMode.PATTERN else None
-            if pattern is not None and (pattern is not matched or now >= pattern_check_at):
+            if pattern is not None and (pattern is not matched or pattern_timer.is_due()):
                 if await self._match_pattern():
                     matched = pattern
-                    pattern_retry.succeeded()
-                    pattern_check_at = now + self._settings.metadata_max_age_s
+                    pattern_timer.succeeded()
                 else:
-                    pause = pattern_retry.failed()
-                    pattern_check_at = pattern_retry.retry_at
+                    pattern_timer.failed()
                     if pattern is not matched:
-                        await self._sleep_until_woken(pause)
+                        await self._sleep_until_woken(idle=True, until=pattern_timer.due)
                         continue
             if self._poll_expired:
-                await self._sleep_until_woken(None)
+                await self._sleep_until_woken(idle=True)
                 continue
             if self._rejoin or self.state is not MemberState.STABLE:
                 await self._join_and_sync()
                 continue
             await self._heartbeat_once()
-            await self._sleep_until_woken(self._settings.heartbeat_interval_s)
+            await self._sleep_until_woken()
 
     # ------------------------------------------------------------------ join / sync
 
@@ -370,10 +366,14 @@ class GroupCoordinator(GroupMembership):
             member_id=self.member_id,
             group_instance_id=self._instance_id,
         )
+        # The next heartbeat: an interval on, or after the backoff when this one failed
+        # retriably (the coordinator moved or is unreachable), as Java's; a rejoin or an
+        # expulsion wakes the member task at once.
         try:
             response = await self._send(request, timeout=self._settings.request_timeout_s)
             if response.error_code:
                 raise error_for_code(response.error_code)(f"Heartbeat {self._group_id}")
+            self._timer.succeeded()
         except RebalanceInProgressError:
             self.request_rejoin()
         except (UnknownMemberIdError, IllegalGenerationError) as exc:
@@ -390,6 +390,7 @@ class GroupCoordinator(GroupMembership):
                 raise
             log.debug("group %s: heartbeat failed (%r)", self._group_id, exc)
             self._cluster.invalidate_coordinator(self._group_id)
+            self._timer.failed(exc)
 
     # ------------------------------------------------------------------ pattern
 

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from aiokafka_ng.cluster import ClusterClient, ClusterMetadata, RetryState
+from aiokafka_ng.cluster import ClusterClient, ClusterMetadata
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.consumer.group import GroupCoordinator
 from aiokafka_ng.consumer.membership import GroupSettings, MemberState
@@ -111,8 +111,7 @@ class ConsumerGroupMember(GroupCoordinator):
         # test's random.seed() replays a group's assignments (which order members by id).
         self.member_id = str(uuid.UUID(int=random.getrandbits(128), version=4))
         self.generation = 0
-        self._interval_s = _FIRST_INTERVAL_S
-        self._pacing = RetryState(self._backoff)  # consecutive failed heartbeats
+        self._timer.interval = _FIRST_INTERVAL_S  # until the broker names its own
         # The broker's latest target, by topic id; None when it has not sent one since
         # (re)joining. Partitions of ids not resolved to names yet wait in it.
         self._target: dict[uuid.UUID, frozenset[int]] | None = None
@@ -152,21 +151,16 @@ class ConsumerGroupMember(GroupCoordinator):
             if self._subs.mode not in (SubscriptionMode.TOPICS, SubscriptionMode.PATTERN):
                 if self._unsubscribed is not None:
                     await self._leave_after_unsubscribe()
-                await self._sleep_until_woken(None)
+                await self._sleep_until_woken(idle=True)
                 continue
             if self._poll_expired:
-                await self._sleep_until_woken(None)
+                await self._sleep_until_woken(idle=True)
                 continue
             self._rejoin = False
             changed = await self._heartbeat()
             if changed or self._unresolved:
                 await self._reconcile()
-            pacing = self._pacing
-            await self._sleep_until_woken(
-                max(0.0, pacing.retry_at - anyio.current_time())
-                if pacing.failures
-                else self._interval_s
-            )
+            await self._sleep_until_woken()  # the interval, or the backoff after a failure
 
     def _request(self) -> ConsumerGroupHeartbeatRequest:
         cfg = self._settings
@@ -215,12 +209,13 @@ class ConsumerGroupMember(GroupCoordinator):
                 raise
             log.debug("group %s: heartbeat failed (%r)", self._group_id, exc)
             self._cluster.invalidate_coordinator(self._group_id)
-            self._pacing.failed(exc)
+            self._timer.failed(exc)
             return False
         finally:
             self._heartbeat_done.set()
             self._heartbeat_done = anyio.Event()
-        self._pacing.succeeded()
+        interval = response.heartbeat_interval_ms / 1000
+        self._timer.succeeded(interval=interval if interval > 0 else None)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "group %s: heartbeat (epoch %d, owned %d) answered epoch %d, %s",
@@ -233,8 +228,6 @@ class ConsumerGroupMember(GroupCoordinator):
         if response.member_id:
             self.member_id = response.member_id
         self.generation = response.member_epoch
-        if response.heartbeat_interval_ms > 0:
-            self._interval_s = response.heartbeat_interval_ms / 1000
         if self.state is not MemberState.STABLE:
             self.state = MemberState.STABLE
             self._last_poll = anyio.current_time()

@@ -29,17 +29,25 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from anyio.abc import TaskStatus
 
-from aiokafka_ng.cluster import ClusterClient, ClusterMetadata
+from aiokafka_ng.cluster import (
+    ONCE,
+    ClusterClient,
+    ClusterMetadata,
+    Coordinator,
+    Periodic,
+    unchecked,
+)
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.consumer.models import GroupMembershipOperation, OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
+from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 if TYPE_CHECKING:
     from aiokafka_ng.consumer.offsets import OffsetsClient
@@ -49,6 +57,8 @@ __all__ = ["ConsumerRebalanceListener", "GroupMembership", "GroupSettings", "Mem
 # The group's logger: these lines were group.py's before this module was split out of it
 # (log filters, e.g. tools/outage_timeline.py, select them by that name).
 log = logging.getLogger("aiokafka_ng.consumer.group")
+
+R = TypeVar("R", bound=ApiMessage)
 
 
 class ConsumerRebalanceListener:
@@ -129,7 +139,9 @@ class GroupMembership:
         self.generation = -1
         self.state = MemberState.UNJOINED
         self._rejoin = True
-        self._wakeup = anyio.Event()
+        # The member task's rounds (heartbeats): an interval apart, the backoff after a
+        # failure, at once when woken (a rejoin, an unsubscribe) outside a backoff.
+        self._timer = Periodic(settings.heartbeat_interval_s, self._backoff)
         self._last_poll = anyio.current_time()
         self._poll_expired = False
         self._joined = anyio.Event()  # set after each successful join (tests, position waits)
@@ -147,7 +159,7 @@ class GroupMembership:
 
     def request_rejoin(self) -> None:
         self._rejoin = True
-        self._wakeup.set()
+        self._timer.wake()
 
     def notify_poll(self) -> None:
         self._last_poll = anyio.current_time()
@@ -196,17 +208,22 @@ class GroupMembership:
         """The protocol's membership loop (joins, heartbeats), run by :meth:`run`."""
         raise NotImplementedError
 
-    async def _sleep_until_woken(self, seconds: float | None) -> None:
-        self._wakeup = anyio.Event()
+    async def _sleep_until_woken(self, *, idle: bool = False, until: float | None = None) -> None:
+        """Until the member timer's next round (``idle``: none is due, only a wake-up
+        ends the wait), ``until``, or -- while STABLE and the application is not in a poll
+        -- its poll deadline; then the poll timer is checked."""
         if self._rejoin and self.state is MemberState.STABLE:
             return
         poll_deadline = self._last_poll + self._settings.max_poll_interval_ms / 1000
-        limit = seconds if seconds is not None else float("inf")
+        limit = until if until is not None else float("inf")
         watch = self.state is MemberState.STABLE and not self._in_poll
         if watch:
-            limit = min(limit, max(0.0, poll_deadline - anyio.current_time()))
-        with anyio.move_on_after(limit):
-            await self._wakeup.wait()
+            limit = min(limit, max(anyio.current_time(), poll_deadline))
+        bound = None if limit == float("inf") else limit
+        if idle:
+            await self._timer.until_woken(until=bound)
+        else:
+            await self._timer.wait(until=bound)
         # A getmany() waiting for data is polling (as Java's poll() loop keeps resetting
         # its poll timer): only an application that does not call us at all times out.
         if (
@@ -236,7 +253,7 @@ class GroupMembership:
     def note_unsubscribe(self, assignment: set[TopicPartition], listener: Any) -> None:
         """Called before the subscription is dropped: revoke and leave in the group task."""
         self._unsubscribed = (assignment, listener)
-        self._wakeup.set()
+        self._timer.wake()
 
     async def _leave_after_unsubscribe(self) -> None:
         assert self._unsubscribed is not None
@@ -249,10 +266,23 @@ class GroupMembership:
         self._forget(assignment)
         await self.leave(reason="the consumer unsubscribed")
 
-    async def _send(self, request: Any, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
-        node = await self._cluster.coordinator(self._group_id)
-        conn = await self._cluster.coordinator_connection(node)
-        return await conn.send(request, version=conn.version_for(type(request)), timeout=timeout)
+    async def _send(
+        self,
+        request: ApiRequest[R],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (this request's, as the connection's)
+    ) -> R:
+        """``request`` once to the group's coordinator over its own link (not behind a
+        long-poll Fetch); the answer comes back unchecked and a failure as it is: each
+        protocol gives every error code its own meaning (a rejoin, a lost assignment, a
+        coordinator to find again)."""
+        return await self._cluster.call(
+            request,
+            Coordinator(self._group_id, link=True),
+            retry=ONCE,
+            check=unchecked,
+            request_timeout=timeout,
+        )
 
     # ------------------------------------------------------------------ revoke / lose
 
@@ -345,11 +375,15 @@ class GroupMembership:
             log.warning("group %s: auto-commit failed: %r", self._group_id, exc)
 
     async def _auto_commit_loop(self) -> None:
-        interval = self._settings.auto_commit_interval_s
+        # A failed auto-commit is logged and the next one goes at the usual interval (as
+        # Java's): the offsets it missed are in the next one.
+        timer = Periodic(self._settings.auto_commit_interval_s, self._backoff)
+        timer.succeeded()  # the first commit one interval after joining, not at once
         while True:
-            await anyio.sleep(interval)
+            await timer.wait()
             if self.state is MemberState.STABLE or self._subs.mode is SubscriptionMode.ASSIGNED:
                 await self.commit_positions(swallow=True)
+            timer.succeeded()
 
     async def leave(
         self,

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from aiokafka_ng.cluster import ClusterClient, Coordinator, Link, RetryState
-from aiokafka_ng.cluster.retry import retrying, routed
+from aiokafka_ng.cluster import ONCE, ClusterClient, Coordinator, Node, RetryState
+from aiokafka_ng.cluster.retry import retrying
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.errors import (
@@ -50,8 +50,13 @@ from aiokafka_ng.protocol.messages.offset_commit import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
+    OffsetCommitResponse,
 )
-from aiokafka_ng.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
+from aiokafka_ng.protocol.messages.offset_fetch import (
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+    OffsetFetchResponse,
+)
 from aiokafka_ng.protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderPartition,
@@ -75,6 +80,7 @@ _GENERATION_ERRORS = (
     FencedInstanceIdError,
 )
 _MAX_OFFSET_FETCH_VERSION = 7  # v8+ batches groups; one group per request is all we need
+_MAX_OFFSET_COMMIT_VERSION = 9  # v10 names topics by id
 # v3 added replica_id (a consumer's request); Java validates positions only from v3.
 _MIN_OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 
@@ -203,8 +209,6 @@ class OffsetsClient:
     async def _list_from(
         self, node: int, parts: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, ListedOffset | KafkaError]:
-        conn = await self._cluster.connection(node)
-        version = conn.version_for(ListOffsetsRequest)
         metadata = self._cluster.metadata
         topics: dict[str, list[ListOffsetsPartition]] = defaultdict(list)
         for tp, ts in parts.items():
@@ -225,7 +229,8 @@ class OffsetsClient:
             topics=[ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()],
             timeout_ms=int(self._timeout * 1000),
         )
-        response = await conn.send(request, version=version)
+        # Once to this leader: _at_leaders retries what failed, per partition.
+        response = await self._cluster.call(request, Node(node), retry=ONCE)
         out: dict[TopicPartition, ListedOffset | KafkaError] = {}
         for t in response.topics:
             for p in t.partitions:
@@ -262,15 +267,8 @@ class OffsetsClient:
     async def _epochs_from(
         self, node: int, parts: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, EpochEnd | KafkaError]:
-        conn = await self._cluster.connection(node)
         metadata = self._cluster.metadata
         current = {tp: current_leader_epoch(metadata, tp) for tp in parts}
-        try:
-            version = conn.version_for(OffsetForLeaderEpochRequest)
-        except UnsupportedVersionError:
-            version = -1
-        if version < _MIN_OFFSET_FOR_LEADER_EPOCH_VERSION:
-            return {tp: EpochEnd(current[tp], -1, -1, asked=False) for tp in parts}
         topics: dict[str, list[OffsetForLeaderPartition]] = defaultdict(list)
         for tp, epoch in parts.items():
             topics[tp.topic].append(
@@ -282,7 +280,16 @@ class OffsetsClient:
             replica_id=-1,  # a consumer (Java's CONSUMER_REPLICA_ID)
             topics=[OffsetForLeaderTopic(topic=t, partitions=p) for t, p in topics.items()],
         )
-        response = await conn.send(request, version=version)
+        try:
+            response = await self._cluster.call(
+                request,
+                Node(node),
+                retry=ONCE,
+                min_version=_MIN_OFFSET_FOR_LEADER_EPOCH_VERSION,
+            )
+        except UnsupportedVersionError:
+            # Below v3 (or not offered at all): not asked, as Java does not ask.
+            return {tp: EpochEnd(current[tp], -1, -1, asked=False) for tp in parts}
         out: dict[TopicPartition, EpochEnd | KafkaError] = {}
         for t in response.topics:
             for p in t.partitions:
@@ -321,7 +328,7 @@ class OffsetsClient:
             ],
         )
 
-        def answer(response: Any) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        def answer(response: OffsetFetchResponse) -> dict[TopicPartition, OffsetAndMetadata | None]:
             if response.error_code:
                 raise error_for_code(response.error_code)("OffsetFetch")
             out: dict[TopicPartition, OffsetAndMetadata | None] = {}
@@ -341,8 +348,13 @@ class OffsetsClient:
                     )
             return out
 
-        return await self._to_coordinator(
-            request, _MAX_OFFSET_FETCH_VERSION, answer, "fetch committed", timeout
+        return await self._cluster.call(
+            request,
+            Coordinator(group, link=True),
+            check=answer,
+            max_version=_MAX_OFFSET_FETCH_VERSION,
+            state=self._state(timeout),
+            what="fetch committed",
         )
 
     async def commit(
@@ -376,7 +388,7 @@ class OffsetsClient:
             topics=[OffsetCommitRequestTopic(name=t, partitions=p) for t, p in topics.items()],
         )
 
-        def answer(response: Any) -> None:
+        def answer(response: OffsetCommitResponse) -> None:
             for t in response.topics:
                 for p in t.partitions:
                     if p.error_code:
@@ -385,7 +397,14 @@ class OffsetsClient:
                         )
 
         try:
-            await self._to_coordinator(request, 9, answer, "offset commit", timeout)
+            await self._cluster.call(
+                request,
+                Coordinator(group, link=True),
+                check=answer,
+                max_version=_MAX_OFFSET_COMMIT_VERSION,
+                state=self._state(timeout),
+                what="offset commit",
+            )
         except _GENERATION_ERRORS as exc:
             raise CommitFailedError(f"commit refused: {exc!r}") from exc
 
@@ -400,22 +419,3 @@ class OffsetsClient:
 
     def _state(self, timeout: float | None) -> RetryState:
         return RetryState(self._backoff, timeout=timeout if timeout is not None else self._timeout)
-
-    async def _to_coordinator(
-        self,
-        request: Any,
-        max_version: int,
-        answer: Callable[[Any], T],
-        what: str,
-        timeout: float | None,  # noqa: ASYNC109
-    ) -> T:
-        """``request`` to the group's coordinator under the retry driver (which forgets a
-        coordinator that moved or failed); ``answer`` raises the response's errors."""
-        assert self._group_id is not None
-
-        async def send(conn: Link) -> T:
-            version = min(conn.version_for(type(request)), max_version)
-            return answer(await conn.send(request, version=version))
-
-        route = Coordinator(self._group_id, link=True)
-        return await routed(self._cluster, route, send, self._state(timeout), what=what)

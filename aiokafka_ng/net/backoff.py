@@ -157,6 +157,13 @@ class RetryState:
         self.retry_at = (anyio.current_time() if now is None else now) + pause
         return pause
 
+    def throttle(self, seconds: float, *, now: float | None = None) -> None:
+        """The broker asked for no request before ``seconds`` from now (KIP-219's
+        ``throttle_time_ms``): :attr:`retry_at` moves there unless a backoff already runs
+        longer. Not a failure: the count, and so the next backoff, stay as they are."""
+        until = (anyio.current_time() if now is None else now) + seconds
+        self.retry_at = max(self.retry_at, until)
+
     def succeeded(self) -> None:
         """A success: the next failure starts the backoff from the beginning."""
         self.failures = 0
@@ -168,9 +175,12 @@ class RetryState:
             return float("inf")
         return max(0.0, self.deadline - (anyio.current_time() if now is None else now))
 
-    async def pause(self) -> None:
-        """Sleep until :attr:`retry_at` (the caller's cancel scopes bound it)."""
+    async def pause(self, *, limit: float | None = None) -> None:
+        """Sleep until :attr:`retry_at`, or for ``limit`` seconds if that ends sooner (the
+        caller's cancel scopes bound it too)."""
         delay = self.retry_at - anyio.current_time()
+        if limit is not None:
+            delay = min(delay, limit)
         if delay > 0:
             await anyio.sleep(delay)
         else:

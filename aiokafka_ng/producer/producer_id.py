@@ -41,10 +41,13 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from aiokafka_ng.cluster.retry import Retry, RetryState, retrying
+from aiokafka_ng.cluster.retry import ANY, ONCE, Retry, RetryState, retrying
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.protocol.errors import error_for_code
-from aiokafka_ng.protocol.messages.init_producer_id import InitProducerIdRequest
+from aiokafka_ng.protocol.messages.init_producer_id import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster import ClusterClient
@@ -70,20 +73,28 @@ def idempotent_ask(cluster: ClusterClient) -> Ask:
     async def ask(producer_id: int, epoch: int) -> tuple[int, int]:
         if not cluster.ready:
             await cluster.wait_ready()  # started without the cluster: no point yet
-        response = await cluster.request_any(
+        # Once to any broker: the owner's loop below retries, whatever the error.
+        response = await cluster.call(
             InitProducerIdRequest(
                 transactional_id=None,
                 transaction_timeout_ms=60000,
                 producer_id=-1,
                 producer_epoch=-1,
-            )
+            ),
+            ANY,
+            retry=ONCE,
+            check=_checked,
         )
-        if response.error_code:
-            err = error_for_code(response.error_code)
-            raise err(f"InitProducerId failed: {err.__name__}")
         return response.producer_id, response.producer_epoch
 
     return ask
+
+
+def _checked(response: InitProducerIdResponse) -> InitProducerIdResponse:
+    if response.error_code:
+        err = error_for_code(response.error_code)
+        raise err(f"InitProducerId failed: {err.__name__}")
+    return response
 
 
 class ProducerIdOwner:

@@ -3,10 +3,11 @@ coordinator for TxnOffsetCommit).
 
 Theory of operation
 -------------------
-Every call runs in the caller's task and follows one loop (:meth:`TxnCoordinatorClient._call`):
-find the coordinator through the cluster's cached FindCoordinator (``key_type=1`` for the
-transactional id, ``0`` for a consumer group), send the request, read the error code(s),
-then
+Every call runs in the caller's task and follows one loop (:meth:`TxnCoordinatorClient._call`
+hands the request to :meth:`Cluster.call <aiokafka_ng.cluster.Cluster.call>` on the
+coordinator route): find the coordinator through the cluster's cached FindCoordinator
+(``key_type=1`` for the transactional id, ``0`` for a consumer group), send the request,
+read the error code(s), then
 
 * success: return the response;
 * NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, or a connection failure / timeout (the
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiokafka_ng.cluster.client import ClusterClient
-from aiokafka_ng.cluster.retry import Coordinator, Final, RetryState, routed
+from aiokafka_ng.cluster.retry import Coordinator, Final, RetryState
 from aiokafka_ng.errors import (
     KafkaError,
     ProducerFencedError,
@@ -48,6 +49,7 @@ from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest
 from aiokafka_ng.protocol.messages.add_partitions_to_txn import (
     AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     AddPartitionsToTxnTopic,
 )
 from aiokafka_ng.protocol.messages.end_txn import EndTxnRequest
@@ -57,6 +59,7 @@ from aiokafka_ng.protocol.messages.txn_offset_commit import (
     TxnOffsetCommitRequestPartition,
     TxnOffsetCommitRequestTopic,
 )
+from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 __all__ = [
     "ConsumerGroupMetadata",
@@ -96,7 +99,7 @@ MAX_END_TXN = 4  # 5 in a transaction of transactions v2
 TRANSACTION_KEY = 1
 GROUP_KEY = 0
 
-R = TypeVar("R")
+M = TypeVar("M", bound=ApiMessage)
 
 
 #: The name the transaction manager knows the cluster by: the producer's
@@ -154,7 +157,7 @@ class TxnCoordinatorClient:
         self.backoff = retry_backoff
         self.request_timeout_s = request_timeout_s
         self.max_block_s = max_block_s
-        #: requests sent, by API name (for tests and statistics)
+        #: requests answered, by API name (for tests and statistics)
         self.requests: dict[str, int] = {}
         #: retries after a retriable error code, by code
         self.retried_codes: dict[int, int] = {}
@@ -166,20 +169,18 @@ class TxnCoordinatorClient:
         id/epoch (v3+) the coordinator bumps the epoch of *this* producer (KIP-360); with
         -1/-1 it fences any other producer using the id and aborts its open transaction."""
 
-        def make(version: int) -> InitProducerIdRequest:
-            bump = version >= 3 and producer_id >= 0
-            return InitProducerIdRequest(
+        # The current id/epoch ask for a bump of *this* producer (v3+); below v3 the
+        # encoder leaves both fields out, so older brokers see the plain request.
+        bump = producer_id >= 0
+        resp = await self._call(
+            "InitProducerId",
+            InitProducerIdRequest(
                 transactional_id=self.transactional_id,
                 transaction_timeout_ms=self.transaction_timeout_ms,
                 producer_id=producer_id if bump else -1,
                 producer_epoch=epoch if bump else -1,
-            )
-
-        resp = await self._call(
-            "InitProducerId",
-            InitProducerIdRequest,
+            ),
             MAX_INIT_PRODUCER_ID,
-            make,
             lambda r: [(r.error_code, None)],
         )
         return resp.producer_id, resp.producer_epoch
@@ -193,15 +194,14 @@ class TxnCoordinatorClient:
             by_topic.setdefault(topic, []).append(partition)
         topics = [AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
 
-        def make(version: int) -> AddPartitionsToTxnRequest:
-            return AddPartitionsToTxnRequest(
-                v3_and_below_transactional_id=self.transactional_id,
-                v3_and_below_producer_id=producer_id,
-                v3_and_below_producer_epoch=epoch,
-                v3_and_below_topics=topics,
-            )
+        request = AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=self.transactional_id,
+            v3_and_below_producer_id=producer_id,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=topics,
+        )
 
-        def codes(resp: Any) -> list[tuple[int, str | None]]:
+        def codes(resp: AddPartitionsToTxnResponse) -> list[tuple[int, str | None]]:
             # OPERATION_NOT_ATTEMPTED only says another partition failed: the failing one
             # decides what happens to the whole request.
             return [
@@ -211,23 +211,20 @@ class TxnCoordinatorClient:
                 if p.partition_error_code != _OPERATION_NOT_ATTEMPTED
             ]
 
-        await self._call(
-            "AddPartitionsToTxn", AddPartitionsToTxnRequest, MAX_ADD_PARTITIONS, make, codes
-        )
+        await self._call("AddPartitionsToTxn", request, MAX_ADD_PARTITIONS, codes)
 
     async def add_offsets(self, producer_id: int, epoch: int, group_id: str) -> None:
         """Tell the transaction coordinator that this transaction commits ``group_id``'s
         offsets (it then writes the markers to that group's offsets partition too)."""
         await self._call(
             "AddOffsetsToTxn",
-            AddOffsetsToTxnRequest,
-            MAX_ADD_OFFSETS,
-            lambda v: AddOffsetsToTxnRequest(
+            AddOffsetsToTxnRequest(
                 transactional_id=self.transactional_id,
                 producer_id=producer_id,
                 producer_epoch=epoch,
                 group_id=group_id,
             ),
+            MAX_ADD_OFFSETS,
             lambda r: [(r.error_code, None)],
         )
 
@@ -255,23 +252,20 @@ class TxnCoordinatorClient:
             )
         topics = [TxnOffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
 
-        def make(version: int) -> TxnOffsetCommitRequest:
-            return TxnOffsetCommitRequest(
-                transactional_id=self.transactional_id,
-                group_id=group.group_id,
-                producer_id=producer_id,
-                producer_epoch=epoch,
-                generation_id_or_member_epoch=group.generation_id,
-                member_id=group.member_id,
-                group_instance_id=group.group_instance_id,
-                topics=topics,
-            )
-
+        request = TxnOffsetCommitRequest(
+            transactional_id=self.transactional_id,
+            group_id=group.group_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            generation_id_or_member_epoch=group.generation_id,
+            member_id=group.member_id,
+            group_instance_id=group.group_instance_id,
+            topics=topics,
+        )
         await self._call(
             "TxnOffsetCommit",
-            TxnOffsetCommitRequest,
+            request,
             MAX_TXN_OFFSET_COMMIT + v2,
-            make,
             lambda r: [
                 (p.error_code, f"{t.name}-{p.partition_index}")
                 for t in r.topics
@@ -289,14 +283,13 @@ class TxnCoordinatorClient:
         producer id and epoch the next transaction must use; None before v5."""
         resp = await self._call(
             "EndTxn",
-            EndTxnRequest,
-            MAX_END_TXN + v2,
-            lambda v: EndTxnRequest(
+            EndTxnRequest(
                 transactional_id=self.transactional_id,
                 producer_id=producer_id,
                 producer_epoch=epoch,
                 committed=commit,
             ),
+            MAX_END_TXN + v2,
             lambda r: [(r.error_code, None)],
         )
         if resp.producer_id < 0:  # not v5: the epoch stays
@@ -308,22 +301,17 @@ class TxnCoordinatorClient:
     async def _call(
         self,
         what: str,
-        request_type: type[Any],
+        request: ApiRequest[M],
         max_version: int,
-        make: Callable[[int], Any],
-        codes: Callable[[Any], list[tuple[int, str | None]]],
+        codes: Callable[[M], list[tuple[int, str | None]]],
         *,
         key: str | None = None,
         key_type: int = TRANSACTION_KEY,
-    ) -> Any:
+    ) -> M:
         key = self.transactional_id if key is None else key
 
-        async def send(conn: Any) -> Any:
-            version = min(conn.version_for(request_type), max_version)
+        def check(response: M) -> M:
             self.requests[what] = self.requests.get(what, 0) + 1
-            response = await conn.send(
-                make(version), version=version, timeout=self.request_timeout_s
-            )
             errors = [(c, where) for c, where in codes(response) if c]
             if not errors:
                 return response
@@ -339,11 +327,13 @@ class TxnCoordinatorClient:
 
         # The driver retries retriable failures (a lost connection or NOT_COORDINATOR also
         # forget the coordinator) until max_block_ms.
-        return await routed(
-            self.cluster,
+        return await self.cluster.call(
+            request,
             Coordinator(key, key_type),
-            send,
-            RetryState(self.backoff, timeout=self.max_block_s),
+            check=check,
+            max_version=max_version,
+            request_timeout=self.request_timeout_s,
+            state=RetryState(self.backoff, timeout=self.max_block_s),
             what=f"{what} for transactional id {self.transactional_id!r}",
             limit=f"max_block_ms ({self.max_block_s * 1000:g} ms)",
         )

@@ -26,14 +26,19 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TypeVar
 
-from aiokafka_ng.cluster import Cluster, Retry, RetryState
+from aiokafka_ng.cluster import ONCE, Cluster, Node, Retry, RetryState
 from aiokafka_ng.cluster.client import ClusterClient
 from aiokafka_ng.cluster.retry import retrying
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.errors import KafkaError, UnknownTopicOrPartitionError, error_for_code
 from aiokafka_ng.net.backoff import ExponentialBackoff
-from aiokafka_ng.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic
+from aiokafka_ng.protocol.messages.fetch import (
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+)
 from aiokafka_ng.protocol.messages.list_offsets import (
     ListOffsetsPartition,
     ListOffsetsRequest,
@@ -197,7 +202,8 @@ async def _list_offsets(
             for topic, parts in _grouped(tps).items()
         ],
     )
-    response = await cluster.request(leader, request)
+    # Once: _with_retries retries the whole lookup on Spark's budget.
+    response = await cluster.call(request, Node(leader), retry=ONCE)
     out: dict[TopicPartition, int] = {}
     for t in response.topics:
         for p in t.partitions:
@@ -208,11 +214,16 @@ async def _list_offsets(
     return _complete(out, tps, "ListOffsets")
 
 
+def _fetch_checked(response: FetchResponse) -> FetchResponse:
+    if response.error_code:
+        err = error_for_code(response.error_code)
+        raise err(f"Fetch (high watermark) failed: {err.__name__}")
+    return response
+
+
 async def _high_watermarks(
     cluster: ClusterClient, leader: int, earliest: Mapping[TopicPartition, int]
 ) -> dict[TopicPartition, int]:
-    conn = await cluster.connection(leader)
-    version = min(conn.version_for(FetchRequest), _MAX_NAMED_FETCH_VERSION)
     request = FetchRequest(
         replica_id=-1,
         max_wait_ms=1,
@@ -236,10 +247,13 @@ async def _high_watermarks(
             for topic, parts in _grouped(earliest).items()
         ],
     )
-    response = await conn.send(request, version=version)
-    if response.error_code:
-        err = error_for_code(response.error_code)
-        raise err(f"Fetch (high watermark) failed: {err.__name__}")
+    response = await cluster.call(
+        request,
+        Node(leader),
+        retry=ONCE,
+        check=_fetch_checked,
+        max_version=_MAX_NAMED_FETCH_VERSION,
+    )
     out: dict[TopicPartition, int] = {}
     for t in response.responses:
         for p in t.partitions:

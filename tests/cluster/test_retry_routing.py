@@ -14,14 +14,24 @@ import pytest
 
 from aiokafka_ng.cluster import (
     ANY,
+    ONCE,
     Cluster,
     ClusterConfig,
     Coordinator,
     Leader,
     Node,
+    RetryState,
     parse_bootstrap_servers,
+    unchecked,
 )
-from aiokafka_ng.errors import KafkaTimeoutError, error_for_code
+from aiokafka_ng.errors import (
+    KafkaTimeoutError,
+    NotCoordinatorError,
+    RequestTimedOutError,
+    UnsupportedVersionError,
+    error_for_code,
+)
+from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.connection import ConnectionConfig
 from aiokafka_ng.protocol.messages.list_offsets import (
     ListOffsetsPartition,
@@ -34,6 +44,8 @@ from aiokafka_ng.testing import FakeKafka, virtual_time
 pytestmark = pytest.mark.anyio
 
 LIST_OFFSETS = 2
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
 NOT_LEADER = 6
 NOT_COORDINATOR = 16
 REQUEST_TIMED_OUT = 7
@@ -159,3 +171,79 @@ async def test_a_cancelled_call_leaves_the_coordinator_lookup_clean() -> None:
         assert answer.error_code == 0
         assert cluster.coordinator_cached(GROUP) == moved
         assert kafka.requests(moved)[9] == 1  # OffsetFetch
+
+
+async def test_once_sends_one_request_and_raises_what_it_answered() -> None:
+    # retry=ONCE is for callers with a rule of their own for each error (a heartbeat, a
+    # join): the retriable error comes back to them as it is, after one request, and the
+    # route is not repaired behind their back.
+    async with _faked(3) as (kafka, cluster):
+        first = await cluster.call(_offset_fetch(), Coordinator(GROUP), timeout=20, max_version=7)
+        assert first.error_code == 0
+        coordinator = kafka.coordinator_for(GROUP)
+        kafka.inject(OFFSET_FETCH, NOT_COORDINATOR, times=None)
+        with pytest.raises(NotCoordinatorError):
+            await cluster.call(_offset_fetch(), Coordinator(GROUP), retry=ONCE, max_version=7)
+        assert kafka.errors(OFFSET_FETCH, NOT_COORDINATOR) == 1
+        assert cluster.coordinator_cached(GROUP) == coordinator
+        # unchecked: the error code is the caller's to read, nothing is raised.
+        answer = await cluster.call(
+            _offset_fetch(), Coordinator(GROUP), retry=ONCE, check=unchecked, max_version=7
+        )
+        assert answer.error_code == NOT_COORDINATOR
+        assert kafka.errors(OFFSET_FETCH, NOT_COORDINATOR) == 2
+
+
+async def test_a_broker_below_min_version_is_not_sent_to() -> None:
+    async with _faked(1) as (kafka, cluster):
+        await cluster.wait_for_topics([TOPIC], timeout=20)
+        kafka.api_versions[LIST_OFFSETS] = (kafka.api_versions[LIST_OFFSETS][0], 3)
+        async with Cluster(cluster.config) as capped:  # negotiates the capped versions
+            with pytest.raises(UnsupportedVersionError, match="v4\\+ is needed"):
+                await capped.call(_list_offsets(TOPIC, 0), Node(1), timeout=20, min_version=4)
+            assert kafka.requests(1)[LIST_OFFSETS] == 0
+            offset = await capped.call(
+                _list_offsets(TOPIC, 0), Node(1), timeout=20, min_version=3, check=_offsets_checked
+            )
+            assert offset == 0
+
+
+async def test_a_callers_retry_state_paces_and_bounds_the_call() -> None:
+    # state=: the caller's own backoff and deadline (a consumer's retry_backoff_ms) rather
+    # than the cluster's; its failure count is the call's.
+    async with _faked(1) as (kafka, cluster):
+        await cluster.wait_for_topics([TOPIC], timeout=20)
+        kafka.inject(LIST_OFFSETS, REQUEST_TIMED_OUT, times=3)
+        state = RetryState(ExponentialBackoff(100, 100, jitter=0), timeout=20)
+        started = anyio.current_time()
+        offset = await cluster.call(
+            _list_offsets(TOPIC, 0), Node(1), state=state, check=_offsets_checked
+        )
+        assert offset == 0
+        assert anyio.current_time() - started == pytest.approx(0.3, abs=0.05)  # 3 x 100 ms
+        assert state.failures == 0  # reset by the success
+        assert isinstance(state.last_error, RequestTimedOutError)
+
+
+@pytest.mark.parametrize("find_coordinator_max", [3, 6])
+async def test_coordinators_of_several_groups_before_and_after_find_coordinator_v4(
+    find_coordinator_max: int,
+) -> None:
+    # v4+ (KIP-699) asks for every key in one request; before it, one key per request and
+    # the others on the next rounds. Either way each group gets its own coordinator.
+    async with FakeKafka(3, tcp=False) as kafka:
+        lo, _ = kafka.api_versions[FIND_COORDINATOR]
+        kafka.api_versions[FIND_COORDINATOR] = (lo, find_coordinator_max)
+        config = ClusterConfig(
+            bootstrap_servers=parse_bootstrap_servers(kafka.bootstrap_servers),
+            connection=ConnectionConfig(transport=kafka.transport),
+            retry_backoff_ms=20,
+            retry_backoff_max_ms=200,
+        )
+        groups = [f"{GROUP}-{i}" for i in range(3)]
+        async with Cluster(config) as cluster:
+            found = await cluster.coordinators(groups, timeout=20)
+        assert found == {g: kafka.coordinator_for(g) for g in groups}
+        asked = [r.version for r in kafka.received(FIND_COORDINATOR)]
+        assert len(asked) == (1 if find_coordinator_max >= 4 else 3)
+        assert set(asked) == {find_coordinator_max}

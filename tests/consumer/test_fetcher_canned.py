@@ -445,3 +445,29 @@ async def test_no_long_poll_for_partitions_at_log_end_while_others_drain() -> No
             assert p1 == list(range(20))
             # After p1's drain, one fetch for both (p1 first: least recently served).
             assert sorted(requests()[1]) == [(0, 2), (1, 10)]
+
+
+async def test_a_throttled_fetch_holds_the_next_one_back_for_the_throttle_time() -> None:
+    # KIP-219: a broker over quota answers with throttle_time_ms and expects no request on
+    # that connection until it has passed; it is no failure (no backoff grows from it).
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        await write(kafka, b"a")
+        sent_at: list[float] = []
+
+        async def throttled(call: Received) -> FetchResponse:
+            response = await model_fetch(kafka, call)
+            sent_at.append(anyio.current_time())
+            response.throttle_time_ms = 2000
+            return response
+
+        rule = kafka.answer(FETCH, throttled, times=1)
+        async with fake_fetcher(kafka, max_wait_ms=10) as (fetcher, subs, _):
+            subs.assign_manual([TP0])
+            subs.state(TP0).seek(0)
+            assert await drain_values(fetcher, 0) == [(0, b"a")]
+            await write(kafka, b"b")
+            assert await drain_values(fetcher, 1) == [(1, b"b")]
+            after = [x for x in kafka.received(FETCH) if x.at > sent_at[0]]
+        assert rule.hits == 1
+        assert after and after[0].at - sent_at[0] >= 2.0

@@ -25,6 +25,7 @@ from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.errors import (
+    CoordinatorNotAvailableError,
     IllegalGenerationError,
     NotCoordinatorError,
     UnknownMemberIdError,
@@ -71,10 +72,12 @@ async def run_group(body: Body, **settings: Any) -> FakeKafka:
         async with Cluster(ProducerConfig(**kafka.client_config()).cluster_config()) as cluster:
             group_settings = GroupSettings(
                 group_id="g",
-                session_timeout_ms=6000,  # group.min.session.timeout.ms: Kafka's least
-                heartbeat_interval_s=0.02,
-                enable_auto_commit=False,
-                **settings,
+                **{
+                    "session_timeout_ms": 6000,  # group.min.session.timeout.ms: Kafka's least
+                    "heartbeat_interval_s": 0.02,
+                    "enable_auto_commit": False,
+                    **settings,
+                },
             )
             subs = SubscriptionState(lambda: None)
             offsets = OffsetsClient(
@@ -188,3 +191,40 @@ async def test_leader_rebalances_when_partitions_are_added() -> None:
     syncs = kafka.received(SYNC_GROUP)
     assert len(syncs) == 2
     assert len(decode_assignment(syncs[-1].request.assignments[0].assignment)) == 6
+
+
+async def test_a_failed_heartbeat_goes_again_after_the_backoff_not_the_interval() -> None:
+    async def body(
+        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
+    ) -> None:
+        # COORDINATOR_NOT_AVAILABLE: the coordinator is looked up again and the heartbeat
+        # retried after the retry backoff (100 ms, jittered), as Java's, rather than a whole
+        # heartbeat interval (10 s) later, most of a session timeout gone.
+        await kafka.wait_until(lambda: kafka.requests()[HEARTBEAT] >= 1)
+        kafka.inject(HEARTBEAT, CoordinatorNotAvailableError.errno)
+        await kafka.wait_until(lambda: kafka.requests()[HEARTBEAT] >= 3, within=60)
+        first, failed, retried = kafka.received(HEARTBEAT)[:3]
+        assert failed.at - first.at == pytest.approx(10.0, abs=0.1)  # the interval
+        assert kafka.errors(HEARTBEAT, CoordinatorNotAvailableError.errno) == 1
+        assert 0.07 <= retried.at - failed.at <= 0.2  # the backoff's first step
+        assert group.settled
+
+    await run_group(body, heartbeat_interval_s=10.0, session_timeout_ms=45000)
+
+
+async def test_an_expelled_member_joins_again_at_once() -> None:
+    async def body(
+        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
+    ) -> None:
+        # The rejoin the expulsion asks for wakes the member task when it next waits: the
+        # JoinGroup follows the failed heartbeat, not a heartbeat interval (2 s) later.
+        await kafka.wait_until(lambda: kafka.requests()[HEARTBEAT] >= 1)
+        kafka.inject(HEARTBEAT, UnknownMemberIdError.errno)
+        while group.generation < 2 or not group.settled:
+            await group.wait_joined()
+        expelled = kafka.received(HEARTBEAT)[1]
+        rejoin = kafka.received(JOIN_GROUP)[2]  # after the first join's two
+        assert rejoin.request.member_id == ""  # from scratch: the member id was forgotten
+        assert 0 <= rejoin.at - expelled.at < 0.1
+
+    await run_group(body, heartbeat_interval_s=2.0)

@@ -217,7 +217,7 @@ def test_subscribe_releases_buffered_records_of_the_topics_left() -> None:
     take(c, answer(batch(0, b"b"), (0, 0, 1)), other)
     c.subscribe(["u"])
     assert c.subscription() == {"u"} and cluster.statistics().tracked_topics == ("u",)
-    assert c._hb_wake.is_set()  # the heartbeat carries it at once
+    assert c._heartbeats.woken  # the heartbeat carries it at once
     assert [r.topic for r in c._buffer] == ["u"]
     assert c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
     with pytest.raises(IllegalStateError, match="needs topic names"):

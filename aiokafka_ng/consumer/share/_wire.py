@@ -175,9 +175,9 @@ class _ShareWire:
         shared policy, the pause growing with consecutive failures -- but for no longer
         than this round may wait (``poll``'s timeout holds) unless that is shorter than the
         policy's first step (a ``poll(timeout_ms=0)`` loop still paces its retries)."""
-        pause = session.pacing.failed(error)
+        session.pacing.failed(error)
         first = session.pacing.backoff.initial_ms / 1000
-        await anyio.sleep(min(pause, max(wait_ms / 1000, first)))
+        await session.pacing.pause(limit=max(wait_ms / 1000, first))
 
     async def _fetch_node(
         self,

@@ -68,13 +68,16 @@ import anyio
 from anyio.abc import TaskStatus
 
 from aiokafka_ng.cluster import (
+    ONCE,
     ClientRuntime,
     ClientState,
     ClientStatistics,
     ClientStatus,
     Cluster,
     ClusterClient,
-    RetryState,
+    Coordinator,
+    Periodic,
+    unchecked,
 )
 from aiokafka_ng.cluster.telemetry import TelemetryEngine, connection_table, table_collector
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
@@ -181,7 +184,6 @@ class ShareConsumer(_ShareWire):
         self._epoch = 0
         self._assignment: frozenset[TopicPartition] = frozenset()
         self._assigned = anyio.Event()
-        self._hb_wake = anyio.Event()
         # Held around each heartbeat exchange and the leave of unsubscribe(), so a heartbeat
         # answered after the leave cannot bring back the epoch or assignment it ended.
         self._hb_lock = anyio.Lock()
@@ -203,6 +205,9 @@ class ShareConsumer(_ShareWire):
         self._backoff = ExponentialBackoff.retry(
             self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
         )
+        # Heartbeats: at the interval the broker asks for (1 s until it says), at once when
+        # the subscription changes, after the shared backoff when one fails.
+        self._heartbeats = Periodic(1.0, self._backoff)
 
     @property
     def config(self) -> ConsumerConfig:
@@ -361,7 +366,7 @@ class ShareConsumer(_ShareWire):
         if removed:
             self._release_buffered(lambda r: r.topic in removed)
         cluster.request_update(names)
-        self._hb_wake.set()
+        self._heartbeats.wake()
 
     async def unsubscribe(self) -> None:
         """Stop reading: send the pending acknowledgements (implicit mode: the last batch,
@@ -427,21 +432,16 @@ class ShareConsumer(_ShareWire):
         cluster = self._runtime.cluster
         group = self._config.group_id
         assert cluster is not None and group is not None
-        pacing = RetryState(self._backoff)  # consecutive failed heartbeats, the shared policy
-        interval = 1.0
-        timeout = self._config.request_timeout_ms / 1000
+        timer = self._heartbeats
         # The broker sends an assignment only when it changes: one naming a topic id our
         # metadata does not know yet is kept here and resolved again each round.
         target: sgh.Assignment | None = None
         # Ends when closing: a heartbeat after the leave (epoch -1) would join again.
         while not self._runtime.closing:
-            if pacing.failures:
-                await pacing.pause()
             if not self._topics:
                 # Unsubscribed (unsubscribe() left the group): idle until subscribe().
                 target = None
-                await self._hb_wake.wait()
-                self._hb_wake = anyio.Event()
+                await timer.until_woken()
                 continue
             async with self._hb_lock:
                 if not self._topics:
@@ -454,40 +454,48 @@ class ShareConsumer(_ShareWire):
                     subscribed_topic_names=list(self._topics),
                 )
                 try:
-                    node = await cluster.coordinator(group, timeout=timeout)
-                    # The coordinator's own connection: not behind a long-poll ShareFetch.
-                    link = await cluster.coordinator_connection(node)
-                    resp = await link.send(req, timeout=timeout)
+                    resp = await self._to_coordinator(req)
                 except KafkaError as exc:
-                    pacing.failed(exc)
+                    timer.failed(exc)
                     log.debug("share group %s heartbeat failed: %r", group, exc)
                     cluster.invalidate_coordinator(group)
-                    continue
-                if self._topics and req.subscribed_topic_names != self._topics:
-                    # The subscription changed while this heartbeat was out: send the new
-                    # one at once rather than after a whole interval.
-                    self._hb_wake.set()
-                target, ok = self._heartbeat_answer(resp, pacing, target)
-                if not ok:
-                    if self._runtime.failure is not None:
+                    resp = None
+                if resp is not None:
+                    if self._topics and req.subscribed_topic_names != self._topics:
+                        # The subscription changed while this heartbeat was out: send the
+                        # new one at once rather than after a whole interval.
+                        timer.wake()
+                    target, ok = self._heartbeat_answer(resp, timer, target)
+                    if not ok and self._runtime.failure is not None:
                         return
-                    continue
-                interval = resp.heartbeat_interval_ms / 1000 or interval
-                if target is not None and await self._apply(cluster, target):
-                    target = None
-            with anyio.move_on_after(interval):
-                await self._hb_wake.wait()
-            if self._hb_wake.is_set():
-                self._hb_wake = anyio.Event()
+                    if ok and target is not None and await self._apply(cluster, target):
+                        target = None
+            await timer.wait()  # the interval, a wake-up, or the backoff after a failure
+
+    async def _to_coordinator(
+        self, req: sgh.ShareGroupHeartbeatRequest
+    ) -> sgh.ShareGroupHeartbeatResponse:
+        """One heartbeat to the group's coordinator over its own link (not behind a
+        long-poll ShareFetch), the lookup and the request within the request timeout; the
+        answer unchecked (:meth:`_heartbeat_answer` reads it), a failure raised as it is."""
+        cluster = self._runtime.cluster
+        assert cluster is not None and self._config.group_id is not None
+        return await cluster.call(
+            req,
+            Coordinator(self._config.group_id, link=True),
+            timeout=self._config.request_timeout_ms / 1000,
+            retry=ONCE,
+            check=unchecked,
+        )
 
     def _heartbeat_answer(
         self,
         resp: sgh.ShareGroupHeartbeatResponse,
-        pacing: RetryState,
+        timer: Periodic,
         target: sgh.Assignment | None,
     ) -> tuple[sgh.Assignment | None, bool]:
-        """Apply a heartbeat answer (counted in ``pacing``): (assignment to apply, whether
-        it succeeded)."""
+        """Apply a heartbeat answer (counted in ``timer``, with the interval the broker
+        asks for): (assignment to apply, whether it succeeded)."""
         cluster = self._runtime.cluster
         group = self._config.group_id
         assert cluster is not None and group is not None
@@ -503,9 +511,9 @@ class ShareConsumer(_ShareWire):
                 self._set_assignment(frozenset())
             elif code not in _RETRY:
                 self._runtime.fail(error, f"share group {group}: heartbeat answered {error.name}")
-            pacing.failed(error)
+            timer.failed(error)
             return target, False
-        pacing.succeeded()
+        timer.succeeded(interval=resp.heartbeat_interval_ms / 1000 or None)
         self._epoch = resp.member_epoch
         if resp.assignment is not None:
             target = resp.assignment
@@ -559,9 +567,7 @@ class ShareConsumer(_ShareWire):
             group_id=group, member_id=self.member_id, member_epoch=-1
         )
         try:
-            node = await cluster.coordinator(group, timeout=self._config.request_timeout_ms / 1000)
-            link = await cluster.coordinator_connection(node)
-            await link.send(req, timeout=self._config.request_timeout_ms / 1000)
+            await self._to_coordinator(req)
         except KafkaError as exc:
             log.info("share group %s: leaving failed (%r); the session times out", group, exc)
 
