@@ -35,9 +35,25 @@ if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 2):  # pragma
 
 from aiokafka_ng.spark._options import SparkOptionError
 from aiokafka_ng.spark._registry import REGISTRY_OPTIONS, avro_to_spark
+from aiokafka_ng.spark._registry_json import json_schema_to_spark
+from aiokafka_ng.spark._registry_protobuf import message_to_spark as protobuf_to_spark
+from aiokafka_ng.spark._registry_protobuf import message_to_value as protobuf_to_row
+from aiokafka_ng.spark._registry_protobuf import value_to_message as row_to_protobuf
 from aiokafka_ng.spark.datasource import KafkaDataSource
 
-__all__ = ["REGISTRY_OPTIONS", "KafkaDataSource", "SparkOptionError", "avro_to_spark", "register"]
+# The registry formats' column types (what the source reads a registry-framed value as), and
+# Protobuf's row <-> message conversions, as Spark's from_protobuf/to_protobuf apply them.
+__all__ = [
+    "REGISTRY_OPTIONS",
+    "KafkaDataSource",
+    "SparkOptionError",
+    "avro_to_spark",
+    "json_schema_to_spark",
+    "protobuf_to_row",
+    "protobuf_to_spark",
+    "register",
+    "row_to_protobuf",
+]
 
 
 def register(spark: Any) -> None:

@@ -43,12 +43,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from aiokafka_ng.spark import SparkOptionError
-from aiokafka_ng.spark._registry_json import json_schema_to_spark
-from aiokafka_ng.spark._registry_protobuf import (
-    message_to_spark,
-    message_to_value,
-    value_to_message,
+from aiokafka_ng.spark import (
+    SparkOptionError,
+    json_schema_to_spark,
+    protobuf_to_row,
+    protobuf_to_spark,
+    row_to_protobuf,
 )
 from tests.helpers import topic_name
 from tests.schema_registry.conftest import ProtoModules, protos  # noqa: F401 (the fixture)
@@ -241,7 +241,7 @@ def test_protobuf_keys_and_values_read_and_written_with_confluent_kafka(
         .options(**options)
         .load()
     )
-    assert df.schema["value"].dataType == message_to_spark(protos.shop.Order.DESCRIPTOR, "value")
+    assert df.schema["value"].dataType == protobuf_to_spark(protos.shop.Order.DESCRIPTOR, "value")
     assert df.schema["key"].dataType == StructType([StructField("id", LongType(), False)])
     rows = spark_rows(df)
     assert [r["key"] for r in rows] == [{"id": o.id} for o in orders]
@@ -321,7 +321,7 @@ def test_json_schemas_spark_has_no_type_for_are_refused(schema: Any, message: st
 
 
 def test_protobuf_messages_map_to_sparks(protos: ProtoModules) -> None:  # noqa: F811
-    t = message_to_spark(protos.shop.Order.DESCRIPTOR, "value")
+    t = protobuf_to_spark(protos.shop.Order.DESCRIPTOR, "value")
     line = StructType(
         [StructField("sku", StringType(), False), StructField("qty", IntegerType(), False)]
     )
@@ -368,7 +368,7 @@ def test_protobuf_maps_enums_unsigned_and_recursion() -> None:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     u: Any = GetMessageClass(pool.FindMessageTypeByName("u.U"))
-    spark_type = message_to_spark(u.DESCRIPTOR, "v")
+    spark_type = protobuf_to_spark(u.DESCRIPTOR, "v")
     assert spark_type == StructType(
         [
             StructField("prices", MapType(StringType(), DoubleType(), False), False),
@@ -379,15 +379,15 @@ def test_protobuf_maps_enums_unsigned_and_recursion() -> None:
     )
     # A row as Arrow gives it (a map as pairs) to a message and back.
     row = {"prices": [("a", 1.5)], "color": "BLUE", "big": 2**64 - 1, "small": 2**32 - 1}
-    message = value_to_message(u, row)
+    message = row_to_protobuf(u, row)
     assert (message.prices["a"], message.color, message.big) == (1.5, 1, 2**64 - 1)
-    assert message_to_value(message, spark_type) == {
+    assert protobuf_to_row(message, spark_type) == {
         "prices": {"a": 1.5},
         "color": "BLUE",
         "big": decimal.Decimal(2**64 - 1),
         "small": 2**32 - 1,
     }
     with pytest.raises(ValueError, match="'GREEN' is not a value of its enum"):
-        value_to_message(u, {"color": "GREEN"})
+        row_to_protobuf(u, {"color": "GREEN"})
     with pytest.raises(SparkOptionError, match=r"field 'v\.next': recursive message 'u\.Node'"):
-        message_to_spark(pool.FindMessageTypeByName("u.Node"), "v")
+        protobuf_to_spark(pool.FindMessageTypeByName("u.Node"), "v")
