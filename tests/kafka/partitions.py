@@ -15,7 +15,9 @@ workloads (:data:`WORKLOADS`):
 * txn: our producer writes the input that way, and a consume-transform-produce loop (ours,
   Java's or librdkafka's: a read_committed group member and a transactional producer that
   commits the consumed offsets in each transaction) copies each record to an output topic,
-  tagged with the number of the transaction that wrote it. After the faults the loop runs
+  tagged with the number of the transaction that wrote it; every fifth transaction is
+  aborted on purpose once its records and offsets are sent, and the loop goes back to the
+  group's committed offsets, as after a failure. After the faults the loop runs
   until its group has committed the whole input.
 
 Afterwards the checker reads everything back and reports: acknowledged, lost (acknowledged
@@ -79,6 +81,12 @@ FAULTS = (
     "lossy-node",  # 30% of one node's packets dropped
     "slow-node",  # one node's links limited to 256 kbit/s
 )
+#: Faults only ``--faults`` picks (the seeded schedules shuffle FAULTS alone, so a seed's
+#: schedule stays what it was). "slow-leader" then "isolate-leader" is the unclean
+#: configuration's path to loss on these nodes: a slowed leader's followers fall behind and
+#: leave the ISR (min.insync.replicas=1 lets it acknowledge alone); isolated next, it leaves
+#: only replicas that are behind, and the controller elects one of them.
+EXTRA_FAULTS = ("slow-leader",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,7 +422,7 @@ def _fault(nemesis: Nemesis, fault: str, target: int) -> None:
         nemesis.cut_clients(target)
     elif fault == "lossy-node":
         nemesis.lossy(target, 0.3)
-    elif fault == "slow-node":
+    elif fault in ("slow-node", "slow-leader"):
         nemesis.slow(target, "256kbit")
     else:
         raise ValueError(f"unknown fault {fault!r}")
@@ -422,7 +430,7 @@ def _fault(nemesis: Nemesis, fault: str, target: int) -> None:
 
 async def _target(admin: AdminClient, cluster: KafkaCluster, topic: str, step: Step) -> int:
     """The node a step acts on, read from the healthy cluster just before the fault."""
-    if step.fault in ("isolate-leader", "leader-from-followers"):
+    if step.fault in ("isolate-leader", "leader-from-followers", "slow-leader"):
         description = (await admin.describe_topics([topic])).result(topic)
         leader = description.partitions[0].leader
         if leader is not None:
@@ -694,6 +702,15 @@ async def _consume_confluent(
         await anyio.to_thread.run_sync(consume)
 
 
+#: Every so many transactions the loops abort on purpose, after the records and the offsets
+#: were sent: so that aborted-but-visible is checked even when no fault makes one fail.
+ABORT_EVERY = 5
+
+
+class _AbortOnPurpose(Exception):
+    """A transform's transaction aborted on purpose (:data:`ABORT_EVERY`)."""
+
+
 def _out_value(value: bytes | None, n: int) -> bytes:
     """An output record: the input's sequence number and the transaction that wrote it."""
     assert value is not None
@@ -755,6 +772,8 @@ async def _transform(cluster: KafkaCluster, state: Run, drained: anyio.Event) ->
                         await producer.send_offsets_to_transaction(
                             offsets, consumer.group_metadata()
                         )
+                        if n % ABORT_EVERY == 0:
+                            raise _AbortOnPurpose
                         committing = True
                         await producer.commit_transaction()
                     txn.outcomes[n] = "committed"
@@ -812,7 +831,8 @@ async def _transform_java(cluster: KafkaCluster, state: Run, drained: anyio.Even
                 txn.restarts += 1
 
     op = {"op": "transform", "input": state.topic, "output": state.output,
-          "group_id": state.group, "transactional_id": f"{state.topic}-tx"}  # fmt: skip
+          "group_id": state.group, "transactional_id": f"{state.topic}-tx",
+          "abort_every": ABORT_EVERY}  # fmt: skip
     await _java(cluster, op, drained, on_line)
 
 
@@ -877,12 +897,14 @@ async def _transform_confluent(cluster: KafkaCluster, state: Run, drained: anyio
                     producer.send_offsets_to_transaction(
                         tps, consumer.consumer_group_metadata(), 30
                     )
+                    if n % ABORT_EVERY == 0:
+                        raise _AbortOnPurpose
                     committing = True
                     producer.commit_transaction(60)
                     txn.outcomes[n] = "committed"
                     txn.committed_at.append(time.monotonic())
                     continue
-                except confluent_kafka.KafkaException as exc:
+                except (confluent_kafka.KafkaException, _AbortOnPurpose) as exc:
                     txn.outcomes[n] = "unknown" if committing else "aborted"
                     _log.info("transaction %d: %r", n, exc)
                 try:
@@ -1173,7 +1195,8 @@ def main() -> None:
     parser.add_argument("--consumers", nargs="+", choices=[*CLIENTS, "none"],
                         default=["aiokafka-ng"],
                         help="committing group members beside our producer (produce)")  # fmt: skip
-    parser.add_argument("--faults", nargs="+", choices=FAULTS, help="these, in turn, instead")
+    parser.add_argument("--faults", nargs="+", choices=FAULTS + EXTRA_FAULTS,
+                        help="these, in turn, instead")  # fmt: skip
     parser.add_argument("--debug", action="store_true", help="the client's DEBUG log, timed")
     args = parser.parse_args()
     args.consumers = [c for c in args.consumers if c != "none"]

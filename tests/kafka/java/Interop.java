@@ -32,10 +32,11 @@
 //             until stdin yields a line or closes, then flushing: prints {"op":"sent","seq"}
 //             as each is handed to send(), {"op":"ack","seq"} or {"op":"fail","seq","error"}
 //             from its callback, and {"op":"streamed"} at the end (tests/kafka/partitions.py)
-//   transform {input, output, group_id, transactional_id} consume-transform-produce: a
+//   transform {input, output, group_id, transactional_id, abort_every?} consume-transform-produce: a
 //             read_committed classic group member and a transactional producer; each poll's
 //             records go to output (same partition, value "<input value>:<n>") in transaction
-//             n with their offsets (sendOffsetsToTransaction); on an error the transaction is
+//             n with their offsets (sendOffsetsToTransaction), except that every abort_every-th
+//             is aborted on purpose once they are sent; on an error the transaction is
 //             aborted (the producer replaced when that fails too) and the consumer seeks to
 //             the group's committed offsets. Prints {"op":"txn","n","outcome","restarted"}
 //             (outcome committed, aborted: given up before the commit was asked, unknown:
@@ -319,6 +320,8 @@ public class Interop {
         return offsets;
     }
 
+    static final class AbortOnPurpose extends Exception {}
+
     static KafkaProducer<byte[], byte[]> transactional(String bootstrap, String txid) {
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -342,6 +345,7 @@ public class Interop {
         String input = op.get("input").asText();
         String output = op.get("output").asText();
         String txid = op.get("transactional_id").asText();
+        int abortEvery = op.path("abort_every").asInt(0);
         Properties p = consumerProps(bootstrap, "read_committed");
         p.put(ConsumerConfig.GROUP_ID_CONFIG, op.get("group_id").asText());
         p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
@@ -386,13 +390,14 @@ public class Interop {
                         producer.send(new ProducerRecord<>(output, r.partition(), null, v));
                     }
                     producer.sendOffsetsToTransaction(nextOffsets(records), consumer.groupMetadata());
+                    if (abortEvery > 0 && n % abortEvery == 0) throw new AbortOnPurpose();
                     committing = true;
                     producer.commitTransaction();
                     emit(JSON.createObjectNode().put("op", "txn").put("n", n).put("outcome", "committed")
                             .put("restarted", restarted));
                     restarted = false;
                     continue;
-                } catch (org.apache.kafka.common.KafkaException | IllegalStateException e) {
+                } catch (org.apache.kafka.common.KafkaException | IllegalStateException | AbortOnPurpose e) {
                     outcome = committing ? "unknown" : "aborted";
                 }
                 try {
