@@ -130,6 +130,9 @@ class Window:
     start: float
     healed: float = 0.0
     recovered_s: float | None = None  # heal -> every partition acknowledged a later send
+    #: Partition 0's leader and ISR as the controller saw them at the end of the fault
+    #: (None: not answered within 2 s): where an unclean election may come from.
+    isr_at_end: tuple[int | None, tuple[int, ...]] | None = None
 
 
 @dataclass
@@ -405,12 +408,25 @@ async def _apply_schedule(
         _log.warning("fault %s on node %d", step.fault, target)
         state.windows.append(window)
         await anyio.sleep(step.hold)
+        window.isr_at_end = await _partition_zero(admin, state.topic)
         nemesis.reset()
         window.healed = time.monotonic()
         _log.warning("healed")
         await anyio.sleep(step.recover)
     # The last window's recovery is seen by the time the producer has sent for a while.
     await anyio.sleep(2.0)
+
+
+async def _partition_zero(
+    admin: AdminClient, topic: str
+) -> tuple[int | None, tuple[int, ...]] | None:
+    with anyio.move_on_after(2):
+        try:
+            p = (await admin.describe_topics([topic])).result(topic).partitions[0]
+        except Exception:  # a diagnostic: a fault may keep every node from answering
+            return None
+        return (None if p.leader is None else p.leader.node_id), tuple(n.node_id for n in p.isr)
+    return None
 
 
 def _fault(nemesis: Nemesis, fault: str, target: int) -> None:
@@ -999,7 +1015,7 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
     report = Report(
         seed=state.schedule.seed,
         client="aiokafka-ng",
-        steps=[f"{w.step.fault}@{w.target}" for w in state.windows],
+        steps=[f"{w.step.fault}@{w.target}{_isr_label(w)}" for w in state.windows],
         sent=len(state.sent_at),
         acknowledged=len(state.acked_at),
         failed=len(state.failed),
@@ -1108,6 +1124,14 @@ async def _check_transform(
         min((t - w.healed for t in txn.committed_at if t >= w.healed), default=None)
         for w in state.windows
     ]
+
+
+def _isr_label(window: Window) -> str:
+    """ "(leader 2 isr 2,3)": partition 0 at the end of the fault, "(?)" when not known."""
+    if window.isr_at_end is None:
+        return "(?)"
+    leader, isr = window.isr_at_end
+    return f"(leader {leader} isr {','.join(map(str, isr))})"
 
 
 def _recovery(state: Run) -> None:
