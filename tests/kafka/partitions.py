@@ -82,11 +82,11 @@ FAULTS = (
     "slow-node",  # one node's links limited to 256 kbit/s
 )
 #: Faults only ``--faults`` picks (the seeded schedules shuffle FAULTS alone, so a seed's
-#: schedule stays what it was). "slow-leader" then "isolate-leader" is the unclean
-#: configuration's path to loss on these nodes: a slowed leader's followers fall behind and
-#: leave the ISR (min.insync.replicas=1 lets it acknowledge alone); isolated next, it leaves
-#: only replicas that are behind, and the controller elects one of them.
-EXTRA_FAULTS = ("slow-leader",)
+#: schedule stays what it was). "slow-leader" or "lossy-leader" then "isolate-leader" is the
+#: unclean configuration's path to loss on these nodes: a slowed or lossy leader's followers
+#: fall behind and leave the ISR (min.insync.replicas=1 lets it acknowledge alone); isolated
+#: next, it leaves only replicas that are behind, and the controller may elect one of them.
+EXTRA_FAULTS = ("slow-leader", "lossy-leader")
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,7 +436,7 @@ def _fault(nemesis: Nemesis, fault: str, target: int) -> None:
         nemesis.isolate_from_nodes(target)
     elif fault == "clients-from-node":
         nemesis.cut_clients(target)
-    elif fault == "lossy-node":
+    elif fault in ("lossy-node", "lossy-leader"):
         nemesis.lossy(target, 0.3)
     elif fault in ("slow-node", "slow-leader"):
         nemesis.slow(target, "256kbit")
@@ -446,7 +446,7 @@ def _fault(nemesis: Nemesis, fault: str, target: int) -> None:
 
 async def _target(admin: AdminClient, cluster: KafkaCluster, topic: str, step: Step) -> int:
     """The node a step acts on, read from the healthy cluster just before the fault."""
-    if step.fault in ("isolate-leader", "leader-from-followers", "slow-leader"):
+    if step.fault in ("isolate-leader", "leader-from-followers", "slow-leader", "lossy-leader"):
         description = (await admin.describe_topics([topic])).result(topic)
         leader = description.partitions[0].leader
         if leader is not None:
