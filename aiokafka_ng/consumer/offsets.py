@@ -13,7 +13,8 @@ Retry rules, as the Java client applies them:
   position is taken as valid, as Java does.
 * OffsetFetch/OffsetCommit (route: the group's coordinator): ``NOT_COORDINATOR``/
   ``COORDINATOR_NOT_AVAILABLE`` (and a lost connection) forget the coordinator and look it
-  up again; ``COORDINATOR_LOAD_IN_PROGRESS`` and ``UNSTABLE_OFFSET_COMMIT`` just retry. A
+  up again; ``COORDINATOR_LOAD_IN_PROGRESS`` and ``UNSTABLE_OFFSET_COMMIT`` (a read_committed
+  consumer's fetch asks for stable offsets, KIP-447) just retry. A
   commit refused because the generation moved on (``ILLEGAL_GENERATION``,
   ``UNKNOWN_MEMBER_ID``, ``REBALANCE_IN_PROGRESS``, ``FENCED_INSTANCE_ID``) raises
   :class:`CommitFailedError` at once: retrying cannot help.
@@ -79,6 +80,7 @@ _GENERATION_ERRORS = (
     RebalanceInProgressError,
     FencedInstanceIdError,
 )
+_READ_COMMITTED = 1  # isolation_level as the Fetch request carries it
 _MAX_OFFSET_FETCH_VERSION = 7  # v8+ batches groups; one group per request is all we need
 _MAX_OFFSET_COMMIT_VERSION = 9  # v10 names topics by id
 # v3 added replica_id (a consumer's request); Java validates positions only from v3.
@@ -326,6 +328,10 @@ class OffsetsClient:
             topics=[
                 OffsetFetchRequestTopic(name=t, partition_indexes=p) for t, p in topics.items()
             ],
+            # KIP-447, as Java's: a read_committed consumer is not answered an offset a
+            # transaction has pending (UNSTABLE_OFFSET_COMMIT, retried) -- it would resume
+            # before the offsets that transaction commits and produce its output again.
+            require_stable=self._isolation == _READ_COMMITTED,
         )
 
         def answer(response: OffsetFetchResponse) -> dict[TopicPartition, OffsetAndMetadata | None]:

@@ -1,25 +1,48 @@
 """Network-partition workloads on Apache Kafka (issue 50) and the checker that reads them back.
 
-A run: a topic of 3 partitions, replication factor 3, ``min.insync.replicas=2``, unclean
-leader election off. An idempotent ``acks=all`` producer sends numbered records (record i
-to partition i % 3) at a steady pace, and a consumer group member reads the topic and
-commits what it read, while a seeded :class:`Schedule` applies faults with a
-:class:`~aiokafka_ng.testing.Nemesis` -- each held for a while, then healed, then a pause
-for the cluster to recover. Afterwards a fresh consumer reads every partition from the start
-and :func:`check` reports, per partition and in total: acknowledged, lost (acknowledged and
-not read), duplicated (read twice), reordered (read after a higher number of its partition),
-committed offsets lost (a commit that was acknowledged and is later not the group's
-offset), the time from each heal until every partition acknowledged a record sent after it,
-and the fraction of the sends made during a fault that were acknowledged before it was
-healed. With that configuration Kafka promises that nothing acknowledged is lost.
+A run: a topic of 3 partitions, replication factor 3, in one of two configurations
+(:data:`CONFIGS`): "safe" (``min.insync.replicas=2``, unclean leader election off: Kafka
+promises that nothing acknowledged with acks=all is lost) or "unclean" (Jepsen's:
+``min.insync.replicas=1``, unclean election on, where a loss may be Kafka's). A seeded
+:class:`Schedule` applies faults with a :class:`~aiokafka_ng.testing.Nemesis` -- each held
+for a while, then healed, then a pause for the cluster to recover -- under one of two
+workloads (:data:`WORKLOADS`):
+
+* produce: an idempotent ``acks=all`` producer (ours, Java's or librdkafka's) sends numbered
+  records (record i to partition i % 3) at a steady pace, and beside it committing group
+  members (ours, Java's, librdkafka's; each in a group of its own) read the topic and
+  commit what they read after each poll.
+* txn: our producer writes the input that way, and a consume-transform-produce loop (ours,
+  Java's or librdkafka's: a read_committed group member and a transactional producer that
+  commits the consumed offsets in each transaction) copies each record to an output topic,
+  tagged with the number of the transaction that wrote it; every fifth transaction is
+  aborted on purpose once its records and offsets are sent, and the loop goes back to the
+  group's committed offsets, as after a failure. After the faults the loop runs
+  until its group has committed the whole input.
+
+Afterwards the checker reads everything back and reports: acknowledged, lost (acknowledged
+and not read), duplicated (read twice), reordered (read after a higher number of its
+partition), the time from each heal until every partition acknowledged a record sent after
+it, and the fraction of the sends made during a fault acknowledged before its heal. For txn
+the same over the output read read_committed (lost: an input record below the group's
+committed offset that is not in the output; duplicated: exactly-once violated), plus
+aborted-visible (records of a transaction the loop aborted that a read_committed reader
+sees), ahead (output whose input offset was never committed) and the time from each heal to
+the next committed transaction. Per consumer: commits lost (acknowledged, later not the
+group's offset), records redelivered below an acknowledged commit, records missed (in the
+log below the final commit, never delivered), the truncations it noticed, and the time from
+each heal until it read, in every partition, a record sent after the heal.
 
 Replay: ``python -m tests.kafka.partitions --seed N --steps K`` (as root) starts a cluster of
-its own and prints the report; the same seed gives the same schedule.
+its own and prints the report; the same seed gives the same schedule (``--help``: the
+clients, workloads, configurations and consumers to run).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import itertools
 import json
 import logging
 import random
@@ -58,6 +81,12 @@ FAULTS = (
     "lossy-node",  # 30% of one node's packets dropped
     "slow-node",  # one node's links limited to 256 kbit/s
 )
+#: Faults only ``--faults`` picks (the seeded schedules shuffle FAULTS alone, so a seed's
+#: schedule stays what it was). "slow-leader" or "lossy-leader" then "isolate-leader" is the
+#: unclean configuration's path to loss on these nodes: a slowed or lossy leader's followers
+#: fall behind and leave the ISR (min.insync.replicas=1 lets it acknowledge alone); isolated
+#: next, it leaves only replicas that are behind, and the controller may elect one of them.
+EXTRA_FAULTS = ("slow-leader", "lossy-leader")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +130,54 @@ class Window:
     start: float
     healed: float = 0.0
     recovered_s: float | None = None  # heal -> every partition acknowledged a later send
+    #: Partition 0's leader and ISR as the controller saw them at the end of the fault
+    #: (None: not answered within 2 s): where an unclean election may come from.
+    isr_at_end: tuple[int | None, tuple[int, ...]] | None = None
+
+
+@dataclass
+class Reader:
+    """A group member committing what it read (the produce workload's consumers), as it ran.
+    Each reads the topic in a group of its own; its records are taken as it delivers them."""
+
+    client: str
+    group: str
+    consumed_at: dict[int, float] = field(default_factory=dict)  # seq -> first delivered
+    #: Records delivered again at an offset below a commit already acknowledged for their
+    #: partition: the consumer went back past its own commit.
+    redelivered: list[int] = field(default_factory=list)
+    commits: dict[int, int] = field(default_factory=dict)  # partition -> last acked commit
+    commit_errors: int = 0
+    #: Log truncations the client said it noticed (ours: its KIP-320 warning; the peers'
+    #: are not counted, their logs are not read).
+    truncations: int = 0
+    #: Records delivered at an offset at or below one delivered before in their partition
+    #: that were never delivered before: the client went back and read a rewritten log
+    #: (what any client shows of a truncation it noticed).
+    rewritten: int = 0
+    positions: dict[int, int] = field(default_factory=dict)  # partition -> highest offset
+
+    def delivered(self, seq: int, partition: int, offset: int) -> None:
+        if seq in self.consumed_at:
+            if offset < self.commits.get(partition, -1):
+                self.redelivered.append(seq)
+        else:
+            self.consumed_at[seq] = time.monotonic()
+            if offset <= self.positions.get(partition, -1):
+                self.rewritten += 1
+        self.positions[partition] = max(offset, self.positions.get(partition, -1))
+
+
+@dataclass
+class Transform:
+    """The consume-transform-produce loop as it ran: each transaction's number and outcome
+    ("committed" when the commit returned, "aborted" when the transaction was given up before
+    its commit was asked, "unknown" when the commit was asked and failed), and when each
+    commit returned."""
+
+    outcomes: dict[int, str] = field(default_factory=dict)
+    committed_at: list[float] = field(default_factory=list)
+    restarts: int = 0  # transactional producers replaced after an error their abort failed on
 
 
 @dataclass
@@ -108,14 +185,44 @@ class Run:
     topic: str
     group: str
     schedule: Schedule
+    config: str = "safe"
     sent_at: dict[int, float] = field(default_factory=dict)  # seq -> when sent
     acked_at: dict[int, float] = field(default_factory=dict)  # seq -> when acknowledged
     failed: dict[int, str] = field(default_factory=dict)  # seq -> error
     windows: list[Window] = field(default_factory=list)
-    commits: dict[int, int] = field(default_factory=dict)  # partition -> last acked commit
-    commit_errors: int = 0
+    readers: list[Reader] = field(default_factory=list)
+    transform: Transform | None = None
     #: Set once 50 records are acknowledged: the workload flows, faults may begin.
     flowing: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def output(self) -> str:
+        return f"{self.topic}-out"
+
+
+@dataclass
+class ReaderReport:
+    client: str
+    consumed: int
+    committed_lost: dict[int, tuple[int, int | None]]  # partition -> (committed, now)
+    redelivered: list[int]
+    commit_errors: int
+    truncations: int
+    rewritten: int
+    #: Records in the final log below the group's final commit this client never
+    #: delivered: it moved past them (skipped what a truncation put under its position).
+    missed: list[int]
+    recover_s: list[float | None]
+
+    def row(self) -> str:
+        recover = ", ".join("-" if r is None else f"{r:.1f}" for r in self.recover_s)
+        return (
+            f"  consumer {self.client} | consumed {self.consumed} | commits lost "
+            f"{len(self.committed_lost)} | redelivered past a commit {len(self.redelivered)} | "
+            f"missed {len(self.missed)} | commit errors {self.commit_errors} | truncations "
+            f"noticed {self.truncations} | rewritten log read {self.rewritten} | recover s "
+            f"[{recover}]"
+        )
 
 
 @dataclass
@@ -132,59 +239,162 @@ class Report:
     committed_lost: dict[int, tuple[int, int | None]]  # partition -> (committed, now)
     recover_s: list[float | None]
     acked_during_faults: float
+    workload: str = "produce"
+    config: str = "safe"
+    #: txn: records of transactions this client aborted that a read_committed reader saw.
+    aborted_visible: list[str] = field(default_factory=list)
+    #: txn: output records whose input offset the group has not committed.
+    ahead: list[int] = field(default_factory=list)
+    transactions: dict[str, int] = field(default_factory=dict)  # outcome -> count
+    readers: list[ReaderReport] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.reordered or self.committed_lost)
+        return not (
+            self.lost
+            or self.duplicated
+            or self.reordered
+            or self.committed_lost
+            or self.aborted_visible
+            or self.ahead
+            or any(r.committed_lost or r.redelivered or r.missed for r in self.readers)
+        )
+
+    @property
+    def truncations(self) -> int:
+        return sum(r.truncations for r in self.readers)
 
     def row(self) -> str:
         recover = ", ".join("-" if r is None else f"{r:.1f}" for r in self.recover_s)
-        return (
-            f"{self.client} | seed {self.seed} | {' '.join(self.steps)} | sent {self.sent} | acked "
-            f"{self.acknowledged} | failed {self.failed} | lost {len(self.lost)} | dup "
-            f"{len(self.duplicated)} | reordered {len(self.reordered)} | commits lost "
-            f"{len(self.committed_lost)} | recover s [{recover}] | acked during faults "
-            f"{self.acked_during_faults:.0%}"
+        line = (
+            f"{self.workload} {self.config} {self.client} | seed {self.seed} | "
+            f"{' '.join(self.steps)} | sent {self.sent} | acked {self.acknowledged} | failed "
+            f"{self.failed} | lost {len(self.lost)} | dup {len(self.duplicated)} | reordered "
+            f"{len(self.reordered)} | commits lost {len(self.committed_lost)} | recover s "
+            f"[{recover}] | acked during faults {self.acked_during_faults:.0%}"
         )
+        if self.workload == "txn":
+            outcomes = " ".join(f"{k} {v}" for k, v in sorted(self.transactions.items()))
+            line += (
+                f" | aborted visible {len(self.aborted_visible)} | ahead {len(self.ahead)} | "
+                f"txns: {outcomes}"
+            )
+        return "\n".join([line, *(r.row() for r in self.readers)])
 
 
 def _partition_of(seq: int) -> int:
     return seq % PARTITIONS
 
 
-#: The producers a schedule can run: ours, the Java client (kafka-clients, through
-#: tests/kafka/java/Interop.java's "stream" op) and librdkafka (confluent-kafka).
+#: The clients a schedule can run: ours, the Java client (kafka-clients, through
+#: tests/kafka/java/Interop.java) and librdkafka (confluent-kafka).
 CLIENTS = ("aiokafka-ng", "java", "confluent-kafka")
+#: "produce": the client's idempotent producer, and the committing consumers beside it.
+#: "txn": our idempotent producer writes the input; the client's consume-transform-produce
+#: loop (read_committed group member + transactional producer) copies it to the output.
+WORKLOADS = ("produce", "txn")
+#: Topic settings. "safe": what Kafka promises to lose nothing acknowledged with acks=all.
+#: "unclean": Jepsen's, where Kafka may lose acknowledged records -- the leader may shrink the
+#: ISR to itself and acknowledge alone, and a replica that is behind may then be elected; what
+#: a client must do there is notice the truncation, not hide it.
+CONFIGS: dict[str, dict[str, str]] = {
+    "safe": {"unclean.leader.election.enable": "false", "min.insync.replicas": "2"},
+    "unclean": {"unclean.leader.election.enable": "true", "min.insync.replicas": "1"},
+}
+
+
+class _TruncationCounter(logging.Handler):
+    """Counts our consumer's KIP-320 warnings ("log truncation detected"), per consumer
+    group: the only trace of a truncation a consumer with a reset policy leaves."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("log truncation detected"):
+            self.count += 1
 
 
 async def run(
-    cluster: KafkaCluster, nemesis: Nemesis, schedule: Schedule, client: str = "aiokafka-ng"
+    cluster: KafkaCluster,
+    nemesis: Nemesis,
+    schedule: Schedule,
+    client: str = "aiokafka-ng",
+    *,
+    workload: str = "produce",
+    config: str = "safe",
+    consumers: tuple[str, ...] = ("aiokafka-ng",),
 ) -> Report:
-    """One run of ``schedule`` on a fresh topic with ``client``'s producer (see the module
-    docstring); the committing group member is ours in every run."""
+    """One run of ``schedule`` on fresh topics with ``client`` (see the module docstring).
+    produce: ``client``'s producer, and each of ``consumers`` committing in its own group.
+    txn: our producer writes the input, ``client`` transforms it."""
     name = f"part-{schedule.seed}-{time.monotonic_ns() % 10**9}"
     async with AdminClient(
         bootstrap_servers=cluster.bootstrap_servers, default_api_timeout_ms=30000
     ) as admin:
-        (await admin.create_topics([NewTopic(name, PARTITIONS, 3)])).raise_on_error()
-        state = Run(topic=name, group=f"{name}-g", schedule=schedule)
-        done = anyio.Event()
+        topics = [name] if workload == "produce" else [name, f"{name}-out"]
+        new = [NewTopic(t, PARTITIONS, 3, topic_configs=CONFIGS[config]) for t in topics]
+        (await admin.create_topics(new)).raise_on_error()
+        state = Run(topic=name, group=f"{name}-g", schedule=schedule, config=config)
+        done = anyio.Event()  # faults over: the producer stops
+        drained = anyio.Event()  # txn: the transform committed the whole input
         async with anyio.create_task_group() as tg:
             producers = {
                 "aiokafka-ng": _produce,
                 "java": _produce_java,
                 "confluent-kafka": _produce_confluent,
             }
-            tg.start_soon(producers[client], cluster, state, done)
-            tg.start_soon(_consume_and_commit, cluster, state, done)
+            if workload == "produce":
+                tg.start_soon(producers[client], cluster, state, done)
+                for who in consumers:
+                    reader = Reader(who, f"{name}-g-{who}")
+                    state.readers.append(reader)
+                    readers = {
+                        "aiokafka-ng": _consume_and_commit,
+                        "java": _consume_java,
+                        "confluent-kafka": _consume_confluent,
+                    }
+                    tg.start_soon(readers[who], cluster, state, reader, done)
+            else:
+                state.transform = Transform()
+                tg.start_soon(_produce, cluster, state, done)
+                transforms = {
+                    "aiokafka-ng": _transform,
+                    "java": _transform_java,
+                    "confluent-kafka": _transform_confluent,
+                }
+                tg.start_soon(transforms[client], cluster, state, drained)
             try:
                 await _apply_schedule(admin, cluster, nemesis, state)
             finally:
                 nemesis.reset()
                 done.set()
+                if workload == "txn":
+                    await _drain(cluster, state)
+                drained.set()
         report = await check(cluster, state)
         report.client = client
+        report.workload = workload
         return report
+
+
+async def _drain(cluster: KafkaCluster, state: Run) -> None:
+    """After the faults: until the transform's group has committed the input's end (or 120 s
+    passed; what is left then shows as not processed, never as lost)."""
+    tps = [TopicPartition(state.topic, p) for p in range(PARTITIONS)]
+    with anyio.move_on_after(120):
+        async with Consumer(
+            bootstrap_servers=cluster.bootstrap_servers, group_id=state.group
+        ) as view:
+            while True:
+                ends = await view.end_offsets(tps)
+                committed = [await view.committed(tp) for tp in tps]
+                if all(
+                    c is not None and c >= ends[tp] for tp, c in zip(tps, committed, strict=True)
+                ):
+                    return
+                await anyio.sleep(0.5)  # a poll of the group's offsets, not a synchronisation
 
 
 async def _apply_schedule(
@@ -198,12 +408,25 @@ async def _apply_schedule(
         _log.warning("fault %s on node %d", step.fault, target)
         state.windows.append(window)
         await anyio.sleep(step.hold)
+        window.isr_at_end = await _partition_zero(admin, state.topic)
         nemesis.reset()
         window.healed = time.monotonic()
         _log.warning("healed")
         await anyio.sleep(step.recover)
     # The last window's recovery is seen by the time the producer has sent for a while.
     await anyio.sleep(2.0)
+
+
+async def _partition_zero(
+    admin: AdminClient, topic: str
+) -> tuple[int | None, tuple[int, ...]] | None:
+    with anyio.move_on_after(2):
+        try:
+            p = (await admin.describe_topics([topic])).result(topic).partitions[0]
+        except Exception:  # a diagnostic: a fault may keep every node from answering
+            return None
+        return (None if p.leader is None else p.leader.node_id), tuple(n.node_id for n in p.isr)
+    return None
 
 
 def _fault(nemesis: Nemesis, fault: str, target: int) -> None:
@@ -213,9 +436,9 @@ def _fault(nemesis: Nemesis, fault: str, target: int) -> None:
         nemesis.isolate_from_nodes(target)
     elif fault == "clients-from-node":
         nemesis.cut_clients(target)
-    elif fault == "lossy-node":
+    elif fault in ("lossy-node", "lossy-leader"):
         nemesis.lossy(target, 0.3)
-    elif fault == "slow-node":
+    elif fault in ("slow-node", "slow-leader"):
         nemesis.slow(target, "256kbit")
     else:
         raise ValueError(f"unknown fault {fault!r}")
@@ -223,7 +446,7 @@ def _fault(nemesis: Nemesis, fault: str, target: int) -> None:
 
 async def _target(admin: AdminClient, cluster: KafkaCluster, topic: str, step: Step) -> int:
     """The node a step acts on, read from the healthy cluster just before the fault."""
-    if step.fault in ("isolate-leader", "leader-from-followers"):
+    if step.fault in ("isolate-leader", "leader-from-followers", "slow-leader", "lossy-leader"):
         description = (await admin.describe_topics([topic])).result(topic)
         leader = description.partitions[0].leader
         if leader is not None:
@@ -273,54 +496,6 @@ def _acked(state: Run, seq: int) -> None:
 
 
 _INTEROP = Path(__file__).parent / "java" / "Interop.java"
-
-
-async def _produce_java(cluster: KafkaCluster, state: Run, done: anyio.Event) -> None:
-    """The Java producer, same settings, in a JVM of its own: each line it prints is taken
-    as it comes, so "sent" and "ack" times are this process's clock (plus a pipe's delay)."""
-    spec = {
-        "bootstrap": cluster.bootstrap_servers,
-        "ops": [
-            {
-                "op": "stream",
-                "topic": state.topic,
-                "partitions": PARTITIONS,
-                "interval_ms": int(SEND_INTERVAL * 1000),
-            }
-        ],
-    }
-    command = [cluster.java, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-               "-cp", f"{cluster.libs}/*", str(_INTEROP)]  # fmt: skip
-    async with await anyio.open_process(command, stderr=None) as process:
-        assert process.stdin is not None and process.stdout is not None
-        await process.stdin.send(json.dumps(spec).encode() + b"\n")
-
-        async def stop() -> None:
-            await done.wait()
-            assert process.stdin is not None
-            await process.stdin.send(b"stop\n")
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stop)
-            buffer = b""
-            finished = False
-            while not finished:
-                buffer += await process.stdout.receive()
-                *lines, buffer = buffer.split(b"\n")
-                now = time.monotonic()
-                for raw in lines:
-                    if not raw.startswith(b"{"):
-                        continue  # a log line of the JVM's
-                    line = json.loads(raw)
-                    if line["op"] == "sent":
-                        state.sent_at[line["seq"]] = now
-                    elif line["op"] == "ack":
-                        _acked(state, line["seq"])
-                    elif line["op"] == "fail":
-                        state.failed[line["seq"]] = line["error"]
-                    elif line["op"] == "streamed":
-                        finished = True
-        await process.wait()
 
 
 async def _produce_confluent(cluster: KafkaCluster, state: Run, done: anyio.Event) -> None:
@@ -378,46 +553,432 @@ async def _produce_confluent(cluster: KafkaCluster, state: Run, done: anyio.Even
         await anyio.to_thread.run_sync(produce)
 
 
-async def _consume_and_commit(cluster: KafkaCluster, state: Run, done: anyio.Event) -> None:
+async def _java(
+    cluster: KafkaCluster, op: dict[str, Any], stop: anyio.Event, on_line: Callable[[Any], None]
+) -> None:
+    """One op of tests/kafka/java/Interop.java in a JVM of its own, told to stop (a stdin
+    line) once ``stop`` is set; each JSON line it prints goes to ``on_line`` as it comes (so
+    times are this process's clock, plus a pipe's delay) until its last ("streamed"/"left")."""
+    spec = {"bootstrap": cluster.bootstrap_servers, "ops": [op]}
+    command = [cluster.java, "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               "-cp", f"{cluster.libs}/*", str(_INTEROP)]  # fmt: skip
+    async with await anyio.open_process(command, stderr=None) as process:
+        assert process.stdin is not None and process.stdout is not None
+        await process.stdin.send(json.dumps(spec).encode() + b"\n")
+
+        async def stopper() -> None:
+            await stop.wait()
+            assert process.stdin is not None
+            await process.stdin.send(b"stop\n")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stopper)
+            buffer = b""
+            finished = False
+            while not finished:
+                buffer += await process.stdout.receive()
+                *lines, buffer = buffer.split(b"\n")
+                for raw in lines:
+                    if not raw.startswith(b"{"):
+                        continue  # a log line of the JVM's
+                    line = json.loads(raw)
+                    on_line(line)
+                    finished = finished or line["op"] in ("streamed", "left")
+        await process.wait()
+
+
+async def _produce_java(cluster: KafkaCluster, state: Run, done: anyio.Event) -> None:
+    """The Java producer, same settings ("stream" op)."""
+
+    def on_line(line: Any) -> None:
+        if line["op"] == "sent":
+            state.sent_at[line["seq"]] = time.monotonic()
+        elif line["op"] == "ack":
+            _acked(state, line["seq"])
+        elif line["op"] == "fail":
+            state.failed[line["seq"]] = line["error"]
+
+    op = {"op": "stream", "topic": state.topic, "partitions": PARTITIONS,
+          "interval_ms": int(SEND_INTERVAL * 1000)}  # fmt: skip
+    await _java(cluster, op, done, on_line)
+
+
+async def _consume_and_commit(
+    cluster: KafkaCluster, state: Run, reader: Reader, done: anyio.Event
+) -> None:
+    counter = _TruncationCounter()
+    logging.getLogger("aiokafka_ng").addHandler(counter)
+    try:
+        async with Consumer(
+            state.topic,
+            bootstrap_servers=cluster.bootstrap_servers,
+            group_id=reader.group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=10000,
+            request_timeout_ms=5000,
+        ) as consumer:
+            while not done.is_set():
+                batch = await consumer.getmany(timeout_ms=200)
+                if not batch:
+                    continue
+                for tp, records in batch.items():
+                    for r in records:
+                        assert r.value is not None
+                        reader.delivered(int(r.value), tp.partition, r.offset)
+                offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
+                try:
+                    await consumer.commit(offsets)
+                except Exception:  # a commit refused during a fault: not acknowledged
+                    reader.commit_errors += 1
+                else:
+                    for tp, offset in offsets.items():
+                        reader.commits[tp.partition] = offset
+    finally:
+        logging.getLogger("aiokafka_ng").removeHandler(counter)
+        reader.truncations = counter.count
+
+
+async def _consume_java(
+    cluster: KafkaCluster, state: Run, reader: Reader, done: anyio.Event
+) -> None:
+    """KafkaConsumer in a classic group, committing each poll's offsets synchronously (the
+    "group" op with "tolerate_errors": a failed commit is reported, the loop goes on)."""
+
+    def on_line(line: Any) -> None:
+        if line["op"] == "record":
+            seq = int(base64.b64decode(line["value"]))
+            reader.delivered(seq, line["partition"], line["offset"])
+        elif line["op"] == "committed":
+            for partition, offset in line["offsets"]:
+                reader.commits[partition] = offset
+        elif line["op"] == "commit_failed":
+            reader.commit_errors += 1
+
+    op = {"op": "group", "topic": state.topic, "group_id": reader.group,
+          "isolation": "read_uncommitted", "tolerate_errors": True}  # fmt: skip
+    await _java(cluster, op, done, on_line)
+
+
+async def _consume_confluent(
+    cluster: KafkaCluster, state: Run, reader: Reader, done: anyio.Event
+) -> None:
+    """librdkafka's consumer in a classic group, committing each poll's offsets
+    synchronously, in a worker thread (dict writes only, which the GIL keeps whole)."""
+    import threading
+
+    import confluent_kafka
+
+    stop = threading.Event()
+
+    def consume() -> None:
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "group.id": reader.group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "session.timeout.ms": 10000,
+            }
+        )
+        consumer.subscribe([state.topic])
+        try:
+            while not stop.is_set():
+                messages = consumer.consume(500, timeout=0.2)
+                offsets: dict[int, int] = {}
+                for m in messages:
+                    if m.error() is not None:
+                        continue  # an event (partition EOF, a transient error), not a record
+                    reader.delivered(int(m.value()), m.partition(), m.offset())
+                    offsets[m.partition()] = m.offset() + 1
+                if not offsets:
+                    continue
+                tps = [
+                    confluent_kafka.TopicPartition(state.topic, p, o) for p, o in offsets.items()
+                ]
+                try:
+                    answer = consumer.commit(offsets=tps, asynchronous=False)
+                except confluent_kafka.KafkaException:
+                    reader.commit_errors += 1
+                    continue
+                for tp in answer or []:
+                    if tp.error is None:
+                        reader.commits[tp.partition] = tp.offset
+                    else:
+                        reader.commit_errors += 1
+        finally:
+            consumer.close()
+
+    async def stopper() -> None:
+        await done.wait()
+        stop.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stopper)
+        await anyio.to_thread.run_sync(consume)
+
+
+#: Every so many transactions the loops abort on purpose, after the records and the offsets
+#: were sent: so that aborted-but-visible is checked even when no fault makes one fail.
+ABORT_EVERY = 5
+
+
+class _AbortOnPurpose(Exception):
+    """A transform's transaction aborted on purpose (:data:`ABORT_EVERY`)."""
+
+
+def _out_value(value: bytes | None, n: int) -> bytes:
+    """An output record: the input's sequence number and the transaction that wrote it."""
+    assert value is not None
+    return value + b":%d" % n
+
+
+async def _transform(cluster: KafkaCluster, state: Run, drained: anyio.Event) -> None:
+    """Our consume-transform-produce loop: a read_committed group member and a
+    transactional producer; each getmany's records go to the output (same partition) in one
+    transaction with their offsets. On an error the transaction is aborted (or, if the abort
+    fails too, the producer replaced: the next one's init fences and aborts it) and the
+    consumer goes back to the group's committed offsets."""
+    txn = state.transform
+    assert txn is not None
     async with Consumer(
         state.topic,
         bootstrap_servers=cluster.bootstrap_servers,
         group_id=state.group,
+        isolation_level="read_committed",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         session_timeout_ms=10000,
         request_timeout_ms=5000,
     ) as consumer:
-        while not done.is_set():
-            batch = await consumer.getmany(timeout_ms=200)
-            if not batch:
-                continue
-            offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
-            try:
-                await consumer.commit(offsets)
-            except Exception:  # a commit refused during a fault: not acknowledged
-                state.commit_errors += 1
-            else:
-                for tp, offset in offsets.items():
-                    state.commits[tp.partition] = offset
+        producer: Producer | None = None
+        n = 0
+        try:
+            while not drained.is_set():
+                if producer is None:
+                    producer = Producer(
+                        bootstrap_servers=cluster.bootstrap_servers,
+                        transactional_id=f"{state.topic}-tx",
+                        request_timeout_ms=5000,
+                        delivery_timeout_ms=30000,
+                        linger_ms=5,
+                    )
+                    try:
+                        with anyio.fail_after(30):
+                            await producer.start()
+                    except Exception:
+                        await _close_quietly(producer)
+                        producer = None
+                        await anyio.sleep(0.5)  # a retry's pace, not a synchronisation
+                        continue
+                batch = await consumer.getmany(timeout_ms=200)
+                if not batch:
+                    continue
+                n += 1
+                committing = False
+                try:
+                    with anyio.fail_after(60):
+                        producer.begin_transaction()
+                        for tp, records in batch.items():
+                            for r in records:
+                                await producer.send(
+                                    state.output, _out_value(r.value, n), partition=tp.partition
+                                )
+                        offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
+                        await producer.send_offsets_to_transaction(
+                            offsets, consumer.group_metadata()
+                        )
+                        if n % ABORT_EVERY == 0:
+                            raise _AbortOnPurpose
+                        committing = True
+                        await producer.commit_transaction()
+                    txn.outcomes[n] = "committed"
+                    txn.committed_at.append(time.monotonic())
+                    continue
+                except Exception as exc:
+                    txn.outcomes[n] = "unknown" if committing else "aborted"
+                    _log.info("transaction %d: %r", n, exc)
+                try:
+                    with anyio.fail_after(30):
+                        await producer.abort_transaction()
+                except Exception:
+                    await _close_quietly(producer)
+                    producer = None
+                    txn.restarts += 1
+                await _rewind(consumer)
+        finally:
+            if producer is not None:
+                await _close_quietly(producer)
 
 
-async def check(cluster: KafkaCluster, state: Run) -> Report:
-    """Read the topic back and compare it with what the producer and the group were told."""
-    read: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-    tps = [TopicPartition(state.topic, p) for p in range(PARTITIONS)]
+async def _close_quietly(producer: Producer) -> None:
+    with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+        try:
+            await producer.close(timeout=5)
+        except Exception as exc:  # closing a producer an error left behind
+            _log.info("close: %r", exc)
+
+
+async def _rewind(consumer: Consumer) -> None:
+    """Back to the group's committed offsets (retried while the coordinator is away)."""
+    while True:
+        try:
+            with anyio.fail_after(30):
+                for tp in consumer.assignment():
+                    committed = await consumer.committed(tp)
+                    consumer.seek(tp, 0 if committed is None else committed)
+            return
+        except Exception as exc:
+            _log.info("rewind: %r", exc)
+            await anyio.sleep(0.5)  # a retry's pace, not a synchronisation
+
+
+async def _transform_java(cluster: KafkaCluster, state: Run, drained: anyio.Event) -> None:
+    """The same loop in Java ("transform" op of Interop.java)."""
+    txn = state.transform
+    assert txn is not None
+
+    def on_line(line: Any) -> None:
+        if line["op"] == "txn":
+            txn.outcomes[line["n"]] = line["outcome"]
+            if line["outcome"] == "committed":
+                txn.committed_at.append(time.monotonic())
+            if line.get("restarted"):
+                txn.restarts += 1
+
+    op = {"op": "transform", "input": state.topic, "output": state.output,
+          "group_id": state.group, "transactional_id": f"{state.topic}-tx",
+          "abort_every": ABORT_EVERY}  # fmt: skip
+    await _java(cluster, op, drained, on_line)
+
+
+async def _transform_confluent(cluster: KafkaCluster, state: Run, drained: anyio.Event) -> None:
+    """The same loop with librdkafka, in a worker thread."""
+    import threading
+
+    import confluent_kafka
+
+    txn = state.transform
+    assert txn is not None
+    stop = threading.Event()
+
+    def new_producer() -> Any:
+        producer = confluent_kafka.Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "transactional.id": f"{state.topic}-tx",
+                "linger.ms": 5,
+                "request.timeout.ms": 5000,
+                "delivery.timeout.ms": 30000,
+            }
+        )
+        producer.init_transactions(30)
+        return producer
+
+    def transform() -> None:
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "group.id": state.group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "session.timeout.ms": 10000,
+            }
+        )
+        consumer.subscribe([state.topic])
+        producer = None
+        n = 0
+        try:
+            while not stop.is_set():
+                if producer is None:
+                    try:
+                        producer = new_producer()
+                    except confluent_kafka.KafkaException:
+                        continue
+                messages = [m for m in consumer.consume(500, timeout=0.2) if m.error() is None]
+                if not messages:
+                    continue
+                n += 1
+                committing = False
+                try:
+                    producer.begin_transaction()
+                    offsets: dict[int, int] = {}
+                    for m in messages:
+                        producer.produce(state.output, _out_value(m.value(), n),
+                                         partition=m.partition())  # fmt: skip
+                        offsets[m.partition()] = m.offset() + 1
+                    tps = [confluent_kafka.TopicPartition(state.topic, p, o)
+                           for p, o in offsets.items()]  # fmt: skip
+                    producer.send_offsets_to_transaction(
+                        tps, consumer.consumer_group_metadata(), 30
+                    )
+                    if n % ABORT_EVERY == 0:
+                        raise _AbortOnPurpose
+                    committing = True
+                    producer.commit_transaction(60)
+                    txn.outcomes[n] = "committed"
+                    txn.committed_at.append(time.monotonic())
+                    continue
+                except (confluent_kafka.KafkaException, _AbortOnPurpose) as exc:
+                    txn.outcomes[n] = "unknown" if committing else "aborted"
+                    _log.info("transaction %d: %r", n, exc)
+                try:
+                    producer.abort_transaction(30)
+                except confluent_kafka.KafkaException:
+                    producer = None  # the next one's init fences and aborts the transaction
+                    txn.restarts += 1
+                while not stop.is_set():  # back to the group's committed offsets
+                    try:
+                        committed = consumer.committed(consumer.assignment(), timeout=30)
+                    except confluent_kafka.KafkaException:
+                        continue
+                    for tp in committed:
+                        tp.offset = max(tp.offset, 0)  # nothing committed: from the start
+                        try:
+                            consumer.seek(tp)
+                        except confluent_kafka.KafkaException:
+                            pass  # not fetching it yet: it starts from the committed offset
+                    break
+        finally:
+            consumer.close()
+
+    async def stopper() -> None:
+        await drained.wait()
+        stop.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stopper)
+        await anyio.to_thread.run_sync(transform)
+
+
+async def _read_all(
+    cluster: KafkaCluster, topic: str, isolation_level: str = "read_uncommitted"
+) -> dict[int, list[tuple[int, bytes]]]:
+    """Every record of ``topic`` from the start: partition -> [(offset, value)]."""
+    read: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     async with Consumer(
-        bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest"
+        bootstrap_servers=cluster.bootstrap_servers,
+        auto_offset_reset="earliest",
+        isolation_level=isolation_level,
     ) as reader:
         reader.assign(tps)
         ends = await reader.end_offsets(tps)
         while [tp for tp in tps if await reader.position(tp) < ends[tp]]:
             for tp, records in (await reader.getmany(timeout_ms=500)).items():
-                read[tp.partition].extend(int(r.value) for r in records if r.value is not None)
-    async with Consumer(
-        bootstrap_servers=cluster.bootstrap_servers, group_id=state.group
-    ) as group_view:
-        committed_now = {p: await group_view.committed(tps[p]) for p in range(PARTITIONS)}
+                read[tp.partition].extend((r.offset, r.value) for r in records if r.value)
+    return read
+
+
+async def _committed(cluster: KafkaCluster, group: str, topic: str) -> dict[int, int | None]:
+    async with Consumer(bootstrap_servers=cluster.bootstrap_servers, group_id=group) as view:
+        return {p: await view.committed(TopicPartition(topic, p)) for p in range(PARTITIONS)}
+
+
+def _order(read: dict[int, list[int]]) -> tuple[dict[int, int], list[int], list[int]]:
+    """seq -> times read, the duplicated and the reordered (read after a higher number of
+    its partition)."""
     seen: dict[int, int] = {}
     duplicated, reordered = [], []
     for records in read.values():
@@ -429,12 +990,15 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
             if seq < highest and seen[seq] == 1:
                 reordered.append(seq)
             highest = max(highest, seq)
+    return seen, duplicated, reordered
+
+
+async def check(cluster: KafkaCluster, state: Run) -> Report:
+    """Read the topics back and compare them with what the clients were told."""
+    log = await _read_all(cluster, state.topic)
+    read = {p: [int(v) for _, v in records] for p, records in log.items()}
+    seen, duplicated, reordered = _order(read)
     lost = sorted(seq for seq in state.acked_at if seq not in seen)
-    committed_lost = {
-        p: (offset, committed_now[p])
-        for p, offset in state.commits.items()
-        if committed_now[p] is None or committed_now[p] < offset  # type: ignore[operator]
-    }
     _recovery(state)
     during = [
         seq
@@ -448,20 +1012,126 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
         and any(w.start <= state.sent_at[seq] < w.healed and state.acked_at[seq] < w.healed
                 for w in state.windows)
     )  # fmt: skip
-    return Report(
+    report = Report(
         seed=state.schedule.seed,
         client="aiokafka-ng",
-        steps=[f"{w.step.fault}@{w.target}" for w in state.windows],
+        steps=[f"{w.step.fault}@{w.target}{_isr_label(w)}" for w in state.windows],
         sent=len(state.sent_at),
         acknowledged=len(state.acked_at),
         failed=len(state.failed),
         lost=lost,
         duplicated=duplicated,
         reordered=reordered,
-        committed_lost=committed_lost,
+        committed_lost={},
         recover_s=[w.recovered_s for w in state.windows],
         acked_during_faults=acked_in_window / len(during) if during else 1.0,
+        config=state.config,
     )
+    for reader in state.readers:
+        report.readers.append(await _check_reader(cluster, state, reader, log))
+    if state.transform is not None:
+        await _check_transform(cluster, state, state.transform, log, report)
+    # The first reader's commits stand for "commits lost" in the producer's row (as before
+    # the readers were peers: ours).
+    if report.readers:
+        report.committed_lost = report.readers[0].committed_lost
+    return report
+
+
+async def _check_reader(
+    cluster: KafkaCluster, state: Run, reader: Reader, log: dict[int, list[tuple[int, bytes]]]
+) -> ReaderReport:
+    committed_now = await _committed(cluster, reader.group, state.topic)
+    missed = sorted(
+        int(value)
+        for p, records in log.items()
+        for offset, value in records
+        if offset < (committed_now[p] or 0) and int(value) not in reader.consumed_at
+    )
+    committed_lost = {
+        p: (offset, committed_now[p])
+        for p, offset in reader.commits.items()
+        if committed_now[p] is None or committed_now[p] < offset  # type: ignore[operator]
+    }
+    recover: list[float | None] = []
+    for window in state.windows:
+        # From the heal until the consumer read, in every partition, a record sent after it.
+        firsts = []
+        for p in range(PARTITIONS):
+            after = [
+                at
+                for seq, at in reader.consumed_at.items()
+                if _partition_of(seq) == p and state.sent_at.get(seq, 0.0) >= window.healed
+            ]
+            firsts.append(min(after) if after else None)
+        recover.append(
+            None if None in firsts else max(f for f in firsts if f is not None) - window.healed
+        )
+    return ReaderReport(
+        client=reader.client,
+        consumed=len(reader.consumed_at),
+        committed_lost=committed_lost,
+        redelivered=reader.redelivered,
+        commit_errors=reader.commit_errors,
+        truncations=reader.truncations,
+        rewritten=reader.rewritten,
+        missed=missed,
+        recover_s=recover,
+    )
+
+
+async def _check_transform(
+    cluster: KafkaCluster,
+    state: Run,
+    txn: Transform,
+    log: dict[int, list[tuple[int, bytes]]],
+    report: Report,
+) -> None:
+    """The output (read_committed) against the input and the group's committed offsets:
+    every input record below the committed offset once in the output (lost, duplicated),
+    in its partition's order (reordered), none from an aborted transaction
+    (aborted_visible), none whose offset is not committed (ahead). ``lost`` then also holds
+    acknowledged input records missing from the input (the producer's, as in produce)."""
+    committed = await _committed(cluster, state.group, state.topic)
+    output = await _read_all(cluster, state.output, "read_committed")
+    out_seqs: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    aborted_visible = []
+    for p, records in output.items():
+        for _, value in records:
+            seq, n = (int(x) for x in value.split(b":"))
+            out_seqs[p].append(seq)
+            if txn.outcomes.get(n) == "aborted":
+                aborted_visible.append(value.decode())
+    seen, duplicated, reordered = _order(out_seqs)
+    offset_of = {int(v): (p, o) for p, records in log.items() for o, v in records}
+    processed = {
+        seq
+        for seq, (p, o) in offset_of.items()
+        if committed[p] is not None and o < committed[p]  # type: ignore[operator]
+    }
+    report.lost = sorted(set(report.lost) | {seq for seq in processed if seq not in seen})
+    report.duplicated = duplicated
+    report.reordered = reordered
+    report.aborted_visible = aborted_visible
+    report.ahead = sorted(seq for seq in seen if seq not in processed)
+    report.acknowledged = len(processed)
+    report.transactions = {
+        o: sum(1 for x in txn.outcomes.values() if x == o) for o in set(txn.outcomes.values())
+    }
+    report.transactions["restarts"] = txn.restarts
+    # Recovery: from each heal to the first transaction committed after it.
+    report.recover_s = [
+        min((t - w.healed for t in txn.committed_at if t >= w.healed), default=None)
+        for w in state.windows
+    ]
+
+
+def _isr_label(window: Window) -> str:
+    """ "(leader 2 isr 2,3)": partition 0 at the end of the fault, "(?)" when not known."""
+    if window.isr_at_end is None:
+        return "(?)"
+    leader, isr = window.isr_at_end
+    return f"(leader {leader} isr {','.join(map(str, isr))})"
 
 
 def _recovery(state: Run) -> None:
@@ -489,15 +1159,7 @@ def new_cluster() -> KafkaCluster:
     )
 
 
-async def _main(
-    seed: int,
-    runs: int,
-    steps: int,
-    hold: float,
-    recover: float,
-    clients: list[str],
-    faults: list[str] | None,
-) -> int:
+async def _main(args: argparse.Namespace) -> int:
     reason = Nemesis.unavailable()
     if reason is not None:
         print(f"cannot run: {reason}")
@@ -505,27 +1167,40 @@ async def _main(
     failed = 0
     async with new_cluster() as cluster:
         with Nemesis(cluster) as nemesis:
-            for run_seed in range(seed, seed + runs):
-                for client in clients:
-                    schedule = Schedule.seeded(run_seed, steps, hold, recover)
-                    if faults:  # the seed still picks the node of "one node" faults
+            for run_seed in range(args.seed, args.seed + args.runs):
+                for config, workload, client in itertools.product(
+                    args.configs, args.workloads, args.clients
+                ):
+                    schedule = Schedule.seeded(run_seed, args.steps, args.hold, args.recover)
+                    if args.faults:  # the seed still picks the node of "one node" faults
                         schedule = Schedule(run_seed, tuple(
-                            replace(step, fault=faults[i % len(faults)])
+                            replace(step, fault=args.faults[i % len(args.faults)])
                             for i, step in enumerate(schedule.steps)
                         ))  # fmt: skip
-                    report = await run(cluster, nemesis, schedule, client)
+                    # The consumers run beside our producer's runs only (one set per seed).
+                    consumers = tuple(args.consumers) if client == "aiokafka-ng" else ()
+                    report = await run(cluster, nemesis, schedule, client, workload=workload,
+                                       config=config, consumers=consumers)  # fmt: skip
                     print(report.row(), flush=True)
                     if report.ok:
                         continue
                     failed += 1
                     found = {"lost": report.lost[:20], "duplicated": report.duplicated[:20],
                              "reordered": report.reordered[:20],
-                             "committed_lost": report.committed_lost}  # fmt: skip
+                             "committed_lost": report.committed_lost,
+                             "aborted_visible": report.aborted_visible[:20],
+                             "ahead": report.ahead[:20],
+                             "readers": {r.client: {"committed_lost": r.committed_lost,
+                                                    "redelivered": r.redelivered[:20],
+                                                    "missed": r.missed[:20]}
+                                         for r in report.readers}}  # fmt: skip
                     print(json.dumps(found))
                     print(f"replay: python -m tests.kafka.partitions --seed {run_seed} --runs 1 "
-                          f"--steps {steps} --hold {hold} --recover {recover} "
-                          f"--clients {client}"
-                          + (f" --faults {' '.join(faults)}" if faults else ""))  # fmt: skip
+                          f"--steps {args.steps} --hold {args.hold} --recover {args.recover} "
+                          f"--clients {client} --workloads {workload} --configs {config} "
+                          f"--consumers {' '.join(consumers) or 'none'}"
+                          + (f" --faults {' '.join(args.faults)}" if args.faults else "")
+                          )  # fmt: skip
     return 1 if failed else 0
 
 
@@ -536,17 +1211,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=len(FAULTS))
     parser.add_argument("--hold", type=float, default=8.0)
     parser.add_argument("--recover", type=float, default=6.0)
-    parser.add_argument("--clients", nargs="+", choices=CLIENTS, default=["aiokafka-ng"])
-    parser.add_argument("--faults", nargs="+", choices=FAULTS, help="these, in turn, instead")
+    parser.add_argument("--clients", nargs="+", choices=CLIENTS, default=["aiokafka-ng"],
+                        help="the producers (produce) or transforms (txn), in turn")  # fmt: skip
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=["produce"])
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=["safe"],
+                        help="the topics' settings (unclean: loss may be Kafka's)")  # fmt: skip
+    parser.add_argument("--consumers", nargs="+", choices=[*CLIENTS, "none"],
+                        default=["aiokafka-ng"],
+                        help="committing group members beside our producer (produce)")  # fmt: skip
+    parser.add_argument("--faults", nargs="+", choices=FAULTS + EXTRA_FAULTS,
+                        help="these, in turn, instead")  # fmt: skip
     parser.add_argument("--debug", action="store_true", help="the client's DEBUG log, timed")
     args = parser.parse_args()
+    args.consumers = [c for c in args.consumers if c != "none"]
     if args.debug:
         logging.basicConfig(format="%(relativeCreated)8.0f %(name)s %(message)s")
         logging.getLogger("aiokafka_ng").setLevel(logging.DEBUG)
-    code = anyio.run(
-        _main, args.seed, args.runs, args.steps, args.hold, args.recover, args.clients, args.faults
-    )
-    raise SystemExit(code)
+    raise SystemExit(anyio.run(_main, args))
 
 
 if __name__ == "__main__":

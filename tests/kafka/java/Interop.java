@@ -17,7 +17,10 @@
 //   group     {topic, group_id, group_protocol?} a group member (classic unless
 //             group_protocol is "consumer") with the default assignors: prints
 //             {"op":"assigned", "partitions"} on every assignment, each record, commits
-//             synchronously after each poll, and leaves when stdin yields a line or closes
+//             synchronously after each poll, and leaves when stdin yields a line or closes;
+//             isolation? (read_committed unless given); with tolerate_errors (the partition
+//             workloads) a failed commit prints {"op":"commit_failed","error"} and the loop
+//             goes on, and "committed" carries the offsets: [[partition, offset], ...]
 //   partition {keys, partitions} -> {"op":"partitions", "picked": [...]} by Java's default
 //             partitioner (murmur2 of the key bytes)
 //   share     {topic, group_id, max_poll_records?} a KafkaShareConsumer (implicit
@@ -29,6 +32,15 @@
 //             until stdin yields a line or closes, then flushing: prints {"op":"sent","seq"}
 //             as each is handed to send(), {"op":"ack","seq"} or {"op":"fail","seq","error"}
 //             from its callback, and {"op":"streamed"} at the end (tests/kafka/partitions.py)
+//   transform {input, output, group_id, transactional_id, abort_every?} consume-transform-produce: a
+//             read_committed classic group member and a transactional producer; each poll's
+//             records go to output (same partition, value "<input value>:<n>") in transaction
+//             n with their offsets (sendOffsetsToTransaction), except that every abort_every-th
+//             is aborted on purpose once they are sent; on an error the transaction is
+//             aborted (the producer replaced when that fails too) and the consumer seeks to
+//             the group's committed offsets. Prints {"op":"txn","n","outcome","restarted"}
+//             (outcome committed, aborted: given up before the commit was asked, unknown:
+//             the commit was asked and failed) until stdin yields a line, then {"op":"left"}
 //   timings   {topic, group_protocol, rounds, partitions} the measurements of
 //             tests/kafka/kip848_timings.py, made the same way inside this JVM (after its
 //             start): start of a fresh group's only member to its first record, and a third
@@ -78,6 +90,7 @@ public class Interop {
                 case "timings" -> timings(bootstrap, op);
                 case "stream" -> stream(bootstrap, op, in);
                 case "admin" -> admin(bootstrap, op);
+                case "transform" -> transform(bootstrap, op, in);
                 default -> throw new IllegalArgumentException("unknown op " + op.get("op"));
             }
         }
@@ -247,8 +260,9 @@ public class Interop {
 
     static void group(String bootstrap, JsonNode op, BufferedReader in) {
         String topic = op.get("topic").asText();
-        Properties p = consumerProps(bootstrap, "read_committed");
+        Properties p = consumerProps(bootstrap, op.path("isolation").asText("read_committed"));
         p.put(ConsumerConfig.GROUP_ID_CONFIG, op.get("group_id").asText());
+        boolean tolerate = op.path("tolerate_errors").asBoolean(false);
         // "consumer" (KIP-848) when the spec says so; its session timeout is the broker's.
         String protocol = op.has("group_protocol") ? op.get("group_protocol").asText() : "classic";
         p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
@@ -277,14 +291,149 @@ public class Interop {
                 try {
                     ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
                     for (ConsumerRecord<byte[], byte[]> r : records) emit(recordJson(r));
-                    if (!records.isEmpty()) {
+                    if (!records.isEmpty() && !tolerate) {
                         consumer.commitSync();
                         emit(JSON.createObjectNode().put("op", "committed"));
+                    } else if (!records.isEmpty()) {
+                        Map<TopicPartition, OffsetAndMetadata> offsets = nextOffsets(records);
+                        try {
+                            consumer.commitSync(offsets);
+                        } catch (org.apache.kafka.common.errors.WakeupException e) {
+                            throw e;
+                        } catch (org.apache.kafka.common.KafkaException e) {
+                            emit(JSON.createObjectNode().put("op", "commit_failed")
+                                    .put("error", e.getClass().getSimpleName()));
+                            continue;
+                        }
+                        ObjectNode o = JSON.createObjectNode().put("op", "committed");
+                        ArrayNode a = o.putArray("offsets");
+                        offsets.forEach((tp, m) -> a.add(JSON.createArrayNode().add(tp.partition()).add(m.offset())));
+                        emit(o);
                     }
                 } catch (org.apache.kafka.common.errors.WakeupException e) {
                     break;
                 }
             }
+        }
+        emit(JSON.createObjectNode().put("op", "left"));
+    }
+
+    static Map<TopicPartition, OffsetAndMetadata> nextOffsets(ConsumerRecords<byte[], byte[]> records) {
+        Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+        for (ConsumerRecord<byte[], byte[]> r : records)
+            offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+        return offsets;
+    }
+
+    static final class AbortOnPurpose extends Exception {}
+
+    static KafkaProducer<byte[], byte[]> transactional(String bootstrap, String txid) {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txid);
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
+        KafkaProducer<byte[], byte[]> producer =
+            new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
+        try {
+            producer.initTransactions();
+        } catch (RuntimeException e) {
+            producer.close(Duration.ZERO);
+            throw e;
+        }
+        return producer;
+    }
+
+    static void transform(String bootstrap, JsonNode op, BufferedReader in) throws Exception {
+        String input = op.get("input").asText();
+        String output = op.get("output").asText();
+        String txid = op.get("transactional_id").asText();
+        int abortEvery = op.path("abort_every").asInt(0);
+        Properties p = consumerProps(bootstrap, "read_committed");
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, op.get("group_id").asText());
+        p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
+        p.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
+        AtomicBoolean stop = new AtomicBoolean();
+        KafkaProducer<byte[], byte[]> producer = null;
+        try (KafkaConsumer<byte[], byte[]> consumer =
+                new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            Thread stopper = new Thread(() -> {
+                try { in.readLine(); } catch (Exception e) { /* EOF or error: leave either way */ }
+                stop.set(true);
+                consumer.wakeup();
+            });
+            stopper.setDaemon(true);
+            stopper.start();
+            consumer.subscribe(List.of(input));
+            long n = 0;
+            boolean restarted = false;
+            while (!stop.get()) {
+                if (producer == null) {
+                    try {
+                        producer = transactional(bootstrap, txid);
+                    } catch (org.apache.kafka.common.KafkaException e) {
+                        continue; // the coordinator is away: try again
+                    }
+                }
+                ConsumerRecords<byte[], byte[]> records;
+                try {
+                    records = consumer.poll(Duration.ofMillis(200));
+                } catch (org.apache.kafka.common.errors.WakeupException e) {
+                    break;
+                }
+                if (records.isEmpty()) continue;
+                n++;
+                String outcome;
+                boolean committing = false;
+                try {
+                    producer.beginTransaction();
+                    for (ConsumerRecord<byte[], byte[]> r : records) {
+                        byte[] v = (new String(r.value(), StandardCharsets.US_ASCII) + ":" + n)
+                                .getBytes(StandardCharsets.US_ASCII);
+                        producer.send(new ProducerRecord<>(output, r.partition(), null, v));
+                    }
+                    producer.sendOffsetsToTransaction(nextOffsets(records), consumer.groupMetadata());
+                    if (abortEvery > 0 && n % abortEvery == 0) throw new AbortOnPurpose();
+                    committing = true;
+                    producer.commitTransaction();
+                    emit(JSON.createObjectNode().put("op", "txn").put("n", n).put("outcome", "committed")
+                            .put("restarted", restarted));
+                    restarted = false;
+                    continue;
+                } catch (org.apache.kafka.common.KafkaException | IllegalStateException | AbortOnPurpose e) {
+                    outcome = committing ? "unknown" : "aborted";
+                }
+                try {
+                    producer.abortTransaction();
+                } catch (org.apache.kafka.common.KafkaException | IllegalStateException e) {
+                    // Fatal (fenced, ...) or the abort failed: the next producer's
+                    // initTransactions fences this one and aborts its transaction.
+                    producer.close(Duration.ZERO);
+                    producer = null;
+                    restarted = true;
+                }
+                emit(JSON.createObjectNode().put("op", "txn").put("n", n).put("outcome", outcome)
+                        .put("restarted", restarted));
+                restarted = false;
+                while (!stop.get()) {
+                    try {
+                        Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(consumer.assignment());
+                        for (TopicPartition tp : consumer.assignment()) {
+                            OffsetAndMetadata m = committed.get(tp);
+                            consumer.seek(tp, m == null ? 0 : m.offset());
+                        }
+                        break;
+                    } catch (org.apache.kafka.common.errors.WakeupException e) {
+                        break;
+                    } catch (org.apache.kafka.common.KafkaException e) {
+                        // the coordinator is away: ask again
+                    }
+                }
+            }
+        } finally {
+            if (producer != null) producer.close(Duration.ofSeconds(5));
         }
         emit(JSON.createObjectNode().put("op", "left"));
     }
