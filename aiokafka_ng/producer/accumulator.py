@@ -86,7 +86,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka_ng.cluster.metadata import ClusterMetadata, TopicMetadata
@@ -104,18 +104,38 @@ from aiokafka_ng.producer.batch import (
     halves,
     no_partition_error,
 )
-from aiokafka_ng.producer.delivery import bind_entry, decide
-from aiokafka_ng.producer.future import Delivery, fail_position, finish_all
+from aiokafka_ng.producer.delivery import bind_entries, bind_entry, decide
+from aiokafka_ng.producer.future import (
+    BatchDelivery,
+    Delivery,
+    fail_position,
+    finish_all,
+    run_members,
+)
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitioner, murmur2
+from aiokafka_ng.producer.runs import split_keyed_run
 from aiokafka_ng.producer.signals import QUIET, Signals
 from aiokafka_ng.protocol.compression import Compression
+from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
 from aiokafka_ng.protocol.records import RecordBatchBuilder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Accumulator", "PartitionQueue", "ProducerBatch", "QueuedRun", "TopicQueue"]
+__all__ = [
+    "PENDING_OVERHEAD",
+    "Accumulator",
+    "PartitionQueue",
+    "ProducerBatch",
+    "QueuedRun",
+    "TopicQueue",
+]
+
+#: Charged to the memory pool on top of a record's estimate when it must wait for its
+#: topic's metadata: its queue entry (a tuple and a float, ~150 B) and the key/value bytes
+#: objects' own headers (33 B each).
+PENDING_OVERHEAD = 128
 
 #: How late an event-loop timer may fire (epoll's millisecond rounding): lingering batches
 #: are ready this much before their deadline, so they never leave after it.
@@ -249,6 +269,7 @@ class Accumulator:
         if refused is not None:
             self.fail_run(run, refused)
             return
+        run.keep()
         run.enqueued_at = now = self.clock()
         t.pending.append(run)
         self._queued(t, now)
@@ -339,6 +360,113 @@ class Accumulator:
         bind_entry(future, batch, 0)
         batch.futures.append(future)
         batch.memory = size
+
+    def place_chunk(self, t: TopicQueue, chunk: QueuedRun) -> None:
+        """Place a bulk chunk (memory reserved) in its partitions' batches; the topic is
+        ready and nothing of it waits before the chunk."""
+        partition, ts, keys, values = chunk.partition, chunk.timestamp_ms, chunk.keys, chunk.values
+        sizes, futures, shared = chunk.sizes, chunk.futures, chunk.shared
+        positions = chunk.positions
+        if self.partitioner is not None and partition < 0:
+            # A user partitioner decides record by record; each record of a run gets a
+            # future of its own, which counts into the run.
+            if shared is not None:
+                assert positions is not None
+                futures = run_members(shared, positions)
+            for i, value in enumerate(values):
+                key = None if keys is None else keys[i]
+                self.place(t, -1, key, value, None, ts, sizes[i], futures[i])
+            return
+        if partition >= 0 or keys is None:
+            self.place_run(t, partition, ts, keys, values, sizes, futures, shared, positions)
+            return
+        # Keyed: the default partitioner per key; null keys go to the sticky partition.
+        # Grouped by partition, send order kept inside each group.
+        num_partitions = len(t.partitions)
+        if num_partitions > MAX_PARTITIONS_PER_TOPIC:
+            # split_keyed_run allocates a slot per partition, whatever the run's size: the
+            # count comes from a broker, so it is held to the decoder's per-topic limit here
+            # too, should a snapshot ever come from elsewhere (10**8 partitions cost 1.5 GB
+            # for one record).
+            self.fail_run(
+                chunk,
+                ResponseLimitError(
+                    f"topic {t.name!r} has {num_partitions} partitions, more than the "
+                    f"{MAX_PARTITIONS_PER_TOPIC} the client accepts"
+                ),
+            )
+            return
+        groups = split_keyed_run(keys, values, sizes, num_partitions, positions)
+        for p, group in groups.items():
+            futs: list[Delivery[Any]] = (
+                [futures[i] for i in group.index]
+                if shared is None
+                else [shared] * len(group.values)
+            )
+            self.place_run(
+                t, p, ts, group.keys, group.values, group.sizes, futs, shared, group.positions
+            )
+
+    def place_run(
+        self,
+        t: TopicQueue,
+        partition: int,
+        timestamp_ms: int,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes | None],
+        sizes: list[int],
+        futures: list[Delivery[Any]],
+        shared: BatchDelivery | None = None,
+        positions: list[int] | None = None,
+    ) -> None:
+        """Append a run of header-less records, in order, to ``partition`` -- or, with
+        ``partition`` -1, to the sticky partition, switching when a batch fills exactly as
+        :meth:`place` does. One builder call per batch, not per record. The topic is
+        ready, its pending queue empty, memory reserved. ``shared``: every entry of
+        ``futures`` is that one BatchDelivery, and ``positions`` are the records' places in
+        it (kept beside the batch's entries)."""
+        sticky = partition < 0
+        if sticky:
+            partition = self.sticky_partition(t)
+        if not 0 <= partition < len(t.partitions):
+            exc = no_partition_error(t, partition)
+            for j, (fut, size) in enumerate(zip(futures, sizes, strict=True)):
+                if shared is not None and positions is not None:
+                    fail_position(shared, positions[j], exc)
+                self.fail_record(fut, size, exc)
+            return
+        i = 0
+        count = len(values)
+        while i < count:
+            pq = t.partitions[partition]
+            batches = pq.batches
+            batch = batches[-1] if batches else None
+            if batch is None or batch.data is not None:
+                batch = self.open_batch(t, pq)
+            delta = batch.builder.record_count
+            stop = batch.builder.append_run(timestamp_ms, keys, values, i, count)
+            bfuts = batch.futures
+            if shared is not None:
+                # Entries still one per record (sequence numbers, counts and splits go by
+                # them), added in one step, with the records' positions beside them.
+                assert positions is not None
+                if batch.positions is None:
+                    batch.positions = [-1] * len(bfuts)
+                batch.positions.extend(positions[i:stop])
+                bfuts.extend(futures[i:stop])
+                batch.memory += sum(sizes[i:stop])
+            else:
+                if batch.positions is not None:
+                    batch.positions.extend([-1] * (stop - i))
+                bind_entries(futures, i, stop, batch, delta)
+                bfuts.extend(futures[i:stop])
+                batch.memory += sum(sizes[i:stop])
+            i = stop
+            if i < count:
+                # Full: on in a new batch -- of another partition if this run is sticky.
+                self.batch_full(t, batch, sticky)
+                if sticky:
+                    partition = t.sticky
 
     def sticky_partition(self, t: TopicQueue) -> int:
         """KIP-794 uniform sticky: the partition unkeyed records stay on until its batch is
@@ -470,7 +598,7 @@ class Accumulator:
             # still queued and fails with everything else instead of being lost.
             entry = pending[0]
             if isinstance(entry, QueuedRun):
-                entry.placer(self, t, entry)
+                self.place_chunk(t, entry)
             else:
                 p, key, value, headers, ts, size, fut, _ = entry
                 self.place(t, p, key, value, headers, ts, size, fut)
