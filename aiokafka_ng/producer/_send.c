@@ -12,14 +12,23 @@
  * it does not. It takes a record only when every check the Python path makes passes, and
  * returns None -- having changed nothing -- for anything else (a serializer, headers, a
  * bad argument, a stopped producer, a full buffer, metadata not known...), and send() then
- * runs its own path, which raises or waits exactly as before. It mirrors two functions of
- * accumulator.py, the placement rule of one record: Accumulator.placeable (the topic's
- * metadata known and nothing of it waiting: else None, and the Python path queues it),
- * then, once it has taken memory, Accumulator.place: the partition (murmur2 of the key, else
- * the sticky one), the open batch's builder.append, the batch's futures/positions/memory;
- * anything unusual there (no batch yet, the batch full or built, no sticky partition yet,
- * a partition out of range) is handed to Accumulator.place itself. tests/producer/
- * test_send_fast.py holds the two paths to the same futures, batches, bytes and pool.
+ * runs its own path, which raises or waits exactly as before. What it does is what the
+ * Python send() asks of the engine, ProducerEngine.add, for a record that fits the open
+ * batch of its partition; the functions it mirrors (tests/protocol/test_compiled_twins.py
+ * checks these names resolve, and each names send_fast back):
+ *
+ * Mirrors: aiokafka_ng.producer.batch.TopicQueue.placing
+ * Mirrors: aiokafka_ng.producer.engine.ProducerEngine.try_reserve
+ * Mirrors: aiokafka_ng.producer.accumulator.Accumulator.place
+ *
+ * -- the topic's metadata known and nothing of it waiting (else None: the Python path
+ * queues the record), the memory free now (else None: the Python path waits for it), then
+ * the one-record placement rule: the partition (murmur2 of the key, else the sticky one),
+ * the open batch's builder.append, the batch's futures/positions/memory. Anything else of
+ * that rule (no batch yet, the batch full or built, no sticky partition drawn yet, a
+ * partition out of range) is handed to Accumulator.place itself, which the C code calls.
+ * tests/producer/test_send_fast.py holds the two paths to the same futures, batches, bytes
+ * and pool.
  *
  * The objects it reads are the producer's own slotted classes (Intake, the accumulator's
  * TopicQueue, PartitionQueue, ProducerBatch, DeliveryFuture, MemoryPool). send_fast_setup()

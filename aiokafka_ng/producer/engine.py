@@ -183,7 +183,8 @@ class ProducerEngine:
     # ------------------------------------------------------------------ the way in
 
     def try_reserve(self, size: int) -> bool:
-        """Take ``size`` bytes of ``buffer_memory`` if they are free now, without waiting."""
+        """Take ``size`` bytes of ``buffer_memory`` if they are free now, without waiting
+        (``send_fast``, C, does the same by slot when nobody waits for memory)."""
         return self.pool.try_reserve(size)
 
     async def reserve(self, size: int, timeout: float | None) -> None:  # noqa: ASYNC109
@@ -207,11 +208,7 @@ class ProducerEngine:
         Makes the topic's entry if it has none (a topic the cluster knows already is then
         placed at once). Looked at before the memory is reserved: should the metadata come
         during a wait for memory, the record is placed and was charged a little more."""
-        acc = self.acc
-        t = acc.topics.get(topic)
-        if t is None:
-            t = acc.new_topic(topic)
-        return 0 if t.ready and not t.pending else PENDING_OVERHEAD
+        return 0 if self.acc.topic(topic).placing() else PENDING_OVERHEAD
 
     def add(
         self,
@@ -233,14 +230,7 @@ class ProducerEngine:
         """Add a chunk of a bulk run (its memory reserved): placed at once when the topic's
         metadata is known and nothing of it waits, else queued as one entry, placed whole
         in its turn."""
-        acc = self.acc
-        t = acc.topics.get(topic)
-        if t is None:
-            t = acc.new_topic(topic)
-        if t.ready and not t.pending:
-            acc.place_chunk(t, chunk)
-        else:
-            acc.queue_run(t, chunk)
+        self.acc.append_run(topic, chunk)
 
     def refuse(self, future: Delivery[Any], exc: BaseException, position: int = -1) -> None:
         """A record that never reached the engine (too large, no memory in time) fails
