@@ -13,12 +13,13 @@
  * returns None -- having changed nothing -- for anything else (a serializer, headers, a
  * bad argument, a stopped producer, a full buffer, metadata not known...), and send() then
  * runs its own path, which raises or waits exactly as before. What it does is what the
- * Python send() asks of the engine, ProducerEngine.add, for a record that fits the open
- * batch of its partition; the functions it mirrors (tests/protocol/test_compiled_twins.py
- * checks these names resolve, and each names send_fast back):
+ * Python send() asks of the engine (ProducerEngine.try_reserve, then .add: the pool's and
+ * the accumulator's methods below) for a record that fits the open batch of its
+ * partition; the functions it mirrors (tests/protocol/test_compiled_twins.py checks these
+ * names resolve, and each names send_fast back):
  *
  * Mirrors: aiokafka_ng.producer.batch.TopicQueue.placing
- * Mirrors: aiokafka_ng.producer.engine.ProducerEngine.try_reserve
+ * Mirrors: aiokafka_ng.producer.memory.MemoryPool.try_reserve
  * Mirrors: aiokafka_ng.producer.accumulator.Accumulator.place
  *
  * -- the topic's metadata known and nothing of it waiting (else None: the Python path

@@ -250,11 +250,13 @@ class Accumulator:
         size: int,
         future: Delivery[Any],
     ) -> None:
-        """Place one record, or queue it for its topic's metadata (memory already reserved).
-        Never blocks, never raises for a record-specific problem: such a record's future
-        fails instead."""
-        t = self.topic(topic)
-        if t.placing():
+        """Place one record, or queue it for its topic's metadata (memory already reserved):
+        ``ProducerEngine.add``. Never blocks, never raises for a record-specific problem:
+        such a record's future fails instead."""
+        t = self.topics.get(topic)
+        if t is None:
+            t = self.new_topic(topic)
+        if t.ready and not t.pending:  # t.placing(), inline: once per record
             self.place(t, partition, key, value, headers, timestamp_ms, size, future)
             return
         refused = self._refused(t)
@@ -364,7 +366,12 @@ class Accumulator:
         if not 0 <= partition < n:
             self.fail_record(future, size, no_partition_error(t, partition))
             return
-        batch = self._tail(t, partition)
+        # self._tail(t, partition), inline: once per record.
+        pq = t.partitions[partition]
+        batches = pq.batches
+        batch = batches[-1] if batches else None
+        if batch is None or batch.data is not None:
+            batch = self.open_batch(t, pq)
         delta = batch.builder.append(timestamp_ms, key, value, headers or ())
         if delta is None:
             partition = self._full(t, batch, sticky)
