@@ -3,13 +3,16 @@
 - ruff (lint + format), the import-linter contracts (layers point down; protocol is pure),
 - mypy --strict over the package and tools,
 - the generated protocol messages match what the generator writes from the schemas,
-- no test reaches into a private name more than the baseline allows (tools/private_reaches.py).
+- no test reaches into a private name more than the baseline allows (tools/private_reaches.py),
+- nothing of the package but the producer's engine reaches its accumulator or memory pool.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +109,43 @@ def test_no_new_reaches_into_private_names() -> None:
     # STYLE.md rule 17: the tests' reaches into private names (obj._attr) may only go down;
     # tests/private_reaches.txt holds what is left per file (tools/private_reaches.py).
     _run(sys.executable, "tools/private_reaches.py", "--check")
+
+
+#: The modules that may name the producer engine's accumulator and memory pool: the engine
+#: (which owns them) and the two themselves. Everything else goes through the engine's
+#: operations (issue 47: the engine is the only way in).
+_ENGINE_INSIDE = {
+    "aiokafka_ng/producer/engine.py",
+    "aiokafka_ng/producer/accumulator.py",
+    "aiokafka_ng/producer/memory.py",
+}
+
+
+def engine_bypasses(path: str, source: str) -> list[str]:
+    """Each ``x.acc`` / ``x.pool`` in ``source`` (the module at ``path``), as ``path:line``:
+    a reach past the engine into its accumulator or memory pool (names in strings and
+    comments are not code, so an AST, not a grep)."""
+    if path in _ENGINE_INSIDE or not re.search(r"\.(acc|pool)\b", source):
+        return []  # (the text test first: parsing every module would take seconds)
+    return [
+        f"{path}:{node.lineno}: .{node.attr}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute) and node.attr in ("acc", "pool")
+    ]
+
+
+def test_only_the_engine_reaches_the_accumulator_and_the_pool() -> None:
+    found = []
+    for file in sorted((ROOT / "aiokafka_ng").rglob("*.py")):
+        path = file.relative_to(ROOT).as_posix()
+        found += engine_bypasses(path, file.read_text(encoding="utf-8"))
+    assert found == [], "use the ProducerEngine's operations instead:\n" + "\n".join(found)
+    # The check sees a reach (and only code): it would have refused send()'s old lines.
+    old = "acc = intake.acc\nif not intake.pool.try_reserve(size):  # .acc in a comment\n    pass\n"
+    assert engine_bypasses("aiokafka_ng/producer/producer.py", old) == [
+        "aiokafka_ng/producer/producer.py:1: .acc",
+        "aiokafka_ng/producer/producer.py:2: .pool",
+    ]
 
 
 def test_settings_typeddicts_are_current() -> None:

@@ -12,14 +12,24 @@
  * it does not. It takes a record only when every check the Python path makes passes, and
  * returns None -- having changed nothing -- for anything else (a serializer, headers, a
  * bad argument, a stopped producer, a full buffer, metadata not known...), and send() then
- * runs its own path, which raises or waits exactly as before. It mirrors two functions of
- * accumulator.py, the placement rule of one record: Accumulator.placeable (the topic's
- * metadata known and nothing of it waiting: else None, and the Python path queues it),
- * then, once it has taken memory, Accumulator.place: the partition (murmur2 of the key, else
- * the sticky one), the open batch's builder.append, the batch's futures/positions/memory;
- * anything unusual there (no batch yet, the batch full or built, no sticky partition yet,
- * a partition out of range) is handed to Accumulator.place itself. tests/producer/
- * test_send_fast.py holds the two paths to the same futures, batches, bytes and pool.
+ * runs its own path, which raises or waits exactly as before. What it does is what the
+ * Python send() asks of the engine (ProducerEngine.try_reserve, then .add: the pool's and
+ * the accumulator's methods below) for a record that fits the open batch of its
+ * partition; the functions it mirrors (tests/protocol/test_compiled_twins.py checks these
+ * names resolve, and each names send_fast back):
+ *
+ * Mirrors: aiokafka_ng.producer.batch.TopicQueue.placing
+ * Mirrors: aiokafka_ng.producer.memory.MemoryPool.try_reserve
+ * Mirrors: aiokafka_ng.producer.accumulator.Accumulator.place
+ *
+ * -- the topic's metadata known and nothing of it waiting (else None: the Python path
+ * queues the record), the memory free now (else None: the Python path waits for it), then
+ * the one-record placement rule: the partition (murmur2 of the key, else the sticky one),
+ * the open batch's builder.append, the batch's futures/positions/memory. Anything else of
+ * that rule (no batch yet, the batch full or built, no sticky partition drawn yet, a
+ * partition out of range) is handed to Accumulator.place itself, which the C code calls.
+ * tests/producer/test_send_fast.py holds the two paths to the same futures, batches, bytes
+ * and pool.
  *
  * The objects it reads are the producer's own slotted classes (Intake, the accumulator's
  * TopicQueue, PartitionQueue, ProducerBatch, DeliveryFuture, MemoryPool). send_fast_setup()
@@ -49,7 +59,7 @@
 #include "_send.h"
 
 /* The classes (strong references, set once by send_fast_setup). */
-static PyTypeObject *intake_t, *topic_t, *pq_t, *batch_t, *fut_t, *pool_t;
+static PyTypeObject *intake_t, *engine_t, *topic_t, *pq_t, *batch_t, *fut_t, *pool_t;
 static PyObject *pending_exc;    /* future._PENDING */
 static PyObject *empty_tuple;
 static PyObject *str_append, *str_place, *str_topics, *str_partitioner;
@@ -58,7 +68,8 @@ static Py_ssize_t record_overhead = -1;
 
 /* Slot offsets. */
 static Py_ssize_t in_running, in_key_ser, in_value_ser, in_valid_topics, in_txn, in_max_record,
-    in_acc, in_pool, in_loop, in_last_ts;
+    in_engine, in_loop, in_last_ts;
+static Py_ssize_t en_acc, en_pool;
 static Py_ssize_t tp_ready, tp_pending, tp_partitions, tp_sticky;
 static Py_ssize_t pq_batches;
 static Py_ssize_t b_data, b_builder, b_futures, b_positions, b_memory;
@@ -113,19 +124,20 @@ take_type(PyObject *arg, PyTypeObject **out)
 PyObject *
 send_fast_setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
+    if (nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
-                        "send_fast_setup(Intake, Topic, PartitionQueue, ProducerBatch, "
-                        "DeliveryFuture, MemoryPool, record_overhead, pending)");
+                        "send_fast_setup(Intake, ProducerEngine, Topic, PartitionQueue, "
+                        "ProducerBatch, DeliveryFuture, MemoryPool, record_overhead, pending)");
         return NULL;
     }
     record_overhead = -1; /* not ready until every offset is known */
-    if (take_type(args[0], &intake_t) < 0 || take_type(args[1], &topic_t) < 0 ||
-        take_type(args[2], &pq_t) < 0 || take_type(args[3], &batch_t) < 0 ||
-        take_type(args[4], &fut_t) < 0 || take_type(args[5], &pool_t) < 0) {
+    if (take_type(args[0], &intake_t) < 0 || take_type(args[1], &engine_t) < 0 ||
+        take_type(args[2], &topic_t) < 0 || take_type(args[3], &pq_t) < 0 ||
+        take_type(args[4], &batch_t) < 0 || take_type(args[5], &fut_t) < 0 ||
+        take_type(args[6], &pool_t) < 0) {
         return NULL;
     }
-    Py_ssize_t overhead = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t overhead = PyLong_AsSsize_t(args[7]);
     if (overhead == -1 && PyErr_Occurred()) {
         return NULL;
     }
@@ -140,8 +152,9 @@ send_fast_setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         {intake_t, "valid_topics", &in_valid_topics},
         {intake_t, "txn", &in_txn},
         {intake_t, "max_record", &in_max_record},
-        {intake_t, "acc", &in_acc},
-        {intake_t, "pool", &in_pool},
+        {intake_t, "engine", &in_engine},
+        {engine_t, "acc", &en_acc},
+        {engine_t, "pool", &en_pool},
         {intake_t, "loop", &in_loop},
         {intake_t, "last_ts", &in_last_ts},
         {topic_t, "ready", &tp_ready},
@@ -187,8 +200,8 @@ send_fast_setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         (minus_one == NULL && (minus_one = PyLong_FromLong(-1)) == NULL)) {
         return NULL;
     }
-    Py_INCREF(args[7]);
-    Py_XSETREF(pending_exc, args[7]);
+    Py_INCREF(args[8]);
+    Py_XSETREF(pending_exc, args[8]);
     record_overhead = overhead;
     Py_RETURN_NONE;
 }
@@ -430,8 +443,12 @@ send_fast(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     SLOT(fut, f_ctx) = Py_None;
 
     /* Nothing from here to place() runs Python code or allocates a GC object. */
-    PyObject *acc = SLOT(intake, in_acc);
-    PyObject *pool = SLOT(intake, in_pool);
+    PyObject *engine = SLOT(intake, in_engine);
+    if (engine == NULL || !Py_IS_TYPE(engine, engine_t)) {
+        goto refused;
+    }
+    PyObject *acc = SLOT(engine, en_acc);
+    PyObject *pool = SLOT(engine, en_pool);
     PyObject *loop = SLOT(intake, in_loop);
     if (acc == NULL || pool == NULL || loop == NULL || !Py_IS_TYPE(pool, pool_t)) {
         goto refused;

@@ -6,8 +6,9 @@
 #include <Python.h>
 #include <stdint.h>
 
-/* send_fast_setup(Intake, Topic, PartitionQueue, ProducerBatch, DeliveryFuture, MemoryPool,
- *                 record_overhead, pending) -> None; TypeError for a layout it does not know */
+/* send_fast_setup(Intake, ProducerEngine, Topic, PartitionQueue, ProducerBatch,
+ *                 DeliveryFuture, MemoryPool, record_overhead, pending) -> None; TypeError
+ *                 for a layout it does not know */
 PyObject *send_fast_setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* send_fast(intake, topic, value, key, partition, timestamp_ms, headers)

@@ -18,9 +18,16 @@ librdkafka's UA queue). A record goes to one of two places, synchronously:
   every wait: ``send()`` never blocks on metadata, and ``max_block_ms=0`` -- never wait for
   memory -- must not fail the first records of every new topic.)
   A chunk of a bulk run (``send_many``/``send_batch``) waits as *one* entry
-  (:class:`QueuedRun`) and is placed whole by the bulk path when its turn comes, not as a
-  queue entry and a future per record: a fresh producer's first runs queue thousands of
-  records before the metadata's round trip ends, and one by one they cost ~10x as much.
+  (:class:`QueuedRun`) and is placed whole (:meth:`Accumulator.place_chunk`) when its turn
+  comes, not as a queue entry and a future per record: a fresh producer's first runs queue
+  thousands of records before the metadata's round trip ends, and one by one they cost ~10x
+  as much.
+
+Placement has one rule, :meth:`Accumulator.place` (a record's partition, its batch, a full
+batch closed and the sticky partition switched, the future bound, the memory counted);
+:meth:`Accumulator.place_run` applies it to a run of records a batch at a time (one builder
+call per batch), landing each record where ``place`` would (``tests/producer/
+test_placement.py``), and ``send_fast`` (C) mirrors it for a record that fits its open batch.
 
 Per partition there is a deque of batches; only the last one is open for appends. A batch
 is *ready* to drain when it is full (or not the last), has lingered ``linger_ms``, a flush
@@ -86,7 +93,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka_ng.cluster.metadata import ClusterMetadata, TopicMetadata
@@ -104,18 +111,38 @@ from aiokafka_ng.producer.batch import (
     halves,
     no_partition_error,
 )
-from aiokafka_ng.producer.delivery import bind_entry, decide
-from aiokafka_ng.producer.future import Delivery, fail_position, finish_all
+from aiokafka_ng.producer.delivery import bind_entries, bind_entry, decide
+from aiokafka_ng.producer.future import (
+    BatchDelivery,
+    Delivery,
+    fail_position,
+    finish_all,
+    run_members,
+)
 from aiokafka_ng.producer.idempotence import IdempotenceState
 from aiokafka_ng.producer.memory import MemoryPool
 from aiokafka_ng.producer.partitioner import CustomPartitioner, StickyPartitioner, murmur2
+from aiokafka_ng.producer.runs import split_keyed_run
 from aiokafka_ng.producer.signals import QUIET, Signals
 from aiokafka_ng.protocol.compression import Compression
+from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
 from aiokafka_ng.protocol.records import RecordBatchBuilder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Accumulator", "PartitionQueue", "ProducerBatch", "QueuedRun", "TopicQueue"]
+__all__ = [
+    "PENDING_OVERHEAD",
+    "Accumulator",
+    "PartitionQueue",
+    "ProducerBatch",
+    "QueuedRun",
+    "TopicQueue",
+]
+
+#: Charged to the memory pool on top of a record's estimate when it must wait for its
+#: topic's metadata: its queue entry (a tuple and a float, ~150 B) and the key/value bytes
+#: objects' own headers (33 B each).
+PENDING_OVERHEAD = 128
 
 #: How late an event-loop timer may fire (epoll's millisecond rounding): lingering batches
 #: are ready this much before their deadline, so they never leave after it.
@@ -206,13 +233,11 @@ class Accumulator:
 
     # ------------------------------------------------------------------ send side
 
-    def placeable(self, topic: str) -> TopicQueue | None:
-        """``topic``'s queue when its records go into batches at once -- its metadata is
-        known and nothing of it waits before them -- else None: they wait in its queue for
-        the metadata (and are charged ``PENDING_OVERHEAD``). The one test ``send()``, the
-        bulk path and ``send_fast`` (C, ``_send.c``) make before placing."""
-        t = self.topics.get(topic)
-        return t if t is not None and t.ready and not t.pending else None
+    def topic(self, name: str) -> TopicQueue:
+        """``name``'s entry, made now if it has none (ready at once when the cluster knows
+        the topic already)."""
+        t = self.topics.get(name)
+        return t if t is not None else self.new_topic(name)
 
     def append(
         self,
@@ -225,13 +250,13 @@ class Accumulator:
         size: int,
         future: Delivery[Any],
     ) -> None:
-        """Place one record, or queue it for its topic's metadata (memory already reserved).
-        Never blocks, never raises for a record-specific problem: such a record's future
-        fails instead."""
+        """Place one record, or queue it for its topic's metadata (memory already reserved):
+        ``ProducerEngine.add``. Never blocks, never raises for a record-specific problem:
+        such a record's future fails instead."""
         t = self.topics.get(topic)
         if t is None:
             t = self.new_topic(topic)
-        if t.ready and not t.pending:
+        if t.ready and not t.pending:  # t.placing(), inline: once per record
             self.place(t, partition, key, value, headers, timestamp_ms, size, future)
             return
         refused = self._refused(t)
@@ -242,6 +267,15 @@ class Accumulator:
         t.pending.append((partition, key, value, headers, timestamp_ms, size, future, now))
         self._queued(t, now)
 
+    def append_run(self, topic: str, chunk: QueuedRun) -> None:
+        """:meth:`append` for a chunk of a bulk run: placed at once, or queued as one entry
+        for its topic's metadata and placed whole in its turn (memory already reserved)."""
+        t = self.topic(topic)
+        if t.placing():
+            self.place_chunk(t, chunk)
+        else:
+            self.queue_run(t, chunk)
+
     def queue_run(self, t: TopicQueue, run: QueuedRun) -> None:
         """Queue a bulk chunk in the pending queue of ``t``, whose metadata is not known yet
         or which has records waiting before it (memory already reserved)."""
@@ -249,6 +283,7 @@ class Accumulator:
         if refused is not None:
             self.fail_run(run, refused)
             return
+        run.keep()
         run.enqueued_at = now = self.clock()
         t.pending.append(run)
         self._queued(t, now)
@@ -304,6 +339,20 @@ class Accumulator:
         size: int,
         future: Delivery[Any],
     ) -> None:
+        """The placement rule, for one record of ``t`` (placing; its memory reserved):
+
+        1. its partition: the one given, else the custom partitioner's choice, else the
+           murmur2 hash of its key, else the topic's sticky partition (KIP-794); one that
+           does not exist fails the record;
+        2. its batch: the partition's open tail batch, else a new one (:meth:`_tail`);
+        3. a batch that refuses it is full: closed, and the record tries again
+           (:meth:`_full`) -- in the partition drawn next if that was the sticky one and the
+           record's first refusal, else in a new batch of the same partition, which takes
+           any record;
+        4. its future is bound to its entry, its memory counted in the batch.
+
+        :meth:`place_run` is this rule applied to a run a batch at a time; ``send_fast``
+        (C, ``producer/_send.c``) mirrors it for a record that fits the open batch."""
         n = len(t.partitions)
         sticky = False
         if partition < 0:
@@ -317,28 +366,131 @@ class Accumulator:
         if not 0 <= partition < n:
             self.fail_record(future, size, no_partition_error(t, partition))
             return
+        # self._tail(t, partition), inline: once per record.
         pq = t.partitions[partition]
         batches = pq.batches
-        if batches:
-            batch = batches[-1]
-            if batch.data is None:
+        batch = batches[-1] if batches else None
+        if batch is None or batch.data is not None:
+            batch = self.open_batch(t, pq)
+        delta = batch.builder.append(timestamp_ms, key, value, headers or ())
+        if delta is None:
+            partition = self._full(t, batch, sticky)
+            batch = self._tail(t, partition)
+            delta = batch.builder.append(timestamp_ms, key, value, headers or ())
+            if delta is None:  # the new sticky partition's open batch is full too
+                batch = self._tail(t, self._full(t, batch, False))
                 delta = batch.builder.append(timestamp_ms, key, value, headers or ())
-                if delta is not None:
-                    bind_entry(future, batch, delta)
-                    batch.futures.append(future)
-                    if batch.positions is not None:
-                        batch.positions.append(-1)
-                    batch.memory += size
-                    return
-                self.batch_full(t, batch, sticky)
-                if sticky:
-                    self.place(t, t.sticky, key, value, headers, timestamp_ms, size, future)
-                    return
-        batch = self.open_batch(t, pq)
-        batch.builder.append(timestamp_ms, key, value, headers or ())
-        bind_entry(future, batch, 0)
+                assert delta is not None  # a new batch takes any record
+        bind_entry(future, batch, delta)
         batch.futures.append(future)
-        batch.memory = size
+        if batch.positions is not None:
+            batch.positions.append(-1)
+        batch.memory += size
+
+    def place_chunk(self, t: TopicQueue, chunk: QueuedRun) -> None:
+        """Place a bulk chunk (memory reserved) in its partitions' batches; the topic is
+        ready and nothing of it waits before the chunk."""
+        partition, ts, keys, values = chunk.partition, chunk.timestamp_ms, chunk.keys, chunk.values
+        sizes, futures, shared = chunk.sizes, chunk.futures, chunk.shared
+        positions = chunk.positions
+        if self.partitioner is not None and partition < 0:
+            # A user partitioner decides record by record; each record of a run gets a
+            # future of its own, which counts into the run.
+            if shared is not None:
+                assert positions is not None
+                futures = run_members(shared, positions)
+            for i, value in enumerate(values):
+                key = None if keys is None else keys[i]
+                self.place(t, -1, key, value, None, ts, sizes[i], futures[i])
+            return
+        if partition >= 0 or keys is None:
+            self.place_run(t, partition, ts, keys, values, sizes, futures, shared, positions)
+            return
+        # Keyed: the default partitioner per key; null keys go to the sticky partition.
+        # Grouped by partition, send order kept inside each group.
+        num_partitions = len(t.partitions)
+        if num_partitions > MAX_PARTITIONS_PER_TOPIC:
+            # split_keyed_run allocates a slot per partition, whatever the run's size: the
+            # count comes from a broker, so it is held to the decoder's per-topic limit here
+            # too, should a snapshot ever come from elsewhere (10**8 partitions cost 1.5 GB
+            # for one record).
+            self.fail_run(
+                chunk,
+                ResponseLimitError(
+                    f"topic {t.name!r} has {num_partitions} partitions, more than the "
+                    f"{MAX_PARTITIONS_PER_TOPIC} the client accepts"
+                ),
+            )
+            return
+        groups = split_keyed_run(keys, values, sizes, num_partitions, positions)
+        for p, group in groups.items():
+            futs: list[Delivery[Any]] = (
+                [futures[i] for i in group.index]
+                if shared is None
+                else [shared] * len(group.values)
+            )
+            self.place_run(
+                t, p, ts, group.keys, group.values, group.sizes, futs, shared, group.positions
+            )
+
+    def place_run(
+        self,
+        t: TopicQueue,
+        partition: int,
+        timestamp_ms: int,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes | None],
+        sizes: list[int],
+        futures: list[Delivery[Any]],
+        shared: BatchDelivery | None = None,
+        positions: list[int] | None = None,
+    ) -> None:
+        """:meth:`place`'s rule for a run of header-less records of one partition (or,
+        with ``partition`` -1, null-keyed ones for the sticky partition), applied a batch
+        at a time: the batch takes as many as fit in one builder call, then the next record
+        is refused as :meth:`place` would be refused -- closed batch, the next partition
+        drawn if sticky and that record's first refusal, else a new batch. So the records
+        land where one :meth:`place` per record puts them (a test holds the two to it).
+        ``shared``: every entry of ``futures`` is that one BatchDelivery, and ``positions``
+        are the records' places in it (kept beside the batch's entries)."""
+        sticky = partition < 0
+        if sticky:
+            partition = self.sticky_partition(t)
+        if not 0 <= partition < len(t.partitions):
+            exc = no_partition_error(t, partition)
+            for j, (fut, size) in enumerate(zip(futures, sizes, strict=True)):
+                if shared is not None and positions is not None:
+                    fail_position(shared, positions[j], exc)
+                self.fail_record(fut, size, exc)
+            return
+        i = 0
+        count = len(values)
+        again = False  # record i was refused once already
+        while True:
+            batch = self._tail(t, partition)
+            delta = batch.builder.record_count
+            stop = batch.builder.append_run(timestamp_ms, keys, values, i, count)
+            if stop > i:
+                again = False
+                bfuts = batch.futures
+                if shared is not None:
+                    # Entries still one per record (sequence numbers, counts and splits go
+                    # by them), added in one step, with the records' positions beside them.
+                    assert positions is not None
+                    if batch.positions is None:
+                        batch.positions = [-1] * len(bfuts)
+                    batch.positions.extend(positions[i:stop])
+                else:
+                    if batch.positions is not None:
+                        batch.positions.extend([-1] * (stop - i))
+                    bind_entries(futures, i, stop, batch, delta)
+                bfuts.extend(futures[i:stop])
+                batch.memory += sum(sizes[i:stop])
+                i = stop
+                if i == count:
+                    return
+            partition = self._full(t, batch, sticky and not again)
+            again = True
 
     def sticky_partition(self, t: TopicQueue) -> int:
         """KIP-794 uniform sticky: the partition unkeyed records stay on until its batch is
@@ -361,19 +513,33 @@ class Accumulator:
 
         return rack
 
-    def batch_full(self, t: TopicQueue, batch: ProducerBatch, sticky: bool) -> None:
+    def _tail(self, t: TopicQueue, partition: int) -> ProducerBatch:
+        """The batch ``partition``'s next record goes to: its open tail batch, else a new
+        one."""
+        pq = t.partitions[partition]
+        batches = pq.batches
+        if batches:
+            batch = batches[-1]
+            if batch.data is None:
+                return batch
+        return self.open_batch(t, pq)
+
+    def _full(self, t: TopicQueue, batch: ProducerBatch, switch: bool) -> int:
         """``batch`` refused a record: a later batch exists now, so it is ready -- close it
-        and wake its sender. If it was the sticky partition's, switch (KIP-794): the next
-        batch goes to a partition drawn uniformly at random; switching exactly on "full"
-        (rather than on a byte count) never leaves a nearly empty batch behind."""
+        and wake its sender. Returns the partition the record tries next: with ``switch``
+        (it was the sticky partition's, KIP-794) one drawn uniformly at random -- switching
+        exactly on "full" (rather than on a byte count) never leaves a nearly empty batch
+        behind -- else the same one (a new batch)."""
         self._close(batch)
         pq = batch.pq
         if pq.leader >= 0:
             self.signals.wake_node(pq.leader)
-        if sticky:
-            t.sticky = self.sticky.pick(
-                pq.partition, len(t.partitions), t.available, self._leader_rack(t)
-            )
+        if not switch:
+            return pq.partition
+        t.sticky = self.sticky.pick(
+            pq.partition, len(t.partitions), t.available, self._leader_rack(t)
+        )
+        return t.sticky
 
     def open_batch(self, t: TopicQueue, pq: PartitionQueue) -> ProducerBatch:
         """A new, empty batch at the tail of ``pq`` (sized by the topic's compression
@@ -470,7 +636,7 @@ class Accumulator:
             # still queued and fails with everything else instead of being lost.
             entry = pending[0]
             if isinstance(entry, QueuedRun):
-                entry.placer(self, t, entry)
+                self.place_chunk(t, entry)
             else:
                 p, key, value, headers, ts, size, fut, _ = entry
                 self.place(t, p, key, value, headers, ts, size, fut)

@@ -11,7 +11,7 @@ Plain slotted containers; the rules that move batches between states live in
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka_ng.errors import KafkaError, UnknownTopicOrPartitionError
@@ -19,6 +19,7 @@ from aiokafka_ng.producer.delivery import bind_entry
 from aiokafka_ng.producer.future import Delivery
 from aiokafka_ng.protocol.compression import Compression
 from aiokafka_ng.protocol.records import RecordBatchBuilder, iter_batches
+from aiokafka_ng.protocol.speedups import BinaryColumn
 
 __all__ = [
     "PartitionQueue",
@@ -131,12 +132,11 @@ class QueuedRun:
     entry until its topic's metadata comes.
 
     ``futures[i]`` and ``sizes[i]`` belong to record ``i`` (with ``send_many`` every entry
-    is the run's ``shared`` BatchDelivery and ``positions[i]`` the record's place in it);
-    ``placer`` is the bulk path's placement, called with the accumulator and the topic once
-    the topic is ready."""
+    is the run's ``shared`` BatchDelivery and ``positions[i]`` the record's place in it).
+    The accumulator places it (``Accumulator.place_chunk``) once the topic is ready."""
 
     __slots__ = (
-        "enqueued_at", "futures", "keys", "partition", "placer", "positions", "shared", "sizes",
+        "enqueued_at", "futures", "keys", "partition", "positions", "shared", "sizes",
         "timestamp_ms", "values",
     )  # fmt: skip
 
@@ -150,7 +150,6 @@ class QueuedRun:
         futures: list[Delivery[Any]],
         shared: Any,
         positions: list[int] | None,
-        placer: Callable[[Any, Any, QueuedRun], None],
     ) -> None:
         self.partition = partition
         self.timestamp_ms = timestamp_ms
@@ -160,8 +159,20 @@ class QueuedRun:
         self.futures = futures
         self.shared = shared  # BatchDelivery | None (future.py's class; typed loosely here)
         self.positions = positions
-        self.placer = placer
         self.enqueued_at = 0.0
+
+    def keep(self) -> None:
+        """The run is about to wait for its topic's metadata: it must not share a buffer with
+        the caller, who may change it once ``send_many`` returns (a column is copied; lists
+        are the run's own already)."""
+        self.keys, self.values = _owned(self.keys), _owned(self.values)
+
+
+def _owned(items: Any) -> Any:
+    """``items`` with nothing shared with the caller: a column's copy, else as it is."""
+    if BinaryColumn is not None and items.__class__ is BinaryColumn:
+        return items.copy()
+    return items
 
 
 Headers = list[tuple[str, bytes | None]]
@@ -194,6 +205,12 @@ class TopicQueue:
         self.all_partitions: list[int] = []
         self.available: list[int] = []
         self.ready = False
+
+    def placing(self) -> bool:
+        """Its records go into batches at once: its metadata is known and nothing of it
+        waits before them. Otherwise they wait in its queue for the metadata (charged
+        ``PENDING_OVERHEAD``). ``send_fast`` (C) makes the same test by slot."""
+        return self.ready and not self.pending
 
 
 def no_partition_error(t: TopicQueue, partition: int) -> KafkaError:

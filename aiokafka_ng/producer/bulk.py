@@ -1,14 +1,15 @@
 """The bulk path behind :meth:`Producer.send_batch`.
 
 A run of header-less records for one topic -- values, optional keys, one optional
-partition, one timestamp -- is validated and charged to ``buffer_memory`` per chunk, grouped
-by partition (keeping send order within each) and handed to the accumulator one partition
-run at a time (:func:`place_run`: one builder call per batch). What ``send()``
-promises holds record by record: nothing waits for metadata (a topic without it queues the
-records in order), an oversize record's future fails alone, order per partition is send
-order, and the only wait is for memory, at most ``max_block_ms`` per chunk. When memory does
-not free up in time, the records not yet queued fail with ``BufferExhaustedError`` in their
-futures (those already queued go on): the caller still gets one future per record.
+partition, one timestamp -- is validated and charged to ``buffer_memory`` per chunk and
+handed to the engine chunk by chunk (``ProducerEngine.add_run``), which groups it by
+partition (keeping send order within each) and appends each group with one builder call per
+batch. What ``send()`` promises holds record by record: nothing waits for metadata (a
+topic without it queues the records in order), an oversize record's future fails alone,
+order per partition is send order, and the only wait is for memory, at most
+``max_block_ms`` per chunk. When memory does not free up in time, the records not yet
+queued fail with ``BufferExhaustedError`` in their futures (those already queued go on):
+the caller still gets one future per record.
 
 :meth:`Producer.send_many` runs the same path with one :class:`BatchDelivery` standing in
 for every record's future: each batch entry is that object, and the record's position in
@@ -50,37 +51,28 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import anyio.lowlevel
 
 from aiokafka_ng.errors import BufferExhaustedError, KafkaError
-from aiokafka_ng.producer.batch import QueuedRun, no_partition_error
-from aiokafka_ng.producer.delivery import bind_entries, decide
+from aiokafka_ng.producer.batch import QueuedRun
 from aiokafka_ng.producer.future import (
     BatchDelivery,
     Delivery,
     DeliveryFuture,
-    fail_position,
-    run_members,
     withdraw,
 )
 from aiokafka_ng.producer.intake import (
-    PENDING_OVERHEAD,
     RECORD_OVERHEAD,
     Intake,
     ProducerRecord,
     as_bytes,
 )
-from aiokafka_ng.producer.runs import record_sizes, split_keyed_run
-from aiokafka_ng.protocol.limits import MAX_PARTITIONS_PER_TOPIC, ResponseLimitError
+from aiokafka_ng.producer.runs import record_sizes
 from aiokafka_ng.protocol.speedups import BinaryColumn
 
-if TYPE_CHECKING:
-    from aiokafka_ng.producer.accumulator import Accumulator
-    from aiokafka_ng.producer.batch import TopicQueue
-
-__all__ = ["chunk_end", "place_run", "send_batch", "send_run"]
+__all__ = ["chunk_end", "send_batch", "send_run"]
 
 #: Records per memory reservation: big enough that the reservation is noise, small enough
 #: that a run larger than the buffer streams through it.
@@ -217,12 +209,12 @@ async def send_run(
     else:
         futures = [DeliveryFuture(topic, timestamp_ms, loop) for _ in vals]
     max_record = intake.max_record
+    engine = intake.engine
     if max(sizes, default=0) > max_record:
         keep = []
         for i, size in enumerate(sizes):
             if size > max_record:
-                intake.acc.records_failed += 1
-                _fail_alone(futures[i], i, intake.too_large(size))
+                engine.refuse(futures[i], intake.too_large(size), i)
             else:
                 keep.append(i)
         positions: list[int] | None = keep  # run index -> index in the caller's values
@@ -235,7 +227,7 @@ async def send_run(
         run_vals, run_keys, run_sizes, run_futs = vals, ks, sizes, futures
     # Chunks: at most _CHUNK records and a quarter of the buffer, so a run larger than
     # buffer_memory streams through it instead of asking for more than exists.
-    limit = max(1, intake.pool.total // 4)
+    limit = max(1, engine.buffer_memory // 4)
     lo = 0
     count = len(run_vals)
     # ends[i]: the bytes of records [0, i) -- a chunk's end is found by bisection, not by a
@@ -264,8 +256,7 @@ async def send_run(
             except BufferExhaustedError as exc:
                 rest = range(lo, count) if positions is None else positions[lo:]
                 for fut, pos in zip(run_futs[lo:], rest, strict=True):
-                    intake.acc.records_failed += 1
-                    _fail_alone(fut, pos, exc)
+                    engine.refuse(fut, exc, pos)
                 break
             # Queued: no await between placing the chunk and these lines (see Cancellation).
             if txn is not None and shared is None:
@@ -303,14 +294,6 @@ def chunk_end(ends: list[int], lo: int, limit: int) -> int:
     return max(lo + 1, min(count, lo + _CHUNK, bisect_right(ends, ends[lo] + limit) - 1))
 
 
-def _fail_alone(fut: Delivery[Any], position: int, exc: BaseException) -> None:
-    """Fail one record on its own (too large, no memory, no partition): its future, or its
-    entry in a BatchDelivery, which keeps the error by the record's position."""
-    if isinstance(fut, BatchDelivery):
-        fail_position(fut, position, exc)
-    decide(fut, exc)
-
-
 async def _queue_chunk(
     intake: Intake,
     topic: str,
@@ -323,142 +306,16 @@ async def _queue_chunk(
     shared: BatchDelivery | None,
     positions: list[int] | None,
 ) -> None:
-    acc = intake.acc
-    # The topic's entry, made now if this is its first record: when the cluster knows the
-    # topic already, its first run takes the bulk path too.
-    t = acc.topics.get(topic) or acc.new_topic(topic)
-    fast = acc.placeable(topic) is t
-    if not fast:
-        sizes = [s + PENDING_OVERHEAD for s in sizes]
+    engine = intake.engine
+    extra = engine.waiting_charge(topic)
+    if extra:
+        sizes = [s + extra for s in sizes]
     total = sum(sizes)
-    pool = intake.pool
-    if not pool.try_reserve(total):
-        await pool.reserve(total, intake.max_block_s)
+    if not engine.try_reserve(total):
+        await engine.reserve(total, intake.max_block_s)
         if not intake.running:
-            pool.release(total)
+            engine.release(total)
             raise intake.stopped()
-        fast = acc.placeable(topic) is t
-    if not fast:
-        # Not encoded before send_many returns: a column's data buffer is the caller's and
-        # may change after that, so the chunk keeps a copy (lists are the run's own already).
-        keys, values = _own(keys), _own(values)
-    chunk = QueuedRun(partition, ts, keys, values, sizes, futures, shared, positions, _place_chunk)
-    if fast:
-        _place_chunk(acc, t, chunk)
-    else:
-        # Behind the topic's metadata (or records already waiting for it): the chunk
-        # waits as one entry and is placed whole, in its turn, when the metadata comes.
-        acc.queue_run(t, chunk)
-
-
-def _own(items: Any) -> Any:
-    """``items`` with nothing shared with the caller: a column's copy, else as it is."""
-    if BinaryColumn is not None and items.__class__ is BinaryColumn:
-        return items.copy()
-    return items
-
-
-def _place_chunk(acc: Accumulator, t: TopicQueue, chunk: QueuedRun) -> None:
-    """Place a chunk (memory reserved) in its partitions' batches; the topic is ready and
-    nothing of it waits before the chunk."""
-    partition, ts, keys, values = chunk.partition, chunk.timestamp_ms, chunk.keys, chunk.values
-    sizes, futures, shared, positions = chunk.sizes, chunk.futures, chunk.shared, chunk.positions
-    if acc.partitioner is not None and partition < 0:
-        # A user partitioner decides record by record; each record of a run gets a future
-        # of its own, which counts into the run.
-        if shared is not None:
-            assert positions is not None
-            futures = run_members(shared, positions)
-        for i, value in enumerate(values):
-            key = None if keys is None else keys[i]
-            acc.place(t, -1, key, value, None, ts, sizes[i], futures[i])
-        return
-    if partition >= 0 or keys is None:
-        place_run(acc, t, partition, ts, keys, values, sizes, futures, shared, positions)
-        return
-    # Keyed: the default partitioner per key; null keys go to the sticky partition. Grouped
-    # by partition, send order kept inside each group.
-    num_partitions = len(t.partitions)
-    if num_partitions > MAX_PARTITIONS_PER_TOPIC:
-        # split_keyed_run allocates a slot per partition, whatever the run's size: the
-        # count comes from a broker, so it is held to the decoder's per-topic limit here
-        # too, should a snapshot ever come from elsewhere (10**8 partitions cost 1.5 GB
-        # for one record).
-        acc.fail_run(
-            chunk,
-            ResponseLimitError(
-                f"topic {t.name!r} has {num_partitions} partitions, more than the "
-                f"{MAX_PARTITIONS_PER_TOPIC} the client accepts"
-            ),
-        )
-        return
-    groups = split_keyed_run(keys, values, sizes, num_partitions, positions)
-    for p, group in groups.items():
-        futs: list[Delivery[Any]] = (
-            [futures[i] for i in group.index] if shared is None else [shared] * len(group.values)
-        )
-        place_run(
-            acc, t, p, ts, group.keys, group.values, group.sizes, futs, shared, group.positions
-        )
-
-
-def place_run(
-    acc: Accumulator,
-    t: TopicQueue,
-    partition: int,
-    timestamp_ms: int,
-    keys: Sequence[bytes | None] | None,
-    values: Sequence[bytes | None],
-    sizes: list[int],
-    futures: list[Delivery[Any]],
-    shared: BatchDelivery | None = None,
-    positions: list[int] | None = None,
-) -> None:
-    """Append a run of header-less records, in order, to ``partition`` -- or, with
-    ``partition`` -1, to the sticky partition, switching when a batch fills exactly as
-    ``Accumulator.place`` does. One builder call per batch, not per record. The topic is
-    ready, its pending queue empty, memory reserved. ``shared``: every entry of
-    ``futures`` is that one BatchDelivery, and ``positions`` are the records' places in
-    it (kept beside the batch's entries)."""
-    sticky = partition < 0
-    if sticky:
-        partition = acc.sticky_partition(t)
-    if not 0 <= partition < len(t.partitions):
-        exc = no_partition_error(t, partition)
-        for j, (fut, size) in enumerate(zip(futures, sizes, strict=True)):
-            if shared is not None and positions is not None:
-                fail_position(shared, positions[j], exc)
-            acc.fail_record(fut, size, exc)
-        return
-    i = 0
-    count = len(values)
-    while i < count:
-        pq = t.partitions[partition]
-        batches = pq.batches
-        batch = batches[-1] if batches else None
-        if batch is None or batch.data is not None:
-            batch = acc.open_batch(t, pq)
-        delta = batch.builder.record_count
-        stop = batch.builder.append_run(timestamp_ms, keys, values, i, count)
-        bfuts = batch.futures
-        if shared is not None:
-            # Entries still one per record (sequence numbers, counts and splits go by
-            # them), added in one step, with the records' positions beside them.
-            assert positions is not None
-            if batch.positions is None:
-                batch.positions = [-1] * len(bfuts)
-            batch.positions.extend(positions[i:stop])
-            bfuts.extend(futures[i:stop])
-            batch.memory += sum(sizes[i:stop])
-        else:
-            if batch.positions is not None:
-                batch.positions.extend([-1] * (stop - i))
-            bind_entries(futures, i, stop, batch, delta)
-            bfuts.extend(futures[i:stop])
-            batch.memory += sum(sizes[i:stop])
-        i = stop
-        if i < count:
-            # Full: on in a new batch -- of another partition if this run is sticky.
-            acc.batch_full(t, batch, sticky)
-            if sticky:
-                partition = t.sticky
+    # Placed at once, or -- behind the topic's metadata, or records already waiting for
+    # it -- queued as one entry and placed whole, in its turn, when the metadata comes.
+    engine.add_run(topic, QueuedRun(partition, ts, keys, values, sizes, futures, shared, positions))

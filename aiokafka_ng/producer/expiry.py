@@ -2,12 +2,13 @@
 
 Theory of operation
 -------------------
-One task per producer. It does not tick: it sleeps until the earliest delivery deadline of
-what the accumulator holds (:meth:`~aiokafka_ng.producer.accumulator.Accumulator.next_expiry`),
-fails what is due then (:meth:`~aiokafka_ng.producer.accumulator.Accumulator.expire`), and
-looks again. With nothing held it clears the accumulator's ``expiry_armed`` flag and waits
-for :meth:`ExpiryTimer.wake`, which the accumulator signals (the engine's ``wake_expiry``)
-when a record or batch enters while the flag is clear.
+One task per producer. It does not tick: it asks the engine to fail what is due
+(:meth:`~aiokafka_ng.producer.engine.ProducerEngine.expire`, which answers the earliest
+delivery deadline of what is left), tells it how long it sleeps
+(:meth:`~aiokafka_ng.producer.engine.ProducerEngine.expiry_sleeps`), sleeps until then, and
+looks again. With nothing held it sleeps until :meth:`ExpiryTimer.wake`, which the
+accumulator signals (the engine's ``wake_expiry``) when a record or batch enters while the
+timer sleeps without a deadline.
 
 Why one flag is (almost) enough: a batch's deadline is its creation time plus the same
 ``delivery_timeout_ms``, so a batch entering later never has an earlier deadline than one
@@ -18,8 +19,9 @@ timer slept for may have gone (the batch was delivered); waking for it finds the
 So an idle producer's timer sleeps for good, and a busy one's wakes about once per
 ``delivery_timeout_ms`` instead of ten times a second.
 
-No await lies between clearing the flag and waiting on a fresh event, and the accumulator
-sets the flag before it signals: a record that enters in between is never missed.
+No await lies between ``expiry_sleeps`` and waiting on a fresh event, and the accumulator
+notes that the timer is armed before it signals: a record that enters in between is never
+missed.
 """
 
 from __future__ import annotations
@@ -29,13 +31,13 @@ from typing import TYPE_CHECKING
 import anyio
 
 if TYPE_CHECKING:
-    from aiokafka_ng.producer.accumulator import Accumulator
+    from aiokafka_ng.producer.engine import ProducerEngine
 
 __all__ = ["ExpiryTimer"]
 
 
 class ExpiryTimer:
-    """Sleeps until the accumulator's next delivery deadline (see the module docstring)."""
+    """Sleeps until the engine's next delivery deadline (see the module docstring)."""
 
     __slots__ = ("_event",)
 
@@ -46,19 +48,17 @@ class ExpiryTimer:
         """Something with a deadline entered while the timer was idle."""
         self._event.set()
 
-    async def run(self, acc: Accumulator) -> None:
+    async def run(self, engine: ProducerEngine) -> None:
         """Until cancelled: expire what is due, sleep until the next deadline."""
-        clock = acc.clock
+        clock = engine.clock
         while True:
-            acc.expire(clock())
-            at = acc.next_expiry()
+            at = engine.expire(clock())
             if at is None:
                 self._event = anyio.Event()
-                acc.expiry_armed = False
+                engine.expiry_sleeps(None)
                 await self._event.wait()
             else:
-                acc.expiry_armed = True
-                acc.expiry_at = at
+                engine.expiry_sleeps(at)
                 # Woken early by a waiting record due before ``at`` (its limit, max_block_ms,
                 # may be the shorter: see the accumulator's "Expiry"). The loop's clock may
                 # fire a timer up to its resolution early; expire() then finds nothing due

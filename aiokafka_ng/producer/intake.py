@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 __all__ = [
-    "PENDING_OVERHEAD",
     "RECORD_OVERHEAD",
     "Intake",
     "ProducerRecord",
@@ -49,11 +48,9 @@ __all__ = [
 #: Per-record bytes charged to the memory pool on top of key/value/headers, so that
 #: buffer_memory bounds the process's real memory, not just the payload bytes. Measured with
 #: tracemalloc (CPython 3.11): a record in a batch costs its framing (~10-20 B), its
-#: DeliveryFuture (96 B), its offset-delta int (32 B above 256) and a list slot (8 B).
+#: DeliveryFuture (96 B), its offset-delta int (32 B above 256) and a list slot (8 B). (A
+#: record waiting for its topic's metadata costs more: ``ProducerEngine.waiting_charge``.)
 RECORD_OVERHEAD = 192
-#: Charged on top for a record that must wait for its topic's metadata: its queue entry
-#: (a tuple and a float, ~150 B) and the key/value bytes objects' own headers (33 B each).
-PENDING_OVERHEAD = 128
 
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
@@ -112,14 +109,12 @@ class Intake:
         "_buffer_memory",
         "_max_request_size",
         "_why_stopped",
-        "acc",
         "engine",
         "key_ser",
         "last_ts",
         "loop",
         "max_block_s",
         "max_record",
-        "pool",
         "running",
         "txn",
         "valid_topics",
@@ -138,11 +133,8 @@ class Intake:
         max_block_ms: int,
         why_stopped: Callable[[], KafkaError],
     ) -> None:
+        #: The way records go in (memory, placement); the C fast path reads its slots.
         self.engine = engine
-        # The engine's accumulator and pool, read here directly: send() reads them per
-        # record, and the C fast path reads these slots.
-        self.acc = engine.acc
-        self.pool = engine.pool
         self.txn = txn
         self.key_ser = key_serializer
         self.value_ser = value_serializer
@@ -214,13 +206,14 @@ def bind_send_fast(kernel: speedups.Kernel) -> speedups.SendFast | None:
         return None
     # Imported here: the accumulator's modules are not needed to import the intake's checks.
     from aiokafka_ng.producer.batch import PartitionQueue, ProducerBatch, TopicQueue
+    from aiokafka_ng.producer.engine import ProducerEngine
     from aiokafka_ng.producer.future import PENDING, DeliveryFuture
     from aiokafka_ng.producer.memory import MemoryPool
 
     try:
         setup(
-            Intake, TopicQueue, PartitionQueue, ProducerBatch, DeliveryFuture, MemoryPool,
-            RECORD_OVERHEAD, PENDING,
+            Intake, ProducerEngine, TopicQueue, PartitionQueue, ProducerBatch, DeliveryFuture,
+            MemoryPool, RECORD_OVERHEAD, PENDING,
         )  # fmt: skip
     except TypeError as exc:  # a class changed shape: the C side would misread it
         _log.warning("aiokafka_ng: send() runs without its C fast path (%s)", exc)

@@ -171,7 +171,7 @@ def start_tasks(
 ) -> None:
     """Start the expiry timer and the producer id's owner (if any) in ``tasks``. A
     transactional producer's ``init()`` is the caller's to await."""
-    tasks.start_soon(parts.expiry.run, parts.engine.acc)
+    tasks.start_soon(parts.expiry.run, parts.engine)
     if parts.txn is not None:
         tasks.start_soon(parts.txn.run)
     elif parts.ids is not None:

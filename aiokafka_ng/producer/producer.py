@@ -1,8 +1,9 @@
 """The public :class:`Producer`.
 
-``send()`` validates and serializes the record, reserves memory, hands it to the engine's
-accumulator and returns a :class:`~aiokafka_ng.producer.future.DeliveryFuture`. It never
-waits for metadata; it waits only for memory (``max_block_ms``).
+``send()`` validates and serializes the record, reserves memory through the engine, hands
+the record to it (``ProducerEngine.add``) and returns a
+:class:`~aiokafka_ng.producer.future.DeliveryFuture`. It never waits for metadata; it waits
+only for memory (``max_block_ms``).
 
 A producer is an engine and its drivers (DESIGN.md, "The shape we are moving to"), all made
 from the config by their constructors in :mod:`aiokafka_ng.producer.parts`:
@@ -62,7 +63,6 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.net.clock import loop_clock
 from aiokafka_ng.producer.bulk import send_batch, send_many
-from aiokafka_ng.producer.delivery import decide
 from aiokafka_ng.producer.future import (
     BatchDelivery,
     DeliveryFuture,
@@ -70,7 +70,6 @@ from aiokafka_ng.producer.future import (
     callbacks_run,
 )
 from aiokafka_ng.producer.intake import (
-    PENDING_OVERHEAD,
     RECORD_OVERHEAD,
     ProducerRecord,
     as_bytes,
@@ -136,7 +135,6 @@ class Producer:
         )
         parts = build_parts(config, self._runtime, why_stopped=self._not_running, log=log)
         self._engine = parts.engine  # records, batches, memory, sequences: no I/O
-        self._acc = parts.engine.acc
         self._txn = parts.txn
         self._senders = parts.senders  # the I/O side: a sender per broker
         self._intake = parts.intake  # what send() and the bulk path read
@@ -231,7 +229,7 @@ class Producer:
         if not runtime.begin_close():
             return
         self._intake.running = False
-        acc = self._acc
+        engine = self._engine
         if timeout is None:
             timeout = self.config.close_timeout_ms / 1000
         try:
@@ -242,9 +240,9 @@ class Producer:
                 # against close's timeout, as in the Java client (a fenced producer's EndTxn
                 # may never be answered).
                 await self._txn.abort_quietly(timeout)
-            self._engine.begin_close()
+            engine.begin_close()
             with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
-                for fut in acc.incomplete():
+                for fut in engine.incomplete():
                     await fut.wait_done()
                 await callbacks_run(self._intake.loop)
             # KIP-714's terminating push, with the final counts, in what close has left.
@@ -252,19 +250,19 @@ class Producer:
         finally:
             # The senders stop before what is left fails: none may settle a batch after.
             runtime.cancel_tasks()
-            failed_before = acc.records_failed
-            acc.abort_all(
+            failed_before = engine.records_failed
+            engine.abort_all(
                 ClosedBeforeDeliveryError(
                     f"the producer closed before the record was delivered "
                     f"(waited {timeout:g} s; close_timeout_ms={self.config.close_timeout_ms})"
                 ),
                 in_flight=True,
             )
-            if acc.records_failed > failed_before:
+            if engine.records_failed > failed_before:
                 log.warning(
                     "producer %s: closed with %d record(s) undelivered after %g s "
                     "(close_timeout_ms); they fail with ClosedBeforeDeliveryError",
-                    self.config.client_id, acc.records_failed - failed_before, timeout,
+                    self.config.client_id, engine.records_failed - failed_before, timeout,
                 )  # fmt: skip
             self._senders.close()
             # The host leaves the task group and the cluster in its own task.
@@ -326,26 +324,17 @@ class Producer:
         partition, timestamp_ms = intake.admit(topic, partition, timestamp_ms)
         txn = intake.txn
         fut = DeliveryFuture(topic, timestamp_ms, intake.loop)
-        acc = intake.acc
+        engine = intake.engine
         if size > intake.max_record:
-            acc.records_failed += 1
-            decide(fut, intake.too_large(size))
+            engine.refuse(fut, intake.too_large(size))
             return fut
-        t = acc.placeable(topic)
-        if t is None:
-            # It will wait for metadata as a queue entry holding its own objects: charge it.
-            size += PENDING_OVERHEAD
-        pool = intake.pool
-        if not pool.try_reserve(size):
-            await pool.reserve(size, intake.max_block_s)
+        size += engine.waiting_charge(topic)
+        if not engine.try_reserve(size):
+            await engine.reserve(size, intake.max_block_s)
             if not intake.running:
-                pool.release(size)
+                engine.release(size)
                 raise intake.stopped()
-            t = acc.placeable(topic)
-        if t is not None:
-            acc.place(t, partition, key, value, hdrs, timestamp_ms, size, fut)
-        else:
-            acc.append(topic, partition, key, value, hdrs, timestamp_ms, size, fut)
+        engine.add(topic, partition, key, value, hdrs, timestamp_ms, size, fut)
         if txn is not None:
             txn.track(fut)
         if self._senders.yield_due:
@@ -390,7 +379,7 @@ class Producer:
         if not queued.done():
             raise SendTimeoutError(
                 f"send_and_wait to {topic!r}: not acknowledged within {timeout:g} s; "
-                + self._acc.waiting_reason(topic)
+                + self._engine.waiting_reason(topic)
             )
         return queued.result()
 
@@ -456,12 +445,12 @@ class Producer:
         errors). Raises ``KafkaTimeoutError`` if ``timeout`` seconds pass first."""
         if self._runtime.state is not ClientState.RUNNING:
             raise self._not_running()
-        acc = self._acc
-        self._engine.begin_flush()
+        engine = self._engine
+        engine.begin_flush()
         try:
             done = False
             with anyio.move_on_after(timeout):
-                for fut in acc.incomplete():
+                for fut in engine.incomplete():
                     await fut.wait_done()
                 await callbacks_run(self._intake.loop)
                 done = True
@@ -566,7 +555,7 @@ class Producer:
     def statistics(self) -> ProducerStatistics:
         """Counters for monitoring and tests, in any state (never blocks). Also a read-only
         mapping with the keys of the dict it returned before (``stats["records_sent"]``)."""
-        return collect(self._parts, self._runtime, buffer_memory=self.config.buffer_memory)
+        return collect(self._parts, self._runtime)
 
     # ------------------------------------------------------------------ internals
 
@@ -586,14 +575,14 @@ class Producer:
         self._intake.running = False
         # The other tasks stay until close(), which stops them; every call meanwhile raises
         # the failure (see _not_running).
-        self._acc.abort_all(_stopped(exc), in_flight=True)
+        self._engine.abort_all(_stopped(exc), in_flight=True)
 
     def _on_cluster_error(self, exc: KafkaError) -> None:
         # As Java's Sender on an authentication failure: what waits for metadata (or for a
         # producer id: ProducerIdOwner.run) fails with it now, not at delivery_timeout_ms.
         # Later sends try again (credentials may be fixed, a token refreshed).
         if isinstance(exc, SaslAuthenticationFailedError):
-            self._acc.abort_all(exc)
+            self._engine.abort_all(exc)
 
     def _on_metadata(self, snapshot: Any) -> None:
         try:

@@ -113,7 +113,7 @@ class NodeSender:
         """Something becomes ready at ``at`` (the accumulator's clock) and not before: a
         loop waiting with nothing due by time sleeps until then instead of looking now (on
         asyncio, a loop timer that sets the event); otherwise, as :meth:`wake`."""
-        loop = self._engine.acc.loop
+        loop = self._engine.loop
         if not self._idle or loop is None:
             self._event.set()
             return
@@ -126,7 +126,6 @@ class NodeSender:
 
     async def run(self) -> None:
         engine = self._engine
-        acc = engine.acc
         clock = engine.clock
         self._tg.start_soon(self._settle_answers)
         # Reconnect pacing of this node (the retry driver's timing object); the batches'
@@ -154,7 +153,7 @@ class NodeSender:
                         # DEBUG: the pool logs a broker going away (WARNING) and coming
                         # back (INFO) once each; this repeats at every backoff.
                         log.debug("producer: node %s unreachable: %s", self.node_id, exc)
-                        self._cluster.request_update(acc.topics)
+                        self._cluster.request_update(engine.topic_names())
                         await pacing.pause()
                         continue
                     now = clock()
@@ -180,7 +179,7 @@ class NodeSender:
                     if self._timer is not None:
                         self._timer.cancel()
                         self._timer = None
-            elif (loop := acc.loop) is not None:
+            elif (loop := engine.loop) is not None:
                 # asyncio: a timer that sets the event (a wake-up like any other: the loop
                 # looks again) costs far less than a cancel scope's expiry.
                 timer = loop.call_later(timeout, event.set)

@@ -79,31 +79,16 @@ class ProducerStatistics(ClientStatistics, Mapping[str, Any]):
 _KEYS: dict[str, None] = dict.fromkeys(f.name for f in dataclasses.fields(ProducerStatistics))
 
 
-def collect(parts: Parts, runtime: ClientRuntime, *, buffer_memory: int) -> ProducerStatistics:
+def collect(parts: Parts, runtime: ClientRuntime) -> ProducerStatistics:
     """The snapshot of a producer made of ``parts`` (``Producer.statistics``), the common
     part from its ``runtime``: reads counters only, so it never blocks and works in any
     state."""
-    engine = parts.engine
-    acc = engine.acc
-    pool = engine.pool
     by_node = parts.senders.by_node
-    idem = engine.idem
     return runtime.statistics(
         ProducerStatistics,
-        memory=pool.statistics(),
         senders={n: s.requests for n, s in by_node.items()},
-        records_sent=acc.records_sent,
-        records_failed=acc.records_failed,
-        batches_sent=acc.batches_sent,
-        buffer_bytes_used=buffer_memory - pool.available,
-        request_latency_ms=acc.request_latency.snapshot(),
-        in_flight_batches=len(acc.flight),
         in_flight_requests=sum(s.requests_in_flight for s in by_node.values()),
         in_flight_by_node={n: s.requests_in_flight for n, s in by_node.items()},
-        retries=acc.retries,
-        splits=acc.splits,
-        expired_batches=acc.expired_batches,
-        producer_id=None if idem is None else idem.producer_id,
-        producer_id_resets=0 if idem is None else idem.resets,
         transaction_state=None if parts.txn is None else parts.txn.state.value,
+        **parts.engine.statistics(),
     )

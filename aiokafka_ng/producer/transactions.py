@@ -455,12 +455,12 @@ class TransactionManager:
         self.drain_error = TransactionAbortedError(
             f"transaction of {self.transactional_id!r} was aborted"
         )
-        acc = self.engine.acc
-        acc.abort_all(self.drain_error)
-        self.engine.signals.wake_all()
+        engine = self.engine
+        engine.abort_all(self.drain_error)
+        engine.signals.wake_all()
         # In flight: their outcome no longer matters, but they must not be written after
         # the abort marker. Re-queued retries fail at their next drain.
-        for fut in acc.incomplete():
+        for fut in engine.incomplete():
             await fut.wait_done()
         await self._stop_adding()
         self.pending_partitions.clear()

@@ -673,8 +673,8 @@ static PyMethodDef methods[] = {
      "send_fast(intake, topic, value, key, partition, timestamp_ms, headers)"
      " -> DeliveryFuture | None"},
     {"send_fast_setup", (PyCFunction)(void (*)(void))send_fast_setup, METH_FASTCALL,
-     "send_fast_setup(Intake, Topic, PartitionQueue, ProducerBatch, DeliveryFuture,"
-     " MemoryPool, record_overhead, pending) -> None"},
+     "send_fast_setup(Intake, ProducerEngine, Topic, PartitionQueue, ProducerBatch,"
+     " DeliveryFuture, MemoryPool, record_overhead, pending) -> None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -81,6 +81,7 @@ def send_fast(
 ) -> Any: ...
 def send_fast_setup(
     intake: type,
+    engine: type,
     topic: type,
     partition_queue: type,
     batch: type,

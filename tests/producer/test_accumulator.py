@@ -6,7 +6,6 @@ Pure unit tests with a fake clock; no broker, no event loop (the accumulator is 
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any
 
 import pytest
 
@@ -267,32 +266,25 @@ def test_pending_topic_fails_alone_at_delivery_timeout() -> None:
     assert acc.pool.available == acc.pool.total
 
 
-def _pending_run(acc: Accumulator, placed: list[str]) -> tuple[BatchDelivery, QueuedRun]:
+def _pending_run(acc: Accumulator) -> tuple[BatchDelivery, QueuedRun]:
     run = BatchDelivery("t", 1, None, 3)
     assert acc.pool.try_reserve(3 * 40)
-
-    def place(acc: Accumulator, t: Any, entry: QueuedRun) -> None:
-        placed.append(t.name)
-        for v, size in zip(entry.values, entry.sizes, strict=True):
-            acc.place(t, 0, None, v, None, 1, size, DeliveryFuture("t", 1))
-
     values = [b"r0", b"r1", b"r2"]
-    return run, QueuedRun(-1, 1, None, values, [40] * 3, [run] * 3, run, [0, 1, 2], place)
+    return run, QueuedRun(0, 1, None, values, [40] * 3, [run] * 3, run, [0, 1, 2])
 
 
 def test_pending_run_waits_as_one_entry_in_send_order() -> None:
     # A bulk chunk behind the topic's metadata: one queue entry, placed in its turn (after
-    # the send() record queued before it) by its own placement when the metadata comes.
+    # the send() record queued before it) when the metadata comes.
     clock = Clock()
     acc, _, requested = make(clock)
     first = send(acc, b"first", partition=0)
-    placed: list[str] = []
-    run, entry = _pending_run(acc, placed)
+    run, entry = _pending_run(acc)
     acc.queue_run(acc.topics["t"], entry)
     assert requested == ["t"] and len(acc.topics["t"].pending) == 2
     assert acc.incomplete() == [first, run]  # flush waits for the run as a whole
     acc.update_metadata(meta())
-    assert placed == ["t"] and not acc.topics["t"].pending
+    assert not acc.topics["t"].pending
     clock.now += 0.006
     (batch,), _ = acc.drain(1, clock.now)
     assert values(batch.close()) == [b"first", b"r0", b"r1", b"r2"]
@@ -302,7 +294,7 @@ def test_pending_run_fails_by_position_at_delivery_timeout() -> None:
     clock = Clock()
     acc, _, _ = make(clock)
     acc.update_metadata(meta(topic="other"))
-    run, entry = _pending_run(acc, [])
+    run, entry = _pending_run(acc)
     acc.queue_run(acc.new_topic("t"), entry)
     clock.now += 0.999
     acc.expire(clock.now)
@@ -479,7 +471,7 @@ def test_topic_with_fatal_metadata_error_fails_records() -> None:
     clock = Clock()
     acc, _, _ = make(clock)
     first = send(acc, b"a")  # waits for metadata
-    waiting, waiting_entry = _pending_run(acc, [])
+    waiting, waiting_entry = _pending_run(acc)
     acc.queue_run(acc.topics["t"], waiting_entry)
     denied = ClusterMetadata(
         topics=MappingProxyType({"t": TopicMetadata("t", error=TopicAuthorizationFailedError)})
@@ -489,7 +481,7 @@ def test_topic_with_fatal_metadata_error_fails_records() -> None:
     assert waiting.failed == 3 and isinstance(waiting.exception(), TopicAuthorizationFailedError)
     later = send(acc, b"b")  # the known fatal error fails it at once, not at the timeout
     assert isinstance(later.exception(), TopicAuthorizationFailedError)
-    run, entry = _pending_run(acc, [])  # a bulk chunk likewise, every record by position
+    run, entry = _pending_run(acc)  # a bulk chunk likewise, every record by position
     acc.queue_run(acc.topics["t"], entry)
     assert run.failed == 3 and sorted(run.errors()) == [0, 1, 2]
     assert isinstance(run.exception(), TopicAuthorizationFailedError)

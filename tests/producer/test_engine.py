@@ -52,8 +52,8 @@ def answer(code: int) -> ProduceResponse:
 
 def send(engine: ProducerEngine) -> DeliveryFuture:
     fut = DeliveryFuture("t", 1)
-    assert engine.pool.try_reserve(200)
-    engine.acc.append("t", 0, None, b"v", None, 1, 200, fut)
+    assert engine.try_reserve(200)
+    engine.add("t", 0, None, b"v", None, 1, 200, fut)
     return fut
 
 

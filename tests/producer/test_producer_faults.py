@@ -214,12 +214,12 @@ async def test_a_bug_placing_records_at_metadata_time_fails_them_loudly(
 ) -> None:
     # Records waiting for their topic are placed from the cluster's metadata task; a bug
     # there stops the producer the same way instead of leaving them queued until expiry.
-    from aiokafka_ng.producer import bulk
+    from aiokafka_ng.producer.accumulator import Accumulator
 
     def broken(*args: Any) -> None:
         raise RuntimeError("injected bug")
 
-    monkeypatch.setattr(bulk, "_place_chunk", broken)
+    monkeypatch.setattr(Accumulator, "place_chunk", broken)
     async with FakeKafka(brokers=1, tcp=False) as kafka:
         with anyio.fail_after(20):
             async with Producer(**kafka.client_config()) as p:

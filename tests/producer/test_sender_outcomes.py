@@ -282,19 +282,23 @@ def test_batch_delivery_knows_each_record_through_a_split_and_a_failure() -> Non
     # A run's records share batches with a send() record; one batch is split (Tansu never
     # answers MESSAGE_TOO_LARGE), another fails for good. Each record of the run still gets
     # its own offset or error, by position.
-    from aiokafka_ng.producer.bulk import place_run
+    from aiokafka_ng.producer.batch import QueuedRun
     from aiokafka_ng.producer.future import BatchDelivery
 
     engine, _, clock = setup()
-    acc = engine.acc
-    t = acc.new_topic("t")  # known to the metadata: ready at once
     run = BatchDelivery("t", 5, None, 6)
-    assert engine.pool.try_reserve(70)
-    place_run(acc, t, 0, 5, None, [b"a", b"b"], [10, 10], [run, run], run, [0, 1])
+    assert engine.try_reserve(70)
+
+    def add_run(partition: int, values: list[bytes], positions: list[int]) -> None:
+        # "t" is known to the metadata: placed at once.
+        chunk = QueuedRun(partition, 5, None, values, [10, 10], [run, run], run, positions)
+        engine.add_run("t", chunk)
+
+    add_run(0, [b"a", b"b"], [0, 1])
     single = DeliveryFuture("t", 5)
-    acc.append("t", 0, None, b"x", None, 5, 10, single)
-    place_run(acc, t, 0, 5, None, [b"c", b"d"], [10, 10], [run, run], run, [2, 3])
-    place_run(acc, t, 1, 5, None, [b"e", b"f"], [10, 10], [run, run], run, [5, 4])
+    engine.add("t", 0, None, b"x", None, 5, 10, single)
+    add_run(0, [b"c", b"d"], [2, 3])
+    add_run(1, [b"e", b"f"], [5, 4])
     clock.now += 1
     batches, _ = engine.drain(1, clock.now)
     b0, b1 = sorted(batches, key=lambda b: b.partition)

@@ -14,6 +14,7 @@ sure that a machine able to compile did.
 from __future__ import annotations
 
 import ast
+import importlib
 import itertools
 import random
 import re
@@ -580,3 +581,18 @@ def test_the_table_of_kernel_functions_is_complete() -> None:
         if test:
             source = path.read_text()
             assert f"def {test}{'' if star else '('}" in source, (file, test)
+
+
+def test_the_c_send_path_names_the_python_functions_it_mirrors() -> None:
+    # producer/_send.c (send()'s fast path) mirrors the engine's placement rule for one
+    # record; its "Mirrors:" lines name those functions. Each must resolve -- a renamed or
+    # removed twin fails here -- and name send_fast back, so neither side changes alone.
+    # tests/producer/test_send_fast.py compares what the two paths do.
+    source = (ROOT / "aiokafka_ng" / "producer" / "_send.c").read_text()
+    named = re.findall(r"^ \* Mirrors: ([\w.]+)$", source, re.MULTILINE)
+    assert "aiokafka_ng.producer.accumulator.Accumulator.place" in named, named
+    for dotted in named:
+        module_name, owner, function = dotted.rsplit(".", 2)
+        module = importlib.import_module(module_name)
+        mirrored = getattr(getattr(module, owner), function)
+        assert "send_fast" in (mirrored.__doc__ or ""), dotted
