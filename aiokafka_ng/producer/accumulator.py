@@ -423,6 +423,18 @@ class Accumulator:
             )
             return
         groups = split_keyed_run(keys, values, sizes, num_partitions, positions)
+        if -1 in groups:
+            # Null keys beside keyed ones: the sticky partition (and each one it moves to
+            # as batches fill) may be a keyed record's partition too, and placing the
+            # groups one after the other put every null-keyed record ahead of keyed ones
+            # sent before it. A mixed run is placed record by record, as send() would
+            # place it: send order kept in every partition.
+            if shared is not None:
+                assert positions is not None
+                futures = run_members(shared, positions)
+            for i, value in enumerate(values):
+                self.place(t, -1, keys[i], value, None, ts, sizes[i], futures[i])
+            return
         for p, group in groups.items():
             futs: list[Delivery[Any]] = (
                 [futures[i] for i in group.index]

@@ -302,3 +302,31 @@ async def test_closing_fails_every_queued_record_by_position() -> None:
         queued.metadata(3)
     with pytest.raises(KafkaTimeoutError, match="closed before"):
         await waiting
+
+
+@pytest.mark.parametrize("call", ["send_many", "send_batch"])
+async def test_a_run_mixing_null_and_non_null_keys_keeps_send_order_per_partition(
+    as_run: Any, call: str
+) -> None:
+    # Null-keyed records go to the sticky partition, which can be a keyed record's too (and
+    # moves as batches fill): placed group after group, every null-keyed record went ahead
+    # of the keyed ones sent before it in the same partition.
+    n = 600
+    values = [b"%d" % i for i in range(n)]
+    keys = [None if i % 3 == 1 else b"k%d" % (i % 7) for i in range(n)]
+    async with FakeKafka(tcp=False) as kafka:
+        kafka.create_topic("mixed", 3)
+        config = kafka.client_config()
+        async with Producer(**config, batch_size=1024, linger_ms=50) as p:
+            await p.partitions_for("mixed")  # metadata known: the bulk path
+            if call == "send_many":
+                await (await p.send_many("mixed", as_run(values), keys=as_run(keys)))
+            else:
+                for fut in await p.send_batch("mixed", as_run(values), keys=as_run(keys)):
+                    await fut
+        seen = 0
+        for partition in range(3):
+            order = [int(r.value) for r in kafka.records("mixed", partition)]
+            assert order == sorted(order), (partition, order[:20])
+            seen += len(order)
+        assert seen == n
