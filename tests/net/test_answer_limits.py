@@ -26,7 +26,7 @@ from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.errors import KafkaConnectionError, KafkaTimeoutError
 from aiokafka_ng.net.connection import ConnectionConfig, connect
 from aiokafka_ng.producer import Producer
-from aiokafka_ng.producer import bulk as bulk_module
+from aiokafka_ng.producer import accumulator as accumulator_module
 from aiokafka_ng.protocol.errors import ProtocolError
 from aiokafka_ng.protocol.framing import FrameReader, decode_response, encode_response
 from aiokafka_ng.protocol.limits import (
@@ -267,13 +267,13 @@ async def test_a_keyed_bulk_run_is_held_to_the_partition_limit(
     async with Producer(bootstrap_servers=kafka_broker.bootstrap_servers) as p:
         partitions = len(await p.partitions_for(topic))
         assert partitions >= 2
-        monkeypatch.setattr(bulk_module, "MAX_PARTITIONS_PER_TOPIC", partitions - 1)
+        monkeypatch.setattr(accumulator_module, "MAX_PARTITIONS_PER_TOPIC", partitions - 1)
         run = await p.send_many(topic, [b"a", b"b"], keys=[b"k1", b"k2"])
         with pytest.raises(ResponseLimitError, match=rf"has {partitions} partitions, more than"):
             await run
         assert run.failed == 2
         memory = p.statistics().memory
         assert memory.available == memory.total  # the run's memory came back
-        monkeypatch.setattr(bulk_module, "MAX_PARTITIONS_PER_TOPIC", partitions)
+        monkeypatch.setattr(accumulator_module, "MAX_PARTITIONS_PER_TOPIC", partitions)
         metas = await p.send_many(topic, [b"a", b"b"], keys=[b"k1", b"k2"])
         assert len(await metas) == 2
