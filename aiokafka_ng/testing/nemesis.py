@@ -313,7 +313,7 @@ class Nemesis:
         # One iptables-restore, not a flush and then one append per rule: between those,
         # every cut was briefly gone, and a follower cut from its leader could catch up
         # while another cut was being added (the unclean-election test's follower, once
-        # in CI; widening that gap to 6 s made it happen every time). --noflush touches
+        # in CI; with a 6 s pause put in that gap, it did). --noflush touches
         # only the chains named; each table's chain is replaced in one commit.
         lines: list[str] = []
         for table in _TABLES:

@@ -320,14 +320,14 @@ async def test_an_unclean_election_truncates_the_log_and_our_consumer_says_so(
                 assert led_by_follower(elected), (elected, answers[-3:], controller, leader)
                 # The premise: F's log ends where the cut stopped it. In one CI run the
                 # consumer saw no truncation: the nemesis then rewrote its rules as a flush
-                # and appends, and F could fetch in between (a 6 s gap: F ended at 20 every
-                # time). The rules are now replaced in one commit.
+                # and appends, and F could fetch in between (with a 6 s pause put in that
+                # gap, F's log ended at 20). The rules are now replaced in one commit.
                 latest = {tp: ListOffsetsSpec.latest()}
                 new_end = (await admin.list_offsets(latest)).result(tp).offset
                 assert new_end == 10, f"the new leader's log ends at {new_end}, not 10"
                 await produce(cluster, tp, [b"new-%d" % i for i in range(10, 15)])
-                # Failed once in about seven runs (ci of stop 56: a record came back, no
-                # error): what came, and the consumer's own account of its positions.
+                # Should a record come instead of the error (stop 56's CI, before the
+                # premise above was checked): what came, and the consumer's own account.
                 caplog.set_level(logging.DEBUG, logger="aiokafka_ng.consumer")
                 try:
                     came = await read_records(consumer, tp, 1)
