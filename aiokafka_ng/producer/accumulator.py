@@ -394,14 +394,8 @@ class Accumulator:
         sizes, futures, shared = chunk.sizes, chunk.futures, chunk.shared
         positions = chunk.positions
         if self.partitioner is not None and partition < 0:
-            # A user partitioner decides record by record; each record of a run gets a
-            # future of its own, which counts into the run.
-            if shared is not None:
-                assert positions is not None
-                futures = run_members(shared, positions)
-            for i, value in enumerate(values):
-                key = None if keys is None else keys[i]
-                self.place(t, -1, key, value, None, ts, sizes[i], futures[i])
+            # A user partitioner decides record by record.
+            self._place_each(t, chunk)
             return
         if partition >= 0 or keys is None:
             self.place_run(t, partition, ts, keys, values, sizes, futures, shared, positions)
@@ -423,17 +417,13 @@ class Accumulator:
             )
             return
         groups = split_keyed_run(keys, values, sizes, num_partitions, positions)
-        if -1 in groups:
+        if -1 in groups and len(groups) > 1:
             # Null keys beside keyed ones: the sticky partition (and each one it moves to
             # as batches fill) may be a keyed record's partition too, and placing the
             # groups one after the other put every null-keyed record ahead of keyed ones
             # sent before it. A mixed run is placed record by record, as send() would
             # place it: send order kept in every partition.
-            if shared is not None:
-                assert positions is not None
-                futures = run_members(shared, positions)
-            for i, value in enumerate(values):
-                self.place(t, -1, keys[i], value, None, ts, sizes[i], futures[i])
+            self._place_each(t, chunk)
             return
         for p, group in groups.items():
             futs: list[Delivery[Any]] = (
@@ -444,6 +434,18 @@ class Accumulator:
             self.place_run(
                 t, p, ts, group.keys, group.values, group.sizes, futs, shared, group.positions
             )
+
+    def _place_each(self, t: TopicQueue, chunk: QueuedRun) -> None:
+        """Place a chunk record by record with :meth:`place`'s own rule (partition -1: the
+        partitioner per record); each record of a shared run gets a future of its own,
+        which counts into the run."""
+        keys, futures, sizes = chunk.keys, chunk.futures, chunk.sizes
+        if chunk.shared is not None:
+            assert chunk.positions is not None
+            futures = run_members(chunk.shared, chunk.positions)
+        for i, value in enumerate(chunk.values):
+            key = None if keys is None else keys[i]
+            self.place(t, -1, key, value, None, chunk.timestamp_ms, sizes[i], futures[i])
 
     def place_run(
         self,
