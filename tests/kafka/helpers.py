@@ -138,8 +138,10 @@ async def read_all(
     isolation: str = "read_committed",
     *,
     settle: bool = True,
+    **settings: Any,
 ) -> list[Any]:
-    """Every record of the topic's first ``partitions`` partitions.
+    """Every record of the topic's first ``partitions`` partitions (``settings``: more of
+    the consumer's, e.g. its deserializers).
 
     read_committed: once no transaction is open in them (bounded, 10 s; ``settle`` False:
     as they are now), then up to the last stable offsets. Kafka answers EndTxn before it
@@ -149,7 +151,7 @@ async def read_all(
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     out: list[Any] = []
     async with Consumer(
-        bootstrap_servers=cluster.bootstrap_servers, isolation_level=isolation
+        bootstrap_servers=cluster.bootstrap_servers, isolation_level=isolation, **settings
     ) as c:
         c.assign(tps)
         await c.seek_to_beginning(*tps)

@@ -5,9 +5,6 @@ deserializers (the other tests in tests/schema_registry go through FakeKafka or 
 
 from __future__ import annotations
 
-from typing import Any
-
-import anyio
 import pydantic
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentRegistry
@@ -18,7 +15,7 @@ from confluent_kafka.schema_registry.protobuf import (
 )
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from aiokafka_ng import Consumer, Producer, TopicPartition
+from aiokafka_ng import Producer
 from aiokafka_ng.schema_registry import (
     AvroDeserializer,
     AvroSerializer,
@@ -29,7 +26,7 @@ from aiokafka_ng.schema_registry import (
     SchemaRegistryClient,
 )
 from aiokafka_ng.testing import KafkaCluster, SchemaRegistry
-from tests.kafka.helpers import new_topic
+from tests.kafka.helpers import new_topic, read_all
 from tests.schema_registry.conftest import ProtoModules, protos  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.anyio]
@@ -43,20 +40,6 @@ PAYMENT = (
 class Receipt(pydantic.BaseModel):
     order_id: int
     total: float
-
-
-async def read(cluster: KafkaCluster, topic: str, count: int, **settings: Any) -> list[Any]:
-    async with Consumer(
-        bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest", **settings
-    ) as consumer:
-        consumer.assign([TopicPartition(topic, 0)])
-        got: list[Any] = []
-        with anyio.fail_after(60):  # a bound on a broken test, not a timing
-            while len(got) < count:
-                got.extend(
-                    (await consumer.getmany(timeout_ms=1000)).get(TopicPartition(topic, 0), [])
-                )
-        return got
 
 
 async def test_typed_records_through_apache_kafka(
@@ -95,15 +78,15 @@ async def write_and_read(
     ) as producer:
         for key, value in sent:
             await producer.send_and_wait(first, value, key=key)
-    typed = await read(
+    typed = await read_all(
         kafka_cluster,
         first,
-        len(sent),
+        1,
         key_deserializer=ProtobufDeserializer(protos.shop.OrderKey),
         value_deserializer=JsonDeserializer(model=Receipt),
     )
     assert [(r.key, r.value) for r in typed] == sent
-    raw = await read(kafka_cluster, first, len(sent))
+    raw = await read_all(kafka_cluster, first, 1)
     their_key = TheirProtobufDeserializer(protos.shop.OrderKey, {"use.deprecated.format": False})
     their_value = TheirJsonDeserializer(
         None, schema_registry_client=theirs, from_dict=lambda d, ctx: Receipt(**d)
@@ -122,9 +105,9 @@ async def write_and_read(
             await producer.send_and_wait(second, payment)
     avro_de = AvroDeserializer(client)
     await avro_de.prepare(avro_ser.subject)  # ids loaded up front: it decodes in poll
-    typed = await read(kafka_cluster, second, len(payments), value_deserializer=avro_de)
+    typed = await read_all(kafka_cluster, second, 1, value_deserializer=avro_de)
     assert [r.value for r in typed] == payments
-    raw = await read(kafka_cluster, second, len(payments))
+    raw = await read_all(kafka_cluster, second, 1)
     their_avro = TheirAvroDeserializer(theirs)
     values = SerializationContext(second, MessageField.VALUE)
     assert [their_avro(r.value, values) for r in raw] == payments
