@@ -104,7 +104,14 @@ def confluent_consume(bootstrap: str, topic: str, provider: TracerProvider) -> N
 
     consumer = ConfluentKafkaInstrumentor.instrument_consumer(
         ConfluentConsumer(
-            {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": topic,
+                "auto.offset.reset": "earliest",
+                # Tansu holds a new group's first join for half the session timeout
+                # (docs TANSU.md): 3 s at Kafka's minimum, not 22.5 s at the default.
+                "session.timeout.ms": 6000,
+            }
         ),
         tracer_provider=provider,
     )
@@ -152,7 +159,11 @@ def aiokafka_consume(bootstrap: str, topic: str, provider: TracerProvider) -> No
         from aiokafka import AIOKafkaConsumer
 
         consumer = AIOKafkaConsumer(
-            topic, bootstrap_servers=bootstrap, group_id=topic, auto_offset_reset="earliest"
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=topic,
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,  # Tansu's first-join hold: see confluent_consume
         )
         await consumer.start()
         try:
@@ -180,6 +191,7 @@ async def relay(bootstrap: str, source: str, target: str, provider: TracerProvid
             group_id=source,
             auto_offset_reset="earliest",
             client_id="relay-in",
+            session_timeout_ms=6000,  # Tansu's first-join hold: see confluent_consume
             tracer_provider=provider,
         ) as consumer,
         Producer(

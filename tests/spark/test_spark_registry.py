@@ -120,7 +120,14 @@ def confluent_write(
 def confluent_read(bootstrap: str, registry: ConfluentRegistry, topic: str, n: int) -> list[Any]:
     deserializer = ConfluentAvroDeserializer(registry)
     consumer = ConfluentConsumer(
-        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": topic,
+            "auto.offset.reset": "earliest",
+            # Tansu holds a new group's first join for half the session timeout: 3 s at
+            # Kafka's minimum, not 22.5 s at the default.
+            "session.timeout.ms": 6000,
+        }
     )
     consumer.subscribe([topic])
     out: list[Any] = []

@@ -106,7 +106,14 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes 
 
 def consume(bootstrap: str, topic: str, n: int) -> list[tuple[bytes | None, bytes | None]]:
     consumer = ConfluentConsumer(
-        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": topic,
+            "auto.offset.reset": "earliest",
+            # Tansu holds a new group's first join for half the session timeout: 3 s at
+            # Kafka's minimum, not 22.5 s at the default.
+            "session.timeout.ms": 6000,
+        }
     )
     consumer.subscribe([topic])
     out: list[tuple[bytes | None, bytes | None]] = []
