@@ -600,3 +600,158 @@ async def test_record_limit_against_a_broker_without_share_fetch_v2_is_an_error(
             with pytest.raises(UnsupportedVersionError, match=r"record_limit.*Kafka 4\.2"):
                 await c.poll(timeout_ms=100)
         assert [x for x in fetches(kafka) if x.request.max_records > 0] == []
+
+
+# ---------------------------------------------------------------- leaders not known yet
+
+METADATA = 3
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_a_fetch_goes_out_as_soon_as_metadata_names_the_leader(anyio_backend: str) -> None:
+    # t-0's only replica is down, so metadata names no leader: the poll asks for metadata
+    # and waits for the refresher's next snapshot. The first ShareFetch goes out in the
+    # instant the Metadata answer naming the restarted leader comes, not up to a backoff
+    # step later (a loop sleeping retry_backoff_ms between looks), and a poll meanwhile
+    # keeps its timeout.
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        leader = kafka.create_topic("t", 1, replication_factor=1).partitions[0].leader
+        kafka.move_coordinator("g", 3 - leader)
+        coordinator(kafka)
+        kafka.answer(SHARE_FETCH, nothing_yet)
+        kafka.kill(leader)
+        async with ShareConsumer(
+            "t",
+            group_id="g",
+            retry_backoff_ms=200,
+            retry_backoff_max_ms=1000,
+            **kafka.client_config(),
+        ) as c:
+            await c.wait_for_assignment(timeout=10)
+            start = anyio.current_time()
+            assert await c.poll(timeout_ms=700) == []
+            # (Give or take the millisecond a last wait is rounded up to.)
+            assert 0.7 <= anyio.current_time() - start <= 0.701
+            assert fetches(kafka) == []
+            asked_before = len(kafka.received(METADATA))
+            kafka.restart(leader)
+            assert await c.poll(timeout_ms=3000) == []
+        first_fetch = fetches(kafka)[0]
+        named = kafka.received(METADATA)[asked_before]  # the first answer naming the leader
+    assert first_fetch.node == leader
+    assert first_fetch.at == named.at
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_stop_wakes_a_poll_waiting_for_a_leader(anyio_backend: str) -> None:
+    # A poll waiting for metadata that names a leader ends when the consumer stops, not
+    # when its wait (fetch_max_wait_ms, here 5 s) runs out.
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        leader = kafka.create_topic("t", 1, replication_factor=1).partitions[0].leader
+        kafka.move_coordinator("g", 3 - leader)
+        coordinator(kafka)
+        kafka.kill(leader)
+        c = ShareConsumer("t", group_id="g", fetch_max_wait_ms=5000, **kafka.client_config())
+        await c.start()
+        await c.wait_for_assignment(timeout=10)
+        ended: list[float] = []
+
+        async def poll() -> None:
+            with pytest.raises(ConsumerStoppedError):
+                await c.poll(timeout_ms=60_000)
+            ended.append(anyio.current_time())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(poll)
+            await anyio.wait_all_tasks_blocked()
+            stopping = anyio.current_time()
+            await c.stop()
+            stopped = anyio.current_time()
+    assert fetches(kafka) == []
+    assert len(ended) == 1 and stopping <= ended[0] <= stopped
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_a_new_assignment_wakes_a_poll_waiting_for_a_leader(anyio_backend: str) -> None:
+    # t-0 has no leader; the second heartbeat (1 s later) also assigns u-0, whose leader is
+    # up: the poll waiting for t's leader fetches u-0 in the instant the assignment comes,
+    # not at the next metadata snapshot (the refresher's backoff here is 1 s and up).
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        t = kafka.create_topic("t", 1, replication_factor=1)
+        leader = t.partitions[0].leader
+        up = 3 - leader
+        u = kafka.create_topic("u", 1, replication_factor=1)
+        kafka.cluster.assign(u.partitions[0], [up])
+        kafka.move_coordinator("g", up)
+        kafka.answer(SHARE_FETCH, nothing_yet)
+        kafka.answer(SHARE_ACKNOWLEDGE, lambda call: sa.ShareAcknowledgeResponse())
+
+        def heartbeat(call: Received) -> sgh.ShareGroupHeartbeatResponse:
+            req = call.request
+            if req.member_epoch == -1:
+                return sgh.ShareGroupHeartbeatResponse(member_id=req.member_id, member_epoch=-1)
+            parts = [sgh.TopicPartitions(t.topic_id, [0])]
+            if len(kafka.received(SHARE_GROUP_HEARTBEAT)) > 1:
+                parts.append(sgh.TopicPartitions(u.topic_id, [0]))
+            return sgh.ShareGroupHeartbeatResponse(
+                member_id=req.member_id,
+                member_epoch=1,
+                heartbeat_interval_ms=1000,
+                assignment=sgh.Assignment(parts),
+            )
+
+        kafka.answer(SHARE_GROUP_HEARTBEAT, heartbeat)
+        kafka.kill(leader)
+        async with ShareConsumer(
+            "t",
+            "u",
+            group_id="g",
+            retry_backoff_ms=1000,
+            retry_backoff_max_ms=5000,
+            fetch_max_wait_ms=5000,
+            **kafka.client_config(),
+        ) as c:
+            await c.wait_for_assignment(timeout=10)
+            assert await c.poll(timeout_ms=3000) == []
+            assert c.assignment() == {TP, TopicPartition("u", 0)}
+        assigned_u = kafka.received(SHARE_GROUP_HEARTBEAT)[1]
+        first_fetch = fetches(kafka)[0]
+    assert first_fetch.node == up
+    assert first_fetch.at == assigned_u.at
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_a_consumer_failing_wakes_a_poll_waiting_for_a_leader(anyio_backend: str) -> None:
+    # The second heartbeat (1 s in) is answered GROUP_AUTHORIZATION_FAILED: the consumer
+    # stops, and the poll waiting for t's leader raises then, not when its 5 s wait ends.
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        t = kafka.create_topic("t", 1, replication_factor=1)
+        leader = t.partitions[0].leader
+        kafka.move_coordinator("g", 3 - leader)
+
+        def heartbeat(call: Received) -> sgh.ShareGroupHeartbeatResponse:
+            if len(kafka.received(SHARE_GROUP_HEARTBEAT)) > 1:
+                return sgh.ShareGroupHeartbeatResponse(error_code=30, error_message="no")
+            return sgh.ShareGroupHeartbeatResponse(
+                member_id=call.request.member_id,
+                member_epoch=1,
+                heartbeat_interval_ms=1000,
+                assignment=sgh.Assignment([sgh.TopicPartitions(t.topic_id, [0])]),
+            )
+
+        kafka.answer(SHARE_GROUP_HEARTBEAT, heartbeat)
+        kafka.kill(leader)
+        async with ShareConsumer(
+            "t", group_id="g", fetch_max_wait_ms=5000, **kafka.client_config()
+        ) as c:
+            await c.wait_for_assignment(timeout=10)
+            with pytest.raises(IllegalStateError, match="share consumer stopped"):
+                await c.poll(timeout_ms=60_000)
+            raised = anyio.current_time()
+        failed_at = kafka.received(SHARE_GROUP_HEARTBEAT)[1].at
+    assert fetches(kafka) == []
+    assert raised == failed_at

@@ -255,6 +255,8 @@ class ShareConsumer:
         if not runtime.begin_close():
             return
         self._assigned.set()  # a poll waiting for an assignment wakes up and raises
+        if self._fetcher is not None:
+            self._fetcher.wake()  # ... and one waiting for leaders
         try:
             if runtime.failure is None:
                 limit = self._config.close_timeout_ms / 1000
@@ -556,6 +558,8 @@ class ShareConsumer:
         # broker carries them as it forgets the partition (as Java does), or commit() sends
         # them while the share session still holds it.
         self._assignment = tps
+        if self._fetcher is not None:
+            self._fetcher.wake()  # a round waiting for leaders looks at the new partitions
         if tps:
             self._assigned.set()
         elif self._assigned.is_set():
@@ -563,8 +567,10 @@ class ShareConsumer:
 
     def _stopped(self, exc: Exception) -> None:
         """The runtime's ``on_failure``: the consumer stopped; a poll waiting for an
-        assignment wakes up and raises."""
+        assignment wakes up and raises, as one waiting for leaders does."""
         self._assigned.set()
+        if self._fetcher is not None:
+            self._fetcher.wake()
 
     async def _leave(self) -> None:
         cluster = self._runtime.cluster

@@ -46,8 +46,10 @@ before ShareFetch v2 would ignore the mode and acquire whole batches: that is an
 next ``poll`` raises, not a silently broken limit.
 
 *Unknown leaders.* When no assigned partition has a known leader, the round asks the
-cluster's metadata refresher for an update and sleeps one backoff step before the next
-looks again.
+cluster's metadata refresher for an update and waits for its next snapshot (or a
+:meth:`ShareFetcher.wake`, or the round's wait): the fetch resumes as soon as metadata names
+a leader, and no loop of fixed sleeps polls the cache meanwhile (the refresher paces the
+asking).
 """
 
 from __future__ import annotations
@@ -144,6 +146,8 @@ class ShareFetcher:
         self._fetch_turn = 0  # record_limit: which leader fetches records this round
         self._decode_error: RecordDeserializationError | None = None
         self._fetch_error: KafkaError | None = None  # an unusable broker version
+        # Set by a new metadata snapshot or wake(): a round waiting for leaders looks again.
+        self._changed = anyio.Event()
 
     # ------------------------------------------------------------------ the consumer's calls
 
@@ -180,22 +184,28 @@ class ShareFetcher:
         fetch_error, self._fetch_error = self._fetch_error, None
         return fetch_error
 
+    def wake(self) -> None:
+        """Something the fetch depends on changed (the assignment, the consumer stopping): a
+        round waiting for leaders looks again now."""
+        self._changed.set()
+
     # ------------------------------------------------------------------ fetching
 
     async def fetch(self, limit: int, wait_ms: int) -> None:
         """One round: a ShareFetch to each leader of a wanted partition (and to each broker
         whose session still holds partitions, to forget them), concurrently, each waiting
         up to ``wait_ms`` for records and asking for up to ``limit``; acquired records go to
-        ``deliver`` as they are decoded. With no leader known, asks for metadata and sleeps
-        one backoff step instead (see the module docstring)."""
+        ``deliver`` as they are decoded. With no leader known, waits for the next metadata
+        snapshot instead, for up to ``wait_ms`` (see the module docstring)."""
+        self._changed = anyio.Event()  # before the check: a change after it wakes the wait
         by_node, unknown = self._leaders()
-        if unknown:
-            self._cluster.request_update(unknown)
         if not any(by_node.values()) and not any(s.partitions for s in self._sessions.values()):
-            # Leaders not known yet: asked for above; the refresher paces the asking (this
-            # is the interval at which we look again, not a retry against a broker).
-            await anyio.sleep(self._backoff.backoff_s(1))
+            await self._await_metadata(unknown, wait_ms)
             return
+        if unknown:
+            # Fetch from the leaders known; the refresher paces the asking and the next
+            # round finds the others' leaders in its snapshot.
+            self._cluster.request_update(unknown)
         records_from = None
         if self._record_limit:
             # KIP-1206's limit holds per poll: one broker acquires records for this round
@@ -236,6 +246,21 @@ class ShareFetcher:
         for node in self._sessions:
             by_node.setdefault(node, [])
         return by_node, unknown
+
+    async def _await_metadata(self, topics: set[str], wait_ms: int) -> None:
+        """Nothing to fetch from: ask for the leaders of ``topics`` (if any) and wait for the
+        refresher's next snapshot, a :meth:`wake`, or ``wait_ms``. A fixed sleep here would
+        resume a backoff step after the leader became known, and spin the check
+        meanwhile."""
+        changed = self._changed
+        remove = self._cluster.add_listener(lambda _snapshot: changed.set())
+        try:
+            if topics:
+                self._cluster.request_update(topics)
+            with anyio.move_on_after(wait_ms / 1000):
+                await changed.wait()
+        finally:
+            remove()
 
     @staticmethod
     async def _paced(session: _Session, error: KafkaError, wait_ms: int) -> None:
