@@ -27,7 +27,8 @@ Theory of operation. Two activities share the state below, on one event loop:
   (``_fetcher``): it owns the share sessions (one per broker, KIP-932's session epochs),
   acquisition, the pending acknowledgements and ``share_acquire_mode="record_limit"``; its
   module docstring tells how. It fetches the assigned partitions of subscribed topics
-  (``_fetchable``) and hands each acquired record to ``_buffer``.
+  (``_fetchable``) and hands each acquired record to ``_buffer``. A new assignment and
+  the consumer stopping (or failing) wake a round that waits for leaders.
 
 This module keeps what the application sees: ``_buffer`` (fetched, not handed out),
 ``_unacked`` (handed out, not acknowledged yet), ``_iter_batch`` (iteration's current

@@ -140,7 +140,7 @@ class ShareFetcher:
         self._backoff = backoff
         self._wanted = wanted
         self._deliver = deliver
-        self._acked = outcome
+        self._outcome = outcome
         self._sessions: dict[int, _Session] = {}
         self._acks: dict[TopicPartition, dict[int, int]] = {}
         self._fetch_turn = 0  # record_limit: which leader fetches records this round
@@ -336,7 +336,7 @@ class ShareFetcher:
                 log.debug("share fetch from node %s failed: %r", node, exc)
                 session.reset()
                 for tp, offsets in sent.items():
-                    self._acked(tp, offsets, exc)
+                    self._outcome(tp, offsets, exc)
                 await self._paced(session, exc, wait_ms)
                 return
             if resp.error_code:
@@ -344,7 +344,7 @@ class ShareFetcher:
                 log.debug("share fetch from node %s: %s", node, top)
                 session.reset()
                 for tp, offsets in sent.items():
-                    self._acked(tp, offsets, top)
+                    self._outcome(tp, offsets, top)
                 if resp.error_code not in _SESSION_LOST:
                     await self._paced(session, top, wait_ms)
                 return
@@ -361,10 +361,10 @@ class ShareFetcher:
                     if tp in sent:
                         code = p.acknowledge_error_code
                         failed = error_for_code(code)(p.acknowledge_error_message) if code else None
-                        self._acked(tp, sent.pop(tp), failed)
+                        self._outcome(tp, sent.pop(tp), failed)
                     self._take_partition(tp, p)
             for tp, offsets in sent.items():
-                self._acked(tp, offsets, None)  # not named in the answer: nothing went wrong
+                self._outcome(tp, offsets, None)  # not named in the answer: nothing went wrong
 
     async def _acquire_mode_ok(self, node: int) -> bool:
         """Whether ``node`` understands ``share_acquire_mode="record_limit"`` (ShareFetch
@@ -536,7 +536,7 @@ class ShareFetcher:
         if not pending:
             return None
         error = IllegalStateError(f"{tp}: no share session to acknowledge in")
-        self._acked(tp, frozenset(o for o, t in pending.items() if t != _GAP), error)
+        self._outcome(tp, frozenset(o for o, t in pending.items() if t != _GAP), error)
         return error
 
     async def _acknowledge_node(
@@ -572,7 +572,7 @@ class ShareFetcher:
             for tp in tps:
                 pending = self._acks.pop(tp, {})
                 results[tp] = exc
-                self._acked(tp, frozenset(o for o, t in pending.items() if t != _GAP), exc)
+                self._outcome(tp, frozenset(o for o, t in pending.items() if t != _GAP), exc)
             return
         if renew and conn.version_for(sa.ShareAcknowledgeRequest) < 2:
             # Renewals exist from version 2 (Kafka 4.2) on; an older broker would misread
@@ -585,7 +585,7 @@ class ShareFetcher:
                 for offset in renewals:
                     del pending[offset]
                 if renewals:
-                    self._acked(tp, renewals, old)
+                    self._outcome(tp, renewals, old)
         taken = {tp: self._take_acks(tp, renew=True) for tp in tps}
         sent = {tp: offsets for tp, (batches, offsets) in taken.items() if batches}
         topics = [
@@ -638,7 +638,7 @@ class ShareFetcher:
         for tp, offsets in sent.items():
             error = outcome.get(tp)
             results[tp] = error
-            self._acked(tp, offsets, error)
+            self._outcome(tp, offsets, error)
 
 
 def _runs(acks: Mapping[int, int]) -> list[tuple[int, int, int]]:
