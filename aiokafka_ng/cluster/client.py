@@ -2,7 +2,7 @@
 
 :class:`ClusterClient` names exactly the members of :class:`~aiokafka_ng.cluster.Cluster`
 that the parts which *take* a cluster (sender, fetcher, offsets, group membership, the
-transaction coordinator client, the share fetch wire) call. Those parts are typed against
+transaction coordinator client, the share fetcher) call. Those parts are typed against
 it, so ``mypy --strict`` checks that the real :class:`Cluster` satisfies it wherever a client
 hands its cluster down; tests run those parts on a real :class:`Cluster` too (against
 :class:`aiokafka_ng.testing.FakeKafka`, or never started where only a taker of metadata

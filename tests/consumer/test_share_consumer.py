@@ -1,11 +1,12 @@
-"""ShareConsumer without a broker: settings, member ids, acknowledgement runs, and what it
-does with ShareFetch answers no real broker can be made to send (garbage records, acquired
-ranges far beyond the records sent). The protocol against Apache Kafka is in
+"""ShareConsumer on FakeKafka: settings, member ids, and what it does with ShareFetch answers
+no real broker can be made to send (garbage records, acquired ranges far beyond the records
+sent), acknowledgement runs, renewals, pacing. The protocol against Apache Kafka is in
 tests/kafka/test_kafka_share.py.
 
-FakeKafka does not model share groups: the two ShareFetch pacing tests run a ShareConsumer
-against FakeKafka on virtual time with ShareGroupHeartbeat, ShareFetch and ShareAcknowledge
-answered by scripts (``FakeKafka.answer``), and read the pauses off the wire.
+FakeKafka does not model share groups: each test runs a ShareConsumer against FakeKafka on
+virtual time with ShareGroupHeartbeat, ShareFetch and ShareAcknowledge answered by scripts
+(``FakeKafka.answer``), and reads what the consumer did off the wire (``received``): the
+acknowledgements it sent, the pauses between its requests.
 """
 
 from __future__ import annotations
@@ -13,17 +14,15 @@ from __future__ import annotations
 import base64
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
 from aiokafka_ng import AcknowledgeType, ShareConsumer, TopicPartition
-from aiokafka_ng.cluster import ClientState, Cluster
-from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
-from aiokafka_ng.consumer.share._wire import _GAP, _runs
 from aiokafka_ng.errors import ConfigError, IllegalStateError, UnsupportedVersionError
 from aiokafka_ng.protocol.messages import share_acknowledge as sa
 from aiokafka_ng.protocol.messages import share_fetch as sf
@@ -35,6 +34,7 @@ from aiokafka_ng.testing.fake import Received
 pytestmark = pytest.mark.unit
 
 TP = TopicPartition("t", 0)
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4  # the acknowledgement types on the wire
 
 
 def batch(base: int, *values: bytes) -> bytes:
@@ -44,30 +44,12 @@ def batch(base: int, *values: bytes) -> bytes:
     return b.build()
 
 
-def answer(records: bytes, *ranges: tuple[int, int, int]) -> sf.PartitionData:
+def answer(records: bytes, *ranges: tuple[int, int, int], partition: int = 0) -> sf.PartitionData:
     return sf.PartitionData(
-        partition_index=0,
+        partition_index=partition,
         records=records,
         acquired_records=[sf.AcquiredRecords(a, b, n) for a, b, n in ranges],
     )
-
-
-def consumer(**config: Any) -> ShareConsumer:
-    c = ShareConsumer("t", group_id="g", **config)
-    c._assignment = frozenset({TP})  # as if the broker had assigned it
-    return c
-
-
-def idle_cluster() -> Cluster:
-    """A real cluster, never started: what is asked of it shows in its statistics."""
-    return Cluster(ConsumerConfig(bootstrap_servers="127.0.0.1:9092").cluster_config())
-
-
-def take(c: ShareConsumer, p: sf.PartitionData, tp: TopicPartition = TP) -> None:
-    # _take_partition asks the cluster for metadata only after a partition error.
-    cluster = idle_cluster()
-    c._take_partition(cluster, tp, p)
-    assert cluster.statistics().tracked_topics == (), "no metadata refresh expected"
 
 
 def test_settings_are_checked() -> None:
@@ -102,7 +84,7 @@ def test_subscribe_before_start_sets_the_topics_to_join_with() -> None:
     assert c.subscription() == frozenset()
     c.subscribe("t")
     c.subscribe(["u", "t", "u"])
-    assert c.subscription() == {"t", "u"} and c._topics == ["t", "u"]
+    assert c.subscription() == {"t", "u"}
 
 
 @pytest.mark.anyio
@@ -113,117 +95,6 @@ async def test_a_stopped_consumer_refuses_a_new_subscription(anyio_backend: str)
         c.subscribe(["u"])
 
 
-def test_acknowledgements_fold_into_runs_of_one_type() -> None:
-    assert _runs({}) == []
-    acks = {5: 1, 6: 1, 7: 2, 9: 2, 10: 2, 3: 0, 4: 1}
-    assert _runs(acks) == [(3, 3, 0), (4, 6, 1), (7, 7, 2), (9, 10, 2)]
-
-
-def test_acquired_records_become_share_records_and_gaps_are_acknowledged() -> None:
-    c = consumer()
-    # Offsets 0-2 and 5-6 sent; 0-6 acquired, so 3 and 4 (no record) are gaps.
-    take(c, answer(batch(0, b"a", b"b", b"c") + batch(5, b"f", b"g"), (0, 2, 1), (3, 6, 3)))
-    assert [(r.offset, r.value, r.delivery_count) for r in c._buffer] == [
-        (0, b"a", 1), (1, b"b", 1), (2, b"c", 1), (5, b"f", 3), (6, b"g", 3),
-    ]  # fmt: skip
-    assert c._acks == {TP: {3: _GAP, 4: _GAP}}
-
-
-def test_records_not_acquired_for_us_are_not_handed_out() -> None:
-    c = consumer()
-    take(c, answer(batch(0, b"a", b"b", b"c"), (1, 1, 2)))
-    assert [(r.offset, r.delivery_count) for r in c._buffer] == [(1, 2)]
-    assert TP not in c._acks
-
-
-def test_acquired_range_beyond_the_records_sent_is_clamped() -> None:
-    # A broker naming 2**62 acquired offsets must not make us walk them.
-    c = consumer()
-    take(c, answer(batch(10, b"x"), (0, 2**62, 1)))
-    assert [r.offset for r in c._buffer] == [10]
-    assert TP not in c._acks
-
-
-def test_undecodable_records_are_released_not_handed_out() -> None:
-    c = consumer()
-    good = batch(0, b"a", b"b")
-    bad = bytearray(batch(2, b"c"))
-    bad[-1] ^= 0xFF  # the CRC no longer matches
-    take(c, answer(good + bytes(bad), (0, 2, 1)))
-    assert not c._buffer
-    # The offsets of the batches read before the bad one are released; the bad one's
-    # lock runs out on the broker.
-    assert c._acks == {TP: {0: int(AcknowledgeType.RELEASE), 1: int(AcknowledgeType.RELEASE)}}
-
-
-def test_a_failing_deserializer_releases_its_record_and_keeps_the_others() -> None:
-    def value_de(raw: bytes | None) -> str:
-        if raw == b"bad":
-            raise ValueError("not text")
-        return (raw or b"").decode()
-
-    c = consumer(value_deserializer=value_de)
-    take(c, answer(batch(0, b"ok", b"bad", b"fine"), (0, 2, 1)))
-    assert [(r.offset, r.value) for r in c._buffer] == [(0, "ok"), (2, "fine")]
-    assert c._acks == {TP: {1: int(AcknowledgeType.RELEASE)}}
-    err = c._decode_error
-    assert isinstance(err, RecordDeserializationError)
-    assert (err.topic, err.partition, err.offset) == ("t", 0, 1)
-    assert isinstance(err.__cause__, ValueError)
-
-
-def test_records_of_partitions_no_longer_wanted_are_released() -> None:
-    # Acquired for a partition the broker no longer assigns, or of a topic unsubscribed
-    # while the fetch was out: not handed out, and given back at once (not at lock expiry).
-    c = consumer()
-    c._assignment = frozenset()
-    take(c, answer(batch(0, b"a"), (0, 0, 1)))
-    assert not c._buffer and c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
-    c = consumer()
-    c.subscribe(["other"])  # before start: only the topics to join with change
-    take(c, answer(batch(0, b"a"), (0, 0, 1)))
-    assert not c._buffer and c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
-
-
-def test_renewal_keeps_the_record_unacknowledged_and_waits_for_share_acknowledge() -> None:
-    c = consumer(acknowledgement_mode="explicit")
-    take(c, answer(batch(0, b"a", b"b"), (0, 1, 1)))
-    a, b = c._buffer
-    c._unacked = {(r.topic_partition, r.offset): r for r in (a, b)}
-    c.acknowledge(a, AcknowledgeType.RENEW)
-    c.acknowledge(b, AcknowledgeType.REJECT)
-    assert (TP, 0) in c._unacked and (TP, 1) not in c._unacked  # a still wants its final ack
-    # A ShareFetch may not renew (KIP-1222): the fetch path leaves the renewal pending ...
-    batches, offsets = c._take_acks(TP, renew=False)
-    assert [(x.first_offset, x.last_offset, x.acknowledge_types) for x in batches] == [(1, 1, [3])]
-    assert offsets == {1} and c._acks == {TP: {0: int(AcknowledgeType.RENEW)}}
-    # ... for ShareAcknowledge; then the final acknowledgement replaces nothing pending.
-    batches, offsets = c._take_acks(TP, renew=True)
-    assert [(x.first_offset, x.acknowledge_types) for x in batches] == [(0, [4])]
-    assert offsets == {0} and not c._acks
-    c.acknowledge(a)
-    assert not c._unacked and c._acks == {TP: {0: int(AcknowledgeType.ACCEPT)}}
-
-
-def test_subscribe_releases_buffered_records_of_the_topics_left() -> None:
-    cluster = idle_cluster()
-    c = consumer()
-    c.subscribe(["t", "u"])  # before start
-    # As if started (subscribe() only asks the cluster for metadata).
-    c._runtime.state, c._runtime.cluster = ClientState.RUNNING, cluster
-    other = TopicPartition("u", 0)
-    c._assignment = frozenset({TP, other})
-    take(c, answer(batch(0, b"a"), (0, 0, 1)))
-    take(c, answer(batch(0, b"b"), (0, 0, 1)), other)
-    c.subscribe(["u"])
-    assert c.subscription() == {"u"} and cluster.statistics().tracked_topics == ("u",)
-    assert c._heartbeats.woken  # the heartbeat carries it at once
-    assert [r.topic for r in c._buffer] == ["u"]
-    assert c._acks == {TP: {0: int(AcknowledgeType.RELEASE)}}
-    with pytest.raises(IllegalStateError, match="needs topic names"):
-        c.subscribe([])
-
-
 SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
 VIRTUAL_TIME = pytest.mark.parametrize(
     "anyio_backend",
@@ -232,11 +103,15 @@ VIRTUAL_TIME = pytest.mark.parametrize(
 )
 
 
-def coordinator(kafka: FakeKafka) -> None:
+def coordinator(kafka: FakeKafka, assigned: dict[str, list[int]] | None = None) -> None:
     """Script the share group coordinator FakeKafka does not model: every member is
-    assigned t-0 and joins at epoch 1; a leave (epoch -1) and ShareAcknowledge (which closes
-    the member's share sessions at stop) are answered without error."""
-    topic_id = kafka.cluster.topics["t"].topic_id
+    assigned ``assigned`` (t-0 unless told) and joins at epoch 1; a leave (epoch -1) and
+    ShareAcknowledge (which closes the member's share sessions at stop) are answered
+    without error."""
+    topics = kafka.cluster.topics
+    assignment = sgh.Assignment(
+        [sgh.TopicPartitions(topics[t].topic_id, ps) for t, ps in (assigned or {"t": [0]}).items()]
+    )
 
     def heartbeat(call: Received) -> sgh.ShareGroupHeartbeatResponse:
         req = call.request
@@ -246,7 +121,7 @@ def coordinator(kafka: FakeKafka) -> None:
             member_id=req.member_id,
             member_epoch=1,
             heartbeat_interval_ms=5000,
-            assignment=sgh.Assignment([sgh.TopicPartitions(topic_id, [0])]),
+            assignment=assignment,
         )
 
     kafka.answer(SHARE_GROUP_HEARTBEAT, heartbeat)
@@ -262,6 +137,236 @@ def given(
 def fetches(kafka: FakeKafka) -> list[Received]:
     """The ShareFetch requests received, the closing ones (epoch -1) left out."""
     return [x for x in kafka.received(SHARE_FETCH) if x.request.share_session_epoch != -1]
+
+
+async def nothing_yet(call: Received) -> sf.ShareFetchResponse:
+    await anyio.sleep(call.request.max_wait_ms / 1000)  # a long poll with no records
+    return sf.ShareFetchResponse()
+
+
+def records_of(
+    kafka: FakeKafka, parts: list[tuple[str, sf.PartitionData]]
+) -> sf.ShareFetchResponse:
+    by_topic: dict[str, list[sf.PartitionData]] = {}
+    for name, data in parts:
+        by_topic.setdefault(name, []).append(data)
+    return sf.ShareFetchResponse(
+        responses=[
+            sf.ShareFetchableTopicResponse(topic_id=kafka.cluster.topics[n].topic_id, partitions=ps)
+            for n, ps in by_topic.items()
+        ]
+    )
+
+
+def acknowledgements(kafka: FakeKafka) -> dict[TopicPartition, list[tuple[int, int, list[int]]]]:
+    """Every acknowledgement batch the consumer sent, on ShareFetch and ShareAcknowledge
+    alike, per partition in the order sent: ``(first offset, last offset, types)``."""
+    names = {t.topic_id: n for n, t in kafka.cluster.topics.items()}
+    out: dict[TopicPartition, list[tuple[int, int, list[int]]]] = {}
+    for x in kafka.received():
+        if x.api_key not in (SHARE_FETCH, SHARE_ACKNOWLEDGE):
+            continue
+        for t in x.request.topics:
+            for p in t.partitions:
+                for b in p.acknowledgement_batches:
+                    out.setdefault(TopicPartition(names[t.topic_id], p.partition_index), []).append(
+                        (b.first_offset, b.last_offset, list(b.acknowledge_types))
+                    )
+    return out
+
+
+@asynccontextmanager
+async def scripted(
+    *first: tuple[str, sf.PartitionData],
+    assigned: dict[str, list[int]] | None = None,
+    **config: Any,
+) -> AsyncIterator[tuple[FakeKafka, ShareConsumer]]:
+    """A started ShareConsumer of the topics ``assigned`` names (t-0 unless told), assigned
+    them; its first ShareFetch is answered with ``first`` (topic, partition data), every
+    later one after its ``max_wait_ms`` with nothing."""
+    assigned = assigned or {"t": [0]}
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        for name, partitions in assigned.items():
+            kafka.create_topic(name, max(partitions) + 1)
+        coordinator(kafka, assigned)
+        kafka.answer(SHARE_FETCH, given(records_of(kafka, list(first))), times=1)
+        kafka.answer(SHARE_FETCH, nothing_yet)
+        async with ShareConsumer(*assigned, group_id="g", **kafka.client_config(), **config) as c:
+            await c.wait_for_assignment(timeout=10)
+            yield kafka, c
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_acquired_records_become_share_records_and_gaps_are_acknowledged(
+    anyio_backend: str,
+) -> None:
+    # Offsets 0-2 and 5-6 sent; 0-6 acquired, so 3 and 4 (no record) are gaps, acknowledged
+    # at once; the records wait for the application (explicit mode).
+    sent = answer(batch(0, b"a", b"b", b"c") + batch(5, b"f", b"g"), (0, 2, 1), (3, 6, 3))
+    async with scripted(("t", sent), acknowledgement_mode="explicit") as (kafka, c):
+        records = await c.poll(timeout_ms=100)
+        assert [(r.offset, r.value, r.delivery_count) for r in records] == [
+            (0, b"a", 1), (1, b"b", 1), (2, b"c", 1), (5, b"f", 3), (6, b"g", 3),
+        ]  # fmt: skip
+        assert {r.topic_partition for r in records} == {TP}
+        assert await c.commit() == {TP: None}
+        assert acknowledgements(kafka) == {TP: [(3, 4, [GAP])]}
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_records_not_acquired_for_us_are_not_handed_out(anyio_backend: str) -> None:
+    sent = answer(batch(0, b"a", b"b", b"c"), (1, 1, 2))
+    async with scripted(("t", sent), acknowledgement_mode="explicit") as (kafka, c):
+        assert [(r.offset, r.delivery_count) for r in await c.poll(timeout_ms=100)] == [(1, 2)]
+        assert await c.commit() == {}
+        assert acknowledgements(kafka) == {}
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_acquired_range_beyond_the_records_sent_is_clamped(anyio_backend: str) -> None:
+    # A broker naming 2**62 acquired offsets must not make us walk them (nor call the
+    # offsets before the batch gaps).
+    sent = answer(batch(10, b"x"), (0, 2**62, 1))
+    async with scripted(("t", sent), acknowledgement_mode="explicit") as (kafka, c):
+        assert [r.offset for r in await c.poll(timeout_ms=100)] == [10]
+        assert await c.commit() == {}
+        assert acknowledgements(kafka) == {}
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_undecodable_records_are_released_not_handed_out(anyio_backend: str) -> None:
+    good = batch(0, b"a", b"b")
+    bad = bytearray(batch(2, b"c"))
+    bad[-1] ^= 0xFF  # the CRC no longer matches
+    async with scripted(("t", answer(good + bytes(bad), (0, 2, 1)))) as (kafka, c):
+        assert await c.poll(timeout_ms=100) == []
+        # The offsets of the batches read before the bad one are released (with the next
+        # request to the broker); the bad one's lock runs out on the broker.
+        assert acknowledgements(kafka) == {TP: [(0, 1, [RELEASE])]}
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_a_failing_deserializer_releases_its_record_and_keeps_the_others(
+    anyio_backend: str,
+) -> None:
+    def value_de(raw: bytes | None) -> str:
+        if raw == b"bad":
+            raise ValueError("not text")
+        return (raw or b"").decode()
+
+    sent = answer(batch(0, b"ok", b"bad", b"fine"), (0, 2, 1))
+    async with scripted(("t", sent), value_deserializer=value_de) as (kafka, c):
+        with pytest.raises(RecordDeserializationError) as info:
+            await c.poll(timeout_ms=100)
+        err = info.value
+        assert (err.topic, err.partition, err.offset) == ("t", 0, 1)
+        assert isinstance(err.__cause__, ValueError)
+        # Raised once; the others are handed out by the next poll.
+        assert [(r.offset, r.value) for r in await c.poll(timeout_ms=100)] == [
+            (0, "ok"), (2, "fine"),
+        ]  # fmt: skip
+        assert await c.commit() == {TP: None}  # implicit mode: the batch is accepted
+        assert acknowledgements(kafka) == {
+            TP: [(0, 0, [ACCEPT]), (1, 1, [RELEASE]), (2, 2, [ACCEPT])]
+        }
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_records_of_partitions_no_longer_wanted_are_released(anyio_backend: str) -> None:
+    # Acquired for a topic unsubscribed while the fetch was out: not handed out, and given
+    # back at once (not at lock expiry) as the session drops the partition.
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        kafka.create_topic("u")
+        coordinator(kafka)
+        consumers: list[ShareConsumer] = []
+
+        def meanwhile(call: Received) -> sf.ShareFetchResponse:
+            consumers[0].subscribe(["u"])
+            return records_of(kafka, [("t", answer(batch(0, b"a"), (0, 0, 1)))])
+
+        kafka.answer(SHARE_FETCH, meanwhile, times=1)
+        kafka.answer(SHARE_FETCH, nothing_yet)
+        async with ShareConsumer("t", group_id="g", **kafka.client_config()) as c:
+            consumers.append(c)
+            await c.wait_for_assignment(timeout=10)
+            assert await c.poll(timeout_ms=100) == []
+            assert acknowledgements(kafka) == {TP: [(0, 0, [RELEASE])]}
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_acknowledgements_go_out_as_runs_of_one_type(anyio_backend: str) -> None:
+    sent = answer(batch(0, *[b"x"] * 8), (0, 7, 1))
+    async with scripted(("t", sent), acknowledgement_mode="explicit") as (kafka, c):
+        records = await c.poll(timeout_ms=100)
+        kinds = [ACCEPT, ACCEPT, ACCEPT, RELEASE, RELEASE, REJECT, ACCEPT]
+        for record, kind in zip(records, kinds, strict=False):  # the last one left alone
+            c.acknowledge(record, AcknowledgeType(kind))
+        assert await c.commit() == {TP: None}
+        assert acknowledgements(kafka) == {
+            TP: [(0, 2, [ACCEPT]), (3, 4, [RELEASE]), (5, 5, [REJECT]), (6, 6, [ACCEPT])]
+        }
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_renewal_keeps_the_record_unacknowledged_and_waits_for_share_acknowledge(
+    anyio_backend: str,
+) -> None:
+    sent = answer(batch(0, b"a", b"b"), (0, 1, 1))
+    async with scripted(("t", sent), acknowledgement_mode="explicit") as (kafka, c):
+        a, b = await c.poll(timeout_ms=100)
+        c.acknowledge(a, AcknowledgeType.RENEW)
+        c.acknowledge(b, AcknowledgeType.REJECT)
+        assert await c.commit() == {TP: None}
+        renewing = kafka.received(SHARE_ACKNOWLEDGE)
+        assert [x.request.is_renew_ack for x in renewing] == [True]
+        # a still wants its final acknowledgement; b had its own.
+        c.acknowledge(a)
+        with pytest.raises(IllegalStateError, match="not an unacknowledged"):
+            c.acknowledge(b)
+        assert await c.poll(timeout_ms=50) == []  # carries a's ACCEPT
+        assert acknowledgements(kafka) == {
+            TP: [(0, 0, [RENEW]), (1, 1, [REJECT]), (0, 0, [ACCEPT])]
+        }
+        # A ShareFetch that renews may not fetch (KIP-1222): no renewal rode on one.
+        assert all(
+            RENEW not in b.acknowledge_types
+            for x in kafka.received(SHARE_FETCH)
+            for t in x.request.topics
+            for p in t.partitions
+            for b in p.acknowledgement_batches
+        )
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_subscribe_releases_buffered_records_of_the_topics_left(anyio_backend: str) -> None:
+    u0 = TopicPartition("u", 0)
+    first = [("u", answer(batch(0, b"b"), (0, 0, 1))), ("t", answer(batch(0, b"a"), (0, 0, 1)))]
+    async with scripted(*first, assigned={"t": [0], "u": [0]}) as (kafka, c):
+        assert [r.topic for r in await c.poll(timeout_ms=100, max_records=1)] == ["u"]
+        c.subscribe(["u"])  # t's record waits in the consumer: released, never handed out
+        assert c.subscription() == {"u"}
+        # The heartbeat carries it at once, not after its 5 s interval.
+        await kafka.wait_until(
+            lambda: any(
+                x.request.subscribed_topic_names == ["u"]
+                for x in kafka.received(SHARE_GROUP_HEARTBEAT)
+            ),
+            within=1,
+        )
+        assert await c.poll(timeout_ms=50) == []
+        assert acknowledgements(kafka) == {u0: [(0, 0, [ACCEPT])], TP: [(0, 0, [RELEASE])]}
+        with pytest.raises(IllegalStateError, match="needs topic names"):
+            c.subscribe([])
 
 
 @VIRTUAL_TIME
@@ -406,9 +511,14 @@ async def test_a_heartbeat_error_retrying_cannot_fix_stops_the_consumer(
 
 
 def test_share_acquire_mode_is_checked() -> None:
-    assert consumer(share_acquire_mode="RECORD_LIMIT") is not None  # case-insensitive
+    ShareConsumer("t", group_id="g", share_acquire_mode="RECORD_LIMIT")  # case-insensitive
     with pytest.raises(ConfigError) as info:
-        consumer(share_acquire_mode="strict", acknowledgement_mode="auto")
+        ShareConsumer(
+            "t",
+            group_id="g",
+            share_acquire_mode="strict",
+            acknowledgement_mode="auto",  # type: ignore[arg-type]
+        )
     assert set(info.value.errors) == {"share_acquire_mode", "acknowledgement_mode"}
 
 
@@ -433,11 +543,6 @@ def two_leaders(kafka: FakeKafka) -> dict[int, int]:
 
     kafka.answer(SHARE_GROUP_HEARTBEAT, heartbeat)
     kafka.answer(SHARE_ACKNOWLEDGE, lambda call: sa.ShareAcknowledgeResponse())
-
-    async def nothing_yet(call: Received) -> sf.ShareFetchResponse:
-        await anyio.sleep(call.request.max_wait_ms / 1000)  # a long poll with no records
-        return sf.ShareFetchResponse()
-
     kafka.answer(SHARE_FETCH, nothing_yet)
     return leaders
 
@@ -495,3 +600,158 @@ async def test_record_limit_against_a_broker_without_share_fetch_v2_is_an_error(
             with pytest.raises(UnsupportedVersionError, match=r"record_limit.*Kafka 4\.2"):
                 await c.poll(timeout_ms=100)
         assert [x for x in fetches(kafka) if x.request.max_records > 0] == []
+
+
+# ---------------------------------------------------------------- leaders not known yet
+
+METADATA = 3
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_a_fetch_goes_out_as_soon_as_metadata_names_the_leader(anyio_backend: str) -> None:
+    # t-0's only replica is down, so metadata names no leader: the poll asks for metadata
+    # and waits for the refresher's next snapshot. The first ShareFetch goes out in the
+    # instant the Metadata answer naming the restarted leader comes, not up to a backoff
+    # step later (a loop sleeping retry_backoff_ms between looks), and a poll meanwhile
+    # keeps its timeout.
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        leader = kafka.create_topic("t", 1, replication_factor=1).partitions[0].leader
+        kafka.move_coordinator("g", 3 - leader)
+        coordinator(kafka)
+        kafka.answer(SHARE_FETCH, nothing_yet)
+        kafka.kill(leader)
+        async with ShareConsumer(
+            "t",
+            group_id="g",
+            retry_backoff_ms=200,
+            retry_backoff_max_ms=1000,
+            **kafka.client_config(),
+        ) as c:
+            await c.wait_for_assignment(timeout=10)
+            start = anyio.current_time()
+            assert await c.poll(timeout_ms=700) == []
+            # (Give or take the millisecond a last wait is rounded up to.)
+            assert 0.7 <= anyio.current_time() - start <= 0.701
+            assert fetches(kafka) == []
+            asked_before = len(kafka.received(METADATA))
+            kafka.restart(leader)
+            assert await c.poll(timeout_ms=3000) == []
+        first_fetch = fetches(kafka)[0]
+        named = kafka.received(METADATA)[asked_before]  # the first answer naming the leader
+    assert first_fetch.node == leader
+    assert first_fetch.at == named.at
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_stop_wakes_a_poll_waiting_for_a_leader(anyio_backend: str) -> None:
+    # A poll waiting for metadata that names a leader ends when the consumer stops, not
+    # when its wait (fetch_max_wait_ms, here 5 s) runs out.
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        leader = kafka.create_topic("t", 1, replication_factor=1).partitions[0].leader
+        kafka.move_coordinator("g", 3 - leader)
+        coordinator(kafka)
+        kafka.kill(leader)
+        c = ShareConsumer("t", group_id="g", fetch_max_wait_ms=5000, **kafka.client_config())
+        await c.start()
+        await c.wait_for_assignment(timeout=10)
+        ended: list[float] = []
+
+        async def poll() -> None:
+            with pytest.raises(ConsumerStoppedError):
+                await c.poll(timeout_ms=60_000)
+            ended.append(anyio.current_time())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(poll)
+            await anyio.wait_all_tasks_blocked()
+            stopping = anyio.current_time()
+            await c.stop()
+            stopped = anyio.current_time()
+    assert fetches(kafka) == []
+    assert len(ended) == 1 and stopping <= ended[0] <= stopped
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_a_new_assignment_wakes_a_poll_waiting_for_a_leader(anyio_backend: str) -> None:
+    # t-0 has no leader; the second heartbeat (1 s later) also assigns u-0, whose leader is
+    # up: the poll waiting for t's leader fetches u-0 in the instant the assignment comes,
+    # not at the next metadata snapshot (the refresher's backoff here is 1 s and up).
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        t = kafka.create_topic("t", 1, replication_factor=1)
+        leader = t.partitions[0].leader
+        up = 3 - leader
+        u = kafka.create_topic("u", 1, replication_factor=1)
+        kafka.cluster.assign(u.partitions[0], [up])
+        kafka.move_coordinator("g", up)
+        kafka.answer(SHARE_FETCH, nothing_yet)
+        kafka.answer(SHARE_ACKNOWLEDGE, lambda call: sa.ShareAcknowledgeResponse())
+
+        def heartbeat(call: Received) -> sgh.ShareGroupHeartbeatResponse:
+            req = call.request
+            if req.member_epoch == -1:
+                return sgh.ShareGroupHeartbeatResponse(member_id=req.member_id, member_epoch=-1)
+            parts = [sgh.TopicPartitions(t.topic_id, [0])]
+            if len(kafka.received(SHARE_GROUP_HEARTBEAT)) > 1:
+                parts.append(sgh.TopicPartitions(u.topic_id, [0]))
+            return sgh.ShareGroupHeartbeatResponse(
+                member_id=req.member_id,
+                member_epoch=1,
+                heartbeat_interval_ms=1000,
+                assignment=sgh.Assignment(parts),
+            )
+
+        kafka.answer(SHARE_GROUP_HEARTBEAT, heartbeat)
+        kafka.kill(leader)
+        async with ShareConsumer(
+            "t",
+            "u",
+            group_id="g",
+            retry_backoff_ms=1000,
+            retry_backoff_max_ms=5000,
+            fetch_max_wait_ms=5000,
+            **kafka.client_config(),
+        ) as c:
+            await c.wait_for_assignment(timeout=10)
+            assert await c.poll(timeout_ms=3000) == []
+            assert c.assignment() == {TP, TopicPartition("u", 0)}
+        assigned_u = kafka.received(SHARE_GROUP_HEARTBEAT)[1]
+        first_fetch = fetches(kafka)[0]
+    assert first_fetch.node == up
+    assert first_fetch.at == assigned_u.at
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_a_consumer_failing_wakes_a_poll_waiting_for_a_leader(anyio_backend: str) -> None:
+    # The second heartbeat (1 s in) is answered GROUP_AUTHORIZATION_FAILED: the consumer
+    # stops, and the poll waiting for t's leader raises then, not when its 5 s wait ends.
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        t = kafka.create_topic("t", 1, replication_factor=1)
+        leader = t.partitions[0].leader
+        kafka.move_coordinator("g", 3 - leader)
+
+        def heartbeat(call: Received) -> sgh.ShareGroupHeartbeatResponse:
+            if len(kafka.received(SHARE_GROUP_HEARTBEAT)) > 1:
+                return sgh.ShareGroupHeartbeatResponse(error_code=30, error_message="no")
+            return sgh.ShareGroupHeartbeatResponse(
+                member_id=call.request.member_id,
+                member_epoch=1,
+                heartbeat_interval_ms=1000,
+                assignment=sgh.Assignment([sgh.TopicPartitions(t.topic_id, [0])]),
+            )
+
+        kafka.answer(SHARE_GROUP_HEARTBEAT, heartbeat)
+        kafka.kill(leader)
+        async with ShareConsumer(
+            "t", group_id="g", fetch_max_wait_ms=5000, **kafka.client_config()
+        ) as c:
+            await c.wait_for_assignment(timeout=10)
+            with pytest.raises(IllegalStateError, match="share consumer stopped"):
+                await c.poll(timeout_ms=60_000)
+            raised = anyio.current_time()
+        failed_at = kafka.received(SHARE_GROUP_HEARTBEAT)[1].at
+    assert fetches(kafka) == []
+    assert raised == failed_at

@@ -22,26 +22,21 @@ Theory of operation. Two activities share the state below, on one event loop:
   Java does), epoch 0 to join, the broker's epoch after; the answer's assignment (topic ids
   and partitions) replaces ``_assignment`` when present. Fenced or unknown -> join again at
   epoch 0 with the same member id. ``stop()`` leaves with epoch -1.
-- ``poll()`` (and iteration, which uses it) does the fetching in the caller's task: one
-  ShareFetch per partition leader, concurrently (with ``share_acquire_mode="record_limit"``
-  only one of them asks for records, the leaders taking turns, and the others carry only
-  acknowledgements and session changes, or are not sent: KIP-1206's limit is per poll).
-  Each broker has a *share session* for this member (``_Session``): epoch 0 opens it with
-  the full partition list, each later request uses the next epoch and names only partitions
-  that are new (``topics``), gone (``forgotten_topics_data``) or that carry
-  acknowledgements; -1 closes it. A session's
-  requests are serialized by its lock, since each one's epoch depends on the previous
-  answer. A failed request resets the session to epoch 0; the acknowledgements it carried
-  are lost and their records come back when their locks expire (Java does the same).
+- ``poll()`` (and iteration, which uses it) does the fetching in the caller's task, through
+  the :class:`~aiokafka_ng.consumer.share.fetcher.ShareFetcher` that ``start()`` builds
+  (``_fetcher``): it owns the share sessions (one per broker, KIP-932's session epochs),
+  acquisition, the pending acknowledgements and ``share_acquire_mode="record_limit"``; its
+  module docstring tells how. It fetches the assigned partitions of subscribed topics
+  (``_fetchable``) and hands each acquired record to ``_buffer``. A new assignment and
+  the consumer stopping (or failing) wake a round that waits for leaders.
 
-Acknowledgements are kept per partition as offset -> type (``_acks``): records handed out
-and not yet acknowledged have no entry in ``_unacked``; offsets the broker acquired but
-sent no record for (control records, compacted gaps) are acknowledged as GAP at once.
-Pending acknowledgements ride on the next ShareFetch to their broker, or go out with
-ShareAcknowledge on ``commit()`` (which returns each partition's outcome) and on ``stop()``.
-Renewals (RENEW) go with ShareAcknowledge only: a ShareFetch that renews may not fetch.
-Every acknowledging request's outcome per partition is queued (``_outcomes``) and handed to
-the acknowledgement callback in the caller's task when poll/commit/unsubscribe/stop end.
+This module keeps what the application sees: ``_buffer`` (fetched, not handed out),
+``_unacked`` (handed out, not acknowledged yet), ``_iter_batch`` (iteration's current
+batch). Acknowledging a record hands its type to the fetcher, which sends it with the next
+ShareFetch to its broker, or with ShareAcknowledge on ``commit()`` (which returns each
+partition's outcome) and on ``stop()``. Every acknowledging request's outcome per partition
+is queued (``_outcomes``) and handed to the acknowledgement callback in the caller's task
+when poll/commit/unsubscribe/stop end.
 
 ``subscribe()`` changes ``_topics`` at once: fetches name only subscribed topics, so a
 partition left behind is forgotten by its share session in the next ShareFetch, which also
@@ -81,16 +76,11 @@ from aiokafka_ng.cluster import (
 )
 from aiokafka_ng.cluster.telemetry import TelemetryEngine, connection_table, table_collector
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
-from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
+from aiokafka_ng.consumer.errors import ConsumerStoppedError
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.parts import build_tracing
-from aiokafka_ng.consumer.share._wire import (
-    _RENEW,
-    AcknowledgeType,
-    ShareRecord,
-    _Session,
-    _ShareWire,
-)
+from aiokafka_ng.consumer.share.fetcher import ShareFetcher
+from aiokafka_ng.consumer.share.records import AcknowledgeType, ShareRecord
 from aiokafka_ng.errors import ConfigError, IllegalStateError, KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.errors import error_for_code
@@ -124,7 +114,7 @@ class ShareConsumerStatistics(ClientStatistics):
     unacknowledged_records: int  # handed out, not acknowledged yet
 
 
-class ShareConsumer(_ShareWire):
+class ShareConsumer:
     """A member of the share group ``group_id`` reading ``topics`` (none: it joins on
     :meth:`subscribe`).
 
@@ -176,8 +166,6 @@ class ShareConsumer(_ShareWire):
         self._topics = sorted(set(topics))
         self._explicit = acknowledgement_mode == "explicit"
         self._record_limit = mode == "record_limit"
-        self._fetch_turn = 0  # record_limit: which leader fetches records this round
-        self._fetch_error: KafkaError | None = None
         self._tracing = build_tracing(self._config)  # aiokafka_ng.tracing's spans, or None
         # A member id of our own (KIP-1082, as Java makes it): 22 chars of URL-safe base64.
         self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -189,8 +177,7 @@ class ShareConsumer(_ShareWire):
         self._hb_lock = anyio.Lock()
         self._callback = acknowledgement_callback
         self._outcomes: deque[tuple[TopicPartition, frozenset[int], KafkaError | None]] = deque()
-        self._sessions: dict[int, _Session] = {}
-        self._acks: dict[TopicPartition, dict[int, int]] = {}
+        self._fetcher: ShareFetcher | None = None  # built by start(), with the cluster
         self._unacked: dict[tuple[TopicPartition, int], ShareRecord[Any, Any]] = {}
         self._buffer: deque[ShareRecord[Any, Any]] = deque()
         self._iter_batch: deque[ShareRecord[Any, Any]] = deque()
@@ -201,7 +188,6 @@ class ShareConsumer(_ShareWire):
             started_twice="a share consumer can be started only once",
             on_failure=self._stopped,
         )
-        self._decode_error: RecordDeserializationError | None = None
         self._backoff = ExponentialBackoff.retry(
             self._config.retry_backoff_ms, self._config.retry_backoff_max_ms
         )
@@ -237,6 +223,16 @@ class ShareConsumer(_ShareWire):
         cluster = Cluster(
             dataclasses.replace(self._config.cluster_config(), allow_auto_topic_creation=False)
         )
+        self._fetcher = ShareFetcher(
+            cluster,
+            self._config,
+            member_id=self.member_id,
+            record_limit=self._record_limit,
+            backoff=self._backoff,
+            wanted=self._fetchable,
+            deliver=self._buffer.append,
+            outcome=self._acked,
+        )
 
         async def open_(cluster: Cluster, stack: AsyncExitStack) -> None:
             await self._runtime.start_task(self._heartbeat)
@@ -260,13 +256,16 @@ class ShareConsumer(_ShareWire):
         if not runtime.begin_close():
             return
         self._assigned.set()  # a poll waiting for an assignment wakes up and raises
+        if self._fetcher is not None:
+            self._fetcher.wake()  # ... and one waiting for leaders
         try:
             if runtime.failure is None:
                 limit = self._config.close_timeout_ms / 1000
                 deadline = anyio.current_time() + limit
                 with anyio.move_on_after(limit, shield=True) as scope:
                     self._settle_previous("close")
-                    await self._send_acks(closing=True)
+                    if self._fetcher is not None:
+                        await self._fetcher.send_acknowledgements(closing=True)
                     await self._leave()
                 if scope.cancelled_caught:
                     log.warning(
@@ -308,7 +307,7 @@ class ShareConsumer(_ShareWire):
             member_id=self.member_id,
             member_epoch=self._epoch,
             assignment=tuple(sorted(self._assignment)),
-            share_sessions=len(self._sessions),
+            share_sessions=0 if self._fetcher is None else self._fetcher.share_sessions,
             buffered_records=len(self._buffer),
             unacknowledged_records=len(self._unacked),
         )
@@ -326,6 +325,21 @@ class ShareConsumer(_ShareWire):
                 await self._assigned.wait()
         self._running()
         return self._assignment
+
+    def _fetchable(self) -> frozenset[TopicPartition]:
+        """The partitions to fetch: assigned, of a subscribed topic (the broker's next
+        assignment drops those of topics just unsubscribed)."""
+        return frozenset(tp for tp in self._assignment if tp.topic in self._topics)
+
+    def _live_fetcher(self) -> ShareFetcher:
+        self._running()
+        assert self._fetcher is not None  # built by start()
+        return self._fetcher
+
+    def _acknowledge(self, tp: TopicPartition, offset: int, kind: AcknowledgeType) -> None:
+        # Only records this consumer fetched are acknowledged: start() built the fetcher.
+        assert self._fetcher is not None
+        self._fetcher.acknowledge(tp, offset, kind)
 
     def _running(self) -> Cluster:
         failure = self._runtime.failure
@@ -372,14 +386,14 @@ class ShareConsumer(_ShareWire):
         """Stop reading: send the pending acknowledgements (implicit mode: the last batch,
         accepted), close the share sessions (the broker releases what this member still
         holds) and leave the group. :meth:`subscribe` joins again."""
-        self._running()
+        fetcher = self._live_fetcher()
         self._settle_previous("close")
         self._topics = []
         self._release_buffered(lambda r: True)
         limit = self._config.request_timeout_ms / 1000
         try:
             with anyio.fail_after(limit):
-                await self._send_acks(closing=True)
+                await fetcher.send_acknowledgements(closing=True)
                 async with self._hb_lock:
                     await self._leave()
                     self._epoch = 0
@@ -394,9 +408,7 @@ class ShareConsumer(_ShareWire):
             for r in queue:
                 if which(r):
                     self._unacked.pop((r.topic_partition, r.offset), None)
-                    self._acks.setdefault(r.topic_partition, {})[r.offset] = int(
-                        AcknowledgeType.RELEASE
-                    )
+                    self._acknowledge(r.topic_partition, r.offset, AcknowledgeType.RELEASE)
             queue.clear()
             queue.extend(kept)
 
@@ -547,6 +559,8 @@ class ShareConsumer(_ShareWire):
         # broker carries them as it forgets the partition (as Java does), or commit() sends
         # them while the share session still holds it.
         self._assignment = tps
+        if self._fetcher is not None:
+            self._fetcher.wake()  # a round waiting for leaders looks at the new partitions
         if tps:
             self._assigned.set()
         elif self._assigned.is_set():
@@ -554,8 +568,10 @@ class ShareConsumer(_ShareWire):
 
     def _stopped(self, exc: Exception) -> None:
         """The runtime's ``on_failure``: the consumer stopped; a poll waiting for an
-        assignment wakes up and raises."""
+        assignment wakes up and raises, as one waiting for leaders does."""
         self._assigned.set()
+        if self._fetcher is not None:
+            self._fetcher.wake()
 
     async def _leave(self) -> None:
         cluster = self._runtime.cluster
@@ -581,17 +597,18 @@ class ShareConsumer(_ShareWire):
 
         Implicit mode accepts the previous batch first; explicit mode raises
         ``IllegalStateError`` if a record of the previous batch is unacknowledged."""
-        cluster = self._running()
+        fetcher = self._live_fetcher()
         if not self._topics:
             raise IllegalStateError("the share consumer is not subscribed to any topic")
         self._settle_previous("poll")
-        if any(_RENEW in acks.values() for acks in self._acks.values()):
-            await self._send_acks()  # a ShareFetch that renews may not fetch (KIP-1222)
+        if fetcher.renewals_pending:
+            # A ShareFetch that renews may not fetch (KIP-1222).
+            await fetcher.send_acknowledgements()
         limit = max_records or self._config.max_poll_records
         deadline = anyio.current_time() + timeout_ms / 1000
         # No cancellation around a fetch: a ShareFetch abandoned in flight would leave its
         # session's epoch unknown. Each round waits at most what is left of the timeout.
-        while not self._buffer and self._decode_error is None and self._fetch_error is None:
+        while not self._buffer and not fetcher.error_pending:
             remaining = deadline - anyio.current_time()
             if not self._assignment:
                 if remaining <= 0:
@@ -603,20 +620,17 @@ class ShareConsumer(_ShareWire):
             # Rounded up: with under 1 ms left, a wait of 0 is answered at once and the
             # loop would fetch again and again until the clock moved (never, on virtual time).
             wait_ms = max(0, min(self._config.fetch_max_wait_ms, math.ceil(remaining * 1000)))
-            await self._fetch_round(cluster, limit, wait_ms)
+            await fetcher.fetch(limit, wait_ms)
             self._running()
             if anyio.current_time() >= deadline:
                 break
-        if self._decode_error is not None:
-            error, self._decode_error = self._decode_error, None
+        error = fetcher.take_error()
+        if error is not None:
             raise error
-        if self._fetch_error is not None:
-            fetch_error, self._fetch_error = self._fetch_error, None
-            raise fetch_error
-        if not self._buffer and any(self._acks.values()):
+        if not self._buffer and fetcher.acknowledgements_pending:
             # Nothing came, but the previous batch's acknowledgements must not wait for
             # the next poll (their locks run out meanwhile).
-            await self._send_acks()
+            await fetcher.send_acknowledgements()
         self._report_acks()  # before handing out: if the callback raises, nothing is lost
         out: list[ShareRecord[Any, Any]] = []
         while self._buffer and len(out) < limit:
@@ -660,19 +674,19 @@ class ShareConsumer(_ShareWire):
         kind = AcknowledgeType(type)
         if kind is not AcknowledgeType.RENEW:
             del self._unacked[key]
-        self._acks.setdefault(record.topic_partition, {})[record.offset] = int(kind)
+        self._acknowledge(record.topic_partition, record.offset, kind)
 
     async def commit(
         self, timeout_ms: int | None = None
     ) -> dict[TopicPartition, KafkaError | None]:
         """Send the pending acknowledgements now (implicit mode: the last batch's, as
         accepted) with ShareAcknowledge; each partition's outcome (None = acknowledged)."""
-        self._running()
+        fetcher = self._live_fetcher()
         self._settle_previous("commit")
         limit = (timeout_ms if timeout_ms is not None else self._config.request_timeout_ms) / 1000
         try:
             with anyio.fail_after(limit):
-                return await self._send_acks()
+                return await fetcher.send_acknowledgements()
         finally:
             self._report_acks()
 
@@ -699,7 +713,7 @@ class ShareConsumer(_ShareWire):
                 continue  # closing with records unacknowledged: the broker releases them
             else:
                 kind = AcknowledgeType.ACCEPT
-            self._acks.setdefault(tp, {})[offset] = int(kind)
+            self._acknowledge(tp, offset, kind)
             del self._unacked[key]
         if why != "commit":
             self._unacked.clear()

@@ -1,27 +1,72 @@
-"""The wire side of :class:`~aiokafka_ng.consumer.share.ShareConsumer`: share sessions,
-ShareFetch, ShareAcknowledge, and the records and acknowledgement types they carry.
+"""The share fetcher: a share consumer's fetching and acknowledging on the wire (KIP-932).
 
-See the theory of operation in :mod:`aiokafka_ng.consumer.share.consumer`. Everything here
-runs on the consumer's event loop; a share session's requests are serialized by its lock
-because each request's epoch depends on the answer to the previous one.
+Theory of operation
+-------------------
+:class:`ShareFetcher` is built by the :class:`~aiokafka_ng.consumer.share.ShareConsumer` when
+it starts, with the cluster, the settings and callables into the consumer (the partitions to
+fetch, where fetched records go, who hears acknowledgement outcomes). The consumer calls it
+from ``poll``/``commit``/``unsubscribe``/``stop`` in the caller's task; it runs no task of
+its own. What it owns, and what each subtle part guards against:
+
+*Share sessions, one per broker* (``_Session``). A member's ShareFetch requests to a broker
+form a session: epoch 0 opens it with the full partition list, each later request uses the
+next epoch (wrapping to 1) and names only partitions that are new, forgotten or carry
+acknowledgements, -1 closes it. Each request's epoch depends on the previous answer, so a
+session's requests are serialized by its lock: without it a ``commit()``'s ShareAcknowledge
+racing a fetch would send an epoch twice and the broker would answer
+INVALID_SHARE_SESSION_EPOCH, losing the acknowledgements both carried. A failed request
+leaves the epoch unknown, so the session goes back to epoch 0 and what it carried is
+reported as failed (the records come back when their locks expire, as in Java); for the same
+reason ``poll`` never cancels a fetch in flight. An answer that says the session is gone
+(``_SESSION_LOST``) reopens it at once; other failures from a broker are paced by its
+session's ``RetryState`` (KIP-580's policy), bounded by the round's wait so ``poll`` keeps
+its timeout.
+
+*Acquisition.* The broker acquires records for this member under a time lock; the answer
+names the acquired offset ranges. Ranges are clamped to the batches sent (a hostile or
+broken range of 2**62 offsets must not size a loop); acquired offsets without a record
+(control records, compacted gaps) are acknowledged as gaps at once, so the broker's
+bookkeeping moves on; records of a partition no longer wanted (the subscription changed
+while the fetch was out) and undecodable batches are released at once rather than left to
+their locks; a record whose deserializer fails is released and the error raised by the next
+``poll`` once.
+
+*Acknowledgement batching* (``_acks``: partition -> offset -> type). Acknowledgements wait
+here until the next ShareFetch to the partition's broker carries them, folded into runs of
+one type, or ShareAcknowledge sends them (``commit()``, an idle ``poll``, closing). A
+partition leaving a session carries its last acknowledgements in the request that forgets
+it (the broker acknowledges, then forgets). Renewals (KIP-1222) go with ShareAcknowledge
+only: a ShareFetch that renews may not fetch. Acknowledgements no open session holds cannot
+be sent; they are reported as failed rather than kept forever.
+
+*record_limit* (``share_acquire_mode``, KIP-1206). The limit holds per poll, so one broker
+acquires records per round, the leaders in turn (none starved); the others get a request
+only for acknowledgements and session changes (nothing asked, nothing waited for). A broker
+before ShareFetch v2 would ignore the mode and acquire whole batches: that is an error the
+next ``poll`` raises, not a silently broken limit.
+
+*Unknown leaders.* When no assigned partition has a known leader, the round asks the
+cluster's metadata refresher for an update and waits for its next snapshot (or a
+:meth:`ShareFetcher.wake`, or the round's wait): the fetch resumes as soon as metadata names
+a leader, and no loop of fixed sleeps polls the cache meanwhile (the refresher paces the
+asking).
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import anyio
 
-from aiokafka_ng.cluster import ClientRuntime, ClusterClient, RetryState
+from aiokafka_ng.cluster import ClusterClient, RetryState
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
+from aiokafka_ng.consumer.share.records import AcknowledgeType, ShareRecord
 from aiokafka_ng.errors import IllegalStateError, KafkaError, ProtocolError
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.protocol.errors import UnsupportedVersionError, error_for_code
@@ -29,50 +74,21 @@ from aiokafka_ng.protocol.messages import share_acknowledge as sa
 from aiokafka_ng.protocol.messages import share_fetch as sf
 from aiokafka_ng.protocol.records import RecordBatch, iter_batches
 
-__all__ = ["AcknowledgeType", "ShareRecord"]
+__all__ = ["AcknowledgementOutcome", "ShareFetcher"]
 
 log = logging.getLogger("aiokafka_ng.consumer.share")
 
-K = TypeVar("K")
-V = TypeVar("V")
-
 _GAP = 0  # an acquired offset without a record: acknowledged for the broker's bookkeeping
-_RENEW = 4
+_RENEW = int(AcknowledgeType.RENEW)
 _MAX_EPOCH = 2**31 - 1
 
 # ShareFetch top-level answers that end the share session: UNKNOWN_MEMBER_ID,
 # SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH (no backoff before reopening it).
 _SESSION_LOST = frozenset({25, 122, 123})
 
-
-class AcknowledgeType(enum.IntEnum):
-    """How a record is acknowledged (the protocol's codes)."""
-
-    ACCEPT = 1  #: processed: never delivered again
-    RELEASE = 2  #: give it back: delivered again (to any member), delivery count + 1
-    REJECT = 3  #: unprocessable: never delivered again, not counted as processed
-    #: keep it: the acquisition lock starts again (KIP-1222); the record stays unacknowledged
-    RENEW = 4
-
-
-@dataclass(frozen=True, slots=True)
-class ShareRecord(Generic[K, V]):
-    """A record of a share group. ``delivery_count`` is 1 the first time the record is
-    delivered (to any member) and grows each time it is released or its lock expires."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: K
-    value: V
-    headers: tuple[tuple[str, bytes | None], ...]
-    delivery_count: int
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
+#: ``outcome(tp, record offsets, error or None)``: how one acknowledging request went for
+#: one partition (the record offsets it carried; gaps are not records).
+AcknowledgementOutcome = Callable[[TopicPartition, frozenset[int], KafkaError | None], None]
 
 
 @dataclass(slots=True)
@@ -96,53 +112,100 @@ class _Session:
         self.epoch = 1 if self.epoch >= _MAX_EPOCH else self.epoch + 1
 
 
-class _ShareWire:
-    """Fetching and acknowledging, for :class:`ShareConsumer` (which owns the state)."""
+class ShareFetcher:
+    """Share sessions, acquisition and acknowledgement batching for one share group member
+    (see the module docstring).
 
-    _config: ConsumerConfig
-    _topics: list[str]
-    _runtime: ClientRuntime
-    _assignment: frozenset[TopicPartition]
-    _sessions: dict[int, _Session]
-    _acks: dict[TopicPartition, dict[int, int]]
-    _buffer: deque[ShareRecord[Any, Any]]
-    _backoff: ExponentialBackoff
-    _decode_error: RecordDeserializationError | None
-    _record_limit: bool  # share_acquire_mode="record_limit" (KIP-1206)
-    _fetch_turn: int
-    _fetch_error: KafkaError | None  # raised by the next poll (an unusable broker version)
-    member_id: str
+    ``wanted()`` names the partitions to fetch now (assigned, of subscribed topics);
+    ``deliver`` takes each acquired record as it is decoded; ``outcome`` hears how each
+    acknowledging request went per partition. ``record_limit`` is
+    ``share_acquire_mode="record_limit"`` (KIP-1206); ``backoff`` paces failed fetches."""
 
-    # Each acknowledging request's outcome per partition: (tp, record offsets, error or None);
-    # ShareConsumer keeps it for its acknowledgement callback.
-    _acked: Callable[[TopicPartition, frozenset[int], KafkaError | None], None]
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        config: ConsumerConfig,
+        *,
+        member_id: str,
+        record_limit: bool,
+        backoff: ExponentialBackoff,
+        wanted: Callable[[], frozenset[TopicPartition]],
+        deliver: Callable[[ShareRecord[Any, Any]], None],
+        outcome: AcknowledgementOutcome,
+    ) -> None:
+        self._cluster = cluster
+        self._config = config
+        self._member_id = member_id
+        self._record_limit = record_limit
+        self._backoff = backoff
+        self._wanted = wanted
+        self._deliver = deliver
+        self._outcome = outcome
+        self._sessions: dict[int, _Session] = {}
+        self._acks: dict[TopicPartition, dict[int, int]] = {}
+        self._fetch_turn = 0  # record_limit: which leader fetches records this round
+        self._decode_error: RecordDeserializationError | None = None
+        self._fetch_error: KafkaError | None = None  # an unusable broker version
+        # Set by a new metadata snapshot or wake(): a round waiting for leaders looks again.
+        self._changed = anyio.Event()
+
+    # ------------------------------------------------------------------ the consumer's calls
+
+    @property
+    def share_sessions(self) -> int:
+        """Brokers this member has a share session with (or had one, until it is reopened)."""
+        return len(self._sessions)
+
+    def acknowledge(self, tp: TopicPartition, offset: int, kind: AcknowledgeType) -> None:
+        """Record ``kind`` for ``offset``: sent with the next request to its broker."""
+        self._acks.setdefault(tp, {})[offset] = int(kind)
+
+    @property
+    def acknowledgements_pending(self) -> bool:
+        return any(self._acks.values())
+
+    @property
+    def renewals_pending(self) -> bool:
+        """A renewal waits: it goes with ShareAcknowledge, before the next fetch (KIP-1222)."""
+        return any(_RENEW in acks.values() for acks in self._acks.values())
+
+    @property
+    def error_pending(self) -> bool:
+        """A fetch found an error for the next ``poll`` to raise (see :meth:`take_error`)."""
+        return self._decode_error is not None or self._fetch_error is not None
+
+    def take_error(self) -> KafkaError | None:
+        """The error to raise now, once: a failed deserializer first (the records fetched
+        with it stay deliverable), then an unusable broker version."""
+        if self._decode_error is not None:
+            error: KafkaError = self._decode_error
+            self._decode_error = None
+            return error
+        fetch_error, self._fetch_error = self._fetch_error, None
+        return fetch_error
+
+    def wake(self) -> None:
+        """Something the fetch depends on changed (the assignment, the consumer stopping): a
+        round waiting for leaders looks again now."""
+        self._changed.set()
 
     # ------------------------------------------------------------------ fetching
 
-    def _leaders(self, cluster: ClusterClient) -> dict[int, list[TopicPartition]]:
-        by_node: dict[int, list[TopicPartition]] = {}
-        unknown = False
-        for tp in sorted(self._assignment):
-            if tp.topic not in self._topics:
-                continue  # unsubscribed; the broker's next assignment drops it
-            node = cluster.metadata.leader_for(tp.topic, tp.partition)
-            if node is None:
-                unknown = True
-                continue
-            by_node.setdefault(node, []).append(tp)
-        if unknown:
-            cluster.request_update(self._topics)
-        for node in self._sessions:
-            by_node.setdefault(node, [])  # to forget partitions that moved away
-        return by_node
-
-    async def _fetch_round(self, cluster: ClusterClient, limit: int, wait_ms: int) -> None:
-        by_node = self._leaders(cluster)
+    async def fetch(self, limit: int, wait_ms: int) -> None:
+        """One round: a ShareFetch to each leader of a wanted partition (and to each broker
+        whose session still holds partitions, to forget them), concurrently, each waiting
+        up to ``wait_ms`` for records and asking for up to ``limit``; acquired records go to
+        ``deliver`` as they are decoded. With no leader known, waits for the next metadata
+        snapshot instead, for up to ``wait_ms`` (see the module docstring)."""
+        self._changed = anyio.Event()  # before the check: a change after it wakes the wait
+        by_node, unknown = self._leaders()
         if not any(by_node.values()) and not any(s.partitions for s in self._sessions.values()):
-            # Leaders not known yet: asked for above; the refresher paces the asking (this
-            # is the interval at which we look again, not a retry against a broker).
-            await anyio.sleep(self._backoff.backoff_s(1))
+            await self._await_metadata(unknown, wait_ms)
             return
+        if unknown:
+            # Fetch from the leaders known; the refresher paces the asking and the next
+            # round finds the others' leaders in its snapshot.
+            self._cluster.request_update(unknown)
         records_from = None
         if self._record_limit:
             # KIP-1206's limit holds per poll: one broker acquires records for this round
@@ -157,7 +220,6 @@ class _ShareWire:
                 fetch = records_from is None or node == records_from
                 tg.start_soon(
                     self._fetch_node,
-                    cluster,
                     node,
                     frozenset(tps),
                     limit if fetch else 0,
@@ -168,6 +230,37 @@ class _ShareWire:
         for tp in list(self._acks):
             if tp not in held:
                 self._drop_acks(tp)  # its session is gone and no fetch will name it again
+
+    def _leaders(self) -> tuple[dict[int, list[TopicPartition]], set[str]]:
+        """The wanted partitions by leader (every session's broker included, so partitions
+        that moved away are forgotten), and the topics of those whose leader is unknown."""
+        by_node: dict[int, list[TopicPartition]] = {}
+        unknown: set[str] = set()
+        metadata = self._cluster.metadata
+        for tp in sorted(self._wanted()):
+            node = metadata.leader_for(tp.topic, tp.partition)
+            if node is None:
+                unknown.add(tp.topic)
+                continue
+            by_node.setdefault(node, []).append(tp)
+        for node in self._sessions:
+            by_node.setdefault(node, [])
+        return by_node, unknown
+
+    async def _await_metadata(self, topics: set[str], wait_ms: int) -> None:
+        """Nothing to fetch from: ask for the leaders of ``topics`` (if any) and wait for the
+        refresher's next snapshot, a :meth:`wake`, or ``wait_ms``. A fixed sleep here would
+        resume a backoff step after the leader became known, and spin the check
+        meanwhile."""
+        changed = self._changed
+        remove = self._cluster.add_listener(lambda _snapshot: changed.set())
+        try:
+            if topics:
+                self._cluster.request_update(topics)
+            with anyio.move_on_after(wait_ms / 1000):
+                await changed.wait()
+        finally:
+            remove()
 
     @staticmethod
     async def _paced(session: _Session, error: KafkaError, wait_ms: int) -> None:
@@ -181,7 +274,6 @@ class _ShareWire:
 
     async def _fetch_node(
         self,
-        cluster: ClusterClient,
         node: int,
         wanted: frozenset[TopicPartition],
         limit: int,
@@ -191,19 +283,19 @@ class _ShareWire:
         if session is None:
             session = self._sessions[node] = _Session(RetryState(self._backoff))
         async with session.lock:
-            ids = self._topic_ids(cluster)
+            ids = self._topic_ids()
             # Only partitions the request can name (their topic id known) join the session.
             wanted = frozenset(tp for tp in wanted if tp.topic in ids)
             if not wanted and not session.partitions:
                 return
-            if self._record_limit and limit and not await self._acquire_mode_ok(cluster, node):
+            if self._record_limit and limit and not await self._acquire_mode_ok(node):
                 return
             leaving = session.partitions - wanted
             if not wanted:
                 # Nothing left on this broker: close the session rather than keep it (the
                 # close carries what is pending for the partitions that left).
                 tps = [tp for tp in leaving if self._acks.get(tp)]
-                await self._acknowledge_locked(cluster, node, session, tps, True, {})
+                await self._acknowledge_locked(node, session, tps, True, {})
                 return
             sent: dict[TopicPartition, frozenset[int]] = {}
             if session.epoch == 0:
@@ -222,7 +314,7 @@ class _ShareWire:
                     return  # record_limit, not this broker's turn, nothing else to say
             req = sf.ShareFetchRequest(
                 group_id=self._config.group_id,
-                member_id=self.member_id,
+                member_id=self._member_id,
                 share_session_epoch=session.epoch,
                 # A request not asking for records (limit 0) says so in every bound, as
                 # Java's session-only ShareFetch does.
@@ -239,12 +331,12 @@ class _ShareWire:
             )
             timeout = (self._config.request_timeout_ms + wait_ms) / 1000
             try:
-                resp = await cluster.request(node, req, timeout=timeout)
+                resp = await self._cluster.request(node, req, timeout=timeout)
             except KafkaError as exc:
                 log.debug("share fetch from node %s failed: %r", node, exc)
                 session.reset()
                 for tp, offsets in sent.items():
-                    self._acked(tp, offsets, exc)
+                    self._outcome(tp, offsets, exc)
                 await self._paced(session, exc, wait_ms)
                 return
             if resp.error_code:
@@ -252,7 +344,7 @@ class _ShareWire:
                 log.debug("share fetch from node %s: %s", node, top)
                 session.reset()
                 for tp, offsets in sent.items():
-                    self._acked(tp, offsets, top)
+                    self._outcome(tp, offsets, top)
                 if resp.error_code not in _SESSION_LOST:
                     await self._paced(session, top, wait_ms)
                 return
@@ -269,17 +361,17 @@ class _ShareWire:
                     if tp in sent:
                         code = p.acknowledge_error_code
                         failed = error_for_code(code)(p.acknowledge_error_message) if code else None
-                        self._acked(tp, sent.pop(tp), failed)
-                    self._take_partition(cluster, tp, p)
+                        self._outcome(tp, sent.pop(tp), failed)
+                    self._take_partition(tp, p)
             for tp, offsets in sent.items():
-                self._acked(tp, offsets, None)  # not named in the answer: nothing went wrong
+                self._outcome(tp, offsets, None)  # not named in the answer: nothing went wrong
 
-    async def _acquire_mode_ok(self, cluster: ClusterClient, node: int) -> bool:
+    async def _acquire_mode_ok(self, node: int) -> bool:
         """Whether ``node`` understands ``share_acquire_mode="record_limit"`` (ShareFetch
         v2, Kafka 4.2+). An older broker would drop the field and acquire whole batches, so
         the poll gets an error instead of a silently broken limit."""
         try:
-            conn = await cluster.connection(node)
+            conn = await self._cluster.connection(node)
         except KafkaError:
             return True  # unreachable: the fetch fails as any other and is paced
         version = conn.version_for(sf.ShareFetchRequest)
@@ -291,18 +383,16 @@ class _ShareWire:
         )
         return False
 
-    def _take_partition(
-        self, cluster: ClusterClient, tp: TopicPartition, p: sf.PartitionData
-    ) -> None:
+    def _take_partition(self, tp: TopicPartition, p: sf.PartitionData) -> None:
         if p.error_code:
             err = error_for_code(p.error_code)
             if err.invalid_metadata:
-                cluster.request_update([tp.topic])
+                self._cluster.request_update([tp.topic])
             log.debug("share fetch %s: %s", tp, err.name)
             return
         if not p.acquired_records:
             return
-        keep = tp in self._assignment and tp.topic in self._topics
+        keep = tp in self._wanted()
         batches: list[RecordBatch] = []
         try:
             # extend keeps the batches read before a bad one (they name releasable offsets)
@@ -352,7 +442,7 @@ class _ShareWire:
                         bad.__cause__ = exc
                         self._decode_error = bad
                     continue
-                self._buffer.append(
+                self._deliver(
                     ShareRecord(
                         tp.topic, tp.partition, rec.offset, rec.timestamp, rec.timestamp_type,
                         key, value, tuple(rec.headers), count,
@@ -364,10 +454,11 @@ class _ShareWire:
         if not acks:
             del self._acks[tp]
 
-    def _topic_ids(self, cluster: ClusterClient) -> dict[str, uuid.UUID]:
+    def _topic_ids(self) -> dict[str, uuid.UUID]:
         # Every known topic, not only the subscribed ones: acknowledgements for a topic that
         # was unsubscribed still have to name it.
-        return {n: t.topic_id for n, t in cluster.metadata.topics.items() if t.topic_id.int}
+        topics = self._cluster.metadata.topics
+        return {n: t.topic_id for n, t in topics.items() if t.topic_id.int}
 
     @staticmethod
     def _group_ids(
@@ -417,11 +508,11 @@ class _ShareWire:
 
     # ------------------------------------------------------------------ acknowledging
 
-    async def _send_acks(self, *, closing: bool = False) -> dict[TopicPartition, KafkaError | None]:
+    async def send_acknowledgements(
+        self, *, closing: bool = False
+    ) -> dict[TopicPartition, KafkaError | None]:
         """ShareAcknowledge for everything pending (renewals too), per broker; ``closing``
         closes every open share session (epoch -1). Each partition's outcome."""
-        cluster = self._runtime.cluster
-        assert cluster is not None
         results: dict[TopicPartition, KafkaError | None] = {}
         by_node: dict[int, list[TopicPartition]] = {}
         for node, session in self._sessions.items():
@@ -430,7 +521,7 @@ class _ShareWire:
                 by_node[node] = tps
         async with anyio.create_task_group() as tg:
             for node, tps in by_node.items():
-                tg.start_soon(self._acknowledge_node, cluster, node, tps, closing, results)
+                tg.start_soon(self._acknowledge_node, node, tps, closing, results)
         for tp in list(self._acks):
             if tp not in results:
                 error = self._drop_acks(tp)
@@ -445,12 +536,11 @@ class _ShareWire:
         if not pending:
             return None
         error = IllegalStateError(f"{tp}: no share session to acknowledge in")
-        self._acked(tp, frozenset(o for o, t in pending.items() if t != _GAP), error)
+        self._outcome(tp, frozenset(o for o, t in pending.items() if t != _GAP), error)
         return error
 
     async def _acknowledge_node(
         self,
-        cluster: ClusterClient,
         node: int,
         tps: list[TopicPartition],
         closing: bool,
@@ -459,12 +549,11 @@ class _ShareWire:
         session = self._sessions[node]
         async with session.lock:
             if session.epoch == 0:
-                return  # reset meanwhile: the acks are undeliverable (see _send_acks)
-            await self._acknowledge_locked(cluster, node, session, tps, closing, results)
+                return  # reset meanwhile: the acks are undeliverable (see send_acknowledgements)
+            await self._acknowledge_locked(node, session, tps, closing, results)
 
     async def _acknowledge_locked(
         self,
-        cluster: ClusterClient,
         node: int,
         session: _Session,
         tps: list[TopicPartition],
@@ -473,17 +562,17 @@ class _ShareWire:
     ) -> None:
         """ShareAcknowledge of ``tps``' pending acknowledgements in ``session`` (its lock
         held); ``closing`` closes the session too."""
-        ids = self._topic_ids(cluster)
+        ids = self._topic_ids()
         tps = [tp for tp in tps if tp.topic in ids]
         renew = any(_RENEW in self._acks.get(tp, {}).values() for tp in tps)
         try:
-            conn = await cluster.connection(node)
+            conn = await self._cluster.connection(node)
         except KafkaError as exc:
             # Nothing was sent: the session's epoch still holds, only these acks are lost.
             for tp in tps:
                 pending = self._acks.pop(tp, {})
                 results[tp] = exc
-                self._acked(tp, frozenset(o for o, t in pending.items() if t != _GAP), exc)
+                self._outcome(tp, frozenset(o for o, t in pending.items() if t != _GAP), exc)
             return
         if renew and conn.version_for(sa.ShareAcknowledgeRequest) < 2:
             # Renewals exist from version 2 (Kafka 4.2) on; an older broker would misread
@@ -496,7 +585,7 @@ class _ShareWire:
                 for offset in renewals:
                     del pending[offset]
                 if renewals:
-                    self._acked(tp, renewals, old)
+                    self._outcome(tp, renewals, old)
         taken = {tp: self._take_acks(tp, renew=True) for tp in tps}
         sent = {tp: offsets for tp, (batches, offsets) in taken.items() if batches}
         topics = [
@@ -520,7 +609,7 @@ class _ShareWire:
         ]
         req = sa.ShareAcknowledgeRequest(
             group_id=self._config.group_id,
-            member_id=self.member_id,
+            member_id=self._member_id,
             share_session_epoch=-1 if closing else session.epoch,
             is_renew_ack=renew,
             topics=topics,
@@ -549,7 +638,7 @@ class _ShareWire:
         for tp, offsets in sent.items():
             error = outcome.get(tp)
             results[tp] = error
-            self._acked(tp, offsets, error)
+            self._outcome(tp, offsets, error)
 
 
 def _runs(acks: Mapping[int, int]) -> list[tuple[int, int, int]]:
