@@ -17,9 +17,16 @@ number of consecutive failed rounds (the shared KIP-580 policy, configured by
 ``retry_backoff_ms``/``retry_backoff_max_ms``), and when a failure says the client's view
 of the cluster is stale (``invalid_metadata``, or NOT_CONTROLLER which Kafka does not
 flag that way) it first waits for a metadata refresh, so the next round routes to the new
-controller or leader. Coordinator errors are handled where the request is routed
-(``_at_coordinators``): the cached coordinator of that key is forgotten before the error
-is returned, so the next round looks it up again.
+controller or leader. Coordinator errors are handled where the request is routed: a
+request for one group goes to the cluster's ``Coordinator`` route, which forgets a stale
+coordinator itself; a batch of keys per coordinator (``_at_coordinators``) forgets each
+key's by the same rule (``forget_stale_coordinator``). Either way the next round looks it
+up again.
+
+Every request goes out once per round on :meth:`Cluster.call` (``retry=ONCE``): the
+cluster's one request path picks the version, names the operation in an unsupported
+version's error, bounds the request and reports its round trip for ``statistics()``; the
+rounds above are the admin client's own retry, per item.
 
 The whole loop runs under one cancel scope set to the operation's deadline
 (``timeout_ms``, default ``default_api_timeout_ms``): items still pending when it expires
@@ -41,8 +48,9 @@ from aiokafka_ng.admin.config import AdminConfig
 from aiokafka_ng.admin.models import Node, TopicPartition
 from aiokafka_ng.admin.results import ItemResults
 from aiokafka_ng.cluster import ClientRuntime, Cluster, RetryState
+from aiokafka_ng.cluster import retry as routes
 from aiokafka_ng.cluster.metadata import ClusterMetadata, parse_metadata_response
-from aiokafka_ng.cluster.retry import STALE_COORDINATOR, retrying
+from aiokafka_ng.cluster.retry import Route, retrying
 from aiokafka_ng.errors import (
     IllegalStateError,
     KafkaError,
@@ -51,7 +59,6 @@ from aiokafka_ng.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from aiokafka_ng.net._handshake import check_version
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.latency import LatencyRecorder
 from aiokafka_ng.protocol.messages.metadata import (
@@ -240,50 +247,48 @@ class _AdminCore:
     async def _send(
         self,
         operation: str,
-        node_id: int,
+        to: int | Route,
         request: ApiRequest[Resp],
         deadline: float,
         *,
         min_version: int | None = None,
         pinned_version: int | None = None,
     ) -> Resp:
-        """Send ``request`` to ``node_id`` at the highest common version; return the response.
+        """Send ``request`` once to ``to`` (a node id, or a route: a group's coordinator)
+        at the highest common version, on the cluster's one request path
+        (:meth:`Cluster.call`); return the response as it came (its error codes are the
+        operation's to read: the driver's rounds retry them).
 
         Requests carry the fields of every version (the codec writes only those of the
         version it encodes). ``min_version`` is the lowest version that can express what
         the caller asks for (e.g. ListOffsets v7 for max-timestamp). ``pinned_version``
         sends exactly that version, for an API whose only version in the schemas is still
         marked unstable (negotiation never picks those): the broker must advertise it.
+        A coordinator route forgets a coordinator that answers it is not one (or is not
+        available), so the next round looks it up again.
         """
-        conn = await self._cluster.connection(node_id)
-        probe = type(request)
-        try:
-            if pinned_version is None:
-                version = conn.version_for(probe)
-            else:
-                version = check_version(probe, pinned_version, conn.api_versions, str(node_id))
-        except UnsupportedVersionError as exc:
-            raise UnsupportedVersionError(
-                f"{operation} is not supported by broker {node_id}: {exc.detail or exc}"
-            ) from exc
-        if min_version is not None and version < min_version:
-            raise UnsupportedVersionError(
-                f"{operation} needs {probe.__name__} v{min_version}+, "
-                f"broker {node_id} offers up to v{version}"
-            )
         remaining = deadline - anyio.current_time()
         if remaining <= 0:
             raise KafkaTimeoutError(f"{operation}: no time left to send the request")
-        timeout = min(remaining, self._config.request_timeout_ms / 1000)
-        started = anyio.current_time()
-        response = await self._cluster.request(node_id, request, version=version, timeout=timeout)
+        return await self._cluster.call(
+            request,
+            routes.Node(to) if isinstance(to, int) else to,
+            retry=routes.ONCE,
+            check=routes.unchecked,
+            min_version=min_version,
+            version=pinned_version,
+            request_timeout=min(remaining, self._config.request_timeout_ms / 1000),
+            what=operation,
+            on_answer=self._answered,
+        )
+
+    def _answered(self, node_id: int, seconds: float) -> None:
         # Per broker, answered requests only, as Java's admin client measures its
         # request-latency (the telemetry push and statistics() report it).
         latency = self._request_latency.get(node_id)
         if latency is None:
             latency = self._request_latency[node_id] = LatencyRecorder()
-        latency.record(anyio.current_time() - started)
-        return response
+        latency.record(seconds)
 
     async def _metadata(
         self, operation: str, topics: list[str] | None, deadline: float, *, authorized: bool
@@ -367,7 +372,8 @@ class _AdminCore:
     ) -> ItemResults[str, V]:
         """Run ``operation`` with each key's batch sent to its coordinator (``key_type`` 0:
         group, 1: transaction), one request per coordinator; stale coordinators are
-        forgotten before the driver retries."""
+        forgotten before the driver retries. (An operation on one group sends to the
+        ``Coordinator`` route instead: see ``_send``.)"""
 
         async def attempt(pending: list[str], deadline: float) -> dict[str, V | BaseException]:
             try:
@@ -378,9 +384,10 @@ class _AdminCore:
                 group_by((coordinators[k], k) for k in pending),
                 lambda node, batch: on_coordinator(node, batch, deadline),
             )
+            # One request carries the keys of one coordinator: each key's own outcome says
+            # whether its coordinator is stale, by the coordinator route's rule.
             for k, v in out.items():
-                if isinstance(v, STALE_COORDINATOR):
-                    self._cluster.invalidate_coordinator(k, key_type)
+                routes.forget_stale_coordinator(self._cluster, k, key_type, v)
             return out
 
         return await self._run(operation, keys, attempt, timeout_ms)

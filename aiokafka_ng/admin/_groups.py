@@ -25,7 +25,7 @@ from aiokafka_ng.admin.models import (
     decode_authorized_operations,
 )
 from aiokafka_ng.admin.results import ItemResults
-from aiokafka_ng.cluster.retry import STALE_COORDINATOR
+from aiokafka_ng.cluster.retry import Coordinator, Route
 from aiokafka_ng.errors import (
     GroupIdNotFoundError,
     KafkaError,
@@ -127,15 +127,6 @@ def _partition_errors(topics: Iterable[Any]) -> dict[TopicPartition, KafkaError 
 
 class GroupOps(_AdminCore):
     """Consumer group operations of :class:`AdminClient`."""
-
-    async def _at_coordinator(self, group_id: str, call: Callable[[int], Awaitable[V]]) -> V:
-        """``call(coordinator node)``; a stale-coordinator error makes us forget it."""
-        node = await self._cluster.coordinator(group_id)
-        try:
-            return await call(node)
-        except STALE_COORDINATOR:
-            self._cluster.invalidate_coordinator(group_id)
-            raise
 
     async def list_consumer_groups(
         self,
@@ -313,7 +304,7 @@ class GroupOps(_AdminCore):
         """
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
 
-        async def call(node: int, deadline: float) -> dict[TopicPartition, OffsetAndMetadata]:
+        async def attempt(deadline: float) -> dict[TopicPartition, OffsetAndMetadata]:
             topics = None if tps is None else by_topic(tps)
             req = of.OffsetFetchRequest(
                 group_id=group_id,
@@ -338,7 +329,7 @@ class GroupOps(_AdminCore):
             )
             # v2+: v0/v1 cannot ask for "all partitions".
             resp = await self._send(
-                "list_consumer_group_offsets", node, req, deadline, min_version=2
+                "list_consumer_group_offsets", Coordinator(group_id), req, deadline, min_version=2
             )
             # The same fields, per group from v8 on, at the top level before.
             topics_resp: Sequence[Any]
@@ -362,9 +353,6 @@ class GroupOps(_AdminCore):
                     )
             return out
 
-        async def attempt(deadline: float) -> dict[TopicPartition, OffsetAndMetadata]:
-            return await self._at_coordinator(group_id, lambda node: call(node, deadline))
-
         return await self._run_one("list_consumer_group_offsets", attempt, timeout_ms)
 
     async def alter_consumer_group_offsets(
@@ -380,7 +368,7 @@ class GroupOps(_AdminCore):
         }
 
         async def on_coordinator(
-            node: int, pending: list[TopicPartition], deadline: float
+            coordinator: Route, pending: list[TopicPartition], deadline: float
         ) -> dict[TopicPartition, KafkaError | None]:
             req = oc.OffsetCommitRequest(
                 group_id=group_id,
@@ -394,7 +382,7 @@ class GroupOps(_AdminCore):
                     for t, ps in by_topic(pending).items()
                 ],
             )
-            resp = await self._send("alter_consumer_group_offsets", node, req, deadline)
+            resp = await self._send("alter_consumer_group_offsets", coordinator, req, deadline)
             return _partition_errors(resp.topics)
 
         return await self._partition_op(
@@ -411,7 +399,7 @@ class GroupOps(_AdminCore):
         tps = [TopicPartition(*tp) for tp in partitions]
 
         async def on_coordinator(
-            node: int, pending: list[TopicPartition], deadline: float
+            coordinator: Route, pending: list[TopicPartition], deadline: float
         ) -> dict[TopicPartition, KafkaError | None]:
             req = od.OffsetDeleteRequest(
                 group_id=group_id,
@@ -423,7 +411,7 @@ class GroupOps(_AdminCore):
                     for t, ps in by_topic(pending).items()
                 ],
             )
-            resp = await self._send("delete_consumer_group_offsets", node, req, deadline)
+            resp = await self._send("delete_consumer_group_offsets", coordinator, req, deadline)
             top = broker_error(resp.error_code)
             if top is not None:
                 # The group-level error (e.g. GROUP_ID_NOT_FOUND) is every partition's.
@@ -458,8 +446,8 @@ class GroupOps(_AdminCore):
         else:
             wanted = list(dict.fromkeys(members))
 
-        async def on_coordinator(
-            node: int, pending: list[MemberToRemove], deadline: float
+        async def attempt(
+            pending: list[MemberToRemove], deadline: float
         ) -> dict[MemberToRemove, KafkaError | None]:
             req = lg.LeaveGroupRequest(
                 group_id=group_id,
@@ -471,7 +459,11 @@ class GroupOps(_AdminCore):
                 ],
             )
             resp = await self._send(
-                "remove_members_from_consumer_group", node, req, deadline, min_version=3
+                "remove_members_from_consumer_group",
+                Coordinator(group_id),
+                req,
+                deadline,
+                min_version=3,
             )
             top = broker_error(resp.error_code)
             if top is not None:
@@ -493,16 +485,6 @@ class GroupOps(_AdminCore):
                 )
             return out
 
-        async def attempt(
-            pending: list[MemberToRemove], deadline: float
-        ) -> Mapping[MemberToRemove, KafkaError | None]:
-            out = await self._at_coordinator(
-                group_id, lambda node: on_coordinator(node, pending, deadline)
-            )
-            if any(isinstance(v, STALE_COORDINATOR) for v in out.values()):
-                self._cluster.invalidate_coordinator(group_id)
-            return out
-
         return await self._run("remove_members_from_consumer_group", wanted, attempt, timeout_ms)
 
     async def _partition_op(
@@ -511,19 +493,18 @@ class GroupOps(_AdminCore):
         group_id: str,
         tps: Iterable[TopicPartition],
         call: Callable[
-            [int, list[TopicPartition], float],
+            [Route, list[TopicPartition], float],
             Awaitable[Mapping[TopicPartition, KafkaError | None]],
         ],
         timeout_ms: int | None,
     ) -> ItemResults[TopicPartition, None]:
-        """Per-partition outcomes of one request to ``group_id``'s coordinator."""
+        """Per-partition outcomes of one request to ``group_id``'s coordinator (the route
+        forgets a stale one, so the partitions it failed look it up again next round)."""
+        coordinator = Coordinator(group_id)
 
         async def attempt(
             pending: list[TopicPartition], deadline: float
         ) -> Mapping[TopicPartition, KafkaError | None]:
-            out = await self._at_coordinator(group_id, lambda node: call(node, pending, deadline))
-            if any(isinstance(v, STALE_COORDINATOR) for v in out.values()):
-                self._cluster.invalidate_coordinator(group_id)
-            return out
+            return await call(coordinator, pending, deadline)
 
         return await self._run(operation, tps, attempt, timeout_ms)

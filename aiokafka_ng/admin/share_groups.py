@@ -32,7 +32,7 @@ from aiokafka_ng.admin.models import (
     decode_authorized_operations,
 )
 from aiokafka_ng.admin.results import ItemResults
-from aiokafka_ng.cluster.retry import STALE_COORDINATOR
+from aiokafka_ng.cluster.retry import Coordinator, Route
 from aiokafka_ng.errors import KafkaError
 from aiokafka_ng.protocol.messages import alter_share_group_offsets as asgo
 from aiokafka_ng.protocol.messages import delete_share_group_offsets as dsgo
@@ -188,7 +188,7 @@ class ShareGroupOps(_AdminCore):
         ``partitions``); partitions without one are left out. A partition's error raises."""
         tps = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
 
-        async def call(node: int, deadline: float) -> dict[TopicPartition, ShareGroupOffset]:
+        async def attempt(deadline: float) -> dict[TopicPartition, ShareGroupOffset]:
             topics = None if tps is None else by_topic(tps)
             req = dsgof.DescribeShareGroupOffsetsRequest(
                 groups=[
@@ -203,7 +203,9 @@ class ShareGroupOps(_AdminCore):
                     )
                 ]
             )
-            resp = await self._send("list_share_group_offsets", node, req, deadline)
+            resp = await self._send(
+                "list_share_group_offsets", Coordinator(group_id), req, deadline
+            )
             out: dict[TopicPartition, ShareGroupOffset] = {}
             for g in resp.groups:
                 err = broker_error(g.error_code, g.error_message)
@@ -223,14 +225,6 @@ class ShareGroupOps(_AdminCore):
                         )
             return out
 
-        async def attempt(deadline: float) -> dict[TopicPartition, ShareGroupOffset]:
-            node = await self._cluster.coordinator(group_id)
-            try:
-                return await call(node, deadline)
-            except STALE_COORDINATOR:
-                self._cluster.invalidate_coordinator(group_id)
-                raise
-
         return await self._run_one("list_share_group_offsets", attempt, timeout_ms)
 
     async def alter_share_group_offsets(
@@ -244,7 +238,7 @@ class ShareGroupOps(_AdminCore):
         wanted = {TopicPartition(*tp): int(o) for tp, o in offsets.items()}
 
         async def on_node(
-            node: int, pending: list[TopicPartition], deadline: float
+            coordinator: Route, pending: list[TopicPartition], deadline: float
         ) -> dict[TopicPartition, KafkaError | None]:
             req = asgo.AlterShareGroupOffsetsRequest(
                 group_id=group_id,
@@ -261,7 +255,7 @@ class ShareGroupOps(_AdminCore):
                     for t, ps in by_topic(pending).items()
                 ],
             )
-            resp = await self._send("alter_share_group_offsets", node, req, deadline)
+            resp = await self._send("alter_share_group_offsets", coordinator, req, deadline)
             top = broker_error(resp.error_code, resp.error_message)
             if top is not None:
                 return dict.fromkeys(pending, top)
@@ -285,13 +279,13 @@ class ShareGroupOps(_AdminCore):
         names = list(dict.fromkeys([topics] if isinstance(topics, str) else topics))
 
         async def on_node(
-            node: int, pending: list[str], deadline: float
+            coordinator: Route, pending: list[str], deadline: float
         ) -> dict[str, KafkaError | None]:
             req = dsgo.DeleteShareGroupOffsetsRequest(
                 group_id=group_id,
                 topics=[dsgo.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in pending],
             )
-            resp = await self._send("delete_share_group_offsets", node, req, deadline)
+            resp = await self._send("delete_share_group_offsets", coordinator, req, deadline)
             top = broker_error(resp.error_code, resp.error_message)
             if top is not None:
                 return dict.fromkeys(pending, top)
@@ -308,21 +302,15 @@ class ShareGroupOps(_AdminCore):
         operation: str,
         group_id: str,
         items: list[K],
-        call: Callable[[int, list[K], float], Awaitable[Mapping[K, KafkaError | None]]],
+        call: Callable[[Route, list[K], float], Awaitable[Mapping[K, KafkaError | None]]],
         timeout_ms: int | None,
     ) -> ItemResults[K, None]:
-        """Per-item outcomes of one request to ``group_id``'s coordinator, in rounds."""
+        """Per-item outcomes of one request to ``group_id``'s coordinator, in rounds (the
+        route forgets a stale coordinator, so the next round looks it up again)."""
+        coordinator = Coordinator(group_id)
 
         async def attempt(pending: list[K], deadline: float) -> Mapping[K, KafkaError | None]:
-            node = await self._cluster.coordinator(group_id)
-            try:
-                out = await call(node, pending, deadline)
-            except STALE_COORDINATOR:
-                self._cluster.invalidate_coordinator(group_id)
-                raise
-            if any(isinstance(v, STALE_COORDINATOR) for v in out.values()):
-                self._cluster.invalidate_coordinator(group_id)
-            return out
+            return await call(coordinator, pending, deadline)
 
         return await self._run(operation, items, attempt, timeout_ms)
 

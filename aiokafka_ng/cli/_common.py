@@ -170,6 +170,8 @@ def client_settings(args: argparse.Namespace, config_cls: Any, **settings: Any) 
 #: that is starting binds its port within moments, and a port nothing listens on is
 #: usually a typo or a stopped broker, which the full --connect-timeout would not fix.
 REFUSED_GRACE_S = 1.0
+#: The longest pause between two rounds of dials while probing.
+_PROBE_BACKOFF_MAX_MS = 250
 
 
 async def probe(bootstrap_servers: str, wait_s: float) -> None:
@@ -183,10 +185,14 @@ async def probe(bootstrap_servers: str, wait_s: float) -> None:
     import socket
 
     from aiokafka_ng.cluster import describe_servers
+    from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState
 
     servers = parse_servers(bootstrap_servers)
     start = anyio.current_time()
     deadline = start + wait_s
+    # Dials paced as the clients pace theirs (the reconnect policy, KIP-144: 50 ms, then
+    # doubling), capped at a quarter second so a broker that comes up is noticed soon.
+    pacing = RetryState(ExponentialBackoff.reconnect(50, _PROBE_BACKOFF_MAX_MS), deadline=deadline)
     while True:
         unresolved: dict[str, str] = {}
         refused = 0
@@ -216,7 +222,8 @@ async def probe(bootstrap_servers: str, wait_s: float) -> None:
             )
         if now >= deadline:
             raise CliError(f"cannot reach a Kafka broker at {describe_servers(servers)}")
-        await anyio.sleep(min(0.25, max(0.0, deadline - now)))
+        pacing.failed(now=now)
+        await pacing.pause(limit=pacing.remaining(now=now))
 
 
 def _refused(exc: BaseException) -> bool:

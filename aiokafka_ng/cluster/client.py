@@ -40,10 +40,13 @@ class Pending(Protocol[T_co]):
 
 
 class Link(Protocol):
-    """The part of a connection the clients use: version negotiation, ``send`` (always
-    answered) and ``submit`` (acks=0 Produce expects no response, so it says)."""
+    """The part of a connection the clients use: version negotiation (or a pinned version's
+    check), ``send`` (always answered) and ``submit`` (acks=0 Produce expects no response,
+    so it says)."""
 
     def version_for(self, request_type: type[ApiMessage]) -> int: ...
+
+    def check_version(self, request_type: type[ApiMessage], version: int) -> int: ...
 
     async def send(
         self,
@@ -125,10 +128,12 @@ class ClusterClient(Protocol):
         check: None = None,
         max_version: int | None = None,
         min_version: int | None = None,
+        version: int | None = None,
         request_timeout: float | None = None,
         state: RetryState | None = None,
         what: str | None = None,
         limit: str | None = None,
+        on_answer: Callable[[int, float], None] | None = None,
     ) -> R: ...
     @overload
     async def call(
@@ -141,10 +146,12 @@ class ClusterClient(Protocol):
         check: Callable[[R], T],
         max_version: int | None = None,
         min_version: int | None = None,
+        version: int | None = None,
         request_timeout: float | None = None,
         state: RetryState | None = None,
         what: str | None = None,
         limit: str | None = None,
+        on_answer: Callable[[int, float], None] | None = None,
     ) -> T: ...
 
     # -- connections and requests
@@ -153,6 +160,8 @@ class ClusterClient(Protocol):
     async def coordinator_connection(self, node_id: int) -> Link: ...
 
     async def any_connection(self) -> Link: ...
+
+    async def least_loaded_connection(self) -> tuple[int, Link]: ...
 
     async def request(
         self,

@@ -40,9 +40,12 @@ from aiokafka_ng.cluster.refresher import MetadataRefresher
 from aiokafka_ng.cluster.retry import (
     ANY,
     ONCE,
+    Coordinator,
     Retry,
     RetryState,
     Route,
+    coordinator_error,
+    forget_stale_coordinator,
     raise_top_level_error,
     retrying,
     routed,
@@ -335,10 +338,12 @@ class Cluster:
         check: None = None,
         max_version: int | None = None,
         min_version: int | None = None,
+        version: int | None = None,
         request_timeout: float | None = None,
         state: RetryState | None = None,
         what: str | None = None,
         limit: str | None = None,
+        on_answer: Callable[[int, float], None] | None = None,
     ) -> R: ...
     @overload
     async def call(
@@ -351,10 +356,12 @@ class Cluster:
         check: Callable[[R], T],
         max_version: int | None = None,
         min_version: int | None = None,
+        version: int | None = None,
         request_timeout: float | None = None,
         state: RetryState | None = None,
         what: str | None = None,
         limit: str | None = None,
+        on_answer: Callable[[int, float], None] | None = None,
     ) -> T: ...
     async def call(
         self,
@@ -366,10 +373,12 @@ class Cluster:
         check: Callable[[R], T] | None = None,
         max_version: int | None = None,
         min_version: int | None = None,
+        version: int | None = None,
         request_timeout: float | None = None,
         state: RetryState | None = None,
         what: str | None = None,
         limit: str | None = None,
+        on_answer: Callable[[int, float], None] | None = None,
     ) -> R | T:
         """Send ``request`` where ``route`` points, retrying until it succeeds; the answer
         is the request's response type (``ApiRequest[R]`` names it), or what ``check``
@@ -384,34 +393,59 @@ class Cluster:
         None: until cancelled). ``state`` is the caller's own :class:`RetryState` (its
         backoff and deadline) instead of one made from ``timeout`` and this cluster's retry
         backoff. ``max_version`` caps the version negotiated; a broker below ``min_version``
-        is not sent to (UnsupportedVersionError). ``retry=ONCE`` sends once on the route
-        and raises what fails, for callers with their own rules for each error (group
-        membership). Each request is bounded by ``request_timeout`` (default: the
-        connection's) and the time left. ``what`` and ``limit`` name the operation and
-        its deadline in the timeout's message (defaults: the API, the deadline in ms).
+        is not sent to (UnsupportedVersionError). ``version`` sends exactly that version
+        instead of negotiating one, for an API whose only versions are still marked
+        unstable (negotiation never picks those): the broker must offer it. ``retry=ONCE``
+        sends once on the route and raises what fails, for callers with their own rules
+        for each error (group membership, the admin client's rounds over many items).
+        Each request is bounded by ``request_timeout`` (default: the connection's) and the
+        time left. ``what`` and ``limit`` name the operation and its deadline in the
+        timeout's and the unsupported version's messages (defaults: the API, the deadline
+        in ms). ``on_answer(node, seconds)`` is told the round trip of each answered
+        request (the admin client's request latency by broker).
         """
+        if version is not None and (max_version is not None or min_version is not None):
+            raise ValueError("a pinned version excludes max_version and min_version")
         if state is None:
             state = self.retry_state(timeout=timeout)
         pacing = state
         checked: Callable[[R], R | T] = raise_top_level_error if check is None else check
+        name = what or type(request).__name__.removesuffix("Request")
+        api = type(request).__name__
+        coordinator = route if isinstance(route, Coordinator) else None
 
-        async def send(conn: Connection) -> R | T:
-            version = conn.version_for(type(request))
-            if max_version is not None:
-                version = min(version, max_version)
-            if min_version is not None and version < min_version:
+        async def send(node: int, conn: Connection) -> R | T:
+            try:
+                if version is not None:
+                    chosen = conn.check_version(type(request), version)
+                else:
+                    chosen = conn.version_for(type(request))
+            except UnsupportedVersionError as exc:
                 raise UnsupportedVersionError(
-                    f"{type(request).__name__}: the broker offers v{version}, "
-                    f"v{min_version}+ is needed"
+                    f"{name} is not supported by broker {node}: {exc.detail or exc}"
+                ) from exc
+            if max_version is not None:
+                chosen = min(chosen, max_version)
+            if min_version is not None and chosen < min_version:
+                raise UnsupportedVersionError(
+                    f"{name}: {api} v{min_version}+ is needed, broker {node} offers up to v{chosen}"
                 )
             limit = min(pacing.remaining(), request_timeout or float("inf"))
+            started = anyio.current_time()
             response = await conn.send(
-                request, version=version, timeout=None if limit == float("inf") else limit
+                request, version=chosen, timeout=None if limit == float("inf") else limit
             )
+            if on_answer is not None:
+                on_answer(node, anyio.current_time() - started)
+            if coordinator is not None:
+                # Whatever the check makes of it: a coordinator that says it is not the
+                # one is forgotten now (see the retry module's docstring).
+                forget_stale_coordinator(
+                    self, coordinator.key, coordinator.key_type, coordinator_error(response)
+                )
             return checked(response)
 
-        name = what or type(request).__name__.removesuffix("Request")
-        return await self.run(route, send, state, what=name, retry=retry, limit=limit)
+        return await routed(self, route, send, state, what=name, retry=retry, limit=limit)
 
     async def run(
         self,
@@ -426,8 +460,12 @@ class Cluster:
     ) -> T:
         """The retry driver with routing for callers that build the request themselves
         (per version, say): ``send(connection)`` once per attempt."""
+
+        async def send_to(_node: int, conn: Connection) -> T:
+            return await send(conn)
+
         return await routed(
-            self, route, send, state, what=what, retry=retry, limit=limit, on_retry=on_retry
+            self, route, send_to, state, what=what, retry=retry, limit=limit, on_retry=on_retry
         )
 
     def retry_state(
@@ -445,9 +483,13 @@ class Cluster:
 
     async def any_connection(self) -> Connection:
         """A ready connection to the least loaded reachable broker (see ``request_any``)."""
-        return await self._any_connection()
+        return (await self.least_loaded_connection())[1]
 
     async def _any_connection(self) -> Connection:
+        return (await self.least_loaded_connection())[1]
+
+    async def least_loaded_connection(self) -> tuple[int, Connection]:
+        """The least loaded reachable broker's node id and a ready connection to it."""
         tried: set[int] = set()
         last: KafkaError | None = None
         while True:
@@ -457,7 +499,7 @@ class Cluster:
                 raise last or KafkaConnectionError("no broker address known")
             tried.add(node_id)
             try:
-                return await self._pool.get(node_id)
+                return node_id, await self._pool.get(node_id)
             except KafkaConnectionError as exc:
                 last = exc
 
@@ -623,7 +665,8 @@ class Cluster:
         return self._coordinators.cached(key, key_type)
 
     def invalidate_coordinator(self, key: str, key_type: int = 0) -> None:
-        """Forget a cached coordinator (after NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE)."""
+        """Forget a cached coordinator. A ``Coordinator`` route of :meth:`call` does this
+        itself after NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a broken connection."""
         self._coordinators.invalidate(key, key_type)
 
     def _learn_address(self, node_id: int, host: str, port: int) -> None:

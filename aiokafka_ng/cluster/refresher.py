@@ -127,7 +127,9 @@ class MetadataRefresher:
         # Consecutive failed metadata requests and when the next may go (the refresher
         # schedules by it rather than sleeping inline).
         self._pacing = RetryState(self._retry)
-        self._stale_rounds = 0
+        # Consecutive answered rounds that left a tracked topic unusable: the same backoff
+        # spaces the next one (see "Pacing" above).
+        self._stale = RetryState(self._retry)
         self._retry_at = 0.0
         self._last_ok_at: float | None = None
         self._failing_since: float | None = None  # first failure since the last success
@@ -570,7 +572,10 @@ class MetadataRefresher:
             base = ClusterMetadata(generation=base.generation)
         self._install(base.merge(update), update.topics)
         self._after_refresh(topics)
-        self._retry_at = now + self._retry.backoff_s(max(1, self._stale_rounds))
+        # Any two refreshes are a backoff apart at least: the first step of the curve
+        # after a round that left nothing unusable.
+        stale = self._stale
+        self._retry_at = stale.retry_at if stale.failures else now + self._retry.backoff_s(1)
         self._finish_attempt(all_topics=False)
 
     def _after_refresh(self, requested: list[str]) -> None:
@@ -585,10 +590,10 @@ class MetadataRefresher:
             (t := snapshot.topics.get(n)) is None or not t.complete for n in self._tracked
         )
         if incomplete:
-            self._stale_rounds += 1
+            self._stale.failed()
             self._update_needed = True
         else:
-            self._stale_rounds = 0
+            self._stale.succeeded()
         # After bootstrap the broker list is known: keep a bootstrap connection as the
         # connection of the broker at that address, drop the others.
         for boot_id in self._bootstrap_ids:

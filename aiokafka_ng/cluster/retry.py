@@ -13,11 +13,17 @@ spent or the deadline passes:
   a stale generation), ``max_retries`` bounds the attempts (Spark's
   ``fetchOffset.numRetries``).
 * *What a failure repairs before the next attempt* (:func:`repair`, applied by
-  :meth:`Cluster.call <aiokafka_ng.cluster.Cluster.call>` for its route): a coordinator
-  that moved, is unavailable or whose connection broke is forgotten, so the next attempt
-  looks it up again; an ``invalid_metadata`` error (NOT_LEADER, a fenced leader epoch, an
-  unknown partition) or NOT_CONTROLLER waits for a metadata refresh, so the next attempt
-  routes to the new leader or controller.
+  :meth:`Cluster.call <aiokafka_ng.cluster.Cluster.call>` for its route): an
+  ``invalid_metadata`` error (NOT_LEADER, a fenced leader epoch, an unknown partition) or
+  NOT_CONTROLLER waits for a metadata refresh, so the next attempt routes to the new
+  leader or controller.
+* *The coordinator route repairs itself, whatever the caller retries.* A coordinator that
+  moved or is unavailable (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE: raised, or anywhere
+  in an answer the caller's check let through, :func:`coordinator_error`) or whose
+  connection broke is forgotten at once, so whoever asks next -- this call's next attempt,
+  or the caller of a ``retry=ONCE`` call with its own rules -- looks it up again. As the
+  Java clients do, COORDINATOR_LOAD_IN_PROGRESS is retried at the same coordinator: it is
+  the right one, still loading. Callers therefore never invalidate a coordinator by hand.
 * *Timing.* A :class:`RetryState` per operation counts consecutive failures and asks the
   shared :class:`ExponentialBackoff` (KIP-580: growing, capped, jittered) for the pause;
   one success resets the count. The same object serves loops that cannot sleep inline
@@ -78,6 +84,8 @@ __all__ = [
     "RetryState",
     "Route",
     "connect",
+    "coordinator_error",
+    "forget_stale_coordinator",
     "raise_top_level_error",
     "repair",
     "retrying",
@@ -93,6 +101,10 @@ M = TypeVar("M", bound=ApiMessage)
 
 #: Errors after which a cached group/transaction coordinator must be looked up again.
 STALE_COORDINATOR = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
+#: Their error codes, as they come in answers (connection errors have none).
+_STALE_COORDINATOR_CODES = frozenset(
+    {NotCoordinatorError.errno, CoordinatorNotAvailableError.errno}
+)
 
 
 # ---------------------------------------------------------------------- routes
@@ -218,8 +230,9 @@ async def retrying(
 
 _DEFAULT = Retry()
 
-#: Send once on the route and raise what fails, unrepaired: for callers that give each error
-#: a meaning of their own (a heartbeat's REBALANCE_IN_PROGRESS, a join's MEMBER_ID_REQUIRED).
+#: Send once on the route and raise what fails: for callers that give each error a meaning
+#: of their own (a heartbeat's REBALANCE_IN_PROGRESS, a join's MEMBER_ID_REQUIRED). Nothing
+#: is waited for; a coordinator route still forgets a stale coordinator (module docstring).
 ONCE = Retry(max_retries=0)
 
 
@@ -243,11 +256,60 @@ def raise_top_level_error(response: M) -> M:
     return response
 
 
+def forget_stale_coordinator(
+    cluster: ClusterClient, key: str, key_type: int, outcome: object
+) -> bool:
+    """Forget the cached coordinator of ``key`` when ``outcome`` (an error, a result,
+    None) says it is stale (see the module docstring); True when it did. The coordinator
+    route applies it to each of its failures and answers; a driver that batches several
+    keys into one request per coordinator (the admin client's) applies it to each key's
+    outcome."""
+    if isinstance(outcome, STALE_COORDINATOR):
+        cluster.invalidate_coordinator(key, key_type)
+        return True
+    return False
+
+
+#: Per message class: the names of its ``error_code`` field (if any) and of its fields
+#: holding structs, read from the generated schema once.
+_ERROR_FIELDS: dict[type[Any], tuple[bool, tuple[str, ...]]] = {}
+
+
+def _error_fields(cls: type[Any]) -> tuple[bool, tuple[str, ...]]:
+    fields = _ERROR_FIELDS.get(cls)
+    if fields is None:
+        schema = getattr(cls, "_SCHEMA", ())
+        has_code = any(f.name == "error_code" for f in schema)
+        nested = tuple(f.name for f in schema if f.struct is not None)
+        fields = _ERROR_FIELDS[cls] = (has_code, nested)
+    return fields
+
+
+def coordinator_error(message: object) -> KafkaError | None:
+    """The first NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE in ``message``, at its top
+    level or in any struct it holds (a partition of an OffsetCommit answer, a group of an
+    OffsetFetch v8 one); None when it has none. Everything in an answer from a key's
+    coordinator route was answered for that key, so any of them says its coordinator is
+    stale (Java's consumer and admin handlers read them at each of these levels)."""
+    has_code, nested = _error_fields(type(message))
+    if has_code:
+        code = getattr(message, "error_code", 0)
+        if code in _STALE_COORDINATOR_CODES:
+            return error_for_code(code)(f"{type(message).__name__}: coordinator moved")
+    for name in nested:
+        value = getattr(message, name, None)
+        items = value if isinstance(value, list) else () if value is None else (value,)
+        for item in items:
+            err = coordinator_error(item)
+            if err is not None:
+                return err
+    return None
+
+
 async def repair(cluster: ClusterClient, route: Route, error: KafkaError) -> None:
     """Undo what ``error`` says is stale about ``route`` before the next attempt."""
     if isinstance(route, Coordinator):
-        if isinstance(error, STALE_COORDINATOR):
-            cluster.invalidate_coordinator(route.key, route.key_type)
+        forget_stale_coordinator(cluster, route.key, route.key_type, error)
         return
     if error.invalid_metadata or isinstance(error, NotControllerError):
         # Wait for the refresh (bounded by the caller's deadline): routing reads the cache,
@@ -261,31 +323,32 @@ async def repair(cluster: ClusterClient, route: Route, error: KafkaError) -> Non
             log.debug("metadata refresh after %r failed: %r", error, exc)
 
 
-async def connect(cluster: ClusterClient, route: Route) -> Link:
-    """A ready connection to where ``route`` points now (routing reads the caches).
+async def connect(cluster: ClusterClient, route: Route) -> tuple[int, Link]:
+    """The node ``route`` points to now (routing reads the caches) and a ready connection
+    to it.
 
     The drivers take the same :class:`~aiokafka_ng.cluster.client.ClusterClient` protocol
     as the clients, so a test double of it serves both."""
     if isinstance(route, Coordinator):
         node = await cluster.coordinator(route.key, route.key_type)
         if route.link:
-            return await cluster.coordinator_connection(node)
+            return node, await cluster.coordinator_connection(node)
     elif isinstance(route, Node):
         node = route.node_id
     else:
         if isinstance(route, AnyBroker):
-            return await cluster.any_connection()
+            return await cluster.least_loaded_connection()
         if isinstance(route, Leader):
             node = await cluster.leader_for(route.topic, route.partition)
         else:
             node = await cluster.controller()
-    return await cluster.connection(node)
+    return node, await cluster.connection(node)
 
 
 async def routed(
     cluster: ClusterClient,
     route: Route,
-    send: Callable[[Any], Awaitable[T]],
+    send: Callable[[int, Any], Awaitable[T]],
     state: RetryState,
     *,
     what: str,
@@ -293,11 +356,18 @@ async def routed(
     limit: str | None = None,
     on_retry: Callable[[KafkaError], Awaitable[None]] | None = None,
 ) -> T:
-    """:func:`retrying` with each attempt routed afresh: ``send(connection)`` to where
-    ``route`` points, :func:`repair` (then ``on_retry``) after a retriable failure."""
+    """:func:`retrying` with each attempt routed afresh: ``send(node, connection)`` to
+    where ``route`` points, :func:`repair` (then ``on_retry``) after a retriable failure.
+    A coordinator route forgets a stale coordinator on every failure, retried or not."""
 
     async def attempt() -> T:
-        return await send(await connect(cluster, route))
+        try:
+            node, link = await connect(cluster, route)
+            return await send(node, link)
+        except KafkaError as exc:
+            if isinstance(route, Coordinator):
+                forget_stale_coordinator(cluster, route.key, route.key_type, exc)
+            raise
 
     async def after(error: KafkaError) -> None:
         await repair(cluster, route, error)

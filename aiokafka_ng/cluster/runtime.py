@@ -360,7 +360,7 @@ class ClientRuntime:
         assert cluster is not None
         pusher = self._telemetry = TelemetryPusher(
             engine,
-            cluster.any_connection,
+            cluster,
             timeout=request_timeout,
             closing=lambda: self.closing,
         )

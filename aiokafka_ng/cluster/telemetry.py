@@ -52,11 +52,17 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from aiokafka_ng.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
+from aiokafka_ng.cluster.retry import ONCE, Node, unchecked
+from aiokafka_ng.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+)
 from aiokafka_ng.observability import samples
 from aiokafka_ng.protocol.compression import Compression, compress
 from aiokafka_ng.protocol.messages.get_telemetry_subscriptions import (
@@ -70,7 +76,10 @@ from aiokafka_ng.protocol.messages.push_telemetry import (
 from aiokafka_ng.protocol.otlp import MetricKind, MetricPoint, Temporality, encode_metrics_data
 
 if TYPE_CHECKING:
-    from aiokafka_ng.net.connection import Connection
+    from aiokafka_ng.cluster.client import ClusterClient
+    from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
+
+R = TypeVar("R", bound="ApiMessage")
 
 __all__ = [
     "DEFAULT_PUSH_INTERVAL_MS",
@@ -395,23 +404,27 @@ def metadata_age(group: str) -> Callable[[Any], list[tuple[str, MetricKind, int 
 class TelemetryPusher:
     """The task that sends what :class:`TelemetryEngine` decides (module docstring).
 
-    ``connect()`` gives a ready connection to the least loaded broker; the pusher keeps it
-    while it stays open (KIP-714 asks for the same broker while possible). ``timeout`` is
-    each request's bound (the client's ``request_timeout_ms``)."""
+    Its requests go out on the cluster's one request path (:meth:`Cluster.call
+    <aiokafka_ng.cluster.Cluster.call>`, once each: the engine decides what a failure
+    means) to one broker, the least loaded when the pusher starts or after its broker
+    failed it; it stays with that broker while it answers (KIP-714 asks for the same
+    broker while possible). ``timeout`` is each request's bound (the client's
+    ``request_timeout_ms``)."""
 
     def __init__(
         self,
         engine: TelemetryEngine,
-        connect: Callable[[], Any],
+        cluster: ClusterClient,
         *,
         timeout: float,
         closing: Callable[[], bool],
     ) -> None:
         self.engine = engine
-        self._connect = connect
+        self._cluster = cluster
         self._timeout = timeout
         self._closing = closing
-        self._conn: Connection | None = None
+        #: The broker pushed to (None: pick the least loaded at the next request).
+        self._node: int | None = None
         #: Set once a broker answered a subscription: the client instance id is known.
         self.subscribed = anyio.Event()
         self._stop = anyio.Event()
@@ -442,26 +455,37 @@ class TelemetryPusher:
     async def _step(self) -> None:
         engine = self.engine
         try:
-            conn = await self._connection()
             if engine.state is TelemetryState.SUBSCRIPTION_NEEDED:
-                sub_resp = await conn.send(engine.subscription_request(), timeout=self._timeout)
+                sub_resp = await self._send(engine.subscription_request())
                 engine.on_subscription(sub_resp, anyio.current_time())
                 if engine.subscription is not None:
                     self.subscribed.set()
             else:
                 push = engine.push_request(wall_ns=time.time_ns())
-                push_resp = await conn.send(push, timeout=self._timeout)
+                push_resp = await self._send(push)
                 engine.on_push(push_resp, anyio.current_time())
         except (KafkaError, OSError) as exc:
-            if isinstance(exc, UnsupportedVersionError | KafkaTimeoutError):
-                self._conn = None  # another broker may have the API, or answer in time
+            if isinstance(exc, UnsupportedVersionError | KafkaTimeoutError | KafkaConnectionError):
+                self._node = None  # another broker may have the API, or answer in time
             engine.on_failure(exc, anyio.current_time())
 
-    async def _connection(self) -> Connection:
-        conn = self._conn
-        if conn is None or conn.closed:
-            conn = self._conn = await self._connect()
-        return conn
+    async def _send(self, request: ApiRequest[R]) -> R:
+        """``request`` once to the pusher's broker, its answer unchecked (the engine reads
+        the error codes)."""
+        node = self._node
+        if node is None:
+            node, _ = await self._cluster.least_loaded_connection()
+            # A bootstrap address (a negative pseudo id) is not kept: once the brokers are
+            # known its connection becomes one broker's (or closes), and the id goes.
+            self._node = node if node >= 0 else None
+        return await self._cluster.call(
+            request,
+            Node(node),
+            retry=ONCE,
+            check=unchecked,
+            request_timeout=self._timeout,
+            what="client telemetry",
+        )
 
     async def close(self, timeout: float) -> None:  # noqa: ASYNC109 (the close's budget)
         """Stop the task and send the terminating push, within ``timeout`` seconds."""
@@ -472,8 +496,7 @@ class TelemetryPusher:
             return
         with anyio.move_on_after(min(timeout, self._timeout)):
             try:
-                conn = await self._connection()
                 push = self.engine.push_request(wall_ns=time.time_ns(), terminating=True)
-                await conn.send(push, timeout=self._timeout)
+                await self._send(push)
             except (KafkaError, OSError) as exc:
                 log.debug("client telemetry: the terminating push failed: %r", exc)

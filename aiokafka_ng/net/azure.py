@@ -31,7 +31,7 @@ import anyio
 import anyio.to_thread
 
 from aiokafka_ng.errors import KafkaConnectionError, SaslAuthenticationFailedError
-from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState
+from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState, TryAgain, retry_attempts
 from aiokafka_ng.net.oauth import OAuthBearerToken, TokenCache
 
 __all__ = ["IMDS_TOKEN_URL", "AzureImdsTokenProvider"]
@@ -98,9 +98,7 @@ class AzureImdsTokenProvider:
         self._cache.invalidate()
 
     async def _fetch(self) -> OAuthBearerToken:
-        retry = RetryState(self._backoff)
-        waited_s = 0.0
-        while True:
+        async def attempt() -> OAuthBearerToken:
             try:
                 status, body = await anyio.to_thread.run_sync(self._get, abandon_on_cancel=True)
             except (OSError, urllib.error.URLError) as exc:
@@ -112,13 +110,15 @@ class AzureImdsTokenProvider:
                 raise SaslAuthenticationFailedError(
                     f"Azure IMDS refused a token for {self.resource!r}: {problem}"
                 )
-            pause_s = retry.failed()
-            if (waited_s + pause_s) * 1000 > self._retry_budget_ms:
-                raise KafkaConnectionError(
-                    f"Azure IMDS: no token after {retry.failures} attempts ({problem})"
-                )
-            waited_s += pause_s
-            await retry.pause()
+            raise TryAgain(problem)
+
+        retry = RetryState(self._backoff)
+        try:
+            return await retry_attempts(attempt, retry, max_wait_s=self._retry_budget_ms / 1000)
+        except TryAgain as exc:
+            raise KafkaConnectionError(
+                f"Azure IMDS: no token after {retry.failures} attempts ({exc.problem})"
+            ) from None
 
     def _get(self) -> tuple[int, bytes]:
         self.requests += 1

@@ -16,19 +16,28 @@ be shared by every partition or node it paces.
 error): every retry loop of the package keeps one, from the OIDC token fetch here in
 ``net`` to the control-plane driver (``cluster.retry``, which re-exports it) and the data
 plane's per-node pacing.
+
+:func:`retry_attempts` is the one retry loop for what is not a Kafka request (a token
+endpoint, the schema registry's HTTP API: the layers that cannot use ``cluster.retry``'s
+driver): an attempt raises :class:`TryAgain` for a failure a later try may fix, and the
+loop pauses by a :class:`RetryState` until a budget of retries or of waiting is spent.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
 import anyio.lowlevel
 
 from aiokafka_ng.errors import KafkaTimeoutError
 
-__all__ = ["ExponentialBackoff", "RetryState"]
+__all__ = ["ExponentialBackoff", "RetryState", "TryAgain", "retry_attempts"]
+
+T = TypeVar("T")
 
 
 class ExponentialBackoff:
@@ -198,3 +207,46 @@ class RetryState:
         )
         err.__cause__ = cause
         return err
+
+
+class TryAgain(Exception):
+    """Raised by an attempt of :func:`retry_attempts` whose failure a later try may fix (a
+    connection refused, a 5xx answer). ``problem`` says what happened, for the log and for
+    the error the caller raises once the budget is spent (chain the cause with ``from``)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+async def retry_attempts(
+    attempt: Callable[[], Awaitable[T]],
+    state: RetryState,
+    *,
+    max_retries: int | None = None,
+    max_wait_s: float | None = None,
+    on_retry: Callable[[TryAgain, float], None] | None = None,
+) -> T:
+    """Run ``attempt`` until it returns its result.
+
+    A :class:`TryAgain` it raises is counted in ``state`` (:meth:`RetryState.failed`) and
+    the next attempt waits out the backoff -- unless that would make more than
+    ``max_retries`` retries, or more than ``max_wait_s`` seconds of pauses in all (as Java's
+    ``sasl.login.retry.backoff.max.ms`` bounds a token fetch's waits, not its requests'
+    own time): then that ``TryAgain`` is raised, and ``state.failures`` says how many
+    attempts failed. Any other exception ends the loop at once. ``on_retry(error,
+    pause_s)`` runs before each pause (a log line)."""
+    waited_s = 0.0
+    while True:
+        try:
+            return await attempt()
+        except TryAgain as exc:
+            pause_s = state.failed(exc)
+            if max_retries is not None and state.failures > max_retries:
+                raise
+            if max_wait_s is not None and waited_s + pause_s > max_wait_s:
+                raise
+            if on_retry is not None:
+                on_retry(exc, pause_s)
+            waited_s += pause_s
+            await state.pause()

@@ -340,6 +340,12 @@ class Connection:
         """
         return _handshake.common_version(request_type, self.api_versions, self._where)
 
+    def check_version(self, request_type: type[ApiMessage], version: int) -> int:
+        """``version`` of ``request_type`` if both we and the broker support it (a version
+        the schemas still mark unstable included: negotiation never picks those, a caller
+        may pin one); UnsupportedVersionError naming the API otherwise."""
+        return _handshake.check_version(request_type, version, self.api_versions, self._where)
+
     # -- requests ----------------------------------------------------------------------------
 
     @overload

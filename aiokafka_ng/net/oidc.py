@@ -55,7 +55,7 @@ import anyio
 import anyio.to_thread
 
 from aiokafka_ng.errors import KafkaConnectionError, SaslAuthenticationFailedError
-from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState
+from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState, TryAgain, retry_attempts
 from aiokafka_ng.net.oauth import OAuthBearerToken, TokenCache, jwt_claims
 
 __all__ = ["ClientCredentialsTokenProvider", "JwtBearerTokenProvider"]
@@ -115,38 +115,38 @@ class _TokenEndpointProvider:
         self._cache.invalidate()
 
     async def _fetch(self) -> OAuthBearerToken:
-        retry = RetryState(self._backoff)
-        waited_s = 0.0
-        while True:
+        async def attempt() -> OAuthBearerToken:
             try:
                 status, body = await anyio.to_thread.run_sync(self._post, abandon_on_cancel=True)
             except (OSError, urllib.error.URLError) as exc:
-                status, body, problem = 0, b"", f"{type(exc).__name__}: {_reason(exc)}"
-            else:
-                if status == 200:
-                    return self._parse(body)
-                if status in _FINAL_STATUSES:
-                    raise SaslAuthenticationFailedError(
-                        f"token endpoint {self.token_endpoint_url} refused "
-                        f"{self._who()}: HTTP {status} {_oauth_error(body)}"
-                    )
-                problem = f"HTTP {status} {_oauth_error(body)}"
-            pause_s = retry.failed()
-            # The budget counts the pauses, not the requests' own time (as Java's
-            # sasl.login.retry.backoff.max.ms bounds its retries' waits).
-            if (waited_s + pause_s) * 1000 > self._retry_budget_ms:
-                raise KafkaConnectionError(
-                    f"token endpoint {self.token_endpoint_url}: no token after "
-                    f"{retry.failures} attempts ({problem})"
+                raise TryAgain(f"{type(exc).__name__}: {_reason(exc)}") from exc
+            if status == 200:
+                return self._parse(body)
+            if status in _FINAL_STATUSES:
+                raise SaslAuthenticationFailedError(
+                    f"token endpoint {self.token_endpoint_url} refused "
+                    f"{self._who()}: HTTP {status} {_oauth_error(body)}"
                 )
+            raise TryAgain(f"HTTP {status} {_oauth_error(body)}")
+
+        def log_retry(error: TryAgain, pause_s: float) -> None:
             _log.warning(
                 "token endpoint %s: %s; retrying in %.0f ms",
                 self.token_endpoint_url,
-                problem,
+                error.problem,
                 pause_s * 1000,
             )
-            waited_s += pause_s
-            await retry.pause()
+
+        retry = RetryState(self._backoff)
+        try:
+            return await retry_attempts(
+                attempt, retry, max_wait_s=self._retry_budget_ms / 1000, on_retry=log_retry
+            )
+        except TryAgain as exc:
+            raise KafkaConnectionError(
+                f"token endpoint {self.token_endpoint_url}: no token after "
+                f"{retry.failures} attempts ({exc.problem})"
+            ) from None
 
     def _post(self) -> tuple[int, bytes]:
         """One token request (runs in a worker thread)."""

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A :class:`NodeSender` loops: get the node's connection (the pool reconnects with backoff),
+A :class:`NodeSender` loops: get the node's connection (the pool alone paces reconnects),
 drain ready batches (:meth:`ProducerEngine.drain`), send them as one Produce request, and sleep
 until woken (a batch became ready, a partition was unmuted, a response freed a slot) or the
 next linger deadline. It keeps at most ``max_in_flight`` requests outstanding -- the
@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from aiokafka_ng.cluster.retry import RetryState
 from aiokafka_ng.errors import KafkaError, UnsupportedVersionError
 from aiokafka_ng.net.events import event_factory
 from aiokafka_ng.protocol.messages.produce import (
@@ -133,9 +132,6 @@ class NodeSender:
         clock = engine.clock
         new_event = self._new_event = event_factory()  # see net/events.py
         self._tg.start_soon(self._settle_answers)
-        # Reconnect pacing of this node (the retry driver's timing object); the batches'
-        # own retry timing stays in the engine.
-        pacing = RetryState(engine.retry_backoff)
         while True:
             # A set event is replaced *before* looking at the accumulator, so a wake() that
             # happens after the look is never lost. (An unset one is kept: creating anyio
@@ -150,16 +146,11 @@ class NodeSender:
                 if at is not None and at <= now:
                     try:
                         conn = await self._cluster.connection(self.node_id)
-                        if pacing.failures:  # a test, not a call, on the per-request path
-                            pacing.succeeded()
                     except KafkaError as exc:
-                        # The pool paces reconnects; leaders may have moved: ask metadata.
-                        pacing.failed(exc)
                         # DEBUG: the pool logs a broker going away (WARNING) and coming
-                        # back (INFO) once each; this repeats at every backoff.
+                        # back (INFO) once each; this repeats at every reconnect.
                         log.debug("producer: node %s unreachable: %s", self.node_id, exc)
-                        self._cluster.request_update(engine.topic_names())
-                        await pacing.pause()
+                        await self._unreachable()
                         continue
                     now = clock()
                     batches, next_at = engine.drain(self.node_id, now)
@@ -195,6 +186,29 @@ class NodeSender:
             else:
                 with anyio.move_on_after(timeout):
                     await event.wait()
+
+    async def _unreachable(self) -> None:
+        """The node's connection failed: ask for metadata (its partitions' leaders may have
+        moved), and look again when the next connect may go. That time is the pool's: it
+        dials the node at the reconnect backoff's times (KIP-144), and the next
+        ``connection()`` waits for that dial. (A pause of our own on top made the producer
+        dial at the retry backoff's slower rhythm: 100, 200, 400 ms... against a reconnect
+        backoff of 10, 20, 40 ms...; tests/producer/test_reconnect_pacing.py.)
+
+        Only a node the metadata no longer names fails without a dial (the pool has no
+        address for it): the refresh that moves its partitions elsewhere is what to wait
+        for, and the refresher paces those."""
+        cluster = self._cluster
+        topics = self._engine.topic_names()
+        if self.node_id in cluster.metadata.brokers:
+            cluster.request_update(topics)
+            return
+        try:
+            await cluster.refresh(topics)
+        except KafkaError as exc:
+            # The metadata's own failure: the next connection() raises again and brings
+            # us back here, to the next paced refresh.
+            log.debug("producer: metadata refresh failed: %s", exc)
 
     async def _send(self, conn: Link, batches: list[ProducerBatch]) -> None:
         engine = self._engine

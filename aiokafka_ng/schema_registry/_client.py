@@ -13,7 +13,8 @@ asked before every request so that a token provider can refresh it). Neither eve
 Retries. One request path (``_request``): a connection error, a timeout or a 5xx answer is
 retried up to ``retries`` times, paced by the package's one backoff policy
 (:class:`~aiokafka_ng.net.backoff.ExponentialBackoff`, KIP-580 jitter) through a
-:class:`~aiokafka_ng.net.backoff.RetryState`; every request here is idempotent on the
+:class:`~aiokafka_ng.net.backoff.RetryState`, on the one retry loop of what is not a Kafka
+request (:func:`~aiokafka_ng.net.backoff.retry_attempts`); every request here is idempotent on the
 registry (registering the same schema twice gives the same id), so retrying a write is
 safe. What is left after the last try is :class:`RegistryUnreachableError`. A 4xx is the
 registry's answer and is raised at once, as the error its code names.
@@ -37,7 +38,7 @@ from typing import Any, Final, Self
 
 import httpx
 
-from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState
+from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState, TryAgain, retry_attempts
 from aiokafka_ng.net.oauth import OAuthBearerToken
 from aiokafka_ng.schema_registry._errors import (
     IncompatibleSchemaError,
@@ -417,45 +418,48 @@ class SchemaRegistryClient:
     ) -> Any:
         """Send one request, retried on connection errors, timeouts and 5xx answers; the
         decoded JSON answer, or the error the registry's answer names."""
-        state = RetryState(self._backoff)
         headers = await self._headers()
         if json is not None:
             headers["Content-Type"] = _CONTENT_TYPE
-        for attempt in range(self._retries + 1):
+
+        async def attempt() -> Any:
             try:
                 response = await self._http.request(
                     method, path, json=json, params=params, headers=headers
                 )
             except httpx.TransportError as exc:
-                problem: str = _describe(exc)
-                cause: BaseException | None = exc
+                problem = _describe(exc)
                 if _cert_refused(exc):  # the same certificate fails every try
                     raise RegistryUnreachableError(
                         f"{what}: the schema registry at {self.url} failed TLS verification: "
                         f"{problem}"
                     ) from exc
-            else:
-                if response.status_code not in _RETRIED_STATUSES:
-                    return self._answer(response, what, subject)
-                problem = f"HTTP {response.status_code}: {_message(response)}"
-                cause = None
-            if attempt == self._retries:
-                break
-            state.failed(cause)
+                raise TryAgain(problem) from exc
+            if response.status_code not in _RETRIED_STATUSES:
+                return self._answer(response, what, subject)
+            raise TryAgain(f"HTTP {response.status_code}: {_message(response)}")
+
+        def log_retry(error: TryAgain, _pause_s: float) -> None:
             log.debug(
                 "schema registry %s %s: %s; retry %d of %d",
                 method,
                 self.url + path,
-                problem,
-                attempt + 1,
+                error.problem,
+                state.failures,
                 self._retries,
             )
-            await state.pause()
-        tries = self._retries + 1
-        raise RegistryUnreachableError(
-            f"{what}: no answer from the schema registry at {self.url} after {tries} "
-            f"tr{'y' if tries == 1 else 'ies'}: {problem}"
-        ) from cause
+
+        state = RetryState(self._backoff)
+        try:
+            return await retry_attempts(
+                attempt, state, max_retries=self._retries, on_retry=log_retry
+            )
+        except TryAgain as exc:
+            tries = self._retries + 1
+            raise RegistryUnreachableError(
+                f"{what}: no answer from the schema registry at {self.url} after {tries} "
+                f"tr{'y' if tries == 1 else 'ies'}: {exc.problem}"
+            ) from exc.__cause__
 
     def _answer(self, response: httpx.Response, what: str, subject: str | None) -> Any:
         status = response.status_code

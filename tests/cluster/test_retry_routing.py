@@ -35,8 +35,19 @@ from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.connection import ConnectionConfig
 from aiokafka_ng.protocol.messages.list_offsets import (
     ListOffsetsPartition,
+    ListOffsetsPartitionResponse,
     ListOffsetsRequest,
+    ListOffsetsResponse,
     ListOffsetsTopic,
+    ListOffsetsTopicResponse,
+)
+from aiokafka_ng.protocol.messages.offset_commit import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
 )
 from aiokafka_ng.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
 from aiokafka_ng.testing import FakeKafka, virtual_time
@@ -44,9 +55,11 @@ from aiokafka_ng.testing import FakeKafka, virtual_time
 pytestmark = pytest.mark.anyio
 
 LIST_OFFSETS = 2
+OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
 FIND_COORDINATOR = 10
 NOT_LEADER = 6
+LOAD_IN_PROGRESS = 14
 NOT_COORDINATOR = 16
 REQUEST_TIMED_OUT = 7
 TOPIC = "retry"
@@ -100,6 +113,21 @@ def _offsets_checked(response: Any) -> int:
 def _offset_fetch() -> OffsetFetchRequest:
     return OffsetFetchRequest(
         group_id=GROUP, topics=[OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0])]
+    )
+
+
+def _offset_commit() -> OffsetCommitRequest:
+    # An admin commit (no member): the fake accepts it for a group with no members.
+    return OffsetCommitRequest(
+        group_id=GROUP,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        topics=[
+            OffsetCommitRequestTopic(
+                name=TOPIC,
+                partitions=[OffsetCommitRequestPartition(partition_index=0, committed_offset=0)],
+            )
+        ],
     )
 
 
@@ -175,23 +203,113 @@ async def test_a_cancelled_call_leaves_the_coordinator_lookup_clean() -> None:
 
 async def test_once_sends_one_request_and_raises_what_it_answered() -> None:
     # retry=ONCE is for callers with a rule of their own for each error (a heartbeat, a
-    # join): the retriable error comes back to them as it is, after one request, and the
-    # route is not repaired behind their back.
+    # join): the retriable error comes back to them as it is, after one request. The
+    # coordinator route still forgets the coordinator that said it is not one (as Java's
+    # clients mark it unknown), so the caller's next request looks it up again.
     async with _faked(3) as (kafka, cluster):
         first = await cluster.call(_offset_fetch(), Coordinator(GROUP), timeout=20, max_version=7)
         assert first.error_code == 0
-        coordinator = kafka.coordinator_for(GROUP)
-        kafka.inject(OFFSET_FETCH, NOT_COORDINATOR, times=None)
+        lookups = cluster.statistics().coordinator_requests
+        kafka.inject(OFFSET_FETCH, NOT_COORDINATOR, times=1)
         with pytest.raises(NotCoordinatorError):
             await cluster.call(_offset_fetch(), Coordinator(GROUP), retry=ONCE, max_version=7)
         assert kafka.errors(OFFSET_FETCH, NOT_COORDINATOR) == 1
-        assert cluster.coordinator_cached(GROUP) == coordinator
-        # unchecked: the error code is the caller's to read, nothing is raised.
+        assert cluster.coordinator_cached(GROUP) is None
+        again = await cluster.call(_offset_fetch(), Coordinator(GROUP), retry=ONCE, max_version=7)
+        assert again.error_code == 0
+        assert cluster.statistics().coordinator_requests == lookups + 1
+        # unchecked: the error code is the caller's to read, nothing is raised -- and the
+        # route has read it too.
+        kafka.inject(OFFSET_FETCH, NOT_COORDINATOR, times=1)
         answer = await cluster.call(
             _offset_fetch(), Coordinator(GROUP), retry=ONCE, check=unchecked, max_version=7
         )
         assert answer.error_code == NOT_COORDINATOR
         assert kafka.errors(OFFSET_FETCH, NOT_COORDINATOR) == 2
+        assert cluster.coordinator_cached(GROUP) is None
+
+
+async def test_a_coordinator_error_inside_an_answer_is_read_by_the_route() -> None:
+    # OffsetCommit answers NOT_COORDINATOR per partition (no top-level code): the route
+    # reads it there too, whatever the caller's check makes of the answer.
+    async with _faked(3) as (kafka, cluster):
+        await cluster.coordinator(GROUP)
+
+        def not_coordinator(call: Any) -> OffsetCommitResponse:
+            return OffsetCommitResponse(
+                topics=[
+                    OffsetCommitResponseTopic(
+                        name=t.name,
+                        partitions=[
+                            OffsetCommitResponsePartition(
+                                partition_index=p.partition_index, error_code=NOT_COORDINATOR
+                            )
+                            for p in t.partitions
+                        ],
+                    )
+                    for t in call.request.topics
+                ]
+            )
+
+        kafka.answer(OFFSET_COMMIT, not_coordinator, times=1)
+        answer = await cluster.call(_offset_commit(), Coordinator(GROUP), retry=ONCE)
+        assert answer.topics[0].partitions[0].error_code == NOT_COORDINATOR
+        assert cluster.coordinator_cached(GROUP) is None
+        # An answer without one leaves the cache as it is.
+        await cluster.call(_offset_commit(), Coordinator(GROUP), retry=ONCE)
+        assert cluster.coordinator_cached(GROUP) == kafka.coordinator_for(GROUP)
+
+
+async def test_load_in_progress_is_retried_at_the_same_coordinator() -> None:
+    # COORDINATOR_LOAD_IN_PROGRESS: the coordinator is the right one, still loading; Java
+    # retries there without a new FindCoordinator, and so do we.
+    async with _faked(3) as (kafka, cluster):
+        coordinator = await cluster.coordinator(GROUP)
+        lookups = cluster.statistics().coordinator_requests
+        kafka.inject(OFFSET_FETCH, LOAD_IN_PROGRESS, times=2)
+        answer = await cluster.call(_offset_fetch(), Coordinator(GROUP), timeout=20, max_version=7)
+        assert answer.error_code == 0
+        assert kafka.errors(OFFSET_FETCH, LOAD_IN_PROGRESS, node=coordinator) == 2
+        assert kafka.requests(coordinator)[OFFSET_FETCH] == 3
+        assert cluster.statistics().coordinator_requests == lookups
+        assert cluster.coordinator_cached(GROUP) == coordinator
+
+
+async def test_a_pinned_version_is_sent_as_it_is_and_named_when_unsupported() -> None:
+    async with _faked(1) as (kafka, cluster):
+        await cluster.wait_for_topics([TOPIC], timeout=20)
+        versions: list[int] = []
+        answered: list[tuple[int, float]] = []
+
+        def record(call: Any) -> ListOffsetsResponse:
+            versions.append(call.version)
+            return ListOffsetsResponse(
+                topics=[
+                    ListOffsetsTopicResponse(
+                        name=TOPIC,
+                        partitions=[ListOffsetsPartitionResponse(partition_index=0, offset=7)],
+                    )
+                ]
+            )
+
+        kafka.answer(LIST_OFFSETS, record)
+        offset = await cluster.call(
+            _list_offsets(TOPIC, 0),
+            Node(1),
+            version=2,
+            check=_offsets_checked,
+            on_answer=lambda node, seconds: answered.append((node, seconds)),
+        )
+        assert (offset, versions) == (7, [2])  # not the newest both offer
+        assert [node for node, _ in answered] == [1]
+        high = kafka.api_versions[LIST_OFFSETS][1]
+        with pytest.raises(UnsupportedVersionError, match=r"offsets of the test.*broker 1"):
+            await cluster.call(
+                _list_offsets(TOPIC, 0), Node(1), version=high + 1, what="offsets of the test"
+            )
+        assert versions == [2]  # never sent
+        with pytest.raises(ValueError, match="pinned"):
+            await cluster.call(_list_offsets(TOPIC, 0), Node(1), version=2, max_version=3)
 
 
 async def test_a_broker_below_min_version_is_not_sent_to() -> None:
