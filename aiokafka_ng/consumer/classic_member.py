@@ -46,6 +46,7 @@ import anyio
 
 from aiokafka_ng.cluster import ClusterMetadata, Periodic, Retry, RetryState
 from aiokafka_ng.cluster.retry import retrying
+from aiokafka_ng.cluster.topics import list_topics
 from aiokafka_ng.consumer.assignors import (
     Assignor,
     MemberSubscription,
@@ -377,17 +378,12 @@ class ClassicMember:
 
     async def _match_pattern(self) -> bool:
         """List the cluster's topics and match the pattern; False when the listing failed."""
+        internal = not self._core.settings.exclude_internal_topics
         try:
-            topics = await self._core.cluster.all_topics()
+            names = await list_topics(self._core.cluster, include_internal=internal)
         except KafkaError as exc:
             log.debug("group %s: listing topics failed (%r)", self._core.group_id, exc)
             return False
-        internal = not self._core.settings.exclude_internal_topics
-        names = [
-            name
-            for name, t in topics.items()
-            if (internal or not t.is_internal) and t.error is None
-        ]
         before = self._core.subscription.topics
         after = self._core.subscription.match_topics(names)
         if after != before:

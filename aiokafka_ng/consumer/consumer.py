@@ -35,6 +35,7 @@ import anyio
 import anyio.lowlevel
 
 from aiokafka_ng.cluster import ClientRuntime, ClientState, ClientStatus, Cluster, ClusterMetadata
+from aiokafka_ng.cluster.topics import list_topics
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
 from aiokafka_ng.consumer.errors import ConsumerStoppedError
 from aiokafka_ng.consumer.fetcher import Fetcher
@@ -561,14 +562,11 @@ class Consumer:
         return frozenset(meta.partitions)
 
     async def topics(self) -> frozenset[str]:
-        """Every topic in the cluster (internal ones excluded by default)."""
+        """Every topic in the cluster (internal ones excluded by default, as are topics the
+        answer has an error for, such as one this client may not describe)."""
         cluster, _, _ = self._running()
-        topics = await cluster.all_topics()
-        return frozenset(
-            name
-            for name, t in topics.items()
-            if not (self._config.exclude_internal_topics and t.is_internal)
-        )
+        internal = not self._config.exclude_internal_topics
+        return frozenset(await list_topics(cluster, include_internal=internal))
 
     async def client_instance_id(self, timeout: float = 0.0) -> uuid.UUID | None:  # noqa: ASYNC109
         """The id the brokers assigned this consumer for its metrics (KIP-714; Java's

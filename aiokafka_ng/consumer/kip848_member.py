@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from aiokafka_ng.cluster import ClusterMetadata
+from aiokafka_ng.cluster.topics import resolve_topic_ids
 from aiokafka_ng.consumer.epoch_heartbeat import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, EpochHeartbeat
 from aiokafka_ng.consumer.errors import CommitFailedError
 from aiokafka_ng.consumer.membership import MemberState
@@ -222,23 +223,11 @@ class ConsumerGroupMember:
         }
 
     async def _resolve(self, ids: set[uuid.UUID]) -> None:
-        """Learn the names of topic ids: from the cached metadata, else ask the cluster."""
-        for meta in self._core.cluster.metadata.topics.values():
-            self._learn(meta.topic_id, meta.name)
+        """Learn the names of topic ids, from the cached metadata or else a listing of
+        every topic (a pattern's topics are not known here). What is learnt is kept: an
+        owned partition's topic id is reported even after metadata forgot the topic."""
         missing = ids - self._names.keys()
-        if not missing:
-            return
-        try:
-            topics = await self._core.cluster.all_topics()
-        except KafkaError as exc:
-            log.debug("group %s: topic id lookup failed (%r)", self._core.group_id, exc)
-            return
-        for t in topics.values():
-            if t.error is None:
-                self._learn(t.topic_id, t.name)
-
-    def _learn(self, topic_id: uuid.UUID, name: str) -> None:
-        if topic_id.int:
+        for topic_id, name in (await resolve_topic_ids(self._core.cluster, missing)).items():
             self._names[topic_id] = name
             self._ids[name] = topic_id
 

@@ -79,6 +79,7 @@ from aiokafka_ng.cluster import (
     Periodic,
 )
 from aiokafka_ng.cluster.telemetry import TelemetryEngine, connection_table, table_collector
+from aiokafka_ng.cluster.topics import resolve_topic_ids
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
 from aiokafka_ng.consumer.epoch_heartbeat import LEAVE_EPOCH, EpochHeartbeat
 from aiokafka_ng.consumer.errors import ConsumerStoppedError, RecordDeserializationError
@@ -477,16 +478,10 @@ class ShareConsumer(_ShareWire):
         self._set_assignment(frozenset())
 
     async def _apply(self, cluster: ClusterClient, assignment: sgh.Assignment) -> bool:
-        """Topic ids -> names, from metadata (refreshed if an id is not known yet); True
-        when every topic of ``assignment`` was named."""
+        """Topic ids -> names, from metadata (the subscribed topics refreshed if an id is
+        not known yet); True when every topic of ``assignment`` was named."""
         wanted = {t.topic_id for t in assignment.topic_partitions}
-        names = {t.topic_id: n for n, t in cluster.metadata.topics.items()}
-        if not wanted <= names.keys():
-            try:
-                await cluster.refresh(self._topics)
-            except KafkaError as exc:
-                log.debug("share consumer %s: metadata refresh failed: %r", self.member_id, exc)
-            names = {t.topic_id: n for n, t in cluster.metadata.topics.items()}
+        names = await resolve_topic_ids(cluster, wanted, among=self._topics)
         self._set_assignment(
             frozenset(
                 TopicPartition(names[t.topic_id], p)
