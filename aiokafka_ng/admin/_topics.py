@@ -29,6 +29,7 @@ from aiokafka_ng.admin.models import (
 )
 from aiokafka_ng.admin.results import ItemResults
 from aiokafka_ng.cluster.metadata import ZERO_UUID
+from aiokafka_ng.cluster.topics import listed_topics
 from aiokafka_ng.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -292,13 +293,10 @@ class TopicOps(_AdminCore):
         """Every topic the cluster has (name -> listing), sorted by name."""
 
         async def attempt(deadline: float) -> dict[str, TopicListing]:
-            resp, _ = await self._metadata("list_topics", None, deadline, authorized=False)
+            _, meta = await self._metadata("list_topics", None, deadline, authorized=False)
             listings = {
-                t.name: TopicListing(t.name, _topic_id(t.topic_id), t.is_internal)
-                for t in resp.topics
-                if t.name is not None
-                and t.error_code == 0
-                and (include_internal or not t.is_internal)
+                name: TopicListing(name, _topic_id(t.topic_id), t.is_internal)
+                for name, t in listed_topics(meta.topics, include_internal=include_internal).items()
             }
             return dict(sorted(listings.items()))
 

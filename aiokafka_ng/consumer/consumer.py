@@ -2,8 +2,9 @@
 
 ``async with Consumer("events", bootstrap_servers=..., group_id="g") as consumer:`` starts a
 :class:`~aiokafka_ng.cluster.Cluster`, the :class:`~.fetcher.Fetcher` task and, with a
-``group_id``, the :class:`~.group.GroupCoordinator` task, all in one task group owned by the
-consumer. Leaving the block commits (with auto-commit), leaves the group and stops them.
+``group_id``, the task of its :class:`~.membership.GroupMembership` (with the member of the
+configured ``group_protocol``), all in one task group owned by the consumer. Leaving the
+block commits (with auto-commit), leaves the group and stops them.
 The lifecycle, the task group and the cluster in a task of their own, the supervision of
 the tasks and ``status()`` are the consumer's :class:`~aiokafka_ng.cluster.ClientRuntime`
 (the same for every client), so ``start()`` and ``close()`` (``stop()``, aiokafka's name)
@@ -16,7 +17,7 @@ date from metadata) and nothing is committed; ``assign()`` works with or without
 Positions: ``position(tp)`` is the offset of the next record the application will get. It
 advances as records are handed out by ``getone``/``getmany``/iteration, never ahead of
 them; ``commit()`` without arguments commits these positions. Auto-commit commits the
-positions as of the application's previous poll (see ``GroupCoordinator.mark_processed``).
+positions as of the application's previous poll (see ``GroupMembership.mark_processed``).
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ import anyio
 import anyio.lowlevel
 
 from aiokafka_ng.cluster import ClientRuntime, ClientState, ClientStatus, Cluster, ClusterMetadata
+from aiokafka_ng.cluster.topics import list_topics
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
 from aiokafka_ng.consumer.errors import ConsumerStoppedError
 from aiokafka_ng.consumer.fetcher import Fetcher
-from aiokafka_ng.consumer.group import GroupCoordinator
+from aiokafka_ng.consumer.membership import GroupMembership
 from aiokafka_ng.consumer.models import (
     CloseOptions,
     ConsumerRecord,
@@ -85,7 +87,7 @@ class Consumer:
             on_failure=self._task_failed,
         )
         self._fetcher: Fetcher | None = None
-        self._group: GroupCoordinator | None = None
+        self._group: GroupMembership | None = None
         self._offsets: OffsetsClient | None = None
         #: Spans of records handed out (aiokafka_ng.tracing), or None: a check per record.
         self._tracing = build_tracing(self._config)
@@ -560,14 +562,11 @@ class Consumer:
         return frozenset(meta.partitions)
 
     async def topics(self) -> frozenset[str]:
-        """Every topic in the cluster (internal ones excluded by default)."""
+        """Every topic in the cluster (internal ones excluded by default, as are topics the
+        answer has an error for, such as one this client may not describe)."""
         cluster, _, _ = self._running()
-        topics = await cluster.all_topics()
-        return frozenset(
-            name
-            for name, t in topics.items()
-            if not (self._config.exclude_internal_topics and t.is_internal)
-        )
+        internal = not self._config.exclude_internal_topics
+        return frozenset(await list_topics(cluster, include_internal=internal))
 
     async def client_instance_id(self, timeout: float = 0.0) -> uuid.UUID | None:  # noqa: ASYNC109
         """The id the brokers assigned this consumer for its metrics (KIP-714; Java's

@@ -31,6 +31,7 @@ import uuid
 import anyio
 
 from aiokafka_ng.cluster import BrokerMetadata, ClusterClient, ClusterMetadata
+from aiokafka_ng.cluster.topics import topic_names_by_id
 from aiokafka_ng.consumer.buffer import batch_error
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.state import PartitionState
@@ -124,7 +125,7 @@ def partition_answers(
     """The answer's partitions by name (v13+ answers name topics by id)."""
     names_by_id = {}
     if version > _MAX_NAMED_FETCH_VERSION:
-        names_by_id = {t.topic_id: t.name for t in metadata.topics.values()}
+        names_by_id = topic_names_by_id(metadata.topics.values())
     answers: dict[TopicPartition, PartitionData] = {}
     for t in response.responses:
         name = names_by_id.get(t.topic_id, t.topic) if names_by_id else t.topic

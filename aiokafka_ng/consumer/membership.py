@@ -1,14 +1,26 @@
-"""What group membership is, whichever protocol runs it: settings, states, the rebalance
-listener, and the member's side that does not depend on the protocol.
+"""A consumer's membership in its group, whichever protocol runs it: settings, states, the
+rebalance listener, and :class:`GroupMembership`, the part that does not depend on the
+protocol.
 
 Theory of operation
 -------------------
-:class:`GroupMembership` holds what the classic protocol (:class:`~.group.GroupCoordinator`)
-and KIP-848's (:class:`~.group_consumer.ConsumerGroupMember`) share: the member task
-(:meth:`GroupMembership.run`, which runs the protocol's own loop, ``_life``, and the
-auto-commit loop), the poll timer, revoking and losing partitions with the listener calls,
-commit bookkeeping, and closing. The protocols supply ``_life``, ``_on_metadata`` and
-``leave``.
+The consumer holds one :class:`GroupMembership` (the *core*) and talks to nothing else of
+the group: the member task (:meth:`GroupMembership.run`), the poll timer, commits and
+auto-commit, unsubscribing, closing. The core holds a *member*, the protocol's side
+(:class:`MemberProtocol`): :class:`~.classic_member.ClassicMember` (JoinGroup, SyncGroup,
+Heartbeat) or :class:`~.kip848_member.ConsumerGroupMember` (KIP-848's
+ConsumerGroupHeartbeat). Each member is built on the core it is given and uses its
+services: sleeping until the next round (:meth:`~GroupMembership.sleep_until_woken`, which
+also runs the poll timer), revoking and losing partitions with the listener calls, the
+identity the commits carry (``member_id``, ``generation``), announcing a settled
+assignment. Neither member inherits the other or the core.
+
+Why composition and not a base class: the two protocols share bookkeeping, not behaviour.
+As subclasses of one base, the KIP-848 member inherited the classic one's join, sync and
+heartbeat and used none of them, and every ``_name`` of the base was part of each
+subclass's namespace. Here what a member must supply is the five names of
+:class:`MemberProtocol` (its loop, its reaction to metadata, its commit, its leave, and
+when it is settled), and what it may use of the core is the core's public surface.
 
 *max_poll_interval_ms.* The consumer calls :meth:`~GroupMembership.notify_poll` on every
 poll. If the application does not poll in time, the member task sends the protocol's leave
@@ -26,10 +38,10 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskStatus
@@ -52,7 +64,13 @@ from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 if TYPE_CHECKING:
     from aiokafka_ng.consumer.offsets import OffsetsClient
 
-__all__ = ["ConsumerRebalanceListener", "GroupMembership", "GroupSettings", "MemberState"]
+__all__ = [
+    "ConsumerRebalanceListener",
+    "GroupMembership",
+    "GroupSettings",
+    "MemberProtocol",
+    "MemberState",
+]
 
 # The group's logger: these lines were group.py's before this module was split out of it
 # (log filters, e.g. tools/outage_timeline.py, select them by that name).
@@ -113,8 +131,41 @@ class MemberState(Enum):
     CLOSED = "closed"
 
 
+class MemberProtocol(Protocol):
+    """The protocol's side of a member, as the core (:class:`GroupMembership`) uses it."""
+
+    @property
+    def settled(self) -> bool:
+        """In the group with nothing pending: what ``wait_for_assignment`` waits for."""
+        ...
+
+    async def life(self) -> None:
+        """The protocol's membership loop (joins, heartbeats), run by the member task."""
+        ...
+
+    def on_metadata(self, snapshot: ClusterMetadata) -> None:
+        """A new metadata snapshot (a cluster listener while the member task runs)."""
+        ...
+
+    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """Commit ``offsets`` with the member's identity (CommitFailedError if stale)."""
+        ...
+
+    async def leave(self, *, reason: str, force: bool = False, permanent: bool = False) -> None:
+        """Leave the group the protocol's way: a dynamic member leaves; a static one only
+        with ``force`` (classic; the poll timeout) or ``permanent`` (both protocols: it will
+        not be back, KIP-1092's LEAVE_GROUP)."""
+        ...
+
+
 class GroupMembership:
-    """A consumer's membership in its group, less the protocol (module docstring)."""
+    """A consumer's membership in its group: the core, holding the protocol's ``member``
+    (module docstring). ``protocol`` builds the member on this core, e.g.
+    :class:`~.classic_member.ClassicMember`.
+
+    ``member_id`` and ``generation`` are the identity commits carry (KIP-848's member epoch
+    is its ``generation``); the members keep them current.
+    """
 
     def __init__(
         self,
@@ -123,28 +174,31 @@ class GroupMembership:
         subscription: SubscriptionState,
         offsets: OffsetsClient,
         *,
-        on_assignment: Any = None,
+        protocol: Callable[[GroupMembership], MemberProtocol],
+        on_assignment: Callable[[], object] | None = None,
     ) -> None:
-        self._cluster = cluster
-        self._settings = settings
-        self._group_id = settings.group_id
-        self._instance_id = settings.group_instance_id
-        self._subs = subscription
-        self._offsets = offsets
+        self.cluster = cluster
+        self.settings = settings
+        self.group_id = settings.group_id
+        self.instance_id = settings.group_instance_id
+        self.subscription = subscription
+        self.offsets = offsets
         self._on_assignment = on_assignment
-        self._backoff = ExponentialBackoff.retry(
+        self.backoff = ExponentialBackoff.retry(
             settings.retry_backoff_ms, settings.retry_backoff_max_ms
         )
         self.member_id = ""
         self.generation = -1
         self.state = MemberState.UNJOINED
-        self._rejoin = True
+        #: A rejoin (or, KIP-848, a heartbeat at once) was asked for and not started yet.
+        self.rejoin_requested = True
         # The member task's rounds (heartbeats): an interval apart, the backoff after a
         # failure, at once when woken (a rejoin, an unsubscribe) outside a backoff.
-        self._timer = Periodic(settings.heartbeat_interval_s, self._backoff)
+        self.timer = Periodic(settings.heartbeat_interval_s, self.backoff)
         self._last_poll = anyio.current_time()
-        self._poll_expired = False
-        self._joined = anyio.Event()  # set after each successful join (tests, position waits)
+        #: The application did not poll in time; the member waits for its next poll.
+        self.poll_expired = False
+        self._joined = anyio.Event()  # set after each settled assignment (position waits)
         self.fatal: KafkaError | None = None
         self.rebalances = 0
         self._last_committed: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -154,93 +208,34 @@ class GroupMembership:
         self._started = False
         self._in_poll = 0
         self._unsubscribed: tuple[set[TopicPartition], Any] | None = None
+        self.member = protocol(self)
 
-    # ------------------------------------------------------------------ hooks
+    def __repr__(self) -> str:
+        return (
+            f"{type(self.member).__name__}({self.group_id!r}, state={self.state.value}, "
+            f"member_id={self.member_id!r}, generation={self.generation})"
+        )
+
+    # ------------------------------------------------------------------ the consumer's side
 
     def request_rejoin(self) -> None:
-        self._rejoin = True
-        self._timer.wake()
+        self.rejoin_requested = True
+        self.timer.wake()
 
     def notify_poll(self) -> None:
         self._last_poll = anyio.current_time()
-        if self._poll_expired:
-            self._poll_expired = False
+        if self.poll_expired:
+            self.poll_expired = False
             self.request_rejoin()
 
     @property
     def settled(self) -> bool:
-        """Stable, with no rejoin pending."""
-        return self.state is MemberState.STABLE and not self._rejoin
+        """In the group with nothing pending (the protocol says what that is)."""
+        return self.member.settled
 
     async def wait_joined(self) -> None:
+        """Until the next settled assignment (or a fatal error)."""
         await self._joined.wait()
-
-    # ------------------------------------------------------------------ main task
-
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        self._started = True
-        remove = self._cluster.add_listener(self._on_metadata)
-        try:
-            with self._run_scope:
-                task_status.started()
-                async with anyio.create_task_group() as tg:
-                    if self._settings.enable_auto_commit:
-                        tg.start_soon(self._auto_commit_loop)
-                    try:
-                        await self._life()
-                    except KafkaError as exc:
-                        log.error("group %s: fatal error %r", self._group_id, exc)
-                        self.fatal = exc
-                        self.state = MemberState.UNJOINED
-                        self._joined.set()
-                        if self._on_assignment is not None:
-                            self._on_assignment()  # wakes a waiting poll, which raises it
-                    tg.cancel_scope.cancel()
-        finally:
-            remove()
-            self._run_done.set()
-
-    def _on_metadata(self, snapshot: ClusterMetadata) -> None:
-        """The protocol's reaction to new metadata (a cluster listener while running)."""
-        raise NotImplementedError
-
-    async def _life(self) -> None:
-        """The protocol's membership loop (joins, heartbeats), run by :meth:`run`."""
-        raise NotImplementedError
-
-    async def _sleep_until_woken(self, *, idle: bool = False, until: float | None = None) -> None:
-        """Until the member timer's next round (``idle``: none is due, only a wake-up
-        ends the wait), ``until``, or -- while STABLE and the application is not in a poll
-        -- its poll deadline; then the poll timer is checked."""
-        if self._rejoin and self.state is MemberState.STABLE:
-            return
-        poll_deadline = self._last_poll + self._settings.max_poll_interval_ms / 1000
-        limit = until if until is not None else float("inf")
-        watch = self.state is MemberState.STABLE and not self._in_poll
-        if watch:
-            limit = min(limit, max(anyio.current_time(), poll_deadline))
-        bound = None if limit == float("inf") else limit
-        if idle:
-            await self._timer.until_woken(until=bound)
-        else:
-            await self._timer.wait(until=bound)
-        # A getmany() waiting for data is polling (as Java's poll() loop keeps resetting
-        # its poll timer): only an application that does not call us at all times out.
-        if (
-            self.state is MemberState.STABLE
-            and not self._in_poll
-            and anyio.current_time() >= self._last_poll + self._settings.max_poll_interval_ms / 1000
-        ):
-            await self._poll_timeout()
-
-    async def _poll_timeout(self) -> None:
-        log.warning(
-            "group %s: no poll for max_poll_interval_ms=%s; leaving the group",
-            self._group_id, self._settings.max_poll_interval_ms,
-        )  # fmt: skip
-        self._poll_expired = True
-        await self.leave(reason="consumer poll timeout expired", force=True)
-        await self._lose()
 
     def poll_started(self) -> None:
         self._in_poll += 1
@@ -253,20 +248,96 @@ class GroupMembership:
     def note_unsubscribe(self, assignment: set[TopicPartition], listener: Any) -> None:
         """Called before the subscription is dropped: revoke and leave in the group task."""
         self._unsubscribed = (assignment, listener)
-        self._timer.wake()
+        self.timer.wake()
+
+    # ------------------------------------------------------------------ main task
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The member task: the protocol's loop and the auto-commit loop."""
+        self._started = True
+        remove = self.cluster.add_listener(self.member.on_metadata)
+        try:
+            with self._run_scope:
+                task_status.started()
+                async with anyio.create_task_group() as tg:
+                    if self.settings.enable_auto_commit:
+                        tg.start_soon(self._auto_commit_loop)
+                    try:
+                        await self.member.life()
+                    except KafkaError as exc:
+                        log.error("group %s: fatal error %r", self.group_id, exc)
+                        self.fatal = exc
+                        self.state = MemberState.UNJOINED
+                        self._joined.set()
+                        if self._on_assignment is not None:
+                            self._on_assignment()  # wakes a waiting poll, which raises it
+                    tg.cancel_scope.cancel()
+        finally:
+            remove()
+            self._run_done.set()
+
+    # ------------------------------------------------------------------ the members' side
+
+    async def standby(self) -> bool:
+        """What neither protocol runs a round for: with no subscription (after unsubscribing:
+        revoke and leave first) or with the poll timer expired, wait until woken and say
+        True; otherwise False at once."""
+        if self.subscription.mode not in (SubscriptionMode.TOPICS, SubscriptionMode.PATTERN):
+            if self._unsubscribed is not None:
+                await self._leave_after_unsubscribe()
+            await self.sleep_until_woken(idle=True)
+            return True
+        if self.poll_expired:
+            await self.sleep_until_woken(idle=True)
+            return True
+        return False
+
+    async def sleep_until_woken(self, *, idle: bool = False, until: float | None = None) -> None:
+        """Until the member timer's next round (``idle``: none is due, only a wake-up
+        ends the wait), ``until``, or -- while STABLE and the application is not in a poll
+        -- its poll deadline; then the poll timer is checked."""
+        if self.rejoin_requested and self.state is MemberState.STABLE:
+            return
+        poll_deadline = self._last_poll + self.settings.max_poll_interval_ms / 1000
+        limit = until if until is not None else float("inf")
+        watch = self.state is MemberState.STABLE and not self._in_poll
+        if watch:
+            limit = min(limit, max(anyio.current_time(), poll_deadline))
+        bound = None if limit == float("inf") else limit
+        if idle:
+            await self.timer.until_woken(until=bound)
+        else:
+            await self.timer.wait(until=bound)
+        # A getmany() waiting for data is polling (as Java's poll() loop keeps resetting
+        # its poll timer): only an application that does not call us at all times out.
+        if (
+            self.state is MemberState.STABLE
+            and not self._in_poll
+            and anyio.current_time() >= self._last_poll + self.settings.max_poll_interval_ms / 1000
+        ):
+            await self._poll_timeout()
+
+    async def _poll_timeout(self) -> None:
+        log.warning(
+            "group %s: no poll for max_poll_interval_ms=%s; leaving the group",
+            self.group_id, self.settings.max_poll_interval_ms,
+        )  # fmt: skip
+        self.poll_expired = True
+        await self.member.leave(reason="consumer poll timeout expired", force=True)
+        await self.lose()
 
     async def _leave_after_unsubscribe(self) -> None:
         assert self._unsubscribed is not None
         assignment, listener = self._unsubscribed
         self._unsubscribed = None
         if self.state is MemberState.STABLE and assignment:
-            if self._settings.enable_auto_commit:
+            if self.settings.enable_auto_commit:
                 await self.commit_positions(assignment, swallow=True)
-            await self._call("on_partitions_revoked", assignment, listener)
+            await self.call_listener("on_partitions_revoked", assignment, listener)
         self._forget(assignment)
-        await self.leave(reason="the consumer unsubscribed")
+        await self.member.leave(reason="the consumer unsubscribed")
 
-    async def _send(
+    async def send(
         self,
         request: ApiRequest[R],
         *,
@@ -276,43 +347,62 @@ class GroupMembership:
         long-poll Fetch); the answer comes back unchecked and a failure as it is: each
         protocol gives every error code its own meaning (a rejoin, a lost assignment, a
         coordinator to find again)."""
-        return await self._cluster.call(
+        return await self.cluster.call(
             request,
-            Coordinator(self._group_id, link=True),
+            Coordinator(self.group_id, link=True),
             retry=ONCE,
             check=unchecked,
             request_timeout=timeout,
         )
 
+    def became_stable(self) -> None:
+        """The member is in the group: the poll timer starts from now."""
+        self.state = MemberState.STABLE
+        self._last_poll = anyio.current_time()
+
+    def assignment_settled(self) -> None:
+        """The member's assignment is what the group gave it: fetching goes on with it and
+        whoever waits for an assignment hears of it."""
+        if self._on_assignment is not None:
+            self._on_assignment()
+        self._joined.set()
+        self._joined = anyio.Event()
+
     # ------------------------------------------------------------------ revoke / lose
 
-    async def _revoke(self, partitions: set[TopicPartition], *, commit: bool) -> None:
+    async def revoke(self, partitions: set[TopicPartition], *, commit: bool) -> None:
+        """Give ``partitions`` up: their positions committed first (``commit``, with
+        auto-commit), then ``on_partitions_revoked``."""
         if not partitions:
             return
-        if commit and self._settings.enable_auto_commit:
+        if commit and self.settings.enable_auto_commit:
             await self.commit_positions(partitions, swallow=True)
-        await self._call("on_partitions_revoked", partitions)
+        await self.call_listener("on_partitions_revoked", partitions)
         self._forget(partitions)
-        remaining = set(self._subs.assignment) - partitions
-        self._subs.set_assignment(remaining, needs_committed=True)
+        remaining = set(self.subscription.assignment) - partitions
+        self.subscription.set_assignment(remaining, needs_committed=True)
 
-    async def _lose(self) -> None:
-        lost = set(self._subs.assignment)
+    async def lose(self) -> None:
+        """Drop every partition as lost (``on_partitions_lost``, nothing committed: they
+        may already be someone else's); the member is out of the group."""
+        lost = set(self.subscription.assignment)
         self.state = MemberState.UNJOINED
         if lost:
             self._forget(lost)
-            await self._call("on_partitions_lost", lost)
-            self._subs.set_assignment((), needs_committed=True)
+            await self.call_listener("on_partitions_lost", lost)
+            self.subscription.set_assignment((), needs_committed=True)
 
     def _forget(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
             self._processed.pop(tp, None)
             self._last_committed.pop(tp, None)
 
-    async def _call(
+    async def call_listener(
         self, method: str, partitions: set[TopicPartition], listener: Any = None
     ) -> None:
-        listener = listener if listener is not None else self._subs.listener
+        """The rebalance listener's ``method`` (the subscription's listener unless given);
+        what it raises is logged, not propagated: the membership goes on."""
+        listener = listener if listener is not None else self.subscription.listener
         if listener is None:
             return
         fn = getattr(listener, method, None)
@@ -337,7 +427,7 @@ class GroupMembership:
         behind the application's back (the Java client's at-least-once rule).
         """
         processed: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, state in self._subs.assignment.items():
+        for tp, state in self.subscription.assignment.items():
             if state.has_position and state.position is not None:
                 processed[tp] = OffsetAndMetadata(state.position, "", state.leader_epoch)
         self._processed = processed
@@ -348,21 +438,18 @@ class GroupMembership:
         return {tp: self._processed[tp] for tp in partitions if tp in self._processed}
 
     async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit ``offsets`` with this member's generation (CommitFailedError if stale)."""
+        """Commit ``offsets`` as this member (CommitFailedError if its identity is stale)."""
         if self.fatal is not None:
             raise self.fatal
-        await self._offsets.commit(
-            offsets,
-            generation=self.generation,
-            member_id=self.member_id,
-            group_instance_id=self._instance_id,
-        )
+        await self.member.commit(offsets)
 
     async def commit_positions(
         self, partitions: Iterable[TopicPartition] | None = None, *, swallow: bool = False
     ) -> None:
         """Commit the current positions (all assigned partitions by default)."""
-        offsets = self._positions(self._subs.assignment if partitions is None else partitions)
+        offsets = self._positions(
+            self.subscription.assignment if partitions is None else partitions
+        )
         offsets = {tp: om for tp, om in offsets.items() if self._last_committed.get(tp) != om}
         if not offsets:
             return
@@ -372,30 +459,19 @@ class GroupMembership:
         except (CommitFailedError, KafkaError) as exc:
             if not swallow:
                 raise
-            log.warning("group %s: auto-commit failed: %r", self._group_id, exc)
+            log.warning("group %s: auto-commit failed: %r", self.group_id, exc)
 
     async def _auto_commit_loop(self) -> None:
         # A failed auto-commit is logged and the next one goes at the usual interval (as
         # Java's): the offsets it missed are in the next one.
-        timer = Periodic(self._settings.auto_commit_interval_s, self._backoff)
+        timer = Periodic(self.settings.auto_commit_interval_s, self.backoff)
         timer.succeeded()  # the first commit one interval after joining, not at once
         while True:
             await timer.wait()
-            if self.state is MemberState.STABLE or self._subs.mode is SubscriptionMode.ASSIGNED:
+            manual = self.subscription.mode is SubscriptionMode.ASSIGNED
+            if self.state is MemberState.STABLE or manual:
                 await self.commit_positions(swallow=True)
             timer.succeeded()
-
-    async def leave(
-        self,
-        *,
-        reason: str = "the consumer is closing",
-        force: bool = False,
-        permanent: bool = False,
-    ) -> None:
-        """Leave the group the protocol's way: a dynamic member leaves; a static one only
-        with ``force`` (classic; the poll timeout) or ``permanent`` (both protocols: it will
-        not be back, KIP-1092's LEAVE_GROUP)."""
-        raise NotImplementedError
 
     async def close(
         self, operation: GroupMembershipOperation = GroupMembershipOperation.DEFAULT
@@ -405,22 +481,22 @@ class GroupMembership:
         self._run_scope.cancel()
         if self._started:
             await self._run_done.wait()
-        manual = self._subs.mode is SubscriptionMode.ASSIGNED
+        manual = self.subscription.mode is SubscriptionMode.ASSIGNED
         if self.state is MemberState.STABLE or manual:
-            if self._settings.enable_auto_commit:
+            if self.settings.enable_auto_commit:
                 self.mark_processed()  # closing: everything handed out was processed
                 await self.commit_positions(swallow=True)
             if not manual:
-                await self._call("on_partitions_revoked", set(self._subs.assignment))
+                await self.call_listener("on_partitions_revoked", set(self.subscription.assignment))
         if operation is GroupMembershipOperation.LEAVE_GROUP:
-            await self.leave(permanent=True)
-        elif operation is GroupMembershipOperation.DEFAULT or self._instance_id is not None:
+            await self.member.leave(reason="the consumer is closing", permanent=True)
+        elif operation is GroupMembershipOperation.DEFAULT or self.instance_id is not None:
             # A static member remaining in the group is what DEFAULT does for it (KIP-848
             # says so with epoch -2; classic sends nothing).
-            await self.leave()
+            await self.member.leave(reason="the consumer is closing")
         else:
             log.info(
                 "group %s: closing without leaving (REMAIN_IN_GROUP): member %s stays until "
-                "the session times out", self._group_id, self.member_id,
+                "the session times out", self.group_id, self.member_id,
             )  # fmt: skip
         self.state = MemberState.CLOSED

@@ -20,10 +20,11 @@ from aiokafka_ng.cluster.telemetry import (
     connection_table,
     table_collector,
 )
+from aiokafka_ng.consumer.classic_member import ClassicMember
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.fetcher import Fetcher, FetcherStatistics, FetchSettings
-from aiokafka_ng.consumer.group import GroupCoordinator
-from aiokafka_ng.consumer.group_consumer import ConsumerGroupMember
+from aiokafka_ng.consumer.kip848_member import ConsumerGroupMember
+from aiokafka_ng.consumer.membership import GroupMembership
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
@@ -113,8 +114,9 @@ def no_fetches(buffer_limit: int) -> FetcherStatistics:
 
 def build_parts(
     c: ConsumerConfig, cluster: ClusterClient, subscription: SubscriptionState
-) -> tuple[OffsetsClient, Fetcher, GroupCoordinator | None]:
-    """The offsets client, the fetcher and (with a ``group_id``) the group member."""
+) -> tuple[OffsetsClient, Fetcher, GroupMembership | None]:
+    """The offsets client, the fetcher and (with a ``group_id``) the group membership, with
+    the member of the configured ``group_protocol``."""
     backoff = ExponentialBackoff.retry(c.retry_backoff_ms, c.retry_backoff_max_ms)
     isolation = 1 if c.isolation_level == "read_committed" else 0
     offsets = OffsetsClient(
@@ -149,8 +151,15 @@ def build_parts(
     )
     if c.group_id is None:
         return offsets, fetcher, None
-    member = ConsumerGroupMember if c.group_protocol == "consumer" else GroupCoordinator
-    group = member(cluster, c.group_settings(), subscription, offsets, on_assignment=fetcher.wake)
+    protocol = ConsumerGroupMember if c.group_protocol == "consumer" else ClassicMember
+    group = GroupMembership(
+        cluster,
+        c.group_settings(),
+        subscription,
+        offsets,
+        protocol=protocol,
+        on_assignment=fetcher.wake,
+    )
     return offsets, fetcher, group
 
 

@@ -29,6 +29,7 @@ from typing import TypeVar
 from aiokafka_ng.cluster import ONCE, Cluster, Node, Retry, RetryState
 from aiokafka_ng.cluster.client import ClusterClient
 from aiokafka_ng.cluster.retry import retrying
+from aiokafka_ng.cluster.topics import list_topics
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.errors import KafkaError, UnknownTopicOrPartitionError, error_for_code
@@ -76,12 +77,7 @@ async def subscribed_bounds(
         if sub.kind == "subscribe":
             return await _bounds_once(cluster, list(sub.topics))
         if sub.kind == "subscribePattern":
-            topics = await cluster.all_topics()
-            names = sorted(
-                name
-                for name, t in topics.items()
-                if not t.is_internal and t.error is None and sub.matches(name)
-            )
+            names = sorted(name for name in await list_topics(cluster) if sub.matches(name))
             return await _bounds_once(cluster, names) if names else {}
         wanted = [TopicPartition(t, p) for t, p in sub.assigned]
         bounds = await _bounds_once(cluster, sorted({tp.topic for tp in wanted}))

@@ -19,8 +19,8 @@ from aiokafka_ng.cluster import Cluster
 from aiokafka_ng.config import ProducerConfig
 from aiokafka_ng.consumer import CommitFailedError, ConsumerRebalanceListener
 from aiokafka_ng.consumer.assignors import decode_assignment
-from aiokafka_ng.consumer.group import GroupCoordinator
-from aiokafka_ng.consumer.membership import GroupSettings
+from aiokafka_ng.consumer.classic_member import ClassicMember
+from aiokafka_ng.consumer.membership import GroupMembership, GroupSettings
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
@@ -60,7 +60,7 @@ class Listener(ConsumerRebalanceListener):
 
 
 ALL = frozenset(TopicPartition(T, p) for p in range(4))
-Body = Callable[[GroupCoordinator, FakeKafka, Cluster, Listener], Any]
+Body = Callable[[GroupMembership, FakeKafka, Cluster, Listener], Any]
 
 
 async def run_group(body: Body, **settings: Any) -> FakeKafka:
@@ -87,7 +87,7 @@ async def run_group(body: Body, **settings: Any) -> FakeKafka:
                 backoff=ExponentialBackoff(1, 5),
                 timeout_s=5,
             )
-            group = GroupCoordinator(cluster, group_settings, subs, offsets)
+            group = GroupMembership(cluster, group_settings, subs, offsets, protocol=ClassicMember)
             listener = Listener()
             async with anyio.create_task_group() as tg:
                 await tg.start(group.run)
@@ -109,7 +109,7 @@ def joins(kafka: FakeKafka) -> list[str]:
 
 async def test_member_id_required_then_join_with_that_id() -> None:
     async def body(
-        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
     ) -> None:
         # KIP-394: the first join gets MEMBER_ID_REQUIRED and the id to join with.
         assert group.member_id and joins(kafka) == ["", group.member_id]
@@ -124,7 +124,7 @@ async def test_member_id_required_then_join_with_that_id() -> None:
 
 async def test_expelled_member_loses_partitions_and_rejoins() -> None:
     async def body(
-        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
     ) -> None:
         first = group.member_id
         kafka.inject(HEARTBEAT, UnknownMemberIdError.errno)  # expelled
@@ -141,7 +141,7 @@ async def test_expelled_member_loses_partitions_and_rejoins() -> None:
 
 async def test_static_member_sends_instance_id_and_does_not_leave() -> None:
     async def body(
-        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
     ) -> None:
         # Heartbeats every 20 ms: let a few go out.
         await kafka.wait_until(lambda: kafka.requests()[HEARTBEAT] >= 3)
@@ -155,7 +155,7 @@ async def test_static_member_sends_instance_id_and_does_not_leave() -> None:
 
 async def test_commit_retries_coordinator_errors_and_fails_on_stale_generation() -> None:
     async def body(
-        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
     ) -> None:
         tp = TopicPartition(T, 0)
         lookups = len(kafka.received(FIND_COORDINATOR))
@@ -177,9 +177,7 @@ async def test_commit_retries_coordinator_errors_and_fails_on_stale_generation()
 
 
 async def test_leader_rebalances_when_partitions_are_added() -> None:
-    async def body(
-        group: GroupCoordinator, kafka: FakeKafka, cluster: Cluster, _: Listener
-    ) -> None:
+    async def body(group: GroupMembership, kafka: FakeKafka, cluster: Cluster, _: Listener) -> None:
         before = len(joins(kafka))
         kafka.cluster.add_partitions(kafka.cluster.topics[T], 6)
         await cluster.refresh([T])  # the leader's next metadata snapshot has 6 partitions
@@ -195,7 +193,7 @@ async def test_leader_rebalances_when_partitions_are_added() -> None:
 
 async def test_a_failed_heartbeat_goes_again_after_the_backoff_not_the_interval() -> None:
     async def body(
-        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
     ) -> None:
         # COORDINATOR_NOT_AVAILABLE: the coordinator is looked up again and the heartbeat
         # retried after the retry backoff (100 ms, jittered), as Java's, rather than a whole
@@ -214,7 +212,7 @@ async def test_a_failed_heartbeat_goes_again_after_the_backoff_not_the_interval(
 
 async def test_an_expelled_member_joins_again_at_once() -> None:
     async def body(
-        group: GroupCoordinator, kafka: FakeKafka, c: Cluster, listener: Listener
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
     ) -> None:
         # The rejoin the expulsion asks for wakes the member task when it next waits: the
         # JoinGroup follows the failed heartbeat, not a heartbeat interval (2 s) later.

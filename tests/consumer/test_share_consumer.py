@@ -755,3 +755,50 @@ async def test_a_consumer_failing_wakes_a_poll_waiting_for_a_leader(anyio_backen
         failed_at = kafka.received(SHARE_GROUP_HEARTBEAT)[1].at
     assert fetches(kafka) == []
     assert raised == failed_at
+
+
+# ---------------------------------------------------------------- the epoch heartbeat
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+async def test_a_fenced_member_drops_its_assignment_and_joins_again_at_once(
+    anyio_backend: str,
+) -> None:
+    # FENCED_MEMBER_EPOCH on a heartbeat: the member holds nothing until it has joined
+    # again, and the join (epoch 0, the same member id) goes at once, as Java's heartbeat
+    # manager sends it -- not after the retry backoff (here 1 s, so a pause would show).
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        topic_id = kafka.cluster.topics["t"].topic_id
+        epochs = iter([1, None, 2])  # None: fenced
+        seen: list[frozenset[TopicPartition]] = []
+
+        def heartbeat(call: Received) -> sgh.ShareGroupHeartbeatResponse:
+            req = call.request
+            if req.member_epoch == -1:
+                return sgh.ShareGroupHeartbeatResponse(member_id=req.member_id, member_epoch=-1)
+            seen.append(c.assignment())
+            epoch = next(epochs, 2)
+            if epoch is None:
+                return sgh.ShareGroupHeartbeatResponse(error_code=110, error_message="fenced")
+            return sgh.ShareGroupHeartbeatResponse(
+                member_id=req.member_id,
+                member_epoch=epoch,
+                heartbeat_interval_ms=5000,
+                assignment=sgh.Assignment([sgh.TopicPartitions(topic_id, [0])]),
+            )
+
+        kafka.answer(SHARE_GROUP_HEARTBEAT, heartbeat)
+        config = {**kafka.client_config(), "retry_backoff_ms": 1000, "retry_backoff_max_ms": 1000}
+        async with ShareConsumer("t", group_id="g", **config) as c:
+            await c.wait_for_assignment(timeout=10)
+            await kafka.wait_until(lambda: len(kafka.received(SHARE_GROUP_HEARTBEAT)) >= 3)
+            assert await c.wait_for_assignment(timeout=10) == {TP}
+            assert c.statistics().member_epoch == 2
+        beats = kafka.received(SHARE_GROUP_HEARTBEAT)
+    assert [x.request.member_epoch for x in beats[:3]] == [0, 1, 0]
+    assert len({x.request.member_id for x in beats}) == 1
+    fenced, rejoin = beats[1], beats[2]
+    assert rejoin.at - fenced.at < 0.001  # at once, not after the 1 s backoff
+    assert seen[2] == frozenset()  # the assignment was dropped before joining again

@@ -227,7 +227,7 @@ async def test_a_stale_member_epoch_commit_is_retried_after_the_next_heartbeat(
         try:
             group = consumer._group
             assert group is not None
-            offsets = group._offsets
+            offsets = group.offsets
             real_commit = offsets.commit
             sent: list[int] = []
 

@@ -21,7 +21,9 @@ Theory of operation. Two activities share the state below, on one event loop:
   coordinator at the interval the broker asks for, with a member id this client makes (as
   Java does), epoch 0 to join, the broker's epoch after; the answer's assignment (topic ids
   and partitions) replaces ``_assignment`` when present. Fenced or unknown -> join again at
-  epoch 0 with the same member id. ``stop()`` leaves with epoch -1.
+  epoch 0 with the same member id. ``stop()`` leaves with epoch -1. The member id, the
+  epoch and the reading of each answer are the epoch heartbeat the KIP-848 consumer uses
+  too (:class:`~aiokafka_ng.consumer.epoch_heartbeat.EpochHeartbeat`).
 - ``poll()`` (and iteration, which uses it) does the fetching in the caller's task, through
   the :class:`~aiokafka_ng.consumer.share.fetcher.ShareFetcher` that ``start()`` builds
   (``_fetcher``): it owns the share sessions (one per broker, KIP-932's session epochs),
@@ -63,19 +65,18 @@ import anyio
 from anyio.abc import TaskStatus
 
 from aiokafka_ng.cluster import (
-    ONCE,
     ClientRuntime,
     ClientState,
     ClientStatistics,
     ClientStatus,
     Cluster,
     ClusterClient,
-    Coordinator,
     Periodic,
-    unchecked,
 )
 from aiokafka_ng.cluster.telemetry import TelemetryEngine, connection_table, table_collector
+from aiokafka_ng.cluster.topics import resolve_topic_ids
 from aiokafka_ng.consumer.config import ConsumerConfig, check_topic_args
+from aiokafka_ng.consumer.epoch_heartbeat import LEAVE_EPOCH, EpochHeartbeat
 from aiokafka_ng.consumer.errors import ConsumerStoppedError
 from aiokafka_ng.consumer.models import TopicPartition
 from aiokafka_ng.consumer.parts import build_tracing
@@ -83,7 +84,6 @@ from aiokafka_ng.consumer.share.fetcher import ShareFetcher
 from aiokafka_ng.consumer.share.records import AcknowledgeType, ShareRecord
 from aiokafka_ng.errors import ConfigError, IllegalStateError, KafkaError
 from aiokafka_ng.net.backoff import ExponentialBackoff
-from aiokafka_ng.protocol.errors import error_for_code
 from aiokafka_ng.protocol.messages import share_group_heartbeat as sgh
 
 __all__ = ["AcknowledgementCallback", "ShareConsumer", "ShareConsumerStatistics"]
@@ -93,12 +93,6 @@ __all__ = ["AcknowledgementCallback", "ShareConsumer", "ShareConsumerStatistics"
 AcknowledgementCallback = Callable[[dict[TopicPartition, frozenset[int]], KafkaError | None], None]
 
 log = logging.getLogger("aiokafka_ng.consumer.share")
-
-# Heartbeat answers that mean "join again at epoch 0, same member id".
-_REJOIN = frozenset({25, 110})  # UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH
-# ... "find the coordinator again" / "try again shortly".
-_COORDINATOR = frozenset({15, 16})  # COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
-_RETRY = frozenset({14})  # COORDINATOR_LOAD_IN_PROGRESS
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +163,11 @@ class ShareConsumer:
         self._tracing = build_tracing(self._config)  # aiokafka_ng.tracing's spans, or None
         # A member id of our own (KIP-1082, as Java makes it): 22 chars of URL-safe base64.
         self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        self._epoch = 0
         self._assignment: frozenset[TopicPartition] = frozenset()
         self._assigned = anyio.Event()
+        # The broker's latest assignment while a topic id of it is not resolved to a name
+        # (it sends one only when it changes); the heartbeat task resolves it each round.
+        self._target: sgh.Assignment | None = None
         # Held around each heartbeat exchange and the leave of unsubscribe(), so a heartbeat
         # answered after the leave cannot bring back the epoch or assignment it ended.
         self._hb_lock = anyio.Lock()
@@ -194,6 +190,16 @@ class ShareConsumer:
         # Heartbeats: at the interval the broker asks for (1 s until it says), at once when
         # the subscription changes, after the shared backoff when one fails.
         self._heartbeats = Periodic(1.0, self._backoff)
+        # The membership: this member id, the broker's epoch, the reading of each answer.
+        self._beat = EpochHeartbeat(
+            group_id,
+            self.member_id,
+            self._heartbeats,
+            request_timeout=self._config.request_timeout_ms / 1000,
+            on_fenced=self._fenced,
+            what="ShareGroupHeartbeat",
+            log=log,
+        )
 
     @property
     def config(self) -> ConsumerConfig:
@@ -305,7 +311,7 @@ class ShareConsumer:
         return self._runtime.statistics(
             ShareConsumerStatistics,
             member_id=self.member_id,
-            member_epoch=self._epoch,
+            member_epoch=self._beat.epoch,
             assignment=tuple(sorted(self._assignment)),
             share_sessions=0 if self._fetcher is None else self._fetcher.share_sessions,
             buffered_records=len(self._buffer),
@@ -396,7 +402,6 @@ class ShareConsumer:
                 await fetcher.send_acknowledgements(closing=True)
                 async with self._hb_lock:
                     await self._leave()
-                    self._epoch = 0
                     self._set_assignment(frozenset())
         finally:
             self._report_acks()
@@ -445,14 +450,11 @@ class ShareConsumer:
         group = self._config.group_id
         assert cluster is not None and group is not None
         timer = self._heartbeats
-        # The broker sends an assignment only when it changes: one naming a topic id our
-        # metadata does not know yet is kept here and resolved again each round.
-        target: sgh.Assignment | None = None
         # Ends when closing: a heartbeat after the leave (epoch -1) would join again.
         while not self._runtime.closing:
             if not self._topics:
                 # Unsubscribed (unsubscribe() left the group): idle until subscribe().
-                target = None
+                self._target = None
                 await timer.until_woken()
                 continue
             async with self._hb_lock:
@@ -461,87 +463,37 @@ class ShareConsumer:
                 req = sgh.ShareGroupHeartbeatRequest(
                     group_id=group,
                     member_id=self.member_id,
-                    member_epoch=self._epoch,
+                    member_epoch=self._beat.epoch,
                     rack_id=self._config.client_rack or None,
                     subscribed_topic_names=list(self._topics),
                 )
                 try:
-                    resp = await self._to_coordinator(req)
+                    resp = await self._beat.beat(cluster, req)
                 except KafkaError as exc:
-                    timer.failed(exc)
-                    log.debug("share group %s heartbeat failed: %r", group, exc)
-                    cluster.invalidate_coordinator(group)
-                    resp = None
+                    self._runtime.fail(exc, f"share group {group}: heartbeat answered {exc!r}")
+                    return
                 if resp is not None:
                     if self._topics and req.subscribed_topic_names != self._topics:
                         # The subscription changed while this heartbeat was out: send the
                         # new one at once rather than after a whole interval.
                         timer.wake()
-                    target, ok = self._heartbeat_answer(resp, timer, target)
-                    if not ok and self._runtime.failure is not None:
-                        return
-                    if ok and target is not None and await self._apply(cluster, target):
-                        target = None
+                    if resp.assignment is not None:
+                        self._target = resp.assignment
+                    if self._target is not None and await self._apply(cluster, self._target):
+                        self._target = None
             await timer.wait()  # the interval, a wake-up, or the backoff after a failure
 
-    async def _to_coordinator(
-        self, req: sgh.ShareGroupHeartbeatRequest
-    ) -> sgh.ShareGroupHeartbeatResponse:
-        """One heartbeat to the group's coordinator over its own link (not behind a
-        long-poll ShareFetch), the lookup and the request within the request timeout; the
-        answer unchecked (:meth:`_heartbeat_answer` reads it), a failure raised as it is."""
-        cluster = self._runtime.cluster
-        assert cluster is not None and self._config.group_id is not None
-        return await cluster.call(
-            req,
-            Coordinator(self._config.group_id, link=True),
-            timeout=self._config.request_timeout_ms / 1000,
-            retry=ONCE,
-            check=unchecked,
-        )
-
-    def _heartbeat_answer(
-        self,
-        resp: sgh.ShareGroupHeartbeatResponse,
-        timer: Periodic,
-        target: sgh.Assignment | None,
-    ) -> tuple[sgh.Assignment | None, bool]:
-        """Apply a heartbeat answer (counted in ``timer``, with the interval the broker
-        asks for): (assignment to apply, whether it succeeded)."""
-        cluster = self._runtime.cluster
-        group = self._config.group_id
-        assert cluster is not None and group is not None
-        code = resp.error_code
-        if code:
-            error = error_for_code(code)(resp.error_message)
-            if code in _COORDINATOR:
-                cluster.invalidate_coordinator(group)
-            elif code in _REJOIN:
-                log.info("share group %s: %s, joining again", group, error.name)
-                self._epoch = 0
-                target = None
-                self._set_assignment(frozenset())
-            elif code not in _RETRY:
-                self._runtime.fail(error, f"share group {group}: heartbeat answered {error.name}")
-            timer.failed(error)
-            return target, False
-        timer.succeeded(interval=resp.heartbeat_interval_ms / 1000 or None)
-        self._epoch = resp.member_epoch
-        if resp.assignment is not None:
-            target = resp.assignment
-        return target, True
+    async def _fenced(self, error: KafkaError) -> None:
+        """The broker dropped this member (the epoch heartbeat's ``on_fenced``): it holds
+        nothing until it has joined again."""
+        self._target = None
+        self._set_assignment(frozenset())
 
     async def _apply(self, cluster: ClusterClient, assignment: sgh.Assignment) -> bool:
-        """Topic ids -> names, from metadata (refreshed if an id is not known yet); True
-        when every topic of ``assignment`` was named."""
+        """Topic ids -> names, from metadata (the subscribed topics refreshed if an id is
+        not known yet); True when every topic of ``assignment`` was named."""
         wanted = {t.topic_id for t in assignment.topic_partitions}
-        names = {t.topic_id: n for n, t in cluster.metadata.topics.items()}
-        if not wanted <= names.keys():
-            try:
-                await cluster.refresh(self._topics)
-            except KafkaError as exc:
-                log.debug("share consumer %s: metadata refresh failed: %r", self.member_id, exc)
-            names = {t.topic_id: n for n, t in cluster.metadata.topics.items()}
+        names = await resolve_topic_ids(cluster, wanted, among=self._topics)
         self._set_assignment(
             frozenset(
                 TopicPartition(names[t.topic_id], p)
@@ -577,15 +529,12 @@ class ShareConsumer:
         cluster = self._runtime.cluster
         group = self._config.group_id
         assert cluster is not None and group is not None
-        if self._epoch <= 0 and not self._assignment:
+        if self._beat.epoch <= 0 and not self._assignment:
             return  # never joined (or fenced): nothing to leave
         req = sgh.ShareGroupHeartbeatRequest(
-            group_id=group, member_id=self.member_id, member_epoch=-1
+            group_id=group, member_id=self.member_id, member_epoch=LEAVE_EPOCH
         )
-        try:
-            await self._to_coordinator(req)
-        except KafkaError as exc:
-            log.info("share group %s: leaving failed (%r); the session times out", group, exc)
+        await self._beat.leave(cluster, req)
 
     # ------------------------------------------------------------------ records
 

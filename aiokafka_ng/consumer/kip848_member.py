@@ -27,12 +27,13 @@ revoked (auto-commit, then ``on_partitions_revoked``), new ones are added
 set, which is the acknowledgement the broker waits for before it gives revoked partitions to
 their next owner.
 
-*Errors.* UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH mean the broker dropped this member:
-its partitions are *lost* (``on_partitions_lost``, nothing committed) and it rejoins with
-epoch 0 and the same member id. Coordinator errors find the coordinator again; other
-retriable errors back off; the rest (FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID,
-UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, authorization, GROUP_MAX_SIZE_REACHED) are fatal and
-raised by the next poll.
+*Errors* are read by the epoch heartbeat this member shares with the share consumer
+(:class:`~.epoch_heartbeat.EpochHeartbeat`). UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH mean
+the broker dropped this member: its partitions are *lost* (``on_partitions_lost``, nothing
+committed) and it rejoins at once with epoch 0 and the same member id. Coordinator errors
+find the coordinator again; other retriable errors back off; the rest (FENCED_INSTANCE_ID,
+UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, INVALID_REQUEST, authorization,
+GROUP_MAX_SIZE_REACHED) are fatal and raised by the next poll.
 
 *Commits* carry the member id and the member epoch (OffsetCommit v9's
 ``generation_id_or_member_epoch``). STALE_MEMBER_EPOCH means the epoch moved under the
@@ -45,9 +46,9 @@ member (``group_instance_id``) sends -2 instead, so the broker keeps its assignm
 return within the session timeout. KIP-1092's close options change that: LEAVE_GROUP sends -1
 for a static member too, REMAIN_IN_GROUP sends nothing for a dynamic one.
 
-This class reuses, through the classic :class:`~.group.GroupCoordinator`, what the two
-protocols share (:class:`~.membership.GroupMembership`: commit bookkeeping, auto-commit, the
-poll timer, listener calls) and replaces the membership itself.
+:class:`ConsumerGroupMember` runs on the membership core
+(:class:`~.membership.GroupMembership`: the member task, commit bookkeeping, auto-commit, the
+poll timer, listener calls), which the consumer holds; this module is only what KIP-848 does.
 """
 
 from __future__ import annotations
@@ -55,132 +56,113 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
-from aiokafka_ng.cluster import ClusterClient, ClusterMetadata
+from aiokafka_ng.cluster import ClusterMetadata
+from aiokafka_ng.cluster.topics import resolve_topic_ids
+from aiokafka_ng.consumer.epoch_heartbeat import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, EpochHeartbeat
 from aiokafka_ng.consumer.errors import CommitFailedError
-from aiokafka_ng.consumer.group import GroupCoordinator
-from aiokafka_ng.consumer.membership import GroupSettings, MemberState
+from aiokafka_ng.consumer.membership import MemberState
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
-from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
-from aiokafka_ng.errors import (
-    FencedMemberEpochError,
-    KafkaError,
-    StaleMemberEpochError,
-    UnknownMemberIdError,
-    error_for_code,
-)
+from aiokafka_ng.consumer.state import SubscriptionMode
+from aiokafka_ng.errors import KafkaError, StaleMemberEpochError
 from aiokafka_ng.protocol.messages.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
     TopicPartitions,
 )
 
 if TYPE_CHECKING:
-    from aiokafka_ng.consumer.offsets import OffsetsClient
+    from aiokafka_ng.consumer.membership import GroupMembership
 
 __all__ = ["ConsumerGroupMember"]
 
-log = logging.getLogger(__name__)
+# Under the group's logger (membership.py's), which log filters select the group by.
+log = logging.getLogger("aiokafka_ng.consumer.group.kip848")
 
-_LEAVE_EPOCH = -1  # a dynamic member leaves
-_STATIC_LEAVE_EPOCH = -2  # a static member leaves for now and will be back
 _FIRST_INTERVAL_S = 5.0  # until the broker names its interval (Java's default)
 
 
-class ConsumerGroupMember(GroupCoordinator):
-    """One consumer's membership in a KIP-848 group. See the module docstring.
+class ConsumerGroupMember:
+    """One consumer's membership in a KIP-848 group, on the core ``core``
+    (:class:`~.membership.GroupMembership`). See the module docstring.
 
-    ``generation`` is the member epoch (what ``statistics()`` and ``group_metadata()``
-    show, and what commits carry).
+    The core's ``generation`` is the member epoch (what ``statistics()`` and
+    ``group_metadata()`` show, and what commits carry).
     """
 
-    def __init__(
-        self,
-        cluster: ClusterClient,
-        settings: GroupSettings,
-        subscription: SubscriptionState,
-        offsets: OffsetsClient,
-        *,
-        on_assignment: Any = None,
-    ) -> None:
-        super().__init__(cluster, settings, subscription, offsets, on_assignment=on_assignment)
+    def __init__(self, core: GroupMembership) -> None:
+        self._core = core
         # KIP-1082: the member names itself. A version-4 UUID from the global generator, so a
         # test's random.seed() replays a group's assignments (which order members by id).
-        self.member_id = str(uuid.UUID(int=random.getrandbits(128), version=4))
-        self.generation = 0
-        self._timer.interval = _FIRST_INTERVAL_S  # until the broker names its own
+        member_id = str(uuid.UUID(int=random.getrandbits(128), version=4))
+        core.timer.interval = _FIRST_INTERVAL_S  # until the broker names its own
+        self._beat = EpochHeartbeat(
+            core.group_id,
+            member_id,
+            core.timer,
+            request_timeout=core.settings.request_timeout_s,
+            on_fenced=self._fenced,
+            what="ConsumerGroupHeartbeat",
+            log=log,
+        )
+        self._sync_identity()
         # The broker's latest target, by topic id; None when it has not sent one since
         # (re)joining. Partitions of ids not resolved to names yet wait in it.
         self._target: dict[uuid.UUID, frozenset[int]] | None = None
         self._names: dict[uuid.UUID, str] = {}
         self._ids: dict[str, uuid.UUID] = {}
         self._unresolved: frozenset[uuid.UUID] = frozenset()
-        self._heartbeat_done = anyio.Event()
         self._reconciling = False  # the member task is revoking (and may commit)
-
-    def __repr__(self) -> str:
-        return (
-            f"ConsumerGroupMember({self._group_id!r}, state={self.state.value}, "
-            f"member_id={self.member_id!r}, epoch={self.generation})"
-        )
 
     @property
     def settled(self) -> bool:
         """In the group, with the broker's target fully reconciled."""
         return (
-            self.state is MemberState.STABLE
+            self._core.state is MemberState.STABLE
             and self._target is not None
             and not self._unresolved
-            and self._resolved_target() == set(self._subs.assignment)
+            and self._resolved_target() == set(self._core.subscription.assignment)
         )
 
-    def _on_metadata(self, snapshot: ClusterMetadata) -> None:
+    def on_metadata(self, snapshot: ClusterMetadata) -> None:
         """Metadata may name a topic id the assignment is waiting for: reconcile again."""
         if self._unresolved and any(
             t.topic_id in self._unresolved for t in snapshot.topics.values()
         ):
-            self.request_rejoin()
+            self._core.request_rejoin()
 
     # ------------------------------------------------------------------ main loop
 
-    async def _life(self) -> None:
+    async def life(self) -> None:
         while True:
-            if self._subs.mode not in (SubscriptionMode.TOPICS, SubscriptionMode.PATTERN):
-                if self._unsubscribed is not None:
-                    await self._leave_after_unsubscribe()
-                await self._sleep_until_woken(idle=True)
+            if await self._core.standby():
                 continue
-            if self._poll_expired:
-                await self._sleep_until_woken(idle=True)
-                continue
-            self._rejoin = False
+            self._core.rejoin_requested = False
             changed = await self._heartbeat()
             if changed or self._unresolved:
                 await self._reconcile()
-            await self._sleep_until_woken()  # the interval, or the backoff after a failure
+            await self._core.sleep_until_woken()  # the interval, or the backoff after a failure
 
     def _request(self) -> ConsumerGroupHeartbeatRequest:
-        cfg = self._settings
-        pattern = self._subs.mode is SubscriptionMode.PATTERN and self._subs.pattern is not None
+        cfg = self._core.settings
+        subs = self._core.subscription
+        regex = subs.pattern if subs.mode is SubscriptionMode.PATTERN else None
         owned: dict[uuid.UUID, list[int]] = {}
-        for tp in self._subs.assignment:
+        for tp in subs.assignment:
             topic_id = self._ids.get(tp.topic)
             if topic_id is not None:  # owned partitions came by id: always known
                 owned.setdefault(topic_id, []).append(tp.partition)
         return ConsumerGroupHeartbeatRequest(
-            group_id=self._group_id,
-            member_id=self.member_id,
-            member_epoch=self.generation,
-            instance_id=self._instance_id,
+            group_id=self._core.group_id,
+            member_id=self._core.member_id,
+            member_epoch=self._core.generation,
+            instance_id=self._core.instance_id,
             rack_id=cfg.client_rack,
             rebalance_timeout_ms=cfg.rebalance_timeout_ms,
-            subscribed_topic_names=None if pattern else sorted(self._subs.topics),
-            subscribed_topic_regex=(
-                self._subs.pattern.pattern if pattern and self._subs.pattern else None
-            ),
+            subscribed_topic_names=None if regex is not None else sorted(subs.topics),
+            subscribed_topic_regex=None if regex is None else regex.pattern,
             server_assignor=cfg.remote_assignor,
             topic_partitions=[
                 TopicPartitions(topic_id=t, partitions=sorted(p)) for t, p in owned.items()
@@ -189,48 +171,25 @@ class ConsumerGroupMember(GroupCoordinator):
 
     async def _heartbeat(self) -> bool:
         """One heartbeat; True when the answer carried a new target assignment."""
-        if self.generation == 0 and self.state is not MemberState.STABLE:
-            self.state = MemberState.JOINING
+        core = self._core
+        if core.generation == 0 and core.state is not MemberState.STABLE:
+            core.state = MemberState.JOINING
         request = self._request()
-        try:
-            response: ConsumerGroupHeartbeatResponse = await self._send(
-                request, timeout=self._settings.request_timeout_s
-            )
-            if response.error_code:
-                raise error_for_code(response.error_code)(
-                    f"ConsumerGroupHeartbeat {self._group_id}: {response.error_message}"
-                )
-        except (UnknownMemberIdError, FencedMemberEpochError) as exc:
-            log.info("group %s: member fenced (%r); rejoining", self._group_id, exc)
-            await self._fenced()
+        response = await self._beat.beat(core.cluster, request)
+        if response is None:  # fenced, or failed and backing off
             return False
-        except KafkaError as exc:
-            if not exc.retriable:
-                raise
-            log.debug("group %s: heartbeat failed (%r)", self._group_id, exc)
-            self._cluster.invalidate_coordinator(self._group_id)
-            self._timer.failed(exc)
-            return False
-        finally:
-            self._heartbeat_done.set()
-            self._heartbeat_done = anyio.Event()
-        interval = response.heartbeat_interval_ms / 1000
-        self._timer.succeeded(interval=interval if interval > 0 else None)
+        self._sync_identity()
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "group %s: heartbeat (epoch %d, owned %d) answered epoch %d, %s",
-                self._group_id, request.member_epoch, len(self._subs.assignment),
+                core.group_id, request.member_epoch, len(core.subscription.assignment),
                 response.member_epoch,
                 "no new assignment" if response.assignment is None else "assignment "
                 + str({str(t.topic_id)[:8]: t.partitions
                        for t in response.assignment.topic_partitions}),
             )  # fmt: skip
-        if response.member_id:
-            self.member_id = response.member_id
-        self.generation = response.member_epoch
-        if self.state is not MemberState.STABLE:
-            self.state = MemberState.STABLE
-            self._last_poll = anyio.current_time()
+        if core.state is not MemberState.STABLE:
+            core.became_stable()
         if response.assignment is None:
             return False
         target: dict[uuid.UUID, frozenset[int]] = {}
@@ -239,12 +198,18 @@ class ConsumerGroupMember(GroupCoordinator):
         self._target = target
         return True
 
-    async def _fenced(self) -> None:
-        self.generation = 0
+    def _sync_identity(self) -> None:
+        """The heartbeat's member id and epoch are what the core shows and commits carry."""
+        self._core.member_id = self._beat.member_id
+        self._core.generation = self._beat.epoch
+
+    async def _fenced(self, error: KafkaError) -> None:
+        """The broker dropped this member: its partitions are lost; it joins again."""
+        self._sync_identity()
         self._target = None
         self._unresolved = frozenset()
-        await self._lose()
-        self.request_rejoin()
+        await self._core.lose()
+        self._core.request_rejoin()
 
     # ------------------------------------------------------------------ reconciliation
 
@@ -258,23 +223,11 @@ class ConsumerGroupMember(GroupCoordinator):
         }
 
     async def _resolve(self, ids: set[uuid.UUID]) -> None:
-        """Learn the names of topic ids: from the cached metadata, else ask the cluster."""
-        for meta in self._cluster.metadata.topics.values():
-            self._learn(meta.topic_id, meta.name)
+        """Learn the names of topic ids, from the cached metadata or else a listing of
+        every topic (a pattern's topics are not known here). What is learnt is kept: an
+        owned partition's topic id is reported even after metadata forgot the topic."""
         missing = ids - self._names.keys()
-        if not missing:
-            return
-        try:
-            topics = await self._cluster.all_topics()
-        except KafkaError as exc:
-            log.debug("group %s: topic id lookup failed (%r)", self._group_id, exc)
-            return
-        for t in topics.values():
-            if t.error is None:
-                self._learn(t.topic_id, t.name)
-
-    def _learn(self, topic_id: uuid.UUID, name: str) -> None:
-        if topic_id.int:
+        for topic_id, name in (await resolve_topic_ids(self._core.cluster, missing)).items():
             self._names[topic_id] = name
             self._ids[name] = topic_id
 
@@ -286,36 +239,31 @@ class ConsumerGroupMember(GroupCoordinator):
         if self._unresolved:
             log.info(
                 "group %s: assigned topic ids %s not in metadata yet; their partitions wait",
-                self._group_id, sorted(map(str, self._unresolved)),
+                self._core.group_id, sorted(map(str, self._unresolved)),
             )  # fmt: skip
         target = self._resolved_target()
-        self._cluster.request_update({tp.topic for tp in target})
-        owned = set(self._subs.assignment)
+        self._core.cluster.request_update({tp.topic for tp in target})
+        owned = set(self._core.subscription.assignment)
         revoked, added = owned - target, target - owned
         if not revoked and not added:
-            self._settle()
+            self._core.assignment_settled()
             return
         if revoked:
-            await self._revoke(revoked, commit=True)
+            await self._revoke(revoked)
         if added:
-            self._subs.set_assignment(owned - revoked | added, needs_committed=True)
-        if self._subs.mode is SubscriptionMode.PATTERN:
-            self._subs.topics = frozenset(tp.topic for tp in target)
-        self.rebalances += 1
+            self._core.subscription.set_assignment(owned - revoked | added, needs_committed=True)
+        if self._core.subscription.mode is SubscriptionMode.PATTERN:
+            self._core.subscription.topics = frozenset(tp.topic for tp in target)
+        self._core.rebalances += 1
         log.info(
             "group %s: epoch %s member %s revoked %s, assigned %s",
-            self._group_id, self.generation, self.member_id, sorted(revoked), sorted(added),
+            self._core.group_id, self._core.generation, self._core.member_id,
+            sorted(revoked), sorted(added),
         )  # fmt: skip
         if added:
-            await self._call("on_partitions_assigned", added)
-        self._settle()
-        self.request_rejoin()  # acknowledge with the next heartbeat, now
-
-    def _settle(self) -> None:
-        if self._on_assignment is not None:
-            self._on_assignment()
-        self._joined.set()
-        self._joined = anyio.Event()
+            await self._core.call_listener("on_partitions_assigned", added)
+        self._core.assignment_settled()
+        self._core.request_rejoin()  # acknowledge with the next heartbeat, now
 
     # ------------------------------------------------------------------ commits / leave
 
@@ -324,20 +272,18 @@ class ConsumerGroupMember(GroupCoordinator):
         application is retried with the epoch of each next heartbeat until
         ``request_timeout_ms`` has passed (Java retries until the commit's deadline); one
         from the member task (while revoking) fails at once."""
-        if self.fatal is not None:
-            raise self.fatal
-        deadline = anyio.current_time() + self._settings.request_timeout_s
+        deadline = anyio.current_time() + self._core.settings.request_timeout_s
         stale = 0
         while True:
-            joined = self.state is MemberState.STABLE
+            joined = self._core.state is MemberState.STABLE
             try:
-                await self._offsets.commit(
+                await self._core.offsets.commit(
                     offsets,
                     # A consumer that only assigns partitions by hand is no member: it
                     # commits as a "simple" consumer (no id, epoch -1), as Java does.
-                    generation=self.generation if joined else -1,
-                    member_id=self.member_id if joined else "",
-                    group_instance_id=self._instance_id if joined else None,
+                    generation=self._core.generation if joined else -1,
+                    member_id=self._core.member_id if joined else "",
+                    group_instance_id=self._core.instance_id if joined else None,
                 )
                 return
             except StaleMemberEpochError as exc:
@@ -351,47 +297,36 @@ class ConsumerGroupMember(GroupCoordinator):
                 log.info(
                     "group %s: commit answered STALE_MEMBER_EPOCH (member epoch %d, %d time(s));"
                     " retrying with the epoch of the next heartbeat",
-                    self._group_id, self.generation, stale,
+                    self._core.group_id, self._core.generation, stale,
                 )  # fmt: skip
-                done = self._heartbeat_done
+                done = self._beat.next_answer()
                 if stale == 1:
                     # Heartbeat now; later retries wait for the member's own pacing, so a
                     # failing coordinator is not hammered by this loop.
-                    self.request_rejoin()
+                    self._core.request_rejoin()
                 with anyio.move_on_after(left):
                     await done.wait()
 
-    async def _revoke(self, partitions: set[TopicPartition], *, commit: bool) -> None:
+    async def _revoke(self, partitions: set[TopicPartition]) -> None:
         self._reconciling = True
         try:
-            await super()._revoke(partitions, commit=commit)
+            await self._core.revoke(partitions, commit=True)
         finally:
             self._reconciling = False
 
-    async def leave(
-        self,
-        *,
-        reason: str = "the consumer is closing",
-        force: bool = False,
-        permanent: bool = False,
-    ) -> None:
+    async def leave(self, *, reason: str, force: bool = False, permanent: bool = False) -> None:
         """Heartbeat with epoch -1 (-2 for a static member, which will be back; -1 for it
         too when ``permanent``, KIP-1092's LEAVE_GROUP, as Java: the broker has no other
         way to let a static member go for good); the member keeps its id."""
-        if self.generation <= 0 and self.state is not MemberState.STABLE:
-            self.state = MemberState.UNJOINED
+        if self._core.generation <= 0 and self._core.state is not MemberState.STABLE:
+            self._core.state = MemberState.UNJOINED
             return
         request = self._request()
-        static = self._instance_id is not None and not permanent
-        request.member_epoch = _STATIC_LEAVE_EPOCH if static else _LEAVE_EPOCH
+        static = self._core.instance_id is not None and not permanent
+        request.member_epoch = STATIC_LEAVE_EPOCH if static else LEAVE_EPOCH
         request.topic_partitions = None
-        try:
-            with anyio.fail_after(self._settings.request_timeout_s):
-                response = await self._send(request)
-            if response.error_code:
-                log.info("group %s: leave error %s", self._group_id, response.error_code)
-        except (KafkaError, TimeoutError) as exc:
-            log.info("group %s: leaving failed (%r, %s)", self._group_id, exc, reason)
-        self.generation = 0
+        log.debug("group %s: leaving (%s)", self._core.group_id, reason)
+        await self._beat.leave(self._core.cluster, request)
+        self._sync_identity()
         self._target = None
-        self.state = MemberState.UNJOINED
+        self._core.state = MemberState.UNJOINED

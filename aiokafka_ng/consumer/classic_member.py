@@ -1,11 +1,12 @@
-"""Group membership with the classic protocol: join, sync, heartbeat, leave.
+"""The classic group protocol's member, :class:`ClassicMember`: join, sync, heartbeat, leave.
 
-What the classic and the KIP-848 protocols share (the member task, the poll timer, revoking
-and losing partitions, commits and auto-commit, closing) is :class:`~.membership.GroupMembership`.
+It runs on the membership core (:class:`~.membership.GroupMembership`: the member task, the
+poll timer, revoking and losing partitions, commits and auto-commit, closing), which the
+consumer holds; this module is only what the classic protocol does.
 
 Theory of operation
 -------------------
-:meth:`GroupCoordinator.run` is one task owning the member's life cycle::
+:meth:`ClassicMember.life`, run by the core's member task, owns the member's life cycle::
 
     UNJOINED --join/sync--> STABLE --heartbeat error / poll timeout / new topics--> UNJOINED
 
@@ -43,8 +44,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from aiokafka_ng.cluster import ClusterClient, ClusterMetadata, Periodic, Retry, RetryState
+from aiokafka_ng.cluster import ClusterMetadata, Periodic, Retry, RetryState
 from aiokafka_ng.cluster.retry import retrying
+from aiokafka_ng.cluster.topics import list_topics
 from aiokafka_ng.consumer.assignors import (
     Assignor,
     MemberSubscription,
@@ -54,14 +56,9 @@ from aiokafka_ng.consumer.assignors import (
     encode_assignment,
     encode_subscription,
 )
-from aiokafka_ng.consumer.membership import (
-    ConsumerRebalanceListener,
-    GroupMembership,
-    GroupSettings,
-    MemberState,
-)
-from aiokafka_ng.consumer.models import TopicPartition
-from aiokafka_ng.consumer.state import SubscriptionMode, SubscriptionState
+from aiokafka_ng.consumer.membership import MemberState
+from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
+from aiokafka_ng.consumer.state import SubscriptionMode
 from aiokafka_ng.errors import (
     FencedInstanceIdError,
     IllegalGenerationError,
@@ -81,71 +78,62 @@ from aiokafka_ng.protocol.messages.sync_group import SyncGroupRequest, SyncGroup
 if TYPE_CHECKING:
     import re
 
-    from aiokafka_ng.consumer.offsets import OffsetsClient
+    from aiokafka_ng.consumer.membership import GroupMembership
 
-# ConsumerRebalanceListener, GroupSettings and MemberState live in membership.py; they stay
-# importable from here, where they were defined before.
-__all__ = ["ConsumerRebalanceListener", "GroupCoordinator", "GroupSettings", "MemberState"]
+__all__ = ["ClassicMember"]
 
-log = logging.getLogger(__name__)
+# Under the group's logger (membership.py's), which log filters select the group by.
+log = logging.getLogger("aiokafka_ng.consumer.group.classic")
 
 _PROTOCOL_TYPE = "consumer"
 
 
-class GroupCoordinator(GroupMembership):
-    """One consumer's membership in its group, classic protocol. See the module docstring."""
+class ClassicMember:
+    """One consumer's membership in its group with the classic protocol, on the core
+    ``core`` (:class:`~.membership.GroupMembership`). See the module docstring."""
 
-    def __init__(
-        self,
-        cluster: ClusterClient,
-        settings: GroupSettings,
-        subscription: SubscriptionState,
-        offsets: OffsetsClient,
-        *,
-        on_assignment: Any = None,
-    ) -> None:
-        super().__init__(cluster, settings, subscription, offsets, on_assignment=on_assignment)
-        self._assignors: list[Assignor] = [assignor_by_name(a) for a in settings.assignors]
+    def __init__(self, core: GroupMembership) -> None:
+        self._core = core
+        self._assignors: list[Assignor] = [assignor_by_name(a) for a in core.settings.assignors]
         self.cooperative = all(a.cooperative for a in self._assignors)
         self._assigned_counts: dict[str, int] = {}  # leader: partition counts it assigned
         self._lead_topics: frozenset[str] = frozenset()  # leader: every member's topics
 
-    def __repr__(self) -> str:
-        return (
-            f"GroupCoordinator({self._group_id!r}, state={self.state.value}, "
-            f"member_id={self.member_id!r}, generation={self.generation})"
-        )
+    @property
+    def settled(self) -> bool:
+        """Stable, with no rejoin pending."""
+        return self._core.state is MemberState.STABLE and not self._core.rejoin_requested
 
     # ------------------------------------------------------------------ main task
 
-    def _on_metadata(self, snapshot: ClusterMetadata) -> None:
+    def on_metadata(self, snapshot: ClusterMetadata) -> None:
         """Leader only: rebalance when a subscribed topic appeared or changed its size."""
-        if self.state is not MemberState.STABLE or not self._lead_topics:
+        if self._core.state is not MemberState.STABLE or not self._lead_topics:
             return
         for topic in self._lead_topics:
             t = snapshot.topics.get(topic)
             if t is None or not t.ready:
                 continue
             if len(t.partitions) != self._assigned_counts.get(topic):
-                log.info("group %s: partitions of %r changed; rebalancing", self._group_id, topic)
+                log.info(
+                    "group %s: partitions of %r changed; rebalancing", self._core.group_id, topic
+                )
                 self._lead_topics = frozenset()
-                self.request_rejoin()
+                self._core.request_rejoin()
                 return
 
-    async def _life(self) -> None:
+    async def life(self) -> None:
         # A pattern is matched against the cluster's topic list before the first join with
         # it (as Java does; a new pattern from subscribe() too), then every
         # metadata_max_age_ms. A failed listing is retried on the retry backoff; until one
         # succeeds the member does not join with nothing to ask for.
         matched: re.Pattern[str] | None = None
-        pattern_timer = Periodic(self._settings.metadata_max_age_s, self._backoff)
+        pattern_timer = Periodic(self._core.settings.metadata_max_age_s, self._core.backoff)
         while True:
-            if self._subs.mode not in (SubscriptionMode.TOPICS, SubscriptionMode.PATTERN):
-                if self._unsubscribed is not None:
-                    await self._leave_after_unsubscribe()
-                await self._sleep_until_woken(idle=True)
+            if await self._core.standby():
                 continue
-            pattern = self._subs.pattern if self._subs.mode is SubscriptionMode.PATTERN else None
+            subs = self._core.subscription
+            pattern = subs.pattern if subs.mode is SubscriptionMode.PATTERN else None
             if pattern is not None and (pattern is not matched or pattern_timer.is_due()):
                 if await self._match_pattern():
                     matched = pattern
@@ -153,33 +141,30 @@ class GroupCoordinator(GroupMembership):
                 else:
                     pattern_timer.failed()
                     if pattern is not matched:
-                        await self._sleep_until_woken(idle=True, until=pattern_timer.due)
+                        await self._core.sleep_until_woken(idle=True, until=pattern_timer.due)
                         continue
-            if self._poll_expired:
-                await self._sleep_until_woken(idle=True)
-                continue
-            if self._rejoin or self.state is not MemberState.STABLE:
+            if self._core.rejoin_requested or self._core.state is not MemberState.STABLE:
                 await self._join_and_sync()
                 continue
             await self._heartbeat_once()
-            await self._sleep_until_woken()
+            await self._core.sleep_until_woken()
 
     # ------------------------------------------------------------------ join / sync
 
     async def _join_and_sync(self) -> None:
-        self.state = MemberState.JOINING
-        self._rejoin = False
-        if self.generation < 0:
+        self._core.state = MemberState.JOINING
+        self._core.rejoin_requested = False
+        if self._core.generation < 0:
             # A first join can take a while with nothing else to show for it: brokers hold a
             # new group's first join open so more members can arrive (Kafka's
             # group.initial.rebalance.delay.ms, 3 s; Tansu waits half the session timeout).
             log.info(
                 "group %s: joining (a broker may hold a new group's first join for a few "
                 "seconds; Tansu for half of session_timeout_ms=%d)",
-                self._group_id, self._settings.session_timeout_ms,
+                self._core.group_id, self._core.settings.session_timeout_ms,
             )  # fmt: skip
         if not self.cooperative:
-            await self._revoke(set(self._subs.assignment), commit=True)
+            await self._core.revoke(set(self._core.subscription.assignment), commit=True)
 
         async def attempt() -> list[TopicPartition]:
             while True:
@@ -188,20 +173,21 @@ class GroupCoordinator(GroupMembership):
                 except (RebalanceInProgressError, MemberIdRequiredError):
                     continue  # join again at once
                 except (UnknownMemberIdError, IllegalGenerationError):
-                    self.member_id = "" if self._instance_id is None else self.member_id
-                    self.generation = -1
-                    await self._lose()
+                    if self._core.instance_id is None:
+                        self._core.member_id = ""
+                    self._core.generation = -1
+                    await self._core.lose()
 
         async def on_retry(exc: KafkaError) -> None:
-            self._cluster.invalidate_coordinator(self._group_id)
-            log.info("group %s: join failed (%r); retrying", self._group_id, exc)
+            self._core.cluster.invalidate_coordinator(self._core.group_id)
+            log.info("group %s: join failed (%r); retrying", self._core.group_id, exc)
 
         # Until it succeeds (no deadline: leaving or closing cancels it); FencedInstanceId
         # and any other non-retriable error end it.
         assignment = await retrying(
             attempt,
-            RetryState(self._backoff),
-            what=f"JoinGroup {self._group_id}",
+            RetryState(self._core.backoff),
+            what=f"JoinGroup {self._core.group_id}",
             retry=Retry(fatal=(FencedInstanceIdError,)),
             on_retry=on_retry,
         )
@@ -214,12 +200,12 @@ class GroupCoordinator(GroupMembership):
         aiokafka, whose only default is roundrobin, is the usual way to get here)."""
         ours = [a.name for a in self._assignors]
         text = (
-            f"JoinGroup {self._group_id}: no assignor in common with the group's members; "
+            f"JoinGroup {self._core.group_id}: no assignor in common with the group's members; "
             f"this member offered {ours} (protocol type {_PROTOCOL_TYPE!r})"
         )
         try:
-            with anyio.fail_after(self._settings.request_timeout_s):
-                answer = await self._send(DescribeGroupsRequest(groups=[self._group_id]))
+            with anyio.fail_after(self._core.settings.request_timeout_s):
+                answer = await self._core.send(DescribeGroupsRequest(groups=[self._core.group_id]))
             group = answer.groups[0]
         except (KafkaError, OSError, TimeoutError, IndexError):
             return text + "; the group's own could not be described"
@@ -236,24 +222,24 @@ class GroupCoordinator(GroupMembership):
         )
 
     def _subscription_bytes(self) -> bytes:
-        owned = set(self._subs.assignment) if self.cooperative else set()
+        owned = set(self._core.subscription.assignment) if self.cooperative else set()
         return encode_subscription(
-            self._subs.topics,
+            self._core.subscription.topics,
             owned,
-            self.generation,
-            self._settings.client_rack,
+            self._core.generation,
+            self._core.settings.client_rack,
         )
 
     async def _join_once(self) -> list[TopicPartition]:
         self._lead_topics = frozenset()
         metadata = self._subscription_bytes()
-        rebalance_ms = self._settings.rebalance_timeout_ms
+        rebalance_ms = self._core.settings.rebalance_timeout_ms
         join = JoinGroupRequest(
-            group_id=self._group_id,
-            session_timeout_ms=self._settings.session_timeout_ms,
+            group_id=self._core.group_id,
+            session_timeout_ms=self._core.settings.session_timeout_ms,
             rebalance_timeout_ms=rebalance_ms,
-            member_id=self.member_id,
-            group_instance_id=self._instance_id,
+            member_id=self._core.member_id,
+            group_instance_id=self._core.instance_id,
             protocol_type=_PROTOCOL_TYPE,
             protocols=[
                 JoinGroupRequestProtocol(name=a.name, metadata=metadata) for a in self._assignors
@@ -261,32 +247,32 @@ class GroupCoordinator(GroupMembership):
         )
         # JoinGroup is answered only when the rebalance completes: up to the rebalance
         # timeout (plus the request timeout for the network).
-        timeout = rebalance_ms / 1000 + self._settings.request_timeout_s
-        response = await self._send(join, timeout=timeout)
+        timeout = rebalance_ms / 1000 + self._core.settings.request_timeout_s
+        response = await self._core.send(join, timeout=timeout)
         if response.error_code:
             if response.error_code == MemberIdRequiredError.errno:
-                self.member_id = response.member_id  # KIP-394: join again with this id
+                self._core.member_id = response.member_id  # KIP-394: join again with this id
             if response.error_code == InconsistentGroupProtocolError.errno:
                 raise InconsistentGroupProtocolError(await self._no_common_assignor())
-            raise error_for_code(response.error_code)(f"JoinGroup {self._group_id}")
-        self.member_id = response.member_id
-        self.generation = response.generation_id
+            raise error_for_code(response.error_code)(f"JoinGroup {self._core.group_id}")
+        self._core.member_id = response.member_id
+        self._core.generation = response.generation_id
         protocol = response.protocol_name or self._assignors[0].name
         assignments: list[SyncGroupRequestAssignment] = []
-        if response.leader == self.member_id and not response.skip_assignment:
+        if response.leader == self._core.member_id and not response.skip_assignment:
             assignments = await self._lead(protocol, response.members)
         sync = SyncGroupRequest(
-            group_id=self._group_id,
-            generation_id=self.generation,
-            member_id=self.member_id,
-            group_instance_id=self._instance_id,
+            group_id=self._core.group_id,
+            generation_id=self._core.generation,
+            member_id=self._core.member_id,
+            group_instance_id=self._core.instance_id,
             protocol_type=_PROTOCOL_TYPE,
             protocol_name=protocol,
             assignments=assignments,
         )
-        answer = await self._send(sync, timeout=timeout)
+        answer = await self._core.send(sync, timeout=timeout)
         if answer.error_code:
-            raise error_for_code(answer.error_code)(f"SyncGroup {self._group_id}")
+            raise error_for_code(answer.error_code)(f"SyncGroup {self._core.group_id}")
         return decode_assignment(answer.assignment)
 
     async def _lead(
@@ -303,7 +289,7 @@ class GroupCoordinator(GroupMembership):
                 )
             except (KafkaError, ValueError) as exc:
                 log.warning(
-                    "group %s: bad subscription of %s: %r", self._group_id, m.member_id, exc
+                    "group %s: bad subscription of %s: %r", self._core.group_id, m.member_id, exc
                 )
                 members[m.member_id] = MemberSubscription(m.member_id, ())
         topics = sorted({t for m in members.values() for t in m.topics})
@@ -311,7 +297,7 @@ class GroupCoordinator(GroupMembership):
         self._assigned_counts = partitions
         self._lead_topics = frozenset(topics)
         result = assignor.assign(partitions, members)
-        log.info("group %s: leader assigned %s", self._group_id, result)
+        log.info("group %s: leader assigned %s", self._core.group_id, result)
         return [
             SyncGroupRequestAssignment(member_id=member, assignment=encode_assignment(parts))
             for member, parts in result.items()
@@ -322,11 +308,11 @@ class GroupCoordinator(GroupMembership):
             try:
                 # Briefly: the group waits for our SyncGroup. Topics missing now are assigned
                 # once they appear (_on_metadata rebalances then).
-                limit = min(self._settings.request_timeout_s, 5.0)
-                await self._cluster.wait_for_topics(topics, timeout=limit)
+                limit = min(self._core.settings.request_timeout_s, 5.0)
+                await self._core.cluster.wait_for_topics(topics, timeout=limit)
             except KafkaError as exc:  # assign what exists; the rest waits for a rejoin
-                log.warning("group %s: topics unavailable: %r", self._group_id, exc)
-        snapshot = self._cluster.metadata
+                log.warning("group %s: topics unavailable: %r", self._core.group_id, exc)
+        snapshot = self._core.cluster.metadata
         counts: dict[str, int] = {}
         for t in topics:
             meta = snapshot.topics.get(t)
@@ -336,113 +322,110 @@ class GroupCoordinator(GroupMembership):
 
     async def _install(self, assigned: list[TopicPartition]) -> None:
         new = set(assigned)
-        owned = set(self._subs.assignment)
+        owned = set(self._core.subscription.assignment)
         revoked = owned - new
         added = new - owned
         if revoked:
-            await self._revoke(revoked, commit=True)
-        self._subs.set_assignment(new, needs_committed=True)
-        self.state = MemberState.STABLE
-        self.rebalances += 1
-        self._last_poll = anyio.current_time()
+            await self._core.revoke(revoked, commit=True)
+        self._core.subscription.set_assignment(new, needs_committed=True)
+        self._core.became_stable()
+        self._core.rebalances += 1
         log.info(
             "group %s: generation %s member %s assigned %s",
-            self._group_id, self.generation, self.member_id, sorted(new),
+            self._core.group_id, self._core.generation, self._core.member_id, sorted(new),
         )  # fmt: skip
-        await self._call("on_partitions_assigned", added)
-        if self._on_assignment is not None:
-            self._on_assignment()
-        self._joined.set()
-        self._joined = anyio.Event()
+        await self._core.call_listener("on_partitions_assigned", added)
+        self._core.assignment_settled()
         if revoked and self.cooperative:
-            self.request_rejoin()  # KIP-429: let the next rebalance hand them over
+            self._core.request_rejoin()  # KIP-429: let the next rebalance hand them over
 
     # ------------------------------------------------------------------ heartbeat
 
     async def _heartbeat_once(self) -> None:
         request = HeartbeatRequest(
-            group_id=self._group_id,
-            generation_id=self.generation,
-            member_id=self.member_id,
-            group_instance_id=self._instance_id,
+            group_id=self._core.group_id,
+            generation_id=self._core.generation,
+            member_id=self._core.member_id,
+            group_instance_id=self._core.instance_id,
         )
         # The next heartbeat: an interval on, or after the backoff when this one failed
         # retriably (the coordinator moved or is unreachable), as Java's; a rejoin or an
         # expulsion wakes the member task at once.
         try:
-            response = await self._send(request, timeout=self._settings.request_timeout_s)
+            response = await self._core.send(request, timeout=self._core.settings.request_timeout_s)
             if response.error_code:
-                raise error_for_code(response.error_code)(f"Heartbeat {self._group_id}")
-            self._timer.succeeded()
+                raise error_for_code(response.error_code)(f"Heartbeat {self._core.group_id}")
+            self._core.timer.succeeded()
         except RebalanceInProgressError:
-            self.request_rejoin()
+            self._core.request_rejoin()
         except (UnknownMemberIdError, IllegalGenerationError) as exc:
-            log.info("group %s: member expelled (%r); rejoining", self._group_id, exc)
-            if isinstance(exc, UnknownMemberIdError) and self._instance_id is None:
-                self.member_id = ""
-            self.generation = -1
-            await self._lose()
-            self.request_rejoin()
+            log.info("group %s: member expelled (%r); rejoining", self._core.group_id, exc)
+            if isinstance(exc, UnknownMemberIdError) and self._core.instance_id is None:
+                self._core.member_id = ""
+            self._core.generation = -1
+            await self._core.lose()
+            self._core.request_rejoin()
         except FencedInstanceIdError:
             raise
         except KafkaError as exc:
             if not exc.retriable:
                 raise
-            log.debug("group %s: heartbeat failed (%r)", self._group_id, exc)
-            self._cluster.invalidate_coordinator(self._group_id)
-            self._timer.failed(exc)
+            log.debug("group %s: heartbeat failed (%r)", self._core.group_id, exc)
+            self._core.cluster.invalidate_coordinator(self._core.group_id)
+            self._core.timer.failed(exc)
 
     # ------------------------------------------------------------------ pattern
 
     async def _match_pattern(self) -> bool:
         """List the cluster's topics and match the pattern; False when the listing failed."""
+        internal = not self._core.settings.exclude_internal_topics
         try:
-            topics = await self._cluster.all_topics()
+            names = await list_topics(self._core.cluster, include_internal=internal)
         except KafkaError as exc:
-            log.debug("group %s: listing topics failed (%r)", self._group_id, exc)
+            log.debug("group %s: listing topics failed (%r)", self._core.group_id, exc)
             return False
-        names = [
-            name
-            for name, t in topics.items()
-            if not (self._settings.exclude_internal_topics and t.is_internal) and t.error is None
-        ]
-        before = self._subs.topics
-        after = self._subs.match_topics(names)
+        before = self._core.subscription.topics
+        after = self._core.subscription.match_topics(names)
         if after != before:
-            self._cluster.request_update(after)
-            self.request_rejoin()
+            self._core.cluster.request_update(after)
+            self._core.request_rejoin()
         return True
 
-    # ------------------------------------------------------------------ leave
+    # ------------------------------------------------------------------ commit / leave
 
-    async def leave(
-        self,
-        *,
-        reason: str = "the consumer is closing",
-        force: bool = False,
-        permanent: bool = False,
-    ) -> None:
+    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """Commit with this member's generation (CommitFailedError if stale)."""
+        core = self._core
+        await core.offsets.commit(
+            offsets,
+            generation=core.generation,
+            member_id=core.member_id,
+            group_instance_id=core.instance_id,
+        )
+
+    async def leave(self, *, reason: str, force: bool = False, permanent: bool = False) -> None:
         """LeaveGroup (dynamic members only, unless ``force`` or ``permanent``: a static
         member's LeaveGroup names its instance id); forgets the member id."""
-        if not self.member_id or (self._instance_id is not None and not (force or permanent)):
+        core = self._core
+        if not core.member_id or (core.instance_id is not None and not (force or permanent)):
             return
         request = LeaveGroupRequest(
-            group_id=self._group_id,
-            member_id=self.member_id,
+            group_id=core.group_id,
+            member_id=core.member_id,
             members=[
                 MemberIdentity(
-                    member_id=self.member_id, group_instance_id=self._instance_id, reason=reason
+                    member_id=core.member_id, group_instance_id=core.instance_id, reason=reason
                 )
             ],
         )
         try:
-            with anyio.fail_after(self._settings.request_timeout_s):
-                response = await self._send(request)
+            with anyio.fail_after(core.settings.request_timeout_s):
+                response = await core.send(request)
             if response.error_code:
-                log.info("group %s: LeaveGroup error %s", self._group_id, response.error_code)
+                log.info("group %s: LeaveGroup error %s", core.group_id, response.error_code)
         except (KafkaError, TimeoutError) as exc:
-            log.info("group %s: LeaveGroup failed: %r", self._group_id, exc)
-        if self._instance_id is None:
-            self.member_id = ""
-        self.generation = -1
-        self.state = MemberState.UNJOINED
+            log.info("group %s: LeaveGroup failed: %r", core.group_id, exc)
+        if core.instance_id is None:
+            core.member_id = ""
+        core.generation = -1
+        core.state = MemberState.UNJOINED
