@@ -23,8 +23,10 @@
  *
  * Record layout (magic v2), every length a zigzag varint:
  *   length | attributes (0) | timestampDelta | offsetDelta | keyLength | key
- *          | valueLength | value | headerCount (0)
- * A null key or value is length -1 (zigzag 1) and no bytes.
+ *          | valueLength | value | headers
+ * A null key or value is length -1 (zigzag 1) and no bytes. ``headers`` is given already
+ * encoded (headerCount and the headers): a single 0 byte for none, and in a run the same
+ * bytes for every record (a traced bulk call's trace context).
  */
 #include "_column.h"
 #include "_decode.h"
@@ -177,23 +179,31 @@ parse_head(PyObject *const *args, const char *fn, Head *h)
     return 0;
 }
 
-/* append_run(buf, limit, ts_enc, delta, keys, values, start, stop) -> int
+/* append_run(buf, limit, ts_enc, delta, keys, values, start, stop, headers_enc) -> int
  *
  * Append records values[start:stop] (keys alike, or null keys) to the bytearray ``buf``,
- * offset deltas from ``delta``, timestamp delta ``ts_enc`` (already a varint), no headers,
- * until the next record would take ``len(buf)`` past ``limit``. Returns the index of the
- * first record not appended. ``RecordBatchBuilder.append_run`` is the twin. */
+ * offset deltas from ``delta``, timestamp delta ``ts_enc`` (already a varint), each ending
+ * with the same ``headers_enc`` (b"\x00": no headers), until the next record would take
+ * ``len(buf)`` past ``limit``. Returns the index of the first record not appended.
+ * ``RecordBatchBuilder.append_run`` is the twin. ``headers_enc`` is an immutable bytes
+ * object the caller holds for the call; nothing of it is kept after. */
 static PyObject *
 append_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "append_run() takes 8 arguments");
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "append_run() takes 9 arguments");
         return NULL;
     }
     Head h;
     if (parse_head(args, "append_run", &h) < 0) {
         return NULL;
     }
+    if (!PyBytes_Check(args[8]) || PyBytes_GET_SIZE(args[8]) < 1) {
+        PyErr_SetString(PyExc_TypeError, "append_run: headers_enc must be non-empty bytes");
+        return NULL;
+    }
+    const char *hs = PyBytes_AS_STRING(args[8]);
+    uint64_t hs_len = (uint64_t)PyBytes_GET_SIZE(args[8]);
     PyObject *buf = h.buf;
     const char *ts = h.ts;
     Py_ssize_t ts_len = h.ts_len;
@@ -223,8 +233,8 @@ append_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             items_get(&values, i, &vp, &vn, "value") < 0) {
             return NULL;
         }
-        uint64_t body = 2 + (uint64_t)ts_len + (uint64_t)varint_size(ZZ(delta)) +
-                        field_size(kn) + field_size(vn);
+        uint64_t body = 1 + (uint64_t)ts_len + (uint64_t)varint_size(ZZ(delta)) +
+                        field_size(kn) + field_size(vn) + hs_len;
         uint64_t size = (uint64_t)varint_size(ZZ(body)) + body;
         if (total + size > room) {
             break;
@@ -256,8 +266,8 @@ append_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         uint64_t zd = ZZ(delta);
-        uint64_t body = 2 + (uint64_t)ts_len + (uint64_t)varint_size(zd) + field_size(kn) +
-                        field_size(vn);
+        uint64_t body = 1 + (uint64_t)ts_len + (uint64_t)varint_size(zd) + field_size(kn) +
+                        field_size(vn) + hs_len;
         w = put_varint(w, ZZ(body));
         *w++ = 0; /* attributes */
         memcpy(w, ts, (size_t)ts_len);
@@ -265,7 +275,12 @@ append_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         w = put_varint(w, zd);
         w = put_field(w, kp, kn);
         w = put_field(w, vp, vn);
-        *w++ = 0; /* no headers */
+        if (hs_len == 1) {
+            *w++ = hs[0]; /* no headers: one byte, not a memcpy call */
+        } else {
+            memcpy(w, hs, (size_t)hs_len);
+            w += hs_len;
+        }
     }
     return PyLong_FromSsize_t(end);
 }
@@ -655,7 +670,7 @@ track(PyObject *module, PyObject *obj)
 
 static PyMethodDef methods[] = {
     {"append_run", (PyCFunction)(void (*)(void))append_run, METH_FASTCALL,
-     "append_run(buf, limit, ts_enc, delta, keys, values, start, stop) -> int"},
+     "append_run(buf, limit, ts_enc, delta, keys, values, start, stop, headers_enc) -> int"},
     {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL,
      "append_record(buf, limit, ts_enc, delta, key, value, headers_enc) -> bool"},
     {"record_sizes", (PyCFunction)(void (*)(void))record_sizes, METH_FASTCALL,
