@@ -18,12 +18,16 @@ crosses our client, aiokafka and confluent-kafka:
   are the propagator's strings encoded as UTF-8, as both instrumentations write and read
   them. Headers of the same names the caller passed are replaced, not doubled: the record's
   creation context is this send's.
-* ``send_batch()`` / ``send_many()``: one PRODUCER span for the call
-  (``messaging.batch.message_count``), ended when every record is decided. The bulk path
-  writes records without headers, so those records carry no trace context. A
-  ``send_batch()`` that goes record by record through ``send()`` (ProducerRecords, one of
-  them with headers, a partition or a timestamp of its own) gives each record a span of its
-  own, a child of the call's, whose context the record carries.
+* ``send_batch()`` / ``send_many()`` (Arrow columns included): one PRODUCER span for the
+  call (``messaging.batch.message_count``), ended when every record is decided. Its context
+  is injected once, into one header list, and every record of the call carries those
+  headers, in the same format as ``send()``'s: the bulk path writes that constant header
+  set on each record of a run (``RecordBatchBuilder.append_run``), so a consumer links each
+  record to the call's span. A ``send_batch()`` that goes record by record through
+  ``send()`` (ProducerRecords, one of them with headers, a partition or a timestamp of its
+  own) gives each record a span of its own, a child of the call's, whose context the record
+  carries: a record's own headers are kept and a ``traceparent`` among them replaced, as
+  for any ``send()``.
 * ``getone()`` / iteration of a ``Consumer``: a CONSUMER span ``"<topic> receive"`` per
   record handed out, child of the producer's context found in the record's headers (as
   aiokafka's instrumentation makes it) and linked to it (as confluent-kafka's does).
@@ -42,9 +46,11 @@ and ``server.port`` (the first bootstrap server, as confluent-kafka's instrument
 Span names are the instrumentations' (``"<topic> send"``), not the newer convention's
 ``"send <topic>"``, so a trace reads the same whichever client made each span.
 
-Cost: with tracing off a client does one attribute check per ``send()`` and per record
-handed out, nothing else (the compiled send path stays as it is). With it on, ``send()``
-takes the Python path (the record has headers) and a span is made per record.
+Cost: with tracing off a client does one attribute check per ``send()``, per bulk call and
+per record handed out, nothing else (the compiled send path stays as it is, and a bulk run
+writes no headers). With it on, ``send()`` takes the Python path (the record has headers)
+and a span is made per record; a bulk call makes one span and encodes its headers once per
+batch it fills, and its records stay on the bulk path.
 
 Only ``opentelemetry-api`` is needed here; this module is imported when a client is given a
 ``tracer_provider``.
@@ -224,16 +230,19 @@ class ProducerTracing:
         fut.add_done_callback(lambda f: _end_send(span, f))
         return fut
 
-    async def bulk(self, topic: str, call: Awaitable[_T]) -> _T:
+    async def bulk(self, topic: str, call: Callable[[TraceHeaders], Awaitable[_T]]) -> _T:
         """A ``send_batch``/``send_many`` call inside one PRODUCER span, ended when every
-        record of it is decided; sends made meanwhile (records with headers) are its
-        children."""
+        record of it is decided: ``call`` is given the span's context as headers, which
+        every record of its run carries; sends made meanwhile (records with headers of
+        their own) are its children."""
         attrs = dict(self._attrs)
         attrs["messaging.destination.name"] = topic
         span = self._tracer.start_span(f"{topic} send", kind=SpanKind.PRODUCER, attributes=attrs)
         try:
+            headers = TraceHeaders()
+            propagate.inject(headers, context=trace.set_span_in_context(span), setter=_SETTER)
             with trace.use_span(span, end_on_exit=False, record_exception=False):
-                result = await call
+                result = await call(headers)
         except BaseException as exc:
             _failed(span, exc)
             span.end()

@@ -392,13 +392,15 @@ class Accumulator:
         ready and nothing of it waits before the chunk."""
         partition, ts, keys, values = chunk.partition, chunk.timestamp_ms, chunk.keys, chunk.values
         sizes, futures, shared = chunk.sizes, chunk.futures, chunk.shared
-        positions = chunk.positions
+        positions, headers = chunk.positions, chunk.headers
         if self.partitioner is not None and partition < 0:
             # A user partitioner decides record by record.
             self._place_each(t, chunk)
             return
         if partition >= 0 or keys is None:
-            self.place_run(t, partition, ts, keys, values, sizes, futures, shared, positions)
+            self.place_run(
+                t, partition, ts, keys, values, sizes, futures, shared, positions, headers
+            )
             return
         # Keyed: the default partitioner per key; null keys go to the sticky partition.
         # Grouped by partition, send order kept inside each group.
@@ -432,20 +434,21 @@ class Accumulator:
                 else [shared] * len(group.values)
             )
             self.place_run(
-                t, p, ts, group.keys, group.values, group.sizes, futs, shared, group.positions
-            )
+                t, p, ts, group.keys, group.values, group.sizes, futs, shared, group.positions,
+                headers,
+            )  # fmt: skip
 
     def _place_each(self, t: TopicQueue, chunk: QueuedRun) -> None:
         """Place a chunk record by record with :meth:`place`'s own rule (partition -1: the
         partitioner per record); each record of a shared run gets a future of its own,
         which counts into the run."""
-        keys, futures, sizes = chunk.keys, chunk.futures, chunk.sizes
+        keys, futures, sizes, headers = chunk.keys, chunk.futures, chunk.sizes, chunk.headers
         if chunk.shared is not None:
             assert chunk.positions is not None
             futures = run_members(chunk.shared, chunk.positions)
         for i, value in enumerate(chunk.values):
             key = None if keys is None else keys[i]
-            self.place(t, -1, key, value, None, chunk.timestamp_ms, sizes[i], futures[i])
+            self.place(t, -1, key, value, headers, chunk.timestamp_ms, sizes[i], futures[i])
 
     def place_run(
         self,
@@ -458,13 +461,15 @@ class Accumulator:
         futures: list[Delivery[Any]],
         shared: BatchDelivery | None = None,
         positions: list[int] | None = None,
+        headers: Headers | None = None,
     ) -> None:
-        """:meth:`place`'s rule for a run of header-less records of one partition (or,
-        with ``partition`` -1, null-keyed ones for the sticky partition), applied a batch
-        at a time: the batch takes as many as fit in one builder call, then the next record
-        is refused as :meth:`place` would be refused -- closed batch, the next partition
-        drawn if sticky and that record's first refusal, else a new batch. So the records
-        land where one :meth:`place` per record puts them (a test holds the two to it).
+        """:meth:`place`'s rule for a run of records of one partition (or, with
+        ``partition`` -1, null-keyed ones for the sticky partition), all with the same
+        ``headers`` (or none), applied a batch at a time: the batch takes as many as fit in
+        one builder call, then the next record is refused as :meth:`place` would be refused
+        -- closed batch, the next partition drawn if sticky and that record's first
+        refusal, else a new batch. So the records land where one :meth:`place` per record
+        puts them (a test holds the two to it).
         ``shared``: every entry of ``futures`` is that one BatchDelivery, and ``positions``
         are the records' places in it (kept beside the batch's entries)."""
         sticky = partition < 0
@@ -483,7 +488,7 @@ class Accumulator:
         while True:
             batch = self._tail(t, partition)
             delta = batch.builder.record_count
-            stop = batch.builder.append_run(timestamp_ms, keys, values, i, count)
+            stop = batch.builder.append_run(timestamp_ms, keys, values, i, count, headers or ())
             if stop > i:
                 again = False
                 bfuts = batch.futures

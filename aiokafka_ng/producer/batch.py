@@ -127,17 +127,22 @@ class PartitionQueue:
         self.acked_producer_id = -1
 
 
+Headers = list[tuple[str, bytes | None]]
+
+
 class QueuedRun:
     """A chunk of a bulk run, placed at once when its topic is ready, else queued as one
     entry until its topic's metadata comes.
 
     ``futures[i]`` and ``sizes[i]`` belong to record ``i`` (with ``send_many`` every entry
     is the run's ``shared`` BatchDelivery and ``positions[i]`` the record's place in it).
-    The accumulator places it (``Accumulator.place_chunk``) once the topic is ready."""
+    ``headers``: the headers every record of the run carries (a traced call's trace
+    context), or None. The accumulator places it (``Accumulator.place_chunk``) once the
+    topic is ready."""
 
     __slots__ = (
-        "enqueued_at", "futures", "keys", "partition", "positions", "shared", "sizes",
-        "timestamp_ms", "values",
+        "enqueued_at", "futures", "headers", "keys", "partition", "positions", "shared",
+        "sizes", "timestamp_ms", "values",
     )  # fmt: skip
 
     def __init__(
@@ -150,6 +155,7 @@ class QueuedRun:
         futures: list[Delivery[Any]],
         shared: Any,
         positions: list[int] | None,
+        headers: Headers | None = None,
     ) -> None:
         self.partition = partition
         self.timestamp_ms = timestamp_ms
@@ -159,6 +165,7 @@ class QueuedRun:
         self.futures = futures
         self.shared = shared  # BatchDelivery | None (future.py's class; typed loosely here)
         self.positions = positions
+        self.headers = headers  # the producer's own list (bulk.py), never the caller's
         self.enqueued_at = 0.0
 
     def keep(self) -> None:
@@ -175,7 +182,6 @@ def _owned(items: Any) -> Any:
     return items
 
 
-Headers = list[tuple[str, bytes | None]]
 # (partition or -1, key, value, headers, timestamp_ms, size, future, enqueued_at)
 QueuedRecord = tuple[
     int, bytes | None, bytes | None, Headers | None, int, int, Delivery[Any], float

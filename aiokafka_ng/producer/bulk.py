@@ -1,7 +1,8 @@
 """The bulk path behind :meth:`Producer.send_batch`.
 
-A run of header-less records for one topic -- values, optional keys, one optional
-partition, one timestamp -- is validated and charged to ``buffer_memory`` per chunk and
+A run of records for one topic -- values, optional keys, one optional partition, one
+timestamp, and the headers they all carry (none, or a traced call's trace context:
+``aiokafka_ng.tracing``) -- is validated and charged to ``buffer_memory`` per chunk and
 handed to the engine chunk by chunk (``ProducerEngine.add_run``), which groups it by
 partition (keeping send order within each) and appends each group with one builder call per
 batch. What ``send()`` promises holds record by record: nothing waits for metadata (a
@@ -92,6 +93,18 @@ def _bytes_list(items: list[Any], name: str) -> list[bytes | None]:
 #: ``Producer.send`` (records with headers, a partition or a timestamp of their own).
 SendOne = Callable[..., Awaitable[DeliveryFuture]]
 
+#: Headers every record of a run carries (the producer's own list: a traced call's trace
+#: context), or None.
+RunHeaders = list[tuple[str, bytes | None]] | None
+
+
+def _headers_charge(headers: RunHeaders) -> int:
+    """What a run's headers add to each record's memory charge: ``send()``'s rule for a
+    record's headers."""
+    if not headers:
+        return 0
+    return sum(len(k) + (0 if v is None else len(v)) + 10 for k, v in headers)
+
 
 async def send_batch(
     intake: Intake,
@@ -101,9 +114,11 @@ async def send_batch(
     keys: Iterable[Any] | None,
     partition: int | None,
     timestamp_ms: int | None,
+    headers: RunHeaders = None,
 ) -> list[DeliveryFuture]:
     """:meth:`Producer.send_batch`: ProducerRecords with headers, a partition or a
-    timestamp of their own go record by record through ``send()``; the rest in runs."""
+    timestamp of their own go record by record through ``send()`` (which traces each, when
+    tracing is on); the rest in runs, every record with ``headers``."""
     if not intake.running:
         raise intake.stopped()
     items = list(records)
@@ -136,7 +151,7 @@ async def send_batch(
                     )
                 )
             return out
-    futures = await send_run(intake, topic, items, key_list, partition, timestamp_ms)
+    futures = await send_run(intake, topic, items, key_list, partition, timestamp_ms, headers)
     return cast(list[DeliveryFuture], futures)  # one DeliveryFuture per record here
 
 
@@ -147,6 +162,7 @@ async def send_many(
     keys: Iterable[Any] | None,
     partition: int | None,
     timestamp_ms: int | None,
+    headers: RunHeaders = None,
 ) -> BatchDelivery:
     """:meth:`Producer.send_many`: ``send_run`` with one :class:`BatchDelivery` for the
     whole run instead of a future per record."""
@@ -154,7 +170,9 @@ async def send_many(
         raise intake.stopped()
     vals = _run_items(values)
     ks = None if keys is None else _run_items(keys)
-    futures = await send_run(intake, topic, vals, ks, partition, timestamp_ms, together=True)
+    futures = await send_run(
+        intake, topic, vals, ks, partition, timestamp_ms, headers, together=True
+    )
     if futures:
         outcome = futures[0]
         assert isinstance(outcome, BatchDelivery)
@@ -177,6 +195,7 @@ async def send_run(
     keys: Sequence[Any] | None,
     partition: int | None,
     timestamp_ms: int | None,
+    headers: RunHeaders = None,
     *,
     together: bool = False,
 ) -> list[Delivery[Any]]:
@@ -188,12 +207,15 @@ async def send_run(
         keys = [intake.key_ser(k) for k in keys]
     vals: Sequence[bytes | None] = values
     ks: Sequence[bytes | None] | None = keys
-    sizes = record_sizes(values, keys, RECORD_OVERHEAD)
+    # The run's headers are the same on every record: charged in the per-record overhead
+    # (nothing per record when there are none).
+    overhead = RECORD_OVERHEAD + _headers_charge(headers)
+    sizes = record_sizes(values, keys, overhead)
     if sizes is None:
         # Some key or value is not bytes: convert (bytearray, memoryview) or refuse it.
         vals = _bytes_list(list(values), "value")
         ks = None if keys is None else _bytes_list(list(keys), "key")
-        sizes = record_sizes(vals, ks, RECORD_OVERHEAD)
+        sizes = record_sizes(vals, ks, overhead)
         assert sizes is not None
     part, timestamp_ms = intake.admit(topic, partition, timestamp_ms)
     txn = intake.txn
@@ -251,7 +273,7 @@ async def send_run(
                 await _queue_chunk(
                     intake, topic, part, timestamp_ms,
                     None if run_keys is None else run_keys[lo:hi],
-                    run_vals[lo:hi], run_sizes[lo:hi], c_futs, shared, c_pos,
+                    run_vals[lo:hi], run_sizes[lo:hi], c_futs, shared, c_pos, headers,
                 )  # fmt: skip
             except BufferExhaustedError as exc:
                 rest = range(lo, count) if positions is None else positions[lo:]
@@ -305,6 +327,7 @@ async def _queue_chunk(
     futures: list[Delivery[Any]],
     shared: BatchDelivery | None,
     positions: list[int] | None,
+    headers: RunHeaders,
 ) -> None:
     engine = intake.engine
     extra = engine.waiting_charge(topic)
@@ -318,4 +341,6 @@ async def _queue_chunk(
             raise intake.stopped()
     # Placed at once, or -- behind the topic's metadata, or records already waiting for
     # it -- queued as one entry and placed whole, in its turn, when the metadata comes.
-    engine.add_run(topic, QueuedRun(partition, ts, keys, values, sizes, futures, shared, positions))
+    engine.add_run(
+        topic, QueuedRun(partition, ts, keys, values, sizes, futures, shared, positions, headers)
+    )

@@ -405,8 +405,16 @@ class Producer:
         Cancelled, the records already queued are still delivered and the rest are not
         sent (see ``aiokafka_ng.producer.bulk``, Cancellation).
         """
-        call = send_batch(self._intake, self.send, topic, records, keys, partition, timestamp_ms)
-        return await (call if self._tracing is None else self._tracing.bulk(topic, call))
+        intake, send = self._intake, self.send
+        if self._tracing is None:
+            return await send_batch(intake, send, topic, records, keys, partition, timestamp_ms)
+        # One span for the call; its context is the headers of every record of the run.
+        return await self._tracing.bulk(
+            topic,
+            lambda headers: send_batch(
+                intake, send, topic, records, keys, partition, timestamp_ms, headers
+            ),
+        )
 
     async def send_many(
         self,
@@ -437,8 +445,15 @@ class Producer:
         are part of it) and the rest are not sent; ``flush()`` and a commit do not wait
         for them.
         """
-        run = send_many(self._intake, topic, values, keys, partition, timestamp_ms)
-        return await (run if self._tracing is None else self._tracing.bulk(topic, run))
+        intake = self._intake
+        if self._tracing is None:
+            return await send_many(intake, topic, values, keys, partition, timestamp_ms)
+        return await self._tracing.bulk(
+            topic,
+            lambda headers: send_many(
+                intake, topic, values, keys, partition, timestamp_ms, headers
+            ),
+        )
 
     async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (public API)
         """Send everything queued now and wait for its outcome (not raising delivery

@@ -23,8 +23,10 @@
  *
  * Record layout (magic v2), every length a zigzag varint:
  *   length | attributes (0) | timestampDelta | offsetDelta | keyLength | key
- *          | valueLength | value | headerCount (0)
- * A null key or value is length -1 (zigzag 1) and no bytes.
+ *          | valueLength | value | headers
+ * A null key or value is length -1 (zigzag 1) and no bytes. ``headers`` is given already
+ * encoded (headerCount and the headers): a single 0 byte for none, and in a run the same
+ * bytes for every record (a traced bulk call's trace context).
  */
 #include "_column.h"
 #include "_decode.h"
@@ -177,28 +179,113 @@ parse_head(PyObject *const *args, const char *fn, Head *h)
     return 0;
 }
 
-/* append_run(buf, limit, ts_enc, delta, keys, values, start, stop) -> int
+/* A run's records, as append_run reads them. */
+typedef struct {
+    Items keys, values;
+    const char *ts; /* the timestamp delta, a varint already */
+    Py_ssize_t ts_len;
+    const char *hs; /* the headers every record ends with, encoded */
+    uint64_t delta; /* the first record's offset delta */
+} Run;
+
+/* The two passes of append_run, for headers ``hs_len`` bytes long. Always inlined and
+ * called with the literal 1 for a run without headers (the one 0 byte: tracing off, the
+ * common case), so that run compiles to the loops it had before runs carried headers: no
+ * work per record for headers it does not have. */
+
+/* Pass 1: how many of records [start, stop) fit in ``room`` bytes (returned; -1 with an
+ * error set when an item is neither bytes nor None), and their bytes (*total). */
+static inline Py_ALWAYS_INLINE Py_ssize_t
+run_measure(const Run *r, uint64_t hs_len, Py_ssize_t start, Py_ssize_t stop, uint64_t room,
+            uint64_t *total)
+{
+    uint64_t sum = 0;
+    uint64_t delta = r->delta;
+    Py_ssize_t i = start;
+    for (; i < stop; i++, delta++) {
+        const char *kp, *vp;
+        Py_ssize_t kn, vn;
+        if (items_get(&r->keys, i, &kp, &kn, "key") < 0 ||
+            items_get(&r->values, i, &vp, &vn, "value") < 0) {
+            return -1;
+        }
+        uint64_t body = 1 + (uint64_t)r->ts_len + (uint64_t)varint_size(ZZ(delta)) +
+                        field_size(kn) + field_size(vn) + hs_len;
+        uint64_t size = (uint64_t)varint_size(ZZ(body)) + body;
+        if (sum + size > room) {
+            break;
+        }
+        sum += size;
+    }
+    *total = sum;
+    return i;
+}
+
+/* Pass 2: write records [start, end) at ``w`` (room made by pass 1). -1 with an error set
+ * when an item cannot be read (see the caller). */
+static inline Py_ALWAYS_INLINE int
+run_write(const Run *r, uint64_t hs_len, char *w, Py_ssize_t start, Py_ssize_t end)
+{
+    uint64_t delta = r->delta;
+    for (Py_ssize_t i = start; i < end; i++, delta++) {
+        const char *kp, *vp;
+        Py_ssize_t kn, vn;
+        if (items_get(&r->keys, i, &kp, &kn, "key") < 0 ||
+            items_get(&r->values, i, &vp, &vn, "value") < 0) {
+            return -1;
+        }
+        uint64_t zd = ZZ(delta);
+        uint64_t body = 1 + (uint64_t)r->ts_len + (uint64_t)varint_size(zd) + field_size(kn) +
+                        field_size(vn) + hs_len;
+        w = put_varint(w, ZZ(body));
+        *w++ = 0; /* attributes */
+        memcpy(w, r->ts, (size_t)r->ts_len);
+        w += r->ts_len;
+        w = put_varint(w, zd);
+        w = put_field(w, kp, kn);
+        w = put_field(w, vp, vn);
+        if (hs_len == 1) {
+            *w++ = r->hs[0]; /* no headers: their count, 0 */
+        } else {
+            memcpy(w, r->hs, (size_t)hs_len);
+            w += hs_len;
+        }
+    }
+    return 0;
+}
+
+/* append_run(buf, limit, ts_enc, delta, keys, values, start, stop, headers_enc) -> int
  *
  * Append records values[start:stop] (keys alike, or null keys) to the bytearray ``buf``,
- * offset deltas from ``delta``, timestamp delta ``ts_enc`` (already a varint), no headers,
- * until the next record would take ``len(buf)`` past ``limit``. Returns the index of the
- * first record not appended. ``RecordBatchBuilder.append_run`` is the twin. */
+ * offset deltas from ``delta``, timestamp delta ``ts_enc`` (already a varint), each ending
+ * with the same ``headers_enc`` (b"\x00": no headers), until the next record would take
+ * ``len(buf)`` past ``limit``. Returns the index of the first record not appended.
+ * ``RecordBatchBuilder.append_run`` is the twin. ``headers_enc`` is an immutable bytes
+ * object the caller holds for the call; nothing of it is kept after. */
 static PyObject *
 append_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "append_run() takes 8 arguments");
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "append_run() takes 9 arguments");
         return NULL;
     }
     Head h;
     if (parse_head(args, "append_run", &h) < 0) {
         return NULL;
     }
+    if (!PyBytes_Check(args[8]) || PyBytes_GET_SIZE(args[8]) < 1) {
+        PyErr_SetString(PyExc_TypeError, "append_run: headers_enc must be non-empty bytes");
+        return NULL;
+    }
+    Run r;
+    r.ts = h.ts;
+    r.ts_len = h.ts_len;
+    r.delta = h.delta;
+    r.hs = PyBytes_AS_STRING(args[8]);
+    uint64_t hs_len = (uint64_t)PyBytes_GET_SIZE(args[8]);
     PyObject *buf = h.buf;
-    const char *ts = h.ts;
-    Py_ssize_t ts_len = h.ts_len;
-    Items keys, values;
-    if (items_init(&keys, args[4], "keys", 1) < 0 || items_init(&values, args[5], "values", 0) < 0) {
+    if (items_init(&r.keys, args[4], "keys", 1) < 0 ||
+        items_init(&r.values, args[5], "values", 0) < 0) {
         return NULL;
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[6]);
@@ -206,66 +293,36 @@ append_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (PyErr_Occurred()) {
         return NULL;
     }
-    if (start < 0 || stop > values.len || ((keys.list || keys.col) && stop > keys.len)) {
+    if (start < 0 || stop > r.values.len ||
+        ((r.keys.list || r.keys.col) && stop > r.keys.len)) {
         PyErr_SetString(PyExc_IndexError, "append_run: run bounds outside the items");
         return NULL;
     }
-    /* Pass 1: how many records fit, and their bytes. */
     Py_ssize_t used = PyByteArray_GET_SIZE(buf);
     uint64_t total = 0;
     uint64_t room = h.limit > used ? (uint64_t)(h.limit - used) : 0;
-    uint64_t delta = h.delta;
-    Py_ssize_t i = start;
-    for (; i < stop; i++, delta++) {
-        const char *kp, *vp;
-        Py_ssize_t kn, vn;
-        if (items_get(&keys, i, &kp, &kn, "key") < 0 ||
-            items_get(&values, i, &vp, &vn, "value") < 0) {
-            return NULL;
-        }
-        uint64_t body = 2 + (uint64_t)ts_len + (uint64_t)varint_size(ZZ(delta)) +
-                        field_size(kn) + field_size(vn);
-        uint64_t size = (uint64_t)varint_size(ZZ(body)) + body;
-        if (total + size > room) {
-            break;
-        }
-        total += size;
+    Py_ssize_t end = hs_len == 1 ? run_measure(&r, 1, start, stop, room, &total)
+                                 : run_measure(&r, hs_len, start, stop, room, &total);
+    if (end < 0) {
+        return NULL;
     }
-    Py_ssize_t end = i;
     if (end == start) {
         return PyLong_FromSsize_t(end);
     }
     if (PyByteArray_Resize(buf, used + (Py_ssize_t)total) < 0) {
         return NULL;
     }
-    /* Pass 2: write them. */
     char *w = PyByteArray_AS_STRING(buf) + used;
-    delta = h.delta;
-    for (i = start; i < end; i++, delta++) {
-        const char *kp, *vp;
-        Py_ssize_t kn, vn;
-        if (items_get(&keys, i, &kp, &kn, "key") < 0 ||
-            items_get(&values, i, &vp, &vn, "value") < 0) {
-            /* Pass 1 read these very items and no Python code ran since, so this does not
-             * happen; if it did, the bytes written so far and the room reserved for the
-             * rest go, and buf is as it was (a shrink does not fail). */
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            (void)PyByteArray_Resize(buf, used);
-            PyErr_Restore(type, value, tb);
-            return NULL;
-        }
-        uint64_t zd = ZZ(delta);
-        uint64_t body = 2 + (uint64_t)ts_len + (uint64_t)varint_size(zd) + field_size(kn) +
-                        field_size(vn);
-        w = put_varint(w, ZZ(body));
-        *w++ = 0; /* attributes */
-        memcpy(w, ts, (size_t)ts_len);
-        w += ts_len;
-        w = put_varint(w, zd);
-        w = put_field(w, kp, kn);
-        w = put_field(w, vp, vn);
-        *w++ = 0; /* no headers */
+    if ((hs_len == 1 ? run_write(&r, 1, w, start, end) : run_write(&r, hs_len, w, start, end)) <
+        0) {
+        /* Pass 1 read these very items and no Python code ran since, so this does not
+         * happen; if it did, the bytes written so far and the room reserved for the rest
+         * go, and buf is as it was (a shrink does not fail). */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        (void)PyByteArray_Resize(buf, used);
+        PyErr_Restore(type, value, tb);
+        return NULL;
     }
     return PyLong_FromSsize_t(end);
 }
@@ -655,7 +712,7 @@ track(PyObject *module, PyObject *obj)
 
 static PyMethodDef methods[] = {
     {"append_run", (PyCFunction)(void (*)(void))append_run, METH_FASTCALL,
-     "append_run(buf, limit, ts_enc, delta, keys, values, start, stop) -> int"},
+     "append_run(buf, limit, ts_enc, delta, keys, values, start, stop, headers_enc) -> int"},
     {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL,
      "append_record(buf, limit, ts_enc, delta, key, value, headers_enc) -> bool"},
     {"record_sizes", (PyCFunction)(void (*)(void))record_sizes, METH_FASTCALL,

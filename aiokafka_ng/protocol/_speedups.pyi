@@ -42,6 +42,7 @@ def append_run(
     values: Sequence[bytes | None],
     start: int,
     stop: int,
+    headers_enc: bytes,
 ) -> int: ...
 def record_sizes(
     values: Sequence[object], keys: Sequence[object] | None, overhead: int

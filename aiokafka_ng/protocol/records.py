@@ -339,18 +339,22 @@ class RecordBatchBuilder:
         values: Sequence[bytes | None],
         start: int,
         stop: int,
+        headers: Headers = (),
     ) -> int:
-        """Append ``values[start:stop]`` (with ``keys``, or null keys) as records without
-        headers, all at ``timestamp_ms``, until one does not fit. Returns the index of the
-        first record not appended (``stop`` if all were). Encodes exactly as :meth:`append`
-        would, record by record, without a call per record (the producer's bulk path)."""
+        """Append ``values[start:stop]`` (with ``keys``, or null keys) as records, all at
+        ``timestamp_ms`` and all with the same ``headers`` (none by default; a traced bulk
+        call's trace context), until one does not fit. Returns the index of the first record
+        not appended (``stop`` if all were). Encodes exactly as :meth:`append` would, record
+        by record, without a call per record (the producer's bulk path); the headers are
+        encoded once per call."""
         if start >= stop:
             return start
         if self._built is not None:
             raise RuntimeError("record batch already built")
         if not self._count:
-            self.append(timestamp_ms, None if keys is None else keys[start], values[start])
+            self.append(timestamp_ms, None if keys is None else keys[start], values[start], headers)
             start += 1
+        headers_enc = _encode_headers(headers) if headers else b"\x00"
         zz = _ZZ
         small = _SMALL
         ts_delta = timestamp_ms - self._base_ts
@@ -364,7 +368,7 @@ class RecordBatchBuilder:
         if c_append_run is not None:
             # The same records, measured in one pass and written in place (no object per
             # record).
-            i = c_append_run(buf, limit, ts_enc, delta, keys, values, start, stop)
+            i = c_append_run(buf, limit, ts_enc, delta, keys, values, start, stop, headers_enc)
             if i < stop:
                 self._refused = True
             self._count = delta + i - start
@@ -387,7 +391,7 @@ class RecordBatchBuilder:
             else:
                 n = len(value)
                 value_enc = zz[n] if n < small else _zigzag_bytes(n)
-            record = join((b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, b"\x00"))
+            record = join((b"\x00", ts_enc, delta_enc, key_enc, key, value_enc, value, headers_enc))
             n = len(record)
             length_enc = zz[n] if n < small else _zigzag_bytes(n)
             if len(buf) + len(length_enc) + n > limit:

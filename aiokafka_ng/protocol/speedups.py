@@ -34,7 +34,17 @@ __all__ = ["AVAILABLE", "KERNEL", "NO_KERNEL", "BinaryColumn", "Kernel", "kernel
 
 AppendRecord = Callable[[bytearray, int, bytes, int, Any, Any, bytes], bool]
 AppendRun = Callable[
-    [bytearray, int, bytes, int, Sequence[bytes | None] | None, Sequence[bytes | None], int, int],
+    [
+        bytearray,
+        int,
+        bytes,
+        int,
+        Sequence[bytes | None] | None,
+        Sequence[bytes | None],
+        int,
+        int,
+        bytes,
+    ],
     int,
 ]
 RecordSizes = Callable[[Sequence[Any], Sequence[Any] | None, int], list[int] | None]

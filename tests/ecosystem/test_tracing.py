@@ -19,6 +19,7 @@ from aiokafka_ng.errors import MessageSizeTooLargeError
 from aiokafka_ng.producer import Producer, ProducerRecord
 from aiokafka_ng.testing import FakeKafka, virtual_time
 from aiokafka_ng.tracing import record_context
+from tests.protocol.arrow_columns import column
 
 pytestmark = pytest.mark.anyio
 
@@ -168,38 +169,163 @@ async def test_a_consumed_record_is_a_consumer_span_child_of_and_linked_to_its_p
     assert (many.attributes or {})["messaging.batch.message_count"] == 3
 
 
-async def test_bulk_calls_are_one_span_each_and_their_records_carry_no_context(
+async def test_bulk_calls_are_one_span_each_whose_context_their_records_carry(
     spans: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     provider, exporter = spans
+    old = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     async with FakeKafka(brokers=1, tcp=False) as kafka:
         kafka.create_topic("bulk", partitions=1)
         async with Producer(**kafka.client_config(), tracer_provider=provider) as producer:
             run = await producer.send_many("bulk", [b"a", b"b", b"c"])
             futs = await producer.send_batch(
-                "bulk", [ProducerRecord(b"d"), ProducerRecord(b"e", headers=[("h", b"1")])]
+                "bulk",
+                [
+                    ProducerRecord(b"d"),
+                    ProducerRecord(b"e", headers=[("h", b"1")]),
+                    ProducerRecord(b"f", headers=[("traceparent", old), ("g", None)]),
+                ],
             )
             assert _named(exporter, "bulk send") == []  # open until decided
             await run
             for fut in futs:
                 await fut
             await producer.flush()
-        records = await _consume(kafka, "bulk", 5)
-    by_count: dict[Any, list[ReadableSpan]] = {}
-    for span in _named(exporter, "bulk send"):
-        by_count.setdefault((span.attributes or {}).get("messaging.batch.message_count"), [])
-        by_count[(span.attributes or {}).get("messaging.batch.message_count")].append(span)
-    (many,), (batch,), singles = by_count[3], by_count[2], by_count[None]
-    # A send_batch with a ProducerRecord that has headers goes record by record through
-    # send(): a span each, children of the call's, their contexts in the records; the
-    # bulk path's records (send_many) have none.
-    assert [s.parent.span_id for s in singles if s.parent] == [batch.context.span_id] * 2
+        records = await _consume(kafka, "bulk", 6)
+    sent = _named(exporter, "bulk send")
+    singles = sorted((s for s in sent if s.parent), key=lambda s: s.start_time or 0)
+    (batch,) = [s for s in sent if s.context.span_id == singles[0].parent.span_id]
+    (many,) = [s for s in sent if s.parent is None and s is not batch]
+    assert [(s.attributes or {}).get("messaging.batch.message_count") for s in (many, batch)] == [
+        3, 3,
+    ]  # fmt: skip
+    # send_many's records take the bulk path and carry its span's context. A send_batch with
+    # a ProducerRecord that has headers goes record by record through send(): a span each,
+    # children of the call's, their contexts in the records (a record's own headers kept,
+    # an old traceparent replaced).
+    assert [s.parent.span_id for s in singles if s.parent] == [batch.context.span_id] * 3
     assert [list(r.headers) for r in records] == [
-        [], [], [],
+        [("traceparent", _traceparent(many))],
+        [("traceparent", _traceparent(many))],
+        [("traceparent", _traceparent(many))],
         [("traceparent", _traceparent(singles[0]))],
         [("h", b"1"), ("traceparent", _traceparent(singles[1]))],
-    ]  # fmt: skip
+        [("g", None), ("traceparent", _traceparent(singles[2]))],
+    ]
     assert all(s.status.status_code is StatusCode.UNSET for s in (many, batch, *singles))
+
+
+def _keys(mode: str, call: int, n: int) -> list[bytes | None] | None:
+    if mode == "none":
+        return None
+    if mode == "mixed":  # null keys beside keyed ones: placed record by record
+        return [None if i % 3 == 0 else b"k%d-%d" % (call, i % 7) for i in range(n)]
+    return [b"k%d-%d" % (call, i % 7) for i in range(n)]
+
+
+def _to_partition(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+    return 0 if key is None else all_partitions[key[-1] % len(all_partitions)]
+
+
+@pytest.mark.parametrize("keys", ["none", "keyed", "mixed", "partitioner"])
+@pytest.mark.parametrize("form", ["send_many", "send_batch", "records", "arrow"])
+async def test_every_record_of_a_bulk_call_carries_the_call_spans_context(
+    spans: tuple[TracerProvider, InMemorySpanExporter], form: str, keys: str
+) -> None:
+    """Every form of the bulk path and every way it places a run (sticky partition, keyed
+    groups, record by record, a user partitioner; many batches; the first call's run
+    waiting for the topic's metadata, the second's placed at once): each record carries the
+    trace context of its own call's span, ``tracestate`` too when the trace has one."""
+    provider, exporter = spans
+    tracer = provider.get_tracer("app")
+    n = 300
+    # The second call runs in a trace that came in with a tracestate (a remote parent).
+    remote = trace.NonRecordingSpan(
+        trace.SpanContext(
+            0x0AF7651916CD43DD8448EB211C80319C,
+            0xB7AD6B7169203331,
+            is_remote=True,
+            trace_flags=trace.TraceFlags(1),
+            trace_state=trace.TraceState([("vendor", "opaque-1")]),
+        )
+    )
+    parents = [None, trace.set_span_in_context(remote)]
+    config: dict[str, Any] = {"batch_size": 2048, "tracer_provider": provider}
+    if keys == "partitioner":
+        config["partitioner"] = _to_partition
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("runs", partitions=3)
+        async with Producer(**kafka.client_config(), **config) as producer:
+            for call, parent in enumerate(parents):
+                values: list[bytes | None] = [b"%d:%03d" % (call, i) + b"x" * 60 for i in range(n)]
+                ks = _keys("mixed" if keys == "partitioner" else keys, call, n)
+                with tracer.start_as_current_span(f"call-{call}", context=parent):
+                    if form == "send_many":
+                        await (await producer.send_many("runs", values, keys=ks))
+                    elif form == "arrow":
+                        cols = column(values), None if ks is None else column(ks)
+                        await (await producer.send_many("runs", cols[0], keys=cols[1]))
+                    elif form == "send_batch":
+                        for fut in await producer.send_batch("runs", values, keys=ks):
+                            await fut
+                    else:
+                        recs = [
+                            ProducerRecord(v, None if ks is None else ks[i])
+                            for i, v in enumerate(values)
+                        ]
+                        for fut in await producer.send_batch("runs", recs):
+                            await fut
+            await producer.flush()
+            batches = producer.statistics().batches_sent
+        records = [r for p in range(3) for r in kafka.records("runs", p)]
+    sent = _named(exporter, "runs send")
+    calls = {s.name: s for s in exporter.get_finished_spans() if s.name.startswith("call-")}
+    assert len(sent) == 2
+    by_call = {}
+    for span in sent:
+        assert span.parent is not None
+        (name,) = [c for c, s in calls.items() if s.context.span_id == span.parent.span_id]
+        by_call[int(name[-1])] = span
+        assert (span.attributes or {})["messaging.batch.message_count"] == n
+    expected = {
+        0: [("traceparent", _traceparent(by_call[0]))],
+        1: [("traceparent", _traceparent(by_call[1])), ("tracestate", b"vendor=opaque-1")],
+    }
+    assert by_call[1].context.trace_id == remote.get_span_context().trace_id
+    assert len(records) == 2 * n
+    assert batches >= 20  # 2 KiB batches of ~100-byte records: runs across many batches
+    for record in records:
+        assert list(record.headers) == expected[int(record.value[:1])], record
+    # What a consumer makes of it: the call's span, as the producer's context.
+    linked = trace.get_current_span(record_context(records[0])).get_span_context()
+    assert linked.span_id == by_call[int(records[0].value[:1])].context.span_id
+
+
+@pytest.mark.parametrize("traced", [False, True])
+async def test_a_bulk_record_is_charged_to_buffer_memory_as_a_send_of_it_is(
+    spans: tuple[TracerProvider, InMemorySpanExporter], traced: bool
+) -> None:
+    # With tracing on, a record's trace headers count in buffer_memory whichever call sent
+    # it (send() charges a record's headers; a bulk run charges its headers per record).
+    provider, _ = spans
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("mem", partitions=1)
+        async with Producer(
+            **kafka.client_config(),
+            linger_ms=60_000,
+            tracer_provider=provider if traced else None,
+        ) as producer:
+            await producer.send_and_wait("mem", b"warm-up")  # the topic's metadata is known
+            assert producer.statistics().buffer_bytes_used == 0
+            await producer.send("mem", b"x" * 10)
+            one = producer.statistics().buffer_bytes_used
+            await producer.send_many("mem", [b"y" * 10] * 50)
+            many = producer.statistics().buffer_bytes_used - one
+            await producer.flush()
+        records = kafka.records("mem", 0)
+    header_bytes = sum(len(k) + len(v or b"") + 10 for k, v in records[-1].headers)
+    assert bool(header_bytes) is traced
+    assert many == 50 * one
 
 
 async def test_tracing_off_adds_no_headers() -> None:

@@ -3,10 +3,11 @@ instrumentations of aiokafka (``opentelemetry-instrumentation-aiokafka``) and co
 (``-confluent-kafka``) as peers, in both directions, on a real broker.
 
 Each test is a relay: a peer produces inside an application span, we consume the record
-and, in the processing span parented on its context (``record_context``), produce one of
-our own, which the other peer consumes. The exported spans (in-memory exporter) must form
-one trace: our consumer span the child of the peer's send span, and the other peer's
-consumer span the child of (aiokafka) or linked to (confluent-kafka) our send span.
+and, in the processing span parented on its context (``record_context``), produce two of
+our own -- one by ``send()``, one by the bulk path (``send_many``) -- which the other peer
+consumes. The exported spans (in-memory exporter) must form one trace: our consumer span
+the child of the peer's send span, and the other peer's consumer span of each record the
+child of (aiokafka) or linked to (confluent-kafka) the send span of ours that sent it.
 
 The peers run in a worker thread (aiokafka on an asyncio loop of its own), so the test runs
 on asyncio and trio alike.
@@ -64,14 +65,27 @@ def dump(spans: list[ReadableSpan]) -> str:
     return "\n".join(out)
 
 
-def _one(spans: list[ReadableSpan], name: str, scope: str) -> ReadableSpan:
-    found = [
+def _all(spans: list[ReadableSpan], name: str, scope: str) -> list[ReadableSpan]:
+    return [
         s
         for s in spans
         if s.name == name and s.instrumentation_scope and s.instrumentation_scope.name == scope
     ]
+
+
+def _one(spans: list[ReadableSpan], name: str, scope: str) -> ReadableSpan:
+    found = _all(spans, name, scope)
     assert len(found) == 1, (name, scope, dump(spans))
     return found[0]
+
+
+def _our_sends(spans: list[ReadableSpan], topic: str) -> tuple[ReadableSpan, ReadableSpan]:
+    """Our two send spans of ``relay``: send()'s, and the send_many call's."""
+    found = _all(spans, f"{topic} send", "aiokafka_ng")
+    bulk = [s for s in found if "messaging.batch.message_count" in (s.attributes or {})]
+    single = [s for s in found if s not in bulk]
+    assert len(single) == len(bulk) == 1, dump(spans)
+    return single[0], bulk[0]
 
 
 def _is_child(child: ReadableSpan, parent: ReadableSpan) -> bool:
@@ -116,13 +130,16 @@ def confluent_consume(bootstrap: str, topic: str, provider: TracerProvider) -> N
         tracer_provider=provider,
     )
     consumer.subscribe([topic])
+    got = 0
     try:
         for _ in range(120):
             msg = consumer.poll(1.0)
             if msg is not None:
                 assert msg.error() is None, msg.error()
-                return
-        raise AssertionError("confluent-kafka got no record in 120 s")
+                got += 1
+                if got == RELAYED:
+                    return
+        raise AssertionError(f"confluent-kafka got {got} of {RELAYED} records in 120 s")
     finally:
         consumer.close()  # ends its process span
 
@@ -167,7 +184,8 @@ def aiokafka_consume(bootstrap: str, topic: str, provider: TracerProvider) -> No
         )
         await consumer.start()
         try:
-            await asyncio.wait_for(consumer.getone(), 120)
+            for _ in range(RELAYED):
+                await asyncio.wait_for(consumer.getone(), 120)
         finally:
             await consumer.stop()
 
@@ -181,9 +199,14 @@ def aiokafka_consume(bootstrap: str, topic: str, provider: TracerProvider) -> No
 # ------------------------------------------------------------------ us, in the middle
 
 
+#: Records ``relay`` sends for the one it consumes: one by send(), one by send_many().
+RELAYED = 2
+
+
 async def relay(bootstrap: str, source: str, target: str, provider: TracerProvider) -> None:
     """Consume one record of ``source`` (traced), handle it in a span parented on its
-    context, and send one record to ``target`` from there (traced)."""
+    context, and send two records to ``target`` from there (traced): one through
+    ``send()``, one through the bulk path."""
     async with (
         Consumer(
             source,
@@ -203,6 +226,7 @@ async def relay(bootstrap: str, source: str, target: str, provider: TracerProvid
         context = record_context(record)
         with provider.get_tracer("app").start_as_current_span("handle order", context=context):
             await producer.send_and_wait(target, b"shipment-1", key=b"s1")
+            await (await producer.send_many(target, [b"shipment-2"], keys=[b"s1"]))
 
 
 async def test_confluent_kafka_to_us_to_aiokafka_is_one_trace(
@@ -221,16 +245,23 @@ async def test_confluent_kafka_to_us_to_aiokafka_is_one_trace(
     their_send = _one(got, f"{orders} send", peer + "confluent_kafka")
     our_receive = _one(got, f"{orders} receive", "aiokafka_ng")
     handle = _one(got, "handle order", "app")
-    our_send = _one(got, f"{shipments} send", "aiokafka_ng")
-    their_receive = _one(got, f"{shipments} receive", peer + "aiokafka")
+    our_send, our_bulk = _our_sends(got, shipments)
+    their_receives = sorted(
+        _all(got, f"{shipments} receive", peer + "aiokafka"),
+        key=lambda s: (s.attributes or {})["messaging.kafka.message.offset"],
+    )
+    assert [(s.attributes or {})["messaging.kafka.message.offset"] for s in their_receives] == [
+        0, 1,
+    ], dump(got)  # fmt: skip
     assert _is_child(their_send, request), dump(got)
     assert _is_child(our_receive, their_send), dump(got)  # ours extracts theirs
     assert _is_child(handle, their_send), dump(got)  # record_context
-    assert _is_child(our_send, handle), dump(got)
-    assert _is_child(their_receive, our_send), dump(got)  # theirs extracts ours
+    assert _is_child(our_send, handle) and _is_child(our_bulk, handle), dump(got)
+    # theirs extracts ours, from either path: send()'s record and the bulk call's record
+    assert _is_child(their_receives[0], our_send), dump(got)
+    assert _is_child(their_receives[1], our_bulk), dump(got)
     assert (our_receive.kind, our_send.kind) == (SpanKind.CONSUMER, SpanKind.PRODUCER)
     assert (our_send.attributes or {})["messaging.kafka.offset"] == 0
-    assert (their_receive.attributes or {})["messaging.kafka.message.offset"] == 0
     assert len({s.context.trace_id for s in got if s.context}) == 1, dump(got)
 
 
@@ -250,16 +281,21 @@ async def test_aiokafka_to_us_to_confluent_kafka_is_one_trace(
     their_send = _one(got, f"{orders} send", peer + "aiokafka")
     our_receive = _one(got, f"{orders} receive", "aiokafka_ng")
     handle = _one(got, "handle order", "app")
-    our_send = _one(got, f"{shipments} send", "aiokafka_ng")
-    their_process = _one(got, f"{shipments} process", peer + "confluent_kafka")
+    our_send, our_bulk = _our_sends(got, shipments)
+    their_process = _all(got, f"{shipments} process", peer + "confluent_kafka")
     assert _is_child(their_send, request), dump(got)
     assert _is_child(our_receive, their_send), dump(got)
     assert _is_child(handle, their_send), dump(got)
-    assert _is_child(our_send, handle), dump(got)
+    assert _is_child(our_send, handle) and _is_child(our_bulk, handle), dump(got)
     # confluent-kafka's instrumentation links its process span to the producer's context
-    # (a new trace of its own): the link is what carries the trace across.
-    assert our_send.context is not None
-    assert [(link.context.trace_id, link.context.span_id) for link in their_process.links] == [
-        (our_send.context.trace_id, our_send.context.span_id)
-    ], dump(got)
+    # (a new trace of its own): the link is what carries the trace across, for the record
+    # send() sent and for the one the bulk call sent.
+    assert our_send.context is not None and our_bulk.context is not None
+    links = [
+        [(link.context.trace_id, link.context.span_id) for link in span.links]
+        for span in their_process
+    ]
+    assert sorted(links) == sorted(
+        [[(ours.context.trace_id, ours.context.span_id)] for ours in (our_send, our_bulk)]
+    ), dump(got)
     assert request.context is not None and request.context.trace_id == our_send.context.trace_id

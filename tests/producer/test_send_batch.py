@@ -146,20 +146,26 @@ async def test_buffer_exhausted_fails_the_rest_in_their_futures(kafka_broker: An
     st.integers(0, 2**40),
     st.sampled_from([Compression.NONE, Compression.LZ4]),
     st.integers(200, 4000),
+    st.lists(st.tuples(st.text(max_size=12), st.none() | st.binary(max_size=60)), max_size=3),
 )
 def test_append_run_encodes_like_append(
-    records: list[tuple[bytes | None, bytes | None]], ts: int, codec: Compression, max_size: int
+    records: list[tuple[bytes | None, bytes | None]],
+    ts: int,
+    codec: Compression,
+    max_size: int,
+    headers: list[tuple[str, bytes | None]],
 ) -> None:
+    # headers: one header set on every record of the run (a traced bulk call's context).
     keys = [k for k, _ in records]
     values = [v for _, v in records]
     one = RecordBatchBuilder(codec, max_size=max_size)
     taken = 0
     for k, v in records:
-        if one.append(ts, k, v) is None:
+        if one.append(ts, k, v, headers) is None:
             break
         taken += 1
     run = RecordBatchBuilder(codec, max_size=max_size)
-    assert run.append_run(ts, keys, values, 0, len(values)) == taken
+    assert run.append_run(ts, keys, values, 0, len(values), headers) == taken
     assert run.record_count == one.record_count and run.is_full == one.is_full
     assert run.build() == one.build()
 

@@ -160,6 +160,7 @@ def test_builders_write_identical_bytes(
     max_size=st.integers(61, 4000),
     ts=st.integers(0, 2**41),
     first=st.booleans(),
+    headers=_HEADERS,
 )
 def test_append_run_identical(
     keys: list[bytes | None] | None,
@@ -169,12 +170,15 @@ def test_append_run_identical(
     max_size: int,
     ts: int,
     first: bool,
+    headers: list[tuple[str, bytes | None]],
 ) -> None:
+    # headers: the constant header set of a run (empty: none), e.g. a bulk call's trace
+    # context.
     def run(mod: ModuleType) -> tuple[int, int, bytes | None]:
         builder = mod.RecordBatchBuilder(max_size=max_size)
         if first:
             builder.append(ts - 5, b"k", b"v", [("h", b"x")])
-        stopped = builder.append_run(ts, keys, values, start, stop)
+        stopped = builder.append_run(ts, keys, values, start, stop, headers)
         data = builder.build() if builder.record_count else None
         return stopped, builder.record_count, data
 

@@ -146,11 +146,38 @@ def test_column_keeps_its_buffers_alive() -> None:
 # ----------------------------------------------------------------------- record batches
 
 
-def _run(mod: Any, keys: Any, values: Any, start: int, stop: int, max_size: int) -> Any:
+def _run(
+    mod: Any,
+    keys: Any,
+    values: Any,
+    start: int,
+    stop: int,
+    max_size: int,
+    headers: list[tuple[str, bytes | None]] | None = None,
+    first: bool = True,
+) -> Any:
     builder = mod.RecordBatchBuilder(max_size=max_size)
-    builder.append(1_000, b"first", b"record", [("h", b"v")])
-    stopped = builder.append_run(1_007, keys, values, start, stop)
-    return stopped, builder.record_count, builder.is_full, builder.build()
+    if first:
+        builder.append(1_000, b"first", b"record", [("h", b"v")])
+    if headers is None:
+        stopped = builder.append_run(1_007, keys, values, start, stop)
+    else:
+        stopped = builder.append_run(1_007, keys, values, start, stop, headers)
+    data = builder.build() if builder.record_count else None
+    return stopped, builder.record_count, builder.is_full, data
+
+
+# A run's constant header set: none, empty, a trace context, and odd ones (a null value,
+# a long value whose lengths take two varint bytes, a non-ASCII key).
+_RUN_HEADERS = st.one_of(
+    st.none(),
+    st.just([]),
+    st.just([("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")]),
+    st.lists(
+        st.tuples(st.text(max_size=10), st.one_of(st.none(), st.binary(max_size=200))),
+        max_size=4,
+    ),
+)
 
 
 @_SETTINGS
@@ -160,6 +187,8 @@ def _run(mod: Any, keys: Any, values: Any, start: int, stop: int, max_size: int)
     form=st.sampled_from(["list", "column", "mixed"]),
     bounds=st.tuples(st.integers(0, 60), st.integers(0, 60)),
     max_size=st.integers(BATCH_OVERHEAD, 5000),
+    headers=_RUN_HEADERS,
+    first=st.booleans(),
 )
 def test_append_run_writes_what_the_python_loop_writes(
     rows: list[tuple[bytes | None, bytes | None]],
@@ -167,14 +196,36 @@ def test_append_run_writes_what_the_python_loop_writes(
     form: str,
     bounds: tuple[int, int],
     max_size: int,
+    headers: list[tuple[str, bytes | None]] | None,
+    first: bool,
 ) -> None:
     keys = [k for k, _ in rows] if keyed else None
     values = [v for _, v in rows]
     start, stop = min(bounds[0], len(rows)), min(bounds[1], len(rows))
-    expected = _run(records_py, keys, values, start, stop, max_size)
+    expected = _run(records_py, keys, values, start, stop, max_size, headers, first)
     c_values = values if form == "list" else column(values, pad=2)
     c_keys = keys if keys is None or form != "column" else column(keys, large=True)
-    assert _run(records_c, c_keys, c_values, start, stop, max_size) == expected
+    assert _run(records_c, c_keys, c_values, start, stop, max_size, headers, first) == expected
+
+
+def test_a_runs_headers_are_on_every_record_it_wrote() -> None:
+    headers = [("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")]
+    values: list[bytes | None] = [b"v%d" % i for i in range(40)]
+    stopped, count, full, data = _run(records_c, None, column(values), 0, 40, 1000, headers)
+    assert full and 1 < stopped < 40 and count == stopped + 1
+    (batch,) = iter_batches(data)
+    got = [(r.value, list(r.headers)) for r in batch.records()]
+    assert got == [(b"record", [("h", b"v")])] + [(v, headers) for v in values[:stopped]]
+
+
+def test_append_run_checks_its_header_bytes() -> None:
+    buf = bytearray(BATCH_OVERHEAD)
+    for bad in ("\x00", b"", None):
+        with pytest.raises(TypeError, match="headers_enc must be non-empty bytes"):
+            _speedups.append_run(buf, 1 << 20, b"\x00", 1, None, [b"v"], 0, 1, bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes 9 arguments"):
+        _speedups.append_run(buf, 1 << 20, b"\x00", 1, None, [b"v"], 0, 1)  # type: ignore[call-arg]
+    assert bytes(buf) == bytes(BATCH_OVERHEAD)
 
 
 @_SETTINGS
