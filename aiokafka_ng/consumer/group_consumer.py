@@ -319,14 +319,21 @@ class ConsumerGroupMember(GroupCoordinator):
 
     # ------------------------------------------------------------------ commits / leave
 
-    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit with the member id and epoch. On STALE_MEMBER_EPOCH a commit from the
-        application is retried with the epoch of each next heartbeat until
-        ``request_timeout_ms`` has passed (Java retries until the commit's deadline); one
-        from the member task (while revoking) fails at once."""
+    async def commit(
+        self,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the retries' budget, as OffsetsClient's)
+    ) -> None:
+        """Commit with the member id and epoch, retrying retriable errors until ``timeout``
+        seconds (None: ``request_timeout_ms``) have passed. On STALE_MEMBER_EPOCH a commit
+        from the application is retried with the epoch of each next heartbeat until that
+        deadline (Java retries until the commit's deadline); one from the member task (while
+        revoking) fails at once."""
         if self.fatal is not None:
             raise self.fatal
-        deadline = anyio.current_time() + self._settings.request_timeout_s
+        budget = self._settings.request_timeout_s if timeout is None else timeout
+        deadline = anyio.current_time() + budget
         stale = 0
         while True:
             joined = self.state is MemberState.STABLE
@@ -338,6 +345,7 @@ class ConsumerGroupMember(GroupCoordinator):
                     generation=self.generation if joined else -1,
                     member_id=self.member_id if joined else "",
                     group_instance_id=self._instance_id if joined else None,
+                    timeout=max(deadline - anyio.current_time(), 0.001),
                 )
                 return
             except StaleMemberEpochError as exc:

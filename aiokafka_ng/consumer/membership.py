@@ -347,8 +347,14 @@ class GroupMembership:
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         return {tp: self._processed[tp] for tp in partitions if tp in self._processed}
 
-    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit ``offsets`` with this member's generation (CommitFailedError if stale)."""
+    async def commit(
+        self,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the retries' budget, as OffsetsClient's)
+    ) -> None:
+        """Commit ``offsets`` with this member's generation (CommitFailedError if stale),
+        retrying retriable errors for ``timeout`` seconds (None: ``request_timeout_ms``)."""
         if self.fatal is not None:
             raise self.fatal
         await self._offsets.commit(
@@ -356,6 +362,7 @@ class GroupMembership:
             generation=self.generation,
             member_id=self.member_id,
             group_instance_id=self._instance_id,
+            timeout=timeout,
         )
 
     async def commit_positions(
