@@ -98,13 +98,17 @@ else:
 """
 
 
-def _reaches(sender: int | str, cluster: KafkaCluster, receiver: int) -> bool:
+def _reaches(
+    sender: int | str, cluster: KafkaCluster, receiver: int, *, controller: bool = False
+) -> bool:
     """Whether a connection from ``sender``'s group (a node id, or CLIENTS) to the node
-    ``receiver`` is set up: the very match the filter makes on the nodes' own sockets."""
+    ``receiver`` (its PLAINTEXT listener, or with ``controller`` its CONTROLLER one) is set
+    up: the very match the filter makes on the nodes' own sockets."""
     gid = "-" if sender == CLIENTS else str(cluster.node(int(sender)).gid)
     node = cluster.node(receiver)
+    port = node.ports.CONTROLLER if controller else node.port
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, gid, node.host, str(node.port)],
+        [sys.executable, "-c", _PROBE, gid, node.host, str(port)],
         capture_output=True,
         text=True,
         check=True,
@@ -135,6 +139,15 @@ def test_the_rules_cut_exactly_the_links_named(cluster: KafkaCluster) -> None:
         assert not _reaches(2, cluster, 3) and _reaches(3, cluster, 1)
         nemesis.heal()
         assert _reaches(CLIENTS, cluster, 2) and _reaches(2, cluster, 3)
+        # Replication only: the broker listeners between 2 and the others are cut; the
+        # quorum's (CONTROLLER) and the clients' links are not.
+        nemesis.cut_replication(2)
+        assert not _reaches(1, cluster, 2) and not _reaches(2, cluster, 3)
+        assert _reaches(1, cluster, 2, controller=True)
+        assert _reaches(2, cluster, 3, controller=True)
+        assert _reaches(CLIENTS, cluster, 2) and _reaches(1, cluster, 3)
+        nemesis.heal()
+        assert _reaches(1, cluster, 2) and _reaches(2, cluster, 3)
     assert _tables() == before
 
 
