@@ -46,6 +46,7 @@ import itertools
 import json
 import logging
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -429,9 +430,12 @@ class Report:
 
 
 def _error_type(exc: BaseException) -> str:
-    """``KafkaTimeoutError`` or, with a cause, ``KafkaTimeoutError<-RequestTimedOutError``."""
+    """``CommitFailedError``; with a cause ``CommitFailedError<-RebalanceInProgressError``;
+    a timeout with the last error it names: ``KafkaTimeoutError<-NotCoordinatorError``."""
     cause = exc.__cause__
-    return type(exc).__name__ + (f"<-{type(cause).__name__}" if cause is not None else "")
+    last = re.search(r"last error: (\w+)", str(exc))
+    named = type(cause).__name__ if cause is not None else last.group(1) if last else None
+    return type(exc).__name__ + (f"<-{named}" if named else "")
 
 
 def _counted(counts: Counter[str]) -> str:
