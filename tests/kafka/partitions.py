@@ -509,8 +509,10 @@ async def run(
     workload: str = "produce",
     config: str = "safe",
     consumers: tuple[str, ...] = ("aiokafka-ng",),
+    tail: float = 2.0,
 ) -> Report:
-    """One run of ``schedule`` on fresh topics with ``client`` (see the module docstring).
+    """One run of ``schedule`` on fresh topics with ``client`` (see the module docstring),
+    the workload going on for ``tail`` seconds after the last step's recovery pause.
     produce: ``client``'s producer, and each of ``consumers`` committing in its own group.
     txn: our producer writes the input, ``client`` transforms it."""
     name = f"part-{schedule.seed}-{time.monotonic_ns() % 10**9}"
@@ -556,6 +558,7 @@ async def run(
                 tg.start_soon(transforms[client], cluster, state, drained)
             try:
                 await _apply_schedule(admin, cluster, nemesis, state)
+                await anyio.sleep(tail)  # the last window's recovery, seen
             finally:
                 nemesis.reset()
                 done.set()
@@ -609,9 +612,6 @@ async def _apply_schedule(
         window.healed = time.monotonic()
         _log.warning("healed")
         await anyio.sleep(step.recover)
-    # The last window's recovery is seen by the time the producer has sent for a while
-    # (after a lone-leader fault the consumers took longer than the 2 s this was).
-    await anyio.sleep(8.0)
 
 
 async def _partition_isr(
@@ -1577,8 +1577,10 @@ async def _main(args: argparse.Namespace) -> int:
                         ))  # fmt: skip
                     # The consumers run beside our producer's runs only (one set per seed).
                     consumers = tuple(args.consumers) if client == "aiokafka-ng" else ()
+                    # 8 s after the last step: after a lone-leader fault the consumers took
+                    # longer than 2 s to read a record sent after its heal.
                     report = await run(cluster, nemesis, schedule, client, workload=workload,
-                                       config=config, consumers=consumers)  # fmt: skip
+                                       config=config, consumers=consumers, tail=8.0)  # fmt: skip
                     print(report.row(), flush=True)
                     if report.ok:
                         continue
