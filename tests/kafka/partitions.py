@@ -848,7 +848,8 @@ async def _produce_confluent(cluster: KafkaCluster, state: Run, done: anyio.Even
                 # "sequence desynchronization") ends this producer; an application makes
                 # a new one, and so does the workload. Its records still pending fail.
                 error = exc.args[0]
-                if not error.fatal():
+                # The fatal error itself, or _FATAL from a produce() after it.
+                if not (error.fatal() or error.code() == confluent_kafka.KafkaError._FATAL):
                     raise
                 state.fatal.append(str(error.name()))
                 _log.warning("confluent-kafka producer: fatal %s", error.str())
