@@ -853,7 +853,10 @@ async def _produce_confluent(cluster: KafkaCluster, state: Run, done: anyio.Even
                     raise
                 state.fatal.append(str(error.name()))
                 _log.warning("confluent-kafka producer: fatal %s", error.str())
-                producer.flush(5)  # the failed deliveries reported ("not acknowledged")
+                try:  # the failed deliveries reported ("not acknowledged")
+                    producer.flush(5)
+                except confluent_kafka.KafkaException:
+                    pass  # the fatal error again
                 producer = new_producer()
                 continue
             state.sent_at[seq] = time.monotonic()
