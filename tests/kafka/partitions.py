@@ -825,6 +825,7 @@ async def _produce_confluent(cluster: KafkaCluster, state: Run, done: anyio.Even
 
     def produce() -> None:
         producer = new_producer()
+        abandoned: list[Any] = []  # producers a fatal error ended (kept, not destroyed)
 
         def report(seq: int) -> Callable[[Any, Any], None]:
             def on_delivery(error: Any, message: Any) -> None:
@@ -853,17 +854,20 @@ async def _produce_confluent(cluster: KafkaCluster, state: Run, done: anyio.Even
                     raise
                 state.fatal.append(str(error.name()))
                 _log.warning("confluent-kafka producer: fatal %s", error.str())
-                try:  # the failed deliveries reported ("not acknowledged")
-                    producer.flush(5)
-                except confluent_kafka.KafkaException:
-                    pass  # the fatal error again
+                # Not flushed: flush() of a fatal producer raised the error again, and once
+                # SystemError ("returned NULL without setting an exception"). Its pending
+                # records are never reported: neither acknowledged nor failed.
+                abandoned.append(producer)
                 producer = new_producer()
                 continue
             state.sent_at[seq] = time.monotonic()
             seq += 1
             producer.poll(0)  # delivery reports; poll(timeout) returns early on one
             time.sleep(SEND_INTERVAL)  # the pace of the other two producers
-        producer.flush()
+        try:
+            producer.flush()
+        except (confluent_kafka.KafkaException, SystemError) as exc:  # fatal at the end
+            state.fatal.append(repr(exc))
 
     async def stopper() -> None:
         # anyio.Event is not thread-safe: the flowing signal is set from this side.
