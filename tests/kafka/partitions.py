@@ -397,6 +397,11 @@ class Report:
     #: What each "lone-leader" fault did.
     truncations_made: list[Truncation] = field(default_factory=list)
     fatal: list[str] = field(default_factory=list)  # errors that ended a producer
+    #: For the lost records no election explains, where and when they were acknowledged:
+    #: partition -> (fewest, most) of their offsets, and of their acknowledgement times in
+    #: seconds from the start of the first fault; with each fault's start, election and
+    #: heal on the same clock (a diagnostic printed when a run finds something).
+    lost_where: dict[str, Any] = field(default_factory=dict)
 
     @property
     def lost_by_clients(self) -> list[int]:
@@ -1399,6 +1404,7 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
         steps=[f"{w.step.fault}@{w.target}{_isr_label(w)}" for w in state.windows],
         truncations_made=[w.truncation for w in state.windows if w.truncation],
         fatal=state.fatal,
+        lost_where=_lost_where(state, lost),
         lost_truncated=[
             seq
             for seq in lost
@@ -1532,6 +1538,47 @@ async def _check_transform(
     ]
 
 
+def _lost_where(state: Run, lost: list[int]) -> dict[str, Any]:
+    """See :attr:`Report.lost_where` (over every lost record: which ones an election
+    explains the row says; this says where the others are)."""
+    if not lost or not state.windows:
+        return {}
+    t0 = state.windows[0].start
+    explained = {
+        seq
+        for seq in lost
+        for w in state.windows
+        if w.truncation is not None
+        and w.truncation.explains(
+            _partition_of(seq), state.acked_offset.get(seq), state.acked_at[seq]
+        )
+    }
+    where: dict[str, Any] = {}
+    for p in range(PARTITIONS):
+        seqs = [s for s in lost if _partition_of(s) == p and s not in explained]
+        if not seqs:
+            continue
+        offsets = [state.acked_offset[s] for s in seqs if s in state.acked_offset]
+        times = [round(state.acked_at[s] - t0, 2) for s in seqs]
+        where[f"p{p}"] = {
+            "count": len(seqs),
+            "offsets": [min(offsets), max(offsets)] if offsets else None,
+            "acked_s": [min(times), max(times)],
+        }
+    where["faults_s"] = [
+        {
+            "fault": w.step.fault,
+            "start": round(w.start - t0, 2),
+            "elected": None
+            if w.truncation is None or w.truncation.elected_at is None
+            else round(w.truncation.elected_at - t0, 2),
+            "healed": round(w.healed - t0, 2),
+        }
+        for w in state.windows
+    ]
+    return where
+
+
 def _isr_label(window: Window) -> str:
     """ "(leader 2 isr 2,3)": the fault's partition (0 unless named: "(p1 leader 2 isr 2)")
     at the end of the fault, "(?)" when not known."""
@@ -1602,6 +1649,8 @@ async def _main(args: argparse.Namespace) -> int:
                              "committed_lost": report.committed_lost,
                              "aborted_visible": report.aborted_visible[:20],
                              "ahead": report.ahead[:20],
+                             "lost_by_clients": report.lost_by_clients[:20],
+                             "lost_where": report.lost_where,
                              "readers": {r.client: {"committed_lost": r.committed_lost,
                                                     "redelivered": r.redelivered[:20],
                                                     "missed": r.missed[:20]}
