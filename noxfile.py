@@ -90,16 +90,18 @@ def soak(session: nox.Session) -> None:
 def partitions(session: nox.Session) -> None:
     """Network partitions on Apache Kafka, the long schedules (root, iptables and tc): 2
     seeded runs of 12 faults each, in both configurations (safe, unclean), of the produce
-    workload (our producer, Java's and librdkafka's; the three consumers beside ours) and
-    the transactional one (the three consume-transform-produce loops), on a cluster of its
-    own (about 80 minutes); `nox -s partitions -- --seed 7 --runs 1 --steps 6` replays one
+    workload (our producer, Java's and librdkafka's; the three consumers beside ours, and
+    ours with auto_offset_reset="none") and the transactional one (the three
+    consume-transform-produce loops), on a cluster of its own (about 80 minutes); each
+    schedule's lone-leader faults make unclean elections in the unclean configuration;
+    `nox -s partitions -- --seed 7 --runs 1 --steps 6` replays one
     (tests/kafka/partitions.py)."""
     _install(session)
     args = session.posargs or [
         "--seed", "100", "--runs", "2", "--steps", "12",
         "--clients", "aiokafka-ng", "java", "confluent-kafka",
         "--workloads", "produce", "txn", "--configs", "safe", "unclean",
-        "--consumers", "aiokafka-ng", "java", "confluent-kafka",
+        "--consumers", "aiokafka-ng", "aiokafka-ng-none", "java", "confluent-kafka",
     ]  # fmt: skip
     session.run("python", "-m", "tests.kafka.partitions", *args)
 

@@ -100,6 +100,7 @@ class ConsumerSettings(ClientSettings, total=False):
     check_crcs: bool
     client_rack: str
     close_timeout_ms: int
+    default_api_timeout_ms: int
     enable_auto_commit: bool
     enable_metrics_push: bool
     exclude_internal_topics: bool

@@ -393,14 +393,21 @@ class ClassicMember:
 
     # ------------------------------------------------------------------ commit / leave
 
-    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit with this member's generation (CommitFailedError if stale)."""
+    async def commit(
+        self,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the retries' budget, as OffsetsClient's)
+    ) -> None:
+        """Commit with this member's generation (CommitFailedError if stale), retrying
+        retriable errors for ``timeout`` seconds (None: ``request_timeout_ms``)."""
         core = self._core
         await core.offsets.commit(
             offsets,
             generation=core.generation,
             member_id=core.member_id,
             group_instance_id=core.instance_id,
+            timeout=timeout,
         )
 
     async def leave(self, *, reason: str, force: bool = False, permanent: bool = False) -> None:

@@ -87,6 +87,12 @@ class ConsumerConfig(ClientConfig):
     #: shutdown inside Kubernetes' 30 s grace period (see docs/fastapi.md).
     close_timeout_ms: int = Field(default=10000, ge=0)
     session_timeout_ms: int = Field(default=45000, gt=0)
+    #: Java's ``default.api.timeout.ms``: how long ``commit()``, ``committed()``,
+    #: ``offsets_for_times()``, ``beginning_offsets()`` and ``end_offsets()`` retry retriable
+    #: errors (a coordinator or leader away, a request timed out) before raising
+    #: ``KafkaTimeoutError``; each request is still bounded by ``request_timeout_ms``. Not
+    #: lower than ``request_timeout_ms`` (left unset, it follows it).
+    default_api_timeout_ms: int = Field(default=60000, gt=0)
     heartbeat_interval_ms: int = Field(default=3000, gt=0)
     max_poll_interval_ms: int = Field(default=300000, gt=0)
     #: JoinGroup's rebalance timeout; None means max_poll_interval_ms (as Java does).
@@ -163,6 +169,13 @@ class ConsumerConfig(ClientConfig):
                     errors[key] = f"not supported with group_protocol='consumer': {why}"
         elif "group_remote_assignor" in user and self.group_remote_assignor is not None:
             errors["group_remote_assignor"] = "requires group_protocol='consumer'"
+        # The admin client's rule (Java's for its admin): a call is allowed at least one
+        # whole request.
+        if self.default_api_timeout_ms < self.request_timeout_ms:
+            if "default_api_timeout_ms" in user:
+                errors["default_api_timeout_ms"] = "must be >= request_timeout_ms"
+            else:
+                self._force(default_api_timeout_ms=self.request_timeout_ms)
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             key = (
                 "heartbeat_interval_ms" if "heartbeat_interval_ms" in user else "session_timeout_ms"

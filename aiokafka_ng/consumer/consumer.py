@@ -103,6 +103,10 @@ class Consumer:
         return self._config
 
     @property
+    def _api_timeout_s(self) -> float:
+        return self._config.default_api_timeout_ms / 1000
+
+    @property
     def _cluster(self) -> Cluster | None:
         """The cluster while running, else None."""
         return self._runtime.open_cluster
@@ -519,12 +523,16 @@ class Consumer:
                 else OffsetAndMetadata(om)
                 for tp, om in offsets.items()
             }
-        await self._group.commit(todo)
+        # Retriable errors are retried for default_api_timeout_ms, as Java's commitSync:
+        # a coordinator that moves or is away for a few seconds is no failed commit.
+        await self._group.commit(todo, timeout=self._api_timeout_s)
 
     async def committed(self, partition: TopicPartition) -> int | None:
         """The group's committed offset for ``partition`` (None when nothing committed)."""
         _, _, offsets = self._running()
-        answer = (await offsets.fetch_committed([partition])).get(partition)
+        answer = (await offsets.fetch_committed([partition], timeout=self._api_timeout_s)).get(
+            partition
+        )
         return None if answer is None else answer.offset
 
     async def offsets_for_times(
@@ -535,7 +543,7 @@ class Consumer:
         for ts in timestamps.values():
             if ts < 0:
                 raise ValueError("timestamps must be >= 0")
-        answers = await offsets.list_offsets(dict(timestamps))
+        answers = await offsets.list_offsets(dict(timestamps), timeout=self._api_timeout_s)
         return {
             tp: None if a.offset < 0 else OffsetAndTimestamp(a.offset, a.timestamp)
             for tp, a in answers.items()
@@ -545,13 +553,17 @@ class Consumer:
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int]:
         _, _, offsets = self._running()
-        answers = await offsets.list_offsets(dict.fromkeys(partitions, EARLIEST))
+        answers = await offsets.list_offsets(
+            dict.fromkeys(partitions, EARLIEST), timeout=self._api_timeout_s
+        )
         return {tp: a.offset for tp, a in answers.items()}
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The offset the next written record will get (the high watermark)."""
         _, _, offsets = self._running()
-        answers = await offsets.list_offsets(dict.fromkeys(partitions, LATEST))
+        answers = await offsets.list_offsets(
+            dict.fromkeys(partitions, LATEST), timeout=self._api_timeout_s
+        )
         return {tp: a.offset for tp, a in answers.items()}
 
     # ------------------------------------------------------------------ metadata

@@ -267,12 +267,19 @@ class ConsumerGroupMember:
 
     # ------------------------------------------------------------------ commits / leave
 
-    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit with the member id and epoch. On STALE_MEMBER_EPOCH a commit from the
-        application is retried with the epoch of each next heartbeat until
-        ``request_timeout_ms`` has passed (Java retries until the commit's deadline); one
-        from the member task (while revoking) fails at once."""
-        deadline = anyio.current_time() + self._core.settings.request_timeout_s
+    async def commit(
+        self,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the retries' budget, as OffsetsClient's)
+    ) -> None:
+        """Commit with the member id and epoch, retrying retriable errors until ``timeout``
+        seconds (None: ``request_timeout_ms``) have passed. On STALE_MEMBER_EPOCH a commit
+        from the application is retried with the epoch of each next heartbeat until that
+        deadline (Java retries until the commit's deadline); one from the member task (while
+        revoking) fails at once."""
+        budget = self._core.settings.request_timeout_s if timeout is None else timeout
+        deadline = anyio.current_time() + budget
         stale = 0
         while True:
             joined = self._core.state is MemberState.STABLE
@@ -284,6 +291,7 @@ class ConsumerGroupMember:
                     generation=self._core.generation if joined else -1,
                     member_id=self._core.member_id if joined else "",
                     group_instance_id=self._core.instance_id if joined else None,
+                    timeout=max(deadline - anyio.current_time(), 0.001),
                 )
                 return
             except StaleMemberEpochError as exc:

@@ -147,7 +147,12 @@ class MemberProtocol(Protocol):
         """A new metadata snapshot (a cluster listener while the member task runs)."""
         ...
 
-    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+    async def commit(
+        self,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the retries' budget)
+    ) -> None:
         """Commit ``offsets`` with the member's identity (CommitFailedError if stale)."""
         ...
 
@@ -437,11 +442,17 @@ class GroupMembership:
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         return {tp: self._processed[tp] for tp in partitions if tp in self._processed}
 
-    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """Commit ``offsets`` as this member (CommitFailedError if its identity is stale)."""
+    async def commit(
+        self,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the retries' budget, as OffsetsClient's)
+    ) -> None:
+        """Commit ``offsets`` as this member (CommitFailedError if its identity is stale),
+        retrying retriable errors for ``timeout`` seconds (None: ``request_timeout_ms``)."""
         if self.fatal is not None:
             raise self.fatal
-        await self.member.commit(offsets)
+        await self.member.commit(offsets, timeout=timeout)
 
     async def commit_positions(
         self, partitions: Iterable[TopicPartition] | None = None, *, swallow: bool = False

@@ -30,6 +30,15 @@ brokers must notice it by their timeouts.
 :meth:`Nemesis.partition` takes groups of parties (node ids and :data:`CLIENTS`) and cuts
 every party from every party of another group; :meth:`heal` removes every cut.
 
+Replication without the quorum. In the combined broker+controller nodes, a follower fetches
+from its leader's broker listener, and the leader reaches the controller (heartbeats,
+AlterPartition) and the other voters on their CONTROLLER listeners. :meth:`cut_replication`
+cuts only the broker listeners between a node and the others (a cut of ``listeners="broker"``:
+every port of the node but CONTROLLER): its followers stop fetching, it stays in the quorum
+and unfenced, so it shrinks its partitions' ISR to itself -- the first half of the path to
+an unclean election, which a cut of the whole node cannot take (the controller would fence
+the leader before its ISR shrank, and elect an in-sync follower).
+
 Links. :meth:`lossy` drops a fraction of every packet to or from a node (``-m statistic``,
 in the same filter chain). :meth:`slow` limits a node's bandwidth both ways with an HTB class
 on ``lo``: packets are marked in the mangle table (to the node's address and ports, or sent
@@ -86,6 +95,8 @@ class NemesisError(RuntimeError):
 class _Cut:
     sender: Party
     receiver: int
+    #: "all": every listener of the receiver; "broker": all but its CONTROLLER listener.
+    listeners: Literal["all", "broker"] = "all"
 
 
 class Nemesis:
@@ -175,7 +186,10 @@ class Nemesis:
         self._remove_all()
 
     def __repr__(self) -> str:
-        cuts = sorted(f"{c.sender}->{c.receiver}" for c in self._cuts)
+        cuts = sorted(
+            f"{c.sender}->{c.receiver}" + ("" if c.listeners == "all" else f"({c.listeners})")
+            for c in self._cuts
+        )
         return f"<Nemesis cuts={cuts} lossy={self._lossy} slow={self._slow}>"
 
     # -- partitions --------------------------------------------------------------------------
@@ -202,6 +216,18 @@ class Nemesis:
         """Cut ``node_id`` from every other node; clients still reach it (a leader cut off
         from its followers and from the controller quorum, but not from producers)."""
         self.partition({node_id}, self._others(node_id))
+
+    def cut_replication(self, node_id: int) -> None:
+        """Cut ``node_id``'s broker listeners from the other nodes, and theirs from it:
+        no replica fetches from it nor it from another, but every node still reaches every
+        CONTROLLER listener (the quorum, heartbeats, AlterPartition) and the clients reach
+        every node. A leader cut so stays unfenced and shrinks its ISR to itself (see
+        "Replication without the quorum")."""
+        for other in self._others(node_id):
+            assert other != CLIENTS
+            self._cut(node_id, other, "broker")
+            self._cut(other, node_id, "broker")
+        self._apply()
 
     def cut_clients(self, node_id: int) -> None:
         """Cut the clients from ``node_id``; the nodes still reach each other."""
@@ -273,14 +299,16 @@ class Nemesis:
         except KeyError:
             raise ValueError(f"no node {node_id} in {self.cluster!r}") from None
 
-    def _cut(self, sender: Party, receiver: Party) -> None:
+    def _cut(
+        self, sender: Party, receiver: Party, listeners: Literal["all", "broker"] = "all"
+    ) -> None:
         if receiver == CLIENTS:
             return  # nothing listens on a client: cutting what it sends cuts both ways
         if sender != CLIENTS:
             self._node(sender)
         self._node(receiver)
         if sender != receiver:
-            self._cuts.add(_Cut(sender, receiver))
+            self._cuts.add(_Cut(sender, receiver, listeners))
 
     def _apply(self) -> None:
         """Rewrite both chains from the state, each table in one commit (iptables-restore)."""
@@ -296,11 +324,13 @@ class Nemesis:
                     rules.append(
                         ("mangle", [*self._to(node.node_id), *self._sent_by(opener), *tag])
                     )
-        for cut in sorted(self._cuts, key=lambda c: (str(c.sender), c.receiver)):
-            rules.append(("filter", [*self._to(cut.receiver), *self._sent_by(cut.sender),
+        for cut in sorted(self._cuts, key=lambda c: (str(c.sender), c.receiver, c.listeners)):
+            broker = cut.listeners == "broker"
+            opened_by = ["-m", "connmark", "--mark", self._opener_tag(cut.sender)]
+            rules.append(("filter", [*self._to(cut.receiver, broker=broker),
+                                     *self._sent_by(cut.sender), "-j", "DROP"]))  # fmt: skip
+            rules.append(("filter", [*self._from(cut.receiver, broker=broker), *opened_by,
                                      "-j", "DROP"]))  # fmt: skip
-            rules.append(("filter", [*self._from(cut.receiver), "-m", "connmark", "--mark",
-                                     self._opener_tag(cut.sender), "-j", "DROP"]))  # fmt: skip
         for node_id, probability in sorted(self._lossy.items()):
             chance = ["-m", "statistic", "--mode", "random", "--probability", f"{probability}"]
             node = self._node(node_id)
@@ -322,15 +352,19 @@ class Nemesis:
             lines.append("COMMIT")
         _run("iptables-restore", "--noflush", stdin="\n".join(lines) + "\n")
 
-    def _to(self, node_id: int) -> list[str]:
+    def _ports(self, node_id: int, broker: bool) -> tuple[KafkaNode, str]:
+        """The node and its listeners' ports (``broker``: all but CONTROLLER), for multiport."""
         node = self._node(node_id)
-        ports = ",".join(str(port) for port in node.ports.all())
+        ports = [p for p in node.ports.all() if not (broker and p == node.ports.CONTROLLER)]
+        return node, ",".join(str(port) for port in ports)
+
+    def _to(self, node_id: int, *, broker: bool = False) -> list[str]:
+        node, ports = self._ports(node_id, broker)
         return ["-d", node.host, "-p", "tcp", "-m", "multiport", "--dports", ports]
 
-    def _from(self, node_id: int) -> list[str]:
+    def _from(self, node_id: int, *, broker: bool = False) -> list[str]:
         """What ``node_id``'s listeners send (answers on connections others opened)."""
-        node = self._node(node_id)
-        ports = ",".join(str(port) for port in node.ports.all())
+        node, ports = self._ports(node_id, broker)
         return ["-s", node.host, "-p", "tcp", "-m", "multiport", "--sports", ports]
 
     @staticmethod

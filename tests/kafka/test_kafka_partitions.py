@@ -31,7 +31,7 @@ from aiokafka_ng.admin import (
 from aiokafka_ng.errors import LogTruncationError
 from aiokafka_ng.testing import CLIENTS, KafkaCluster, KafkaClusterError, Nemesis
 from tests.kafka.helpers import admin_for, eventually, known_everywhere
-from tests.kafka.partitions import Schedule, new_cluster, run
+from tests.kafka.partitions import LONE_LEADER, Schedule, Step, new_cluster, run
 
 pytestmark = [pytest.mark.kafka]
 
@@ -98,13 +98,17 @@ else:
 """
 
 
-def _reaches(sender: int | str, cluster: KafkaCluster, receiver: int) -> bool:
+def _reaches(
+    sender: int | str, cluster: KafkaCluster, receiver: int, *, controller: bool = False
+) -> bool:
     """Whether a connection from ``sender``'s group (a node id, or CLIENTS) to the node
-    ``receiver`` is set up: the very match the filter makes on the nodes' own sockets."""
+    ``receiver`` (its PLAINTEXT listener, or with ``controller`` its CONTROLLER one) is set
+    up: the very match the filter makes on the nodes' own sockets."""
     gid = "-" if sender == CLIENTS else str(cluster.node(int(sender)).gid)
     node = cluster.node(receiver)
+    port = node.ports.CONTROLLER if controller else node.port
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, gid, node.host, str(node.port)],
+        [sys.executable, "-c", _PROBE, gid, node.host, str(port)],
         capture_output=True,
         text=True,
         check=True,
@@ -135,6 +139,15 @@ def test_the_rules_cut_exactly_the_links_named(cluster: KafkaCluster) -> None:
         assert not _reaches(2, cluster, 3) and _reaches(3, cluster, 1)
         nemesis.heal()
         assert _reaches(CLIENTS, cluster, 2) and _reaches(2, cluster, 3)
+        # Replication only: the broker listeners between 2 and the others are cut; the
+        # quorum's (CONTROLLER) and the clients' links are not.
+        nemesis.cut_replication(2)
+        assert not _reaches(1, cluster, 2) and not _reaches(2, cluster, 3)
+        assert _reaches(1, cluster, 2, controller=True)
+        assert _reaches(2, cluster, 3, controller=True)
+        assert _reaches(CLIENTS, cluster, 2) and _reaches(1, cluster, 3)
+        nemesis.heal()
+        assert _reaches(1, cluster, 2) and _reaches(2, cluster, 3)
     assert _tables() == before
 
 
@@ -224,6 +237,40 @@ async def test_a_transform_under_faults_writes_each_record_once(
     assert report.transactions.get("aborted", 0) > 0, report.transactions
     assert report.lost == [] and report.duplicated == [] and report.reordered == []
     assert report.aborted_visible == [] and report.ahead == []
+
+
+@pytest.mark.anyio
+async def test_a_lone_leader_ends_in_an_unclean_election_whose_loss_is_kafkas(
+    cluster: KafkaCluster, anyio_backend: str
+) -> None:
+    """The long schedules' path to an unclean election (``LONE_LEADER`` in
+    tests/kafka/partitions.py), one step, topics in the "unclean" configuration: a
+    partition's leader, cut from its followers' replication only, shrinks the ISR to itself
+    and acknowledges alone; then isolated, it is fenced and the controller elects a follower
+    that is behind. Every acknowledged record lost is one the election replaced (acknowledged
+    before it, at an offset past where the new leader's epoch begins in the log read back);
+    nothing else is lost, duplicated or reordered. Our consumer notices: on asyncio with a
+    reset policy (it resumes at the divergence by itself), on trio with "none" (it raises
+    LogTruncationError; the workload seeks to the divergent offset); and misses nothing."""
+    consumer = "aiokafka-ng" if anyio_backend == "asyncio" else "aiokafka-ng-none"
+    schedule = Schedule(13, (Step(LONE_LEADER, 0, hold=4.0, recover=2.0),))
+    before = _tables()
+    with Nemesis(cluster) as nemesis:
+        report = await run(cluster, nemesis, schedule, config="unclean", consumers=(consumer,))
+    print(report.row())
+    assert _tables() == before
+    [made] = report.truncations_made
+    assert made.unclean and made.truncated > 0, made.label()
+    assert report.lost, made.label()
+    assert sorted(report.lost_truncated) == report.lost and report.lost_by_clients == []
+    assert report.duplicated == [] and report.reordered == []
+    [reader] = report.readers
+    # Whether it read past the divergence before the election is the machine's timing
+    # (the leader acknowledges alone for 4 s): it says so exactly when it did.
+    assert (reader.truncations > 0) == (reader.read_lost > 0), reader.row()
+    assert reader.missed == [] and reader.redelivered == []
+    assert reader.commits_lost_by_client == {}
+    assert report.ok
 
 
 @pytest.mark.anyio

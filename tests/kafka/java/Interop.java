@@ -20,7 +20,8 @@
 //             synchronously after each poll, and leaves when stdin yields a line or closes;
 //             isolation? (read_committed unless given); with tolerate_errors (the partition
 //             workloads) a failed commit prints {"op":"commit_failed","error"} and the loop
-//             goes on, and "committed" carries the offsets: [[partition, offset], ...]
+//             goes on, and "committed" carries the offsets: [[partition, offset], ...];
+//             request_timeout_ms? sets request.timeout.ms
 //   partition {keys, partitions} -> {"op":"partitions", "picked": [...]} by Java's default
 //             partitioner (murmur2 of the key bytes)
 //   share     {topic, group_id, max_poll_records?} a KafkaShareConsumer (implicit
@@ -30,7 +31,7 @@
 //   stream    {topic, partitions, interval_ms} an idempotent acks=all producer sending
 //             record n (value n as 8 digits) to partition n % partitions every interval_ms
 //             until stdin yields a line or closes, then flushing: prints {"op":"sent","seq"}
-//             as each is handed to send(), {"op":"ack","seq"} or {"op":"fail","seq","error"}
+//             as each is handed to send(), {"op":"ack","seq","offset"} or {"op":"fail","seq","error"}
 //             from its callback, and {"op":"streamed"} at the end (tests/kafka/partitions.py)
 //   transform {input, output, group_id, transactional_id, abort_every?} consume-transform-produce: a
 //             read_committed classic group member and a transactional producer; each poll's
@@ -182,7 +183,7 @@ public class Interop {
                 byte[] value = String.format("%08d", n).getBytes(StandardCharsets.US_ASCII);
                 emit(JSON.createObjectNode().put("op", "sent").put("seq", n));
                 producer.send(new ProducerRecord<>(topic, (int) (n % partitions), null, value), (m, e) -> {
-                    if (e == null) emit(JSON.createObjectNode().put("op", "ack").put("seq", n));
+                    if (e == null) emit(JSON.createObjectNode().put("op", "ack").put("seq", n).put("offset", m.offset()));
                     else emit(JSON.createObjectNode().put("op", "fail").put("seq", n)
                             .put("error", e.getClass().getSimpleName()));
                 });
@@ -263,6 +264,8 @@ public class Interop {
         Properties p = consumerProps(bootstrap, op.path("isolation").asText("read_committed"));
         p.put(ConsumerConfig.GROUP_ID_CONFIG, op.get("group_id").asText());
         boolean tolerate = op.path("tolerate_errors").asBoolean(false);
+        if (op.has("request_timeout_ms"))
+            p.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, op.get("request_timeout_ms").asText());
         // "consumer" (KIP-848) when the spec says so; its session timeout is the broker's.
         String protocol = op.has("group_protocol") ? op.get("group_protocol").asText() : "classic";
         p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
