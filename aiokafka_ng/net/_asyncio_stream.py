@@ -29,15 +29,18 @@ Errors are anyio's, so everything above (``_errors.IO_ERRORS``, ``describe``) re
 same: ``EndOfStream`` after the peer's EOF, ``BrokenResourceError`` (from the OS error) after
 a lost connection, ``ClosedResourceError`` after our own ``aclose()``.
 
-Connecting uses ``loop.create_connection`` with happy eyeballs as anyio does; if that fails,
-:func:`connect_plain` asks ``anyio.connect_tcp`` instead, whose error names what each address
-answered (``describe`` reads it), and uses its stream if, against the odds, it connects.
-Only asyncio and plain TCP take this path: TLS, trio and custom transports keep anyio's.
+Connecting: a host name that resolves to one address is dialled with
+``loop.create_connection`` (a failure is that address's ``OSError``, which ``describe``
+reads); one with several addresses keeps ``anyio.connect_tcp`` and its stream, for its happy
+eyeballs (asyncio's, on Python 3.11, can leave a connected socket unclosed when the connect
+is cancelled). Only asyncio and plain TCP take this path: TLS, trio and custom transports
+keep anyio's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -50,9 +53,6 @@ __all__ = ["READ_AHEAD", "connect_plain"]
 
 #: Bytes read ahead of the reader before the transport stops reading.
 READ_AHEAD = 256 * 1024
-
-#: As anyio's connect_tcp: the next address is tried when one has not answered in this time.
-_HAPPY_EYEBALLS_DELAY = 0.25
 
 
 class _Protocol(asyncio.Protocol):
@@ -184,14 +184,16 @@ class PlainAsyncioStream(anyio.abc.ByteStream):
 
 async def connect_plain(host: str, port: int) -> anyio.abc.ByteStream:
     """A connected plain TCP stream on the running asyncio loop (see the module docstring)."""
-    loop = asyncio.get_running_loop()
     try:
-        transport, protocol = await loop.create_connection(
-            _Protocol, host, port, happy_eyeballs_delay=_HAPPY_EYEBALLS_DELAY
-        )
-    except OSError:
-        # asyncio's error for several failed addresses is one string; anyio's names each
-        # address's answer, which is what the connection error reports.
-        return await anyio.connect_tcp(host, port)
+        ip = str(ipaddress.ip_address(host))  # an address: nothing to resolve (as anyio)
+    except ValueError:
+        infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = {str(info[4][0]) for info in infos}
+        if len(addresses) != 1:
+            # Several addresses: anyio's happy eyeballs (asyncio's own, staggered_race,
+            # can leave a connected socket unclosed when cancelled on Python 3.11).
+            return await anyio.connect_tcp(host, port)
+        (ip,) = addresses
+    transport, protocol = await asyncio.get_running_loop().create_connection(_Protocol, ip, port)
     assert isinstance(transport, asyncio.Transport)
     return PlainAsyncioStream(transport, protocol)
