@@ -1,4 +1,4 @@
-"""The plain TCP stream the connection uses on asyncio (net/_asyncio_stream.py), against a
+"""The plain TCP stream the connection uses on asyncio (net/asyncio_stream.py), against a
 loopback peer: the bytes and errors anyio's own stream gives, without its per-call costs.
 
 asyncio only: on trio (and for TLS) the connection keeps anyio's stream.
@@ -15,7 +15,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from aiokafka_ng.net._asyncio_stream import PlainAsyncioStream, connect_plain
+from aiokafka_ng.net.asyncio_stream import PlainAsyncioStream, connect_plain
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
