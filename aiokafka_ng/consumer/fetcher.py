@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from aiokafka_ng.cluster import ClusterClient, ClusterMetadata, RetryState
@@ -410,6 +411,12 @@ class Fetcher:
             async with anyio.create_task_group() as tg:
                 task_status.started()
                 while True:
+                    # A cancelled fetcher must stop even when every wait ends at once: a
+                    # fetch started in the cancelled group writes its request (shielded),
+                    # is cancelled at its first wait and sets _wake on the way out, so the
+                    # wait below may end normally every time; anyio then never finds this
+                    # task waiting to cancel it, and run() would spin, writing fetches.
+                    await anyio.lowlevel.checkpoint_if_cancelled()
                     self._wake = anyio.Event()
                     self._reclaim()
                     next_due = self._plan(tg)
