@@ -45,9 +45,6 @@ from aiokafka_ng.protocol.messages.offset_commit import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
-    OffsetCommitResponse,
-    OffsetCommitResponsePartition,
-    OffsetCommitResponseTopic,
 )
 from aiokafka_ng.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
 from aiokafka_ng.testing import FakeKafka, virtual_time
@@ -235,23 +232,8 @@ async def test_a_coordinator_error_inside_an_answer_is_read_by_the_route() -> No
     async with _faked(3) as (kafka, cluster):
         await cluster.coordinator(GROUP)
 
-        def not_coordinator(call: Any) -> OffsetCommitResponse:
-            return OffsetCommitResponse(
-                topics=[
-                    OffsetCommitResponseTopic(
-                        name=t.name,
-                        partitions=[
-                            OffsetCommitResponsePartition(
-                                partition_index=p.partition_index, error_code=NOT_COORDINATOR
-                            )
-                            for p in t.partitions
-                        ],
-                    )
-                    for t in call.request.topics
-                ]
-            )
-
-        kafka.answer(OFFSET_COMMIT, not_coordinator, times=1)
+        # The fake's injected answer: NOT_COORDINATOR in every partition, nothing else.
+        kafka.inject(OFFSET_COMMIT, NOT_COORDINATOR, times=1)
         answer = await cluster.call(_offset_commit(), Coordinator(GROUP), retry=ONCE)
         assert answer.topics[0].partitions[0].error_code == NOT_COORDINATOR
         assert cluster.coordinator_cached(GROUP) is None
