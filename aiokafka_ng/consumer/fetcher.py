@@ -62,7 +62,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
-from aiokafka_ng.cluster import ClusterClient, ClusterMetadata, RetryState
+from aiokafka_ng.cluster import ClusterClient, ClusterMetadata, Link, RetryState
 from aiokafka_ng.consumer.buffer import BufferedFetch
 from aiokafka_ng.consumer.fetch_wire import (
     at_log_end,
@@ -557,35 +557,52 @@ class Fetcher:
     async def _fetch(self, node: int, parts: list[PartitionState], reserve: int) -> None:
         epochs = [s.epoch for s in parts]
         try:
-            response, version = await self._send_fetch(node, parts, reserve)
-        except KafkaError as exc:
-            self._failures += 1
-            self._pacing_of(node).failed(exc)
-            log.debug("fetch from node %s failed: %r", node, exc)
-            for s in parts:
-                s.preferred_replica = -1  # back to the leader
-            if exc.invalid_metadata or not exc.retriable:
-                self._cluster.request_update({s.tp.topic for s in parts})
-            if not exc.retriable:
-                self._error = exc
-                self._data.set()
-            response = None
+            try:
+                conn = await self._cluster.connection(node)
+            except KafkaError as exc:
+                # The pool alone paces reconnects: the next connection() waits for its next
+                # dial (KIP-144's reconnect backoff). Pacing the node here as well made the
+                # dials follow the slower retry curve (tests/consumer/test_fetch_pacing.py).
+                # Only a node the metadata no longer names fails without a dial (the pool
+                # has no address for it): that one is paced here until the metadata moves
+                # its partitions.
+                if node not in self._cluster.metadata.brokers:
+                    self._pacing_of(node).failed(exc)
+                self._fetch_failed(node, parts, exc)
+                return
+            try:
+                response, version = await self._send_fetch(conn, parts, reserve)
+            except KafkaError as exc:
+                self._pacing_of(node).failed(exc)  # the node's answer: paced here
+                self._fetch_failed(node, parts, exc)
+                return
         finally:
-            self._reserved -= reserve
-            self._in_flight.discard(node)
-            for s in parts:
-                s.in_flight = False
-            self._wake.set()
-        if response is None:
-            return
+            self._fetch_ended(node, parts, reserve)
         self._pacing_of(node).succeeded()
         self._handle_response(node, parts, epochs, response, version, reserve)
 
+    def _fetch_failed(self, node: int, parts: list[PartitionState], exc: KafkaError) -> None:
+        self._failures += 1
+        log.debug("fetch from node %s failed: %r", node, exc)
+        for s in parts:
+            s.preferred_replica = -1  # back to the leader
+        if exc.invalid_metadata or not exc.retriable:
+            self._cluster.request_update({s.tp.topic for s in parts})
+        if not exc.retriable:
+            self._error = exc
+            self._data.set()
+
+    def _fetch_ended(self, node: int, parts: list[PartitionState], reserve: int) -> None:
+        self._reserved -= reserve
+        self._in_flight.discard(node)
+        for s in parts:
+            s.in_flight = False
+        self._wake.set()
+
     async def _send_fetch(
-        self, node: int, parts: list[PartitionState], reserve: int
+        self, conn: Link, parts: list[PartitionState], reserve: int
     ) -> tuple[FetchResponse, int]:
         settings = self._settings
-        conn = await self._cluster.connection(node)
         request, version = fetch_request(
             parts,
             self._cluster.metadata,

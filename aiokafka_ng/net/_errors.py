@@ -21,6 +21,8 @@ import anyio.abc
 
 from aiokafka_ng.errors import KafkaConnectionError, SslAuthenticationError
 from aiokafka_ng.net._connection_types import ConnectionConfig
+from aiokafka_ng.net.asyncio_stream import connect_plain
+from aiokafka_ng.net.clock import running_asyncio_loop
 
 # TimeoutError (from anyio.fail_after) and ssl.SSLError are OSError subclasses.
 IO_ERRORS: tuple[type[BaseException], ...] = (
@@ -92,6 +94,8 @@ async def open_stream(host: str, port: int, config: ConnectionConfig) -> anyio.a
                 stream: anyio.abc.ByteStream = await config.transport(host, port)
                 return stream
             if config.ssl_context is None:
+                if running_asyncio_loop() is not None:
+                    return await connect_plain(host, port)  # see net/asyncio_stream.py
                 return await anyio.connect_tcp(host, port)
             return await anyio.connect_tcp(
                 host,

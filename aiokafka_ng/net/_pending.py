@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -21,10 +22,15 @@ class InFlight(Generic[T_co]):
     it owns one permit until settled."""
 
     api_name: str
-    correlation_id: int = -1  # -1 until registered (then the permit is the entry's)
+    # Given by the connection on the request path (net/events.py: made without a sniffio
+    # lookup); the handshake's entries take the default.
     done: anyio.Event = field(default_factory=anyio.Event)
+    correlation_id: int = -1  # -1 until registered (then the permit is the entry's)
     response: T_co = field(init=False)  # set when settled without error
     error: KafkaError | None = None
+    #: answered or failed by the connection (``done`` alone can also be a response wait's
+    #: deadline: see PendingResponse.wait)
+    settled: bool = False
     abandoned: bool = False  # the caller stopped waiting; the response is discarded
     holds_permit: bool = True  # False for the handshake's requests (net/connection.py)
 
@@ -32,7 +38,7 @@ class InFlight(Generic[T_co]):
 class PendingResponse(Generic[T_co]):
     """A request already written to its connection; :meth:`wait` returns its response."""
 
-    __slots__ = ("_deadline", "_entry", "_limit", "_timed_out")
+    __slots__ = ("_deadline", "_entry", "_limit", "_loop", "_timed_out")
 
     def __init__(
         self,
@@ -40,11 +46,13 @@ class PendingResponse(Generic[T_co]):
         deadline: float,
         limit: float,
         timed_out: Callable[[InFlight[T_co], float], KafkaError],
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self._entry = entry
-        self._deadline = deadline
+        self._deadline = deadline  # on ``loop``'s clock when a loop is given
         self._limit = limit
         self._timed_out = timed_out  # closes the connection; returns the error to raise
+        self._loop = loop  # asyncio's running loop; None on trio
 
     async def wait(self) -> T_co:
         """The decoded response (``None`` for a request that expects none).
@@ -53,13 +61,27 @@ class PendingResponse(Generic[T_co]):
         releases it and discards the response when it arrives (see net/connection.py).
         """
         entry = self._entry
-        try:
-            with anyio.move_on_at(self._deadline):
-                await entry.done.wait()
-        finally:
-            if not entry.done.is_set():
-                entry.abandoned = True
-        if not entry.done.is_set():
+        done = entry.done
+        if not done.is_set():
+            loop = self._loop
+            try:
+                if loop is None:
+                    with anyio.move_on_at(self._deadline):
+                        await done.wait()
+                else:
+                    # asyncio: the deadline is a loop timer that sets the event, which costs
+                    # far less than a cancel scope (its own timer, task bookkeeping and
+                    # backend lookups) on every request; set by the timer, the event is
+                    # not a settlement, which ``settled`` tells apart.
+                    timer = loop.call_at(self._deadline, done.set)
+                    try:
+                        await done.wait()
+                    finally:
+                        timer.cancel()
+            finally:
+                if not entry.settled:
+                    entry.abandoned = True
+        if not entry.settled:
             raise self._timed_out(entry, self._limit)
         if entry.error is not None:
             raise entry.error

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-__all__ = ["loop_clock"]
+__all__ = ["loop_clock", "running_asyncio_loop"]
 
 
 def loop_clock() -> Callable[[], float]:
@@ -24,3 +24,12 @@ def loop_clock() -> Callable[[], float]:
         import trio
 
         return trio.current_time
+
+
+def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """asyncio's running loop, or None under another backend (trio): hot paths arm loop
+    timers on asyncio where a cancel scope would cost more (net/_pending.py)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -81,7 +81,8 @@ from aiokafka_ng.net._errors import (
 from aiokafka_ng.net._pending import NO_RESPONSE, InFlight, PendingResponse
 from aiokafka_ng.net._reading import read_until
 from aiokafka_ng.net._reauth import Reauthentication
-from aiokafka_ng.net.clock import loop_clock
+from aiokafka_ng.net.clock import loop_clock, running_asyncio_loop
+from aiokafka_ng.net.events import event_factory
 from aiokafka_ng.protocol.connection import ClientConnection, Poisoned
 from aiokafka_ng.protocol.handshake import ExpectedNode
 from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
@@ -122,6 +123,9 @@ class Connection:
         self._stream = stream
         #: made inside the loop (by _open): its clock, read on every request
         self._clock = loop_clock()
+        self._new_event = event_factory()  # one per request: see net/events.py
+        #: asyncio's loop, whose timers bound response waits (None on trio: cancel scopes)
+        self._loop = running_asyncio_loop()
         self._where = f"{host}:{port}"
         self._state = ConnectionState.CONNECTING
         self._close_reason = ""
@@ -266,6 +270,7 @@ class Connection:
         if response is not None:
             entry.response = response
         entry.error = error
+        entry.settled = True
         if entry.abandoned and error is None:
             self._responses_discarded += 1
         if entry.holds_permit:
@@ -474,7 +479,7 @@ class Connection:
                 f"{self._where}: no in-flight slot within {limit:g}s "
                 f"({self._config.max_in_flight} requests outstanding)"
             )
-        entry: InFlight[R] = InFlight(_handshake.api_name(request_type))
+        entry: InFlight[R] = InFlight(_handshake.api_name(request_type), self._new_event())
         try:
             await self._write(request, version, deadline, entry, limits)
         except BaseException:
@@ -486,7 +491,7 @@ class Connection:
         finally:
             if entry.correlation_id < 0:  # never registered: the permit is still ours
                 self._permits.release()
-        return PendingResponse(entry, deadline, limit, self._timed_out)
+        return PendingResponse(entry, deadline, limit, self._timed_out, self._loop)
 
     def _timed_out(self, entry: InFlight[ApiMessage], limit: float) -> KafkaError:
         """A written request got no response in time: close (its late response could be taken

@@ -37,12 +37,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 
 from aiokafka_ng.errors import KafkaError, UnsupportedVersionError
+from aiokafka_ng.net.events import event_factory
 from aiokafka_ng.protocol.messages.produce import (
     PartitionProduceData,
     ProduceRequest,
@@ -104,6 +106,8 @@ class NodeSender:
         #: timer wake_at armed then (asyncio only)
         self._idle = False
         self._timer: asyncio.TimerHandle | None = None
+        #: the running backend's Event class (set by run(), which starts _settle_answers)
+        self._new_event: Callable[[], anyio.Event] = anyio.Event
 
     def wake(self) -> None:
         self._event.set()
@@ -126,6 +130,7 @@ class NodeSender:
     async def run(self) -> None:
         engine = self._engine
         clock = engine.clock
+        new_event = self._new_event = event_factory()  # see net/events.py
         self._tg.start_soon(self._settle_answers)
         while True:
             # A set event is replaced *before* looking at the accumulator, so a wake() that
@@ -133,7 +138,7 @@ class NodeSender:
             # Events is not free and this loop runs once per request.)
             event = self._event
             if event.is_set():
-                event = self._event = anyio.Event()
+                event = self._event = new_event()
             timeout: float | None = None
             if self.requests_in_flight < self._max_in_flight:
                 now = clock()
@@ -265,7 +270,7 @@ class NodeSender:
                 if not answers:
                     # Replaced before waiting, with no await in between: a request queued
                     # after this look sets the new event.
-                    self._answer_queued = queued = anyio.Event()
+                    self._answer_queued = queued = self._new_event()
                     await queued.wait()
                     continue
                 pending, batches, started = answers[0]

@@ -1,0 +1,72 @@
+"""The pool alone paces reconnects: a consumer whose leader refuses connections dials it
+at the reconnect backoff's times (KIP-144), not at a slower rhythm of its own.
+
+Measured before the fix (reconnect backoff 10 ms, retry backoff 100 ms, both capped at 1 s):
+the fetcher paced the node by the *retry* backoff on top of the pool's, so the gaps between
+dials were 111, 235, 371, 837, 1048 ms (the retry curve) instead of 20, 40, 80, 160, 320 ms.
+The producer's twin: tests/producer/test_reconnect_pacing.py."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from aiokafka_ng import Consumer, Producer
+from aiokafka_ng.consumer import TopicPartition
+from aiokafka_ng.testing import FakeKafka, virtual_time
+
+pytestmark = pytest.mark.anyio
+
+RECONNECT_MS, RECONNECT_MAX_MS = 10.0, 1000.0
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return virtual_time.backend(request.param)
+
+
+def reconnect_pause(failures: int) -> float:
+    """The reconnect policy's un-jittered pause after ``failures`` failures, in seconds."""
+    return min(RECONNECT_MAX_MS, RECONNECT_MS * 2 ** (failures - 1)) / 1000
+
+
+async def test_refused_leader_is_dialled_at_the_reconnect_backoff_times() -> None:
+    async with FakeKafka(brokers=2, tcp=False) as kafka:
+        kafka.create_topic("paced", 1, 1)
+        leader = kafka.leader("paced", 0)
+        async with Producer(**kafka.client_config()) as producer:
+            await (await producer.send("paced", b"before"))
+        tp = TopicPartition("paced", 0)
+        async with Consumer(
+            **kafka.client_config(),
+            reconnect_backoff_ms=RECONNECT_MS,
+            reconnect_backoff_max_ms=RECONNECT_MAX_MS,
+            # A retry backoff ten times longer: pacing by it shows in every gap.
+            retry_backoff_ms=100,
+            retry_backoff_max_ms=1000,
+        ) as consumer:
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            first = await consumer.getone()
+            # Cuts the consumer's connection (one failure for the pool) and refuses the
+            # dials that follow, while the cluster still names it the leader.
+            kafka.isolate(leader)
+            before = len(kafka.connection_attempts(leader))
+            await kafka.wait_until(
+                lambda: len(kafka.connection_attempts(leader)) >= before + 10, within=None
+            )
+            attempts = kafka.connection_attempts(leader)[before : before + 10]
+            kafka.isolate(leader, on=False)
+            async with Producer(**kafka.client_config()) as producer:
+                await (await producer.send("paced", b"after"))
+            second = await consumer.getone()
+
+    assert (first.value, second.value) == (b"before", b"after")
+    # The n-th refused dial after the cut is the pool's (n+1)-th failure in a row: the gap
+    # before the next one is the reconnect pause for n+1 failures, within its ±20% jitter.
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    for n, gap in enumerate(gaps, start=2):
+        expected = reconnect_pause(n)
+        assert 0.8 * expected - 1e-9 <= gap <= 1.2 * expected + 1e-9, (n, gaps)

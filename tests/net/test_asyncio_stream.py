@@ -1,0 +1,134 @@
+"""The plain TCP stream the connection uses on asyncio (net/asyncio_stream.py), against a
+loopback peer: the bytes and errors anyio's own stream gives, without its per-call costs.
+
+asyncio only: on trio (and for TLS) the connection keeps anyio's stream.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.abc
+import pytest
+
+from aiokafka_ng.net.asyncio_stream import PlainAsyncioStream, connect_plain
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
+
+Serve = Callable[[anyio.abc.SocketStream], Awaitable[None]]
+
+
+@asynccontextmanager
+async def peer(serve: Serve) -> AsyncIterator[PlainAsyncioStream]:
+    """A loopback listener running ``serve`` on its one accepted connection, and our stream
+    to it."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    # The peer runs in a scope of its own, cancelled at the end: cancelling the task
+    # group's scope instead would turn a failing assertion of the test into a cancellation
+    # that the group then swallows.
+    serving = anyio.CancelScope()
+    async with anyio.create_task_group() as tg, listener:
+
+        async def accept_one() -> None:
+            with serving:
+                async with await listener.listeners[0].accept() as conn:
+                    await serve(conn)
+
+        tg.start_soon(accept_one)
+        stream = await connect_plain("127.0.0.1", port)
+        assert isinstance(stream, PlainAsyncioStream)
+        try:
+            yield stream
+        finally:
+            await stream.aclose()
+            serving.cancel()  # a peer that waits for ever
+
+
+async def test_bytes_arrive_whole_in_order_split_at_max_bytes_then_end() -> None:
+    payload = bytes(range(256)) * 4096  # 1 MiB: several reads, past the read-ahead
+
+    async def serve(conn: anyio.abc.SocketStream) -> None:
+        await conn.send(payload)
+
+    async with peer(serve) as stream:
+        got = bytearray()
+        sizes = set()
+        with pytest.raises(anyio.EndOfStream):
+            while True:
+                chunk = await stream.receive(1000)
+                sizes.add(len(chunk))
+                got += chunk
+        assert bytes(got) == payload
+        assert max(sizes) == 1000
+
+
+async def test_a_cancelled_receive_loses_nothing() -> None:
+    go = anyio.Event()
+
+    async def serve(conn: anyio.abc.SocketStream) -> None:
+        await go.wait()
+        await conn.send(b"after")
+        await anyio.sleep_forever()
+
+    async with peer(serve) as stream:
+        with anyio.move_on_after(0):
+            await stream.receive()  # cancelled while waiting
+        go.set()
+        assert await stream.receive() == b"after"
+
+
+async def test_after_aclose_receive_and_send_say_closed() -> None:
+    async def serve(conn: anyio.abc.SocketStream) -> None:
+        await anyio.sleep_forever()
+
+    async with peer(serve) as stream:
+        await stream.aclose()
+        with pytest.raises(anyio.ClosedResourceError):
+            await stream.receive()
+        with pytest.raises(anyio.ClosedResourceError):
+            await stream.send(b"x")
+
+
+async def test_a_reset_connection_is_broken_with_the_os_error_as_cause() -> None:
+    async def serve(conn: anyio.abc.SocketStream) -> None:
+        raw = conn.extra(anyio.abc.SocketAttribute.raw_socket)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await conn.aclose()  # linger 0: an RST, not a FIN
+
+    async with peer(serve) as stream:
+        with pytest.raises(anyio.BrokenResourceError) as info:
+            while True:
+                await stream.receive()
+        assert isinstance(info.value.__cause__, ConnectionResetError)
+        with pytest.raises(anyio.BrokenResourceError):
+            await stream.send(b"x")
+
+
+async def test_send_returns_once_the_kernel_has_the_bytes_not_before() -> None:
+    """A large send to a slow reader: ``send`` waits while the transport holds bytes (so the
+    connection's write deadline bounds a stuck peer), as anyio's stream does."""
+    size = 32 * 1024 * 1024
+    read = 0
+    read_when_sent = -1
+    sent = anyio.Event()
+
+    async def serve(conn: anyio.abc.SocketStream) -> None:
+        nonlocal read
+        while read < size:
+            read += len(await conn.receive(65536))
+            await anyio.lowlevel.checkpoint()  # the writer gets turns while we read
+
+    async with peer(serve) as stream:
+        await stream.send(b"\0" * size)
+        read_when_sent = read
+        sent.set()
+        # Whatever the peer had not read when send returned sat in kernel buffers (send
+        # and receive queues of loopback TCP: a few MiB each), not in ours.
+        assert size - read_when_sent < 16 * 1024 * 1024, (size, read_when_sent)
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        assert raw.getpeername()[0] == "127.0.0.1"
