@@ -25,13 +25,16 @@ from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.errors import (
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     IllegalGenerationError,
     NotCoordinatorError,
+    RebalanceInProgressError,
     UnknownMemberIdError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.testing import FakeKafka, virtual_time
+from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.anyio
 
@@ -226,3 +229,108 @@ async def test_an_expelled_member_joins_again_at_once() -> None:
         assert 0 <= rejoin.at - expelled.at < 0.1
 
     await run_group(body, heartbeat_interval_s=2.0)
+
+
+# ---------------------------------------------------------------- the coordinator route
+#
+# Whether a failed group request costs a new FindCoordinator is the coordinator route's to
+# decide (aiokafka_ng.cluster.retry), for every caller alike: only an answer saying the
+# coordinator moved or is unavailable, a dropped connection or a request left unanswered
+# past its timeout (as Java's consumer), not every retriable error.
+
+
+async def dropped(call: Received) -> None:
+    return None  # the connection is closed, the request unanswered
+
+
+async def unanswered(call: Received) -> None:
+    await anyio.sleep(60)  # past the request timeout, then the connection is closed
+
+
+def faults(kafka: FakeKafka, api_key: int, fault: str) -> None:
+    """The next request of ``api_key`` fails with ``fault``: an error code's name, or a
+    dropped connection, or no answer within the request timeout."""
+    if fault == "dropped":
+        kafka.answer(api_key, dropped, times=1)
+    elif fault == "unanswered":
+        kafka.answer(api_key, unanswered, times=1)
+    else:
+        kafka.inject(api_key, {"NOT_COORDINATOR": NotCoordinatorError.errno}[fault])
+
+
+def lookups_between(kafka: FakeKafka, first: Received, last: Received) -> int:
+    """FindCoordinator requests received after ``first`` and before ``last`` (in arrival
+    order: on virtual time a lookup and the request it serves arrive at the same instant)."""
+    order = kafka.received()
+    start = next(i for i, x in enumerate(order) if x is first)
+    end = next(i for i, x in enumerate(order) if x is last)
+    return sum(x.api_key == FIND_COORDINATOR for x in order[start:end])
+
+
+@pytest.mark.parametrize("error", [CoordinatorLoadInProgressError, RebalanceInProgressError])
+async def test_a_heartbeat_error_that_does_not_concern_the_coordinator_keeps_it(
+    error: type[CoordinatorLoadInProgressError | RebalanceInProgressError],
+) -> None:
+    async def body(
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
+    ) -> None:
+        await kafka.wait_until(lambda: kafka.requests()[HEARTBEAT] >= 1)
+        lookups, beats = len(kafka.received(FIND_COORDINATOR)), len(kafka.received(HEARTBEAT))
+        kafka.inject(HEARTBEAT, error.errno)
+        # The failed heartbeat, then (after the backoff, or a rejoin) two more.
+        await kafka.wait_until(lambda: len(kafka.received(HEARTBEAT)) >= beats + 3, within=60)
+        assert kafka.errors(HEARTBEAT, error.errno) == 1
+        assert len(kafka.received(FIND_COORDINATOR)) == lookups
+        coordinator = kafka.coordinator_for("g")
+        assert {x.node for x in kafka.received(HEARTBEAT)[beats:]} == {coordinator}
+
+    await run_group(body)
+
+
+@pytest.mark.parametrize("fault", ["NOT_COORDINATOR", "dropped", "unanswered"])
+async def test_a_heartbeat_the_coordinator_did_not_answer_finds_it_again(fault: str) -> None:
+    async def body(
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
+    ) -> None:
+        await kafka.wait_until(lambda: kafka.requests()[HEARTBEAT] >= 1)
+        beats = len(kafka.received(HEARTBEAT))
+        faults(kafka, HEARTBEAT, fault)
+        await kafka.wait_until(lambda: len(kafka.received(HEARTBEAT)) >= beats + 2, within=120)
+        failed, after = kafka.received(HEARTBEAT)[beats : beats + 2]
+        assert lookups_between(kafka, failed, after) == 1  # looked up again, once
+
+    # A session long enough that the unanswered heartbeat does not cost the membership.
+    await run_group(
+        body, session_timeout_ms=120_000, heartbeat_interval_s=1.0, request_timeout_s=5.0
+    )
+
+
+async def test_a_join_answered_coordinator_load_in_progress_keeps_the_coordinator() -> None:
+    async def body(
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
+    ) -> None:
+        lookups, before = len(kafka.received(FIND_COORDINATOR)), len(joins(kafka))
+        kafka.inject(JOIN_GROUP, CoordinatorLoadInProgressError.errno)
+        group.request_rejoin()
+        while len(joins(kafka)) < before + 2 or not group.settled:
+            await group.wait_joined()
+        assert kafka.errors(JOIN_GROUP, CoordinatorLoadInProgressError.errno) == 1
+        assert len(kafka.received(FIND_COORDINATOR)) == lookups  # retried at the same one
+
+    await run_group(body)
+
+
+@pytest.mark.parametrize("fault", ["NOT_COORDINATOR", "dropped"])
+async def test_a_join_the_coordinator_did_not_answer_finds_it_again(fault: str) -> None:
+    async def body(
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
+    ) -> None:
+        before = len(joins(kafka))
+        faults(kafka, JOIN_GROUP, fault)
+        group.request_rejoin()
+        while len(joins(kafka)) < before + 2 or not group.settled:
+            await group.wait_joined()
+        failed, retried = kafka.received(JOIN_GROUP)[before : before + 2]
+        assert lookups_between(kafka, failed, retried) == 1
+
+    await run_group(body)

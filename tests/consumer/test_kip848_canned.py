@@ -23,12 +23,15 @@ from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
 from aiokafka_ng.consumer.offsets import OffsetsClient
 from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.errors import (
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     FencedMemberEpochError,
+    NotCoordinatorError,
     StaleMemberEpochError,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.testing import FakeKafka, virtual_time
+from aiokafka_ng.testing.fake import Received
 
 pytestmark = pytest.mark.anyio
 
@@ -142,3 +145,59 @@ async def test_a_commit_refused_for_a_stale_epoch_goes_again_with_the_next_heart
         assert kafka.committed("g") == {(T, 0): 7}
 
     await run_member(body)
+
+
+# Whether a failed heartbeat costs a new FindCoordinator is the coordinator route's to decide
+# (aiokafka_ng.cluster.retry): only an answer saying the coordinator moved, a dropped
+# connection, or no answer within the request timeout, as Java's heartbeat manager.
+
+
+async def dropped(call: Received) -> None:
+    return None  # the connection is closed, the request unanswered
+
+
+async def unanswered(call: Received) -> None:
+    await anyio.sleep(60)  # past the request timeout, then the connection is closed
+
+
+def lookups_between(kafka: FakeKafka, first: Received, last: Received) -> int:
+    """FindCoordinator requests received after ``first`` and before ``last`` (in arrival
+    order: on virtual time a lookup and the request it serves arrive at the same instant)."""
+    order = kafka.received()
+    start = next(i for i, x in enumerate(order) if x is first)
+    end = next(i for i, x in enumerate(order) if x is last)
+    return sum(x.api_key == FIND_COORDINATOR for x in order[start:end])
+
+
+@pytest.mark.parametrize(
+    ("fault", "lookups"),
+    [
+        ("COORDINATOR_LOAD_IN_PROGRESS", 0),  # the right coordinator, still loading
+        ("NOT_COORDINATOR", 1),
+        ("dropped", 1),
+        ("unanswered", 1),
+    ],
+)
+async def test_only_a_heartbeat_the_coordinator_did_not_answer_finds_it_again(
+    fault: str, lookups: int
+) -> None:
+    async def body(group: GroupMembership, kafka: FakeKafka, listener: Listener) -> None:
+        before = len(kafka.received(HEARTBEAT))
+        if fault == "dropped":
+            kafka.answer(HEARTBEAT, dropped, times=1)
+        elif fault == "unanswered":
+            kafka.answer(HEARTBEAT, unanswered, times=1)
+        else:
+            codes = {
+                "COORDINATOR_LOAD_IN_PROGRESS": CoordinatorLoadInProgressError.errno,
+                "NOT_COORDINATOR": NotCoordinatorError.errno,
+            }
+            kafka.inject(HEARTBEAT, codes[fault])
+        await kafka.wait_until(lambda: len(kafka.received(HEARTBEAT)) >= before + 2, within=50)
+        failed, retried = kafka.received(HEARTBEAT)[before : before + 2]
+        assert lookups_between(kafka, failed, retried) == lookups
+        assert retried.node == kafka.coordinator_for("g")
+        assert retried.request.member_epoch == failed.request.member_epoch  # not fenced
+        assert group.settled and listener.events == [("assigned", ALL)]
+
+    await run_member(body, request_timeout_s=5.0)
