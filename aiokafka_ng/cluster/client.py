@@ -41,8 +41,9 @@ class Pending(Protocol[T_co]):
 
 class Link(Protocol):
     """The part of a connection the clients use: version negotiation (or a pinned version's
-    check), ``send`` (always answered) and ``submit`` (acks=0 Produce expects no response,
-    so it says)."""
+    check), ``send`` (always answered), ``submit`` (acks=0 Produce expects no response,
+    so it says) and ``aclose`` (the retry driver closes a connection whose request its
+    deadline abandoned, as the connection's own request timeout would)."""
 
     def version_for(self, request_type: type[ApiMessage]) -> int: ...
 
@@ -66,6 +67,8 @@ class Link(Protocol):
         expect_response: bool,
         limits: DecodeLimits | None = None,
     ) -> Pending[R | None]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class ClusterClient(Protocol):

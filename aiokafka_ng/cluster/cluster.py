@@ -666,7 +666,8 @@ class Cluster:
 
     def invalidate_coordinator(self, key: str, key_type: int = 0) -> None:
         """Forget a cached coordinator. A ``Coordinator`` route of :meth:`call` does this
-        itself after NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a broken connection."""
+        itself after NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a broken connection or a
+        request timeout (:mod:`~aiokafka_ng.cluster.retry`), so clients never call it."""
         self._coordinators.invalidate(key, key_type)
 
     def _learn_address(self, node_id: int, host: str, port: int) -> None:

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 The cache maps ``(key_type, key)`` to a node id until someone calls :meth:`invalidate`
-(the group/transaction code does after NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE).
+(the coordinator route of :meth:`Cluster.call <aiokafka_ng.cluster.Cluster.call>` does,
+after the errors :mod:`.retry` lists).
 
 Lookups run in the *caller's* task -- no background task. The first caller for a key becomes
 its runner and registers a :class:`_Lookup`; later callers for that key wait on it instead of

@@ -19,11 +19,16 @@ spent or the deadline passes:
   leader or controller.
 * *The coordinator route repairs itself, whatever the caller retries.* A coordinator that
   moved or is unavailable (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE: raised, or anywhere
-  in an answer the caller's check let through, :func:`coordinator_error`) or whose
-  connection broke is forgotten at once, so whoever asks next -- this call's next attempt,
-  or the caller of a ``retry=ONCE`` call with its own rules -- looks it up again. As the
-  Java clients do, COORDINATOR_LOAD_IN_PROGRESS is retried at the same coordinator: it is
-  the right one, still loading. Callers therefore never invalidate a coordinator by hand.
+  in an answer the caller's check let through, :func:`coordinator_error`), whose
+  connection broke, or that left a request unanswered past its timeout (the connection's
+  own, or the call's deadline: :func:`routed` then closes the connection, as the
+  connection's own timeout does, so the next request does not queue behind the lost one)
+  is forgotten at once, so whoever asks next -- this call's next attempt, or the caller of
+  a ``retry=ONCE`` call with its own rules -- looks it up again. This is the Java clients'
+  set: they count a request timeout as a disconnect. Any other error, retriable or not,
+  keeps the coordinator: COORDINATOR_LOAD_IN_PROGRESS (the right one, still loading), a
+  heartbeat's REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID... Callers therefore never
+  invalidate a coordinator by hand: this is the one place that decides.
 * *Timing.* A :class:`RetryState` per operation counts consecutive failures and asks the
   shared :class:`ExponentialBackoff` (KIP-580: growing, capped, jittered) for the pause;
   one success resets the count. The same object serves loops that cannot sleep inline
@@ -60,6 +65,7 @@ from aiokafka_ng.errors import (
     KafkaTimeoutError,
     NotControllerError,
     NotCoordinatorError,
+    RequestTimeoutError,
     error_for_code,
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff, RetryState
@@ -99,8 +105,15 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 M = TypeVar("M", bound=ApiMessage)
 
-#: Errors after which a cached group/transaction coordinator must be looked up again.
-STALE_COORDINATOR = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
+#: Errors after which a cached group/transaction coordinator must be looked up again: it
+#: says it is not (or not available), or a request to it got no answer (the connection
+#: broke, or the request timed out: the connection closes then).
+STALE_COORDINATOR = (
+    NotCoordinatorError,
+    CoordinatorNotAvailableError,
+    KafkaConnectionError,
+    RequestTimeoutError,
+)
 #: Their error codes, as they come in answers (connection errors have none).
 _STALE_COORDINATOR_CODES = frozenset(
     {NotCoordinatorError.errno, CoordinatorNotAvailableError.errno}
@@ -358,23 +371,44 @@ async def routed(
 ) -> T:
     """:func:`retrying` with each attempt routed afresh: ``send(node, connection)`` to
     where ``route`` points, :func:`repair` (then ``on_retry``) after a retriable failure.
-    A coordinator route forgets a stale coordinator on every failure, retried or not."""
+    A coordinator route forgets a stale coordinator on every failure, retried or not,
+    and when the call's deadline ends a request to it still unanswered."""
+    coordinator = route if isinstance(route, Coordinator) else None
+    # The connection of the coordinator request in flight, None between attempts.
+    waiting: Link | None = None
 
     async def attempt() -> T:
+        nonlocal waiting
         try:
             node, link = await connect(cluster, route)
-            return await send(node, link)
-        except KafkaError as exc:
-            if isinstance(route, Coordinator):
-                forget_stale_coordinator(cluster, route.key, route.key_type, exc)
+            if coordinator is not None:
+                waiting = link
+            result = await send(node, link)
+        except Exception as exc:
+            waiting = None
+            if coordinator is not None and isinstance(exc, KafkaError):
+                forget_stale_coordinator(cluster, coordinator.key, coordinator.key_type, exc)
             raise
+        waiting = None
+        return result
 
     async def after(error: KafkaError) -> None:
         await repair(cluster, route, error)
         if on_retry is not None:
             await on_retry(error)
 
-    return await retrying(attempt, state, what=what, retry=retry, on_retry=after, limit=limit)
+    try:
+        return await retrying(attempt, state, what=what, retry=retry, on_retry=after, limit=limit)
+    except KafkaTimeoutError:
+        if coordinator is not None and waiting is not None:
+            # Our deadline ended the request before its connection's own timeout could (a
+            # caller whose deadline is its request timeout: the epoch heartbeat). Do what
+            # that timeout does -- close the connection, as a broker answers a
+            # connection's requests in order and the next ones would wait behind this one
+            # -- and forget the coordinator, as after a RequestTimeoutError.
+            await waiting.aclose()
+            cluster.invalidate_coordinator(coordinator.key, coordinator.key_type)
+        raise
 
 
 # ---------------------------------------------------------------------- periodic loops

@@ -179,7 +179,8 @@ class ClassicMember:
                     await self._core.lose()
 
         async def on_retry(exc: KafkaError) -> None:
-            self._core.cluster.invalidate_coordinator(self._core.group_id)
+            # A stale coordinator was forgotten already, by the route of the request that
+            # failed (aiokafka_ng.cluster.retry); any other error keeps it.
             log.info("group %s: join failed (%r); retrying", self._core.group_id, exc)
 
         # Until it succeeds (no deadline: leaving or closing cancels it); FencedInstanceId
@@ -349,8 +350,9 @@ class ClassicMember:
             group_instance_id=self._core.instance_id,
         )
         # The next heartbeat: an interval on, or after the backoff when this one failed
-        # retriably (the coordinator moved or is unreachable), as Java's; a rejoin or an
-        # expulsion wakes the member task at once.
+        # retriably (the coordinator moved, is loading or is unreachable), as Java's; a
+        # rejoin or an expulsion wakes the member task at once. A stale coordinator is the
+        # route's to forget (aiokafka_ng.cluster.retry), not every retriable error's.
         try:
             response = await self._core.send(request, timeout=self._core.settings.request_timeout_s)
             if response.error_code:
@@ -371,7 +373,6 @@ class ClassicMember:
             if not exc.retriable:
                 raise
             log.debug("group %s: heartbeat failed (%r)", self._core.group_id, exc)
-            self._core.cluster.invalidate_coordinator(self._core.group_id)
             self._core.timer.failed(exc)
 
     # ------------------------------------------------------------------ pattern

@@ -16,12 +16,13 @@ holds that identity (``member_id``, ``epoch``), paces the rounds with the caller
   back to 0, the caller's ``on_fenced`` drops what it held (its partitions are lost), and
   the join goes at once, as Java's heartbeat managers do -- after the backoff instead if
   the join itself was fenced, so a broker that keeps fencing is not hammered;
-- NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, or no answer (the connection, the lookup,
-  the request timeout): the coordinator is forgotten and found again; the next round after
-  the timer's backoff (:class:`~aiokafka_ng.cluster.RetryState`'s, shared with the other
-  requests of the client);
-- any other retriable error (COORDINATOR_LOAD_IN_PROGRESS): the next round after the
-  backoff;
+- any other retriable error, or no answer (the connection, the lookup, the request
+  timeout): the next round after the timer's backoff
+  (:class:`~aiokafka_ng.cluster.RetryState`'s, shared with the other requests of the
+  client). Whether the coordinator is looked up again is the coordinator route's to decide
+  (:mod:`aiokafka_ng.cluster.retry`), as for every group request: after NOT_COORDINATOR,
+  COORDINATOR_NOT_AVAILABLE, a broken connection or a request timeout it is; after
+  COORDINATOR_LOAD_IN_PROGRESS it is not;
 - anything else (authorization, FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, INVALID_REQUEST,
   GROUP_MAX_SIZE_REACHED, ...) is raised: retrying cannot fix it, and the caller stops.
 
@@ -42,10 +43,8 @@ import anyio
 
 from aiokafka_ng.cluster import ONCE, ClusterClient, Coordinator, Periodic, unchecked
 from aiokafka_ng.errors import (
-    CoordinatorNotAvailableError,
     FencedMemberEpochError,
     KafkaError,
-    NotCoordinatorError,
     UnknownMemberIdError,
     error_for_code,
 )
@@ -62,7 +61,6 @@ STATIC_LEAVE_EPOCH = -2  # a KIP-848 static member leaves for now and will be ba
 Answer = TypeVar("Answer", ConsumerGroupHeartbeatResponse, ShareGroupHeartbeatResponse)
 
 _FENCED = (UnknownMemberIdError, FencedMemberEpochError)
-_COORDINATOR_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError)
 
 
 class EpochHeartbeat:
@@ -113,7 +111,7 @@ class EpochHeartbeat:
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
-                self._failed(cluster, exc, coordinator=True)
+                self._failed(exc)
                 return None
             if answer.error_code:
                 error = error_for_code(answer.error_code)(
@@ -124,7 +122,7 @@ class EpochHeartbeat:
                     return None
                 if not error.retriable:
                     raise error
-                self._failed(cluster, error, coordinator=isinstance(error, _COORDINATOR_MOVED))
+                self._failed(error)
                 return None
             interval = answer.heartbeat_interval_ms / 1000
             self.timer.succeeded(interval=interval if interval > 0 else None)
@@ -165,10 +163,8 @@ class EpochHeartbeat:
             check=unchecked,
         )
 
-    def _failed(self, cluster: ClusterClient, error: KafkaError, *, coordinator: bool) -> None:
+    def _failed(self, error: KafkaError) -> None:
         self._log.debug("group %s: heartbeat failed (%r)", self.group_id, error)
-        if coordinator:
-            cluster.invalidate_coordinator(self.group_id)
         self.timer.failed(error)
 
     async def _fenced(self, error: KafkaError) -> None:

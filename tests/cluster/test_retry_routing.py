@@ -1,7 +1,8 @@
 """Cluster.call's routing repairs on a FakeKafka of several nodes, on virtual time: a
 coordinator looked up again on NOT_COORDINATOR, metadata refreshed on NOT_LEADER, a call
 that keeps failing timing out with the error that kept coming, and a cancelled call that
-leaves no stale lookup. (The retry loop's own rules: test_retry.py.)"""
+leaves no stale lookup, a coordinator request left unanswered (its connection closed, the
+coordinator forgotten). (The retry loop's own rules: test_retry.py.)"""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from aiokafka_ng.errors import (
     KafkaTimeoutError,
     NotCoordinatorError,
     RequestTimedOutError,
+    RequestTimeoutError,
     UnsupportedVersionError,
     error_for_code,
 )
@@ -255,6 +257,43 @@ async def test_load_in_progress_is_retried_at_the_same_coordinator() -> None:
         assert kafka.requests(coordinator)[OFFSET_FETCH] == 3
         assert cluster.statistics().coordinator_requests == lookups
         assert cluster.coordinator_cached(GROUP) == coordinator
+
+
+async def test_a_request_timeout_forgets_the_coordinator() -> None:
+    # No answer within the request timeout: the connection closes (its late answer could
+    # be taken for the next one's) and the route forgets the coordinator, as Java's clients
+    # count a timed-out request as a disconnect.
+    async with _faked(3) as (kafka, cluster):
+        coordinator = await cluster.coordinator(GROUP)
+        kafka.delay(coordinator, 5000, api_key=OFFSET_FETCH)
+        with pytest.raises(RequestTimeoutError):
+            await cluster.call(
+                _offset_fetch(), Coordinator(GROUP), retry=ONCE, request_timeout=0.5,
+                max_version=7,
+            )  # fmt: skip
+        assert cluster.coordinator_cached(GROUP) is None
+
+
+async def test_a_request_the_call_deadline_abandons_closes_its_connection() -> None:
+    # A call whose deadline is its request's timeout (the epoch heartbeat's) ends before the
+    # connection's own timeout can. The route does what that timeout does: it closes the
+    # connection, as a broker answers one connection's requests in order and the next
+    # would wait behind the lost one, and forgets the coordinator.
+    async with _faked(3) as (kafka, cluster):
+        coordinator = await cluster.coordinator(GROUP)
+        lookups = cluster.statistics().coordinator_requests
+        kafka.delay(coordinator, 5000, api_key=OFFSET_FETCH)  # the first one only:
+        with pytest.raises(KafkaTimeoutError):
+            await cluster.call(
+                _offset_fetch(), Coordinator(GROUP), retry=ONCE, timeout=0.5, max_version=7
+            )
+        assert cluster.coordinator_cached(GROUP) is None
+        kafka.delay(coordinator, 0, api_key=OFFSET_FETCH)  # the next is answered at once...
+        started = anyio.current_time()
+        answer = await cluster.call(_offset_fetch(), Coordinator(GROUP), timeout=1, max_version=7)
+        # ...on a new connection, not behind the lost request's answer (due in 4.5 s).
+        assert answer.error_code == 0 and anyio.current_time() - started < 0.1
+        assert cluster.statistics().coordinator_requests == lookups + 1
 
 
 async def test_a_pinned_version_is_sent_as_it_is_and_named_when_unsupported() -> None:

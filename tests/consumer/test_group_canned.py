@@ -9,35 +9,41 @@ the wire (``FakeKafka.received``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import anyio
 import pytest
 
 from aiokafka_ng.cluster import Cluster
-from aiokafka_ng.config import ProducerConfig
-from aiokafka_ng.consumer import CommitFailedError, ConsumerRebalanceListener
+from aiokafka_ng.consumer import CommitFailedError
 from aiokafka_ng.consumer.assignors import decode_assignment
 from aiokafka_ng.consumer.classic_member import ClassicMember
-from aiokafka_ng.consumer.membership import GroupMembership, GroupSettings
+from aiokafka_ng.consumer.membership import GroupMembership
 from aiokafka_ng.consumer.models import OffsetAndMetadata, TopicPartition
-from aiokafka_ng.consumer.offsets import OffsetsClient
-from aiokafka_ng.consumer.state import SubscriptionState
 from aiokafka_ng.errors import (
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     IllegalGenerationError,
     NotCoordinatorError,
+    RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.testing import FakeKafka, virtual_time
+from tests.consumer.canned_group import (
+    ALL,
+    FIND_COORDINATOR,
+    Body,
+    Listener,
+    T,
+    dropped,
+    lookups_between,
+    run_group,
+    unanswered,
+)
 
 pytestmark = pytest.mark.anyio
 
-T = "t"
 OFFSET_COMMIT, HEARTBEAT = 8, 12
-JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP, FIND_COORDINATOR = 11, 13, 14, 10
+JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP = 11, 13, 14
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -45,61 +51,22 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return virtual_time.backend(request.param)
 
 
-class Listener(ConsumerRebalanceListener):
-    def __init__(self) -> None:
-        self.events: list[tuple[str, frozenset[TopicPartition]]] = []
+class AsyncListener(Listener):
+    """``on_partitions_assigned`` a coroutine function, as applications may write it."""
 
-    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        self.events.append(("revoked", frozenset(revoked)))
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.events.append(("assigned", frozenset(assigned)))
-
-    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
-        self.events.append(("lost", frozenset(lost)))
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:  # type: ignore[override]
+        super().on_partitions_assigned(assigned)
 
 
-ALL = frozenset(TopicPartition(T, p) for p in range(4))
-Body = Callable[[GroupMembership, FakeKafka, Cluster, Listener], Any]
-
-
-async def run_group(body: Body, **settings: Any) -> FakeKafka:
-    """One member of group ``g`` subscribed to ``t`` (4 partitions) on a 3-node FakeKafka:
-    joined and settled, then ``body``, then closed. Returns the FakeKafka, whose
-    ``received`` is what the member wrote."""
-    async with FakeKafka(brokers=3, tcp=False) as kafka:
-        kafka.create_topic(T, partitions=4)
-        async with Cluster(ProducerConfig(**kafka.client_config()).cluster_config()) as cluster:
-            group_settings = GroupSettings(
-                group_id="g",
-                **{
-                    "session_timeout_ms": 6000,  # group.min.session.timeout.ms: Kafka's least
-                    "heartbeat_interval_s": 0.02,
-                    "enable_auto_commit": False,
-                    **settings,
-                },
-            )
-            subs = SubscriptionState(lambda: None)
-            offsets = OffsetsClient(
-                cluster,
-                group_id="g",
-                isolation_level=0,
-                backoff=ExponentialBackoff(1, 5),
-                timeout_s=5,
-            )
-            group = GroupMembership(cluster, group_settings, subs, offsets, protocol=ClassicMember)
-            listener = Listener()
-            async with anyio.create_task_group() as tg:
-                await tg.start(group.run)
-                with anyio.fail_after(30):
-                    subs.subscribe([T], listener)
-                    group.request_rejoin()
-                    while not group.settled:
-                        await group.wait_joined()
-                    await body(group, kafka, cluster, listener)
-                    await group.close()
-                tg.cancel_scope.cancel()
-    return kafka
+async def run_classic(body: Body, **settings: Any) -> FakeKafka:
+    """One classic member (``canned_group.run_group``), heartbeating every 20 ms unless
+    told."""
+    settings = {
+        "session_timeout_ms": 6000,  # group.min.session.timeout.ms: Kafka's least
+        "heartbeat_interval_s": 0.02,
+        **settings,
+    }
+    return await run_group(body, ClassicMember, listener=AsyncListener(), within=30, **settings)
 
 
 def joins(kafka: FakeKafka) -> list[str]:
@@ -117,7 +84,7 @@ async def test_member_id_required_then_join_with_that_id() -> None:
         assert listener.events == [("assigned", ALL)]
         assert kafka.requests(kafka.coordinator_for("g"))[11] == 2  # both at the coordinator
 
-    kafka = await run_group(body)
+    kafka = await run_classic(body)
     leaves = kafka.received(LEAVE_GROUP)
     assert len(leaves) == 1 and leaves[0].request.members[0].member_id == joins(kafka)[-1]
 
@@ -136,7 +103,7 @@ async def test_expelled_member_loses_partitions_and_rejoins() -> None:
         assert joins(kafka) == ["", first, "", group.member_id]
         assert group.member_id != first
 
-    await run_group(body)
+    await run_classic(body)
 
 
 async def test_static_member_sends_instance_id_and_does_not_leave() -> None:
@@ -147,7 +114,7 @@ async def test_static_member_sends_instance_id_and_does_not_leave() -> None:
         await kafka.wait_until(lambda: kafka.requests()[HEARTBEAT] >= 3)
         assert all(x.request.group_instance_id == "host-1" for x in kafka.received(JOIN_GROUP))
 
-    kafka = await run_group(body, group_instance_id="host-1")
+    kafka = await run_classic(body, group_instance_id="host-1")
     assert not kafka.received(LEAVE_GROUP)
     heartbeats = kafka.received(HEARTBEAT)
     assert heartbeats and all(x.request.group_instance_id == "host-1" for x in heartbeats)
@@ -173,7 +140,7 @@ async def test_commit_retries_coordinator_errors_and_fails_on_stale_generation()
             await group.commit({tp: OffsetAndMetadata(6)})
         assert kafka.committed("g") == {(T, 0): 5}
 
-    await run_group(body)
+    await run_classic(body)
 
 
 async def test_leader_rebalances_when_partitions_are_added() -> None:
@@ -185,7 +152,7 @@ async def test_leader_rebalances_when_partitions_are_added() -> None:
             await group.wait_joined()
         assert len(joins(kafka)) == before + 1
 
-    kafka = await run_group(body)
+    kafka = await run_classic(body)
     syncs = kafka.received(SYNC_GROUP)
     assert len(syncs) == 2
     assert len(decode_assignment(syncs[-1].request.assignments[0].assignment)) == 6
@@ -207,7 +174,7 @@ async def test_a_failed_heartbeat_goes_again_after_the_backoff_not_the_interval(
         assert 0.07 <= retried.at - failed.at <= 0.2  # the backoff's first step
         assert group.settled
 
-    await run_group(body, heartbeat_interval_s=10.0, session_timeout_ms=45000)
+    await run_classic(body, heartbeat_interval_s=10.0, session_timeout_ms=45000)
 
 
 async def test_an_expelled_member_joins_again_at_once() -> None:
@@ -225,4 +192,92 @@ async def test_an_expelled_member_joins_again_at_once() -> None:
         assert rejoin.request.member_id == ""  # from scratch: the member id was forgotten
         assert 0 <= rejoin.at - expelled.at < 0.1
 
-    await run_group(body, heartbeat_interval_s=2.0)
+    await run_classic(body, heartbeat_interval_s=2.0)
+
+
+# ---------------------------------------------------------------- the coordinator route
+#
+# Whether a failed group request costs a new FindCoordinator is the coordinator route's to
+# decide (aiokafka_ng.cluster.retry), for every caller alike: only an answer saying the
+# coordinator moved or is unavailable, a dropped connection or a request left unanswered
+# past its timeout (as Java's consumer), not every retriable error.
+
+
+def faults(kafka: FakeKafka, api_key: int, fault: str) -> None:
+    """The next request of ``api_key`` fails with ``fault``: an error code's name, or a
+    dropped connection, or no answer within the request timeout."""
+    if fault == "dropped":
+        kafka.answer(api_key, dropped, times=1)
+    elif fault == "unanswered":
+        kafka.answer(api_key, unanswered, times=1)
+    else:
+        kafka.inject(api_key, {"NOT_COORDINATOR": NotCoordinatorError.errno}[fault])
+
+
+@pytest.mark.parametrize("error", [CoordinatorLoadInProgressError, RebalanceInProgressError])
+async def test_a_heartbeat_error_that_does_not_concern_the_coordinator_keeps_it(
+    error: type[CoordinatorLoadInProgressError | RebalanceInProgressError],
+) -> None:
+    async def body(
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
+    ) -> None:
+        await kafka.wait_until(lambda: kafka.requests()[HEARTBEAT] >= 1)
+        lookups, beats = len(kafka.received(FIND_COORDINATOR)), len(kafka.received(HEARTBEAT))
+        kafka.inject(HEARTBEAT, error.errno)
+        # The failed heartbeat, then (after the backoff, or a rejoin) two more.
+        await kafka.wait_until(lambda: len(kafka.received(HEARTBEAT)) >= beats + 3, within=60)
+        assert kafka.errors(HEARTBEAT, error.errno) == 1
+        assert len(kafka.received(FIND_COORDINATOR)) == lookups
+        coordinator = kafka.coordinator_for("g")
+        assert {x.node for x in kafka.received(HEARTBEAT)[beats:]} == {coordinator}
+
+    await run_classic(body)
+
+
+@pytest.mark.parametrize("fault", ["NOT_COORDINATOR", "dropped", "unanswered"])
+async def test_a_heartbeat_the_coordinator_did_not_answer_finds_it_again(fault: str) -> None:
+    async def body(
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
+    ) -> None:
+        await kafka.wait_until(lambda: kafka.requests()[HEARTBEAT] >= 1)
+        beats = len(kafka.received(HEARTBEAT))
+        faults(kafka, HEARTBEAT, fault)
+        await kafka.wait_until(lambda: len(kafka.received(HEARTBEAT)) >= beats + 2, within=120)
+        failed, after = kafka.received(HEARTBEAT)[beats : beats + 2]
+        assert lookups_between(kafka, failed, after) == 1  # looked up again, once
+
+    # A session long enough that the unanswered heartbeat does not cost the membership.
+    await run_classic(
+        body, session_timeout_ms=120_000, heartbeat_interval_s=1.0, request_timeout_s=5.0
+    )
+
+
+async def test_a_join_answered_coordinator_load_in_progress_keeps_the_coordinator() -> None:
+    async def body(
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
+    ) -> None:
+        lookups, before = len(kafka.received(FIND_COORDINATOR)), len(joins(kafka))
+        kafka.inject(JOIN_GROUP, CoordinatorLoadInProgressError.errno)
+        group.request_rejoin()
+        while len(joins(kafka)) < before + 2 or not group.settled:
+            await group.wait_joined()
+        assert kafka.errors(JOIN_GROUP, CoordinatorLoadInProgressError.errno) == 1
+        assert len(kafka.received(FIND_COORDINATOR)) == lookups  # retried at the same one
+
+    await run_classic(body)
+
+
+@pytest.mark.parametrize("fault", ["NOT_COORDINATOR", "dropped"])
+async def test_a_join_the_coordinator_did_not_answer_finds_it_again(fault: str) -> None:
+    async def body(
+        group: GroupMembership, kafka: FakeKafka, c: Cluster, listener: Listener
+    ) -> None:
+        before = len(joins(kafka))
+        faults(kafka, JOIN_GROUP, fault)
+        group.request_rejoin()
+        while len(joins(kafka)) < before + 2 or not group.settled:
+            await group.wait_joined()
+        failed, retried = kafka.received(JOIN_GROUP)[before : before + 2]
+        assert lookups_between(kafka, failed, retried) == 1
+
+    await run_classic(body)

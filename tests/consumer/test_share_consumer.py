@@ -802,3 +802,65 @@ async def test_a_fenced_member_drops_its_assignment_and_joins_again_at_once(
     fenced, rejoin = beats[1], beats[2]
     assert rejoin.at - fenced.at < 0.001  # at once, not after the 1 s backoff
     assert seen[2] == frozenset()  # the assignment was dropped before joining again
+
+
+async def lost(call: Received, how: str) -> None:
+    """A heartbeat the coordinator did not answer: the connection dropped at once, or left
+    unanswered past the request timeout (then dropped)."""
+    if how == "unanswered":
+        await anyio.sleep(60)
+
+
+@VIRTUAL_TIME
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("fault", "lookups"),
+    [
+        (14, 0),  # COORDINATOR_LOAD_IN_PROGRESS: the right coordinator, still loading
+        (16, 1),  # NOT_COORDINATOR
+        ("dropped", 1),
+        ("unanswered", 1),
+    ],
+)
+async def test_only_a_heartbeat_the_coordinator_did_not_answer_finds_it_again(
+    anyio_backend: str, fault: int | str, lookups: int
+) -> None:
+    # Whether a failed heartbeat costs a new FindCoordinator is the coordinator route's to
+    # decide (aiokafka_ng.cluster.retry), as for the KIP-848 member: as Java's heartbeat
+    # manager, only an answer saying the coordinator moved, a dropped connection or no
+    # answer within the request timeout.
+    FIND_COORDINATOR = 10
+    async with FakeKafka(brokers=1, tcp=False) as kafka:
+        kafka.create_topic("t")
+        topic_id = kafka.cluster.topics["t"].topic_id
+        beats = itertools.count()
+
+        async def heartbeat(call: Received) -> sgh.ShareGroupHeartbeatResponse | None:
+            req = call.request
+            if req.member_epoch == -1:
+                return sgh.ShareGroupHeartbeatResponse(member_id=req.member_id, member_epoch=-1)
+            if next(beats) == 1:  # the first after the join
+                if isinstance(fault, int):
+                    return sgh.ShareGroupHeartbeatResponse(error_code=fault)
+                await lost(call, fault)
+                return None  # the connection is closed
+            return sgh.ShareGroupHeartbeatResponse(
+                member_id=req.member_id,
+                member_epoch=1,
+                heartbeat_interval_ms=5000,
+                assignment=sgh.Assignment([sgh.TopicPartitions(topic_id, [0])]),
+            )
+
+        kafka.answer(SHARE_GROUP_HEARTBEAT, heartbeat)
+        config = {**kafka.client_config(), "request_timeout_ms": 5000}
+        async with ShareConsumer("t", group_id="g", **config) as c:
+            await c.wait_for_assignment(timeout=10)
+            await kafka.wait_until(
+                lambda: len(kafka.received(SHARE_GROUP_HEARTBEAT)) >= 3, within=60
+            )
+            assert c.assignment() == {TP}
+        order = kafka.received()
+        failed, retried = kafka.received(SHARE_GROUP_HEARTBEAT)[1:3]  # after the join
+    between = order[order.index(failed) : order.index(retried)]
+    assert sum(x.api_key == FIND_COORDINATOR for x in between) == lookups
+    assert retried.request.member_epoch == failed.request.member_epoch == 1  # not fenced

@@ -63,6 +63,7 @@ from typing import Any
 import anyio
 
 from aiokafka_ng.cluster import ClusterClient, RetryState
+from aiokafka_ng.cluster.topics import topic_names_by_id
 from aiokafka_ng.consumer.config import ConsumerConfig
 from aiokafka_ng.consumer.errors import RecordDeserializationError
 from aiokafka_ng.consumer.models import TopicPartition
@@ -283,7 +284,7 @@ class ShareFetcher:
         if session is None:
             session = self._sessions[node] = _Session(RetryState(self._backoff))
         async with session.lock:
-            ids = self._topic_ids()
+            names, ids = self._topic_ids()
             # Only partitions the request can name (their topic id known) join the session.
             wanted = frozenset(tp for tp in wanted if tp.topic in ids)
             if not wanted and not session.partitions:
@@ -299,7 +300,7 @@ class ShareFetcher:
                 return
             sent: dict[TopicPartition, frozenset[int]] = {}
             if session.epoch == 0:
-                topics, forgotten = self._fetch_topics(ids, wanted, {}), {}
+                topics, forgotten = self._fetch_topics(names, ids, wanted, {}), {}
             else:
                 # Partitions leaving the session carry their last acknowledgements and are
                 # forgotten in the same request (the broker acknowledges, then forgets).
@@ -308,7 +309,8 @@ class ShareFetcher:
                     batches, offsets = self._take_acks(tp, renew=False)
                     if batches:
                         acks[tp], sent[tp] = batches, offsets
-                topics = self._fetch_topics(ids, (wanted - session.partitions) | acks.keys(), acks)
+                fetched = (wanted - session.partitions) | acks.keys()
+                topics = self._fetch_topics(names, ids, fetched, acks)
                 forgotten = self._group_ids(ids, leaving)
                 if not limit and not topics and not forgotten:
                     return  # record_limit, not this broker's turn, nothing else to say
@@ -351,7 +353,6 @@ class ShareFetcher:
             session.pacing.succeeded()
             session.advance()
             session.partitions = set(wanted)
-            names = {v: k for k, v in ids.items()}
             for t in resp.responses:
                 name = names.get(t.topic_id)
                 if name is None:
@@ -454,11 +455,13 @@ class ShareFetcher:
         if not acks:
             del self._acks[tp]
 
-    def _topic_ids(self) -> dict[str, uuid.UUID]:
-        # Every known topic, not only the subscribed ones: acknowledgements for a topic that
-        # was unsubscribed still have to name it.
-        topics = self._cluster.metadata.topics
-        return {n: t.topic_id for n, t in topics.items() if t.topic_id.int}
+    def _topic_ids(self) -> tuple[dict[uuid.UUID, str], dict[str, uuid.UUID]]:
+        """Topic id -> name (the cluster's map, ``topic_names_by_id``) and name -> id, of
+        every known topic, not only the subscribed ones: acknowledgements for a topic that
+        was unsubscribed still have to name it. Answers name topics by id, requests need
+        the id of each partition's topic."""
+        names = topic_names_by_id(self._cluster.metadata.topics.values())
+        return names, {name: topic_id for topic_id, name in names.items()}
 
     @staticmethod
     def _group_ids(
@@ -472,6 +475,7 @@ class ShareFetcher:
 
     def _fetch_topics(
         self,
+        names: Mapping[uuid.UUID, str],
         ids: Mapping[str, uuid.UUID],
         tps: Iterable[TopicPartition],
         acks: Mapping[TopicPartition, list[sf.AcknowledgementBatch]],
@@ -488,7 +492,7 @@ class ShareFetcher:
                 ],
             )
             for topic_id, ps in self._group_ids(ids, tps).items()
-            for name in [next(n for n, i in ids.items() if i == topic_id)]
+            for name in [names[topic_id]]
         ]
 
     def _take_acks(
@@ -562,7 +566,7 @@ class ShareFetcher:
     ) -> None:
         """ShareAcknowledge of ``tps``' pending acknowledgements in ``session`` (its lock
         held); ``closing`` closes the session too."""
-        ids = self._topic_ids()
+        names, ids = self._topic_ids()
         tps = [tp for tp in tps if tp.topic in ids]
         renew = any(_RENEW in self._acks.get(tp, {}).values() for tp in tps)
         try:
@@ -628,7 +632,6 @@ class ShareFetcher:
             if resp.error_code:
                 outcome = dict.fromkeys(sent, error_for_code(resp.error_code)(resp.error_message))
             else:
-                names = {v: k for k, v in ids.items()}
                 for t in resp.responses:
                     for p in t.partitions:
                         tp = TopicPartition(names.get(t.topic_id, "?"), p.partition_index)
