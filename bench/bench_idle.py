@@ -10,6 +10,14 @@ do not weigh on another's), against one LocalBroker (Tansu) or ``--bootstrap``:
   times (default 2,000, after 200 to warm up; acks=all, linger 5 ms, 100 B): CPU time per
   record (user and system) and loop wake-ups per record.
 
+The ``floor`` client (asyncio, ``lone`` only; not in the default ``--clients``) is no
+Kafka client: one asyncio protocol that writes one Produce request built once (only its
+correlation id changes), 5 ms after each "send", and resolves a future when the answer's
+size prefix says it arrived whole. It is what any asyncio client pays for the lone-record
+pattern before doing any Kafka work of its own: the linger timer, one write and one read
+system call, the loop's turns and one awaiting task. Ours and aiokafka's per-record cost
+minus the floor's is the clients' own.
+
 Run: ``python bench/bench_idle.py [--clients ours,ours-trio,aiokafka] [--bootstrap H:P]``.
 Not a test: CPU time on a shared machine varies by tens of percent from run to run; for
 repeatable instruction counts run one measurement under ``valgrind --tool=callgrind`` twice
@@ -40,11 +48,75 @@ class _CountingSelector(selectors.DefaultSelector):
         return super().select(timeout)
 
 
+class _FloorProducer:
+    """See ``floor`` in the module docstring."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.waiting: asyncio.Future[None] | None = None
+        self.buffered = bytearray()
+        self.correlation_id = 0
+
+    async def start(self) -> None:
+        from aiokafka_ng.protocol.framing import encode_request
+        from aiokafka_ng.protocol.messages.produce import (
+            PartitionProduceData,
+            ProduceRequest,
+            TopicProduceData,
+        )
+        from aiokafka_ng.protocol.records import RecordBatchBuilder
+
+        builder = RecordBatchBuilder()
+        builder.append(int(time.time() * 1000), None, VALUE)
+        request = ProduceRequest(
+            acks=-1,
+            timeout_ms=30000,
+            topic_data=[
+                TopicProduceData(
+                    name="bench-idle",
+                    partition_data=[PartitionProduceData(index=0, records=builder.build())],
+                )
+            ],
+        )
+        self.frame = bytearray(encode_request(request, 9, 0, "floor"))
+        host, port = self.bootstrap.rsplit(":", 1)
+        loop = asyncio.get_running_loop()
+        self.loop = loop
+        floor = self
+
+        class Reader(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                buf = floor.buffered
+                buf += data
+                if len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
+                    del buf[: 4 + int.from_bytes(buf[:4], "big")]
+                    assert floor.waiting is not None
+                    floor.waiting.set_result(None)
+
+        self.transport, _ = await loop.create_connection(Reader, host, int(port))
+
+    def _write(self) -> None:
+        self.correlation_id += 1
+        self.frame[8:12] = self.correlation_id.to_bytes(4, "big")
+        self.transport.write(self.frame)
+
+    async def send(self, topic: str, value: bytes) -> asyncio.Future[None]:
+        self.waiting = fut = self.loop.create_future()
+        self.loop.call_later(0.005, self._write)  # the linger
+        return fut
+
+    async def stop(self) -> None:
+        self.transport.close()
+
+
 async def _measure(client: str, bootstrap: str, what: str, n: int, seconds: float) -> str:
-    if client == "aiokafka":
+    if client == "floor":
+        producer: Any = _FloorProducer(bootstrap)
+        await producer.start()
+    elif client == "aiokafka":
         from aiokafka import AIOKafkaProducer
 
-        producer: Any = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
         await producer.start()
     else:
         from aiokafka_ng import Producer
@@ -66,7 +138,7 @@ async def _measure(client: str, bootstrap: str, what: str, n: int, seconds: floa
         c1 = time.process_time()
         ru1, t1 = resource.getrusage(resource.RUSAGE_SELF), _CountingSelector.turns
     finally:
-        await (producer.stop() if client == "aiokafka" else producer.close())
+        await (producer.close() if client.startswith("ours") else producer.stop())
     turns = "-" if client.endswith("trio") else f"{t1 - t0}"
     if what == "idle":
         return (
