@@ -58,6 +58,7 @@ class _FloorProducer:
         self.correlation_id = 0
 
     async def start(self) -> None:
+        from aiokafka_ng import Producer
         from aiokafka_ng.protocol.framing import encode_request
         from aiokafka_ng.protocol.messages.produce import (
             PartitionProduceData,
@@ -66,6 +67,14 @@ class _FloorProducer:
         )
         from aiokafka_ng.protocol.records import RecordBatchBuilder
 
+        # The topic exists (a broker that creates topics on first use does it on Metadata,
+        # which this client never sends) and partition 0 has a leader before we write to it.
+        made = Producer(bootstrap_servers=self.bootstrap)
+        await made.start()
+        try:
+            await (await made.send("bench-idle", VALUE, partition=0))
+        finally:
+            await made.close()
         builder = RecordBatchBuilder()
         builder.append(int(time.time() * 1000), None, VALUE)
         request = ProduceRequest(
