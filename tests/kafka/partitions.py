@@ -253,6 +253,15 @@ class Window:
     #: (None: not answered within 2 s): where an unclean election may come from.
     isr_at_end: tuple[int | None, tuple[int, ...]] | None = None
     truncation: Truncation | None = None  # "lone-leader": what it did
+    #: "lone-leader": the other partitions its node led when it was isolated. Its
+    #: replication was cut for all of them, so each may have had an unclean election of
+    #: its own (seed 102: the node led two, and the second's loss was counted a client's).
+    others: list[Truncation] = field(default_factory=list)
+
+    @property
+    def truncations(self) -> list[Truncation]:
+        """Every partition this fault may have truncated, its own first."""
+        return [] if self.truncation is None else [self.truncation, *self.others]
 
 
 @dataclass
@@ -722,7 +731,10 @@ async def _lone_leader(admin: AdminClient, nemesis: Nemesis, state: Run, step: S
     # hold no consumer had read any of those records before the election (seed 100), so
     # none had a truncation to notice.
     await anyio.sleep(step.hold)
-    truncation.before = await _partition_state(admin, state.topic, partition)
+    # Every other partition the node leads has its replication cut too: evidence of each.
+    window.others = [Truncation(p) for p in await _led_by(admin, state.topic, leader, partition)]
+    for t in window.truncations:
+        t.before = await _partition_state(admin, state.topic, t.partition)
     nemesis.isolate(leader)
     _log.warning("node %d isolated", leader)
     _, elected_s = await _until(
@@ -731,9 +743,38 @@ async def _lone_leader(admin: AdminClient, nemesis: Nemesis, state: Run, step: S
     if elected_s is not None:
         truncation.elected_at = time.monotonic()
         truncation.after = await _partition_state(admin, state.topic, partition, end=False)
-    _log.warning("lone-leader: %s", truncation.label())
+    for t in window.others:
+        # Fenced at once with the first: elected by now, or within a few seconds.
+        other = t.partition
+
+        async def described_other(other: int = other) -> PartitionState | None:
+            return await _partition_state(admin, state.topic, other, end=False)
+
+        after, took = await _until(
+            described_other, lambda p: p.leader is not None and p.leader != leader, 10
+        )
+        if took is not None:
+            t.elected_at, t.after = time.monotonic(), after
+    for t in window.truncations:
+        _log.warning("lone-leader: %s", t.label())
     await anyio.sleep(step.hold / 2)
     return window
+
+
+async def _led_by(admin: AdminClient, topic: str, leader: int, but: int) -> list[int]:
+    """The partitions of ``topic`` other than ``but`` that ``leader`` leads ([] when the
+    topic cannot be described within 5 s)."""
+    with anyio.move_on_after(5):
+        try:
+            parts = (await admin.describe_topics([topic])).result(topic).partitions
+        except Exception:  # a diagnostic: the fault's own partition is evidence enough
+            return []
+        return [
+            p.partition
+            for p in parts
+            if p.partition != but and p.leader is not None and p.leader.node_id == leader
+        ]
+    return []
 
 
 def _fault(nemesis: Nemesis, fault: str, target: int) -> None:
@@ -1375,9 +1416,8 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
     """Read the topics back and compare them with what the clients were told."""
     epochs: dict[int, dict[int, int]] = {}
     log = await _read_all(cluster, state.topic, epochs=epochs)
-    for window in state.windows:
-        t = window.truncation
-        if t is not None and t.after is not None:
+    for t in (t for window in state.windows for t in window.truncations):
+        if t.after is not None:
             t.diverged_at = min(
                 (o for o, e in epochs.get(t.partition, {}).items() if e >= t.after.epoch),
                 default=None,
@@ -1402,18 +1442,16 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
         seed=state.schedule.seed,
         client="aiokafka-ng",
         steps=[f"{w.step.fault}@{w.target}{_isr_label(w)}" for w in state.windows],
-        truncations_made=[w.truncation for w in state.windows if w.truncation],
+        truncations_made=[t for w in state.windows for t in w.truncations],
         fatal=state.fatal,
         lost_where=_lost_where(state, lost),
         lost_truncated=[
             seq
             for seq in lost
             if any(
-                w.truncation.explains(
-                    _partition_of(seq), state.acked_offset.get(seq), state.acked_at[seq]
-                )
+                t.explains(_partition_of(seq), state.acked_offset.get(seq), state.acked_at[seq])
                 for w in state.windows
-                if w.truncation is not None
+                for t in w.truncations
             )
         ],
         sent=len(state.sent_at),
@@ -1459,10 +1497,8 @@ async def _check_reader(
         p
         for p, (offset, _) in committed_lost.items()
         for w in state.windows
-        if w.truncation is not None
-        and w.truncation.partition == p
-        and w.truncation.diverged_at is not None
-        and offset > w.truncation.diverged_at
+        for t in w.truncations
+        if t.partition == p and t.diverged_at is not None and offset > t.diverged_at
     }
     recover: list[float | None] = []
     for window in state.windows:
@@ -1548,10 +1584,8 @@ def _lost_where(state: Run, lost: list[int]) -> dict[str, Any]:
         seq
         for seq in lost
         for w in state.windows
-        if w.truncation is not None
-        and w.truncation.explains(
-            _partition_of(seq), state.acked_offset.get(seq), state.acked_at[seq]
-        )
+        for t in w.truncations
+        if t.explains(_partition_of(seq), state.acked_offset.get(seq), state.acked_at[seq])
     }
     where: dict[str, Any] = {}
     for p in range(PARTITIONS):
