@@ -185,6 +185,9 @@ class Truncation:
     #: Seconds from the replication cut until the ISR was the leader alone (None: not
     #: within 60 s; the leader was isolated anyway).
     shrunk_s: float | None = None
+    #: False for another partition of the same leader (Window.others): its ISR was not
+    #: watched shrinking, so ``shrunk_s`` says nothing.
+    watched: bool = True
     before: PartitionState | None = None  # just before the leader was isolated
     after: PartitionState | None = None  # once another node led (None: none within 30 s)
     elected_at: float | None = None  # when another node was seen leading (monotonic)
@@ -225,6 +228,7 @@ class Truncation:
 
     def label(self) -> str:
         shrunk = "never" if self.shrunk_s is None else f"{self.shrunk_s:.1f}s"
+        watched = f"isr shrunk to the leader in {shrunk}" if self.watched else "same leader"
         before = "?" if self.before is None else self.before.label()
         after = "no new leader within 30 s" if self.after is None else self.after.label(end=False)
         # Not in the ISR: elected uncleanly, or (safe: min.insync.replicas=2) from the
@@ -232,7 +236,7 @@ class Truncation:
         how = " (not in the ISR)" if self.unclean else ""
         where = "?" if self.diverged_at is None else self.diverged_at
         return (
-            f"p{self.partition}: isr shrunk to the leader in {shrunk}; before isolating it: "
+            f"p{self.partition}: {watched}; before isolating it: "
             f"{before} -> {after}{how}; new epoch from offset {where}: {self.truncated} "
             "acknowledged offsets replaced"
         )
@@ -732,7 +736,9 @@ async def _lone_leader(admin: AdminClient, nemesis: Nemesis, state: Run, step: S
     # none had a truncation to notice.
     await anyio.sleep(step.hold)
     # Every other partition the node leads has its replication cut too: evidence of each.
-    window.others = [Truncation(p) for p in await _led_by(admin, state.topic, leader, partition)]
+    window.others = [
+        Truncation(p, watched=False) for p in await _led_by(admin, state.topic, leader, partition)
+    ]
     for t in window.truncations:
         t.before = await _partition_state(admin, state.topic, t.partition)
     nemesis.isolate(leader)
