@@ -430,11 +430,13 @@ class Cluster:
                 raise UnsupportedVersionError(
                     f"{name}: {api} v{min_version}+ is needed, broker {node} offers up to v{chosen}"
                 )
-            limit = min(pacing.remaining(), request_timeout or float("inf"))
+            # One request waits its own timeout, never the whole operation's deadline: a
+            # commit retried for 60 s whose request went to a node just cut off waited for
+            # the node, where Java's gives up after request.timeout.ms and asks again.
+            each = self._config.connection.request_timeout_s
+            limit = min(pacing.remaining(), each if request_timeout is None else request_timeout)
             started = anyio.current_time()
-            response = await conn.send(
-                request, version=chosen, timeout=None if limit == float("inf") else limit
-            )
+            response = await conn.send(request, version=chosen, timeout=limit)
             if on_answer is not None:
                 on_answer(node, anyio.current_time() - started)
             if coordinator is not None:

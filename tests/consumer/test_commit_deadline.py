@@ -24,6 +24,7 @@ from aiokafka_ng.testing import FakeKafka, virtual_time
 pytestmark = pytest.mark.anyio
 
 OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
 T = "t"
 OUTAGE_S = 20.0
 
@@ -102,3 +103,40 @@ def test_default_api_timeout_ms_is_javas_and_never_below_a_request() -> None:
     assert ConsumerConfig(request_timeout_ms=90000).default_api_timeout_ms == 90000
     with pytest.raises(ConfigError, match="default_api_timeout_ms"):
         ConsumerConfig(request_timeout_ms=5000, default_api_timeout_ms=1000)
+
+
+@pytest.mark.parametrize("operation", ["commit", "committed"])
+async def test_a_request_to_a_silent_coordinator_is_given_up_after_request_timeout_ms(
+    group_protocol: str, operation: str
+) -> None:
+    """Each request of a commit (or committed()) waits ``request_timeout_ms``, not the whole
+    ``default_api_timeout_ms``; the coordinator it went to is then forgotten, so the next
+    attempt looks the group up again, as Java's consumer does after a request timeout (a
+    disconnect: ``markCoordinatorUnknown``). Found in the partition runs (issue 50): after
+    the commit deadline became 60 s, a commit written to a coordinator just cut off waited
+    for the node instead of 5 s, while the group moved to another node, and the consumer
+    read nothing meanwhile. Here the old coordinator holds its answers to the group's
+    offset requests for a minute and the group moves, as when Kafka fences a node cut off
+    and elects new leaders (the node answers the rest: FindCoordinator, wherever it goes,
+    names the new one)."""
+    tp = TopicPartition(T, 0)
+    api = OFFSET_COMMIT if operation == "commit" else OFFSET_FETCH
+    async with FakeKafka(brokers=3, tcp=False) as kafka:
+        kafka.create_topic(T, 1)
+        async with _consumer(kafka, group_protocol) as consumer:
+            await consumer.commit({tp: 3})
+            old = kafka.coordinator_for("g")
+            kafka.delay(old, 60_000, api_key=api)
+            kafka.move_coordinator("g", next(n for n in (1, 2, 3) if n != old))
+            started = anyio.current_time()
+            if operation == "commit":
+                # Before: KafkaTimeoutError after 60 s (the one request waited all of it);
+                # with only the request bounded, the same coordinator again and again.
+                await consumer.commit({tp: 7})
+                assert kafka.committed("g") == {(T, 0): 7}
+            else:
+                assert await consumer.committed(tp) == 3
+            took = anyio.current_time() - started
+            kafka.delay(old, 0, api_key=api)
+    # One request timeout (5 s) at the old coordinator, then the new one at once.
+    assert 5.0 <= took < 5.0 + 1.0, took

@@ -66,7 +66,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from aiokafka_ng import Consumer, Producer
+from aiokafka_ng import Consumer, OffsetAndMetadata, Producer
 from aiokafka_ng.admin import AdminClient, ElectionType, ListOffsetsSpec, NewTopic, TopicPartition
 from aiokafka_ng.errors import LogTruncationError
 from aiokafka_ng.testing import KafkaCluster, Nemesis
@@ -185,6 +185,9 @@ class Truncation:
     #: Seconds from the replication cut until the ISR was the leader alone (None: not
     #: within 60 s; the leader was isolated anyway).
     shrunk_s: float | None = None
+    #: False for another partition of the same leader (Window.others): its ISR was not
+    #: watched shrinking, so ``shrunk_s`` says nothing.
+    watched: bool = True
     before: PartitionState | None = None  # just before the leader was isolated
     after: PartitionState | None = None  # once another node led (None: none within 30 s)
     elected_at: float | None = None  # when another node was seen leading (monotonic)
@@ -225,6 +228,7 @@ class Truncation:
 
     def label(self) -> str:
         shrunk = "never" if self.shrunk_s is None else f"{self.shrunk_s:.1f}s"
+        watched = f"isr shrunk to the leader in {shrunk}" if self.watched else "same leader"
         before = "?" if self.before is None else self.before.label()
         after = "no new leader within 30 s" if self.after is None else self.after.label(end=False)
         # Not in the ISR: elected uncleanly, or (safe: min.insync.replicas=2) from the
@@ -232,7 +236,7 @@ class Truncation:
         how = " (not in the ISR)" if self.unclean else ""
         where = "?" if self.diverged_at is None else self.diverged_at
         return (
-            f"p{self.partition}: isr shrunk to the leader in {shrunk}; before isolating it: "
+            f"p{self.partition}: {watched}; before isolating it: "
             f"{before} -> {after}{how}; new epoch from offset {where}: {self.truncated} "
             "acknowledged offsets replaced"
         )
@@ -253,6 +257,15 @@ class Window:
     #: (None: not answered within 2 s): where an unclean election may come from.
     isr_at_end: tuple[int | None, tuple[int, ...]] | None = None
     truncation: Truncation | None = None  # "lone-leader": what it did
+    #: "lone-leader": the other partitions its node led when it was isolated. Its
+    #: replication was cut for all of them, so each may have had an unclean election of
+    #: its own (seed 102: the node led two, and the second's loss was counted a client's).
+    others: list[Truncation] = field(default_factory=list)
+
+    @property
+    def truncations(self) -> list[Truncation]:
+        """Every partition this fault may have truncated, its own first."""
+        return [] if self.truncation is None else [self.truncation, *self.others]
 
 
 @dataclass
@@ -722,7 +735,12 @@ async def _lone_leader(admin: AdminClient, nemesis: Nemesis, state: Run, step: S
     # hold no consumer had read any of those records before the election (seed 100), so
     # none had a truncation to notice.
     await anyio.sleep(step.hold)
-    truncation.before = await _partition_state(admin, state.topic, partition)
+    # Every other partition the node leads has its replication cut too: evidence of each.
+    window.others = [
+        Truncation(p, watched=False) for p in await _led_by(admin, state.topic, leader, partition)
+    ]
+    for t in window.truncations:
+        t.before = await _partition_state(admin, state.topic, t.partition)
     nemesis.isolate(leader)
     _log.warning("node %d isolated", leader)
     _, elected_s = await _until(
@@ -731,9 +749,38 @@ async def _lone_leader(admin: AdminClient, nemesis: Nemesis, state: Run, step: S
     if elected_s is not None:
         truncation.elected_at = time.monotonic()
         truncation.after = await _partition_state(admin, state.topic, partition, end=False)
-    _log.warning("lone-leader: %s", truncation.label())
+    for t in window.others:
+        # Fenced at once with the first: elected by now, or within a few seconds.
+        other = t.partition
+
+        async def described_other(other: int = other) -> PartitionState | None:
+            return await _partition_state(admin, state.topic, other, end=False)
+
+        after, took = await _until(
+            described_other, lambda p: p.leader is not None and p.leader != leader, 10
+        )
+        if took is not None:
+            t.elected_at, t.after = time.monotonic(), after
+    for t in window.truncations:
+        _log.warning("lone-leader: %s", t.label())
     await anyio.sleep(step.hold / 2)
     return window
+
+
+async def _led_by(admin: AdminClient, topic: str, leader: int, but: int) -> list[int]:
+    """The partitions of ``topic`` other than ``but`` that ``leader`` leads ([] when the
+    topic cannot be described within 5 s)."""
+    with anyio.move_on_after(5):
+        try:
+            parts = (await admin.describe_topics([topic])).result(topic).partitions
+        except Exception:  # a diagnostic: the fault's own partition is evidence enough
+            return []
+        return [
+            p.partition
+            for p in parts
+            if p.partition != but and p.leader is not None and p.leader.node_id == leader
+        ]
+    return []
 
 
 def _fault(nemesis: Nemesis, fault: str, target: int) -> None:
@@ -1154,7 +1201,15 @@ async def _transform(cluster: KafkaCluster, state: Run, drained: anyio.Event) ->
                                 await producer.send(
                                     state.output, _out_value(r.value, n), partition=tp.partition
                                 )
-                        offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
+                        # With the leader epoch of the last record read, as Kafka Streams
+                        # commits them: going back to them, the consumer checks them against
+                        # the leader's log (KIP-320; see _rewind).
+                        offsets = {
+                            tp: OffsetAndMetadata(
+                                records[-1].offset + 1, "", records[-1].leader_epoch
+                            )
+                            for tp, records in batch.items()
+                        }
                         await producer.send_offsets_to_transaction(
                             offsets, consumer.group_metadata()
                         )
@@ -1190,17 +1245,13 @@ async def _close_quietly(producer: Producer) -> None:
 
 
 async def _rewind(consumer: Consumer) -> None:
-    """Back to the group's committed offsets (retried while the coordinator is away)."""
-    while True:
-        try:
-            with anyio.fail_after(30):
-                for tp in consumer.assignment():
-                    committed = await consumer.committed(tp)
-                    consumer.seek(tp, 0 if committed is None else committed)
-            return
-        except Exception as exc:
-            _log.info("rewind: %r", exc)
-            await anyio.sleep(0.5)  # a retry's pace, not a synchronisation
+    """Back to the group's committed offsets: ``seek_to_committed``, which looks them up in
+    the background (retried while the coordinator is away) with the leader epoch each was
+    committed under, and validates each against its leader's log before fetching (KIP-320).
+    A bare ``seek(committed(tp))`` is trusted: after an unclean election under a committed
+    offset, the loop jumped over the records that took the replaced offsets (seed 100,
+    unclean: 364 input records never transformed)."""
+    await consumer.seek_to_committed()
 
 
 async def _transform_java(cluster: KafkaCluster, state: Run, drained: anyio.Event) -> None:
@@ -1375,9 +1426,8 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
     """Read the topics back and compare them with what the clients were told."""
     epochs: dict[int, dict[int, int]] = {}
     log = await _read_all(cluster, state.topic, epochs=epochs)
-    for window in state.windows:
-        t = window.truncation
-        if t is not None and t.after is not None:
+    for t in (t for window in state.windows for t in window.truncations):
+        if t.after is not None:
             t.diverged_at = min(
                 (o for o, e in epochs.get(t.partition, {}).items() if e >= t.after.epoch),
                 default=None,
@@ -1402,18 +1452,16 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
         seed=state.schedule.seed,
         client="aiokafka-ng",
         steps=[f"{w.step.fault}@{w.target}{_isr_label(w)}" for w in state.windows],
-        truncations_made=[w.truncation for w in state.windows if w.truncation],
+        truncations_made=[t for w in state.windows for t in w.truncations],
         fatal=state.fatal,
         lost_where=_lost_where(state, lost),
         lost_truncated=[
             seq
             for seq in lost
             if any(
-                w.truncation.explains(
-                    _partition_of(seq), state.acked_offset.get(seq), state.acked_at[seq]
-                )
+                t.explains(_partition_of(seq), state.acked_offset.get(seq), state.acked_at[seq])
                 for w in state.windows
-                if w.truncation is not None
+                for t in w.truncations
             )
         ],
         sent=len(state.sent_at),
@@ -1459,10 +1507,8 @@ async def _check_reader(
         p
         for p, (offset, _) in committed_lost.items()
         for w in state.windows
-        if w.truncation is not None
-        and w.truncation.partition == p
-        and w.truncation.diverged_at is not None
-        and offset > w.truncation.diverged_at
+        for t in w.truncations
+        if t.partition == p and t.diverged_at is not None and offset > t.diverged_at
     }
     recover: list[float | None] = []
     for window in state.windows:
@@ -1548,10 +1594,8 @@ def _lost_where(state: Run, lost: list[int]) -> dict[str, Any]:
         seq
         for seq in lost
         for w in state.windows
-        if w.truncation is not None
-        and w.truncation.explains(
-            _partition_of(seq), state.acked_offset.get(seq), state.acked_at[seq]
-        )
+        for t in w.truncations
+        if t.explains(_partition_of(seq), state.acked_offset.get(seq), state.acked_at[seq])
     }
     where: dict[str, Any] = {}
     for p in range(PARTITIONS):

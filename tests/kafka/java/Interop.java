@@ -328,6 +328,16 @@ public class Interop {
         return offsets;
     }
 
+    /** The next offsets with the leader epoch of the last record read, as Kafka Streams commits
+     *  them: a consumer going back to them checks them against the leader's log (KIP-320). */
+    static Map<TopicPartition, OffsetAndMetadata> nextOffsetsWithEpochs(ConsumerRecords<byte[], byte[]> records) {
+        Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+        for (ConsumerRecord<byte[], byte[]> r : records)
+            offsets.put(new TopicPartition(r.topic(), r.partition()),
+                    new OffsetAndMetadata(r.offset() + 1, r.leaderEpoch(), ""));
+        return offsets;
+    }
+
     static final class AbortOnPurpose extends Exception {}
 
     static KafkaProducer<byte[], byte[]> transactional(String bootstrap, String txid) {
@@ -397,7 +407,7 @@ public class Interop {
                                 .getBytes(StandardCharsets.US_ASCII);
                         producer.send(new ProducerRecord<>(output, r.partition(), null, v));
                     }
-                    producer.sendOffsetsToTransaction(nextOffsets(records), consumer.groupMetadata());
+                    producer.sendOffsetsToTransaction(nextOffsetsWithEpochs(records), consumer.groupMetadata());
                     if (abortEvery > 0 && n % abortEvery == 0) throw new AbortOnPurpose();
                     committing = true;
                     producer.commitTransaction();
@@ -425,7 +435,8 @@ public class Interop {
                         Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(consumer.assignment());
                         for (TopicPartition tp : consumer.assignment()) {
                             OffsetAndMetadata m = committed.get(tp);
-                            consumer.seek(tp, m == null ? 0 : m.offset());
+                            // With the committed leader epoch: validated before fetching (KIP-320).
+                            consumer.seek(tp, m == null ? new OffsetAndMetadata(0) : m);
                         }
                         break;
                     } catch (org.apache.kafka.common.errors.WakeupException e) {
