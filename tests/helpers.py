@@ -6,6 +6,7 @@ Per-area helpers stay beside their tests (``tests/consumer/helpers.py``,
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -28,6 +29,20 @@ def free_port() -> int:
     """A 127.0.0.1 port nothing listened on a moment ago (below the ephemeral range, so no
     outgoing connection is handed it meanwhile): for a broker that is not there yet."""
     return free_ports(1)[0]
+
+
+def assert_dialled_at_reconnect_backoff(
+    attempts: Sequence[float], reconnect_ms: float, reconnect_max_ms: float
+) -> None:
+    """``attempts`` (the times of the refused dials that followed a cut, oldest first) came
+    at the reconnect policy's pauses and at no slower rhythm of a client's own: the n-th
+    dial after the cut is the pool's (n+1)-th failure in a row, so the gap before the next
+    one is the un-jittered pause for n+1 failures, ``min(max, base * 2**n)``, within its
+    ±20% jitter. For the producer's and the consumer's reconnect pacing tests."""
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    for n, gap in enumerate(gaps, start=2):
+        expected = min(reconnect_max_ms, reconnect_ms * 2 ** (n - 1)) / 1000
+        assert 0.8 * expected - 1e-9 <= gap <= 1.2 * expected + 1e-9, (n, gaps)
 
 
 async def send_numbered_until(

@@ -8,7 +8,6 @@ The producer's twin: tests/producer/test_reconnect_pacing.py."""
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from aiokafka_ng import Consumer, Producer
 from aiokafka_ng.consumer import TopicPartition
 from aiokafka_ng.testing import FakeKafka, virtual_time
+from tests.helpers import assert_dialled_at_reconnect_backoff
 
 pytestmark = pytest.mark.anyio
 
@@ -25,11 +25,6 @@ RECONNECT_MS, RECONNECT_MAX_MS = 10.0, 1000.0
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return virtual_time.backend(request.param)
-
-
-def reconnect_pause(failures: int) -> float:
-    """The reconnect policy's un-jittered pause after ``failures`` failures, in seconds."""
-    return min(RECONNECT_MAX_MS, RECONNECT_MS * 2 ** (failures - 1)) / 1000
 
 
 async def test_refused_leader_is_dialled_at_the_reconnect_backoff_times() -> None:
@@ -64,9 +59,4 @@ async def test_refused_leader_is_dialled_at_the_reconnect_backoff_times() -> Non
             second = await consumer.getone()
 
     assert (first.value, second.value) == (b"before", b"after")
-    # The n-th refused dial after the cut is the pool's (n+1)-th failure in a row: the gap
-    # before the next one is the reconnect pause for n+1 failures, within its ±20% jitter.
-    gaps = [b - a for a, b in itertools.pairwise(attempts)]
-    for n, gap in enumerate(gaps, start=2):
-        expected = reconnect_pause(n)
-        assert 0.8 * expected - 1e-9 <= gap <= 1.2 * expected + 1e-9, (n, gaps)
+    assert_dialled_at_reconnect_backoff(attempts, RECONNECT_MS, RECONNECT_MAX_MS)
