@@ -28,7 +28,8 @@ def loop_clock() -> Callable[[], float]:
 
 def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
     """asyncio's running loop, or None under another backend (trio): hot paths arm loop
-    timers on asyncio where a cancel scope would cost more (net/_pending.py)."""
+    timers on asyncio where a cancel scope would cost more (net/_pending.py), and the
+    producer's delivery futures belong to it (producer/future.py)."""
     try:
         return asyncio.get_running_loop()
     except RuntimeError:

@@ -36,7 +36,6 @@ outage must not hold an application's shutdown for ``delivery_timeout_ms``.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import logging
@@ -61,7 +60,7 @@ from aiokafka_ng.errors import (
     SaslAuthenticationFailedError,
     SendTimeoutError,
 )
-from aiokafka_ng.net.clock import loop_clock
+from aiokafka_ng.net.clock import loop_clock, running_asyncio_loop
 from aiokafka_ng.producer.bulk import send_batch, send_many
 from aiokafka_ng.producer.future import (
     BatchDelivery,
@@ -91,13 +90,6 @@ __all__ = ["Producer", "ProducerRecord", "ProducerStatistics"]
 log = logging.getLogger(__name__)
 #: send()'s common case in C (``intake.bind_send_fast``), or None: the Python path alone.
 _C_SEND_FAST = bind_send_fast(speedups.kernel(__name__))
-
-
-def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:  # trio
-        return None
 
 
 class Producer:
@@ -161,7 +153,7 @@ class Producer:
         await self._runtime.start(cluster, self._open)
         self._intake.running = True
         # Under asyncio, delivery futures are asyncio futures of this loop (see future.py).
-        self._intake.loop = loop = _asyncio_loop()
+        self._intake.loop = loop = running_asyncio_loop()
         # The same clock as anyio.current_time() (what the engine was built with), read
         # without a backend lookup per call: the engine reads it several times per request.
         self._engine.started(loop_clock(), loop)
