@@ -37,10 +37,13 @@ commits by error type.
 Unclean elections. The runner's schedules have a "lone-leader" fault (:data:`LONE_LEADER`)
 that ends in one under "unclean". Its evidence (:class:`Truncation`): the partition's
 leader, leader epoch, ISR and high watermark just before the leader was isolated, the new
-leader and epoch after, and where the new epoch begins in the log read back; a lost record
-acknowledged before the election at or past that offset is one the election replaced --
-Kafka's loss, which "unclean" allows (:attr:`Report.lost_by_clients` leaves it out), and
-which a consumer must notice (KIP-320).
+leader and epoch after, where the new epoch begins in the log read back, and the old
+leader's own log line when it truncated what it had acknowledged. A lost record
+acknowledged before the election at or past that offset, or acknowledged at an offset the
+old leader truncated before it did (a leader not yet told of the election still answers:
+requests retransmitted after the heal, or sent to it by a client whose metadata still
+names it), is one the election replaced -- Kafka's loss, which "unclean" allows
+(:attr:`Report.lost_by_clients` leaves it out), and which a consumer must notice (KIP-320).
 
 Replay: ``python -m tests.kafka.partitions --seed N --steps K`` (as root) starts a cluster of
 its own and prints the report; the same seed gives the same schedule (``--help``: the
@@ -195,6 +198,12 @@ class Truncation:
     #: offset of ``after.epoch`` or a later one): the old leader's records from there on
     #: were replaced. Set by :func:`check`.
     diverged_at: int | None = None
+    #: The old leader's own word, from its server.log (:func:`_replaced_by_broker`): it
+    #: truncated its log to ``replaced[0]`` below its high watermark ``replaced[1]`` -- the
+    #: offsets in between it had acknowledged and then gave up -- at ``replaced_at``
+    #: (monotonic). None: no such line (the leader's log ended where the new epoch began).
+    replaced: tuple[int, int] | None = None
+    replaced_at: float | None = None
 
     @property
     def unclean(self) -> bool:
@@ -216,11 +225,22 @@ class Truncation:
     def explains(self, partition: int, offset: int | None, acked_at: float) -> bool:
         """Whether an acknowledged record lost at ``offset`` of ``partition`` is one the
         election replaced: acknowledged before it (by the old leader: the new one only
-        writes after it) at or past where the new leader's epoch begins."""
+        writes after it) at or past where the new leader's epoch begins; or, by the old
+        leader's own log, at an offset it had acknowledged and then truncated, before it
+        truncated. The second also covers a zombie leader's late answers: a Produce request
+        written to the old leader before its isolation reaches it after the heal (TCP
+        retransmits it), and the old leader -- not yet told that another node leads --
+        appends and acknowledges alone (min.insync.replicas=1) until it learns the new
+        epoch and truncates (seed 102 unclean, run E of issue 50: offsets 1583-1584,
+        acknowledged 3.7 and 6.0 s after the heal)."""
+        if partition != self.partition or offset is None:
+            return False
+        if self.replaced is not None and self.replaced_at is not None:
+            start, high_watermark = self.replaced
+            if start <= offset < high_watermark and acked_at <= self.replaced_at:
+                return True
         return (
-            partition == self.partition
-            and offset is not None
-            and self.diverged_at is not None
+            self.diverged_at is not None
             and self.elected_at is not None
             and offset >= self.diverged_at
             and acked_at < self.elected_at
@@ -235,10 +255,16 @@ class Truncation:
         # eligible leader replicas (KIP-966), which hold everything acknowledged.
         how = " (not in the ISR)" if self.unclean else ""
         where = "?" if self.diverged_at is None else self.diverged_at
+        replaced = ""
+        if self.replaced is not None:
+            offset, high_watermark = self.replaced
+            replaced = (
+                f"; the old leader truncated to {offset} below its high watermark {high_watermark}"
+            )
         return (
             f"p{self.partition}: {watched}; before isolating it: "
             f"{before} -> {after}{how}; new epoch from offset {where}: {self.truncated} "
-            "acknowledged offsets replaced"
+            f"acknowledged offsets replaced{replaced}"
         )
 
 
@@ -407,6 +433,9 @@ class Report:
     #: The lost records an unclean election explains (:meth:`Truncation.explains`): Kafka's
     #: loss, allowed in "unclean" only.
     lost_truncated: list[int] = field(default_factory=list)
+    #: Of those, the ones acknowledged after the election was seen: by the old leader, which
+    #: had not learnt of it yet (its own log says so: :attr:`Truncation.replaced`).
+    lost_late: list[int] = field(default_factory=list)
     #: What each "lone-leader" fault did.
     truncations_made: list[Truncation] = field(default_factory=list)
     fatal: list[str] = field(default_factory=list)  # errors that ended a producer
@@ -464,7 +493,12 @@ class Report:
         """ " (12 in unclean-election truncations)" when some of the lost are Kafka's."""
         if not self.lost_truncated:
             return ""
-        return f" ({len(self.lost_truncated)} in unclean-election truncations)"
+        late = (
+            f", {len(self.lost_late)} of them acknowledged by the old leader after the election"
+            if self.lost_late
+            else ""
+        )
+        return f" ({len(self.lost_truncated)} in unclean-election truncations{late})"
 
 
 def _error_type(exc: BaseException) -> str:
@@ -883,7 +917,10 @@ async def _produce_confluent(cluster: KafkaCluster, state: Run, done: anyio.Even
             def on_delivery(error: Any, message: Any) -> None:
                 if error is None:
                     state.acked_at[seq] = time.monotonic()
-                    state.acked_offset[seq] = message.offset()
+                    # None when librdkafka reports a delivery without an offset
+                    # (seen after its fatal error in a lone-leader run).
+                    if message.offset() is not None:
+                        state.acked_offset[seq] = message.offset()
                 else:
                     state.failed[seq] = str(error.name())
 
@@ -1400,6 +1437,40 @@ async def _read_all(
     return read
 
 
+#: The broker's line when a replica truncates records it had counted as acknowledged (Kafka
+#: 4.x UnifiedLog, WARN): "[2026-12-07 02:51:48,701] WARN [UnifiedLog partition=T-0, dir=...]
+#: Truncating T-0 to offset 30 below high watermark 363 (...)".
+_TRUNCATED_LINE = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] WARN .*\] Truncating (\S+) to offset (\d+)"
+    r" below high watermark (\d+)"
+)
+
+
+def _replaced_by_broker(
+    log_path: Path, topic: str, partition: int, since: float, until: float
+) -> tuple[tuple[int, int], float] | None:
+    """The first truncation below its high watermark that the node logged for the
+    partition between ``since`` and ``until`` (monotonic; the fault's start and the next
+    fault's): ((offset, high watermark), when, monotonic).
+    The log's times are the node's wall clock (this machine's, local time), converted
+    with this process's wall-to-monotonic difference; millisecond precision."""
+    name = f"{topic}-{partition}"
+    to_monotonic = time.monotonic() - time.time()
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        m = _TRUNCATED_LINE.match(line)
+        if m is None or m.group(2) != name:
+            continue
+        wall = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S"))
+        at = wall + int(m.group(1)[20:]) / 1000 + to_monotonic
+        if since <= at < until:
+            return (int(m.group(3)), int(m.group(4))), at
+    return None
+
+
 async def _committed(cluster: KafkaCluster, group: str, topic: str) -> dict[int, int | None]:
     async with Consumer(bootstrap_servers=cluster.bootstrap_servers, group_id=group) as view:
         return {p: await view.committed(TopicPartition(topic, p)) for p in range(PARTITIONS)}
@@ -1426,12 +1497,20 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
     """Read the topics back and compare them with what the clients were told."""
     epochs: dict[int, dict[int, int]] = {}
     log = await _read_all(cluster, state.topic, epochs=epochs)
-    for t in (t for window in state.windows for t in window.truncations):
-        if t.after is not None:
-            t.diverged_at = min(
-                (o for o, e in epochs.get(t.partition, {}).items() if e >= t.after.epoch),
-                default=None,
-            )
+    for i, window in enumerate(state.windows):
+        until = state.windows[i + 1].start if i + 1 < len(state.windows) else float("inf")
+        for t in window.truncations:
+            if t.after is not None:
+                t.diverged_at = min(
+                    (o for o, e in epochs.get(t.partition, {}).items() if e >= t.after.epoch),
+                    default=None,
+                )
+            found = _replaced_by_broker(
+                cluster.node(window.target).log_path, state.topic, t.partition,
+                window.start, until,
+            )  # fmt: skip
+            if found is not None:
+                t.replaced, t.replaced_at = found
     read = {p: [int(v) for _, v in records] for p, records in log.items()}
     seen, duplicated, reordered = _order(read)
     lost = sorted(seq for seq in state.acked_at if seq not in seen)
@@ -1459,7 +1538,18 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
             seq
             for seq in lost
             if any(
-                t.explains(_partition_of(seq), state.acked_offset.get(seq), state.acked_at[seq])
+                t.explains(_partition_of(seq), _acked_offset(state, seq), state.acked_at[seq])
+                for w in state.windows
+                for t in w.truncations
+            )
+        ],
+        lost_late=[
+            seq
+            for seq in lost
+            if any(
+                t.elected_at is not None
+                and state.acked_at[seq] >= t.elected_at
+                and t.explains(_partition_of(seq), _acked_offset(state, seq), state.acked_at[seq])
                 for w in state.windows
                 for t in w.truncations
             )
@@ -1584,6 +1674,21 @@ async def _check_transform(
     ]
 
 
+def _acked_offset(state: Run, seq: int) -> int | None:
+    """The offset the producer was told for ``seq``; when it was told none (librdkafka's
+    delivery reports carry none at times), the one between its partition's previous and
+    next records (seq - 3 and seq + 3: one producer writes the partition, in send order) if
+    those were told offsets two apart."""
+    offset = state.acked_offset.get(seq)
+    if offset is not None:
+        return offset
+    before = state.acked_offset.get(seq - PARTITIONS)
+    after = state.acked_offset.get(seq + PARTITIONS)
+    if before is not None and after is not None and after - before == 2:
+        return before + 1
+    return None
+
+
 def _lost_where(state: Run, lost: list[int]) -> dict[str, Any]:
     """See :attr:`Report.lost_where` (over every lost record: which ones an election
     explains the row says; this says where the others are)."""
@@ -1595,7 +1700,7 @@ def _lost_where(state: Run, lost: list[int]) -> dict[str, Any]:
         for seq in lost
         for w in state.windows
         for t in w.truncations
-        if t.explains(_partition_of(seq), state.acked_offset.get(seq), state.acked_at[seq])
+        if t.explains(_partition_of(seq), _acked_offset(state, seq), state.acked_at[seq])
     }
     where: dict[str, Any] = {}
     for p in range(PARTITIONS):
