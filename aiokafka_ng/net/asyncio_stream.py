@@ -22,8 +22,10 @@ once and buffers the rest; with the write buffer's limits at 0 (as anyio sets th
 rest pauses writing, and ``send()`` waits until the transport has handed everything to the
 kernel (or the connection is lost). So, as with anyio, a ``send()`` that returned left no
 bytes of ours in user space, and the connection's write deadline (net/connection.py) bounds
-the wait for a slow peer. One writer at a time is the caller's rule (the connection's write
-lock), not checked here.
+the wait for a slow peer. The two halves are also there on their own (``write_nowait``,
+then ``drain`` only if it says so), so a connection can skip the cancel scope that bounds
+a wait when there is nothing to wait for. One writer at a time is the caller's rule (the
+connection's write lock), not checked here.
 
 Errors are anyio's, so everything above (``_errors.IO_ERRORS``, ``describe``) reads them the
 same: ``EndOfStream`` after the peer's EOF, ``BrokenResourceError`` (from the OS error) after
@@ -146,12 +148,25 @@ class PlainAsyncioStream(anyio.abc.ByteStream):
         return chunk
 
     async def send(self, item: bytes) -> None:
+        if not self.write_nowait(item):
+            await self.drain()
+
+    def write_nowait(self, item: bytes) -> bool:
+        """Hand ``item`` to the transport without waiting: True if nothing of it is left
+        in user space (what ``send()`` then returns at once), False if the rest waits in the
+        transport's buffer -- then :meth:`drain` waits for it. Errors as ``send()``."""
         protocol = self._protocol
         if self._closed:
             raise anyio.ClosedResourceError
         if protocol.lost or self._transport.is_closing():
             raise anyio.BrokenResourceError from protocol.exception
         self._transport.write(item)
+        return not protocol.writing_paused and not protocol.lost
+
+    async def drain(self) -> None:
+        """Wait until what :meth:`write_nowait` left in the transport's buffer is handed to
+        the kernel (``BrokenResourceError`` if the connection is lost first)."""
+        protocol = self._protocol
         while protocol.writing_paused and not protocol.lost:
             waiter = protocol.write_waiter = asyncio.get_running_loop().create_future()
             try:

@@ -38,7 +38,9 @@ could not finish (a partial frame corrupts the stream), a request timeout (its l
 could be taken for the next request's), and ``aclose()``. Writes are shielded from
 cancellation and bounded by the request's deadline instead, so a frame is either written
 whole or the connection is poisoned; a caller cancelled mid-write gets its cancellation at
-its next checkpoint, with its request already in flight.
+its next checkpoint, with its request already in flight. (On asyncio's plain TCP stream a
+frame the transport takes at once is written without that scope: there is no wait for it to
+bound or shield.)
 
 Re-authentication (KIP-368) runs lazily, from the first ``submit()`` after the SASL
 session's renewal time, under the write lock; ``_reauth.py`` says how.
@@ -81,6 +83,7 @@ from aiokafka_ng.net._errors import (
 from aiokafka_ng.net._pending import NO_RESPONSE, InFlight, PendingResponse
 from aiokafka_ng.net._reading import read_until
 from aiokafka_ng.net._reauth import Reauthentication
+from aiokafka_ng.net.asyncio_stream import PlainAsyncioStream
 from aiokafka_ng.net.clock import loop_clock, running_asyncio_loop
 from aiokafka_ng.net.events import event_factory
 from aiokafka_ng.protocol.connection import ClientConnection, Poisoned
@@ -538,12 +541,27 @@ class Connection:
             self._write_lock.release()
 
     async def _write_frame(self, frame: bytes, deadline: float) -> None:
+        stream = self._stream
+        if isinstance(stream, PlainAsyncioStream):
+            # The transport takes the bytes at once, or buffers the rest: only a rest needs
+            # the wait below, and only a wait needs its scope (most of a lone request's
+            # write cost when entered for nothing).
+            try:
+                if stream.write_nowait(frame):
+                    self._count_sent(frame)
+                    return
+            except IO_ERRORS as exc:
+                self._poison(f"write failed: {describe(exc)}", cause=exc)
+                raise connection_error(self._where, exc) from exc
+            wait = stream.drain()
+        else:
+            wait = stream.send(frame)
         written = False
         # Shielded from the caller's cancellation (a frame is written whole or the
         # connection is poisoned), bounded by the request's own deadline: one scope.
         with anyio.CancelScope(shield=True, deadline=deadline):
             try:
-                await self._stream.send(frame)
+                await wait
             except IO_ERRORS as exc:
                 self._poison(f"write failed: {describe(exc)}", cause=exc)
                 raise connection_error(self._where, exc) from exc
