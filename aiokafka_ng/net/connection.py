@@ -243,8 +243,10 @@ class Connection:
         *,
         cause: BaseException | None = None,
         error_type: type[KafkaError] = KafkaConnectionError,
+        timed_out: tuple[InFlight[ApiMessage], KafkaError] | None = None,
     ) -> None:
-        """Close the connection now; every pending request fails once with ``error_type``."""
+        """Close the connection now; every pending request fails once with ``error_type``
+        (the one ``timed_out`` names with its own error), oldest first."""
         if self._state is ConnectionState.CLOSED:
             return
         self._state = ConnectionState.CLOSED
@@ -253,13 +255,16 @@ class Connection:
         _log.log(level, "closing connection to %s: %s", self._where, reason)
         for request in self._proto.close():
             entry = request.context
-            # One instance per caller: a shared exception would collect every raiser's
-            # traceback frames.
-            error = error_type(
-                f"{self._where}: {entry.api_name} (correlation id {entry.correlation_id}) "
-                f"failed: {reason}"
-            )
-            error.__cause__ = cause
+            if timed_out is not None and entry is timed_out[0]:
+                error = timed_out[1]
+            else:
+                # One instance per caller: a shared exception would collect every raiser's
+                # traceback frames.
+                error = error_type(
+                    f"{self._where}: {entry.api_name} (correlation id {entry.correlation_id}) "
+                    f"failed: {reason}"
+                )
+                error.__cause__ = cause
             self._settle(entry, error=error)
         self._reader_scope.cancel()
 
@@ -279,6 +284,18 @@ class Connection:
         if entry.holds_permit:
             self._permits.release()
         entry.done.set()
+        callback = entry.on_settled
+        if callback is not None:
+            # PendingResponse.on_settled: acted on here, in wire order, with no task woken.
+            entry.on_settled = None
+            timer = entry.timer
+            if timer is not None:
+                entry.timer = None
+                timer.cancel()
+            if error is None:
+                callback(response, None)
+            else:
+                callback(None, error)
 
     def _on_poisoned(self, event: Poisoned) -> None:
         if event.mismatch:
@@ -500,10 +517,11 @@ class Connection:
         """A written request got no response in time: close (its late response could be taken
         for the next request's) and return the error its caller raises."""
         what = f"{entry.api_name} (correlation id {entry.correlation_id})"
-        self._poison(f"{what} timed out after {limit:g}s")
-        return RequestTimeoutError(
+        error = RequestTimeoutError(
             f"{self._where}: {what} got no response within {limit:g}s; connection closed"
         )
+        self._poison(f"{what} timed out after {limit:g}s", timed_out=(entry, error))
+        return error
 
     def _raise_if_closed(self) -> None:
         if self._state is ConnectionState.CLOSED:
