@@ -8,7 +8,13 @@ TCP/TLS stream within ``connect_timeout_s`` (``_errors.open_stream``), then run 
 handshake's steps (:mod:`aiokafka_ng.protocol.handshake`: ApiVersions, then SASL when
 configured; ``_handshake.setup`` sequences them) as plain round trips read by the opening
 task. Only then does the owner get the connection and the reader task start. Both read with
-``_reading.read_until``: bytes into the ClientConnection, its events acted on.
+``_reading.read_until``: bytes into the ClientConnection, its events acted on. On asyncio's
+plain TCP stream the reader task hands that work to the transport instead
+(``PlainAsyncioStream.deliver_to``): each chunk read is fed and its answers settled in the
+transport's callback (``_received``), with no task woken per answer, and the reader task
+only waits for the stream's end (EOF, loss, close), which poisons as before. A settlement
+there wakes a task waiting in ``PendingResponse.wait`` or calls the request's
+``on_settled`` callback (the producer's senders), in wire order either way.
 
 In-flight permits. A semaphore of exactly ``max_in_flight`` permits bounds the requests on
 the wire. ``send()`` takes a permit BEFORE writing; from the moment its request is
@@ -86,7 +92,7 @@ from aiokafka_ng.net._reauth import Reauthentication
 from aiokafka_ng.net.asyncio_stream import PlainAsyncioStream
 from aiokafka_ng.net.clock import loop_clock, running_asyncio_loop
 from aiokafka_ng.net.events import event_factory
-from aiokafka_ng.protocol.connection import ClientConnection, Poisoned
+from aiokafka_ng.protocol.connection import ClientConnection, NeedData, Poisoned, Response
 from aiokafka_ng.protocol.handshake import ExpectedNode
 from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
@@ -597,6 +603,12 @@ class Connection:
 
     async def _read_loop(self) -> None:
         try:
+            stream = self._stream
+            if isinstance(stream, PlainAsyncioStream):
+                # Answers are acted on as the transport reads them (_received); this task
+                # then only waits for the stream's end, which receive() still raises.
+                for chunk in stream.deliver_to(self._received):
+                    self._received(chunk)
             await read_until(
                 lambda: self._state is ConnectionState.CLOSED,
                 self._proto,
@@ -606,6 +618,28 @@ class Connection:
             )
         except IO_ERRORS as exc:
             self._poison(describe(exc), cause=exc)
+
+    def _received(self, data: bytes) -> None:
+        """Bytes read on asyncio's plain TCP stream, in its transport's callback
+        (``PlainAsyncioStream.deliver_to``): what ``read_until`` does with a chunk, without
+        a task woken for it. Must not raise: a bug here closes the connection (its requests
+        fail) and is logged, as the transport would only say "fatal error"."""
+        if self._state is ConnectionState.CLOSED:
+            return
+        proto = self._proto
+        try:
+            proto.receive_data(data)
+            while not self.closed:  # (a settlement's callback may close it)
+                event = proto.next_event()
+                if isinstance(event, Response):
+                    self._settle(event.request.context, response=event.response)
+                elif isinstance(event, NeedData):
+                    return
+                else:
+                    self._on_poisoned(event)
+        except Exception as exc:
+            _log.exception("reading from %s failed", self._where)
+            self._poison(f"reading failed: {exc!r}", cause=exc)
 
     # -- introspection -----------------------------------------------------------------------
 

@@ -1,5 +1,7 @@
 """``PendingResponse.on_settled``: a request's answer acted on by a callback the connection
-calls, instead of a task waiting for it (asyncio; the producer's senders use it).
+calls, instead of a task waiting for it (asyncio; the producer's senders use it); and, on
+asyncio's plain TCP stream, answers matched and settled in the transport's own callback
+(``PlainAsyncioStream.deliver_to``) instead of a reader task woken for each.
 
 What must hold, as for ``wait()``: each callback is called exactly once -- with the answer,
 or with the error the request failed with (a poisoned or closed connection, its own
@@ -21,10 +23,11 @@ from aiokafka_ng.errors import (
     KafkaError,
     RequestTimeoutError,
 )
-from aiokafka_ng.net.connection import connect
+from aiokafka_ng.net.connection import ConnectionConfig, connect
+from aiokafka_ng.protocol.connection import ClientConnection
 from aiokafka_ng.protocol.messages.metadata import MetadataRequest
 from aiokafka_ng.protocol.messages.produce import ProduceRequest
-from aiokafka_ng.testing import virtual_time
+from aiokafka_ng.testing import FakeKafka, virtual_time
 from tests.net.test_connection import HeldAnswers, address, arrived, config, fake, node_of
 
 pytestmark = pytest.mark.anyio
@@ -152,3 +155,47 @@ async def test_a_request_without_an_answer_is_settled_at_once() -> None:
         pending = await conn.submit(ProduceRequest(acks=0), expect_response=False)
         pending.on_settled(calls.callback(0))
         assert calls.calls == [(0, None, None)]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # real sockets: real time
+async def test_answers_over_tcp_reach_waiters_and_callbacks_from_the_transport() -> None:
+    async with FakeKafka(brokers=1) as kafka:
+        held = HeldAnswers(kafka)
+        tcp = ConnectionConfig(request_timeout_s=10.0, max_in_flight=3)
+        async with connect(*address(kafka), tcp) as conn:
+            calls = Calls()
+            for i in range(2):
+                pending = await conn.submit(MetadataRequest(), expect_response=True)
+                pending.on_settled(calls.callback(i))
+            waited = await conn.submit(MetadataRequest(), expect_response=True)
+            held.release(0, 1, 2)
+            assert node_of(await waited.wait()) == 2
+            assert [(tag, node_of(r), e) for tag, r, e in calls.calls] == [
+                (0, 0, None),
+                (1, 1, None),
+            ]
+            assert conn.statistics().responses_received == 4  # ApiVersions and these three
+            held.rule.cancel()
+        assert conn.closed
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # real sockets: real time
+async def test_a_bug_acting_on_bytes_read_closes_the_connection_loudly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(self: ClientConnection[Any]) -> Any:
+        raise RuntimeError("injected bug")
+
+    async with FakeKafka(brokers=1) as kafka:
+        tcp = ConnectionConfig(request_timeout_s=10.0)
+        async with connect(*address(kafka), tcp) as conn:
+            monkeypatch.setattr(ClientConnection, "next_event", broken)
+            calls = Calls()
+            pending = await conn.submit(MetadataRequest(), expect_response=True)
+            pending.on_settled(calls.callback(0))
+            with pytest.raises(KafkaConnectionError):
+                await conn.send(MetadataRequest())
+            assert conn.closed
+            assert "injected bug" in conn.close_reason
+            assert [(tag, type(e)) for tag, _, e in calls.calls] == [(0, KafkaConnectionError)]
+    assert "reading from" in caplog.text

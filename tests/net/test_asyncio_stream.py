@@ -161,3 +161,27 @@ async def test_write_nowait_says_when_a_rest_waits_and_drain_waits_for_it() -> N
         await stream.aclose()
         with pytest.raises(anyio.ClosedResourceError):
             stream.write_nowait(b"late")
+
+
+async def test_deliver_to_hands_over_what_was_queued_then_every_chunk_as_read() -> None:
+    """After ``deliver_to`` the chunks go to the receiver in the transport's callback, in
+    order, after those already queued (returned); ``receive()`` then only says the end."""
+    first_read = anyio.Event()
+    more = anyio.Event()
+
+    async def serve(conn: anyio.abc.SocketStream) -> None:
+        await conn.send(b"queued")
+        await first_read.wait()
+        await more.wait()
+        await conn.send(b"delivered")
+        await conn.send_eof()
+
+    async with peer(serve) as stream:
+        assert await stream.receive(1) == b"q"  # the rest of the chunk stays queued
+        first_read.set()
+        got: list[bytes] = []
+        assert stream.deliver_to(got.append) == [b"ueued"]
+        more.set()
+        with pytest.raises(anyio.EndOfStream):
+            await stream.receive()  # returns no bytes any more: they went to got
+        assert b"".join(got) == b"delivered"
