@@ -17,8 +17,9 @@ send order (as the Java client promises) without a task per request. The answers
 applied
 
 * on asyncio, by a callback the connection calls when it settles the request
-  (``PendingResponse.on_settled``, an :class:`_Answer`): from its reader task as the answer
-  arrives, so in wire order, which a connection's answers keep; a connection that dies
+  (``PendingResponse.on_settled``, an :class:`_Answer`): from whatever reads the connection
+  (on plain TCP the transport's own callback, else its reader task) as the answer arrives,
+  so in wire order, which a connection's answers keep; a connection that dies
   (I/O error, request timeout, close) settles everything it still holds at once, oldest
   first, before the pool can hand out its successor, so the requests of one sender also
   settle in write order across reconnects. No task wakes for an answer: the lone record's
