@@ -17,13 +17,14 @@ status.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
 
 if TYPE_CHECKING:
     from aiokafka_ng.cluster.metadata import BrokerMetadata, ClusterMetadata, TopicMetadata
     from aiokafka_ng.cluster.retry import Retry, RetryState, Route
+    from aiokafka_ng.errors import KafkaError
     from aiokafka_ng.protocol.limits import DecodeLimits
 
 R = TypeVar("R", bound=ApiMessage)
@@ -37,6 +38,11 @@ class Pending(Protocol[T_co]):
     """A request on the wire (``Connection.submit``); ``wait()`` returns its response."""
 
     async def wait(self) -> T_co: ...
+
+    def on_settled(self, callback: Callable[[Any, KafkaError | None], None]) -> None:
+        """Instead of ``wait()``, on asyncio: ``callback(response, None)`` or
+        ``callback(None, error)`` once, from the task that settles the request (the
+        connection's reader, in wire order)."""
 
 
 class Link(Protocol):

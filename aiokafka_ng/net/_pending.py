@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 
 from aiokafka_ng.errors import KafkaError
 
-__all__ = ["NO_RESPONSE", "InFlight", "PendingResponse"]
+__all__ = ["NO_RESPONSE", "InFlight", "OnSettled", "PendingResponse"]
 
 T_co = TypeVar("T_co", covariant=True)
+
+#: What :meth:`PendingResponse.on_settled` calls: ``(response, None)`` or ``(None, error)``.
+OnSettled = Callable[[Any, "KafkaError | None"], None]
 
 
 @dataclass(slots=True, eq=False)
@@ -33,6 +36,10 @@ class InFlight(Generic[T_co]):
     settled: bool = False
     abandoned: bool = False  # the caller stopped waiting; the response is discarded
     holds_permit: bool = True  # False for the handshake's requests (net/connection.py)
+    #: called by the connection when it settles the entry, instead of a task waiting on
+    #: ``done`` (PendingResponse.on_settled), and that callback's deadline timer
+    on_settled: OnSettled | None = None
+    timer: asyncio.TimerHandle | None = None
 
 
 class PendingResponse(Generic[T_co]):
@@ -87,6 +94,34 @@ class PendingResponse(Generic[T_co]):
             raise entry.error
         return entry.response
 
+    def on_settled(self, callback: OnSettled) -> None:
+        """Instead of :meth:`wait` (asyncio only): have the connection call
+        ``callback(response, None)`` or ``callback(None, error)`` exactly once, from the task
+        that settles the request -- the reader when the answer arrives (so a connection's
+        callbacks run in wire order), the poisoning of the connection, or a loop timer at the
+        deadline, which times the request out (``RequestTimeoutError``) and closes the
+        connection as :meth:`wait` would. No task waits: an answer is acted on in the
+        reader's own turn. ``callback`` must not raise (it runs in the reader task)."""
+        entry = self._entry
+        loop = self._loop
+        assert loop is not None, "on_settled needs asyncio's loop timers"
+        if entry.settled:  # settled already (not between submit and here; cheap to cover)
+            if entry.error is not None:
+                callback(None, entry.error)
+            else:
+                callback(entry.response, None)
+            return
+        entry.on_settled = callback
+        entry.timer = loop.call_at(self._deadline, self._expire)
+
+    def _expire(self) -> None:
+        entry = self._entry
+        entry.timer = None
+        if not entry.settled:
+            # Closes the connection, which settles this entry (with the timeout error) and
+            # every later one, in wire order.
+            self._timed_out(entry, self._limit)
+
 
 class _NoResponse(PendingResponse[None]):
     """What ``submit(expect_response=False)`` returns: nothing to wait for (acks=0)."""
@@ -98,6 +133,9 @@ class _NoResponse(PendingResponse[None]):
 
     async def wait(self) -> None:
         return None
+
+    def on_settled(self, callback: OnSettled) -> None:
+        callback(None, None)
 
 
 NO_RESPONSE = _NoResponse()

@@ -17,13 +17,22 @@ transport keeps reading while less than :data:`READ_AHEAD` bytes wait in the que
 paused above it (and resumed once ``receive()`` brings the queue under it), so a reader that
 stops reading holds at most that much (asyncio reads at most 256 KiB per callback).
 
+A reader that can act on bytes synchronously takes them without the queue: after
+``deliver_to(receiver)`` each chunk goes to ``receiver`` inside the transport's callback, so
+no task wakes for it (the connection's answers are matched and settled there; one loop turn
+and one task step fewer per answer than a reader task woken by ``receive()``). ``receive()``
+then waits only for the end of the stream. What the receiver does not take at once is its
+own to bound (the connection's frame cap).
+
 Writing. ``send()`` hands the bytes to the transport, which writes what the socket takes at
 once and buffers the rest; with the write buffer's limits at 0 (as anyio sets them), any
 rest pauses writing, and ``send()`` waits until the transport has handed everything to the
 kernel (or the connection is lost). So, as with anyio, a ``send()`` that returned left no
 bytes of ours in user space, and the connection's write deadline (net/connection.py) bounds
-the wait for a slow peer. One writer at a time is the caller's rule (the connection's write
-lock), not checked here.
+the wait for a slow peer. The two halves are also there on their own (``write_nowait``,
+then ``drain`` only if it says so), so a connection can skip the cancel scope that bounds
+a wait when there is nothing to wait for. One writer at a time is the caller's rule (the
+connection's write lock), not checked here.
 
 Errors are anyio's, so everything above (``_errors.IO_ERRORS``, ``describe``) reads them the
 same: ``EndOfStream`` after the peer's EOF, ``BrokenResourceError`` (from the OS error) after
@@ -70,6 +79,8 @@ class _Protocol(asyncio.Protocol):
         self.read_waiter: asyncio.Future[None] | None = None
         self.write_waiter: asyncio.Future[None] | None = None
         self.writing_paused = False
+        #: set by PlainAsyncioStream.deliver_to: takes what is read, instead of the queue
+        self.receiver: Callable[[bytes], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -77,6 +88,10 @@ class _Protocol(asyncio.Protocol):
         transport.set_write_buffer_limits(0)  # see "Writing" in the module docstring
 
     def data_received(self, data: bytes) -> None:
+        receiver = self.receiver
+        if receiver is not None:
+            receiver(bytes(data))  # (no copy of bytes, which is what selector loops read)
+            return
         self.chunks.append(bytes(data))
         self.queued += len(data)
         if self.queued >= READ_AHEAD and not self.reading_paused:
@@ -145,13 +160,43 @@ class PlainAsyncioStream(anyio.abc.ByteStream):
             self._transport.resume_reading()
         return chunk
 
+    def deliver_to(self, receiver: Callable[[bytes], None]) -> list[bytes]:
+        """From now on, hand every chunk read to ``receiver`` as it arrives, in the
+        transport's own callback, instead of queueing it for :meth:`receive`; return what
+        was queued until now (for the caller to take first, before it awaits anything).
+        ``receive()`` then only waits for the end: it raises as always once the peer's EOF,
+        a lost connection or our ``aclose()`` comes. ``receiver`` must not raise (the
+        transport would close the connection with a fatal error)."""
+        protocol = self._protocol
+        queued = list(protocol.chunks)
+        protocol.chunks.clear()
+        protocol.queued = 0
+        protocol.receiver = receiver
+        if protocol.reading_paused and not protocol.lost:
+            protocol.reading_paused = False
+            self._transport.resume_reading()
+        return queued
+
     async def send(self, item: bytes) -> None:
+        if not self.write_nowait(item):
+            await self.drain()
+
+    def write_nowait(self, item: bytes) -> bool:
+        """Hand ``item`` to the transport without waiting: True if nothing of it is left
+        in user space (what ``send()`` then returns at once), False if the rest waits in the
+        transport's buffer -- then :meth:`drain` waits for it. Errors as ``send()``."""
         protocol = self._protocol
         if self._closed:
             raise anyio.ClosedResourceError
         if protocol.lost or self._transport.is_closing():
             raise anyio.BrokenResourceError from protocol.exception
         self._transport.write(item)
+        return not protocol.writing_paused and not protocol.lost
+
+    async def drain(self) -> None:
+        """Wait until what :meth:`write_nowait` left in the transport's buffer is handed to
+        the kernel (``BrokenResourceError`` if the connection is lost first)."""
+        protocol = self._protocol
         while protocol.writing_paused and not protocol.lost:
             waiter = protocol.write_waiter = asyncio.get_running_loop().create_future()
             try:

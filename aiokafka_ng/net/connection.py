@@ -8,7 +8,13 @@ TCP/TLS stream within ``connect_timeout_s`` (``_errors.open_stream``), then run 
 handshake's steps (:mod:`aiokafka_ng.protocol.handshake`: ApiVersions, then SASL when
 configured; ``_handshake.setup`` sequences them) as plain round trips read by the opening
 task. Only then does the owner get the connection and the reader task start. Both read with
-``_reading.read_until``: bytes into the ClientConnection, its events acted on.
+``_reading.read_until``: bytes into the ClientConnection, its events acted on. On asyncio's
+plain TCP stream the reader task hands that work to the transport instead
+(``PlainAsyncioStream.deliver_to``): each chunk read is fed and its answers settled in the
+transport's callback (``_received``), with no task woken per answer, and the reader task
+only waits for the stream's end (EOF, loss, close), which poisons as before. A settlement
+there wakes a task waiting in ``PendingResponse.wait`` or calls the request's
+``on_settled`` callback (the producer's senders), in wire order either way.
 
 In-flight permits. A semaphore of exactly ``max_in_flight`` permits bounds the requests on
 the wire. ``send()`` takes a permit BEFORE writing; from the moment its request is
@@ -38,7 +44,9 @@ could not finish (a partial frame corrupts the stream), a request timeout (its l
 could be taken for the next request's), and ``aclose()``. Writes are shielded from
 cancellation and bounded by the request's deadline instead, so a frame is either written
 whole or the connection is poisoned; a caller cancelled mid-write gets its cancellation at
-its next checkpoint, with its request already in flight.
+its next checkpoint, with its request already in flight. (On asyncio's plain TCP stream a
+frame the transport takes at once is written without that scope: there is no wait for it to
+bound or shield.)
 
 Re-authentication (KIP-368) runs lazily, from the first ``submit()`` after the SASL
 session's renewal time, under the write lock; ``_reauth.py`` says how.
@@ -81,9 +89,10 @@ from aiokafka_ng.net._errors import (
 from aiokafka_ng.net._pending import NO_RESPONSE, InFlight, PendingResponse
 from aiokafka_ng.net._reading import read_until
 from aiokafka_ng.net._reauth import Reauthentication
+from aiokafka_ng.net.asyncio_stream import PlainAsyncioStream
 from aiokafka_ng.net.clock import loop_clock, running_asyncio_loop
 from aiokafka_ng.net.events import event_factory
-from aiokafka_ng.protocol.connection import ClientConnection, Poisoned
+from aiokafka_ng.protocol.connection import ClientConnection, NeedData, Poisoned, Response
 from aiokafka_ng.protocol.handshake import ExpectedNode
 from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits
 from aiokafka_ng.protocol.primitives import ApiMessage, ApiRequest
@@ -240,8 +249,10 @@ class Connection:
         *,
         cause: BaseException | None = None,
         error_type: type[KafkaError] = KafkaConnectionError,
+        timed_out: tuple[InFlight[ApiMessage], KafkaError] | None = None,
     ) -> None:
-        """Close the connection now; every pending request fails once with ``error_type``."""
+        """Close the connection now; every pending request fails once with ``error_type``
+        (the one ``timed_out`` names with its own error), oldest first."""
         if self._state is ConnectionState.CLOSED:
             return
         self._state = ConnectionState.CLOSED
@@ -250,13 +261,16 @@ class Connection:
         _log.log(level, "closing connection to %s: %s", self._where, reason)
         for request in self._proto.close():
             entry = request.context
-            # One instance per caller: a shared exception would collect every raiser's
-            # traceback frames.
-            error = error_type(
-                f"{self._where}: {entry.api_name} (correlation id {entry.correlation_id}) "
-                f"failed: {reason}"
-            )
-            error.__cause__ = cause
+            if timed_out is not None and entry is timed_out[0]:
+                error = timed_out[1]
+            else:
+                # One instance per caller: a shared exception would collect every raiser's
+                # traceback frames.
+                error = error_type(
+                    f"{self._where}: {entry.api_name} (correlation id {entry.correlation_id}) "
+                    f"failed: {reason}"
+                )
+                error.__cause__ = cause
             self._settle(entry, error=error)
         self._reader_scope.cancel()
 
@@ -276,6 +290,18 @@ class Connection:
         if entry.holds_permit:
             self._permits.release()
         entry.done.set()
+        callback = entry.on_settled
+        if callback is not None:
+            # PendingResponse.on_settled: acted on here, in wire order, with no task woken.
+            entry.on_settled = None
+            timer = entry.timer
+            if timer is not None:
+                entry.timer = None
+                timer.cancel()
+            if error is None:
+                callback(response, None)
+            else:
+                callback(None, error)
 
     def _on_poisoned(self, event: Poisoned) -> None:
         if event.mismatch:
@@ -497,10 +523,11 @@ class Connection:
         """A written request got no response in time: close (its late response could be taken
         for the next request's) and return the error its caller raises."""
         what = f"{entry.api_name} (correlation id {entry.correlation_id})"
-        self._poison(f"{what} timed out after {limit:g}s")
-        return RequestTimeoutError(
+        error = RequestTimeoutError(
             f"{self._where}: {what} got no response within {limit:g}s; connection closed"
         )
+        self._poison(f"{what} timed out after {limit:g}s", timed_out=(entry, error))
+        return error
 
     def _raise_if_closed(self) -> None:
         if self._state is ConnectionState.CLOSED:
@@ -538,12 +565,27 @@ class Connection:
             self._write_lock.release()
 
     async def _write_frame(self, frame: bytes, deadline: float) -> None:
+        stream = self._stream
+        if isinstance(stream, PlainAsyncioStream):
+            # The transport takes the bytes at once, or buffers the rest: only a rest needs
+            # the wait below, and only a wait needs its scope (most of a lone request's
+            # write cost when entered for nothing).
+            try:
+                if stream.write_nowait(frame):
+                    self._count_sent(frame)
+                    return
+            except IO_ERRORS as exc:
+                self._poison(f"write failed: {describe(exc)}", cause=exc)
+                raise connection_error(self._where, exc) from exc
+            wait = stream.drain()
+        else:
+            wait = stream.send(frame)
         written = False
         # Shielded from the caller's cancellation (a frame is written whole or the
         # connection is poisoned), bounded by the request's own deadline: one scope.
         with anyio.CancelScope(shield=True, deadline=deadline):
             try:
-                await self._stream.send(frame)
+                await wait
             except IO_ERRORS as exc:
                 self._poison(f"write failed: {describe(exc)}", cause=exc)
                 raise connection_error(self._where, exc) from exc
@@ -561,6 +603,12 @@ class Connection:
 
     async def _read_loop(self) -> None:
         try:
+            stream = self._stream
+            if isinstance(stream, PlainAsyncioStream):
+                # Answers are acted on as the transport reads them (_received); this task
+                # then only waits for the stream's end, which receive() still raises.
+                for chunk in stream.deliver_to(self._received):
+                    self._received(chunk)
             await read_until(
                 lambda: self._state is ConnectionState.CLOSED,
                 self._proto,
@@ -570,6 +618,28 @@ class Connection:
             )
         except IO_ERRORS as exc:
             self._poison(describe(exc), cause=exc)
+
+    def _received(self, data: bytes) -> None:
+        """Bytes read on asyncio's plain TCP stream, in its transport's callback
+        (``PlainAsyncioStream.deliver_to``): what ``read_until`` does with a chunk, without
+        a task woken for it. Must not raise: a bug here closes the connection (its requests
+        fail) and is logged, as the transport would only say "fatal error"."""
+        if self._state is ConnectionState.CLOSED:
+            return
+        proto = self._proto
+        try:
+            proto.receive_data(data)
+            while not self.closed:  # (a settlement's callback may close it)
+                event = proto.next_event()
+                if isinstance(event, Response):
+                    self._settle(event.request.context, response=event.response)
+                elif isinstance(event, NeedData):
+                    return
+                else:
+                    self._on_poisoned(event)
+        except Exception as exc:
+            _log.exception("reading from %s failed", self._where)
+            self._poison(f"reading failed: {exc!r}", cause=exc)
 
     # -- introspection -----------------------------------------------------------------------
 

@@ -11,11 +11,28 @@ request that would then sit waiting for a permit while newer records could have 
 
 Write order matters for idempotent sequences, and task start order is not guaranteed (trio
 deliberately shuffles it), so the sender writes each request itself with
-``Connection.submit`` (returns once the frame is on the wire) and queues its pending answer;
-one more task per node (``_settle_answers``) awaits the queued answers in wire order and
-applies them: up to ``max_in_flight`` requests pipeline, in drain order on the wire, and the
-outcomes of one partition apply in send order (as the Java client promises) without a task
-per request.
+``Connection.submit`` (returns once the frame is on the wire): up to ``max_in_flight``
+requests pipeline, in drain order on the wire, and the outcomes of one partition apply in
+send order (as the Java client promises) without a task per request. The answers are
+applied
+
+* on asyncio, by a callback the connection calls when it settles the request
+  (``PendingResponse.on_settled``, an :class:`_Answer`): from whatever reads the connection
+  (on plain TCP the transport's own callback, else its reader task) as the answer arrives,
+  so in wire order, which a connection's answers keep; a connection that dies
+  (I/O error, request timeout, close) settles everything it still holds at once, oldest
+  first, before the pool can hand out its successor, so the requests of one sender also
+  settle in write order across reconnects. No task wakes for an answer: the lone record's
+  answer completes its future in the reader's own turn (two loop turns fewer per request
+  than a task awaiting the answers). A callback that raises must not kill the reader: the
+  request's bookkeeping still ends, and the exception goes to the task group's supervisor
+  as the crash of a task would (``_Answer.__call__``);
+* on trio (no loop timers to bound a callback's wait), by one more task per node
+  (``_settle_answers``) that awaits the queued answers in write order.
+
+When the sender stops (the producer closes), requests still unanswered end without being
+settled, on both paths (their batches are the closing producer's to fail): a callback that
+comes later does nothing.
 
 Nothing runs when nothing is due: with nothing to drain the loop waits on its event alone,
 with a lingering batch until that deadline (on asyncio a loop timer that sets the event, not
@@ -97,9 +114,12 @@ class NodeSender:
         #: Produce requests written and not ended yet (at most ``max_in_flight``).
         self.requests_in_flight = 0
         self.requests = 0
-        #: the requests written and not settled yet, in wire order (see _settle_answers)
+        #: the requests written and not settled yet, in wire order (see _settle_answers;
+        #: trio only)
         self._answers: deque[tuple[Pending[ProduceResponse | None], list[ProducerBatch], float]]
         self._answers = deque()
+        #: the asyncio path's callbacks not called yet, in write order (see _Answer)
+        self._unanswered: deque[_Answer] = deque()
         #: set when an answer is queued for _settle_answers
         self._answer_queued = anyio.Event()
         #: True while the loop waits with nothing due by time (see wake_at), and the loop
@@ -128,10 +148,22 @@ class NodeSender:
         self._timer = loop.call_at(at, self._event.set)
 
     async def run(self) -> None:
+        self._new_event = event_factory()  # see net/events.py
+        if self._engine.loop is None:
+            self._tg.start_soon(self._settle_answers)
+        try:
+            await self._loop()
+        finally:
+            # Stopped (the producer is closing): what is unanswered ends unsettled.
+            unanswered = self._unanswered
+            while unanswered:
+                unanswered.popleft().live = False
+                self._request_done()
+
+    async def _loop(self) -> None:
         engine = self._engine
         clock = engine.clock
-        new_event = self._new_event = event_factory()  # see net/events.py
-        self._tg.start_soon(self._settle_answers)
+        new_event = self._new_event
         while True:
             # A set event is replaced *before* looking at the accumulator, so a wake() that
             # happens after the look is never lost. (An unset one is kept: creating anyio
@@ -256,8 +288,13 @@ class NodeSender:
         except BaseException:
             self._request_done()
             raise
-        self._answers.append((pending, batches, started))
-        self._answer_queued.set()
+        if engine.loop is not None:
+            answer = _Answer(self, batches, started)
+            self._unanswered.append(answer)
+            pending.on_settled(answer)
+        else:
+            self._answers.append((pending, batches, started))
+            self._answer_queued.set()
 
     async def _settle_answers(self) -> None:
         """Until cancelled: await the queued answers in wire order and apply each, so the
@@ -308,3 +345,45 @@ class NodeSender:
             self.wake()
         self.requests_in_flight -= 1
         self._engine.request_ended()
+
+
+class _Answer:
+    """The asyncio path's callback for one request (``Pending.on_settled``): hands the
+    answer or the failure to the engine, then ends the request. Called once, by the
+    connection, in wire order (see the module docstring)."""
+
+    __slots__ = ("batches", "live", "sender", "started")
+
+    def __init__(self, sender: NodeSender, batches: list[ProducerBatch], started: float) -> None:
+        self.sender = sender
+        self.batches = batches
+        self.started = started
+        #: False once the sender stopped: the request ended unsettled (NodeSender.run)
+        self.live = True
+
+    def __call__(self, response: ProduceResponse | None, error: KafkaError | None) -> None:
+        if not self.live:
+            return
+        self.live = False
+        sender = self.sender
+        unanswered = sender._unanswered
+        if unanswered[0] is self:
+            unanswered.popleft()
+        else:  # not expected (answers settle in write order); kept exact all the same
+            unanswered.remove(self)
+        try:
+            if error is not None:
+                sender._engine.settle(self.batches, None, error)
+            else:
+                # None with acks=0: nothing to wait for; written, offsets unknown.
+                sender._engine.settle(self.batches, response, started=self.started)
+        except Exception as exc:
+            # Runs in the connection's reader, which must go on reading: the failure goes
+            # where a crashed task's would (the producer's supervisor fails the producer).
+            sender._tg.start_soon(_reraise, exc)
+        finally:
+            sender._request_done()
+
+
+async def _reraise(exc: Exception) -> None:
+    raise exc

@@ -29,10 +29,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from aiokafka_ng.protocol.errors import ProtocolError
-from aiokafka_ng.protocol.limits import DecodeLimits, ResponseLimitError
+from aiokafka_ng.protocol.limits import DEFAULT_LIMITS, DecodeLimits, ResponseLimitError
 from aiokafka_ng.protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
 from aiokafka_ng.protocol.messages import headers as _headers
+from aiokafka_ng.protocol.messages.produce import ProduceRequest, ProduceResponse
 from aiokafka_ng.protocol.primitives import ApiMessage, Reader, Writer
+from aiokafka_ng.protocol.produce_codec import decode_produce_response, encode_produce_request
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -96,6 +98,12 @@ def encode_request(
     request: ApiMessage, api_version: int, correlation_id: int, client_id: str | None
 ) -> bytes:
     """Full request frame, including the 4-byte size prefix."""
+    if request.__class__ is ProduceRequest:
+        # The producer's common shape, without the generic machinery (produce_codec.py);
+        # None for anything else, which the generic code below encodes or refuses.
+        frame = encode_produce_request(request, api_version, correlation_id, client_id)
+        if frame is not None:
+            return frame
     # From the request's own class, not REQUEST_TYPES (the same answer, without a lookup).
     if request.API_KEY == _CONTROLLED_SHUTDOWN and api_version == 0:
         hv = 0
@@ -142,6 +150,12 @@ def decode_response(
 
     ``limits`` (default: ``DEFAULT_LIMITS``) bounds the struct elements the answer may
     hold; going over raises ResponseLimitError before the array is allocated."""
+    if response_type is ProduceResponse:
+        # As in encode_request: the common shape's shortcut, else the generic decoder
+        # (which also raises for whatever the shortcut declined).
+        decoded = decode_produce_response(frame, api_version, limits or DEFAULT_LIMITS)  # type: ignore[arg-type]
+        if decoded is not None:
+            return decoded  # type: ignore[return-value]
     hv = _response_header_version(response_type, api_version)
     r = Reader(frame, limits=limits)
     header = _headers.ResponseHeader.read_from(r, hv)

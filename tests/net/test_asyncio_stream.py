@@ -132,3 +132,56 @@ async def test_send_returns_once_the_kernel_has_the_bytes_not_before() -> None:
         assert size - read_when_sent < 16 * 1024 * 1024, (size, read_when_sent)
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
         assert raw.getpeername()[0] == "127.0.0.1"
+
+
+async def test_write_nowait_says_when_a_rest_waits_and_drain_waits_for_it() -> None:
+    """``write_nowait`` hands the bytes over without waiting: True when the kernel took
+    them all (a small frame), False when a rest waits in the transport (a large one to a
+    slow reader) -- then ``drain`` returns once that rest is with the kernel."""
+    size = 32 * 1024 * 1024
+    total = 4 + size
+    read = 0
+    done = anyio.Event()
+
+    async def serve(conn: anyio.abc.SocketStream) -> None:
+        nonlocal read
+        while read < total:
+            read += len(await conn.receive(65536))
+            await anyio.lowlevel.checkpoint()
+        done.set()
+
+    async with peer(serve) as stream:
+        assert stream.write_nowait(b"tiny") is True
+        assert stream.write_nowait(b"\0" * size) is False
+        await stream.drain()
+        # What the peer has not read yet sits in kernel buffers, not in ours.
+        assert total - read < 16 * 1024 * 1024, (total, read)
+        await done.wait()
+        assert read == total
+        await stream.aclose()
+        with pytest.raises(anyio.ClosedResourceError):
+            stream.write_nowait(b"late")
+
+
+async def test_deliver_to_hands_over_what_was_queued_then_every_chunk_as_read() -> None:
+    """After ``deliver_to`` the chunks go to the receiver in the transport's callback, in
+    order, after those already queued (returned); ``receive()`` then only says the end."""
+    first_read = anyio.Event()
+    more = anyio.Event()
+
+    async def serve(conn: anyio.abc.SocketStream) -> None:
+        await conn.send(b"queued")
+        await first_read.wait()
+        await more.wait()
+        await conn.send(b"delivered")
+        await conn.send_eof()
+
+    async with peer(serve) as stream:
+        assert await stream.receive(1) == b"q"  # the rest of the chunk stays queued
+        first_read.set()
+        got: list[bytes] = []
+        assert stream.deliver_to(got.append) == [b"ueued"]
+        more.set()
+        with pytest.raises(anyio.EndOfStream):
+            await stream.receive()  # returns no bytes any more: they went to got
+        assert b"".join(got) == b"delivered"
