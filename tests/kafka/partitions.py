@@ -428,6 +428,10 @@ class Report:
     aborted_visible: list[str] = field(default_factory=list)
     #: txn: output records whose input offset the group has not committed.
     ahead: list[int] = field(default_factory=list)
+    #: txn: output records whose input an unclean election replaced after the loop had read
+    #: and committed it (the input is among :attr:`lost_truncated`): Kafka's loss of the
+    #: input, copied faithfully, not output ahead of the commits.
+    ahead_replaced: list[int] = field(default_factory=list)
     transactions: dict[str, int] = field(default_factory=dict)  # outcome -> count
     readers: list[ReaderReport] = field(default_factory=list)
     #: The lost records an unclean election explains (:meth:`Truncation.explains`): Kafka's
@@ -483,7 +487,13 @@ class Report:
         if self.workload == "txn":
             outcomes = " ".join(f"{k} {v}" for k, v in sorted(self.transactions.items()))
             line += (
-                f" | aborted visible {len(self.aborted_visible)} | ahead {len(self.ahead)} | "
+                f" | aborted visible {len(self.aborted_visible)} | ahead {len(self.ahead)}"
+                + (
+                    f" ({len(self.ahead_replaced)} more of inputs the election replaced)"
+                    if self.ahead_replaced
+                    else ""
+                )
+                + " | "
                 f"txns: {outcomes}"
             )
         made = [f"  lone-leader fault {t.label()}" for t in self.truncations_made]
@@ -1661,7 +1671,10 @@ async def _check_transform(
     report.duplicated = duplicated
     report.reordered = reordered
     report.aborted_visible = aborted_visible
-    report.ahead = sorted(seq for seq in seen if seq not in processed)
+    replaced = set(report.lost_truncated)
+    unprocessed = [seq for seq in seen if seq not in processed]
+    report.ahead = sorted(seq for seq in unprocessed if seq not in replaced)
+    report.ahead_replaced = sorted(seq for seq in unprocessed if seq in replaced)
     report.acknowledged = len(processed)
     report.transactions = {
         o: sum(1 for x in txn.outcomes.values() if x == o) for o in set(txn.outcomes.values())
