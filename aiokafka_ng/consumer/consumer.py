@@ -410,8 +410,14 @@ class Consumer:
         # Fast path, the same steps as getone() without its coroutine: a buffered record is
         # returned with no await at all (one coroutine per record instead of two).
         fetcher = self._fetcher
+        if fetcher is not None and fetcher.loop_due:
+            # The fetcher's tasks have work (see Fetcher.loop_due): one trip through the
+            # event loop, before a record is taken (a cancellation here loses none).
+            fetcher.loop_due = False
+            await anyio.lowlevel.checkpoint()
         if fetcher is not None and self._runtime.state is _RUNNING:
-            self._poll_entry()
+            if self._group is not None:  # _poll_entry's work, without its call per record
+                self._poll_entry()
             record = fetcher.drain_one(None)
             if record is not None:
                 if self._tracing is not None:
