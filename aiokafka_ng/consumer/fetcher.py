@@ -23,9 +23,11 @@ it, see :mod:`.buffer`) is fetched again while that answer is read, so a drained
 does not wait one round trip for its next records. The fetch starts at the end of what is
 buffered (and names the epoch of the last buffered batch as KIP-320's last fetched epoch),
 never at the application's position; its answer is queued behind the buffered batches.
-Bounds: at most one answer ahead per partition, and only while ``buffered + reserved`` is
-below half of ``fetch_buffer_bytes`` -- the other half is always there for the partitions
-with nothing buffered, so fetching ahead never holds back a partition that waits. Every
+Bounds: at most one answer ahead per partition, and what is fetched ahead stays within the
+first half of ``fetch_buffer_bytes`` (a fetch that asks for partitions ahead reserves no
+more than ``buffered + reserved`` leaves of that half, beyond the share of the partitions
+in it that have nothing buffered) -- the other half is always there for the partitions with
+nothing buffered, so fetching ahead never holds back a partition that waits. Every
 rule that drops buffered data drops what was fetched ahead with it (a seek, a reset, a
 revocation, a leader-epoch change bump the partition's epoch); pause keeps it. An answer
 fetched ahead that the fetcher would act on -- a partition error other than a retriable
@@ -438,10 +440,11 @@ class Fetcher:
             buf = state.buffer
             if buf is None:
                 self._kept.discard(state)
-            elif self._subs.assignment.get(state.tp) is not state or buf.epoch != state.epoch:
-                self._kept.discard(state)
-                self._release(state)
-            elif buf.exhausted:  # its last record went out by drain_one (budget returned)
+            elif (
+                self._subs.assignment.get(state.tp) is not state
+                or buf.epoch != state.epoch
+                or buf.exhausted  # its last record went out by drain_one (budget returned)
+            ):
                 self._kept.discard(state)
                 self._release(state)
 
@@ -486,8 +489,6 @@ class Fetcher:
             tg.start_soon(self._resolve_positions, unresolved)
         by_node: dict[int, list[PartitionState]] = defaultdict(list)
         draining: set[int] = set()  # where partitions whose buffered records are going fetch
-        # Fetching ahead (module docstring) only while under half of the cap.
-        ahead_ok = 2 * (self._buffered + self._reserved) < self._settings.buffer_bytes
         for state in sorted(states, key=_served):
             buf = state.buffer
             if buf is not None and not state.paused:
@@ -496,9 +497,7 @@ class Fetcher:
                     draining.add(node)
             if state.paused or state.in_flight or state.error is not None or not state.has_position:
                 continue
-            if buf is not None and (
-                not ahead_ok or buf.hold or buf.ahead or buf.epoch != state.epoch
-            ):
+            if buf is not None and (buf.hold or buf.ahead or buf.epoch != state.epoch):
                 continue
             if state.retry_at > now:
                 next_due = state.retry_at if next_due is None else min(next_due, state.retry_at)
@@ -508,9 +507,19 @@ class Fetcher:
                 self._cluster.request_update([state.tp.topic])
                 continue
             by_node[node].append(state)
+        settings = self._settings
+        # Tiny fetches would mostly be trimmed away: wait until a useful share is free.
+        useful = max(1, min(settings.max_partition_bytes, settings.buffer_bytes // 4))
         for node, parts in by_node.items():
             if node in self._in_flight:
                 continue
+            # Fetching ahead (module docstring) only within the first half of the cap.
+            waiting = [s for s in parts if s.buffer is None]
+            ahead_room = settings.buffer_bytes // 2 - self._buffered - self._reserved
+            if len(waiting) < len(parts) and ahead_room < useful:
+                parts = waiting
+                if not parts:
+                    continue
             if node in draining and all(at_log_end(state) for state in parts):
                 # Only partitions at their log end: the broker would hold this fetch for
                 # fetch_max_wait_ms, and with it the node's one fetch slot, while the
@@ -523,17 +532,18 @@ class Fetcher:
             if retry_at > now:
                 next_due = retry_at if next_due is None else min(next_due, retry_at)
                 continue
-            budget = self._settings.buffer_bytes - self._buffered - self._reserved
-            # Tiny fetches would mostly be trimmed away: wait until a useful share is free.
-            useful = min(self._settings.max_partition_bytes, self._settings.buffer_bytes // 4)
-            if budget < max(1, useful) and not (self._buffered == 0 and self._reserved == 0):
+            budget = settings.buffer_bytes - self._buffered - self._reserved
+            if budget < useful and not (self._buffered == 0 and self._reserved == 0):
                 break
             # No more than this fetch can bring (every partition at partition_max_bytes):
             # a fetch that stalls (a long poll at the log end, a broker that does not
             # answer until request_timeout_ms) must not hold the budget that the other
             # brokers' partitions need.
-            most = len(parts) * self._settings.max_partition_bytes
-            reserve = max(1, min(self._settings.max_bytes, budget, most))
+            most = len(parts) * settings.max_partition_bytes
+            if len(waiting) < len(parts):
+                # What is fetched ahead stays within the first half of the cap.
+                most = min(most, max(len(waiting) * settings.max_partition_bytes, ahead_room))
+            reserve = max(1, min(settings.max_bytes, budget, most))
             self._reserved += reserve
             self._in_flight.add(node)
             for s in parts:
