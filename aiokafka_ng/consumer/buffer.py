@@ -254,13 +254,17 @@ class BufferedFetch:
         r = records[index]
         self._index = index + 1
         state = self.state
+        if index == 0:
+            # The batch's first record: from here on the position is in its epoch. Only
+            # this buffer moves the position while it lives (anything else drops it), so
+            # the epoch is written once a batch, not once a record.
+            state.leader_epoch = batch.partition_leader_epoch
         if index + 1 == len(records):
             state.position = batch.next_offset
             if not self._batches and not self._segments:
                 self._drained()
         else:
             state.position = r.offset + 1
-        state.leader_epoch = batch.partition_leader_epoch
         return r
 
     def _drained(self) -> None:

@@ -354,6 +354,10 @@ class Consumer:
         """Records for each partition (of ``partitions``, or all assigned), waiting up to
         ``timeout_ms`` for some; at most ``max_records`` (default ``max_poll_records``)."""
         _, fetcher, _ = self._running()
+        if fetcher.loop_due:  # see Fetcher.loop_due; before anything is taken
+            fetcher.loop_due = False
+            await anyio.lowlevel.checkpoint()
+            self._check_after_wait()
         self._poll_entry()
         limit = max_records or self._config.max_poll_records
         only = frozenset(partitions) if partitions else None

@@ -190,9 +190,10 @@ class Fetcher:
         self._one_state: PartitionState | None = None
         self._one_states: tuple[PartitionState, ...] = ()
         self._one_left = 0
-        #: Set by drain_one when the fetcher's tasks have work on the event loop (a fetch
-        #: in flight, a wake-up pending): iteration, which hands out buffered records with
-        #: no await at all, then yields to the loop once before its next record.
+        #: Set by drain_one (once a run) and drain when the fetcher's tasks have work on
+        #: the event loop (a fetch in flight, a wake-up pending): iteration and getmany,
+        #: which hand out buffered records with no await at all, then yield to the loop
+        #: once before they take more.
         self.loop_due = False
         self._requests = 0
         self._failures = 0
@@ -282,6 +283,8 @@ class Fetcher:
                 self._release(state)
             if max_records <= 0:
                 break
+        if out:  # a getmany that finds records does not await: see loop_due
+            self.loop_due = bool(self._in_flight) or self._wake.is_set()
         return out
 
     def drain_batches(self, tp: TopicPartition, max_records: int) -> tuple[list[RecordBatch], int]:

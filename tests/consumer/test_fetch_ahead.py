@@ -18,6 +18,7 @@ import pytest
 
 from aiokafka_ng import Producer
 from aiokafka_ng.consumer import Consumer, TopicPartition
+from aiokafka_ng.consumer.fetcher import ONE_RUN
 from aiokafka_ng.errors import OffsetOutOfRangeError
 from aiokafka_ng.protocol.messages.fetch import FetchResponse
 from aiokafka_ng.testing import FakeKafka, virtual_time
@@ -212,3 +213,35 @@ async def test_an_error_fetched_ahead_comes_after_the_records_buffered_before_it
             # Every buffered record first, then the error, for the position after them.
             assert got == list(range(first_end))
             assert await c.position(TP) == first_end
+
+
+async def test_async_for_lets_the_fetcher_run_while_it_hands_out_buffered_records() -> None:
+    # An `async for` whose body never awaits finds every record buffered and so never
+    # waits: without a trip through the event loop now and then, the fetch ahead would
+    # be neither sent nor read until the buffer is empty (measured on Tansu: each drained
+    # buffer waited one fetch round trip).
+    per_batch, batches = 1000, 30
+    async with FakeKafka() as kafka:
+        kafka.create_topic(TOPIC, partitions=1)
+        async with Producer(**kafka.client_config(), linger_ms=5) as producer:
+            for b in range(batches):
+                await producer.send_many(
+                    TOPIC, [b"%06d" % (b * per_batch + i) for i in range(per_batch)], partition=0
+                )
+                await producer.flush()
+        async with consumer(kafka, max_partition_fetch_bytes=80 * per_batch) as c:
+            c.assign([TP])
+            buffered_after: dict[int, int] = {}  # offset -> bytes still buffered after it
+            with anyio.fail_after(60):
+                async for record in c:
+                    buffered_after[record.offset] = c.statistics().fetcher.buffered_bytes
+                    if record.offset == batches * per_batch - 1:
+                        break
+        starts = asked(kafka)
+    # Each answer's last record: the next answer was already in (fetched ahead and read
+    # while the records before were handed out), so the application never waited for it.
+    # (The first answer ahead may have come while the first getone waited: from the
+    # third answer on, only trips through the loop during the iteration bring them.)
+    ends = [start - 1 for start in starts[2:]]
+    assert starts[1] > 2 * ONE_RUN and len(ends) >= 2
+    assert all(buffered_after[end] > 0 for end in ends)
