@@ -129,7 +129,7 @@ class BufferedFetch:
         self._aborted = _ordered(segment.aborted)
         self._aborted_pids = set()
         self.size -= done
-        if self._on_release is not None:
+        if done and self._on_release is not None:
             self._on_release(done)
         return True
 
@@ -236,6 +236,7 @@ class BufferedFetch:
                 state.leader_epoch = batch.partition_leader_epoch
                 continue
             return batch
+        self._drained()  # nothing left (what remained were skipped batches)
         return None
 
     def take_one(
