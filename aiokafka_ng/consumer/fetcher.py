@@ -31,12 +31,23 @@ nothing buffered, so fetching ahead never holds back a partition that waits. Eve
 rule that drops buffered data drops what was fetched ahead with it (a seek, a reset, a
 revocation, a leader-epoch change bump the partition's epoch); pause keeps it. An answer
 fetched ahead that the fetcher would act on -- a partition error other than a retriable
-one, a diverging epoch, an empty answer, data trimmed to nothing -- is not acted on while
-records before it are still buffered: the buffer is *held* (no more fetches ahead) and,
-once drained, the partition is fetched again from the application's position, where the
+one, a diverging epoch, a batch that does not decode -- is not acted on while records
+before it are still buffered: the buffer is *held* (no more fetches ahead) and, once
+drained, the partition is fetched again from the application's position, where the
 answer, if it still holds, is acted on exactly as before (the application sees the
-buffered records first, then the error, the reset or the truncation). Its bytes go back
-to the budget one answer at a time, when the next one starts being read.
+buffered records first, then the error, the reset or the truncation). An empty answer
+(the log end, or the last stable offset) or one trimmed to nothing holds the buffer too:
+asking again at once would be a long poll, or the same answer again. Buffered bytes go
+back to the budget one answer at a time, when the next one starts being read, and all of
+them when the last record is handed out.
+
+*Letting the fetcher run.* ``async for`` and ``getmany`` hand out buffered records without
+awaiting anything, so an application that keeps finding records would never let the
+fetcher's tasks run: a fetch ahead would be neither sent nor read until the buffers are
+empty. ``drain_one`` (once a run of ``ONE_RUN`` records) and ``drain`` set ``loop_due``
+while a fetch is in flight or the planner has been woken, and the consumer then takes one
+trip through the event loop (a checkpoint, before it takes the next record) -- one loop
+turn per few hundred records, not one per record.
 
 *The memory cap* (``fetch_buffer_bytes``, KIP-72's idea on the client side). Two numbers:
 ``buffered`` (bytes of record batches kept and not yet fully handed to the application) and
