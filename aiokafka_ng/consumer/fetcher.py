@@ -35,9 +35,11 @@ one, a diverging epoch, a batch that does not decode -- is not acted on while re
 before it are still buffered: the buffer is *held* (no more fetches ahead) and, once
 drained, the partition is fetched again from the application's position, where the
 answer, if it still holds, is acted on exactly as before (the application sees the
-buffered records first, then the error, the reset or the truncation). An empty answer
-(the log end, or the last stable offset) or one trimmed to nothing holds the buffer too:
-asking again at once would be a long poll, or the same answer again. Buffered bytes go
+buffered records first, then the error, the reset or the truncation). An empty answer at
+the log end (or the last stable offset), or a first batch larger than the whole fetch may
+bring, holds the buffer too: asking again at once would be a long poll, or the same
+answer dropped again. (An answer empty or trimmed only because others filled the
+response is asked again.) Buffered bytes go
 back to the budget one answer at a time, when the next one starts being read, and all of
 them when the last record is handed out.
 
@@ -720,7 +722,7 @@ class Fetcher:
             if fetch_start(state)[0] != start:
                 continue  # not where the buffer ends now (defensive: a seek bumps epoch)
             ahead = state.buffer
-            if ahead is not None and self._held(ahead, p):
+            if ahead is not None and self._held(ahead, p, start):
                 continue
             if p.error_code:
                 state.preferred_replica = -1
@@ -753,10 +755,9 @@ class Fetcher:
                 state.log_start_offset = p.log_start_offset
             if not p.records:
                 continue
-            budget -= self._keep(state, p, start, budget)
+            budget -= self._keep(state, p, start, budget, whole=budget == reserve)
 
-    @staticmethod
-    def _held(buf: BufferedFetch, p: PartitionData) -> bool:
+    def _held(self, buf: BufferedFetch, p: PartitionData, start: int) -> bool:
         """An answer fetched ahead that must wait until ``buf`` is drained (module
         docstring, *Fetching ahead*): the buffer is held; True when ``p`` is set aside."""
         if p.error_code:
@@ -766,17 +767,24 @@ class Fetcher:
                 return False
         elif p.diverging_epoch.epoch < 0:
             if not p.records and p.preferred_read_replica < 0:
-                # Nothing new (the log end, or the last stable offset): asking again now
-                # would be a long poll holding the node's fetch slot. The watermarks of
-                # the answer are still taken.
-                buf.hold = True
+                # Nothing new at the log end (or the last stable offset): asking again now
+                # would be a long poll holding the node's fetch slot. (Empty only because
+                # the answer was full with other partitions: asked again.) The watermarks
+                # of the answer are still taken.
+                end = p.high_watermark
+                if self._settings.isolation_level == 1 and p.last_stable_offset >= 0:
+                    end = p.last_stable_offset
+                if end < 0 or start >= end:
+                    buf.hold = True
             return False
         buf.hold = True
         return True
 
-    def _keep(self, state: PartitionState, p: PartitionData, start: int, budget: int) -> int:
-        """Buffer the batches of ``p`` (fetched from ``start``) that fit in ``budget``;
-        return the bytes kept."""
+    def _keep(
+        self, state: PartitionState, p: PartitionData, start: int, budget: int, *, whole: bool
+    ) -> int:
+        """Buffer the batches of ``p`` (fetched from ``start``) that fit in ``budget``
+        (``whole``: all of the fetch's reservation); return the bytes kept."""
         data = p.records or b""  # never empty here: the caller skips those
         alone, crc = self._buffered == 0 and self._reserved == 0, self._settings.check_crcs
         kept, size, error = keep_batches(data, state.tp, start, budget, alone=alone, verify_crc=crc)
@@ -790,7 +798,10 @@ class Fetcher:
             return 0
         self._dropped += len(data) - size
         if not kept:
-            if buf is not None:  # fetched ahead and trimmed away: no refetch loop meanwhile
+            if buf is not None and whole:
+                # Fetched ahead, and its first batch alone is more than a whole fetch may
+                # bring: asked again it would be dropped again (a refetch loop). It is
+                # fetched once the buffer is drained, when a lone oversize batch is kept.
                 buf.hold = True
             return 0
         aborted = p.aborted_transactions if self._settings.isolation_level == 1 else None

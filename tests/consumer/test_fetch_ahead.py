@@ -245,3 +245,32 @@ async def test_async_for_lets_the_fetcher_run_while_it_hands_out_buffered_record
     ends = [start - 1 for start in starts[2:]]
     assert starts[1] > 2 * ONE_RUN and len(ends) >= 2
     assert all(buffered_after[end] > 0 for end in ends)
+
+
+async def test_an_answer_ahead_empty_before_the_log_end_is_asked_again() -> None:
+    # A response filled by other partitions brings nothing for a partition fetched ahead
+    # (Tansu gives the first partition it lists all of max_bytes): not the log end, so it
+    # is asked again at once, not only once its buffer is drained.
+    async with FakeKafka() as kafka:
+        await filled(kafka)
+        calls = 0
+
+        async def second_answer_empty(call: Received) -> FetchResponse:
+            nonlocal calls
+            calls += 1
+            response = await kafka.model_answer(call)
+            assert isinstance(response, FetchResponse)
+            if calls == 2:  # the first fetch ahead
+                for rt in response.responses:
+                    for data in rt.partitions:
+                        data.records = b""
+            return response
+
+        kafka.answer(FETCH, second_answer_empty)
+        async with consumer(kafka) as c:
+            c.assign([TP])
+            assert (await c.getone()).offset == 0
+            await kafka.wait_until(lambda: len(asked(kafka)) >= 3)
+            offsets = asked(kafka)
+            assert offsets[1] == offsets[2] > 1  # the same range, asked again
+            assert await c.position(TP) == 1  # while the first answer is still buffered
