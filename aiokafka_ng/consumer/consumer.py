@@ -354,6 +354,10 @@ class Consumer:
         """Records for each partition (of ``partitions``, or all assigned), waiting up to
         ``timeout_ms`` for some; at most ``max_records`` (default ``max_poll_records``)."""
         _, fetcher, _ = self._running()
+        if fetcher.loop_due:  # see Fetcher.loop_due; before anything is taken
+            fetcher.loop_due = False
+            await anyio.lowlevel.checkpoint()
+            self._check_after_wait()
         self._poll_entry()
         limit = max_records or self._config.max_poll_records
         only = frozenset(partitions) if partitions else None
@@ -410,8 +414,14 @@ class Consumer:
         # Fast path, the same steps as getone() without its coroutine: a buffered record is
         # returned with no await at all (one coroutine per record instead of two).
         fetcher = self._fetcher
+        if fetcher is not None and fetcher.loop_due:
+            # The fetcher's tasks have work (see Fetcher.loop_due): one trip through the
+            # event loop, before a record is taken (a cancellation here loses none).
+            fetcher.loop_due = False
+            await anyio.lowlevel.checkpoint()
         if fetcher is not None and self._runtime.state is _RUNNING:
-            self._poll_entry()
+            if self._group is not None:  # _poll_entry's work, without its call per record
+                self._poll_entry()
             record = fetcher.drain_one(None)
             if record is not None:
                 if self._tracing is not None:

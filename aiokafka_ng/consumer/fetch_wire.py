@@ -52,6 +52,7 @@ __all__ = [
     "at_log_end",
     "fetch_node",
     "fetch_request",
+    "fetch_start",
     "keep_batches",
     "partition_answers",
     "partition_error",
@@ -89,16 +90,17 @@ def fetch_request(
         version = _MAX_NAMED_FETCH_VERSION
     topics: dict[str, list[FetchPartition]] = {}
     for s in parts:
+        fetch_offset, last_fetched_epoch = fetch_start(s)
         topics.setdefault(s.tp.topic, []).append(
             FetchPartition(
                 partition=s.tp.partition,
                 # The leader epoch the position is known good under (KIP-320): a broker
                 # in a newer epoch fences the fetch until the position is validated.
                 current_leader_epoch=s.seen_epoch,
-                fetch_offset=s.position or 0,
+                fetch_offset=fetch_offset,
                 # v12+: the broker checks its log holds this epoch up to fetch_offset and
                 # answers a diverging epoch if not (see .positions, *Validation*).
-                last_fetched_epoch=s.leader_epoch,
+                last_fetched_epoch=last_fetched_epoch,
                 partition_max_bytes=partition_max_bytes,
             )
         )
@@ -146,9 +148,19 @@ def fetch_node(state: PartitionState, metadata: ClusterMetadata, now: float) -> 
     return leader
 
 
+def fetch_start(state: PartitionState) -> tuple[int, int]:
+    """Where the next fetch of ``state`` starts and the leader epoch of the record before
+    it: the end of what is buffered (a fetch ahead, see the fetcher's *Fetching ahead*),
+    else the application's position."""
+    buf = state.buffer
+    if buf is not None and buf.epoch == state.epoch:
+        return buf.end_offset, buf.end_epoch
+    return state.position or 0, state.leader_epoch
+
+
 def at_log_end(state: PartitionState) -> bool:
     """Fetched up to the high watermark the last response gave (nothing to fetch now)."""
-    return state.highwater is not None and (state.position or 0) >= state.highwater
+    return state.highwater is not None and fetch_start(state)[0] >= state.highwater
 
 
 def keep_batches(

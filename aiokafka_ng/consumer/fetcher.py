@@ -6,16 +6,50 @@ Theory of operation
 sleeps on a wake-up event. Each round it groups the *fetchable* partitions by leader and,
 for every broker that has no fetch in flight, starts one task sending one sessionless Fetch
 (session id 0, epoch -1) over that broker's connection. A partition is fetchable when it is
-assigned, not paused, has a position, has **no buffered data** and no fetch in flight, is
-not backing off, and its leader is known. Partitions without a position are handed to one
-resolver task (:mod:`.positions`: committed offset, else ``auto_offset_reset``), as are
-positions that must be validated because the partition's leader epoch moved (KIP-320: a
-truncated log is detected there, or by a Fetch v12+ answer's diverging epoch).
-A broker whose fetchable partitions are all at their log end (position at the last high
-watermark) gets no fetch while another of its partitions is being drained: that fetch
-would be a long poll (``fetch_max_wait_ms``) holding the broker's one fetch slot just when
-the drained partition needs its next fetch. Draining wakes the planner, and the next fetch
-asks for both.
+assigned, not paused, has a position, has no fetch in flight, is not backing off, its leader
+is known, and it has no buffered data or may be *fetched ahead* (below). Partitions without
+a position are handed to one resolver task (:mod:`.positions`: committed offset, else
+``auto_offset_reset``), as are positions that must be validated because the partition's
+leader epoch moved (KIP-320: a truncated log is detected there, or by a Fetch v12+ answer's
+diverging epoch). A broker whose fetchable partitions are all at their log end (their next
+fetch would start at the last high watermark) gets no fetch while another of its partitions
+is being drained: that fetch would be a long poll (``fetch_max_wait_ms``) holding the
+broker's one fetch slot just when the drained partition needs its next fetch. Draining wakes
+the planner, and the next fetch asks for both.
+
+*Fetching ahead* (librdkafka's prefetch, bounded as its ``queued.max.messages.kbytes``).
+A partition whose buffer holds only the answer being read (no later answer queued behind
+it, see :mod:`.buffer`) is fetched again while that answer is read, so a drained buffer
+does not wait one round trip for its next records. The fetch starts at the end of what is
+buffered (and names the epoch of the last buffered batch as KIP-320's last fetched epoch),
+never at the application's position; its answer is queued behind the buffered batches.
+Bounds: at most one answer ahead per partition, and what is fetched ahead stays within the
+first half of ``fetch_buffer_bytes`` (a fetch that asks for partitions ahead reserves no
+more than ``buffered + reserved`` leaves of that half, beyond the share of the partitions
+in it that have nothing buffered) -- the other half is always there for the partitions with
+nothing buffered, so fetching ahead never holds back a partition that waits. Every
+rule that drops buffered data drops what was fetched ahead with it (a seek, a reset, a
+revocation, a leader-epoch change bump the partition's epoch); pause keeps it. An answer
+fetched ahead that the fetcher would act on -- a partition error other than a retriable
+one, a diverging epoch, a batch that does not decode -- is not acted on while records
+before it are still buffered: the buffer is *held* (no more fetches ahead) and, once
+drained, the partition is fetched again from the application's position, where the
+answer, if it still holds, is acted on exactly as before (the application sees the
+buffered records first, then the error, the reset or the truncation). An empty answer at
+the log end (or the last stable offset), or a first batch larger than the whole fetch may
+bring, holds the buffer too: asking again at once would be a long poll, or the same
+answer dropped again. (An answer empty or trimmed only because others filled the
+response is asked again.) Buffered bytes go
+back to the budget one answer at a time, when the next one starts being read, and all of
+them when the last record is handed out.
+
+*Letting the fetcher run.* ``async for`` and ``getmany`` hand out buffered records without
+awaiting anything, so an application that keeps finding records would never let the
+fetcher's tasks run: a fetch ahead would be neither sent nor read until the buffers are
+empty. ``drain_one`` (once a run of ``ONE_RUN`` records) and ``drain`` set ``loop_due``
+while a fetch is in flight or the planner has been woken, and the consumer then takes one
+trip through the event loop (a checkpoint, before it takes the next record) -- one loop
+turn per few hundred records, not one per record.
 
 *The memory cap* (``fetch_buffer_bytes``, KIP-72's idea on the client side). Two numbers:
 ``buffered`` (bytes of record batches kept and not yet fully handed to the application) and
@@ -41,8 +75,9 @@ order, and some (Tansu) ignore ``partition_max_bytes`` and give the first partit
 
 *Buffered data* is kept as raw batches (a :class:`~.buffer.BufferedFetch` per partition) and
 decoded one batch at a time as the application drains it; its bytes return to the budget
-when the partition's buffer is empty. The cap counts bytes as received (compressed batches
-count compressed); decoded records exist for at most one batch per partition at a time.
+answer by answer (above), the last when the partition's buffer is empty. The cap counts
+bytes as received (compressed batches count compressed); decoded records exist for at most
+one batch per partition at a time.
 
 *Errors.* A failed request (connection, timeout) backs off that broker with the shared
 :class:`ExponentialBackoff`; a partition's error code is handled as :mod:`.fetch_wire`
@@ -68,6 +103,7 @@ from aiokafka_ng.consumer.fetch_wire import (
     at_log_end,
     fetch_node,
     fetch_request,
+    fetch_start,
     keep_batches,
     partition_answers,
     partition_error,
@@ -76,7 +112,7 @@ from aiokafka_ng.consumer.models import ConsumerRecord, TopicPartition
 from aiokafka_ng.consumer.offsets import OffsetsClient, current_leader_epoch
 from aiokafka_ng.consumer.positions import complete_validation, resolve_positions
 from aiokafka_ng.consumer.state import PartitionState, SubscriptionState
-from aiokafka_ng.errors import KafkaError, error_for_code
+from aiokafka_ng.errors import KafkaError, OffsetOutOfRangeError, error_for_code
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.net.latency import LatencyRecorder
 from aiokafka_ng.protocol.messages.fetch import (
@@ -167,6 +203,11 @@ class Fetcher:
         self._one_state: PartitionState | None = None
         self._one_states: tuple[PartitionState, ...] = ()
         self._one_left = 0
+        #: Set by drain_one (once a run) and drain when the fetcher's tasks have work on
+        #: the event loop (a fetch in flight, a wake-up pending): iteration and getmany,
+        #: which hand out buffered records with no await at all, then yield to the loop
+        #: once before they take more.
+        self.loop_due = False
         self._requests = 0
         self._failures = 0
         self._records_out = 0
@@ -195,7 +236,8 @@ class Fetcher:
             partitions_buffered=sum(
                 1 for s in self._subs.assignment.values() if s.buffer is not None
             ),
-            records_consumed=self._records_out,
+            records_consumed=self._records_out
+            + (0 if self._one_state is None else ONE_RUN - 1 - self._one_left),
             fetch_latency_ms=self._fetch_latency.snapshot(),
         )
 
@@ -254,6 +296,8 @@ class Fetcher:
                 self._release(state)
             if max_records <= 0:
                 break
+        if out:  # a getmany that finds records does not await: see loop_due
+            self.loop_due = bool(self._in_flight) or self._wake.is_set()
         return out
 
     def drain_batches(self, tp: TopicPartition, max_records: int) -> tuple[list[RecordBatch], int]:
@@ -304,14 +348,23 @@ class Fetcher:
                 except Exception:
                     state.epoch += 1  # as in _take: drop the buffer, position stays put
                     raise
+                # No exhausted check per record: the buffer hands its bytes back itself
+                # when its last record goes out (on_release); the empty buffer is dropped
+                # here at the next call, or by the planner's _reclaim.
+                if record is not None:
+                    self._one_left -= 1  # counted into records_out when the run ends
+                    return record
                 if buf.exhausted:
                     self._release(state)
-                if record is not None:
-                    self._one_left -= 1
-                    self._records_out += 1
-                    return record
-        self._one_state = None
+        self._end_run()
         return self._drain_one_rotating(only)
+
+    def _end_run(self) -> None:
+        """drain_one's run ends: count its records (the fast path does not, per record)."""
+        if self._one_state is not None:
+            self._records_out += ONE_RUN - 1 - self._one_left
+            self._one_state = None
+            self._one_left = 0
 
     def _drain_one_rotating(
         self, only: frozenset[TopicPartition] | None
@@ -351,6 +404,10 @@ class Fetcher:
                 if only is None:
                     self._one_state, self._one_states = state, states
                     self._one_left = ONE_RUN - 1
+                # Once a run (ONE_RUN records): a consumer that finds records buffered never
+                # awaits, so without a yield the fetch answers would wait in the socket
+                # until the buffers are drained, and no fetch ahead could be sent.
+                self.loop_due = bool(self._in_flight) or self._wake.is_set()
                 return record
         return None
 
@@ -393,13 +450,17 @@ class Fetcher:
         """Return the budget held by buffers that can no longer be handed out.
 
         That is: buffers of partitions no longer assigned (their states left the
-        assignment still holding them) and buffers older than a seek.
+        assignment still holding them), buffers older than a seek, and drained ones.
         """
         for state in list(self._kept):
             buf = state.buffer
             if buf is None:
                 self._kept.discard(state)
-            elif self._subs.assignment.get(state.tp) is not state or buf.epoch != state.epoch:
+            elif (
+                self._subs.assignment.get(state.tp) is not state
+                or buf.epoch != state.epoch
+                or buf.exhausted  # its last record went out by drain_one (budget returned)
+            ):
                 self._kept.discard(state)
                 self._release(state)
 
@@ -445,17 +506,14 @@ class Fetcher:
         by_node: dict[int, list[PartitionState]] = defaultdict(list)
         draining: set[int] = set()  # where partitions whose buffered records are going fetch
         for state in sorted(states, key=_served):
-            if state.buffer is not None and not state.paused:
+            buf = state.buffer
+            if buf is not None and not state.paused:
                 node = fetch_node(state, metadata, now)
                 if node is not None:
                     draining.add(node)
-            if (
-                state.paused
-                or state.buffer is not None
-                or state.in_flight
-                or state.error is not None
-                or not state.has_position
-            ):
+            if state.paused or state.in_flight or state.error is not None or not state.has_position:
+                continue
+            if buf is not None and (buf.hold or buf.ahead or buf.epoch != state.epoch):
                 continue
             if state.retry_at > now:
                 next_due = state.retry_at if next_due is None else min(next_due, state.retry_at)
@@ -465,9 +523,19 @@ class Fetcher:
                 self._cluster.request_update([state.tp.topic])
                 continue
             by_node[node].append(state)
+        settings = self._settings
+        # Tiny fetches would mostly be trimmed away: wait until a useful share is free.
+        useful = max(1, min(settings.max_partition_bytes, settings.buffer_bytes // 4))
         for node, parts in by_node.items():
             if node in self._in_flight:
                 continue
+            # Fetching ahead (module docstring) only within the first half of the cap.
+            waiting = [s for s in parts if s.buffer is None]
+            ahead_room = settings.buffer_bytes // 2 - self._buffered - self._reserved
+            if len(waiting) < len(parts) and ahead_room < useful:
+                parts = waiting
+                if not parts:
+                    continue
             if node in draining and all(at_log_end(state) for state in parts):
                 # Only partitions at their log end: the broker would hold this fetch for
                 # fetch_max_wait_ms, and with it the node's one fetch slot, while the
@@ -480,17 +548,18 @@ class Fetcher:
             if retry_at > now:
                 next_due = retry_at if next_due is None else min(next_due, retry_at)
                 continue
-            budget = self._settings.buffer_bytes - self._buffered - self._reserved
-            # Tiny fetches would mostly be trimmed away: wait until a useful share is free.
-            useful = min(self._settings.max_partition_bytes, self._settings.buffer_bytes // 4)
-            if budget < max(1, useful) and not (self._buffered == 0 and self._reserved == 0):
+            budget = settings.buffer_bytes - self._buffered - self._reserved
+            if budget < useful and not (self._buffered == 0 and self._reserved == 0):
                 break
             # No more than this fetch can bring (every partition at partition_max_bytes):
             # a fetch that stalls (a long poll at the log end, a broker that does not
             # answer until request_timeout_ms) must not hold the budget that the other
             # brokers' partitions need.
-            most = len(parts) * self._settings.max_partition_bytes
-            reserve = max(1, min(self._settings.max_bytes, budget, most))
+            most = len(parts) * settings.max_partition_bytes
+            if len(waiting) < len(parts):
+                # What is fetched ahead stays within the first half of the cap.
+                most = min(most, max(len(waiting) * settings.max_partition_bytes, ahead_room))
+            reserve = max(1, min(settings.max_bytes, budget, most))
             self._reserved += reserve
             self._in_flight.add(node)
             for s in parts:
@@ -556,6 +625,7 @@ class Fetcher:
 
     async def _fetch(self, node: int, parts: list[PartitionState], reserve: int) -> None:
         epochs = [s.epoch for s in parts]
+        starts = [fetch_start(s)[0] for s in parts]
         try:
             try:
                 conn = await self._cluster.connection(node)
@@ -579,7 +649,7 @@ class Fetcher:
         finally:
             self._fetch_ended(node, parts, reserve)
         self._pacing_of(node).succeeded()
-        self._handle_response(node, parts, epochs, response, version, reserve)
+        self._handle_response(node, parts, epochs, starts, response, version, reserve)
 
     def _fetch_failed(self, node: int, parts: list[PartitionState], exc: KafkaError) -> None:
         self._failures += 1
@@ -626,6 +696,7 @@ class Fetcher:
         node: int,
         parts: list[PartitionState],
         epochs: list[int],
+        starts: list[int],
         response: FetchResponse,
         version: int,
         reserve: int,
@@ -642,12 +713,17 @@ class Fetcher:
         answers = partition_answers(response, version, self._cluster.metadata)
         endpoints = {e.node_id: e for e in response.node_endpoints}
         budget = reserve
-        for state, epoch in zip(parts, epochs, strict=True):
+        for state, epoch, start in zip(parts, epochs, starts, strict=True):
             p = answers.get(state.tp)
             if p is None:
                 continue
             if self._subs.assignment.get(state.tp) is not state or state.epoch != epoch:
                 continue  # revoked or seeked while the fetch was in flight
+            if fetch_start(state)[0] != start:
+                continue  # not where the buffer ends now (defensive: a seek bumps epoch)
+            ahead = state.buffer
+            if ahead is not None and self._held(ahead, p, start):
+                continue
             if p.error_code:
                 state.preferred_replica = -1
                 reset = self._settings.auto_offset_reset
@@ -679,33 +755,75 @@ class Fetcher:
                 state.log_start_offset = p.log_start_offset
             if not p.records:
                 continue
-            budget -= self._keep(state, p, budget)
+            budget -= self._keep(state, p, start, budget, whole=budget == reserve)
 
-    def _keep(self, state: PartitionState, p: PartitionData, budget: int) -> int:
-        """Buffer the batches of ``p`` that fit in ``budget``; return the bytes kept."""
+    def _held(self, buf: BufferedFetch, p: PartitionData, start: int) -> bool:
+        """An answer fetched ahead that must wait until ``buf`` is drained (module
+        docstring, *Fetching ahead*): the buffer is held; True when ``p`` is set aside."""
+        if p.error_code:
+            error = error_for_code(p.error_code)
+            # Retriable errors only steer the fetching (metadata, backoff): handled now.
+            if error.retriable and error is not OffsetOutOfRangeError:
+                return False
+        elif p.diverging_epoch.epoch < 0:
+            if not p.records and p.preferred_read_replica < 0:
+                # Nothing new at the log end (or the last stable offset): asking again now
+                # would be a long poll holding the node's fetch slot. (Empty only because
+                # the answer was full with other partitions: asked again.) The watermarks
+                # of the answer are still taken.
+                end = p.high_watermark
+                if self._settings.isolation_level == 1 and p.last_stable_offset >= 0:
+                    end = p.last_stable_offset
+                if end < 0 or start >= end:
+                    buf.hold = True
+            return False
+        buf.hold = True
+        return True
+
+    def _keep(
+        self, state: PartitionState, p: PartitionData, start: int, budget: int, *, whole: bool
+    ) -> int:
+        """Buffer the batches of ``p`` (fetched from ``start``) that fit in ``budget``
+        (``whole``: all of the fetch's reservation); return the bytes kept."""
         data = p.records or b""  # never empty here: the caller skips those
         alone, crc = self._buffered == 0 and self._reserved == 0, self._settings.check_crcs
-        kept, size, error = keep_batches(
-            data, state.tp, state.position or 0, budget, alone=alone, verify_crc=crc
-        )
+        kept, size, error = keep_batches(data, state.tp, start, budget, alone=alone, verify_crc=crc)
+        buf = state.buffer
         if error is not None:
+            if buf is not None:  # fetched ahead: the error waits until buf is drained
+                buf.hold = True
+                return 0
             state.error = error
             self._data.set()
             return 0
         self._dropped += len(data) - size
         if not kept:
+            if buf is not None and whole:
+                # Fetched ahead, and its first batch alone is more than a whole fetch may
+                # bring: asked again it would be dropped again (a refetch loop). It is
+                # fetched once the buffer is drained, when a lone oversize batch is kept.
+                buf.hold = True
             return 0
         aborted = p.aborted_transactions if self._settings.isolation_level == 1 else None
         if aborted is None and self._settings.isolation_level == 1:
             aborted = []
         self._served += 1
         state.served = self._served
-        state.buffer = BufferedFetch(state, kept, size, aborted)
-        self._kept.add(state)
+        if buf is not None:
+            buf.append(kept, size, aborted)
+        else:
+            state.buffer = BufferedFetch(state, kept, size, aborted, self._answer_read)
+            self._kept.add(state)
         self._buffered += size
         self._max_buffered = max(self._max_buffered, self._buffered)
         self._data.set()
         return size
+
+    def _answer_read(self, size: int) -> None:
+        """A buffer started on the next answer fetched ahead (the one before is read), or
+        handed out its last record: ``size`` bytes back to the budget."""
+        self._buffered -= size
+        self._wake.set()
 
 
 def _served(state: PartitionState) -> int:

@@ -21,6 +21,7 @@ from aiokafka_ng.protocol.messages.fetch import AbortedTransaction
 from aiokafka_ng.protocol.record_columns import RecordColumns
 from aiokafka_ng.protocol.records import (
     ControlRecordType,
+    RecordBatch,
     RecordBatchBuilder,
     control_record_key,
     iter_batches,
@@ -202,3 +203,71 @@ def _values(columns: RecordColumns) -> list[bytes | None]:
         out.append(bytes(columns.values[begin:end]) if valid else None)
         begin = end
     return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    plan=steps,
+    read_committed=st.booleans(),
+    start_fraction=st.floats(0, 1),
+    cuts=st.lists(st.integers(1, 6), min_size=1, max_size=6),
+    chunks=st.lists(st.integers(1, 7), min_size=1, max_size=5),
+)
+def test_answers_fetched_ahead_read_as_one_log(
+    plan: list[tuple[int, int, int, Compression]],
+    read_committed: bool,
+    start_fraction: float,
+    cuts: list[int],
+    chunks: list[int],
+) -> None:
+    """The log arriving as several answers (the fetcher's fetches ahead), each appended
+    while the ones before are read, with the aborted transactions a broker lists for each
+    answer's range: the same records as one answer, the position at the log end, every
+    byte handed back once, and each answer's start where the one before ended."""
+    blob, aborted, uncommitted, committed = build_log(plan)
+    model = committed if read_committed else uncommitted
+    batches = list(iter_batches(blob))
+    end = batches[-1].next_offset if batches else 0
+    start = int(end * start_fraction)
+    kept = [b for b in batches if b.next_offset > start]
+    answers: list[list[RecordBatch]] = []
+    i = 0
+    while i < len(kept) or not answers:
+        n = cuts[len(answers) % len(cuts)]
+        answers.append(kept[i : i + n])
+        i += n
+
+    def listed(answer: list[RecordBatch], fetch_offset: int) -> list[AbortedTransaction] | None:
+        # Kafka lists the aborted transactions overlapping [fetch offset, the answer's end).
+        if not read_committed:
+            return None
+        upper = answer[-1].next_offset if answer else fetch_offset
+        return [a for a, marker in aborted if marker >= fetch_offset and a.first_offset < upper]
+
+    released: list[int] = []
+    state = PartitionState(TopicPartition("t", 0), needs_committed=False)
+    state.seek(start)
+    sizes = [sum(b.size_in_bytes for b in answer) for answer in answers]
+    buf = BufferedFetch(state, answers[0], sizes[0], listed(answers[0], start), released.append)
+    out: list[ConsumerRecord[bytes | None, bytes | None]] = []
+    turn = 0
+    pending = list(zip(answers[1:], sizes[1:], strict=True))
+    while pending or not buf.exhausted:
+        if pending and (turn % 2 or buf.exhausted):
+            answer, size = pending.pop(0)
+            fetch_offset = buf.end_offset  # where the fetch ahead starts
+            assert not answer or answer[0].base_offset <= fetch_offset < answer[-1].next_offset
+            buf.append(answer, size, listed(answer, fetch_offset))
+        n = chunks[turn % len(chunks)]
+        if n == 1:
+            one = buf.take_one(None, None)
+            if one is not None:
+                out.append(one)
+        else:
+            buf.take_into(out, n, None, None)
+        turn += 1
+        assert turn < 10_000
+    assert [(r.offset, r.value) for r in out] == [(o, v) for o, v in model if o >= start]
+    assert state.position == max(start, end)
+    assert buf.end_offset == max(start, end)
+    assert sum(released) == sum(sizes) and buf.size == 0

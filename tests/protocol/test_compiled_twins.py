@@ -433,12 +433,22 @@ def _drain(mod: ModuleType, plan: Any, read_committed: bool, start: int, chunks:
     state.seek(start)
     listed = [a for a, marker in aborted if marker >= start]
     kept = [b for b in batches if b.next_offset > start]
-    buf = mod.BufferedFetch(state, kept, len(blob), listed if read_committed else None)
+    # The second half comes as an answer fetched ahead, appended after the first turn.
+    half = len(kept) // 2
+    released: list[int] = []
+    buf = mod.BufferedFetch(
+        state, kept[:half], len(blob), listed if read_committed else None, released.append
+    )
+    ahead = kept[half:]
     out: list[Any] = []
     seen: list[Any] = []
     turn = 0
     try:
-        while not buf.exhausted and turn < 1000:
+        while (ahead or not buf.exhausted) and turn < 1000:
+            if turn == 1 or (ahead and buf.exhausted):
+                buf.append(ahead, 0, listed if read_committed else None)
+                ahead = []
+                seen.append(("appended", buf.end_offset))
             n = chunks[turn % len(chunks)]
             if n == 1:
                 one = buf.take_one(None, de)
@@ -453,6 +463,7 @@ def _drain(mod: ModuleType, plan: Any, read_committed: bool, start: int, chunks:
             turn += 1
     except Exception as exc:
         seen.append((type(exc).__name__, str(exc), state.position))
+    seen.append(("released", released, buf.size))
     return seen, [
         (r.topic, r.partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value,
          r.checksum, r.serialized_key_size, r.serialized_value_size, list(r.headers),
