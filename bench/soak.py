@@ -296,7 +296,10 @@ async def soak(
             target: list[int] = []  # set once sending stopped: what the group must reach
 
             def progress() -> None:
-                if target and sum(t.handed for t in seen.values()) >= target[0]:
+                # Distinct records only: counting the duplicates a rebalance re-reads would
+                # end the drain while records are still unread, which then count as lost.
+                distinct = sum(t.handed - t.duplicated for t in seen.values())
+                if target and distinct >= target[0]:
                     caught_up.set()
 
             members = [_Member(seen, progress), _Member(seen, progress)]
