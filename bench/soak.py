@@ -13,10 +13,13 @@ coordinators and the controller role fail over) and cut off from the clients (it
 roles).
 
 Every ``--report-every`` seconds (default 10) it prints RSS, open file descriptors, live
-asyncio tasks, records produced and consumed. At the end: lost / duplicated / reordered
-(each must be 0), the RSS slope over the run, and fds/tasks after everything closed against
-before. ``python bench/soak.py [--minutes 10] [--rate 2000]`` or ``nox -s soak``; a 30-second
-version runs in the test suite (tests/reliability/test_soak.py). Loopback only, bounded.
+asyncio tasks, records produced and consumed (distinct records). At the end: lost /
+duplicated / reordered (each must be 0; a record handed twice because a member lost its
+partition before committing it -- expelled from the group: at-least-once's allowance -- is
+counted as redelivered), the RSS slope over the run, and fds/tasks after everything closed
+against before. ``python bench/soak.py [--minutes 10] [--rate 2000]`` or ``nox -s soak``; a
+30-second version runs in the test suite (tests/reliability/test_soak.py). Loopback only,
+bounded.
 
 ``--kafka``: the same on a real 3-node Apache Kafka cluster (``KafkaCluster``; the topic has
 replication factor 3 and min.insync.replicas=2); the faults are then, in turn, a SIGKILL of
@@ -67,6 +70,10 @@ class SoakResult:
     consumed: int = 0
     lost: int = 0
     duplicated: int = 0
+    #: Handed again after the member that had it lost the partition before committing it
+    #: (expelled: its session ran out, e.g. on a loop starved by a busy machine): what an
+    #: at-least-once group may redeliver, so not counted as duplicated.
+    redelivered: int = 0
     reordered: int = 0
     failed_sends: int = 0
     faults: int = 0
@@ -97,6 +104,12 @@ class _Partition:
         self.failed: set[int] = set()  # sends that failed (not expected downstream)
         self.handed = 0
         self.duplicated = 0
+        #: Redelivery (see SoakResult.redelivered), in whichever order the two copies come:
+        #: records lost uncommitted whose second copy has not come yet, and repeats not
+        #: (yet) explained by such a loss -- seq -> how many (counted in ``duplicated``).
+        self.may_repeat: set[int] = set()
+        self.unexplained: dict[int, int] = {}
+        self.redelivered = 0
         self.reordered = 0
         # Where it went wrong, for the report (bounded: the first few of each).
         self.jumps: list[tuple[int, int]] = []  # (expected, got) when seq skipped ahead
@@ -116,11 +129,37 @@ class _Partition:
         elif seq in self.missing:
             self.missing.discard(seq)
             self.reordered += 1
+        elif seq in self.may_repeat:
+            self.may_repeat.discard(seq)
+            self.redelivered += 1
         else:
             if not repeating and len(self.repeats) < 5:
                 self.repeats.append((self.expected, seq))  # where a run of repeats starts
             self.duplicated += 1
+            self.unexplained[seq] = self.unexplained.get(seq, 0) + 1
             self._repeating = True
+
+    def lost_uncommitted(self, handed: list[int]) -> None:
+        """A member lost this partition with ``handed`` not committed: the new owner starts
+        at the last commit, so each may be handed twice, and in any order (the new owner
+        may hand some before the old member learns it was expelled, and the old member may
+        hand some after the new owner did). Not duplicates, then: redelivered."""
+        for seq in handed:
+            repeats = self.unexplained.get(seq)
+            if repeats:  # its second copy came already
+                if repeats == 1:
+                    del self.unexplained[seq]
+                else:
+                    self.unexplained[seq] = repeats - 1
+                self.duplicated -= 1
+                self.redelivered += 1
+            else:
+                self.may_repeat.add(seq)
+
+    @property
+    def distinct(self) -> int:
+        """Records handed at least once."""
+        return self.handed - self.duplicated - self.redelivered
 
     def lost(self, sent: int) -> int:
         gone = self.missing | set(range(self.expected, sent))
@@ -135,6 +174,13 @@ class _Member:
         self.seen = seen
         self.progress = progress
         self.consumer: Consumer | None = None
+        #: partition -> what this member was handed since its last commit went through
+        self.uncommitted: dict[int, list[int]] = {}
+
+    def committed(self, partitions: set[int] | None = None) -> None:
+        """A commit went through: what was handed (of ``partitions``; all if None) is safe."""
+        for part in list(self.uncommitted) if partitions is None else partitions:
+            self.uncommitted.pop(part, None)
 
     async def run(self, topic: str, settings: dict[str, Any], stop: asyncio.Event) -> None:
         member = self
@@ -143,9 +189,14 @@ class _Member:
             async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
                 if member.consumer is not None and revoked:
                     await member.consumer.commit()
+                    member.committed({tp.partition for tp in revoked})
 
             async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
-                pass  # already someone else's: a commit would be refused
+                # Already someone else's: a commit would be refused, and the new owner
+                # starts at the last commit, so what was handed since may come again.
+                for tp in lost:
+                    handed = member.uncommitted.pop(tp.partition, [])
+                    member.seen[tp.partition].lost_uncommitted(handed)
 
         async with Consumer(**settings) as consumer:
             self.consumer = consumer
@@ -156,6 +207,7 @@ class _Member:
                     for r in records:
                         part, seq = _PACK.unpack(r.value)
                         self.seen[part].record(seq)
+                        self.uncommitted.setdefault(part, []).append(seq)
                 if batch:
                     self.progress()
                     await self._commit(consumer)
@@ -168,6 +220,7 @@ class _Member:
         for _ in range(200):
             try:
                 await consumer.commit()
+                self.committed()
                 return
             except CommitFailedError:
                 return  # revoked (committed by the listener) or lost
@@ -284,7 +337,7 @@ async def soak(
         def report(tag: str) -> None:
             t = time.monotonic() - started
             result.rss_samples.append((t, rss_mb()))
-            result.consumed = sum(t.handed for t in seen.values())
+            result.consumed = sum(t.distinct for t in seen.values())
             out(
                 f"[soak] {tag} t={t:6.0f}s rss={result.rss_samples[-1][1]:7.1f}MB "
                 f"fds={open_fds():4d} tasks={live_tasks():4d} produced={result.produced:9d} "
@@ -298,7 +351,7 @@ async def soak(
             def progress() -> None:
                 # Distinct records only: counting the duplicates a rebalance re-reads would
                 # end the drain while records are still unread, which then count as lost.
-                distinct = sum(t.handed - t.duplicated for t in seen.values())
+                distinct = sum(t.distinct for t in seen.values())
                 if target and distinct >= target[0]:
                     caught_up.set()
 
@@ -371,6 +424,7 @@ async def soak(
     for part, t in seen.items():
         result.lost += t.lost(next_seq[part])
         result.duplicated += t.duplicated
+        result.redelivered += t.redelivered
         result.reordered += t.reordered
         if t.jumps or t.repeats or t.lost(next_seq[part]):
             out(
@@ -379,7 +433,8 @@ async def soak(
                 f"lost {sorted(t.missing)[:10]}..."
             )
     out(
-        f"[soak] lost={result.lost} duplicated={result.duplicated} reordered={result.reordered} "
+        f"[soak] lost={result.lost} duplicated={result.duplicated} "
+        f"redelivered={result.redelivered} reordered={result.reordered} "
         f"failed_sends={result.failed_sends} faults={result.faults} "
         f"rss_slope={result.rss_slope_mb_per_min:+.2f}MB/min "
         f"fds {result.fds_before}->{result.fds_after} tasks {result.tasks_before}->"
