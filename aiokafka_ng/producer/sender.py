@@ -126,7 +126,8 @@ class NodeSender:
         #: timer wake_at armed then (asyncio only)
         self._idle = False
         self._timer: asyncio.TimerHandle | None = None
-        #: the running backend's Event class (set by run(), which starts _settle_answers)
+        #: the running backend's Event class (set by run(), which on trio also starts
+        #: _settle_answers)
         self._new_event: Callable[[], anyio.Event] = anyio.Event
 
     def wake(self) -> None:
@@ -274,7 +275,8 @@ class NodeSender:
         started = engine.clock()
         try:
             # Written from this task, in drain order (see the module docstring); the
-            # answer is awaited by _settle_answers, so requests pipeline.
+            # answer is applied by its callback (asyncio) or by _settle_answers (trio), so
+            # requests pipeline.
             pending = await conn.submit(
                 request,
                 version=version,
