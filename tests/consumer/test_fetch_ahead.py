@@ -130,17 +130,22 @@ async def test_never_more_than_the_cap_buffered_and_reserved() -> None:
     assert ahead  # within the cap, fetches went ahead of the application
 
 
+async def read_one_with_a_fetch_ahead_in_flight(kafka: FakeKafka, c: Consumer) -> None:
+    """With every Fetch answer delayed a second (virtual; the caller's ``kafka.delay``):
+    the first record read, and the fetch ahead, from the end of the buffer, in flight."""
+    c.assign([TP])
+    assert (await c.getone()).offset == 0
+    await kafka.wait_until(lambda: len(asked(kafka)) >= 2)
+    assert asked(kafka)[1] > 1
+    assert c.statistics().fetcher.fetches_in_flight == 1
+
+
 async def test_a_seek_while_a_fetch_ahead_is_in_flight_returns_only_the_new_position() -> None:
     async with FakeKafka() as kafka:
         await filled(kafka)
-        # Every Fetch answer takes a second (virtual): the fetch ahead is in flight below.
         kafka.delay(kafka.leader(TOPIC, 0), 1000, api_key=FETCH)
         async with consumer(kafka) as c:
-            c.assign([TP])
-            assert (await c.getone()).offset == 0
-            await kafka.wait_until(lambda: len(asked(kafka)) >= 2)
-            assert asked(kafka)[1] > 1
-            assert c.statistics().fetcher.fetches_in_flight == 1
+            await read_one_with_a_fetch_ahead_in_flight(kafka, c)
             c.seek(TP, 5)  # back into the buffered range: everything buffered is dropped
             got = []
             with anyio.fail_after(60):
@@ -158,10 +163,7 @@ async def test_a_pause_while_a_fetch_ahead_is_in_flight_holds_its_answer() -> No
         await filled(kafka)
         kafka.delay(kafka.leader(TOPIC, 0), 1000, api_key=FETCH)
         async with consumer(kafka) as c:
-            c.assign([TP])
-            assert (await c.getone()).offset == 0
-            await kafka.wait_until(lambda: len(asked(kafka)) >= 2)
-            assert c.statistics().fetcher.fetches_in_flight == 1
+            await read_one_with_a_fetch_ahead_in_flight(kafka, c)
             c.pause(TP)
             # The answer fetched ahead comes during this wait; nothing is handed out.
             assert await c.getmany(timeout_ms=3000) == {}
