@@ -33,7 +33,10 @@ spent or the deadline passes:
   shared :class:`ExponentialBackoff` (KIP-580: growing, capped, jittered) for the pause;
   one success resets the count. The same object serves loops that cannot sleep inline
   (the fetcher, the pool, the metadata refresher): they call :meth:`RetryState.failed`
-  and read :attr:`RetryState.retry_at` instead of sleeping.
+  and read :attr:`RetryState.retry_at` instead of sleeping. A call may name *steady*
+  errors (``Retry.steady``: the peer answered and will be ready within a step, such as a
+  transaction coordinator still writing markers): they are retried at the policy's first
+  step and do not grow the count, so a failure that does grow it keeps its pace.
 * *Periodic loops* (heartbeats, auto-commit, a pattern's re-check) run a round now and
   then rather than until success: :class:`Periodic` times them, an interval after a
   success, the same backoff after a failure, sooner when woken (but never inside a backoff).
@@ -181,6 +184,10 @@ class Retry:
     #: Retry every KafkaError, retriable or not (a background loop that must not die, such
     #: as the idempotent producer's InitProducerId: it keeps trying while the app runs).
     every_error: bool = False
+    #: Retriable error classes the peer is expected to clear within a step: retried at the
+    #: backoff's first step without growing the failure count (``RetryState.failed(steady=
+    #: True)``). They count toward ``max_retries``, and the deadline bounds them too.
+    steady: tuple[type[KafkaError], ...] = ()
 
     def retries(self, error: KafkaError) -> bool:
         if isinstance(error, self.fatal):
@@ -217,6 +224,8 @@ async def retrying(
     deadline in the timeout's message (default: its length in ms).
     """
     policy = retry if retry is not None else _DEFAULT
+    # Retries of this call, steady or not (``state.failures`` counts only what paces).
+    retries = 0
     with anyio.CancelScope(deadline=_inf(state.deadline)) as scope:
         while True:
             try:
@@ -226,10 +235,17 @@ async def retrying(
             except KafkaError as exc:
                 if not policy.retries(exc):
                     raise
-                state.failed(exc)
-                if policy.max_retries is not None and state.failures > policy.max_retries:
+                retries += 1
+                state.failed(exc, steady=isinstance(exc, policy.steady))
+                if policy.max_retries is not None and retries > policy.max_retries:
                     raise
-                log.debug("%s failed (%d in a row), retrying: %r", what, state.failures, exc)
+                log.debug(
+                    "%s failed (retry %d, %d failures pacing), retrying: %r",
+                    what,
+                    retries,
+                    state.failures,
+                    exc,
+                )
                 if on_retry is not None:
                     await on_retry(exc)
                 await state.pause()

@@ -157,12 +157,21 @@ class RetryState:
         self.retry_at = 0.0
         self.last_error: BaseException | None = None
 
-    def failed(self, error: BaseException | None = None, *, now: float | None = None) -> float:
-        """Count a failure; returns the pause (seconds) and sets :attr:`retry_at`."""
-        self.failures += 1
+    def failed(
+        self, error: BaseException | None = None, *, now: float | None = None, steady: bool = False
+    ) -> float:
+        """Count a failure; returns the pause (seconds) and sets :attr:`retry_at`.
+
+        ``steady``: a failure the peer is expected to clear within a step (a transaction
+        coordinator still writing the previous transaction's markers). The pause is the
+        policy's first step, whatever the count, and the count does not grow: the failure
+        says nothing about a peer in trouble, so it neither slows the next retry nor the
+        pace of a later failure that does."""
+        if not steady:
+            self.failures += 1
         if error is not None:
             self.last_error = error
-        pause = self.backoff.backoff_s(self.failures)
+        pause = self.backoff.backoff_s(1 if steady else self.failures)
         self.retry_at = (anyio.current_time() if now is None else now) + pause
         return pause
 

@@ -28,6 +28,7 @@ from aiokafka_ng.cluster import (
 )
 from aiokafka_ng.cluster.retry import retrying
 from aiokafka_ng.errors import (
+    ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
     KafkaError,
     KafkaTimeoutError,
@@ -146,6 +147,44 @@ async def test_backoff_grows_is_capped_and_jitter_stays_in_bounds() -> None:
     state.succeeded()
     assert state.failures == 0
     assert 0.08 <= state.failed(now=0.0) <= 0.12  # back to the first step after a success
+
+
+def test_a_steady_failure_pauses_a_first_step_and_does_not_grow_the_count() -> None:
+    backoff = ExponentialBackoff(100, 1000, jitter=0.2, rng=random.Random(3))
+    state = RetryState(backoff)
+    for _ in range(3):
+        state.failed(RequestTimedOutError(), now=0.0)
+    for _ in range(5):
+        pause = state.failed(ConcurrentTransactionsError("markers"), now=10.0, steady=True)
+        assert 0.08 <= pause <= 0.12  # the first step, though three failures are counted
+        assert state.retry_at == pytest.approx(10.0 + pause)
+    assert state.failures == 3
+    assert isinstance(state.last_error, ConcurrentTransactionsError)
+    assert 0.64 <= state.failed(RequestTimedOutError(), now=0.0) <= 0.96  # the fourth step
+
+
+async def test_steady_errors_keep_the_count_and_still_count_as_retries() -> None:
+    steady = Retry(steady=(ConcurrentTransactionsError,))
+    counts: list[int] = []
+    state = RetryState(_fast())
+
+    async def note(_error: KafkaError) -> None:
+        counts.append(state.failures)
+
+    attempt = _Script(
+        RequestTimedOutError("a"),
+        ConcurrentTransactionsError("b"),
+        ConcurrentTransactionsError("c"),
+        RequestTimedOutError("d"),
+    )
+    assert await retrying(attempt, state, what="op", retry=steady, on_retry=note) == "done"
+    assert counts == [1, 1, 1, 2]
+    # max_retries bounds every retry, steady ones too.
+    attempt = _Script(*(ConcurrentTransactionsError(str(i)) for i in range(5)))
+    bounded = Retry(steady=(ConcurrentTransactionsError,), max_retries=2)
+    with pytest.raises(ConcurrentTransactionsError, match=r"2$"):
+        await retrying(attempt, RetryState(_fast()), what="op", retry=bounded)
+    assert attempt.calls == 3
 
 
 async def test_an_outer_cancellation_propagates_and_leaves_the_state_usable() -> None:
