@@ -12,18 +12,25 @@ read the error code(s), then
 * success: return the response;
 * NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, or a connection failure / timeout (the
   coordinator may have moved or died): forget the cached coordinator, back off, find it again;
-* COORDINATOR_LOAD_IN_PROGRESS / CONCURRENT_TRANSACTIONS (the previous transaction's markers
-  are still being written -- common right after a commit) / UNKNOWN_TOPIC_OR_PARTITION /
-  REQUEST_TIMED_OUT: back off and send again;
+* CONCURRENT_TRANSACTIONS (the previous transaction's markers are still being written --
+  common right after a commit, and after a fault heals): send again after the backoff's
+  first step, without growing its count (``Retry.steady``): the coordinator is up and
+  answers, and the error clears as soon as the markers are written, so a grown pause would
+  only add idle time after that (see ``_RETRY_POLICY`` for the Java client's pacing);
+* COORDINATOR_LOAD_IN_PROGRESS / UNKNOWN_TOPIC_OR_PARTITION / REQUEST_TIMED_OUT: back off
+  and send again;
 * anything else: raise the broker's error. INVALID_PRODUCER_EPOCH on a transactional request
   means another producer with our transactional id took over, so it is raised as
   :class:`~aiokafka_ng.errors.ProducerFencedError` (as the Java client does).
 
-Pauses come from the shared :class:`~aiokafka_ng.net.backoff.ExponentialBackoff`; the whole
-call is bounded by ``max_block_ms`` (Java bounds ``initTransactions``/``commitTransaction``
-the same way) and then raises :class:`~aiokafka_ng.errors.KafkaTimeoutError` naming the last
-error. Retrying is safe for every request here: the coordinator treats a repeated
-AddPartitions/AddOffsets as a no-op and a repeated EndTxn of the same kind as success.
+Pauses come from the shared :class:`~aiokafka_ng.net.backoff.ExponentialBackoff`, growing
+with the failures counted (CONCURRENT_TRANSACTIONS is not counted). When one answer carries
+several retriable codes, a coordinator that moved decides, then any code that grows the
+pause, CONCURRENT_TRANSACTIONS last. The whole call is bounded by ``max_block_ms`` (Java
+bounds ``initTransactions``/``commitTransaction`` the same way) and then raises
+:class:`~aiokafka_ng.errors.KafkaTimeoutError` naming the last error. Retrying is safe for
+every request here: the coordinator treats a repeated AddPartitions/AddOffsets as a no-op
+and a repeated EndTxn of the same kind as success.
 
 Versions: AddPartitionsToTxn stops at v3 (v4+ is the broker-to-broker batched form; one
 request still carries all our new partitions), EndTxn at v4 and TxnOffsetCommit at v4, or
@@ -39,8 +46,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiokafka_ng.cluster.client import ClusterClient
-from aiokafka_ng.cluster.retry import Coordinator, Final, RetryState
+from aiokafka_ng.cluster.retry import Coordinator, Final, Retry, RetryState
 from aiokafka_ng.errors import (
+    ConcurrentTransactionsError,
     KafkaError,
     ProducerFencedError,
 )
@@ -80,6 +88,7 @@ _CONCURRENT_TRANSACTIONS = 51
 _OPERATION_NOT_ATTEMPTED = 55
 
 _REFIND = frozenset({_COORDINATOR_NOT_AVAILABLE, _NOT_COORDINATOR})
+_STEADY = frozenset({_CONCURRENT_TRANSACTIONS})
 _RETRY = frozenset(
     {
         _COORDINATOR_LOAD_IN_PROGRESS,
@@ -88,6 +97,16 @@ _RETRY = frozenset(
         _REQUEST_TIMED_OUT,
     }
 )
+#: CONCURRENT_TRANSACTIONS is retried at the first step of the backoff, never a grown one.
+#: The Java producer (4.0, clients/.../producer/internals) re-enqueues every transactional
+#: request answered with a retriable error and its Sender sleeps a flat retry.backoff.ms before
+#: sending it again (Sender.maybeSendAndPollTransactionalRequest; KIP-580's exponential
+#: backoff is not applied to these), and 20 ms for the first AddPartitionsToTxn of a
+#: transaction answered CONCURRENT_TRANSACTIONS (TransactionManager's
+#: ADD_PARTITIONS_RETRY_BACKOFF_MS). Growing the pause here made a commit after a healed
+#: fault wait up to retry_backoff_max_ms once the markers were written; codes that say the
+#: coordinator is down, loading or moving keep the growing backoff.
+_RETRY_POLICY = Retry(steady=(ConcurrentTransactionsError,))
 
 #: Highest versions we speak (see the module docstring).
 MAX_INIT_PRODUCER_ID = 5
@@ -322,7 +341,8 @@ class TxnCoordinatorClient:
             for c, _ in errors:
                 self.retried_codes[c] = self.retried_codes.get(c, 0) + 1
             # A coordinator that moved wins: the driver forgets it and looks it up again.
-            code, where = next(((c, w) for c, w in errors if c in _REFIND), errors[0])
+            # Then a code that grows the backoff: the slowest condition paces the retry.
+            code, where = min(errors, key=lambda e: (e[0] not in _REFIND, e[0] in _STEADY))
             raise error_for_code(code)(f"{what}{f' ({where})' if where else ''}")
 
         # The driver retries retriable failures (a lost connection or NOT_COORDINATOR also
@@ -333,6 +353,7 @@ class TxnCoordinatorClient:
             check=check,
             max_version=max_version,
             request_timeout=self.request_timeout_s,
+            retry=_RETRY_POLICY,
             state=RetryState(self.backoff, timeout=self.max_block_s),
             what=f"{what} for transactional id {self.transactional_id!r}",
             limit=f"max_block_ms ({self.max_block_s * 1000:g} ms)",

@@ -12,11 +12,13 @@ with AddPartitionsToTxn / AddOffsetsToTxn, which is what this client speaks belo
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import pytest
 
 from aiokafka_ng.cluster import Cluster
@@ -28,6 +30,7 @@ from aiokafka_ng.errors import (
 )
 from aiokafka_ng.net.backoff import ExponentialBackoff
 from aiokafka_ng.producer.txn_coordinator import ConsumerGroupMetadata, TxnCoordinatorClient
+from aiokafka_ng.protocol.messages.txn_offset_commit import TxnOffsetCommitResponse
 from aiokafka_ng.testing import FakeKafka, virtual_time
 from aiokafka_ng.testing.fake import Received
 
@@ -61,8 +64,11 @@ class Setup:
 
 
 @asynccontextmanager
-async def coordinator(*, max_block_s: float = 5.0) -> AsyncIterator[Setup]:
-    """A 3-node transactions-v1 FakeKafka, our cluster on it, the client for ``txn-1``."""
+async def coordinator(
+    *, max_block_s: float = 5.0, backoff: ExponentialBackoff | None = None
+) -> AsyncIterator[Setup]:
+    """A 3-node transactions-v1 FakeKafka, our cluster on it, the client for ``txn-1``
+    (pacing its retries by ``backoff``: 1 ms to 5 ms unless given)."""
     kafka = FakeKafka(brokers=3, tcp=False, transaction_version=1)
     config = ProducerConfig(**kafka.client_config()).cluster_config()
     async with kafka, Cluster(config) as cluster:
@@ -71,7 +77,7 @@ async def coordinator(*, max_block_s: float = 5.0) -> AsyncIterator[Setup]:
             cluster,
             "txn-1",
             transaction_timeout_ms=60000,
-            retry_backoff=ExponentialBackoff(1, 5),
+            retry_backoff=backoff if backoff is not None else ExponentialBackoff(1, 5),
             request_timeout_s=1.0,
             max_block_s=max_block_s,
         )
@@ -244,3 +250,145 @@ async def test_txn_offset_commit_goes_to_the_group_coordinator() -> None:
         assert parts == [(0, 5, "", -1), (1, 10, "md", 4)]
         # The group key (0) is looked up, and again after NOT_COORDINATOR.
         assert s.lookups() == [("txn-1", 1), ("grp", 0), ("grp", 0)]
+
+
+# ---------------------------------------------------------------------- pacing of retries
+
+#: The producer's defaults (retry_backoff_ms 100, retry_backoff_max_ms 1000): the first step
+#: is 100 ms, +-20% jitter.
+FIRST_STEP_MAX = 0.12
+
+
+def defaults() -> ExponentialBackoff:
+    return ExponentialBackoff.retry(100, 1000)
+
+
+def gaps(sent: list[Received]) -> list[float]:
+    """Virtual seconds between consecutive requests."""
+    return [b.at - a.at for a, b in itertools.pairwise(sent)]
+
+
+async def call(s: Setup, api: int, pid: int, epoch: int) -> None:
+    """One call of ``api`` in the transaction ``open_transaction`` opened."""
+    if api == INIT_PRODUCER_ID:
+        await s.client.init_producer_id()  # -1/-1: fences and aborts the open transaction
+    elif api == ADD_PARTITIONS:
+        await s.client.add_partitions(pid, epoch, [("u", 0)])
+    elif api == ADD_OFFSETS:
+        await s.client.add_offsets(pid, epoch, "grp")
+    elif api == TXN_OFFSET_COMMIT:
+        offsets = {("t", 0): (5, "", -1)}
+        await s.client.txn_offset_commit(pid, epoch, ConsumerGroupMetadata("grp"), offsets)
+    else:
+        await s.client.end_txn(pid, epoch, commit=True)
+
+
+@pytest.mark.parametrize(
+    "api", [INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, TXN_OFFSET_COMMIT, END_TXN]
+)
+async def test_concurrent_transactions_is_retried_at_the_first_step(api: int) -> None:
+    # The Java producer sends a transactional request again a flat retry.backoff.ms after
+    # CONCURRENT_TRANSACTIONS; a growing backoff (100, 200, 400, 800, 1000, 1000 ms, each
+    # -20% at least) would take 2.8 s or more for these six.
+    k = 6
+    async with coordinator(backoff=defaults()) as s:
+        s.kafka.create_topic("u")
+        pid, epoch = await open_transaction(s)
+        if api == TXN_OFFSET_COMMIT:
+            await s.client.add_offsets(pid, epoch, "grp")
+        s.kafka.inject(api, 51, times=k)
+        start = anyio.current_time()
+        await call(s, api, pid, epoch)
+        sent = s.sent(api)[-(k + 1) :]
+        assert all(0.08 <= gap <= FIRST_STEP_MAX for gap in gaps(sent)), gaps(sent)
+        assert anyio.current_time() - start <= (k + 1) * FIRST_STEP_MAX
+        # InitProducerId -1/-1 aborts the open transaction: the coordinator answers
+        # CONCURRENT_TRANSACTIONS once more while it writes the abort's markers.
+        assert s.client.retried_codes == {51: k + (api == INIT_PRODUCER_ID)}
+
+
+@pytest.mark.parametrize("code", [14, 16])  # COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR
+async def test_a_coordinator_loading_or_moving_is_retried_with_a_growing_backoff(
+    code: int,
+) -> None:
+    async with coordinator(backoff=defaults()) as s:
+        pid, epoch = await open_transaction(s)
+        s.kafka.inject(END_TXN, code, times=4)
+        await s.client.end_txn(pid, epoch, commit=True)
+        paces = gaps(s.sent(END_TXN))
+        assert len(paces) == 4
+        for n, gap in enumerate(paces):  # 100, 200, 400, 800 ms, +-20%
+            assert 0.1 * 2**n * 0.8 <= gap <= 0.1 * 2**n * 1.2, (n, paces)
+
+
+async def test_concurrent_transactions_does_not_grow_the_backoff_of_other_errors() -> None:
+    # Two COORDINATOR_LOAD_IN_PROGRESS, three CONCURRENT_TRANSACTIONS, one more
+    # COORDINATOR_LOAD_IN_PROGRESS: the last pause is the third step (the third failure
+    # counted), not the sixth.
+    async with coordinator(backoff=defaults()) as s:
+        pid, epoch = await open_transaction(s)
+        s.kafka.inject(END_TXN, 14, times=2)
+        s.kafka.inject(END_TXN, 51, times=3)
+        s.kafka.inject(END_TXN, 14, times=1)
+        await s.client.end_txn(pid, epoch, commit=True)
+        paces = gaps(s.sent(END_TXN))
+        assert len(paces) == 6
+        steps = [0.1, 0.2, 0.1, 0.1, 0.1, 0.4]
+        assert all(b * 0.8 <= g <= b * 1.2 for g, b in zip(paces, steps, strict=True)), paces
+        assert s.client.retried_codes == {14: 3, 51: 3}
+
+
+async def test_one_answer_with_several_codes_is_paced_by_the_one_that_grows() -> None:
+    # TxnOffsetCommit answers per partition. CONCURRENT_TRANSACTIONS for one partition and
+    # COORDINATOR_LOAD_IN_PROGRESS for the other: the loading coordinator paces the retry
+    # (100, 200, 400 ms ...), as a first-step retry would only find it loading again.
+    async with coordinator(backoff=defaults(), max_block_s=1.0) as s:
+        s.kafka.create_topic("in", partitions=2)
+        pid, epoch = await s.client.init_producer_id()
+        await s.client.add_offsets(pid, epoch, "grp")
+
+        async def mixed(call: Received) -> TxnOffsetCommitResponse:
+            answer = await s.kafka.model_answer(call)
+            assert isinstance(answer, TxnOffsetCommitResponse)
+            for p in answer.topics[0].partitions:
+                p.error_code = 51 if p.partition_index == 0 else 14
+            return answer
+
+        s.kafka.answer(TXN_OFFSET_COMMIT, mixed)
+        offsets = {("in", 0): (1, "", -1), ("in", 1): (1, "", -1)}
+        with pytest.raises(KafkaTimeoutError, match="CoordinatorLoadInProgressError"):
+            await s.client.txn_offset_commit(pid, epoch, ConsumerGroupMetadata("grp"), offsets)
+        paces = gaps(s.sent(TXN_OFFSET_COMMIT))
+        assert len(paces) >= 3
+        for n, gap in enumerate(paces[:3]):  # 100, 200, 400 ms, +-20%
+            assert 0.1 * 2**n * 0.8 <= gap <= 0.1 * 2**n * 1.2, (n, paces)
+
+
+async def test_a_commit_after_held_markers_goes_within_a_step_of_their_write() -> None:
+    # The next transaction's first AddPartitionsToTxn while the coordinator holds the
+    # previous transaction's markers (a partition that lost its leader, healed 3 s on):
+    # every answer is CONCURRENT_TRANSACTIONS, and the request that succeeds goes at most
+    # one first step after the markers are written -- not up to retry_backoff_max_ms.
+    async with coordinator(backoff=defaults(), max_block_s=10.0) as s:
+        s.kafka.create_topic("u")
+        pid, epoch = await open_transaction(s)
+        s.kafka.transactions.hold_markers = True
+        await s.client.end_txn(pid, epoch, commit=True)
+        done = anyio.Event()
+
+        async def next_transaction() -> None:
+            await s.client.add_partitions(pid, epoch, [("u", 0)])
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(next_transaction)
+            await anyio.sleep(3.0)  # the scenario's fault: the markers wait 3 virtual seconds
+            assert not done.is_set()
+            s.kafka.transactions.hold_markers = False
+            s.kafka.transactions.catch_up()
+            written = anyio.current_time()
+            await done.wait()
+            assert anyio.current_time() - written <= FIRST_STEP_MAX
+        adds = s.sent(ADD_PARTITIONS)[1:]  # after open_transaction's own
+        assert s.client.retried_codes == {51: len(adds) - 1}
+        assert len(adds) >= 3.0 / FIRST_STEP_MAX
