@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import anyio
@@ -16,6 +17,8 @@ import anyio
 from aiokafka_ng.testing._kafka_procs import free_ports
 
 if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentRegistry
+
     from aiokafka_ng.producer import DeliveryFuture, Producer
 
 
@@ -106,3 +109,19 @@ def require_kerberos() -> None:
     if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
         pytest.fail(reason, pytrace=False)
     pytest.skip(reason, allow_module_level=True)
+
+
+@contextmanager
+def confluent_registry(url: str) -> Iterator[ConfluentRegistry]:
+    """confluent-kafka's schema registry client for the registry at ``url``, with a request
+    timeout, closed on exit (it holds sockets).
+
+    The client has no request timeout by default, and a GET the registry never answered
+    (under load: once in five runs of the interop tests, and a Spark test in ci26) hung the
+    test to pytest's 300 s. A timed-out request is retried by the client (``max.retries``,
+    3, with a backoff of at most 1, 2, 4 s), so 30 s per try leaves a slow answer on a busy
+    machine room and still ends the four tries well within pytest's timeout."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    with SchemaRegistryClient({"url": url, "timeout": 30}) as registry:
+        yield registry

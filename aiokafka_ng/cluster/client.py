@@ -47,9 +47,8 @@ class Pending(Protocol[T_co]):
 
 class Link(Protocol):
     """The part of a connection the clients use: version negotiation (or a pinned version's
-    check), ``send`` (always answered), ``submit`` (acks=0 Produce expects no response,
-    so it says) and ``aclose`` (the retry driver closes a connection whose request its
-    deadline abandoned, as the connection's own request timeout would)."""
+    check), ``send`` (always answered) and ``submit`` (acks=0 Produce expects no response,
+    so it says)."""
 
     def version_for(self, request_type: type[ApiMessage]) -> int: ...
 
@@ -73,8 +72,6 @@ class Link(Protocol):
         expect_response: bool,
         limits: DecodeLimits | None = None,
     ) -> Pending[R | None]: ...
-
-    async def aclose(self) -> None: ...
 
 
 class ClusterClient(Protocol):
@@ -165,6 +162,8 @@ class ClusterClient(Protocol):
 
     # -- connections and requests
     async def connection(self, node_id: int) -> Link: ...
+
+    def can_dial(self, node_id: int) -> bool: ...
 
     async def coordinator_connection(self, node_id: int) -> Link: ...
 

@@ -244,6 +244,17 @@ class Cluster:
         """A ready connection to ``node_id`` (lazy connect, reconnect after backoff)."""
         return await self._pool.get(node_id)
 
+    def can_dial(self, node_id: int) -> bool:
+        """Whether :meth:`connection` dials ``node_id``: the pool has an address for it (a
+        broker the metadata names, a coordinator FindCoordinator named, a bootstrap server).
+
+        A node the metadata no longer names has none: ``connection()`` fails at once,
+        without a dial, so the reconnect backoff (KIP-144) does not pace asking again --
+        the caller paces itself until a refresh moves the node's work elsewhere. A
+        failed ``connection()`` to a node that can be dialed is the pool's to pace: the
+        next one waits for its next dial."""
+        return self._pool.has_address(node_id)
+
     async def coordinator_connection(self, node_id: int) -> Connection:
         """A connection to ``node_id`` of its own for group coordination (heartbeats,
         commits), so they never wait behind a long-poll Fetch on the broker's shared one

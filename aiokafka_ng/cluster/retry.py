@@ -21,10 +21,10 @@ spent or the deadline passes:
   moved or is unavailable (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE: raised, or anywhere
   in an answer the caller's check let through, :func:`coordinator_error`), whose
   connection broke, or that left a request unanswered past its timeout (the connection's
-  own, or the call's deadline: :func:`routed` then closes the connection, as the
-  connection's own timeout does, so the next request does not queue behind the lost one)
-  is forgotten at once, so whoever asks next -- this call's next attempt, or the caller of
-  a ``retry=ONCE`` call with its own rules -- looks it up again. This is the Java clients'
+  own, or the call's deadline: the connection times a request out at its deadline even
+  when its caller has gone, and closes, so the next request does not queue behind the
+  lost one) is forgotten at once, so whoever asks next -- this call's next attempt, or the
+  caller of a ``retry=ONCE`` call with its own rules -- looks it up again. This is the Java clients'
   set: they count a request timeout as a disconnect. Any other error, retriable or not,
   keeps the coordinator: COORDINATOR_LOAD_IN_PROGRESS (the right one, still loading), a
   heartbeat's REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID... Callers therefore never
@@ -390,22 +390,21 @@ async def routed(
     A coordinator route forgets a stale coordinator on every failure, retried or not,
     and when the call's deadline ends a request to it still unanswered."""
     coordinator = route if isinstance(route, Coordinator) else None
-    # The connection of the coordinator request in flight, None between attempts.
-    waiting: Link | None = None
+    # A coordinator request is in flight (False between attempts).
+    waiting = False
 
     async def attempt() -> T:
         nonlocal waiting
         try:
             node, link = await connect(cluster, route)
-            if coordinator is not None:
-                waiting = link
+            waiting = coordinator is not None
             result = await send(node, link)
         except Exception as exc:
-            waiting = None
+            waiting = False
             if coordinator is not None and isinstance(exc, KafkaError):
                 forget_stale_coordinator(cluster, coordinator.key, coordinator.key_type, exc)
             raise
-        waiting = None
+        waiting = False
         return result
 
     async def after(error: KafkaError) -> None:
@@ -416,13 +415,16 @@ async def routed(
     try:
         return await retrying(attempt, state, what=what, retry=retry, on_retry=after, limit=limit)
     except KafkaTimeoutError:
-        if coordinator is not None and waiting is not None:
+        if coordinator is not None and waiting:
             # Our deadline ended the request before its connection's own timeout could (a
-            # caller whose deadline is its request timeout: the epoch heartbeat). Do what
-            # that timeout does -- close the connection, as a broker answers a
-            # connection's requests in order and the next ones would wait behind this one
-            # -- and forget the coordinator, as after a RequestTimeoutError.
-            await waiting.aclose()
+            # caller whose deadline is its request timeout: the epoch heartbeat). The
+            # connection still times the request out, closing (net/connection.py: an
+            # abandoned request keeps its deadline), so the next requests do not queue
+            # behind it at the broker -- at once when the request is due already, else
+            # the microseconds later its deadline is (it was read off the clock a moment
+            # after ours; a request written there meanwhile fails retriably). But that
+            # timeout has nobody to tell now: forget the coordinator here, as after a
+            # RequestTimeoutError.
             cluster.invalidate_coordinator(coordinator.key, coordinator.key_type)
         raise
 

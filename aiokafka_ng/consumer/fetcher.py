@@ -633,10 +633,10 @@ class Fetcher:
                 # The pool alone paces reconnects: the next connection() waits for its next
                 # dial (KIP-144's reconnect backoff). Pacing the node here as well made the
                 # dials follow the slower retry curve (tests/consumer/test_fetch_pacing.py).
-                # Only a node the metadata no longer names fails without a dial (the pool
-                # has no address for it): that one is paced here until the metadata moves
+                # Only a node the cluster cannot dial (one the metadata no longer names)
+                # fails without a dial: that one is paced here until the metadata moves
                 # its partitions.
-                if node not in self._cluster.metadata.brokers:
+                if not self._cluster.can_dial(node):
                     self._pacing_of(node).failed(exc)
                 self._fetch_failed(node, parts, exc)
                 return

@@ -11,7 +11,7 @@ import anyio
 
 from aiokafka_ng.errors import KafkaError
 
-__all__ = ["NO_RESPONSE", "InFlight", "OnSettled", "PendingResponse"]
+__all__ = ["NO_RESPONSE", "Abandon", "InFlight", "OnSettled", "PendingResponse"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -34,18 +34,27 @@ class InFlight(Generic[T_co]):
     #: answered or failed by the connection (``done`` alone can also be a response wait's
     #: deadline: see PendingResponse.wait)
     settled: bool = False
-    abandoned: bool = False  # the caller stopped waiting; the response is discarded
+    #: the caller stopped waiting: the response is discarded, and the connection enforces
+    #: the request's deadline (Connection._abandon)
+    abandoned: bool = False
     holds_permit: bool = True  # False for the handshake's requests (net/connection.py)
     #: called by the connection when it settles the entry, instead of a task waiting on
-    #: ``done`` (PendingResponse.on_settled), and that callback's deadline timer
+    #: ``done`` (PendingResponse.on_settled)
     on_settled: OnSettled | None = None
+    #: asyncio: the loop timer that enforces the deadline when no task waits for it (that
+    #: callback's, or an abandoned request's); cancelled when the entry is settled
     timer: asyncio.TimerHandle | None = None
+
+
+#: What the connection is told of a request abandoned on the wire: ``(entry, deadline,
+#: limit)``; it times the request out at ``deadline`` unless answered by then.
+Abandon = Callable[[InFlight[Any], float, float], None]
 
 
 class PendingResponse(Generic[T_co]):
     """A request already written to its connection; :meth:`wait` returns its response."""
 
-    __slots__ = ("_deadline", "_entry", "_limit", "_loop", "_timed_out")
+    __slots__ = ("_abandon", "_deadline", "_entry", "_limit", "_loop", "_timed_out")
 
     def __init__(
         self,
@@ -53,19 +62,22 @@ class PendingResponse(Generic[T_co]):
         deadline: float,
         limit: float,
         timed_out: Callable[[InFlight[T_co], float], KafkaError],
+        abandon: Abandon,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self._entry = entry
         self._deadline = deadline  # on ``loop``'s clock when a loop is given
         self._limit = limit
         self._timed_out = timed_out  # closes the connection; returns the error to raise
+        self._abandon = abandon  # the connection keeps the deadline of a request let go
         self._loop = loop  # asyncio's running loop; None on trio
 
     async def wait(self) -> T_co:
         """The decoded response (``None`` for a request that expects none).
 
         A caller cancelled here leaves the request on the wire with its permit: the reader
-        releases it and discards the response when it arrives (see net/connection.py).
+        releases it and discards the response when it arrives, or the connection times the
+        request out at its deadline (see net/connection.py).
         """
         entry = self._entry
         done = entry.done
@@ -85,10 +97,15 @@ class PendingResponse(Generic[T_co]):
                         await done.wait()
                     finally:
                         timer.cancel()
-            finally:
+            except BaseException:
+                # Cancelled: nobody waits for the answer now, yet the request still holds
+                # its slot on the wire; the connection enforces its deadline instead.
                 if not entry.settled:
                     entry.abandoned = True
+                    self._abandon(entry, self._deadline, self._limit)
+                raise
         if not entry.settled:
+            entry.abandoned = True
             raise self._timed_out(entry, self._limit)
         if entry.error is not None:
             raise entry.error

@@ -22,7 +22,14 @@ registered the permit belongs to that in-flight entry, not to the calling task, 
 released exactly once when the entry is settled: by its response, or by the connection
 dying. A caller cancelled while waiting for its response releases nothing: its request is
 still on the wire and still occupies a slot in the broker's queue, so the reader releases
-the permit when the response arrives and discards the response. Requests that expect no
+the permit when the response arrives and discards the response. Such an *abandoned* request
+keeps its deadline all the same (:meth:`Connection._abandon`): unanswered by then, it times
+out as a waited-for request would (below: the connection closes, which settles it and frees
+its permit), so a broker that never answers cannot hold the slot, and every later request
+queued behind it on this connection, for ever. Nothing else would: its caller's wait, which
+enforces the deadline of a request waited for, is gone. On asyncio a loop timer keeps that
+deadline (as it does for ``PendingResponse.on_settled``); on trio a task of the reader's
+(:meth:`Connection._expire_abandoned`) sleeps until the earliest one. Requests that expect no
 response (Produce acks=0) take no permit: nothing would ever give it back. The permits and
 the write lock are taken without a trip through the event loop when free (anyio's
 ``fast_acquire``): each such trip delayed every request by a loop turn -- 208 -> 132 us from
@@ -54,11 +61,13 @@ session's renewal time, under the write lock; ``_reauth.py`` says how.
 Timeouts. ``send(timeout=...)`` (default ``request_timeout_s``) is one deadline for the whole
 call: waiting for a permit, for the write lock, writing, and the response. Running out
 before the frame is written raises RequestTimeoutError and leaves the connection alone
-(nothing reached the wire); running out afterwards also closes the connection.
+(nothing reached the wire); running out afterwards also closes the connection -- whether
+the caller still waits (it gets the RequestTimeoutError) or has gone (abandoned, above).
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -153,6 +162,10 @@ class Connection:
         self._stream_closed = False
         self._closed = anyio.Event()
         self._submitting = 0
+        #: trio: abandoned requests by deadline, ``(deadline, correlation id, entry,
+        #: limit)``, and the event that wakes their keeper (_expire_abandoned)
+        self._abandoned: list[tuple[float, int, InFlight[ApiMessage], float]] = []
+        self._abandoned_wake: anyio.Event | None = None
         self._requests_sent = 0
         self._responses_discarded = 0
         self._bytes_sent = 0
@@ -199,8 +212,14 @@ class Connection:
         self._reader_running = True
         task_status.started(self)
         try:
-            with self._reader_scope:
-                await self._read_loop()
+            with self._reader_scope:  # (_poison cancels it: the reader and the keeper)
+                if self._loop is None:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._expire_abandoned)
+                        await self._read_loop()
+                        tg.cancel_scope.cancel()
+                else:
+                    await self._read_loop()
         finally:
             self._poison("connection closed")
             await self._close_stream()
@@ -290,14 +309,14 @@ class Connection:
         if entry.holds_permit:
             self._permits.release()
         entry.done.set()
+        timer = entry.timer
+        if timer is not None:  # its deadline's timer (on_settled's, or an abandoned one's)
+            entry.timer = None
+            timer.cancel()
         callback = entry.on_settled
         if callback is not None:
             # PendingResponse.on_settled: acted on here, in wire order, with no task woken.
             entry.on_settled = None
-            timer = entry.timer
-            if timer is not None:
-                entry.timer = None
-                timer.cancel()
             if error is None:
                 callback(response, None)
             else:
@@ -509,15 +528,59 @@ class Connection:
         try:
             await self._write(request, version, deadline, entry, limits)
         except BaseException:
-            if entry.correlation_id >= 0:
-                # Registered, then cancelled mid-write: the request is (or will be
-                # poisoned) on the wire; nobody waits for its response.
+            if entry.correlation_id >= 0 and not entry.settled:
+                # Registered, then cancelled mid-write: the request is on the wire (the
+                # write was shielded); nobody waits for its response.
                 entry.abandoned = True
+                self._abandon(entry, deadline, limit)
             raise
         finally:
             if entry.correlation_id < 0:  # never registered: the permit is still ours
                 self._permits.release()
-        return PendingResponse(entry, deadline, limit, self._timed_out, self._loop)
+        return PendingResponse(entry, deadline, limit, self._timed_out, self._abandon, self._loop)
+
+    def _abandon(self, entry: InFlight[ApiMessage], deadline: float, limit: float) -> None:
+        """Keep the deadline of a written request nobody waits for any more (see
+        "In-flight permits" in the module docstring): unanswered at ``deadline``, it times
+        out as a waited-for one would, closing the connection."""
+        if deadline <= self._clock():
+            # Due already (a caller whose own deadline is the request's, cancelled at it):
+            # time out now, before that caller goes on and writes its next request here.
+            self._expire(entry, limit)
+            return
+        loop = self._loop
+        if loop is not None:
+            entry.timer = loop.call_at(deadline, self._expire, entry, limit)
+            return
+        abandoned = self._abandoned
+        heapq.heappush(abandoned, (deadline, entry.correlation_id, entry, limit))
+        wake = self._abandoned_wake
+        if abandoned[0][2] is entry and wake is not None:
+            wake.set()  # the keeper sleeps until a later deadline, or none
+
+    def _expire(self, entry: InFlight[ApiMessage], limit: float) -> None:
+        """An abandoned request's deadline came (asyncio's loop timer; trio's keeper)."""
+        entry.timer = None
+        if not entry.settled:
+            self._timed_out(entry, limit)
+
+    async def _expire_abandoned(self) -> None:
+        """trio: time out abandoned requests at their deadlines (asyncio arms loop timers
+        instead). Runs beside the reader, in its scope, which the poisoning cancels."""
+        abandoned = self._abandoned
+        while True:
+            while abandoned and abandoned[0][2].settled:  # answered (or poisoned) since
+                heapq.heappop(abandoned)
+            wake = self._abandoned_wake = anyio.Event()
+            if not abandoned:
+                await wake.wait()
+                continue
+            deadline, _, entry, limit = abandoned[0]
+            with anyio.move_on_at(deadline):
+                await wake.wait()  # one with an earlier deadline came meanwhile
+                continue
+            heapq.heappop(abandoned)
+            self._expire(entry, limit)
 
     def _timed_out(self, entry: InFlight[ApiMessage], limit: float) -> KafkaError:
         """A written request got no response in time: close (its late response could be taken

@@ -228,12 +228,12 @@ class NodeSender:
         dial at the retry backoff's slower rhythm: 100, 200, 400 ms... against a reconnect
         backoff of 10, 20, 40 ms...; tests/producer/test_reconnect_pacing.py.)
 
-        Only a node the metadata no longer names fails without a dial (the pool has no
-        address for it): the refresh that moves its partitions elsewhere is what to wait
-        for, and the refresher paces those."""
+        A node the cluster cannot dial (one the metadata no longer names) failed without a
+        dial: the refresh that moves its partitions elsewhere is what to wait for, and the
+        refresher paces those."""
         cluster = self._cluster
         topics = self._engine.topic_names()
-        if self.node_id in cluster.metadata.brokers:
+        if cluster.can_dial(self.node_id):
             cluster.request_update(topics)
             return
         try:

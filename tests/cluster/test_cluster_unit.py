@@ -439,3 +439,30 @@ async def test_periodic_refresh_without_any_caller() -> None:
         assert len(kafka.received(METADATA)) == 4  # bootstrap, then one per max age
         assert elapsed == pytest.approx(3 * 0.050)  # each exactly one max age after the last
         assert seen == sorted(seen) and len(set(seen)) == 3
+
+
+async def test_a_node_the_metadata_no_longer_names_fails_without_a_dial() -> None:
+    """``can_dial`` is what the producer's sender and the consumer's fetcher ask after a
+    failed ``connection()``: a node the pool dials (and paces) against one that fails at
+    once, which the caller must pace itself."""
+    async with FakeKafka(brokers=2, tcp=False) as kafka, fake_cluster(kafka) as c:
+        await c.refresh()
+        assert sorted(c.metadata.brokers) == [1, 2]
+        assert c.can_dial(2)
+        kafka.isolate(2)  # refused, yet still named by the metadata
+        dials = len(kafka.connection_attempts(2))
+        with pytest.raises(KafkaConnectionError):
+            await c.connection(2)
+        assert len(kafka.connection_attempts(2)) == dials + 1  # dialled, and refused
+        assert c.can_dial(2)
+
+        kafka.kill(2)  # gone from the metadata's brokers
+        await c.refresh()
+        assert sorted(c.metadata.brokers) == [1]
+        assert not c.can_dial(2)
+        dials = len(kafka.connection_attempts(2))
+        with pytest.raises(KafkaConnectionError, match="no address known for node 2"):
+            await c.connection(2)
+        assert len(kafka.connection_attempts(2)) == dials  # failed without a dial
+        assert c.can_dial(1)
+        assert not c.can_dial(99)  # never named at all

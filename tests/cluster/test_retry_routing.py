@@ -276,9 +276,9 @@ async def test_a_request_timeout_forgets_the_coordinator() -> None:
 
 async def test_a_request_the_call_deadline_abandons_closes_its_connection() -> None:
     # A call whose deadline is its request's timeout (the epoch heartbeat's) ends before the
-    # connection's own timeout can. The route does what that timeout does: it closes the
-    # connection, as a broker answers one connection's requests in order and the next
-    # would wait behind the lost one, and forgets the coordinator.
+    # connection's own timeout can. The connection still times the request out, though its
+    # caller has gone: it closes, as a broker answers one connection's requests in order
+    # and the next would wait behind the lost one; and the route forgets the coordinator.
     async with _faked(3) as (kafka, cluster):
         coordinator = await cluster.coordinator(GROUP)
         lookups = cluster.statistics().coordinator_requests

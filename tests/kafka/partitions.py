@@ -1537,6 +1537,7 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
         and any(w.start <= state.sent_at[seq] < w.healed and state.acked_at[seq] < w.healed
                 for w in state.windows)
     )  # fmt: skip
+    truncated, late = _explained(state, lost)
     report = Report(
         seed=state.schedule.seed,
         client="aiokafka-ng",
@@ -1544,26 +1545,8 @@ async def check(cluster: KafkaCluster, state: Run) -> Report:
         truncations_made=[t for w in state.windows for t in w.truncations],
         fatal=state.fatal,
         lost_where=_lost_where(state, lost),
-        lost_truncated=[
-            seq
-            for seq in lost
-            if any(
-                t.explains(_partition_of(seq), _acked_offset(state, seq), state.acked_at[seq])
-                for w in state.windows
-                for t in w.truncations
-            )
-        ],
-        lost_late=[
-            seq
-            for seq in lost
-            if any(
-                t.elected_at is not None
-                and state.acked_at[seq] >= t.elected_at
-                and t.explains(_partition_of(seq), _acked_offset(state, seq), state.acked_at[seq])
-                for w in state.windows
-                for t in w.truncations
-            )
-        ],
+        lost_truncated=truncated,
+        lost_late=late,
         sent=len(state.sent_at),
         acknowledged=len(state.acked_at),
         failed=len(state.failed),
@@ -1685,6 +1668,30 @@ async def _check_transform(
         min((t - w.healed for t in txn.committed_at if t >= w.healed), default=None)
         for w in state.windows
     ]
+
+
+def _explained(state: Run, lost: list[int]) -> tuple[list[int], list[int]]:
+    """:attr:`Report.lost_truncated` and :attr:`Report.lost_late` of ``lost`` (in its
+    order): the records an election explains, and of those the ones acknowledged after a
+    truncation that explains them saw its election -- the same truncation: another
+    fault's election says nothing about this record."""
+    truncated: list[int] = []
+    late: list[int] = []
+    for seq in lost:
+        acked_at = state.acked_at[seq]
+        offset = _acked_offset(state, seq)
+        explaining = [
+            t
+            for w in state.windows
+            for t in w.truncations
+            if t.explains(_partition_of(seq), offset, acked_at)
+        ]
+        if not explaining:
+            continue
+        truncated.append(seq)
+        if any(t.elected_at is not None and acked_at >= t.elected_at for t in explaining):
+            late.append(seq)
+    return truncated, late
 
 
 def _acked_offset(state: Run, seq: int) -> int | None:

@@ -26,6 +26,7 @@ from aiokafka_ng.schema_registry import (
     SchemaRegistryClient,
 )
 from aiokafka_ng.testing import KafkaCluster, SchemaRegistry
+from tests.helpers import confluent_registry
 from tests.kafka.helpers import new_topic, read_all
 from tests.schema_registry.conftest import ProtoModules, protos  # noqa: F401 (the fixture)
 
@@ -52,8 +53,7 @@ async def test_typed_records_through_apache_kafka(
         new_topic(kafka_cluster, 1) as first,
         new_topic(kafka_cluster, 1) as second,
     ):
-        # confluent-kafka's client with a request timeout (it has none by default).
-        with ConfluentRegistry({"url": schema_registry.url, "timeout": 10}) as theirs:
+        with confluent_registry(schema_registry.url) as theirs:
             await write_and_read(kafka_cluster, client, theirs, protos, first, second)
 
 

@@ -10,7 +10,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tests.kafka.partitions import PartitionState, Truncation, _acked_offset, _replaced_by_broker
+from tests.kafka.partitions import (
+    PartitionState,
+    Truncation,
+    _acked_offset,
+    _explained,
+    _replaced_by_broker,
+)
 
 _UNIFIED = "WARN [UnifiedLog partition={tp}, dir=/tmp/x/node-1/data] Truncating {tp} to offset"
 LINES = (
@@ -98,3 +104,24 @@ def test_an_offset_the_producer_was_not_told_is_placed_between_its_neighbours() 
     assert _acked_offset(state, 60) == 20  # 57 at 19, 63 at 21: 60 was at 20
     assert _acked_offset(state, 69) is None  # 66 at 22, 72 at 30: anywhere between
     assert _acked_offset(state, 54) is None  # no neighbour before it
+
+
+def test_a_late_loss_was_acknowledged_after_the_election_of_a_truncation_explaining_it() -> None:
+    t = _truncation()
+    # Another fault on the same partition, elected earlier, whose divergence is past every
+    # offset here: it explains none of them, so its election makes none late.
+    other = Truncation(1)
+    other.elected_at, other.diverged_at = 50.0, 1000
+    state: Any = SimpleNamespace(
+        windows=[SimpleNamespace(truncations=[other]), SimpleNamespace(truncations=[t])],
+        # seq -> partition seq % 3: 1, 4, 7 and 10 on partition 1, 0 on partition 0.
+        acked_at={0: 99.0, 1: 99.0, 4: 105.0, 7: 111.0, 10: 99.0},
+        acked_offset={0: 200, 1: 200, 4: 361, 7: 361},  # 10: told none, no neighbours
+    )
+    truncated, late = _explained(state, [0, 1, 4, 7, 10])
+    # 1: replaced by the election (acknowledged before it; after the other's election,
+    # which does not explain it). 4: the old leader's late acknowledgement. 7: after the
+    # old leader truncated. 10: no offset. 0: another partition.
+    assert truncated == [1, 4]
+    assert late == [4]
+    assert _explained(state, [4, 1]) == ([4, 1], [4])  # in the order of the lost

@@ -329,6 +329,111 @@ async def test_cancelled_caller_keeps_permit_until_response_arrives() -> None:
             assert not conn.closed
 
 
+async def test_a_request_whose_caller_went_away_times_out_at_its_own_deadline() -> None:
+    """Nobody waits for the answer any more, yet the connection still enforces the
+    request's deadline: at it the request times out as a waited-for one would (the
+    connection closes) and its in-flight slot returns -- not held for ever by a broker
+    that never answers, with every later request on the connection behind it."""
+    async with fake() as kafka:
+        HeldAnswers(kafka)  # never released: the broker never answers
+        async with connect(*address(kafka), config(kafka, max_in_flight=1)) as conn:
+            results: dict[int, object] = {}
+            caller_scope = anyio.CancelScope()
+            failed_at: list[float] = []
+
+            async def cancellable_caller(*, task_status: TaskStatus[None]) -> None:
+                with caller_scope:
+                    task_status.started()
+                    await conn.send(MetadataRequest(), timeout=5)
+
+            async def next_caller() -> None:
+                await collect(results, 1, lambda: conn.send(MetadataRequest(), timeout=30))
+                failed_at.append(anyio.current_time())
+
+            sent_at = anyio.current_time()
+            async with anyio.create_task_group() as tg:
+                await tg.start(cancellable_caller)
+                await arrived(kafka, 1)
+                caller_scope.cancel()
+                await anyio.wait_all_tasks_blocked()
+                stats = conn.statistics()
+                assert (stats.in_flight, stats.permits_available) == (1, 0)
+                assert not conn.closed
+                tg.start_soon(next_caller)  # waits for the slot
+                await anyio.wait_all_tasks_blocked()
+                assert conn.statistics().tasks_waiting == 1
+                with anyio.fail_after(60):  # virtual seconds
+                    await conn.wait_closed()
+            assert anyio.current_time() - sent_at == pytest.approx(5)
+            assert "timed out after 5s" in conn.close_reason
+            # The slot came back at the deadline (once: the semaphore holds one at most),
+            # and the caller waiting for it found the connection closed.
+            assert isinstance(results[1], KafkaConnectionError)
+            assert failed_at[0] - sent_at == pytest.approx(5)
+            stats = conn.statistics()
+            assert (stats.in_flight, stats.permits_available, stats.tasks_waiting) == (0, 1, 0)
+
+
+async def test_the_earliest_deadline_of_the_requests_gone_away_closes_the_connection() -> None:
+    """A request let go later but due sooner is timed out at its own deadline, not at the
+    deadline of one let go before it."""
+    async with fake() as kafka:
+        HeldAnswers(kafka)  # never released
+        async with connect(*address(kafka), config(kafka, max_in_flight=2)) as conn:
+            scopes = [anyio.CancelScope(), anyio.CancelScope()]
+
+            async def cancellable_caller(
+                index: int, seconds: float, *, task_status: TaskStatus[None]
+            ) -> None:
+                with scopes[index]:
+                    task_status.started()
+                    await conn.send(MetadataRequest(), timeout=seconds)
+
+            sent_at = anyio.current_time()
+            async with anyio.create_task_group() as tg:
+                await tg.start(cancellable_caller, 0, 20)
+                await arrived(kafka, 1)
+                scopes[0].cancel()
+                await anyio.wait_all_tasks_blocked()
+                await tg.start(cancellable_caller, 1, 5)
+                await arrived(kafka, 2)
+                scopes[1].cancel()
+            with anyio.fail_after(60):  # virtual seconds
+                await conn.wait_closed()
+            assert anyio.current_time() - sent_at == pytest.approx(5)
+            assert "timed out after 5s" in conn.close_reason
+            stats = conn.statistics()
+            assert (stats.in_flight, stats.permits_available) == (0, 2)
+
+
+async def test_a_request_whose_caller_went_away_answered_in_time_keeps_the_connection() -> None:
+    async with fake() as kafka:
+        held = HeldAnswers(kafka)
+        async with connect(*address(kafka), config(kafka, max_in_flight=1)) as conn:
+            caller_scope = anyio.CancelScope()
+
+            async def cancellable_caller(*, task_status: TaskStatus[None]) -> None:
+                with caller_scope:
+                    task_status.started()
+                    await conn.send(MetadataRequest(), timeout=5)
+
+            async with anyio.create_task_group() as tg:
+                await tg.start(cancellable_caller)
+                await arrived(kafka, 1)
+                caller_scope.cancel()
+            held.release(0, 1)
+            # The next request gets the slot once the late answer has come and gone.
+            assert node_of(await conn.send(MetadataRequest())) == 1
+            assert conn.statistics().responses_discarded == 1
+            # Past the abandoned request's deadline: answered, it times nothing out.
+            with anyio.move_on_after(10) as scope:  # virtual seconds
+                await conn.wait_closed()
+            assert scope.cancelled_caught
+            assert not conn.closed
+            held.release(2)
+            assert node_of(await conn.send(MetadataRequest())) == 2
+
+
 async def test_fire_and_forget_holds_no_permit() -> None:
     async with fake() as kafka:
         held = HeldAnswers(kafka)

@@ -25,6 +25,7 @@ from aiokafka_ng.schema_registry import (
     SchemaRegistryClient,
 )
 from aiokafka_ng.testing import FakeKafka, SchemaRegistry
+from tests.helpers import confluent_registry
 
 pytestmark = pytest.mark.anyio
 
@@ -90,10 +91,7 @@ async def ours(schema_registry: SchemaRegistry) -> AsyncIterator[SchemaRegistryC
 
 @pytest.fixture
 def theirs(schema_registry: SchemaRegistry) -> Iterator[ConfluentRegistry]:
-    # A request timeout: confluent-kafka's client has none by default, and once (under
-    # load, in one of five runs) one of its GETs got no answer from the registry and hung
-    # the test to pytest's timeout; a timed-out request is retried by its client.
-    with ConfluentRegistry({"url": schema_registry.url, "timeout": 10}) as registry:
+    with confluent_registry(schema_registry.url) as registry:
         yield registry
 
 

@@ -39,7 +39,7 @@ from pyspark.sql.types import (
 )
 
 from aiokafka_ng.spark import SparkOptionError, avro_to_spark
-from tests.helpers import topic_name
+from tests.helpers import confluent_registry, topic_name
 
 ORDER_V1 = {
     "type": "record",
@@ -95,11 +95,7 @@ def order(i: int) -> dict[str, Any]:
 
 @pytest.fixture
 def theirs(schema_registry: Any) -> Iterator[ConfluentRegistry]:
-    """confluent-kafka's registry client (closed after the test: it holds sockets)."""
-    # A request timeout, as the registry's other interop tests give it (their fixtures say
-    # why): the client has none by default, and a GET the registry never answered hung
-    # this test to pytest's 300 s once (ci26); a timed-out request is retried by the client.
-    with ConfluentRegistry({"url": schema_registry.url, "timeout": 30}) as registry:
+    with confluent_registry(schema_registry.url) as registry:
         yield registry
 
 

@@ -50,7 +50,7 @@ from aiokafka_ng.spark import (
     protobuf_to_spark,
     row_to_protobuf,
 )
-from tests.helpers import topic_name
+from tests.helpers import confluent_registry, topic_name
 from tests.schema_registry.conftest import ProtoModules, protos  # noqa: F401 (the fixture)
 
 UTC = datetime.UTC
@@ -92,8 +92,7 @@ def order(i: int) -> Order:
 
 @pytest.fixture
 def theirs(schema_registry: Any) -> Iterator[ConfluentRegistry]:
-    """confluent-kafka's registry client (closed after the test: it holds sockets)."""
-    with ConfluentRegistry({"url": schema_registry.url, "timeout": 30}) as registry:
+    with confluent_registry(schema_registry.url) as registry:
         yield registry
 
 
