@@ -246,6 +246,19 @@ class Truncation:
             and acked_at < self.elected_at
         )
 
+    def replaces(self, partition: int, offset: int) -> bool:
+        """Whether ``offset`` of ``partition`` held, on the old leader, a record the
+        election replaced: in the range its own log says it truncated below its high
+        watermark, or else from where the new epoch begins to the old leader's end before
+        it was cut off."""
+        if partition != self.partition:
+            return False
+        if self.replaced is not None:
+            start, high_watermark = self.replaced
+            return start <= offset < high_watermark
+        b, d = self.before, self.diverged_at
+        return b is not None and b.end is not None and d is not None and d <= offset < b.end
+
     def label(self) -> str:
         shrunk = "never" if self.shrunk_s is None else f"{self.shrunk_s:.1f}s"
         watched = f"isr shrunk to the leader in {shrunk}" if self.watched else "same leader"
@@ -432,6 +445,12 @@ class Report:
     #: and committed it (the input is among :attr:`lost_truncated`): Kafka's loss of the
     #: input, copied faithfully, not output ahead of the commits.
     ahead_replaced: list[int] = field(default_factory=list)
+    #: txn: the duplicated whose copies but one were read at offsets an unclean election
+    #: replaced (:func:`_read_again_after_election`): Kafka's, allowed in "unclean" only.
+    duplicated_replaced: list[int] = field(default_factory=list)
+    #: txn, a diagnostic: duplicated seq -> (the input offsets its copies were read at, its
+    #: offset in the input read back at the end or None)
+    duplicated_where: dict[int, tuple[list[int], int | None]] = field(default_factory=dict)
     transactions: dict[str, int] = field(default_factory=dict)  # outcome -> count
     readers: list[ReaderReport] = field(default_factory=list)
     #: The lost records an unclean election explains (:meth:`Truncation.explains`): Kafka's
@@ -458,10 +477,18 @@ class Report:
         return [seq for seq in self.lost if seq not in kafkas]
 
     @property
+    def duplicated_by_clients(self) -> list[int]:
+        """The duplicated no unclean election explains ("unclean"), or all ("safe")."""
+        if self.config != "unclean":
+            return self.duplicated
+        kafkas = set(self.duplicated_replaced)
+        return [seq for seq in self.duplicated if seq not in kafkas]
+
+    @property
     def ok(self) -> bool:
         return not (
             self.lost_by_clients
-            or self.duplicated
+            or self.duplicated_by_clients
             or self.reordered
             or self.committed_lost
             or self.aborted_visible
@@ -479,7 +506,14 @@ class Report:
             f"{self.workload} {self.config} {self.client} | seed {self.seed} | "
             f"{' '.join(self.steps)} | sent {self.sent} | acked {self.acknowledged} | failed "
             f"{self.failed} | lost {len(self.lost)}{self._truncated()} | dup "
-            f"{len(self.duplicated)} | reordered "
+            f"{len(self.duplicated)}"
+            + (
+                f" ({len(self.duplicated_replaced)} read again where an unclean election "
+                "had replaced the offset first read)"
+                if self.duplicated_replaced
+                else ""
+            )
+            + " | reordered "
             f"{len(self.reordered)} | commits lost {len(self.committed_lost)} | recover s "
             f"[{recover}] | acked during faults {self.acked_during_faults:.0%}"
             + (f" | producer fatal: {', '.join(self.fatal)}" if self.fatal else "")
@@ -1191,10 +1225,12 @@ class _AbortOnPurpose(Exception):
     """A transform's transaction aborted on purpose (:data:`ABORT_EVERY`)."""
 
 
-def _out_value(value: bytes | None, n: int) -> bytes:
-    """An output record: the input's sequence number and the transaction that wrote it."""
+def _out_value(value: bytes | None, n: int, offset: int) -> bytes:
+    """An output record: the input's sequence number, the transaction that wrote it and the
+    input offset it was read at (where a duplicate's copies were read: see
+    :attr:`Report.duplicated_replaced`)."""
     assert value is not None
-    return value + b":%d" % n
+    return value + b":%d:%d" % (n, offset)
 
 
 async def _transform(cluster: KafkaCluster, state: Run, drained: anyio.Event) -> None:
@@ -1246,7 +1282,9 @@ async def _transform(cluster: KafkaCluster, state: Run, drained: anyio.Event) ->
                         for tp, records in batch.items():
                             for r in records:
                                 await producer.send(
-                                    state.output, _out_value(r.value, n), partition=tp.partition
+                                    state.output,
+                                    _out_value(r.value, n, r.offset),
+                                    partition=tp.partition,
                                 )
                         # With the leader epoch of the last record read, as Kafka Streams
                         # commits them: going back to them, the consumer checks them against
@@ -1373,7 +1411,7 @@ async def _transform_confluent(cluster: KafkaCluster, state: Run, drained: anyio
                     producer.begin_transaction()
                     offsets: dict[int, int] = {}
                     for m in messages:
-                        producer.produce(state.output, _out_value(m.value(), n),
+                        producer.produce(state.output, _out_value(m.value(), n, m.offset()),
                                          partition=m.partition())  # fmt: skip
                         offsets[m.partition()] = m.offset() + 1
                     tps = [confluent_kafka.TopicPartition(state.topic, p, o)
@@ -1636,15 +1674,27 @@ async def _check_transform(
     committed = await _committed(cluster, state.group, state.topic)
     output = await _read_all(cluster, state.output, "read_committed")
     out_seqs: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+    read_at: dict[int, list[int]] = {}  # seq -> the input offsets its copies were read at
     aborted_visible = []
     for p, records in output.items():
         for _, value in records:
-            seq, n = (int(x) for x in value.split(b":"))
+            seq, n, read_offset = (int(x) for x in value.split(b":"))
             out_seqs[p].append(seq)
+            read_at.setdefault(seq, []).append(read_offset)
             if txn.outcomes.get(n) == "aborted":
                 aborted_visible.append(value.decode())
     seen, duplicated, reordered = _order(out_seqs)
     offset_of = {int(v): (p, o) for p, records in log.items() for o, v in records}
+    replaced = [t for w in state.windows for t in w.truncations]
+    report.duplicated_where = {
+        seq: (read_at[seq], None if seq not in offset_of else offset_of[seq][1])
+        for seq in duplicated
+    }
+    report.duplicated_replaced = [
+        seq
+        for seq in duplicated
+        if _read_again_after_election(seq, read_at[seq], offset_of.get(seq), replaced)
+    ]
     processed = {
         seq
         for seq, (p, o) in offset_of.items()
@@ -1654,10 +1704,10 @@ async def _check_transform(
     report.duplicated = duplicated
     report.reordered = reordered
     report.aborted_visible = aborted_visible
-    replaced = set(report.lost_truncated)
+    lost_replaced = set(report.lost_truncated)
     unprocessed = [seq for seq in seen if seq not in processed]
-    report.ahead = sorted(seq for seq in unprocessed if seq not in replaced)
-    report.ahead_replaced = sorted(seq for seq in unprocessed if seq in replaced)
+    report.ahead = sorted(seq for seq in unprocessed if seq not in lost_replaced)
+    report.ahead_replaced = sorted(seq for seq in unprocessed if seq in lost_replaced)
     report.acknowledged = len(processed)
     report.transactions = {
         o: sum(1 for x in txn.outcomes.values() if x == o) for o in set(txn.outcomes.values())
@@ -1692,6 +1742,25 @@ def _explained(state: Run, lost: list[int]) -> tuple[list[int], list[int]]:
         if any(t.elected_at is not None and acked_at >= t.elected_at for t in explaining):
             late.append(seq)
     return truncated, late
+
+
+def _read_again_after_election(
+    seq: int, read_at: list[int], final: tuple[int, int] | None, truncations: list[Truncation]
+) -> bool:
+    """Whether a duplicated input record is one an unclean election put at two offsets:
+    every copy but (at most) one was read at an offset of its partition that the election
+    replaced (:meth:`Truncation.replaces`) and where the log read back at the end does not
+    hold it. The loop read it from the old leader there, wrote it out and committed its
+    offset; the new leader holds it at another offset (its producer's retry of a request
+    the old leader took too late to answer), where the loop, put back to where the logs
+    diverged (KIP-320), read it again. Exactly-once is over the log, and the log changed
+    under the committed offset: Kafka's (unclean election on), as a loss there is."""
+    partition = _partition_of(seq)
+    final_offset = None if final is None else final[1]
+    others = [o for o in read_at if o != final_offset]
+    if len(read_at) - len(others) > 1:
+        return False  # read twice at the offset it still has: the loop's own duplicate
+    return all(any(t.replaces(partition, o) for t in truncations) for o in others)
 
 
 def _acked_offset(state: Run, seq: int) -> int | None:
@@ -1814,6 +1883,8 @@ async def _main(args: argparse.Namespace) -> int:
                         continue
                     failed += 1
                     found = {"lost": report.lost[:20], "duplicated": report.duplicated[:20],
+                             "duplicated_where": {s: report.duplicated_where.get(s)
+                                                  for s in report.duplicated[:20]},
                              "reordered": report.reordered[:20],
                              "committed_lost": report.committed_lost,
                              "aborted_visible": report.aborted_visible[:20],

@@ -15,6 +15,7 @@ from tests.kafka.partitions import (
     Truncation,
     _acked_offset,
     _explained,
+    _read_again_after_election,
     _replaced_by_broker,
 )
 
@@ -125,3 +126,25 @@ def test_a_late_loss_was_acknowledged_after_the_election_of_a_truncation_explain
     assert truncated == [1, 4]
     assert late == [4]
     assert _explained(state, [4, 1]) == ([4, 1], [4])  # in the order of the lost
+
+
+def test_a_duplicate_is_kafkas_when_its_other_copies_were_read_where_the_election_replaced() -> (
+    None
+):
+    t = _truncation()  # partition 1: the old leader truncated [30, 363)
+    # seq 4 (partition 1) is at 370 in the log read back: read first at 200 from the old
+    # leader (replaced), then again at 370 from the new one.
+    assert t.replaces(1, 200) and not t.replaces(1, 363) and not t.replaces(0, 200)
+    assert _read_again_after_election(4, [200, 370], (1, 370), [t])
+    # Both copies read at the offset the record still has: the loop read it twice.
+    assert not _read_again_after_election(4, [370, 370], (1, 370), [t])
+    # A copy read at an offset the election did not replace (below the divergence).
+    assert not _read_again_after_election(4, [29, 370], (1, 370), [t])
+    # Another partition's record (seq 3: partition 0) at offsets partition 1 lost.
+    assert not _read_again_after_election(3, [200, 370], (0, 370), [t])
+    # Not in the log read back at all: both copies from the replaced range.
+    assert _read_again_after_election(4, [200, 250], None, [t])
+    # Without the broker's word: from the divergence to the old leader's end (360).
+    t.replaced = None
+    assert _read_again_after_election(4, [359, 370], (1, 370), [t])
+    assert not _read_again_after_election(4, [360, 370], (1, 370), [t])

@@ -35,10 +35,11 @@
 //             from its callback, and {"op":"streamed"} at the end (tests/kafka/partitions.py)
 //   transform {input, output, group_id, transactional_id, abort_every?} consume-transform-produce: a
 //             read_committed classic group member and a transactional producer; each poll's
-//             records go to output (same partition, value "<input value>:<n>") in transaction
-//             n with their offsets (sendOffsetsToTransaction), except that every abort_every-th
-//             is aborted on purpose once they are sent; on an error the transaction is
-//             aborted (the producer replaced when that fails too) and the consumer seeks to
+//             records go to output (same partition, value "<input value>:<n>:<input
+//             offset>") in transaction n with their offsets (sendOffsetsToTransaction),
+//             except that every abort_every-th is aborted on purpose once they are sent;
+//             on an error the transaction is aborted (the producer replaced when that fails
+//             too) and the consumer seeks to
 //             the group's committed offsets. Prints {"op":"txn","n","outcome","restarted"}
 //             (outcome committed, aborted: given up before the commit was asked, unknown:
 //             the commit was asked and failed) until stdin yields a line, then {"op":"left"}
@@ -403,8 +404,8 @@ public class Interop {
                 try {
                     producer.beginTransaction();
                     for (ConsumerRecord<byte[], byte[]> r : records) {
-                        byte[] v = (new String(r.value(), StandardCharsets.US_ASCII) + ":" + n)
-                                .getBytes(StandardCharsets.US_ASCII);
+                        byte[] v = (new String(r.value(), StandardCharsets.US_ASCII) + ":" + n + ":"
+                                + r.offset()).getBytes(StandardCharsets.US_ASCII);
                         producer.send(new ProducerRecord<>(output, r.partition(), null, v));
                     }
                     producer.sendOffsetsToTransaction(nextOffsetsWithEpochs(records), consumer.groupMetadata());
