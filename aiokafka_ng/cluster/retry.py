@@ -34,9 +34,10 @@ spent or the deadline passes:
   one success resets the count. The same object serves loops that cannot sleep inline
   (the fetcher, the pool, the metadata refresher): they call :meth:`RetryState.failed`
   and read :attr:`RetryState.retry_at` instead of sleeping. A call may name *steady*
-  errors (``Retry.steady``: the peer answered and will be ready within a step, such as a
+  errors (``Retry.steady``: the peer answered and will be ready within moments, such as a
   transaction coordinator still writing markers): they are retried at the policy's first
-  step and do not grow the count, so a failure that does grow it keeps its pace.
+  step, or ``Retry.steady_ms`` if shorter, and do not grow the count, so a failure that
+  does grow it keeps its pace.
 * *Periodic loops* (heartbeats, auto-commit, a pattern's re-check) run a round now and
   then rather than until success: :class:`Periodic` times them, an interval after a
   success, the same backoff after a failure, sooner when woken (but never inside a backoff).
@@ -53,6 +54,7 @@ every await, so a cancelled call leaves nothing half-done.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -184,10 +186,13 @@ class Retry:
     #: Retry every KafkaError, retriable or not (a background loop that must not die, such
     #: as the idempotent producer's InitProducerId: it keeps trying while the app runs).
     every_error: bool = False
-    #: Retriable error classes the peer is expected to clear within a step: retried at the
-    #: backoff's first step without growing the failure count (``RetryState.failed(steady=
-    #: True)``). They count toward ``max_retries``, and the deadline bounds them too.
+    #: Retriable error classes the peer is expected to clear within moments: retried at
+    #: the backoff's first step (or ``steady_ms``, if shorter) without growing the failure
+    #: count (``RetryState.failed(steady_ms=...)``). They count toward ``max_retries``, and
+    #: the deadline bounds them too.
     steady: tuple[type[KafkaError], ...] = ()
+    #: The longest pause after a steady error (before jitter); the first step if shorter.
+    steady_ms: float = math.inf
 
     def retries(self, error: KafkaError) -> bool:
         if isinstance(error, self.fatal):
@@ -236,7 +241,9 @@ async def retrying(
                 if not policy.retries(exc):
                     raise
                 retries += 1
-                state.failed(exc, steady=isinstance(exc, policy.steady))
+                state.failed(
+                    exc, steady_ms=policy.steady_ms if isinstance(exc, policy.steady) else None
+                )
                 if policy.max_retries is not None and retries > policy.max_retries:
                     raise
                 log.debug(

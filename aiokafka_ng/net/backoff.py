@@ -109,16 +109,17 @@ class ExponentialBackoff:
         exponent = min(failures - 1, math.ceil(exp_max))
         return min(self._initial_ms * self._multiplier**exponent, self._max_ms)
 
-    def backoff_ms(self, failures: int) -> float:
-        """Pause in milliseconds before retrying after ``failures`` consecutive failures."""
-        base = self.base_ms(failures)
+    def backoff_ms(self, failures: int, *, at_most_ms: float = math.inf) -> float:
+        """Pause in milliseconds before retrying after ``failures`` consecutive failures
+        (its un-jittered base no longer than ``at_most_ms``)."""
+        base = min(self.base_ms(failures), at_most_ms)
         if base == 0.0 or self._jitter == 0.0:
             return base
         return base * self._rng.uniform(1.0 - self._jitter, 1.0 + self._jitter)
 
-    def backoff_s(self, failures: int) -> float:
+    def backoff_s(self, failures: int, *, at_most_ms: float = math.inf) -> float:
         """Same as :meth:`backoff_ms`, in seconds (what ``anyio.sleep`` takes)."""
-        return self.backoff_ms(failures) / 1000.0
+        return self.backoff_ms(failures, at_most_ms=at_most_ms) / 1000.0
 
     def __repr__(self) -> str:
         return (
@@ -158,20 +159,27 @@ class RetryState:
         self.last_error: BaseException | None = None
 
     def failed(
-        self, error: BaseException | None = None, *, now: float | None = None, steady: bool = False
+        self,
+        error: BaseException | None = None,
+        *,
+        now: float | None = None,
+        steady_ms: float | None = None,
     ) -> float:
         """Count a failure; returns the pause (seconds) and sets :attr:`retry_at`.
 
-        ``steady``: a failure the peer is expected to clear within a step (a transaction
+        ``steady_ms``: a failure the peer is expected to clear within moments (a transaction
         coordinator still writing the previous transaction's markers). The pause is the
-        policy's first step, whatever the count, and the count does not grow: the failure
-        says nothing about a peer in trouble, so it neither slows the next retry nor the
-        pace of a later failure that does."""
-        if not steady:
-            self.failures += 1
+        policy's first step, or ``steady_ms`` if shorter (jittered alike), whatever the
+        count, and the count does not grow: the failure says nothing about a peer in
+        trouble, so it neither slows the next retry nor the pace of a later failure that
+        does."""
         if error is not None:
             self.last_error = error
-        pause = self.backoff.backoff_s(1 if steady else self.failures)
+        if steady_ms is None:
+            self.failures += 1
+            pause = self.backoff.backoff_s(self.failures)
+        else:
+            pause = self.backoff.backoff_s(1, at_most_ms=steady_ms)
         self.retry_at = (anyio.current_time() if now is None else now) + pause
         return pause
 

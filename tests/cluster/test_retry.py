@@ -155,9 +155,12 @@ def test_a_steady_failure_pauses_a_first_step_and_does_not_grow_the_count() -> N
     for _ in range(3):
         state.failed(RequestTimedOutError(), now=0.0)
     for _ in range(5):
-        pause = state.failed(ConcurrentTransactionsError("markers"), now=10.0, steady=True)
+        pause = state.failed(ConcurrentTransactionsError("markers"), now=10.0, steady_ms=1e9)
         assert 0.08 <= pause <= 0.12  # the first step, though three failures are counted
         assert state.retry_at == pytest.approx(10.0 + pause)
+        # No longer than steady_ms, when that is shorter than the first step (jittered).
+        short = state.failed(ConcurrentTransactionsError("markers"), now=10.0, steady_ms=20)
+        assert 0.016 <= short <= 0.024
     assert state.failures == 3
     assert isinstance(state.last_error, ConcurrentTransactionsError)
     assert 0.64 <= state.failed(RequestTimedOutError(), now=0.0) <= 0.96  # the fourth step
