@@ -10,6 +10,11 @@
 //   consume BOOTSTRAP TOPIC RECORDS PARTITIONS
 //       manual assignment of partitions 0..PARTITIONS-1 from the beginning, no group,
 //       default fetch settings, poll() until RECORDS records arrived.
+//   txn BOOTSTRAP INPUT OUTPUT GROUP TRANSACTIONAL_ID SECONDS
+//       (bench/bench_txn.py) transactions for SECONDS, one after another: begin, one
+//       100 B record to OUTPUT partition 0, sendOffsetsToTransaction (INPUT partition 0,
+//       GROUP), commit. Adds "p50" and "p99" (ms, one transaction) to the line below;
+//       "count" is the transactions committed.
 //
 // Prints one JSON line: {"elapsed": s, "cpu": s, "count": n, "errors": n}. "elapsed" runs
 // from after the client is built and knows the topic's partitions to the last ack (or
@@ -22,11 +27,14 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 import java.util.Random;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -39,6 +47,7 @@ public class BenchClient {
         switch (args[0]) {
             case "produce" -> produce(args);
             case "consume" -> consume(args);
+            case "txn" -> txn(args);
             default -> throw new IllegalArgumentException("unknown mode " + args[0]);
         }
     }
@@ -129,5 +138,42 @@ public class BenchClient {
             elapsed = (System.nanoTime() - t0) / 1e9;
         }
         report(elapsed, cpuSeconds() - cpu0, count, 0);
+    }
+
+    static void txn(String[] a) {
+        String bootstrap = a[1], input = a[2], output = a[3], group = a[4], txid = a[5];
+        double seconds = Double.parseDouble(a[6]);
+        Properties props = new Properties();
+        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txid);
+        byte[] value = "x".repeat(100).getBytes(StandardCharsets.US_ASCII);
+        TopicPartition in = new TopicPartition(input, 0);
+        ConsumerGroupMetadata meta = new ConsumerGroupMetadata(group);
+        List<Double> took = new ArrayList<>();
+        double cpu0 = cpuSeconds();
+        double elapsed;
+        try (var producer = new KafkaProducer<byte[], byte[]>(
+                props, new ByteArraySerializer(), new ByteArraySerializer())) {
+            producer.initTransactions();
+            producer.partitionsFor(output);
+            long t0 = System.nanoTime();
+            long end = t0 + (long) (seconds * 1e9);
+            long n = 0;
+            while (System.nanoTime() < end) {
+                long t = System.nanoTime();
+                producer.beginTransaction();
+                producer.send(new ProducerRecord<>(output, 0, null, value));
+                producer.sendOffsetsToTransaction(Map.of(in, new OffsetAndMetadata(++n)), meta);
+                producer.commitTransaction();
+                took.add((System.nanoTime() - t) / 1e6);
+            }
+            elapsed = (System.nanoTime() - t0) / 1e9;
+        }
+        double cpu = cpuSeconds() - cpu0;
+        double[] sorted = took.stream().mapToDouble(Double::doubleValue).sorted().toArray();
+        System.out.printf(
+            "{\"elapsed\": %.6f, \"cpu\": %.6f, \"count\": %d, \"errors\": 0, \"p50\": %.3f, \"p99\": %.3f}%n",
+            elapsed, cpu, sorted.length, sorted[sorted.length / 2],
+            sorted[Math.min(sorted.length - 1, (int) (sorted.length * 0.99))]);
     }
 }
