@@ -102,8 +102,8 @@ _RETRY = frozenset(
 #: never a grown pause. The markers it waits for take a few tens of milliseconds on a
 #: healthy cluster, and every transaction that follows a commit at once meets them (its
 #: first request to a coordinator comes a few ms after the EndTxn): retried at
-#: retry_backoff_ms (100), a consume-transform-produce cycle of one record on a 3-node
-#: Kafka 4.4 ran 8.7 transactions/s, p50 114 ms; at 20 ms, 19.5/s, p50 50 ms. The Java
+#: retry_backoff_ms (100), bench/bench_txn.py's one-record cycle on a 3-node Kafka 4.4 ran
+#: 8.0 transactions/s, p50 125 ms; at 20 ms, 22.3/s, p50 37 ms (aiokafka 18.3/s). The Java
 #: producer (4.0) re-sends a transactional request answered with a retriable error after a
 #: flat retry.backoff.ms (the Sender sleeps it; KIP-580 is not applied to these), and after
 #: 20 ms for an AddPartitionsToTxn answered CONCURRENT_TRANSACTIONS while the transaction
