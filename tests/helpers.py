@@ -117,10 +117,10 @@ def confluent_registry(url: str) -> Iterator[ConfluentRegistry]:
     timeout, closed on exit (it holds sockets).
 
     The client has no request timeout by default, and a GET the registry never answered
-    (under load: once in five runs of the interop tests, and a Spark test in ci26) hung the
-    test to pytest's 300 s. A timed-out request is retried by the client (``max.retries``,
-    3, with a backoff of at most 1, 2, 4 s), so 30 s per try leaves a slow answer on a busy
-    machine room and still ends the four tries well within pytest's timeout."""
+    (a Spark registry test, on a loaded machine) hung the test to pytest's 300 s. A
+    timed-out request is retried by the client (``max.retries``, 3, with a backoff of at
+    most 1, 2, 4 s), so 30 s per try leaves room for a slow answer on a busy machine and
+    still ends the four tries well within pytest's timeout."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     with SchemaRegistryClient({"url": url, "timeout": 30}) as registry:
