@@ -117,11 +117,15 @@ def confluent_registry(url: str) -> Iterator[ConfluentRegistry]:
     timeout, closed on exit (it holds sockets).
 
     The client has no request timeout by default, and a GET the registry never answered
-    (a Spark registry test, on a loaded machine) hung the test to pytest's 300 s. A
-    timed-out request is retried by the client (``max.retries``, 3, with a backoff of at
-    most 1, 2, 4 s), so 30 s per try leaves room for a slow answer on a busy machine and
-    still ends the four tries well within pytest's timeout."""
+    (a Spark registry test, on a loaded machine) hung the test to pytest's 300 s. It is
+    not rare: with 30 s here, one or two registry tests took 30-31 s in each of two full
+    runs of the suite, tests that are not among the slowest otherwise, so the client's
+    retry of the timed-out request (``max.retries``, 3, backoff at most 1, 2, 4 s) was
+    answered at once. The timeout is how long such a test stalls: 10 s, far above
+    any answer the registry gives on loopback, even on a busy machine. Why the registry
+    leaves that GET unanswered is not known.
+    """
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    with SchemaRegistryClient({"url": url, "timeout": 30}) as registry:
+    with SchemaRegistryClient({"url": url, "timeout": 10}) as registry:
         yield registry
