@@ -11,7 +11,7 @@ import anyio
 
 from aiokafka_ng.errors import KafkaError
 
-__all__ = ["NO_RESPONSE", "Abandon", "InFlight", "OnSettled", "PendingResponse"]
+__all__ = ["NO_RESPONSE", "Abandon", "InFlight", "OnSettled", "PendingResponse", "expire"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -129,15 +129,19 @@ class PendingResponse(Generic[T_co]):
                 callback(entry.response, None)
             return
         entry.on_settled = callback
-        entry.timer = loop.call_at(self._deadline, self._expire)
+        entry.timer = loop.call_at(self._deadline, expire, entry, self._limit, self._timed_out)
 
-    def _expire(self) -> None:
-        entry = self._entry
-        entry.timer = None
-        if not entry.settled:
-            # Closes the connection, which settles this entry (with the timeout error) and
-            # every later one, in wire order.
-            self._timed_out(entry, self._limit)
+
+def expire(
+    entry: InFlight[Any], limit: float, timed_out: Callable[[InFlight[Any], float], KafkaError]
+) -> None:
+    """The deadline of a request no task waits on came (``on_settled``'s loop timer, or the
+    connection's for an abandoned request): time it out unless answered by now. That closes
+    the connection, which settles this entry (with the timeout error) and every later one,
+    in wire order."""
+    entry.timer = None
+    if not entry.settled:
+        timed_out(entry, limit)
 
 
 class _NoResponse(PendingResponse[None]):

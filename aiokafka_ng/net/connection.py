@@ -95,7 +95,7 @@ from aiokafka_ng.net._errors import (
     open_stream,
     translate_io_errors,
 )
-from aiokafka_ng.net._pending import NO_RESPONSE, InFlight, PendingResponse
+from aiokafka_ng.net._pending import NO_RESPONSE, InFlight, PendingResponse, expire
 from aiokafka_ng.net._reading import read_until
 from aiokafka_ng.net._reauth import Reauthentication
 from aiokafka_ng.net.asyncio_stream import PlainAsyncioStream
@@ -546,23 +546,17 @@ class Connection:
         if deadline <= self._clock():
             # Due already (a caller whose own deadline is the request's, cancelled at it):
             # time out now, before that caller goes on and writes its next request here.
-            self._expire(entry, limit)
+            expire(entry, limit, self._timed_out)
             return
         loop = self._loop
         if loop is not None:
-            entry.timer = loop.call_at(deadline, self._expire, entry, limit)
+            entry.timer = loop.call_at(deadline, expire, entry, limit, self._timed_out)
             return
         abandoned = self._abandoned
         heapq.heappush(abandoned, (deadline, entry.correlation_id, entry, limit))
         wake = self._abandoned_wake
         if abandoned[0][2] is entry and wake is not None:
             wake.set()  # the keeper sleeps until a later deadline, or none
-
-    def _expire(self, entry: InFlight[ApiMessage], limit: float) -> None:
-        """An abandoned request's deadline came (asyncio's loop timer; trio's keeper)."""
-        entry.timer = None
-        if not entry.settled:
-            self._timed_out(entry, limit)
 
     async def _expire_abandoned(self) -> None:
         """trio: time out abandoned requests at their deadlines (asyncio arms loop timers
@@ -580,7 +574,7 @@ class Connection:
                 await wake.wait()  # one with an earlier deadline came meanwhile
                 continue
             heapq.heappop(abandoned)
-            self._expire(entry, limit)
+            expire(entry, limit, self._timed_out)
 
     def _timed_out(self, entry: InFlight[ApiMessage], limit: float) -> KafkaError:
         """A written request got no response in time: close (its late response could be taken
