@@ -471,18 +471,19 @@ class Report:
     @property
     def lost_by_clients(self) -> list[int]:
         """The lost records no unclean election explains ("unclean"), or all ("safe")."""
-        if self.config != "unclean":
-            return self.lost
-        kafkas = set(self.lost_truncated)
-        return [seq for seq in self.lost if seq not in kafkas]
+        return self._not_kafkas(self.lost, self.lost_truncated)
 
     @property
     def duplicated_by_clients(self) -> list[int]:
         """The duplicated no unclean election explains ("unclean"), or all ("safe")."""
+        return self._not_kafkas(self.duplicated, self.duplicated_replaced)
+
+    def _not_kafkas(self, found: list[int], explained: list[int]) -> list[int]:
+        """``found`` but ``explained`` under "unclean" (Kafka's there); all of it in "safe"."""
         if self.config != "unclean":
-            return self.duplicated
-        kafkas = set(self.duplicated_replaced)
-        return [seq for seq in self.duplicated if seq not in kafkas]
+            return found
+        kafkas = set(explained)
+        return [seq for seq in found if seq not in kafkas]
 
     @property
     def ok(self) -> bool:
