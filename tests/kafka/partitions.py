@@ -316,8 +316,11 @@ class Reader:
     group: str
     consumed_at: dict[int, float] = field(default_factory=dict)  # seq -> first delivered
     #: Records delivered again at an offset below a commit already acknowledged for their
-    #: partition: the consumer went back past its own commit.
+    #: partition: the consumer went back past its own commit -- or an unclean election
+    #: replaced the offset it first read them at (``_redelivered_by_client`` tells which).
     redelivered: list[int] = field(default_factory=list)
+    #: seq -> the partition and offset it was first delivered at.
+    first_read: dict[int, tuple[int, int]] = field(default_factory=dict)
     commits: dict[int, int] = field(default_factory=dict)  # partition -> last acked commit
     #: Commits the client said failed, by the error's type (ours: the exception's class and
     #: its cause's; Java's: the exception's simple name; librdkafka's: the error's name).
@@ -337,6 +340,7 @@ class Reader:
                 self.redelivered.append(seq)
         else:
             self.consumed_at[seq] = time.monotonic()
+            self.first_read[seq] = (partition, offset)
             if offset <= self.positions.get(partition, -1):
                 self.rewritten += 1
         self.positions[partition] = max(offset, self.positions.get(partition, -1))
@@ -386,6 +390,11 @@ class ReaderReport:
     committed_lost: dict[int, tuple[int, int | None]]  # partition -> (committed, now)
     redelivered: list[int]
     commit_errors: Counter[str]
+    #: Records delivered again below a commit because an unclean election replaced the
+    #: offset they were first read at: the old leader, alone in the ISR, wrote them and
+    #: advanced its high watermark, its answer never reached the producer, which wrote
+    #: them again to the new leader; the consumer, back at the divergence, read them there.
+    reread_replaced: list[int]
     #: The partitions of ``committed_lost`` where the lost commit pointed past the end of
     #: a new leader's log after an unclean election: a consumer that noticed the
     #: truncation goes back and commits lower offsets (KIP-320), as it must.
@@ -413,7 +422,13 @@ class ReaderReport:
             f"  consumer {self.client} | consumed {self.consumed} | commits lost "
             f"{len(self.committed_lost)}"
             + (f" ({kafkas} past a truncation)" if kafkas else "")
-            + f" | redelivered past a commit {len(self.redelivered)} | "
+            + f" | redelivered past a commit {len(self.redelivered)}"
+            + (
+                f" ({len(self.reread_replaced)} more from replaced offsets)"
+                if self.reread_replaced
+                else ""
+            )
+            + " | "
             f"missed {len(self.missed)} | commit errors {_counted(self.commit_errors)} | "
             f"read then lost {self.read_lost} | truncations noticed {self.truncations} | "
             f"rewritten log read {self.rewritten} | "
@@ -1646,11 +1661,14 @@ async def _check_reader(
         recover.append(
             None if None in firsts else max(f for f in firsts if f is not None) - window.healed
         )
+    truncations = [t for w in state.windows for t in w.truncations]
+    redelivered, reread_replaced = _redelivered_by_client(reader, truncations)
     return ReaderReport(
         client=reader.client,
         consumed=len(reader.consumed_at),
         committed_lost=committed_lost,
-        redelivered=reader.redelivered,
+        redelivered=redelivered,
+        reread_replaced=reread_replaced,
         commit_errors=reader.commit_errors,
         committed_lost_truncated=past_truncation,
         truncations=reader.truncations,
@@ -1658,6 +1676,24 @@ async def _check_reader(
         missed=missed,
         recover_s=recover,
     )
+
+
+def _redelivered_by_client(
+    reader: Reader, truncations: list[Truncation]
+) -> tuple[list[int], list[int]]:
+    """The reader's records delivered again below a commit, split: the client's (it went
+    back past its own commit) and Kafka's (an election replaced the offset the record was
+    first read at, so the record read again is a later copy at another offset, in a log
+    the consumer must read again from the divergence: KIP-320). Seen in CI at seed 13: two
+    records the old leader acknowledged alone to no one, read at offsets it then truncated
+    away, and read again at the new leader's."""
+    clients: list[int] = []
+    kafkas: list[int] = []
+    for seq in reader.redelivered:
+        partition, offset = reader.first_read[seq]
+        replaced = any(t.replaces(partition, offset) for t in truncations)
+        (kafkas if replaced else clients).append(seq)
+    return clients, kafkas
 
 
 async def _check_transform(
@@ -1894,6 +1930,7 @@ async def _main(args: argparse.Namespace) -> int:
                              "lost_where": report.lost_where,
                              "readers": {r.client: {"committed_lost": r.committed_lost,
                                                     "redelivered": r.redelivered[:20],
+                                                    "reread_replaced": r.reread_replaced[:20],
                                                     "missed": r.missed[:20]}
                                          for r in report.readers}}  # fmt: skip
                     print(json.dumps(found))

@@ -12,10 +12,12 @@ from typing import Any
 
 from tests.kafka.partitions import (
     PartitionState,
+    Reader,
     Truncation,
     _acked_offset,
     _explained,
     _read_again_after_election,
+    _redelivered_by_client,
     _replaced_by_broker,
 )
 
@@ -148,3 +150,21 @@ def test_a_duplicate_is_kafkas_when_its_other_copies_were_read_where_the_electio
     t.replaced = None
     assert _read_again_after_election(4, [359, 370], (1, 370), [t])
     assert not _read_again_after_election(4, [360, 370], (1, 370), [t])
+
+
+def test_a_record_read_again_below_a_commit_is_kafkas_when_its_first_offset_was_replaced() -> None:
+    t = _truncation()  # partition 1: the old leader truncated [30, 363)
+    reader = Reader("ours", "g")
+    reader.delivered(5, 1, 200)  # from the old leader, alone in the ISR
+    reader.delivered(6, 1, 29)  # below the divergence: the election kept it
+    reader.delivered(7, 0, 200)  # another partition
+    reader.commits.update({0: 300, 1: 362})
+    # Back at the divergence (30): 5 was written again by the producer, never told the
+    # old leader had it; 6 and 7 read again at the offsets they had: the client went back.
+    reader.delivered(5, 1, 40)
+    reader.delivered(6, 1, 29)
+    reader.delivered(7, 0, 200)
+    reader.delivered(8, 1, 41)  # a first delivery is never a redelivery
+    assert reader.redelivered == [5, 6, 7]
+    assert _redelivered_by_client(reader, [t]) == ([6, 7], [5])
+    assert _redelivered_by_client(reader, []) == ([5, 6, 7], [])
