@@ -675,6 +675,12 @@ class Connection:
             )
         except IO_ERRORS as exc:
             self._poison(describe(exc), cause=exc)
+        except Exception as exc:
+            # A bug in acting on an answer (a settlement's callback that raised): close the
+            # connection, as _received does on asyncio's plain TCP stream, rather than let
+            # it end the reader's task group -- the whole client's on a pool.
+            _log.exception("reading from %s failed", self._where)
+            self._poison(f"reading failed: {exc!r}", cause=exc)
 
     def _received(self, data: bytes) -> None:
         """Bytes read on asyncio's plain TCP stream, in its transport's callback

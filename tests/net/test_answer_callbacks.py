@@ -199,3 +199,23 @@ async def test_a_bug_acting_on_bytes_read_closes_the_connection_loudly(
             assert "injected bug" in conn.close_reason
             assert [(tag, type(e)) for tag, _, e in calls.calls] == [(0, KafkaConnectionError)]
     assert "reading from" in caplog.text
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_a_bug_acting_on_an_answer_closes_the_connection_loudly_on_a_reader_task(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same bug where a reader task reads (trio, TLS, this in-memory stream): the
+    connection closes, its request fails, the bug is logged -- the task group the reader
+    runs in (a client's pool) is not ended by it."""
+
+    def broken(self: ClientConnection[Any]) -> Any:
+        raise RuntimeError("injected bug")
+
+    async with fake() as kafka, connect(*address(kafka), config(kafka)) as conn:
+        monkeypatch.setattr(ClientConnection, "next_event", broken)
+        with pytest.raises(KafkaConnectionError):
+            await conn.send(MetadataRequest())
+        assert conn.closed
+        assert "injected bug" in conn.close_reason
+    assert "reading from" in caplog.text
