@@ -4,7 +4,7 @@ A driver process (tests/kafka/spark_eos_driver.py, ``local[2]``) runs two stream
 queries over the same N-record input topic: one with ``exactlyOnce``, one with the default
 at-least-once sink. It is killed with SIGKILL (its whole process group: the Python driver,
 its JVM and Python workers) KILLS times and restarted from the checkpoints, then runs to
-the end. Kill points are seeded: each waits for a random number of committed micro-batches
+the end. Kill points are seeded: each waits for one or two micro-batches of its run committed
 (plus a random delay); KILLS_MID_WRITE of them then also wait until the at-least-once
 query's in-flight batch has written records to Kafka that its checkpoint has not committed
 (output high watermark > input offsets of the last committed batch + the output already
@@ -42,9 +42,16 @@ pytestmark = pytest.mark.kafka
 #: Input records: the issue's 50k (AIOKAFKA_NG_EOS_RECORDS=20000 for a quicker run).
 N = int(os.environ.get("AIOKAFKA_NG_EOS_RECORDS", "50000"))
 KEYS = 100
-PER_TRIGGER = N // 10  # 10 micro-batches
 KILLS = 5
 KILLS_MID_WRITE = 2
+#: Micro-batches in all. A run uses one to two batches before its kill, and up to two more
+#: pass during the delay and a mid-write kill's wait (batches after a run's first take
+#: 0.5-0.7 s): at most 4 a run, 20 for the five, so 25 leave the last run work of its own.
+#: With 10 (and kill points counted from the start, not per run) the fifth kill came after
+#: the last batch in a passing run, and a failing one (ci33) had the fourth, a mid-write
+#: kill, wait on the last batch, whose output came and went between two looks.
+BATCHES = 25
+PER_TRIGGER = N // BATCHES
 SEED = 35
 DRIVER = Path(__file__).with_name("spark_eos_driver.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,11 +181,12 @@ def test_exactly_once_sink_survives_driver_kills(
     topics = [unique("eos-in"), unique("eos-out"), unique("alo-out")]
     anyio.run(_setup, kafka_cluster, topics)
     alo_checkpoint = tmp_path / "alo"
-    # Kill i waits for targets[i] committed batches of the at-least-once query (then a
-    # random delay up to 1.5 s); the mid-write ones then wait for uncommitted output.
-    targets = sorted(rng.sample(range(1, 8), KILLS))
+    # Kill i waits for waits[i] batches of the at-least-once query committed by its own run
+    # (then a random delay up to 0.6 s, about one batch: a random point in one); the
+    # mid-write ones then wait for uncommitted output.
+    waits = [rng.randint(1, 2) for _ in range(KILLS)]
     mid_write = set(rng.sample(range(KILLS), KILLS_MID_WRITE))
-    delays = [rng.uniform(0, 1.5) for _ in range(KILLS)]
+    delays = [rng.uniform(0, 0.6) for _ in range(KILLS)]
     excess: list[int] = []
     began = time.monotonic()
     for i in range(KILLS):
@@ -188,7 +196,9 @@ def test_exactly_once_sink_survives_driver_kills(
             alo_checkpoint
         )
         # At least one batch of this run first: every kill hits a running query.
-        target = max(targets[i], _batches_committed(alo_checkpoint) + 1)
+        target = _batches_committed(alo_checkpoint) + waits[i]
+        # A batch after the target, or the kill would find the run done (BATCHES' comment).
+        assert target < BATCHES, f"kill {i}: no batch left after batch {target}"
         log = tmp_path / f"driver-{i}.log"
         driver = _driver(kafka_cluster, topics, tmp_path, log)
         try:
@@ -207,10 +217,16 @@ def test_exactly_once_sink_survives_driver_kills(
                 if new > 0:
                     excess.append(new)
                     break
+            rc = driver.poll()
+            assert rc is None, f"driver exited (rc {rc}) before kill {i}\n{_tail(log)}"
         finally:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
-        print(f"kill {i} at {time.monotonic() - began:.0f}s", file=sys.stderr)
+        print(
+            f"kill {i} at {time.monotonic() - began:.0f}s: target {target}, "
+            f"{_batches_committed(alo_checkpoint)} batches committed",
+            file=sys.stderr,
+        )
     log = tmp_path / "driver-last.log"
     driver = _driver(kafka_cluster, topics, tmp_path, log)
     try:
