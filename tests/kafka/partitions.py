@@ -1685,8 +1685,8 @@ def _redelivered_by_client(
     back past its own commit) and Kafka's (an election replaced the offset the record was
     first read at, so the record read again is a later copy at another offset, in a log
     the consumer must read again from the divergence: KIP-320). Seen in CI at seed 13: two
-    records the old leader acknowledged alone to no one, read at offsets it then truncated
-    away, and read again at the new leader's."""
+    records the old leader wrote alone (its answers never reached the producer, which sent
+    them again), read at offsets it then truncated away and again at the new leader's."""
     clients: list[int] = []
     kafkas: list[int] = []
     for seq in reader.redelivered:
