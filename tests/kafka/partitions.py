@@ -317,10 +317,10 @@ class Reader:
     consumed_at: dict[int, float] = field(default_factory=dict)  # seq -> first delivered
     #: Records delivered again at an offset below a commit already acknowledged for their
     #: partition: the consumer went back past its own commit -- or an unclean election
-    #: replaced the offset it first read them at (``_redelivered_by_client`` tells which).
+    #: replaced the offsets it read them at before (``_redelivered_by_client`` tells which).
     redelivered: list[int] = field(default_factory=list)
-    #: seq -> the partition and offset it was first delivered at.
-    first_read: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: seq -> the offsets it was delivered at, in order.
+    read_at: dict[int, list[int]] = field(default_factory=dict)
     commits: dict[int, int] = field(default_factory=dict)  # partition -> last acked commit
     #: Commits the client said failed, by the error's type (ours: the exception's class and
     #: its cause's; Java's: the exception's simple name; librdkafka's: the error's name).
@@ -335,12 +335,12 @@ class Reader:
     positions: dict[int, int] = field(default_factory=dict)  # partition -> highest offset
 
     def delivered(self, seq: int, partition: int, offset: int) -> None:
+        self.read_at.setdefault(seq, []).append(offset)
         if seq in self.consumed_at:
             if offset < self.commits.get(partition, -1):
                 self.redelivered.append(seq)
         else:
             self.consumed_at[seq] = time.monotonic()
-            self.first_read[seq] = (partition, offset)
             if offset <= self.positions.get(partition, -1):
                 self.rewritten += 1
         self.positions[partition] = max(offset, self.positions.get(partition, -1))
@@ -391,7 +391,7 @@ class ReaderReport:
     redelivered: list[int]
     commit_errors: Counter[str]
     #: Records delivered again below a commit because an unclean election replaced the
-    #: offset they were first read at: the old leader, alone in the ISR, wrote them and
+    #: offsets they were read at before: the old leader, alone in the ISR, wrote them and
     #: advanced its high watermark, its answer never reached the producer, which wrote
     #: them again to the new leader; the consumer, back at the divergence, read them there.
     reread_replaced: list[int]
@@ -1662,7 +1662,7 @@ async def _check_reader(
             None if None in firsts else max(f for f in firsts if f is not None) - window.healed
         )
     truncations = [t for w in state.windows for t in w.truncations]
-    redelivered, reread_replaced = _redelivered_by_client(reader, truncations)
+    redelivered, reread_replaced = _redelivered_by_client(reader, _placed(log), truncations)
     return ReaderReport(
         client=reader.client,
         consumed=len(reader.consumed_at),
@@ -1679,21 +1679,26 @@ async def _check_reader(
 
 
 def _redelivered_by_client(
-    reader: Reader, truncations: list[Truncation]
+    reader: Reader, placed: dict[int, tuple[int, int]], truncations: list[Truncation]
 ) -> tuple[list[int], list[int]]:
     """The reader's records delivered again below a commit, split: the client's (it went
-    back past its own commit) and Kafka's (an election replaced the offset the record was
-    first read at, so the record read again is a later copy at another offset, in a log
-    the consumer must read again from the divergence: KIP-320). Seen in CI at seed 13: two
-    records the old leader wrote alone (its answers never reached the producer, which sent
-    them again), read at offsets it then truncated away and again at the new leader's."""
+    back past its own commit) and Kafka's, by the transform's rule for a duplicate
+    (:func:`_read_again_after_election`: every copy but the one at the record's offset in
+    the log read back (``placed``) was read where an election replaced the log). Seen in CI
+    at seed 13: two records the old leader wrote alone (its answers never reached the
+    producer, which sent them again), read at offsets it then truncated away and again at
+    the new leader's."""
     clients: list[int] = []
     kafkas: list[int] = []
     for seq in reader.redelivered:
-        partition, offset = reader.first_read[seq]
-        replaced = any(t.replaces(partition, offset) for t in truncations)
-        (kafkas if replaced else clients).append(seq)
+        kafka = _read_again_after_election(seq, reader.read_at[seq], placed.get(seq), truncations)
+        (kafkas if kafka else clients).append(seq)
     return clients, kafkas
+
+
+def _placed(log: dict[int, list[tuple[int, bytes]]]) -> dict[int, tuple[int, int]]:
+    """seq -> its partition and offset in the log read back."""
+    return {int(v): (p, o) for p, records in log.items() for o, v in records}
 
 
 async def _check_transform(
@@ -1721,7 +1726,7 @@ async def _check_transform(
             if txn.outcomes.get(n) == "aborted":
                 aborted_visible.append(value.decode())
     seen, duplicated, reordered = _order(out_seqs)
-    offset_of = {int(v): (p, o) for p, records in log.items() for o, v in records}
+    offset_of = _placed(log)
     replaced = [t for w in state.windows for t in w.truncations]
     report.duplicated_where = {
         seq: (read_at[seq], None if seq not in offset_of else offset_of[seq][1])
@@ -1784,14 +1789,15 @@ def _explained(state: Run, lost: list[int]) -> tuple[list[int], list[int]]:
 def _read_again_after_election(
     seq: int, read_at: list[int], final: tuple[int, int] | None, truncations: list[Truncation]
 ) -> bool:
-    """Whether a duplicated input record is one an unclean election put at two offsets:
-    every copy but (at most) one was read at an offset of its partition that the election
-    replaced (:meth:`Truncation.replaces`) and where the log read back at the end does not
-    hold it. The loop read it from the old leader there, wrote it out and committed its
-    offset; the new leader holds it at another offset (its producer's retry of a request
-    the old leader took too late to answer), where the loop, put back to where the logs
-    diverged (KIP-320), read it again. Exactly-once is over the log, and the log changed
-    under the committed offset: Kafka's (unclean election on), as a loss there is."""
+    """Whether a record read twice (a transform's duplicate, a reader's redelivery) is one
+    an unclean election put at two offsets: every copy but (at most) one was read at an
+    offset of its partition that the election replaced (:meth:`Truncation.replaces`) and
+    where the log read back at the end does not hold it. The loop read it from the old
+    leader there, wrote it out and committed its offset; the new leader holds it at another
+    offset (its producer's retry of a request the old leader took too late to answer),
+    where the loop, put back to where the logs diverged (KIP-320), read it again.
+    Exactly-once is over the log, and the log changed under the committed offset: Kafka's
+    (unclean election on), as a loss there is."""
     partition = _partition_of(seq)
     final_offset = None if final is None else final[1]
     others = [o for o in read_at if o != final_offset]

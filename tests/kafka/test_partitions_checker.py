@@ -155,16 +155,18 @@ def test_a_duplicate_is_kafkas_when_its_other_copies_were_read_where_the_electio
 def test_a_record_read_again_below_a_commit_is_kafkas_when_its_first_offset_was_replaced() -> None:
     t = _truncation()  # partition 1: the old leader truncated [30, 363)
     reader = Reader("ours", "g")
-    reader.delivered(5, 1, 200)  # from the old leader, alone in the ISR
-    reader.delivered(6, 1, 29)  # below the divergence: the election kept it
-    reader.delivered(7, 0, 200)  # another partition
+    # seqs 4, 7, 10 are partition 1's, 3 partition 0's.
+    reader.delivered(4, 1, 200)  # from the old leader, alone in the ISR
+    reader.delivered(7, 1, 29)  # below the divergence: the election kept it
+    reader.delivered(3, 0, 200)  # another partition
     reader.commits.update({0: 300, 1: 362})
-    # Back at the divergence (30): 5 was written again by the producer, never told the
-    # old leader had it; 6 and 7 read again at the offsets they had: the client went back.
-    reader.delivered(5, 1, 40)
-    reader.delivered(6, 1, 29)
-    reader.delivered(7, 0, 200)
-    reader.delivered(8, 1, 41)  # a first delivery is never a redelivery
-    assert reader.redelivered == [5, 6, 7]
-    assert _redelivered_by_client(reader, [t]) == ([6, 7], [5])
-    assert _redelivered_by_client(reader, []) == ([5, 6, 7], [])
+    # Back at the divergence (30): 4 was written again by the producer, never told the
+    # old leader had it; 7 and 3 read again at the offsets they had: the client went back.
+    reader.delivered(4, 1, 40)
+    reader.delivered(7, 1, 29)
+    reader.delivered(3, 0, 200)
+    reader.delivered(10, 1, 41)  # a first delivery is never a redelivery
+    assert reader.redelivered == [4, 7, 3]
+    placed = {4: (1, 40), 7: (1, 29), 3: (0, 200), 10: (1, 41)}  # the log read back
+    assert _redelivered_by_client(reader, placed, [t]) == ([7, 3], [4])
+    assert _redelivered_by_client(reader, placed, []) == ([4, 7, 3], [])
