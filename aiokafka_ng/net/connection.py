@@ -679,8 +679,7 @@ class Connection:
             # A bug in acting on an answer (a settlement's callback that raised): close the
             # connection, as _received does on asyncio's plain TCP stream, rather than let
             # it end the reader's task group -- the whole client's on a pool.
-            _log.exception("reading from %s failed", self._where)
-            self._poison(f"reading failed: {exc!r}", cause=exc)
+            self._reading_failed(exc)
 
     def _received(self, data: bytes) -> None:
         """Bytes read on asyncio's plain TCP stream, in its transport's callback
@@ -701,8 +700,13 @@ class Connection:
                 else:
                     self._on_poisoned(event)
         except Exception as exc:
-            _log.exception("reading from %s failed", self._where)
-            self._poison(f"reading failed: {exc!r}", cause=exc)
+            self._reading_failed(exc)
+
+    def _reading_failed(self, exc: Exception) -> None:
+        """A bug while acting on bytes read: logged, and the connection closed (its
+        requests fail)."""
+        _log.exception("reading from %s failed", self._where)
+        self._poison(f"reading failed: {exc!r}", cause=exc)
 
     # -- introspection -----------------------------------------------------------------------
 

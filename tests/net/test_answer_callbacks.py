@@ -179,17 +179,19 @@ async def test_answers_over_tcp_reach_waiters_and_callbacks_from_the_transport()
         assert conn.closed
 
 
+def _broken(self: ClientConnection[Any]) -> Any:
+    """``ClientConnection.next_event`` with a bug in it."""
+    raise RuntimeError("injected bug")
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # real sockets: real time
 async def test_a_bug_acting_on_bytes_read_closes_the_connection_loudly(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(self: ClientConnection[Any]) -> Any:
-        raise RuntimeError("injected bug")
-
     async with FakeKafka(brokers=1) as kafka:
         tcp = ConnectionConfig(request_timeout_s=10.0)
         async with connect(*address(kafka), tcp) as conn:
-            monkeypatch.setattr(ClientConnection, "next_event", broken)
+            monkeypatch.setattr(ClientConnection, "next_event", _broken)
             calls = Calls()
             pending = await conn.submit(MetadataRequest(), expect_response=True)
             pending.on_settled(calls.callback(0))
@@ -208,12 +210,8 @@ async def test_a_bug_acting_on_an_answer_closes_the_connection_loudly_on_a_reade
     """The same bug where a reader task reads (trio, TLS, this in-memory stream): the
     connection closes, its request fails, the bug is logged -- the task group the reader
     runs in (a client's pool) is not ended by it."""
-
-    def broken(self: ClientConnection[Any]) -> Any:
-        raise RuntimeError("injected bug")
-
     async with fake() as kafka, connect(*address(kafka), config(kafka)) as conn:
-        monkeypatch.setattr(ClientConnection, "next_event", broken)
+        monkeypatch.setattr(ClientConnection, "next_event", _broken)
         with pytest.raises(KafkaConnectionError):
             await conn.send(MetadataRequest())
         assert conn.closed
