@@ -11,7 +11,9 @@ binds its outgoing sockets, so every connection, a node's or a client's, leaves 
 addressable cluster started as root runs under a group of its own (:attr:`KafkaNode.gid`),
 and ``iptables -m owner --gid-owner`` matches the group of the socket that sent a packet
 (in the OUTPUT chain, which every loopback packet crosses). A *client* is any process that
-is none of the nodes: the test itself, a Java or librdkafka peer.
+is none of the nodes: the test itself, a Java or librdkafka peer. (What the kernel still
+sends for a socket its process has closed -- the rest of its send buffer, its FIN -- has no
+owner left to match, and counts as a client's.)
 
 Cutting. Every connection between two parties is opened by one towards the other's
 listener: a node's to another node (replication, the quorum, AlterPartition), a client's to
@@ -41,9 +43,14 @@ the leader before its ISR shrank, and elect an in-sync follower).
 
 Links. :meth:`lossy` drops a fraction of every packet to or from a node (``-m statistic``,
 in the same filter chain). :meth:`slow` limits a node's bandwidth both ways with an HTB class
-on ``lo``: packets are marked in the mangle table (to the node's address and ports, or sent
-by the node's group) and a u32 filter sends the mark to the node's class. (Delay and jitter
-would be netem's; the kernels this was written on have no ``sch_netem``, so there is none.)
+on ``lo``: the mangle table puts the node's packets (to its address and ports, or sent by its
+group) in the node's class (``-j CLASSIFY``), and every other packet takes HTB's direct
+queue, unshaped (the qdisc has no default class). Not a tc filter on a packet mark: the
+kernels this runs on lack the ``fw`` classifier, and their u32 accepts ``match mark`` but
+ignores it -- built without CONFIG_CLS_U32_MARK, the filter matched every packet, and while a
+node was "slow" every loopback packet of the machine went at its rate (other processes'
+tests among them: a refused connect waited for its RST, a browser test timed out).
+(Delay and jitter would be netem's; these kernels have no ``sch_netem``, so there is none.)
 
 Cleanup. The nemesis owns two chains named after its process (``AKNG-<pid>`` in the
 filter and mangle tables, each jumped to from OUTPUT) and, once :meth:`slow` is used, the
@@ -76,12 +83,9 @@ CLIENTS: Final = "clients"
 
 _CHAIN_PREFIX: Final = "AKNG-"
 _TABLES: Final = ("filter", "mangle")
-#: fwmark of node N's packets for :meth:`Nemesis.slow` (the low bits are the node id).
-_MARK_BASE: Final = 0x4B4E0000
 #: connmark of a connection opened by node N (the low bits) or by a client (0xFF).
 _OPENER_BASE: Final = 0x4B4F0000
 _CLIENT_TAG: Final = 0xFF
-_MARK_MASK: Final = "0xffffffff"
 _LO: Final = "lo"
 
 Party = int | Literal["clients"]
@@ -146,6 +150,15 @@ class Nemesis:
         finally:
             _run("iptables", "-w", "-F", probe, check=False)
             _run("iptables", "-w", "-X", probe, check=False)
+        try:
+            _run("iptables", "-w", "-t", "mangle", "-N", probe)
+            _run("iptables", "-w", "-t", "mangle", "-A", probe, "-j", "CLASSIFY",
+                 "--set-class", _class_of(0))  # fmt: skip
+        except NemesisError as exc:
+            return f"the kernel lacks the CLASSIFY target slow links need: {exc}"
+        finally:
+            _run("iptables", "-w", "-t", "mangle", "-F", probe, check=False)
+            _run("iptables", "-w", "-t", "mangle", "-X", probe, check=False)
         return None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -259,18 +272,12 @@ class Nemesis:
             shown = _run("tc", "qdisc", "show", "dev", _LO)
             if not shown.startswith("qdisc noqueue 0: root"):
                 raise NemesisError(f"lo already has a root qdisc, left alone: {shown.strip()}")
-            _run("tc", "qdisc", "add", "dev", _LO, "root", "handle", "1:", "htb",
-                 "default", "1", "r2q", "1000")  # fmt: skip
+            # No default class: what no CLASSIFY rule names goes out unshaped.
+            _run("tc", "qdisc", "add", "dev", _LO, "root", "handle", "1:", "htb", "r2q", "1000")
             self._qdisc = True
-            _run("tc", "class", "add", "dev", _LO, "parent", "1:", "classid", "1:1", "htb",
-                 "rate", "100gbit")  # fmt: skip
         verb = "change" if node_id in self._slow else "add"
-        _run("tc", "class", verb, "dev", _LO, "parent", "1:", "classid",
-             f"1:{0x100 + node_id:x}", "htb", "rate", rate, "ceil", rate)  # fmt: skip
-        if verb == "add":
-            _run("tc", "filter", "add", "dev", _LO, "parent", "1:", "protocol", "ip", "prio",
-                 "1", "u32", "match", "mark", hex(_MARK_BASE + node_id), _MARK_MASK,
-                 "flowid", f"1:{0x100 + node_id:x}")  # fmt: skip
+        _run("tc", "class", verb, "dev", _LO, "parent", "1:", "classid", _class_of(node_id),
+             "htb", "rate", rate, "ceil", rate)  # fmt: skip
         self._slow[node_id] = rate
         self._apply()
 
@@ -337,9 +344,9 @@ class Nemesis:
             rules.append(("filter", [*self._to(node_id), *chance, "-j", "DROP"]))
             rules.append(("filter", [*self._sent_by(node.node_id), *chance, "-j", "DROP"]))
         for node_id in sorted(self._slow):
-            mark = ["-j", "MARK", "--set-mark", hex(_MARK_BASE + node_id)]
-            rules.append(("mangle", [*self._to(node_id), *mark]))
-            rules.append(("mangle", [*self._sent_by(node_id), *mark]))
+            shaped = ["-j", "CLASSIFY", "--set-class", _class_of(node_id)]
+            rules.append(("mangle", [*self._to(node_id), *shaped]))
+            rules.append(("mangle", [*self._sent_by(node_id), *shaped]))
         # One iptables-restore, not a flush and then one append per rule: between those,
         # every cut was briefly gone, and a follower cut from its leader could catch up
         # while another cut was being added (the unclean-election test's follower, once
@@ -388,6 +395,11 @@ class Nemesis:
         self._cuts.clear()
         self._lossy.clear()
         self._slow.clear()
+
+
+def _class_of(node_id: int) -> str:
+    """The HTB class on ``lo`` that :meth:`Nemesis.slow` puts ``node_id``'s packets in."""
+    return f"1:{0x100 + node_id:x}"
 
 
 def remove_stale_chains() -> list[str]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -159,6 +161,67 @@ def test_every_rule_is_removed_on_an_error(cluster: KafkaCluster) -> None:
         nemesis.slow(2, "1mbit")
         assert _tables() != before
         raise RuntimeError("the test's own")
+    assert _tables() == before
+
+
+_SENDER = """
+import os, socket, sys
+gid, port, size = sys.argv[1:]
+if gid != "-":
+    os.setgroups([]); os.setgid(int(gid))
+with socket.create_connection(("127.0.0.1", int(port))) as s:
+    s.sendall(bytes(int(size)))
+    # Open until the sink has read it all: what the kernel sends for a closed socket has no
+    # owner any more, so no group to match (7 of 8 MB went unmatched so).
+    s.shutdown(socket.SHUT_WR)
+    s.recv(1)
+"""
+
+
+def _shaped_bytes(node_id: int) -> int:
+    """What the HTB class of a slow ``node_id`` has sent so far (tc's own counter)."""
+    shown = subprocess.run(
+        ["tc", "-s", "class", "show", "dev", "lo", "classid", f"1:{0x100 + node_id:x}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    match = re.search(r"Sent (\d+) bytes", shown)
+    assert match, shown
+    return int(match.group(1))
+
+
+def _send_to_a_sink(sender: int | str, cluster: KafkaCluster, size: int) -> None:
+    """``size`` bytes from a process in ``sender``'s group (a node id, or CLIENTS) to a
+    listener of this process on 127.0.0.1: no node's address, no node's port."""
+    gid = "-" if sender == CLIENTS else str(cluster.node(int(sender)).gid)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        with subprocess.Popen([sys.executable, "-c", _SENDER, gid, str(port), str(size)]) as child:
+            conn, _ = server.accept()
+            with conn:
+                received = 0
+                while chunk := conn.recv(1 << 20):
+                    received += len(chunk)
+            assert child.wait() == 0
+    assert received == size
+
+
+def test_a_slow_node_shapes_its_own_packets_and_no_others(cluster: KafkaCluster) -> None:
+    """slow(2) puts node 2's packets in its class and nothing else: before, a tc filter on
+    a mark this kernel's u32 ignores matched every loopback packet of the machine (a client's
+    bytes to a listener of its own went at node 2's rate, and other tests' with them)."""
+    size = 4 << 20
+    before = _tables()
+    with Nemesis(cluster) as nemesis:
+        nemesis.slow(2, "1gbit")  # what goes in the class is tested here, not the rate
+        start = _shaped_bytes(2)
+        _send_to_a_sink(CLIENTS, cluster, size)
+        _send_to_a_sink(1, cluster, size)
+        others = _shaped_bytes(2) - start
+        _send_to_a_sink(2, cluster, size)
+        own = _shaped_bytes(2) - start - others
+        # The class also carries node 2's own chatter (fetches, heartbeats): kilobytes.
+        assert others < size // 4, others
+        assert own >= size, own
     assert _tables() == before
 
 
