@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from aiokafka_ng.net.connection import Connection
 from aiokafka_ng.producer import Producer
 from aiokafka_ng.producer.future import DeliveryFuture
 from aiokafka_ng.protocol import speedups
@@ -31,6 +32,23 @@ N = 3000
 
 def topic_name() -> str:
     return f"gc-{uuid.uuid4().hex[:10]}"
+
+
+def _closed_connections(garbage: list[Any]) -> tuple[list[str], list[str]]:
+    """Of the collector's garbage: the closed connections and transports in it, and the
+    type names of what none of them reaches (the garbage that is not a closed connection's)."""
+    roots = [o for o in garbage if isinstance(o, (Connection, asyncio.Transport))]
+    assert all(o.is_closing() if isinstance(o, asyncio.Transport) else o.closed for o in roots)
+    ids = {id(o) for o in garbage}
+    seen = {id(o) for o in roots}
+    todo = list(roots)
+    while todo:
+        for ref in gc.get_referents(todo.pop()):
+            if id(ref) in ids and id(ref) not in seen:
+                seen.add(id(ref))
+                todo.append(ref)
+    stray = sorted(type(o).__name__ for o in garbage if id(o) not in seen)
+    return [repr(o) for o in roots], stray
 
 
 @contextmanager
@@ -163,15 +181,17 @@ async def test_finished_records_are_freed_without_the_collector(
                 await producer.flush()  # returns once every done-callback ran
                 del futs, fut
                 found = gc.collect()
-                garbage = [type(o).__name__ for o in gc.garbage]
-                # ci11 (Kafka, load ~10) once found a socket transport's cycle here and no
-                # record's: the connections' state then says which one went away.
+                closed, stray = _closed_connections(gc.garbage)
                 cluster = producer.statistics().cluster
         finally:
             gc.set_debug(0)
             gc.garbage.clear()
     assert len(results) == N
-    assert (found, garbage) == (0, []), cluster
+    # A connection closed in the window (ci11, ci38: one of a Kafka node's, which and why
+    # not known) leaves asyncio's transport for the collector -- it holds its own bound read
+    # callback -- and what it reaches: not the per-record path, which must leave nothing.
+    assert found == 0 or closed, found
+    assert stray == [], (stray, closed, cluster)
 
 
 @asyncio_only
