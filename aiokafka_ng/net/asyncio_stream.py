@@ -108,8 +108,8 @@ class _Protocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         # Nothing is read any more: let go of the receiver, a bound method of the stream's
-        # owner, which holds the stream (a cycle: every closed connection left its objects
-        # for the cyclic collector, 40 of them, found by tests/producer/test_producer_gc_path).
+        # owner, which holds the stream -- a cycle that left every closed connection to the
+        # cyclic collector (~70 objects each; tests/producer/test_producer_gc_path found one).
         self.receiver = None
         if exc is not None:
             self.exception = exc
