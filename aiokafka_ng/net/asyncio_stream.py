@@ -216,7 +216,6 @@ class PlainAsyncioStream(anyio.abc.ByteStream):
     async def aclose(self) -> None:
         self._closed = True
         self._transport.abort()  # as anyio: nothing of a closed connection is worth sending
-        self._protocol.receiver = None  # (abort stopped the reading: see connection_lost)
         _wake(self._protocol.read_waiter)
         _wake(self._protocol.write_waiter)
         await anyio.lowlevel.checkpoint()
