@@ -83,11 +83,19 @@ def _tables() -> str:
     )
 
 
-_PROBE = """
+#: The start of each probe process: run as the sender's group (its first argument; "-"
+#: for a client, which stays in this process's group), then the rest of the arguments.
+_AS_SENDER = """
 import os, socket, sys
-gid, host, port = sys.argv[1:]
+gid, *args = sys.argv[1:]
 if gid != "-":
     os.setgroups([]); os.setgid(int(gid))
+"""
+
+_PROBE = (
+    _AS_SENDER
+    + """
+host, port = args
 # As the JVM does: an IPv6 socket, the node's IPv4 address mapped.
 s = socket.socket(socket.AF_INET6)
 s.settimeout(1.5)  # a loopback connect that gets through takes microseconds
@@ -98,6 +106,12 @@ except OSError as exc:
 else:
     print("open", s.getsockname()[0])
 """
+)
+
+
+def _group_of(sender: int | str, cluster: KafkaCluster) -> str:
+    """The probe's first argument for ``sender`` (a node id, or CLIENTS): its group."""
+    return "-" if sender == CLIENTS else str(cluster.node(int(sender)).gid)
 
 
 def _reaches(
@@ -106,11 +120,10 @@ def _reaches(
     """Whether a connection from ``sender``'s group (a node id, or CLIENTS) to the node
     ``receiver`` (its PLAINTEXT listener, or with ``controller`` its CONTROLLER one) is set
     up: the very match the filter makes on the nodes' own sockets."""
-    gid = "-" if sender == CLIENTS else str(cluster.node(int(sender)).gid)
     node = cluster.node(receiver)
     port = node.ports.CONTROLLER if controller else node.port
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, gid, node.host, str(port)],
+        [sys.executable, "-c", _PROBE, _group_of(sender, cluster), node.host, str(port)],
         capture_output=True,
         text=True,
         check=True,
@@ -164,11 +177,10 @@ def test_every_rule_is_removed_on_an_error(cluster: KafkaCluster) -> None:
     assert _tables() == before
 
 
-_SENDER = """
-import os, socket, sys
-gid, port, size = sys.argv[1:]
-if gid != "-":
-    os.setgroups([]); os.setgid(int(gid))
+_SENDER = (
+    _AS_SENDER
+    + """
+port, size = args
 with socket.create_connection(("127.0.0.1", int(port))) as s:
     s.sendall(bytes(int(size)))
     # Open until the sink has read it all: what the kernel sends for a closed socket has no
@@ -176,6 +188,7 @@ with socket.create_connection(("127.0.0.1", int(port))) as s:
     s.shutdown(socket.SHUT_WR)
     s.recv(1)
 """
+)
 
 
 def _shaped_bytes(node_id: int) -> int:
@@ -192,7 +205,7 @@ def _shaped_bytes(node_id: int) -> int:
 def _send_to_a_sink(sender: int | str, cluster: KafkaCluster, size: int) -> None:
     """``size`` bytes from a process in ``sender``'s group (a node id, or CLIENTS) to a
     listener of this process on 127.0.0.1: no node's address, no node's port."""
-    gid = "-" if sender == CLIENTS else str(cluster.node(int(sender)).gid)
+    gid = _group_of(sender, cluster)
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
         with subprocess.Popen([sys.executable, "-c", _SENDER, gid, str(port), str(size)]) as child:
